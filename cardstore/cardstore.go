@@ -1,0 +1,197 @@
+package cardstore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/utpmesh/utpmesh/pkg/card"
+)
+
+// Errors returned by every Store implementation, local or remote. Remote
+// implementations map them to and from wire error codes, so errors.Is works
+// the same on both sides of NATS.
+var (
+	// ErrNotFound: the card, box, tool result or claim does not exist in the
+	// project asked for. A card of another project is also "not found".
+	ErrNotFound = errors.New("cardstore: not found")
+	// ErrConflict: a card with this id exists with other bytes, or a box with
+	// this id already exists. Cards are immutable.
+	ErrConflict = errors.New("cardstore: conflict")
+	// ErrResultExists: the (project, agent_turn_id, tool_call_id) pair already
+	// has a different tool.result card. A call has exactly one result.
+	ErrResultExists = errors.New("cardstore: tool result already exists")
+	// ErrClaimHeld: the claim is held by another holder whose lease has not
+	// expired.
+	ErrClaimHeld = errors.New("cardstore: claim held by another holder")
+	// ErrClaimLost: a release or renewal by a holder that no longer holds
+	// the claim (it expired and was taken over, or never existed).
+	ErrClaimLost = errors.New("cardstore: claim not held by this holder")
+	// ErrInvalid: the request breaks a rule: a malformed card or id, a
+	// missing field. The message names what is wrong.
+	ErrInvalid = errors.New("cardstore: invalid request")
+	// ErrTooLarge: a card, batch or box exceeds a configured limit.
+	ErrTooLarge = errors.New("cardstore: too large")
+	// ErrClosed: the store has been closed.
+	ErrClosed = errors.New("cardstore: closed")
+)
+
+// Store is the CardStore: immutable cards, boxes, and claims, isolated by
+// project. Every method is safe for concurrent use. Every write is durable
+// (on disk) when the method returns nil.
+type Store interface {
+	// Put stores cards atomically: all of them or none. Re-putting a card
+	// with identical canonical bytes is a no-op success; other bytes under the
+	// same id fail with ErrConflict; a second, different tool.result for the
+	// same (project, agent_turn_id, tool_call_id) fails with ErrResultExists.
+	Put(ctx context.Context, cards ...*card.Card) error
+	// Get returns one card of the project, or ErrNotFound.
+	Get(ctx context.Context, projectID, cardID string) (*card.Card, error)
+	// GetMany returns the cards of the project with the given ids, in request
+	// order with duplicates removed; ids with no card are listed in Missing.
+	GetMany(ctx context.Context, projectID string, cardIDs []string) (*GetManyResult, error)
+	// ListTurn returns a page of the cards whose metadata.agent_turn_id is
+	// the given turn, in write order.
+	ListTurn(ctx context.Context, req ListTurnRequest) (*ListTurnResult, error)
+	// FindToolResult returns the tool.result card of (agent_turn_id,
+	// tool_call_id) in the project, or ErrNotFound.
+	FindToolResult(ctx context.Context, projectID, agentTurnID, toolCallID string) (*card.Card, error)
+
+	// CreateBox creates a box holding cardIDs (which must exist in the
+	// project). An empty boxID gets a new UUIDv7. An existing boxID fails
+	// with ErrConflict.
+	CreateBox(ctx context.Context, projectID, boxID string, cardIDs []string) (*card.Box, error)
+	// AppendBox appends cardIDs (which must exist) to an existing box and
+	// returns the box as it is after the append.
+	AppendBox(ctx context.Context, projectID, boxID string, cardIDs []string) (*card.Box, error)
+	// GetBox returns a box, or ErrNotFound.
+	GetBox(ctx context.Context, projectID, boxID string) (*card.Box, error)
+
+	// Claim acquires, renews or takes over the lease on a key; see
+	// ClaimRequest for the rules. It fails with ErrClaimHeld (wrapped in a
+	// *ClaimHeldError naming the holder) when another live holder has it.
+	Claim(ctx context.Context, req ClaimRequest) (*Claim, error)
+	// Release gives a claim up. It fails with ErrClaimLost when the holder
+	// does not hold it (any more).
+	Release(ctx context.Context, projectID, key, holder string) error
+}
+
+// GetManyResult is the answer to GetMany.
+type GetManyResult struct {
+	// Cards are the found cards, in request order.
+	Cards []*card.Card `json:"cards"`
+	// Missing are the requested ids that have no card in the project.
+	Missing []string `json:"missing"`
+}
+
+// ListTurnRequest asks for one page of a turn's cards.
+type ListTurnRequest struct {
+	// ProjectID and AgentTurnID select the turn.
+	ProjectID   string `json:"project_id"`
+	AgentTurnID string `json:"agent_turn_id"`
+	// After is the cursor: return cards written after this position (0: from
+	// the start). Pass the previous page's Next.
+	After uint64 `json:"after,omitempty"`
+	// Limit caps the page size; 0 or more than MaxPage means MaxPage.
+	Limit int `json:"limit,omitempty"`
+}
+
+// ListTurnResult is one page of a turn's cards.
+type ListTurnResult struct {
+	// Cards are in write order.
+	Cards []*card.Card `json:"cards"`
+	// Next is the cursor for the following page; 0 when this was the last.
+	Next uint64 `json:"next,omitempty"`
+}
+
+// ClaimRequest asks for the lease on a key.
+//
+// The rules, applied atomically with the store's clock:
+//   - no claim on the key: the holder gets it with Token 1;
+//   - the same holder holds it: the lease is renewed, Token unchanged;
+//   - another holder holds it and its lease has not expired: ErrClaimHeld;
+//   - another holder's lease has expired: the holder takes it over,
+//     Token+1 and TakenOver true.
+type ClaimRequest struct {
+	// ProjectID scopes the key.
+	ProjectID string `json:"project_id"`
+	// Key names what is claimed. The worker uses
+	// "toolcall/<agent_turn_id>/<tool_call_id>" (see ToolCallKey).
+	Key string `json:"key"`
+	// Holder identifies the claimant (a worker instance id).
+	Holder string `json:"holder"`
+	// Lease is how long the claim lasts without renewal; at least
+	// MinLease and at most MaxLease.
+	Lease time.Duration `json:"lease"`
+}
+
+// Claim is a held lease.
+type Claim struct {
+	ProjectID string `json:"project_id"`
+	Key       string `json:"key"`
+	Holder    string `json:"holder"`
+	// Token is a fencing token: it grows by one on every take-over.
+	Token uint64 `json:"token"`
+	// ExpiresAt is when the lease lapses unless renewed (store clock).
+	ExpiresAt time.Time `json:"expires_at"`
+	// TakenOver reports that this acquisition replaced an expired claim of
+	// another holder.
+	TakenOver bool `json:"taken_over,omitempty"`
+	// PreviousHolder is the holder whose expired claim was taken over.
+	PreviousHolder string `json:"previous_holder,omitempty"`
+}
+
+// ClaimHeldError is returned (wrapping ErrClaimHeld) when another live
+// holder has the claim.
+type ClaimHeldError struct {
+	Holder    string
+	ExpiresAt time.Time
+}
+
+func (e *ClaimHeldError) Error() string {
+	return "cardstore: claim held by " + e.Holder + " until " + e.ExpiresAt.UTC().Format(time.RFC3339Nano)
+}
+
+// Unwrap makes errors.Is(err, ErrClaimHeld) true.
+func (e *ClaimHeldError) Unwrap() error { return ErrClaimHeld }
+
+// Limits every implementation enforces. Local stores may lower the card size
+// limit through their options.
+const (
+	// DefaultMaxCardBytes is the default limit on one card's canonical encoding.
+	DefaultMaxCardBytes = 1 << 20
+	// MaxBatch is the most cards one Put, GetMany or box operation takes.
+	MaxBatch = 1000
+	// MaxPage is the largest ListTurn page.
+	MaxPage = 1000
+	// MaxBoxCards is the most card ids one box holds.
+	MaxBoxCards = 16384
+	// MaxKeyLen is the longest claim key or holder, in bytes.
+	MaxKeyLen = 512
+	// MinLease and MaxLease bound a claim's lease.
+	MinLease = 100 * time.Millisecond
+	MaxLease = 24 * time.Hour
+)
+
+// ToolCallKey is the claim key the worker runtime uses for exactly-once
+// execution of (agent_turn_id, tool_call_id).
+func ToolCallKey(agentTurnID, toolCallID string) string {
+	return "toolcall/" + agentTurnID + "/" + toolCallID
+}
+
+// AllTurn reads every card of a turn by following ListTurn pages.
+func AllTurn(ctx context.Context, s Store, projectID, agentTurnID string) ([]*card.Card, error) {
+	var out []*card.Card
+	req := ListTurnRequest{ProjectID: projectID, AgentTurnID: agentTurnID, Limit: MaxPage}
+	for {
+		page, err := s.ListTurn(ctx, req)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, page.Cards...)
+		if page.Next == 0 {
+			return out, nil
+		}
+		req.After = page.Next
+	}
+}

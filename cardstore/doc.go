@@ -1,0 +1,48 @@
+// Package cardstore defines the CardStore: the mesh's source of truth for
+// cards (immutable facts), boxes (ordered lists of card ids) and claims
+// (leases that make tool execution exactly-once).
+//
+// The Store interface is implemented twice:
+//
+//   - cardstore/boltstore keeps everything in one bbolt file, with group
+//     commit: concurrent writers share one fsync'd transaction.
+//   - cardstore/natsstore serves a Store over core NATS request-reply on
+//     "svc" subjects (cg.<ver>.<project>.<channel>.svc.cardstore.<op>) and
+//     provides a client that implements Store against such a server.
+//
+// Code that uses a Store cannot tell the two apart; cardstore/storetest is
+// the one conformance suite both run.
+//
+// # Rules every implementation keeps
+//
+//   - Durability: a write method that returns nil has reached disk.
+//   - Immutability: a card id, once written, always names the same bytes.
+//     A repeated put with identical canonical bytes (card.Encode) succeeds
+//     and changes nothing; different bytes fail with ErrConflict.
+//   - One result per call: at most one tool.result card per (project,
+//     agent_turn_id, tool_call_id). A second, different one fails with
+//     ErrResultExists; FindToolResult returns the first.
+//   - Project isolation: every read and write names a project, and a card,
+//     box or claim of another project does not exist for it.
+//   - Atomicity: Put stores all its cards or none.
+//
+// # Claims
+//
+// A claim is a compare-and-set lease on a key within a project (see
+// ClaimRequest). Lease expiry is judged by the store's clock, never the
+// claimant's, so workers on machines with skewed clocks agree. The fencing
+// Token grows on every take-over; a worker that sees its token superseded
+// must stop side effects. Claims are a mutual-exclusion aid, not the final
+// guard: the one-result-per-call rule above is what guarantees a call ends
+// with exactly one tool.result even if a paused worker wakes up after its
+// lease was taken over.
+//
+// # Caveats
+//
+//   - ListTurn orders cards by the store's write sequence, not created_at.
+//     Cards put in one call keep their order within the call.
+//   - Limits (MaxBatch, MaxPage, MaxBoxCards, card size) keep every request
+//     and reply small enough for one NATS message; hitting one is an
+//     ErrTooLarge error, never a truncated answer.
+//   - Boxes are the only mutable objects; a box only grows.
+package cardstore

@@ -1,0 +1,202 @@
+package natsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/svc"
+)
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Version is the protocol version token; default subjects.DefaultVersion.
+	Version string
+	// Concurrency bounds the requests handled at once; default 256, so that
+	// concurrent writers reach the store's group commit together.
+	Concurrency int
+	// RequestTimeout bounds one request; default 30s.
+	RequestTimeout time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Server serves a cardstore.Store on cg.<ver>.*.*.svc.cardstore.<op>.
+type Server struct {
+	store cardstore.Store
+	srv   *svc.Server
+}
+
+// NewServer starts serving store on nc.
+func NewServer(nc *nats.Conn, store cardstore.Store, cfg ServerConfig) (*Server, error) {
+	if store == nil {
+		return nil, errors.New("natsstore: nil store")
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 256
+	}
+	srv, err := svc.NewServer(nc, svc.Config{
+		Service: ServiceName, Version: cfg.Version, Codes: Codes,
+		Concurrency: cfg.Concurrency, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{store: store, srv: srv}
+	for op, h := range map[string]svc.HandlerFunc{
+		OpPut: s.put, OpGet: s.get, OpGetMany: s.getMany, OpListTurn: s.listTurn,
+		OpFindResult: s.findResult, OpBoxCreate: s.boxCreate, OpBoxAppend: s.boxAppend,
+		OpBoxGet: s.boxGet, OpClaim: s.claim, OpRelease: s.release,
+	} {
+		if err := srv.Handle(op, h); err != nil {
+			return nil, err
+		}
+	}
+	if err := srv.Start(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Subject returns the subject pattern the server listens on.
+func (s *Server) Subject() string { return s.srv.Subject() }
+
+// Stop stops serving and waits for requests in flight until ctx ends. It
+// does not close the store.
+func (s *Server) Stop(ctx context.Context) error { return s.srv.Stop(ctx) }
+
+func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req putRequest
+	if err := svc.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Cards) == 0 {
+		return nil, fmt.Errorf("%w: cards is empty", cardstore.ErrInvalid)
+	}
+	for i, c := range req.Cards {
+		if c == nil {
+			return nil, fmt.Errorf("%w: cards[%d] is null", cardstore.ErrInvalid, i)
+		}
+		if c.ProjectID != sc.Project {
+			return nil, fmt.Errorf("%w: cards[%d] (%s) belongs to project %q, but the request was sent on project %q's subject",
+				cardstore.ErrInvalid, i, c.CardID, c.ProjectID, sc.Project)
+		}
+	}
+	if err := s.store.Put(ctx, req.Cards...); err != nil {
+		return nil, err
+	}
+	return putReply{Count: len(req.Cards)}, nil
+}
+
+func (s *Server) get(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req getRequest
+	if err := svc.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	c, err := s.store.Get(ctx, sc.Project, req.CardID)
+	if err != nil {
+		return nil, err
+	}
+	return cardReply{Card: c}, nil
+}
+
+func (s *Server) getMany(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req getManyRequest
+	if err := svc.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	return s.store.GetMany(ctx, sc.Project, req.CardIDs)
+}
+
+func (s *Server) listTurn(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req listTurnRequest
+	if err := svc.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	return s.store.ListTurn(ctx, cardstore.ListTurnRequest{
+		ProjectID: sc.Project, AgentTurnID: req.AgentTurnID, After: req.After, Limit: req.Limit,
+	})
+}
+
+func (s *Server) findResult(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req findResultRequest
+	if err := svc.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	c, err := s.store.FindToolResult(ctx, sc.Project, req.AgentTurnID, req.ToolCallID)
+	if err != nil {
+		return nil, err
+	}
+	return cardReply{Card: c}, nil
+}
+
+func (s *Server) boxCreate(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req boxRequest
+	if err := svc.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	b, err := s.store.CreateBox(ctx, sc.Project, req.BoxID, req.CardIDs)
+	if err != nil {
+		return nil, err
+	}
+	return boxReply{Box: b}, nil
+}
+
+func (s *Server) boxAppend(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req boxRequest
+	if err := svc.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	b, err := s.store.AppendBox(ctx, sc.Project, req.BoxID, req.CardIDs)
+	if err != nil {
+		return nil, err
+	}
+	return boxReply{Box: b}, nil
+}
+
+func (s *Server) boxGet(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req boxRequest
+	if err := svc.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	b, err := s.store.GetBox(ctx, sc.Project, req.BoxID)
+	if err != nil {
+		return nil, err
+	}
+	return boxReply{Box: b}, nil
+}
+
+func (s *Server) claim(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req claimRequest
+	if err := svc.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	c, err := s.store.Claim(ctx, cardstore.ClaimRequest{
+		ProjectID: sc.Project, Key: req.Key, Holder: req.Holder,
+		Lease: time.Duration(req.LeaseMS) * time.Millisecond,
+	})
+	var held *cardstore.ClaimHeldError
+	if errors.As(err, &held) {
+		return nil, svc.WithDetail(err, claimHeldDetail{Holder: held.Holder, ExpiresAt: held.ExpiresAt})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return claimReply{Claim: c}, nil
+}
+
+func (s *Server) release(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req claimRequest
+	if err := svc.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	if err := s.store.Release(ctx, sc.Project, req.Key, req.Holder); err != nil {
+		return nil, err
+	}
+	return emptyReply{}, nil
+}

@@ -1,0 +1,98 @@
+package natsstore
+
+import (
+	"time"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/svc"
+)
+
+// ServiceName is the service token of the CardStore's svc subjects:
+// cg.<ver>.<project>.<channel>.svc.cardstore.<op>.
+const ServiceName = "cardstore"
+
+// The operations, the last token of the subject.
+const (
+	OpPut        = "put"
+	OpGet        = "get"
+	OpGetMany    = "get_many"
+	OpListTurn   = "list_turn"
+	OpFindResult = "find_result"
+	OpBoxCreate  = "box_create"
+	OpBoxAppend  = "box_append"
+	OpBoxGet     = "box_get"
+	OpClaim      = "claim"
+	OpRelease    = "release"
+)
+
+// Wire error codes of the CardStore service (besides svc's common ones).
+const (
+	CodeNotFound     = svc.CodeNotFound
+	CodeConflict     = svc.CodeConflict
+	CodeResultExists = "result_exists"
+	CodeClaimHeld    = "claim_held"
+	CodeClaimLost    = "claim_lost"
+	CodeClosed       = "closed"
+)
+
+// Codes maps cardstore's sentinel errors to wire codes and back.
+var Codes = svc.Codes{
+	{Err: cardstore.ErrNotFound, Code: CodeNotFound},
+	{Err: cardstore.ErrConflict, Code: CodeConflict},
+	{Err: cardstore.ErrResultExists, Code: CodeResultExists},
+	{Err: cardstore.ErrClaimHeld, Code: CodeClaimHeld},
+	{Err: cardstore.ErrClaimLost, Code: CodeClaimLost},
+	{Err: cardstore.ErrInvalid, Code: svc.CodeBadRequest},
+	{Err: card.ErrInvalid, Code: svc.CodeBadRequest},
+	{Err: cardstore.ErrTooLarge, Code: svc.CodeTooLarge},
+	{Err: cardstore.ErrClosed, Code: CodeClosed},
+}
+
+// Request and reply bodies, one pair per operation. See docs/protocol.md.
+type (
+	putRequest struct {
+		Cards []*card.Card `json:"cards"`
+	}
+	putReply struct {
+		Count int `json:"count"`
+	}
+	getRequest struct {
+		CardID string `json:"card_id"`
+	}
+	cardReply struct {
+		Card *card.Card `json:"card"`
+	}
+	getManyRequest struct {
+		CardIDs []string `json:"card_ids"`
+	}
+	listTurnRequest struct {
+		AgentTurnID string `json:"agent_turn_id"`
+		After       uint64 `json:"after,omitempty"`
+		Limit       int    `json:"limit,omitempty"`
+	}
+	findResultRequest struct {
+		AgentTurnID string `json:"agent_turn_id"`
+		ToolCallID  string `json:"tool_call_id"`
+	}
+	boxRequest struct {
+		BoxID   string   `json:"box_id"`
+		CardIDs []string `json:"card_ids,omitempty"`
+	}
+	boxReply struct {
+		Box *card.Box `json:"box"`
+	}
+	claimRequest struct {
+		Key     string `json:"key"`
+		Holder  string `json:"holder"`
+		LeaseMS int64  `json:"lease_ms,omitempty"`
+	}
+	claimReply struct {
+		Claim *cardstore.Claim `json:"claim"`
+	}
+	claimHeldDetail struct {
+		Holder    string    `json:"holder"`
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	emptyReply struct{}
+)

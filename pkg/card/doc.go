@@ -1,0 +1,41 @@
+// Package card defines the cards of the UTP mesh: immutable JSON facts kept in
+// the CardStore, and boxes, the ordered lists of card ids that agents use as
+// context.
+//
+// # Cards
+//
+// A card is written once and never changed. Its identity is card_id, a UUID
+// (version 7 is recommended: its time prefix keeps ids roughly in write order).
+// A card belongs to exactly one project; the CardStore never returns a card of
+// one project to a request made for another.
+//
+// Two card types carry the UTP tool protocol:
+//
+//   - tool.call: written by the agent runtime before it publishes a tool
+//     command. Its content is ToolCallContent: the tool name, the arguments
+//     and the subject the command goes to. Tool services read their
+//     parameters from this card, never from the command payload.
+//   - tool.result: written by the tool service when the call ends. Its content
+//     is ToolResultContent: status, after_execution, result and error. The
+//     CardStore keeps at most one tool.result per (project, agent_turn_id,
+//     tool_call_id); this is what makes tool execution exactly-once.
+//
+// Every other type is stored as it comes: content is any JSON value.
+//
+// # Canonical encoding
+//
+// Encode produces the canonical JSON of a card: fields in the documented
+// order, content and metadata extension values compacted, created_at in
+// RFC 3339 with nanoseconds in UTC. The CardStore compares canonical
+// encodings to decide whether a second put of the same card_id is an
+// idempotent repeat (same bytes: success) or a conflict (other bytes).
+//
+// # Caveats
+//
+//   - Metadata keeps unknown keys (Extra) so that cards written by other
+//     runtimes survive a round trip through Go; their values are compacted.
+//   - created_at is set by the writer, not the store: a card re-sent after a
+//     lost reply must be byte-identical to be accepted as a repeat.
+//   - Decode validates shape and limits but not semantics that need the store
+//     (that the card a box points to exists, for example).
+package card

@@ -1,0 +1,147 @@
+// Package embednats runs a nats-server with JetStream inside the process: the
+// broker of `utpmesh up` and of every test. It is the real server, not a mock.
+//
+// Durability: JetStream's default flushes its files to disk only every two
+// minutes, so a power failure can lose messages that were already
+// acknowledged. The embedded server therefore runs with SyncAlways (every
+// write is fsync'd before the publish is acknowledged) unless the caller
+// explicitly trades durability for speed with Config.SyncInterval.
+//
+// Caveats:
+//   - JetStream files live in <DataDir>/jetstream; one data directory serves
+//     one server at a time.
+//   - Port -1 picks a free port (tests); 0 means the NATS default, 4222.
+package embednats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// DefaultMaxPayload is the max message size the embedded server allows: large
+// enough for the biggest CardStore reply (see cardstore limits).
+const DefaultMaxPayload = 8 << 20
+
+// Config configures an embedded server.
+type Config struct {
+	// DataDir holds the JetStream store (DataDir/jetstream). Required when
+	// JetStream is on.
+	DataDir string
+	// Host to listen on; default 127.0.0.1.
+	Host string
+	// Port to listen on; 0 means 4222, -1 a random free port.
+	Port int
+	// JetStream enables JetStream; `utpmesh up` and most tests want it.
+	JetStream bool
+	// SyncInterval, when positive, replaces fsync-before-ack with a periodic
+	// flush. Zero (the default) keeps SyncAlways.
+	SyncInterval time.Duration
+	// MaxPayload; default DefaultMaxPayload.
+	MaxPayload int32
+	// ServerName; default "utpmesh".
+	ServerName string
+	// Logger receives the server's notices and errors; nil keeps it quiet.
+	Logger *slog.Logger
+	// ReadyTimeout bounds start-up; default 10s.
+	ReadyTimeout time.Duration
+}
+
+// Server is a running embedded nats-server.
+type Server struct {
+	ns  *server.Server
+	cfg Config
+}
+
+// Start starts the server and waits until it accepts connections.
+func Start(cfg Config) (*Server, error) {
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	if cfg.Port == 0 {
+		cfg.Port = 4222
+	}
+	if cfg.MaxPayload <= 0 {
+		cfg.MaxPayload = DefaultMaxPayload
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = "utpmesh"
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 10 * time.Second
+	}
+	if cfg.JetStream && cfg.DataDir == "" {
+		return nil, errors.New("embednats: JetStream needs a DataDir")
+	}
+	opts := &server.Options{
+		ServerName: cfg.ServerName,
+		Host:       cfg.Host,
+		Port:       cfg.Port,
+		MaxPayload: cfg.MaxPayload,
+		NoSigs:     true,
+		JetStream:  cfg.JetStream,
+	}
+	if cfg.JetStream {
+		opts.StoreDir = filepath.Join(cfg.DataDir, "jetstream")
+		if cfg.SyncInterval > 0 {
+			opts.SyncInterval = cfg.SyncInterval
+		} else {
+			opts.SyncAlways = true
+			opts.SyncInterval = 2 * time.Minute
+		}
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embednats: configure server: %w", err)
+	}
+	if cfg.Logger != nil {
+		ns.SetLoggerV2(&slogAdapter{l: cfg.Logger}, false, false, false)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(cfg.ReadyTimeout) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("embednats: server not ready within %v (is %s already in use?)",
+			cfg.ReadyTimeout, net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+	}
+	return &Server{ns: ns, cfg: cfg}, nil
+}
+
+// ClientURL is the nats:// URL clients connect to.
+func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// Connect opens a client connection to the server.
+func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	return nats.Connect(s.ClientURL(), opts...)
+}
+
+// NATS returns the underlying server, for monitoring.
+func (s *Server) NATS() *server.Server { return s.ns }
+
+// Shutdown stops the server and waits until it has stopped or ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.ns.Shutdown(); s.ns.WaitForShutdown(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("embednats: shutdown: %w", ctx.Err())
+	}
+}
+
+type slogAdapter struct{ l *slog.Logger }
+
+func (a *slogAdapter) Noticef(format string, v ...any) { a.l.Debug(fmt.Sprintf(format, v...)) }
+func (a *slogAdapter) Warnf(format string, v ...any)   { a.l.Warn(fmt.Sprintf(format, v...)) }
+func (a *slogAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a *slogAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a *slogAdapter) Debugf(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
+func (a *slogAdapter) Tracef(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }

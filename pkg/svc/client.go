@@ -1,0 +1,79 @@
+package svc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// DefaultTimeout applies to a Call whose context has no deadline.
+const DefaultTimeout = 10 * time.Second
+
+// Call sends req (encoded as JSON) on subject and decodes the reply into
+// resp (which may be nil). An error reply is returned as a *RemoteError that
+// matches the sentinel its code maps to in codes.
+func Call(ctx context.Context, nc *nats.Conn, subject string, codes Codes, req, resp any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("%w: encode request: %v", ErrBadRequest, err)
+	}
+	if max := nc.MaxPayload(); max > 0 && int64(len(body)) > max {
+		return fmt.Errorf("%w: request of %d bytes exceeds the NATS max payload of %d bytes", ErrTooLarge, len(body), max)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	msg, err := nc.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			return fmt.Errorf("%w: nothing serves %s (is the mesh running: utpmesh up?)", ErrUnavailable, subject)
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+			return fmt.Errorf("%w: no reply on %s: %v", ErrTimeout, subject, err)
+		case errors.Is(err, context.Canceled):
+			return err
+		case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining):
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return fmt.Errorf("request %s: %w", subject, err)
+	}
+	if code := msg.Header.Get(headerErrorCode); code != "" || bytes.HasPrefix(bytes.TrimSpace(msg.Data), []byte(`{"error"`)) {
+		var er errorReply
+		if err := json.Unmarshal(msg.Data, &er); err != nil || er.Error == nil {
+			return fmt.Errorf("%w: error reply on %s: %q", ErrBadReply, subject, truncate(msg.Data))
+		}
+		return &RemoteError{Subject: subject, Code: er.Error.Code, Message: er.Error.Message, Detail: er.Error.Detail, sentinel: codes.sentinel(er.Error.Code)}
+	}
+	if resp == nil {
+		return nil
+	}
+	if err := json.Unmarshal(msg.Data, resp); err != nil {
+		return fmt.Errorf("%w: reply on %s: %v", ErrBadReply, subject, err)
+	}
+	return nil
+}
+
+// Subject builds the svc subject of one operation.
+func Subject(ver, project, channel, service, op string) (string, error) {
+	s, err := subjects.Service(ver, project, channel, service, op)
+	if err != nil {
+		return "", err
+	}
+	return s.String(), nil
+}
+
+func truncate(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
+}

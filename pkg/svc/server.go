@@ -1,0 +1,254 @@
+package svc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// Scope is what the subject of a request says about it.
+type Scope struct {
+	// Version is the protocol version token.
+	Version string
+	// Project and Channel scope the request; handlers must stay inside Project.
+	Project string
+	Channel string
+	// Op is the operation token (the last token of the subject).
+	Op string
+}
+
+// HandlerFunc handles one request. data is the raw request body. The returned
+// value is encoded as the JSON reply; a returned error becomes an error reply
+// with the code the service's Codes table gives it.
+type HandlerFunc func(ctx context.Context, scope Scope, data []byte) (any, error)
+
+// Config configures a Server.
+type Config struct {
+	// Service is the service token in the subject, e.g. "cardstore". Required.
+	Service string
+	// Version is the protocol version token; default subjects.DefaultVersion.
+	Version string
+	// QueueGroup lets several processes share the load; default
+	// "utpmesh-<service>".
+	QueueGroup string
+	// Codes maps the service's sentinel errors to wire codes.
+	Codes Codes
+	// Concurrency bounds the requests handled at once; default 64.
+	Concurrency int
+	// RequestTimeout bounds one handler; default 30s.
+	RequestTimeout time.Duration
+	// MaxRequestBytes refuses larger request bodies; default: no limit beyond
+	// the connection's max payload.
+	MaxRequestBytes int
+	// Logger receives one line per failed request; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Server serves one service's operations on svc subjects.
+type Server struct {
+	nc       *nats.Conn
+	cfg      Config
+	handlers map[string]HandlerFunc
+	sem      chan struct{}
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	sub      *nats.Subscription
+	baseCtx  context.Context
+	cancel   context.CancelFunc
+}
+
+// NewServer returns a server for cfg.Service. Register operations with Handle,
+// then call Start.
+func NewServer(nc *nats.Conn, cfg Config) (*Server, error) {
+	if nc == nil {
+		return nil, errors.New("svc: nil NATS connection")
+	}
+	if cfg.Version == "" {
+		cfg.Version = subjects.DefaultVersion
+	}
+	if err := subjects.ValidateToken("service", cfg.Service); err != nil {
+		return nil, fmt.Errorf("svc: %w", err)
+	}
+	if err := subjects.ValidateToken("version", cfg.Version); err != nil {
+		return nil, fmt.Errorf("svc: %w", err)
+	}
+	if cfg.QueueGroup == "" {
+		cfg.QueueGroup = "utpmesh-" + cfg.Service
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 64
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		nc: nc, cfg: cfg, handlers: map[string]HandlerFunc{},
+		sem: make(chan struct{}, cfg.Concurrency), baseCtx: ctx, cancel: cancel,
+	}, nil
+}
+
+// Handle registers the handler of one operation. It must be called before Start.
+func (s *Server) Handle(op string, h HandlerFunc) error {
+	if err := subjects.ValidateToken("op", op); err != nil {
+		return fmt.Errorf("svc: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sub != nil {
+		return errors.New("svc: Handle after Start")
+	}
+	s.handlers[op] = h
+	return nil
+}
+
+// Start subscribes to cg.<ver>.*.*.svc.<service>.* in the queue group.
+func (s *Server) Start() error {
+	pattern, err := subjects.ServicePattern(s.cfg.Version, s.cfg.Service)
+	if err != nil {
+		return fmt.Errorf("svc: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sub != nil {
+		return errors.New("svc: already started")
+	}
+	sub, err := s.nc.QueueSubscribe(pattern, s.cfg.QueueGroup, s.dispatch)
+	if err != nil {
+		return fmt.Errorf("svc: subscribe %s: %w", pattern, err)
+	}
+	// The pool bounds concurrency; let the subscription buffer bursts.
+	_ = sub.SetPendingLimits(1<<16, 256<<20)
+	s.sub = sub
+	return nil
+}
+
+// Subject returns the subject pattern the server listens on.
+func (s *Server) Subject() string {
+	p, _ := subjects.ServicePattern(s.cfg.Version, s.cfg.Service)
+	return p
+}
+
+// Stop stops taking requests and waits, until ctx ends, for the ones in
+// flight. Handlers still running when ctx ends see their context canceled.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	sub := s.sub
+	s.mu.Unlock()
+	if sub != nil && sub.IsValid() {
+		_ = sub.Unsubscribe()
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		s.cancel()
+		return nil
+	case <-ctx.Done():
+		s.cancel()
+		<-done
+		return fmt.Errorf("svc: %s stopped with requests in flight: %w", s.cfg.Service, ctx.Err())
+	}
+}
+
+func (s *Server) dispatch(m *nats.Msg) {
+	s.sem <- struct{}{}
+	s.wg.Add(1)
+	go func() {
+		defer func() { <-s.sem; s.wg.Done() }()
+		s.serve(m)
+	}()
+}
+
+func (s *Server) serve(m *nats.Msg) {
+	start := time.Now()
+	scope, h, err := s.route(m)
+	var reply any
+	if err == nil {
+		ctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.RequestTimeout)
+		reply, err = s.call(ctx, h, scope, m.Data)
+		cancel()
+	}
+	if m.Reply == "" {
+		if err != nil {
+			s.cfg.Logger.Warn("svc request without reply subject failed", "subject", m.Subject, "err", err)
+		}
+		return
+	}
+	if err == nil {
+		body, mErr := json.Marshal(reply)
+		if mErr == nil {
+			if rErr := m.Respond(body); rErr != nil {
+				s.cfg.Logger.Warn("svc reply failed", "subject", m.Subject, "err", rErr, "bytes", len(body))
+				err = fmt.Errorf("%w: reply of %d bytes could not be sent: %v", ErrTooLarge, len(body), rErr)
+			} else {
+				return
+			}
+		} else {
+			err = fmt.Errorf("encode reply: %w", mErr)
+		}
+	}
+	code, body := encodeError(s.cfg.Codes, err)
+	lvl := slog.LevelDebug
+	if code == CodeInternal || code == CodeUnavailable || code == CodeTimeout {
+		lvl = slog.LevelWarn
+	}
+	s.cfg.Logger.Log(context.Background(), lvl, "svc request failed", "service", s.cfg.Service,
+		"subject", m.Subject, "code", code, "err", err, "duration", time.Since(start))
+	out := nats.NewMsg(m.Reply)
+	out.Header.Set(headerErrorCode, code)
+	out.Data = body
+	_ = m.RespondMsg(out)
+}
+
+func (s *Server) route(m *nats.Msg) (Scope, HandlerFunc, error) {
+	subj, err := subjects.Parse(m.Subject)
+	if err != nil {
+		return Scope{}, nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	scope := Scope{Version: subj.Version, Project: subj.Project, Channel: subj.Channel, Op: subj.Target}
+	h, ok := s.handlers[scope.Op]
+	if !ok {
+		return scope, nil, fmt.Errorf("%w: service %s has no operation %q", ErrBadRequest, s.cfg.Service, scope.Op)
+	}
+	if s.cfg.MaxRequestBytes > 0 && len(m.Data) > s.cfg.MaxRequestBytes {
+		return scope, nil, fmt.Errorf("%w: request of %d bytes exceeds the limit of %d", ErrTooLarge, len(m.Data), s.cfg.MaxRequestBytes)
+	}
+	return scope, h, nil
+}
+
+// call runs h, turning a panic into an internal error so one bad request
+// cannot take the process down.
+func (s *Server) call(ctx context.Context, h HandlerFunc, scope Scope, data []byte) (reply any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.cfg.Logger.Error("svc handler panic", "service", s.cfg.Service, "op", scope.Op, "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("internal error in %s.%s", s.cfg.Service, scope.Op)
+		}
+	}()
+	return h(ctx, scope, data)
+}
+
+// Decode unmarshals a request body into v, reporting malformed JSON as
+// ErrBadRequest. Unknown fields are ignored.
+func Decode(data []byte, v any) error {
+	if len(data) == 0 {
+		data = []byte("{}")
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%w: request body: %v", ErrBadRequest, err)
+	}
+	return nil
+}
