@@ -1,0 +1,128 @@
+package registry_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/utpmesh/utpmesh/pkg/registry"
+)
+
+const docSchema = `{
+  "type": "object",
+  "properties": {
+    "title": {"type": "string", "minLength": 1},
+    "count": {"type": "integer", "minimum": 0},
+    "tags":  {"type": "array", "items": {"type": "string"}},
+    "meta":  {"type": "object", "properties": {"a/b": {"type": "boolean"}}},
+    "kind":  {"enum": ["memo", "report"]}
+  },
+  "required": ["title"],
+  "additionalProperties": false
+}`
+
+func TestSchemaValidate(t *testing.T) {
+	s, err := registry.CompileSchema(json.RawMessage(docSchema))
+	if err != nil {
+		t.Fatalf("CompileSchema: %v", err)
+	}
+	for _, tc := range []struct {
+		args string
+		want string // "" = valid; else substring of the error
+	}{
+		{`{"title":"x"}`, ""},
+		{`{"title":"x","count":3,"tags":["a"],"meta":{"a/b":true},"kind":"memo"}`, ""},
+		{`{"title":"x","count":1.0}`, ""},
+		{`{"title":5}`, "arguments/title: expected string, got number"},
+		{`{}`, "arguments: missing required property title"},
+		{``, "arguments: missing required property title"},
+		{`null`, "arguments: missing required property title"},
+		{`{"title":""}`, "arguments/title: "},
+		{`{"title":"x","count":-1}`, "arguments/count: "},
+		{`{"title":"x","count":1.5}`, "arguments/count: expected integer, got number"},
+		{`{"title":"x","tags":["a",2]}`, "arguments/tags/1: expected string, got number"},
+		{`{"title":"x","meta":{"a/b":"yes"}}`, "arguments/meta/a~1b: expected boolean, got string"},
+		{`{"title":"x","kind":"poem"}`, "arguments/kind: "},
+		{`{"title":"x","extra":1}`, "arguments: "},
+		{`{"title":1,"count":"2"}`, "arguments/count: expected integer, got string (and 1 more violation)"},
+		{`[1]`, "arguments: must be a JSON object"},
+		{`"x"`, "arguments: must be a JSON object"},
+		{`{"title":`, "arguments: not valid JSON"},
+	} {
+		err := s.Validate(json.RawMessage(tc.args))
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("Validate(%s) = %v, want nil", tc.args, err)
+			}
+			continue
+		}
+		if !errors.Is(err, registry.ErrArgs) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%s) = %v, want ErrArgs containing %q", tc.args, err, tc.want)
+		}
+	}
+	var nilSchema *registry.Schema
+	if err := nilSchema.Validate(nil); !errors.Is(err, registry.ErrArgs) {
+		t.Errorf("nil schema: %v", err)
+	}
+}
+
+func TestCompileSchemaErrors(t *testing.T) {
+	for schema, want := range map[string]string{
+		`{`:                                    "not valid JSON",
+		`{"type":"object","minProperties":-1}`: "/minProperties",
+		`{"type":"object","$ref":"https://example.com/s.json"}`:           "external reference",
+		`{"type":"object","properties":{"a":{"$ref":"#/$defs/missing"}}}`: "parameters",
+		`{"type":"object","required":"title"}`:                            "/required",
+	} {
+		_, err := registry.CompileSchema(json.RawMessage(schema))
+		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("CompileSchema(%s) = %v, want ErrInvalid containing %q", schema, err, want)
+		}
+	}
+}
+
+func TestApplyArgs(t *testing.T) {
+	raw := func(s string) json.RawMessage { return json.RawMessage(s) }
+	opts := registry.Options{Args: registry.Args{
+		Defaults: map[string]json.RawMessage{"times": raw(`1`), "lang": raw(`"en"`)},
+		Fixed:    map[string]json.RawMessage{"mode": raw(`"safe"`), "big": raw(`12345678901234567890`)},
+	}}
+	for _, tc := range []struct {
+		name string
+		opts registry.Options
+		args string
+		want string
+		err  error
+	}{
+		{"no options", registry.Options{}, `{"b":1,"a":{"z":1,"y":2}}`, `{"a":{"y":2,"z":1},"b":1}`, nil},
+		{"empty args", registry.Options{}, ``, `{}`, nil},
+		{"null args", opts, `null`, `{"big":12345678901234567890,"lang":"en","mode":"safe","times":1}`, nil},
+		{"defaults fill", opts, `{"text":"hi"}`, `{"big":12345678901234567890,"lang":"en","mode":"safe","text":"hi","times":1}`, nil},
+		{"caller keeps own", opts, `{"times":3,"lang":null}`, `{"big":12345678901234567890,"lang":null,"mode":"safe","times":3}`, nil},
+		{"fixed overrides", opts, `{"mode":"unsafe","big":1}`, `{"big":12345678901234567890,"lang":"en","mode":"safe","times":1}`, nil},
+		{"numbers exact", registry.Options{}, `{"x":1.000000000000000000001,"y":1e400}`, `{"x":1.000000000000000000001,"y":1e400}`, nil},
+		{"not object", opts, `[1]`, ``, registry.ErrArgs},
+		{"bad JSON", opts, `{"a":`, ``, registry.ErrArgs},
+		{"trailing data", opts, `{"a":1}}`, ``, registry.ErrArgs},
+		{"bad default", registry.Options{Args: registry.Args{Defaults: map[string]json.RawMessage{"a": raw(`{`)}}}, `{}`, ``, registry.ErrInvalid},
+		{"bad fixed", registry.Options{Args: registry.Args{Fixed: map[string]json.RawMessage{"a": raw(`}`)}}}, `{}`, ``, registry.ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := registry.ApplyArgs(tc.opts, json.RawMessage(tc.args))
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("err = %v, want %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil || string(got) != tc.want {
+				t.Fatalf("ApplyArgs = %s, %v; want %s", got, err, tc.want)
+			}
+			again, _ := registry.ApplyArgs(tc.opts, json.RawMessage(tc.args))
+			if string(again) != string(got) {
+				t.Errorf("not deterministic: %s vs %s", again, got)
+			}
+		})
+	}
+}

@@ -1,0 +1,125 @@
+// Package streams creates and names the JetStream streams and consumers of
+// the mesh. Everything is created idempotently at start: a second process
+// starting with the same settings changes nothing.
+//
+// Streams (as in CommonGround):
+//
+//	cg_cmd_<ver>  subjects cg.<ver>.*.*.cmd.>  file storage, kept 24 h
+//	cg_evt_<ver>  subjects cg.<ver>.*.*.evt.>  file storage, kept 7 d
+//
+// Both use limits retention, not work-queue retention, because several
+// consumers with different filters read the command stream (one per tool,
+// the PMO built-ins, the inbox) and agents may replay wakeups. Acknowledged
+// commands are therefore kept until they age out; the consumers' ack floors,
+// not deletion, say what is done. A 2-minute duplicate window drops
+// re-publishes that carry the same Nats-Msg-Id.
+//
+// Consumers are durable and pull-based; every process that serves the same
+// tool binds to the same durable, so JetStream hands each command to one of
+// them (competitive consumption) and a stopped process loses nothing: its
+// unacknowledged messages are redelivered after AckWait.
+package streams
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// Retention of the two streams.
+const (
+	CommandMaxAge   = 24 * time.Hour
+	EventMaxAge     = 7 * 24 * time.Hour
+	DuplicateWindow = 2 * time.Minute
+)
+
+// CommandStream and EventStream return the stream names for a version.
+func CommandStream(ver string) string { return "cg_cmd_" + ver }
+
+// EventStream returns the event stream name for a version.
+func EventStream(ver string) string { return "cg_evt_" + ver }
+
+// Ensure creates or updates the command and event streams of ver.
+func Ensure(ctx context.Context, js jetstream.JetStream, ver string) error {
+	cmdSubj, err := subjects.AllCommands(ver)
+	if err != nil {
+		return err
+	}
+	evtSubj, err := subjects.AllEvents(ver)
+	if err != nil {
+		return err
+	}
+	for _, cfg := range []jetstream.StreamConfig{
+		{Name: CommandStream(ver), Subjects: []string{cmdSubj}, Storage: jetstream.FileStorage,
+			Retention: jetstream.LimitsPolicy, MaxAge: CommandMaxAge, Duplicates: DuplicateWindow,
+			Description: "UTP commands: tool calls, PMO built-ins, inbox reports, agent wakeups"},
+		{Name: EventStream(ver), Subjects: []string{evtSubj}, Storage: jetstream.FileStorage,
+			Retention: jetstream.LimitsPolicy, MaxAge: EventMaxAge, Duplicates: DuplicateWindow,
+			Description: "UTP events: dead letters, notifications, audit"},
+	} {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("streams: create %s: %w", cfg.Name, err)
+		}
+	}
+	return nil
+}
+
+// ToolConsumer returns the durable consumer name of a tool. Consumer names
+// may not contain '.', so a tool name with dots is rewritten and given a
+// short hash to keep names distinct.
+func ToolConsumer(toolName string) string {
+	return "utp_tool_" + safeName(toolName)
+}
+
+// PMOConsumer is the durable consumer of the PMO built-ins.
+const PMOConsumer = "utp_pmo"
+
+// InboxConsumer is the durable consumer of the inbox service.
+const InboxConsumer = "utp_inbox"
+
+func safeName(s string) string {
+	if !strings.ContainsAny(s, ".*> /\\") {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	r := strings.NewReplacer(".", "_", "*", "_", ">", "_", " ", "_", "/", "_", "\\", "_")
+	return r.Replace(s) + "_" + hex.EncodeToString(sum[:4])
+}
+
+// ConsumerConfig returns the durable pull consumer settings shared by every
+// command consumer: explicit acks, AckWait (extended by in-progress acks
+// while a tool runs), and maxDeliver as a backstop behind the runtime's own
+// poison-command limit.
+func ConsumerConfig(name string, filters []string, ackWait time.Duration, maxDeliver int) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:        name,
+		FilterSubjects: filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        ackWait,
+		MaxDeliver:     maxDeliver,
+		MaxAckPending:  4096,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		// Redeliveries back off so a crashing tool does not spin.
+		BackOff: nil,
+	}
+}
+
+// EnsureConsumer creates or updates a durable consumer on the command stream.
+func EnsureConsumer(ctx context.Context, js jetstream.JetStream, ver string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := js.CreateOrUpdateConsumer(ctx, CommandStream(ver), cfg)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("streams: stream %s does not exist (start the mesh with utpmesh up, or call streams.Ensure): %w", CommandStream(ver), err)
+		}
+		return nil, fmt.Errorf("streams: consumer %s: %w", cfg.Durable, err)
+	}
+	return c, nil
+}

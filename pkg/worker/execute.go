@@ -1,0 +1,320 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// transientDelay is how long a command waits before redelivery when a
+// dependency (CardStore, registry) is unavailable.
+const transientDelay = 2 * time.Second
+
+// job is one delivery of one command being handled.
+type job struct {
+	r       *Runtime
+	tool    *Tool
+	msg     jetstream.Msg
+	subj    subjects.Subject
+	cmd     *utp.Command
+	trace   string
+	deliver int
+	key     string // call key for in-flight tracking
+	timeout time.Duration
+}
+
+// handle runs the whole pipeline for one delivered command. Every path ends
+// in exactly one of: ack after a durable report, ack/term after a
+// dead-letter record, or a delayed nak for a transient failure.
+func (r *Runtime) handle(t *Tool, msg jetstream.Msg) {
+	j := &job{r: r, tool: t, msg: msg, deliver: 1}
+	if md, err := msg.Metadata(); err == nil {
+		j.deliver = int(md.NumDelivered)
+	}
+	j.trace = msg.Headers().Get(utp.HeaderTraceparent)
+	if j.trace == "" {
+		j.trace = utp.NewTraceparent()
+	}
+	subj, err := subjects.Parse(msg.Subject())
+	if err != nil {
+		r.deadLetter(msg, subjects.Subject{}, t.Name, "subject", err.Error())
+		return
+	}
+	j.subj = subj
+	cmd, err := utp.ParseCommand(msg.Data(), msg.Headers(), subj.Project, subj.Channel, t.Builtin)
+	if err != nil {
+		var ce *utp.CommandError
+		if errors.As(err, &ce) && ce.Routable {
+			c := ce.Partial
+			if !c.AfterExecution.Valid() {
+				c.AfterExecution = card.Suspend
+			}
+			j.cmd = &c
+			j.fail(card.StatusFailed, card.CodeBadRequest, err.Error(), nil, nil)
+			return
+		}
+		field := "(body)"
+		if ce != nil {
+			field = ce.Field
+		}
+		r.deadLetter(msg, subj, t.Name, field, err.Error())
+		return
+	}
+	j.cmd = cmd
+	j.key = subj.Project + "/" + cmd.AgentTurnID + "/" + cmd.ToolCallID
+	j.run()
+}
+
+func (j *job) logAttrs() []any {
+	return []any{"tool_name", j.tool.Name, "tool_call_id", j.cmd.ToolCallID,
+		"agent_turn_id", j.cmd.AgentTurnID, "agent_id", j.cmd.AgentID, "project_id", j.subj.Project, "delivery", j.deliver}
+}
+
+func (j *job) run() {
+	r, st := j.r, j.r.cfg.Store
+	ctx := r.baseCtx
+	project := j.subj.Project
+
+	// 1. A call that already has a result is answered with that result.
+	if res, err := st.FindToolResult(ctx, project, j.cmd.AgentTurnID, j.cmd.ToolCallID); err == nil {
+		r.log.Debug("duplicate command: re-reporting the existing result", append(j.logAttrs(), "tool_result_card_id", res.CardID)...)
+		j.reportExisting(res)
+		return
+	} else if !errors.Is(err, cardstore.ErrNotFound) {
+		j.retryLater("find result", err)
+		return
+	}
+
+	// 2. Poison commands: the delivery after the last allowed one fails the call.
+	if max := j.maxDeliveries(); j.deliver > max {
+		j.fail(card.StatusFailed, card.CodeInternalError,
+			fmt.Sprintf("gave up after %d deliveries: the tool did not finish (it may crash its worker)", max), nil, nil)
+		return
+	}
+
+	// 3. Claim the call so that no other live worker executes it.
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r.track(j.key, cancel)
+	defer r.untrack(j.key)
+	claim, err := st.Claim(ctx, cardstore.ClaimRequest{
+		ProjectID: project, Key: cardstore.ToolCallKey(j.cmd.AgentTurnID, j.cmd.ToolCallID),
+		Holder: r.cfg.InstanceID, Lease: r.cfg.ClaimLease,
+	})
+	var held *cardstore.ClaimHeldError
+	switch {
+	case errors.As(err, &held):
+		wait := time.Until(held.ExpiresAt) + 250*time.Millisecond
+		if wait < 500*time.Millisecond {
+			wait = 500 * time.Millisecond
+		}
+		r.log.Debug("call is being executed by another worker", append(j.logAttrs(), "holder", held.Holder)...)
+		_ = j.msg.NakWithDelay(wait)
+		return
+	case err != nil:
+		j.retryLater("claim", err)
+		return
+	}
+	if claim.TakenOver {
+		r.log.Warn("took over the claim of a worker that stopped renewing it", append(j.logAttrs(), "previous_holder", claim.PreviousHolder, "token", claim.Token)...)
+		if j.cancelRecorded(ctx) {
+			cancel(errCanceledByRequest)
+		}
+	}
+	if r.wasCanceled(j.key) {
+		cancel(errCanceledByRequest)
+	}
+
+	// 4. Read the tool.call card and the registry entry.
+	callCard, err := st.Get(ctx, project, j.cmd.ToolCallCardID)
+	if errors.Is(err, cardstore.ErrNotFound) {
+		j.fail(card.StatusFailed, card.CodeBadRequest,
+			fmt.Sprintf("tool_call_card_id %s: no such card in project %s (write the tool.call card before publishing the command)", j.cmd.ToolCallCardID, project), nil, nil)
+		return
+	} else if err != nil {
+		j.retryLater("read tool.call card", err)
+		return
+	}
+	call, failMsg := j.checkCallCard(callCard)
+	if failMsg != "" {
+		j.fail(card.StatusFailed, card.CodeBadRequest, failMsg, nil, callCard)
+		return
+	}
+	ent, err := r.entries.get(ctx, r.cfg.Registry, j.tool, project)
+	if errors.Is(err, registry.ErrNotFound) {
+		j.fail(card.StatusFailed, card.CodeBadRequest,
+			fmt.Sprintf("tool %s is not registered in project %s (register it: utpmesh tools import, or start the worker with this project)", j.tool.Name, project), nil, callCard)
+		return
+	} else if errors.Is(err, registry.ErrInvalid) {
+		j.fail(card.StatusFailed, card.CodeInternalError,
+			fmt.Sprintf("the registry entry of %s in project %s is unusable: %v", j.tool.Name, project, err), nil, callCard)
+		return
+	} else if err != nil {
+		j.retryLater("registry lookup", err)
+		return
+	}
+	args, err := registry.ApplyArgs(ent.entry.Options, call.Arguments)
+	if err == nil {
+		err = ent.schema.Validate(args)
+	}
+	if err != nil {
+		j.fail(card.StatusFailed, card.CodeBadRequest, err.Error(), nil, callCard)
+		return
+	}
+
+	// 5. Execute under the tool's timeout, keeping the message and claim alive.
+	c := &Call{
+		Version: j.subj.Version, ProjectID: project, ChannelID: j.subj.Channel, ToolName: j.tool.Name, Command: *j.cmd,
+		CallCard: callCard, Arguments: args, Entry: ent.entry, Traceparent: j.trace, Delivery: j.deliver,
+	}
+	j.timeout = ent.entry.Options.Timeout()
+	execCtx, cancelTimeout := context.WithTimeoutCause(callCtx, j.timeout, context.DeadlineExceeded)
+	stopKeepalive := j.keepalive(ctx, cancel)
+	start := time.Now()
+	res, herr := j.invoke(execCtx, c)
+	stopKeepalive()
+	cause := context.Cause(execCtx)
+	cancelTimeout()
+	r.log.Debug("tool executed", append(j.logAttrs(), "duration", time.Since(start), "err", herr)...)
+	j.finish(res, herr, cause, callCard)
+}
+
+// checkCallCard verifies that the card the command points at is the
+// tool.call of this call and this tool.
+func (j *job) checkCallCard(c *card.Card) (*card.ToolCallContent, string) {
+	if c.Type != card.TypeToolCall {
+		return nil, fmt.Sprintf("tool_call_card_id %s is a %q card, not a tool.call card", c.CardID, c.Type)
+	}
+	if c.ToolCallID != j.cmd.ToolCallID {
+		return nil, fmt.Sprintf("tool.call card %s belongs to tool_call_id %q, not %q", c.CardID, c.ToolCallID, j.cmd.ToolCallID)
+	}
+	call, err := c.ToolCall()
+	if err != nil {
+		return nil, fmt.Sprintf("tool.call card %s: %v", c.CardID, err)
+	}
+	if call.ToolName != j.tool.Name {
+		return nil, fmt.Sprintf("tool.call card %s calls tool %q, but the command was sent to %q", c.CardID, call.ToolName, j.tool.Name)
+	}
+	if j.cmd.ToolName != "" && j.cmd.ToolName != j.tool.Name {
+		return nil, fmt.Sprintf("tool_name %q does not match the tool %q served on this subject", j.cmd.ToolName, j.tool.Name)
+	}
+	return call, ""
+}
+
+// invoke runs the handler, turning a panic into an internal error.
+func (j *job) invoke(ctx context.Context, c *Call) (res Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			j.r.log.Error("tool panicked", append(j.logAttrs(), "panic", p, "stack", string(debug.Stack()))...)
+			err = Fail(card.CodeInternalError, fmt.Sprintf("tool %s panicked: %v", j.tool.Name, p))
+		}
+	}()
+	return j.tool.Handler(ctx, c)
+}
+
+// finish maps the handler's outcome to a tool.result card and reports it.
+func (j *job) finish(res Result, herr error, cause error, callCard *card.Card) {
+	if herr != nil {
+		var ce *card.Error
+		switch {
+		case errors.Is(cause, errCanceledByRequest):
+			j.fail(card.StatusCanceled, card.CodeCanceled, "the call was canceled by cancel_tool_call", nil, callCard)
+		case errors.Is(cause, errShutdown):
+			j.fail(card.StatusCanceled, card.CodeCanceled, "the worker shut down before the call finished", nil, callCard)
+		case errors.Is(cause, errClaimLost):
+			j.fail(card.StatusFailed, card.CodeInternalError, "this worker lost its claim on the call (it was too slow to renew); another worker owns it", nil, callCard)
+		case errors.Is(cause, context.DeadlineExceeded):
+			j.fail(card.StatusTimeout, card.CodeToolTimeout, fmt.Sprintf("tool %s did not finish within its timeout of %v", j.tool.Name, j.timeout), nil, callCard)
+		case errors.As(herr, &ce):
+			j.fail(card.StatusFailed, ce.Code, ce.Message, ce.Detail, callCard)
+		default:
+			j.fail(card.StatusFailed, card.CodeInternalError, herr.Error(), nil, callCard)
+		}
+		return
+	}
+	status := res.Status
+	if status == "" {
+		status = card.StatusSuccess
+	}
+	if status != card.StatusSuccess && status != card.StatusPartial {
+		j.fail(card.StatusFailed, card.CodeInternalError, fmt.Sprintf("tool %s returned status %q without an error; handlers return an error to fail", j.tool.Name, status), nil, callCard)
+		return
+	}
+	val, err := json.Marshal(res.Value)
+	if err != nil {
+		j.fail(card.StatusFailed, card.CodeInternalError, "the tool's result could not be encoded as JSON: "+err.Error(), nil, callCard)
+		return
+	}
+	content := card.ToolResultContent{
+		Status:         status,
+		AfterExecution: card.EffectiveAfterExecution(val, j.cmd.AfterExecution),
+		Result:         val,
+	}
+	j.complete(content, callCard)
+}
+
+// fail ends the call with a non-success status.
+func (j *job) fail(status card.Status, code card.ErrorCode, msg string, detail json.RawMessage, callCard *card.Card) {
+	if j.cmd != nil {
+		j.r.log.Info("tool call failed", append(j.logAttrs(), "status", status, "code", code, "error", msg)...)
+	}
+	j.complete(card.NewResultContent(status, j.cmd.AfterExecution, code, msg, detail), callCard)
+}
+
+// retryLater leaves the command for a later delivery: a dependency is
+// unavailable, which is no reason to fail the call.
+func (j *job) retryLater(what string, err error) {
+	j.r.log.Warn("transient failure; the command will be redelivered", append(j.logAttrs(), "step", what, "err", err)...)
+	_ = j.msg.NakWithDelay(transientDelay)
+}
+
+func (j *job) maxDeliveries() int {
+	if m := j.tool.Options.MaxDeliveries; m > 0 {
+		return m
+	}
+	return j.r.cfg.MaxDeliveries
+}
+
+// keepalive extends the message's ack deadline and renews the claim while
+// the handler runs. A renewal that finds the claim taken cancels the call.
+func (j *job) keepalive(ctx context.Context, cancel context.CancelCauseFunc) (stop func()) {
+	every := min(j.r.cfg.AckWait, j.r.cfg.ClaimLease) / 3
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				_ = j.msg.InProgress()
+				_, err := j.r.cfg.Store.Claim(ctx, cardstore.ClaimRequest{
+					ProjectID: j.subj.Project, Key: cardstore.ToolCallKey(j.cmd.AgentTurnID, j.cmd.ToolCallID),
+					Holder: j.r.cfg.InstanceID, Lease: j.r.cfg.ClaimLease,
+				})
+				if errors.Is(err, cardstore.ErrClaimHeld) {
+					cancel(errClaimLost)
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// errClaimLost is the cancel cause when another worker took the claim over.
+var errClaimLost = errors.New("claim lost")

@@ -1,0 +1,199 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// publishTimeout bounds one JetStream publish (report, dead letter).
+const publishTimeout = 10 * time.Second
+
+// complete writes the tool.result card and reports it. If another worker
+// already wrote this call's result, that result is reported instead: a
+// call has exactly one result card.
+func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
+	raw, err := json.Marshal(content)
+	if err != nil {
+		j.r.log.Error("encode tool result", append(j.logAttrs(), "err", err)...)
+		_ = j.msg.NakWithDelay(transientDelay)
+		return
+	}
+	rc := j.resultCard(raw, callCard)
+	ctx := context.Background() // the result must be written even during shutdown
+	err = j.r.cfg.Store.Put(ctx, rc)
+	if errors.Is(err, cardstore.ErrTooLarge) && content.Status != card.StatusFailed {
+		j.fail(card.StatusFailed, card.CodeInternalError, "the tool's result is too large for a card: "+err.Error(), nil, callCard)
+		return
+	}
+	if errors.Is(err, cardstore.ErrResultExists) {
+		existing, ferr := j.r.cfg.Store.FindToolResult(ctx, j.subj.Project, j.cmd.AgentTurnID, j.cmd.ToolCallID)
+		if ferr != nil {
+			j.retryLater("read the existing result", ferr)
+			return
+		}
+		j.r.log.Warn("another worker already wrote this call's result; reporting that one", append(j.logAttrs(), "tool_result_card_id", existing.CardID)...)
+		j.reportExisting(existing)
+		return
+	}
+	if err != nil {
+		j.retryLater("write tool.result card", err)
+		return
+	}
+	j.report(rc.CardID, content.Status, content.AfterExecution, rc.Metadata.StepID)
+}
+
+// resultCard builds the tool.result card: routing metadata from the
+// command, step_id/trace_id/parent_step_id copied verbatim from the tool.call
+// card, function_name set to the tool.
+func (j *job) resultCard(content json.RawMessage, callCard *card.Card) *card.Card {
+	md := card.Metadata{
+		AgentID: j.cmd.AgentID, AgentTurnID: j.cmd.AgentTurnID, TurnEpoch: j.cmd.TurnEpoch,
+		StepID: j.cmd.StepID, ToolCallID: j.cmd.ToolCallID, FunctionName: j.tool.Name, Role: "tool",
+		TraceID: utp.TraceID(j.trace),
+	}
+	if callCard != nil {
+		if callCard.Metadata.StepID != "" {
+			md.StepID = callCard.Metadata.StepID
+		}
+		if callCard.Metadata.TraceID != "" {
+			md.TraceID = callCard.Metadata.TraceID
+		}
+		md.ParentStepID = callCard.Metadata.ParentStepID
+	}
+	return &card.Card{
+		CardID: card.NewID(), ProjectID: j.subj.Project, Type: card.TypeToolResult,
+		AuthorID: "tool." + j.tool.Name, Content: content, Metadata: md,
+		ToolCallID: j.cmd.ToolCallID, CreatedAt: time.Now().UTC(),
+	}
+}
+
+// reportExisting re-reports a result card that already exists.
+func (j *job) reportExisting(rc *card.Card) {
+	tr, err := rc.ToolResult()
+	if err != nil {
+		j.r.log.Error("existing tool.result card is unreadable", append(j.logAttrs(), "tool_result_card_id", rc.CardID, "err", err)...)
+		_ = j.msg.Term()
+		return
+	}
+	j.report(rc.CardID, tr.Status, tr.AfterExecution, rc.Metadata.StepID)
+}
+
+// report publishes the report durably (JetStream, waiting for the stream's
+// acknowledgement) and only then acknowledges the command.
+func (j *job) report(resultID string, status card.Status, ae card.AfterExecution, stepID string) {
+	rep := utp.Report{
+		ToolCallID: j.cmd.ToolCallID, AgentTurnID: j.cmd.AgentTurnID, TurnEpoch: j.cmd.TurnEpoch,
+		AgentID: j.cmd.AgentID, ToolResultCardID: resultID, Status: status, AfterExecution: ae,
+		StepID: stepID, ToolName: j.tool.Name,
+	}
+	subj, err := subjects.InboxReport(j.subj.Version, j.subj.Project, j.subj.Channel)
+	if err != nil {
+		j.r.log.Error("build report subject", append(j.logAttrs(), "err", err)...)
+		_ = j.msg.Term()
+		return
+	}
+	body, _ := json.Marshal(rep)
+	m := nats.NewMsg(subj.String())
+	m.Data = body
+	m.Header.Set(utp.HeaderTraceparent, j.trace)
+	if ts := j.msg.Headers().Get(utp.HeaderTracestate); ts != "" {
+		m.Header.Set(utp.HeaderTracestate, ts)
+	}
+	m.Header.Set(jetstream.MsgIDHeader, "report-"+resultID)
+	setContextHeaders(m.Header, j.subj, j.cmd)
+	if d := j.msg.Headers().Get(utp.HeaderRecursionDepth); d != "" {
+		m.Header.Set(utp.HeaderRecursionDepth, d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	defer cancel()
+	if _, err := j.r.js.PublishMsg(ctx, m); err != nil {
+		j.retryLater("publish report", err)
+		return
+	}
+	if err := j.msg.DoubleAck(ctx); err != nil {
+		// The report is durable; a redelivery finds the result and re-reports
+		// it, and the inbox drops the duplicate.
+		j.r.log.Warn("ack after report failed; the command may be redelivered", append(j.logAttrs(), "err", err)...)
+	}
+	j.r.log.Debug("reported", append(j.logAttrs(), "tool_result_card_id", resultID, "status", status, "after_execution", ae)...)
+}
+
+// setContextHeaders writes the CommonGround v1r4 identity headers.
+func setContextHeaders(h nats.Header, s subjects.Subject, c *utp.Command) {
+	h.Set(utp.HeaderProjectID, s.Project)
+	h.Set(utp.HeaderChannelID, s.Channel)
+	h.Set(utp.HeaderAgentID, c.AgentID)
+	h.Set(utp.HeaderAgentTurnID, c.AgentTurnID)
+	h.Set(utp.HeaderTurnEpoch, strconv.FormatInt(c.TurnEpoch, 10))
+	h.Set(utp.HeaderToolCallID, c.ToolCallID)
+	if c.StepID != "" {
+		h.Set(utp.HeaderStepID, c.StepID)
+	}
+}
+
+// DeadLetter is the record published on
+// cg.<ver>.<project>.<channel>.evt.sys.deadletter.command for a command that
+// could not even be answered with a failed result.
+type DeadLetter struct {
+	// Reason says what was wrong.
+	Reason string `json:"reason"`
+	// Field names the offending field, when one is to blame.
+	Field string `json:"field,omitempty"`
+	// Subject is the command's subject.
+	Subject string `json:"subject"`
+	// Body is the command's body (truncated to 4 KiB).
+	Body string `json:"body"`
+	// Source is the component that refused it ("worker:<tool>", "inbox").
+	Source string `json:"source"`
+	// ReceivedAt is when it was refused.
+	ReceivedAt time.Time `json:"received_at"`
+}
+
+func (r *Runtime) deadLetter(msg jetstream.Msg, s subjects.Subject, tool, field, reason string) {
+	src := "worker:" + tool
+	r.log.Warn("command refused without a routable result: dead-lettered",
+		"subject", msg.Subject(), "field", field, "reason", reason)
+	body := msg.Data()
+	if len(body) > 4096 {
+		body = body[:4096]
+	}
+	rec, _ := json.Marshal(DeadLetter{Reason: reason, Field: field, Subject: msg.Subject(), Body: string(body), Source: src, ReceivedAt: time.Now().UTC()})
+	project, channel := s.Project, s.Channel
+	if project == "" {
+		project, channel = "_", "_"
+	}
+	ver := s.Version
+	if ver == "" {
+		ver = r.cfg.ProtocolVersion
+	}
+	dl, err := subjects.DeadLetter(ver, project, channel)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+		defer cancel()
+		_, err = r.js.Publish(ctx, dl.String(), rec)
+	}
+	if err != nil {
+		r.log.Error("dead-letter publish failed; the command will be redelivered", "subject", msg.Subject(), "err", err)
+		_ = msg.NakWithDelay(transientDelay)
+		return
+	}
+	_ = msg.TermWithReason(fmt.Sprintf("dead-lettered: %s", reason))
+}
+
+func (r *Runtime) deadLetterUnknown(msg jetstream.Msg) {
+	s, _ := subjects.Parse(msg.Subject())
+	tool, _ := s.PMOTool()
+	r.deadLetter(msg, s, tool, "tool_name", "no built-in tool is served on "+msg.Subject())
+}

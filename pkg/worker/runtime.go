@@ -1,0 +1,311 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// Config configures a Runtime. Store and Registry are required.
+type Config struct {
+	// ProtocolVersion is the subject version token; default subjects.DefaultVersion.
+	ProtocolVersion string
+	// Store is the CardStore (local or natsstore client).
+	Store cardstore.Store
+	// Registry is the tool registry (local or NATS client).
+	Registry registry.Registry
+	// Projects are the projects the runtime registers its (non built-in)
+	// tools in at start. Commands of every project are served; a project
+	// without the tool registered gets a bad_request result.
+	Projects []string
+	// InstanceID names this process in claims and logs; default
+	// "<hostname>-<pid>-<random>".
+	InstanceID string
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// AckWait is the JetStream ack wait of the tool consumers; a running
+	// call keeps its message alive with in-progress acks. Default 30s.
+	AckWait time.Duration
+	// ClaimLease is the lease of an execution claim, renewed while the call
+	// runs. A worker that dies holds the call at most this long. Default 15s.
+	ClaimLease time.Duration
+	// MaxDeliveries bounds how often one command is delivered; the delivery
+	// after the last ends the call failed (internal_error). Default 5.
+	MaxDeliveries int
+	// Concurrency bounds the calls of one tool running at once in this
+	// process. Default 16.
+	Concurrency int
+	// EntryCacheTTL is how long a registry entry (and its compiled schema)
+	// is reused. Default 5s.
+	EntryCacheTTL time.Duration
+}
+
+// Runtime serves a set of tools: one durable JetStream consumer per tool,
+// shared with every other process serving the same tool.
+type Runtime struct {
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	cfg   Config
+	log   *slog.Logger
+	tools map[string]*Tool // by name
+	pmo   map[string]*Tool // built-ins by name
+
+	entries entryCache
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	consumes []jetstream.ConsumeContext
+	cancelSb *nats.Subscription
+	inflight map[string]*inflight
+	canceled map[string]time.Time // recently requested cancels, by call key
+	wg       sync.WaitGroup
+	baseCtx  context.Context
+	stopAll  context.CancelCauseFunc
+}
+
+type inflight struct {
+	cancel context.CancelCauseFunc
+}
+
+// New returns a Runtime for tools. Call Start to serve them.
+func New(nc *nats.Conn, cfg Config, tools ...Tool) (*Runtime, error) {
+	if nc == nil {
+		return nil, errors.New("worker: nil NATS connection")
+	}
+	if cfg.Store == nil || cfg.Registry == nil {
+		return nil, errors.New("worker: Config.Store and Config.Registry are required")
+	}
+	if cfg.ProtocolVersion == "" {
+		cfg.ProtocolVersion = subjects.DefaultVersion
+	}
+	if err := subjects.ValidateToken("version", cfg.ProtocolVersion); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	if cfg.InstanceID == "" {
+		host, _ := os.Hostname()
+		cfg.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), card.NewID()[24:])
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.ClaimLease <= 0 {
+		cfg.ClaimLease = 15 * time.Second
+	}
+	if cfg.ClaimLease < cardstore.MinLease {
+		return nil, fmt.Errorf("worker: ClaimLease %v is below the minimum %v", cfg.ClaimLease, cardstore.MinLease)
+	}
+	if cfg.MaxDeliveries <= 0 {
+		cfg.MaxDeliveries = 5
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 16
+	}
+	if cfg.EntryCacheTTL <= 0 {
+		cfg.EntryCacheTTL = 5 * time.Second
+	}
+	for _, p := range cfg.Projects {
+		if err := card.ValidateName("project_id", p); err != nil {
+			return nil, fmt.Errorf("worker: Config.Projects: %w", err)
+		}
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: jetstream: %w", err)
+	}
+	r := &Runtime{
+		nc: nc, js: js, cfg: cfg, log: cfg.Logger.With("instance", cfg.InstanceID),
+		tools: map[string]*Tool{}, pmo: map[string]*Tool{},
+		inflight: map[string]*inflight{}, canceled: map[string]time.Time{},
+	}
+	r.entries.ttl = cfg.EntryCacheTTL
+	for i := range tools {
+		t := tools[i]
+		if err := t.validate(); err != nil {
+			return nil, err
+		}
+		set := r.tools
+		if t.Builtin {
+			set = r.pmo
+		}
+		if _, dup := set[t.Name]; dup {
+			return nil, fmt.Errorf("%w: %s is defined twice", ErrInvalidTool, t.Name)
+		}
+		set[t.Name] = &t
+	}
+	if len(r.tools)+len(r.pmo) == 0 {
+		return nil, fmt.Errorf("%w: no tools to serve", ErrInvalidTool)
+	}
+	r.baseCtx, r.stopAll = context.WithCancelCause(context.Background())
+	return r, nil
+}
+
+// InstanceID returns the id this runtime uses in claims.
+func (r *Runtime) InstanceID() string { return r.cfg.InstanceID }
+
+// Tools returns the tools the runtime serves (built-ins included).
+func (r *Runtime) Tools() []*Tool {
+	out := make([]*Tool, 0, len(r.tools)+len(r.pmo))
+	for _, t := range r.tools {
+		out = append(out, t)
+	}
+	for _, t := range r.pmo {
+		out = append(out, t)
+	}
+	return out
+}
+
+// Start makes sure the streams exist, registers the tools in the configured
+// projects, creates the consumers and starts serving.
+func (r *Runtime) Start(ctx context.Context) error {
+	r.mu.Lock()
+	if r.started {
+		r.mu.Unlock()
+		return errors.New("worker: already started")
+	}
+	r.started = true
+	r.mu.Unlock()
+
+	ver := r.cfg.ProtocolVersion
+	if err := streams.Ensure(ctx, r.js, ver); err != nil {
+		return err
+	}
+	for _, p := range r.cfg.Projects {
+		for _, t := range r.tools {
+			if _, err := r.cfg.Registry.Put(ctx, t.Entry(p)); err != nil {
+				return fmt.Errorf("worker: register %s in project %s: %w", t.Name, p, err)
+			}
+		}
+	}
+	cancelSubj, err := cancelPattern(ver)
+	if err != nil {
+		return err
+	}
+	sub, err := r.nc.Subscribe(cancelSubj, r.onCancel)
+	if err != nil {
+		return fmt.Errorf("worker: subscribe %s: %w", cancelSubj, err)
+	}
+	r.mu.Lock()
+	r.cancelSb = sub
+	r.mu.Unlock()
+
+	for _, t := range r.tools {
+		filter, err := t.filterSubject(ver)
+		if err != nil {
+			return err
+		}
+		if err := r.consume(ctx, streams.ToolConsumer(t.Name), filter, func(string) *Tool { return t }); err != nil {
+			return err
+		}
+	}
+	if len(r.pmo) > 0 {
+		filter, err := subjects.PMOInternalPattern(ver)
+		if err != nil {
+			return err
+		}
+		lookup := func(subject string) *Tool {
+			s, err := subjects.Parse(subject)
+			if err != nil {
+				return nil
+			}
+			name, _ := s.PMOTool()
+			return r.pmo[name]
+		}
+		if err := r.consume(ctx, streams.PMOConsumer, filter, lookup); err != nil {
+			return err
+		}
+	}
+	r.log.Info("worker serving", "tools", len(r.tools), "builtins", len(r.pmo), "projects", r.cfg.Projects)
+	return nil
+}
+
+func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup func(subject string) *Tool) error {
+	cfg := streams.ConsumerConfig(durable, []string{filter}, r.cfg.AckWait, r.cfg.MaxDeliveries+2)
+	cons, err := streams.EnsureConsumer(ctx, r.js, r.cfg.ProtocolVersion, cfg)
+	if err != nil {
+		return err
+	}
+	sem := make(chan struct{}, r.cfg.Concurrency)
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		sem <- struct{}{}
+		r.wg.Add(1)
+		go func() {
+			defer func() { <-sem; r.wg.Done() }()
+			t := lookup(msg.Subject())
+			if t == nil {
+				r.deadLetterUnknown(msg)
+				return
+			}
+			r.handle(t, msg)
+		}()
+	}, jetstream.PullMaxMessages(r.cfg.Concurrency), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		r.log.Debug("consume", "consumer", durable, "err", err)
+	}))
+	if err != nil {
+		return fmt.Errorf("worker: consume %s: %w", durable, err)
+	}
+	r.mu.Lock()
+	r.consumes = append(r.consumes, cc)
+	r.mu.Unlock()
+	return nil
+}
+
+// Stop stops taking commands and waits for the calls in flight. When ctx
+// ends first, the remaining calls are canceled: they end with status
+// canceled and are reported, so no caller waits forever. Stop returns once
+// every call has been reported (or could not be).
+func (r *Runtime) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return nil
+	}
+	r.stopped = true
+	consumes := r.consumes
+	sub := r.cancelSb
+	r.mu.Unlock()
+	for _, cc := range consumes {
+		cc.Stop()
+	}
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		n := r.cancelAllInflight()
+		r.log.Warn("drain deadline passed; canceling calls in flight", "calls", n)
+		err = fmt.Errorf("worker: %d calls canceled at shutdown: %w", n, ctx.Err())
+		<-done
+	}
+	r.stopAll(errShutdown)
+	if sub != nil {
+		_ = sub.Unsubscribe()
+	}
+	return err
+}
+
+func (r *Runtime) cancelAllInflight() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.inflight {
+		f.cancel(errShutdown)
+	}
+	return len(r.inflight)
+}
