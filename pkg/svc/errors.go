@@ -1,6 +1,7 @@
 package svc
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,7 @@ type Codes []CodeMap
 
 // baseCodes are appended to every table.
 var baseCodes = Codes{
+	{context.DeadlineExceeded, CodeTimeout},
 	{ErrBadRequest, CodeBadRequest},
 	{ErrTooLarge, CodeTooLarge},
 	{ErrUnavailable, CodeUnavailable},

@@ -131,6 +131,12 @@ func (s *Server) Start() error {
 	}
 	// The pool bounds concurrency; let the subscription buffer bursts.
 	_ = sub.SetPendingLimits(1<<16, 256<<20)
+	// Make sure the server has the subscription before Start returns, so a
+	// request sent right after on another connection finds a responder.
+	if err := s.nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("svc: flush subscription %s: %w", pattern, err)
+	}
 	s.sub = sub
 	return nil
 }

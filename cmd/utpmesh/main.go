@@ -1,0 +1,110 @@
+// Command utpmesh runs and operates a UTP tool-service mesh on NATS.
+//
+//	utpmesh up       run a whole mesh in one process (embedded NATS)
+//	utpmesh worker   serve tool services against an existing NATS
+//	utpmesh version  print the version
+//
+// Exit codes: 0 success, 1 failure, 2 bad usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Version is set at build time with -ldflags "-X main.Version=…".
+var Version = "0.1.0-dev"
+
+// command is one subcommand.
+type command interface {
+	Run(ctx context.Context, args []string) error
+}
+
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv})
+	stop()
+	os.Exit(code)
+}
+
+func commands(e env) map[string]command {
+	return map[string]command{
+		"up":      &upCommand{env: e},
+		"worker":  &workerCommand{env: e},
+		"version": &versionCommand{env: e},
+	}
+}
+
+const usage = `utpmesh runs and operates a UTP tool-service mesh on NATS.
+
+Usage:
+  utpmesh <command> [flags]
+
+Commands:
+  up        run a whole mesh in one process (embedded NATS + JetStream)
+  worker    serve tool services against an existing NATS (scale one tool)
+  version   print the version
+
+Run 'utpmesh <command> --help' for a command's flags.
+`
+
+func run(ctx context.Context, args []string, e env) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(e.stdout, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmds := commands(e)
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		names := make([]string, 0, len(cmds))
+		for n := range cmds {
+			names = append(names, n)
+		}
+		msg := fmt.Sprintf("utpmesh: unknown command %q", args[0])
+		if s := closest(args[0], names); s != "" {
+			msg += fmt.Sprintf("; did you mean 'utpmesh %s'?", s)
+		}
+		fmt.Fprintln(e.stderr, msg)
+		fmt.Fprintln(e.stderr, "Run 'utpmesh --help' for the list of commands.")
+		return 2
+	}
+	err := cmd.Run(ctx, args[1:])
+	var ue *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		if ue.help {
+			return 0
+		}
+		fmt.Fprintln(e.stderr, "utpmesh "+args[0]+": "+ue.Error())
+		return 2
+	default:
+		fmt.Fprintln(e.stderr, "utpmesh "+args[0]+": "+err.Error())
+		return 1
+	}
+}
+
+type versionCommand struct{ env env }
+
+func (c *versionCommand) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("version", "utpmesh version", c.env)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.env.stdout, "utpmesh", Version)
+	return nil
+}

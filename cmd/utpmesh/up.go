@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/services/catalog"
+)
+
+type upCommand struct{ env env }
+
+func (c *upCommand) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT] [--project P]... [--services a,b]", c.env)
+	data := fs.String("data", "./utpmesh-data", "data directory: JetStream store and bbolt files (created if missing)")
+	listen := fs.String("nats-listen", "127.0.0.1:4222", "NATS client address; port 0 picks a free port")
+	var projects, services stringList
+	fs.Var(&projects, "project", "project to register the tools in (repeatable; default demo)")
+	fs.Var(&services, "services", "tool services to serve (comma-separated; default: "+strings.Join(defaultNames(), ",")+")")
+	drain := fs.Duration("drain-timeout", 30*time.Second, "on shutdown, how long calls in flight may take before they are canceled")
+	var lf logFlags
+	lf.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q (up takes flags only; run 'utpmesh up --help')", fs.Arg(0))
+	}
+	log, err := lf.logger(c.env.stderr)
+	if err != nil {
+		return err
+	}
+	if len(services) == 0 {
+		services = defaultNames()
+	}
+	for _, s := range services {
+		if _, err := catalog.Lookup(s); err != nil {
+			return usagef("--services: %v", err)
+		}
+	}
+	tools, err := catalog.Build(services, catalog.Deps{DataDir: *data})
+	if err != nil {
+		return err
+	}
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: *data, Listen: *listen, Projects: projects, Tools: tools, Logger: log})
+	if err != nil {
+		return err
+	}
+	cfg := m.Config()
+	fmt.Fprintf(c.env.stdout, "utpmesh %s is up\n", Version)
+	fmt.Fprintf(c.env.stdout, "  NATS       %s (JetStream, fsync before ack)\n", m.ClientURL())
+	fmt.Fprintf(c.env.stdout, "  data       %s\n", cfg.DataDir)
+	fmt.Fprintf(c.env.stdout, "  protocol   %s  (commands cg.%s.<project>.<channel>.cmd.>)\n", cfg.ProtocolVersion, cfg.ProtocolVersion)
+	fmt.Fprintf(c.env.stdout, "  projects   %s\n", strings.Join(cfg.Projects, ", "))
+	var names []string
+	for _, t := range m.Runtime().Tools() {
+		names = append(names, t.Name)
+	}
+	fmt.Fprintf(c.env.stdout, "  tools      %s\n", strings.Join(names, ", "))
+	fmt.Fprintf(c.env.stdout, "  services   cardstore, registry, inbox (svc subjects)\n")
+	fmt.Fprintf(c.env.stdout, "Press Ctrl-C to drain and stop.\n")
+
+	<-ctx.Done()
+	fmt.Fprintf(c.env.stdout, "draining (up to %v)…\n", *drain)
+	sctx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	if err := m.Stop(sctx); err != nil {
+		return fmt.Errorf("stopped with errors: %w", err)
+	}
+	fmt.Fprintln(c.env.stdout, "stopped")
+	return nil
+}
+
+func defaultNames() []string {
+	var out []string
+	for _, s := range catalog.Default() {
+		out = append(out, s.Name)
+	}
+	return out
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/catalog"
+)
+
+type workerCommand struct{ env env }
+
+func (c *workerCommand) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("worker", "utpmesh worker [--nats URL] [--project P]... SERVICE... (services: "+strings.Join(catalog.Names(), ", ")+")", c.env)
+	url := fs.String("nats", natsURL(c.env), "NATS server URL (default $NATS_URL or nats://127.0.0.1:4222)")
+	var projects stringList
+	fs.Var(&projects, "project", "project to register the tools in (repeatable; default demo)")
+	data := fs.String("data", "./utpmesh-worker-data", "directory for services that keep their own files")
+	concurrency := fs.Int("concurrency", 16, "calls of one tool run at once by this process")
+	instance := fs.String("instance", "", "instance id used in claims and logs (default host-pid-random)")
+	drain := fs.Duration("drain-timeout", 30*time.Second, "on shutdown, how long calls in flight may take before they are canceled")
+	var lf logFlags
+	lf.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return usagef("name at least one service to serve, e.g. 'utpmesh worker echo' (available: %s)", strings.Join(catalog.Names(), ", "))
+	}
+	if *concurrency < 1 {
+		return usagef("--concurrency must be at least 1")
+	}
+	for _, s := range fs.Args() {
+		if _, err := catalog.Lookup(s); err != nil {
+			return usagef("%v", err)
+		}
+	}
+	log, err := lf.logger(c.env.stderr)
+	if err != nil {
+		return err
+	}
+	if len(projects) == 0 {
+		projects = stringList{"demo"}
+	}
+	nc, err := nats.Connect(*url, nats.Name("utpmesh-worker"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s: %w (is the mesh running? start it with 'utpmesh up')", *url, err)
+	}
+	defer nc.Close()
+	store, err := natsstore.NewClient(nc)
+	if err != nil {
+		return err
+	}
+	reg, err := natsreg.NewClient(nc)
+	if err != nil {
+		return err
+	}
+	tools, err := catalog.Build(fs.Args(), catalog.Deps{NC: nc, Store: store, Registry: reg, DataDir: *data})
+	if err != nil {
+		return err
+	}
+	rt, err := worker.New(nc, worker.Config{
+		Store: store, Registry: reg, Projects: projects, InstanceID: *instance,
+		Concurrency: *concurrency, Logger: log,
+	}, tools...)
+	if err != nil {
+		return err
+	}
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
+	var names []string
+	for _, t := range rt.Tools() {
+		names = append(names, t.Name)
+	}
+	fmt.Fprintf(c.env.stdout, "worker %s serving %s on %s\n", rt.InstanceID(), strings.Join(names, ", "), *url)
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	if err := rt.Stop(sctx); err != nil {
+		return err
+	}
+	return nc.Drain()
+}

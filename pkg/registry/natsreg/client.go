@@ -1,0 +1,234 @@
+package natsreg
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// DefaultChannel is the channel token a Client uses unless told otherwise.
+const DefaultChannel = "default"
+
+// ClientOption configures a Client.
+type ClientOption func(*Client) error
+
+// WithVersion sets the protocol version token (default subjects.DefaultVersion).
+func WithVersion(ver string) ClientOption {
+	return func(c *Client) error {
+		if err := subjects.ValidateToken("version", ver); err != nil {
+			return fmt.Errorf("natsreg: WithVersion: %w", err)
+		}
+		c.ver = ver
+		return nil
+	}
+}
+
+// WithChannel sets the channel token of the request subjects (default
+// DefaultChannel). The channel does not isolate entries; the project does.
+func WithChannel(channel string) ClientOption {
+	return func(c *Client) error {
+		if err := subjects.ValidateToken("channel_id", channel); err != nil {
+			return fmt.Errorf("natsreg: WithChannel: %w", err)
+		}
+		c.channel = channel
+		return nil
+	}
+}
+
+// WithTimeout sets the timeout of a request whose context has no deadline
+// (default svc.DefaultTimeout).
+func WithTimeout(d time.Duration) ClientOption {
+	return func(c *Client) error {
+		if d <= 0 {
+			return fmt.Errorf("natsreg: WithTimeout: %v is not a positive duration", d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+// Client is a registry.Registry that talks to a Server over NATS.
+type Client struct {
+	nc      *nats.Conn
+	ver     string
+	channel string
+	timeout time.Duration
+}
+
+var _ registry.Registry = (*Client)(nil)
+
+// NewClient returns a Registry backed by the registry service reachable on nc.
+func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("natsreg: nil NATS connection")
+	}
+	c := &Client{nc: nc, ver: subjects.DefaultVersion, channel: DefaultChannel, timeout: svc.DefaultTimeout}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// call sends one request on the project's subject. The caller has checked
+// ctx and the project_id (registry.CheckProjectID).
+func (c *Client) call(ctx context.Context, project, op string, req, resp any) error {
+	subj, err := subjects.Service(c.ver, project, c.channel, ServiceName, op)
+	if err != nil {
+		return &registry.FieldError{Field: "project_id", Msg: err.Error()}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	return remoteFieldError(svc.Call(ctx, c.nc, subj.String(), Codes, req, resp))
+}
+
+// Put implements registry.Registry. The server validates the entry. The
+// client validates it itself (registry.Validate) only when JSON cannot
+// carry it unchanged: values that are not valid JSON, NaN, strings that
+// are not valid UTF-8, options.Extra keys that shadow typed options.
+func (c *Client) Put(ctx context.Context, e *registry.Entry) (*registry.Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if e == nil {
+		return nil, registry.Validate(nil)
+	}
+	if err := registry.CheckProjectID(e.ProjectID); err != nil {
+		return nil, err
+	}
+	data, err := encodeEntry(e)
+	if err != nil {
+		return nil, err
+	}
+	var r entryReply
+	if err := c.call(ctx, e.ProjectID, OpPut, putRequestWire{Entry: data}, &r); err != nil {
+		return nil, err
+	}
+	return replyEntry(r)
+}
+
+// encodeEntry returns e's JSON, or the validation error of an entry that
+// JSON would alter.
+func encodeEntry(e *registry.Entry) (json.RawMessage, error) {
+	data, err := json.Marshal(e)
+	// encoding/json writes invalid UTF-8 as the escape \ufffd (a real
+	// U+FFFD stays raw), so the escape flags a replaced byte; a false
+	// alarm only costs a local Validate.
+	lossy := err != nil || bytes.Contains(data, []byte(`\ufffd`))
+	if !lossy && len(e.Options.Extra) > 0 {
+		// Options.MarshalJSON drops Extra keys named like typed options.
+		var back registry.Entry
+		lossy = json.Unmarshal(data, &back) != nil || len(back.Options.Extra) != len(e.Options.Extra)
+	}
+	if lossy {
+		if verr := registry.Validate(e); verr != nil {
+			return nil, verr
+		}
+	}
+	if err != nil {
+		return nil, &registry.FieldError{Field: "entry", Msg: "cannot be encoded as JSON: " + err.Error()}
+	}
+	return data, nil
+}
+
+// Get implements registry.Registry.
+func (c *Client) Get(ctx context.Context, projectID, toolName string) (*registry.Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := registry.CheckProjectID(projectID); err != nil {
+		return nil, err
+	}
+	var r entryReply
+	if err := c.call(ctx, projectID, OpGet, keyRequest{ToolName: toolName}, &r); err != nil {
+		return nil, err
+	}
+	return replyEntry(r)
+}
+
+// List implements registry.Registry.
+func (c *Client) List(ctx context.Context, projectID string) ([]*registry.Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := registry.CheckProjectID(projectID); err != nil {
+		return nil, err
+	}
+	var r listReply
+	if err := c.call(ctx, projectID, OpList, listRequest{}, &r); err != nil {
+		return nil, err
+	}
+	for i, e := range r.Entries {
+		if e == nil {
+			return nil, fmt.Errorf("%w: list reply: entries[%d] is null", svc.ErrBadReply, i)
+		}
+	}
+	if r.Entries == nil {
+		r.Entries = []*registry.Entry{}
+	}
+	return r.Entries, nil
+}
+
+// Delete implements registry.Registry.
+func (c *Client) Delete(ctx context.Context, projectID, toolName string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := registry.CheckProjectID(projectID); err != nil {
+		return err
+	}
+	return c.call(ctx, projectID, OpDelete, keyRequest{ToolName: toolName}, &emptyReply{})
+}
+
+func replyEntry(r entryReply) (*registry.Entry, error) {
+	if r.Entry == nil {
+		return nil, fmt.Errorf("%w: reply has no entry", svc.ErrBadReply)
+	}
+	return r.Entry, nil
+}
+
+// fieldRemoteError is returned for a bad_request or reserved reply that
+// names a field (error.detail {"field", "reason"}). Its text is the
+// server's message, unchanged; errors.As finds both the rebuilt
+// *registry.FieldError and the *svc.RemoteError in it, so errors.Is
+// matches registry.ErrInvalid (and registry.ErrReserved for a reserved
+// name) as it does with a local registry.
+type fieldRemoteError struct {
+	field  *registry.FieldError
+	remote *svc.RemoteError
+}
+
+// Error returns the server's message.
+func (e *fieldRemoteError) Error() string { return e.remote.Message }
+
+// Unwrap returns the field error and the remote error.
+func (e *fieldRemoteError) Unwrap() []error { return []error{e.field, e.remote} }
+
+// remoteFieldError wraps a field-naming error reply in a fieldRemoteError.
+func remoteFieldError(err error) error {
+	var re *svc.RemoteError
+	if !errors.As(err, &re) || (re.Code != svc.CodeBadRequest && re.Code != CodeReserved) || len(re.Detail) == 0 {
+		return err
+	}
+	var d fieldDetail
+	if json.Unmarshal(re.Detail, &d) != nil || d.Field == "" {
+		return err
+	}
+	return &fieldRemoteError{
+		field:  &registry.FieldError{Field: d.Field, Msg: d.Reason, Reserved: re.Code == CodeReserved},
+		remote: re,
+	}
+}

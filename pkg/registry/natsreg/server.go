@@ -1,0 +1,165 @@
+package natsreg
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/svc"
+)
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Version is the protocol version token; default subjects.DefaultVersion.
+	Version string
+	// Concurrency bounds the requests handled at once; default 64.
+	Concurrency int
+	// RequestTimeout bounds one request; default 30s.
+	RequestTimeout time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Server serves a registry.Registry on cg.<ver>.*.*.svc.registry.<op>.
+type Server struct {
+	reg registry.Registry
+	srv *svc.Server
+}
+
+// NewServer starts serving reg on nc. When it returns, the subscription is
+// registered with the NATS server nc is connected to.
+func NewServer(nc *nats.Conn, reg registry.Registry, cfg ServerConfig) (*Server, error) {
+	if reg == nil {
+		return nil, errors.New("natsreg: nil registry")
+	}
+	srv, err := svc.NewServer(nc, svc.Config{
+		Service: ServiceName, Version: cfg.Version, Codes: Codes,
+		Concurrency: cfg.Concurrency, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{reg: reg, srv: srv}
+	for op, h := range map[string]svc.HandlerFunc{
+		OpPut: s.put, OpGet: s.get, OpList: s.list, OpDelete: s.delete,
+	} {
+		if err := srv.Handle(op, fieldDetails(h)); err != nil {
+			return nil, err
+		}
+	}
+	if err := srv.Start(); err != nil {
+		return nil, err
+	}
+	// svc.Server.Start only queues the SUB; flush so that a request sent on
+	// another connection right after NewServer returns finds a responder.
+	if err := nc.Flush(); err != nil {
+		_ = srv.Stop(context.Background())
+		return nil, fmt.Errorf("natsreg: flush subscription: %w", err)
+	}
+	return s, nil
+}
+
+// Subject returns the subject pattern the server listens on.
+func (s *Server) Subject() string { return s.srv.Subject() }
+
+// Stop stops serving and waits for requests in flight until ctx ends. It
+// does not close the registry.
+func (s *Server) Stop(ctx context.Context) error { return s.srv.Stop(ctx) }
+
+// fieldDetails attaches {"field", "reason"} to the error reply of a
+// *registry.FieldError, so that the client can rebuild it.
+func fieldDetails(h svc.HandlerFunc) svc.HandlerFunc {
+	return func(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+		reply, err := h(ctx, sc, data)
+		var fe *registry.FieldError
+		if err != nil && errors.As(err, &fe) {
+			return nil, svc.WithDetail(err, fieldDetail{Field: fe.Field, Reason: fe.Msg})
+		}
+		return reply, err
+	}
+}
+
+// decode unmarshals a request body like svc.Decode, but passes a
+// *registry.FieldError (from registry.Options' decoder) through unchanged.
+func decode(data []byte, v any) error {
+	if len(data) == 0 {
+		data = []byte("{}")
+	}
+	err := json.Unmarshal(data, v)
+	var fe *registry.FieldError
+	if errors.As(err, &fe) {
+		return fe
+	}
+	if err != nil {
+		return fmt.Errorf("%w: request body: %v", svc.ErrBadRequest, err)
+	}
+	return nil
+}
+
+func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req putRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	e := req.Entry
+	if e != nil {
+		switch e.ProjectID {
+		case "":
+			e.ProjectID = sc.Project
+		case sc.Project:
+		default:
+			return nil, &registry.FieldError{Field: "project_id", Msg: fmt.Sprintf(
+				"%q differs from project %q of the request subject (a request may only touch its subject's project)",
+				e.ProjectID, sc.Project)}
+		}
+	}
+	out, err := s.reg.Put(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	return entryReply{Entry: out}, nil
+}
+
+func (s *Server) get(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req keyRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	e, err := s.reg.Get(ctx, sc.Project, req.ToolName)
+	if err != nil {
+		return nil, err
+	}
+	return entryReply{Entry: e}, nil
+}
+
+func (s *Server) list(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req listRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	es, err := s.reg.List(ctx, sc.Project)
+	if err != nil {
+		return nil, err
+	}
+	if es == nil {
+		es = []*registry.Entry{}
+	}
+	return listReply{Entries: es}, nil
+}
+
+func (s *Server) delete(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req keyRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if err := s.reg.Delete(ctx, sc.Project, req.ToolName); err != nil {
+		return nil, err
+	}
+	return emptyReply{}, nil
+}
