@@ -32,8 +32,28 @@ func newFlagSet(name, synopsis string, e env) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args, turning flag errors into usage errors with a hint.
-func parse(fs *flag.FlagSet, args []string) error {
+// parse parses args, allowing flags before, between and after positional
+// arguments (everything after "--" is positional), and returns the
+// positional arguments. Flag errors become usage errors with a hint.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseOnce(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func parseOnce(fs *flag.FlagSet, args []string) error {
 	err := fs.Parse(args)
 	if err == nil {
 		return nil

@@ -102,7 +102,7 @@ type versionCommand struct{ env env }
 
 func (c *versionCommand) Run(ctx context.Context, args []string) error {
 	fs := newFlagSet("version", "utpmesh version", c.env)
-	if err := parse(fs, args); err != nil {
+	if _, err := parse(fs, args); err != nil {
 		return err
 	}
 	fmt.Fprintln(c.env.stdout, "utpmesh", Version)

@@ -22,15 +22,16 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on shutdown, how long calls in flight may take before they are canceled")
 	var lf logFlags
 	lf.register(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q (up takes flags only; run 'utpmesh up --help')", fs.Arg(0))
-	}
-	log, err := lf.logger(c.env.stderr)
+	pos, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q (up takes flags only; run 'utpmesh up --help')", pos[0])
+	}
+	log, lerr := lf.logger(c.env.stderr)
+	if lerr != nil {
+		return lerr
 	}
 	if len(services) == 0 {
 		services = defaultNames()

@@ -25,18 +25,22 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	concurrency := fs.Int("concurrency", 16, "calls of one tool run at once by this process")
 	instance := fs.String("instance", "", "instance id used in claims and logs (default host-pid-random)")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on shutdown, how long calls in flight may take before they are canceled")
+	lease := fs.Duration("claim-lease", 15*time.Second, "execution claim lease: how long a dead worker can hold a call before another takes it over")
+	ackWait := fs.Duration("ack-wait", 30*time.Second, "JetStream ack wait of the tool consumers (running calls keep their message alive)")
+	maxDeliver := fs.Int("max-deliveries", 5, "deliveries of one command before the call fails with internal_error")
 	var lf logFlags
 	lf.register(fs)
-	if err := parse(fs, args); err != nil {
+	services, err := parse(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() == 0 {
+	if len(services) == 0 {
 		return usagef("name at least one service to serve, e.g. 'utpmesh worker echo' (available: %s)", strings.Join(catalog.Names(), ", "))
 	}
 	if *concurrency < 1 {
 		return usagef("--concurrency must be at least 1")
 	}
-	for _, s := range fs.Args() {
+	for _, s := range services {
 		if _, err := catalog.Lookup(s); err != nil {
 			return usagef("%v", err)
 		}
@@ -61,13 +65,13 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	tools, err := catalog.Build(fs.Args(), catalog.Deps{NC: nc, Store: store, Registry: reg, DataDir: *data})
+	tools, err := catalog.Build(services, catalog.Deps{NC: nc, Store: store, Registry: reg, DataDir: *data})
 	if err != nil {
 		return err
 	}
 	rt, err := worker.New(nc, worker.Config{
 		Store: store, Registry: reg, Projects: projects, InstanceID: *instance,
-		Concurrency: *concurrency, Logger: log,
+		Concurrency: *concurrency, Logger: log, ClaimLease: *lease, AckWait: *ackWait, MaxDeliveries: *maxDeliver,
 	}, tools...)
 	if err != nil {
 		return err

@@ -28,6 +28,7 @@ import (
 	"strconv"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
@@ -35,6 +36,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
+	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/pmo"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -114,6 +116,13 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		return m, fmt.Errorf("mesh: connect: %w", err)
 	}
 	m.push(func(context.Context) error { m.nc.Close(); return nil })
+	js, err := jetstream.New(m.nc)
+	if err != nil {
+		return m, fmt.Errorf("mesh: jetstream: %w", err)
+	}
+	if err = streams.Ensure(ctx, js, cfg.ProtocolVersion); err != nil {
+		return m, err
+	}
 
 	m.cards, err = boltstore.Open(filepath.Join(cfg.DataDir, "cards.db"), boltstore.WithLogger(log.With("component", "cardstore")))
 	if err != nil {
@@ -137,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	}
 	m.push(m.regSrv.Stop)
 
-	m.inbox, err = inbox.New(m.nc, inbox.Config{Version: cfg.ProtocolVersion, Store: m.cards, Path: filepath.Join(cfg.DataDir, "inbox.db"), Logger: log.With("component", "inbox")})
+	m.inbox, err = inbox.New(m.nc, inbox.Config{Version: cfg.ProtocolVersion, Store: m.cards, Path: filepath.Join(cfg.DataDir, "inbox.db"), Logger: log})
 	if err != nil {
 		return m, err
 	}

@@ -44,7 +44,7 @@ func ParseReport(data []byte) (*Report, error) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidReport, err)
 	}
-	if _, ok := raw["turn_epoch"]; !ok {
+	if v, ok := raw["turn_epoch"]; !ok || isNull(v) {
 		return nil, fmt.Errorf("%w: turn_epoch is required", ErrInvalidReport)
 	}
 	return &r, r.Validate()

@@ -182,6 +182,7 @@ func (j *job) run() {
 	execCtx, cancelTimeout := context.WithTimeoutCause(callCtx, j.timeout, context.DeadlineExceeded)
 	stopKeepalive := j.keepalive(ctx, cancel)
 	start := time.Now()
+	r.log.Debug("executing", append(j.logAttrs(), "claim_token", claim.Token)...)
 	res, herr := j.invoke(execCtx, c)
 	stopKeepalive()
 	cause := context.Cause(execCtx)

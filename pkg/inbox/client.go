@@ -1,0 +1,147 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// DefaultChannel is the channel token a Client uses unless told otherwise.
+const DefaultChannel = "default"
+
+// ClientOption configures a Client.
+type ClientOption func(*Client) error
+
+// WithVersion sets the protocol version token (default subjects.DefaultVersion).
+func WithVersion(ver string) ClientOption {
+	return func(c *Client) error {
+		if err := subjects.ValidateToken("version", ver); err != nil {
+			return fmt.Errorf("%w: inbox.WithVersion: %v", ErrInvalid, err)
+		}
+		c.ver = ver
+		return nil
+	}
+}
+
+// WithChannel sets the channel token of the request subjects (default
+// DefaultChannel). The channel does not isolate entries; the project does.
+func WithChannel(channel string) ClientOption {
+	return func(c *Client) error {
+		if err := subjects.ValidateToken("channel_id", channel); err != nil {
+			return fmt.Errorf("%w: inbox.WithChannel: %v", ErrInvalid, err)
+		}
+		c.channel = channel
+		return nil
+	}
+}
+
+// WithTimeout sets the timeout of a request whose context has no deadline
+// (default svc.DefaultTimeout).
+func WithTimeout(d time.Duration) ClientOption {
+	return func(c *Client) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: inbox.WithTimeout: %v is not a positive duration", ErrInvalid, d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+// Client talks to the inbox service over NATS. Its errors match the
+// package's sentinels (and svc's transport errors) with errors.Is.
+type Client struct {
+	nc      *nats.Conn
+	ver     string
+	channel string
+	timeout time.Duration
+}
+
+// NewClient returns a client of the inbox service reachable on nc.
+func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: inbox.NewClient: nil NATS connection", ErrInvalid)
+	}
+	c := &Client{nc: nc, ver: subjects.DefaultVersion, channel: DefaultChannel, timeout: svc.DefaultTimeout}
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: inbox.NewClient: option %d is nil", ErrInvalid, i)
+		}
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *Client) call(ctx context.Context, project, op string, req, resp any) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkProject(project); err != nil {
+		return err
+	}
+	subj, err := subjects.Service(c.ver, project, c.channel, ServiceName, op)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	return svc.Call(ctx, c.nc, subj.String(), Codes, req, resp)
+}
+
+// List returns the agent's entries in the project that match q, in
+// creation order.
+func (c *Client) List(ctx context.Context, project string, q ListQuery) ([]Entry, error) {
+	var r listReply
+	if err := c.call(ctx, project, OpList, listRequest(q), &r); err != nil {
+		return nil, err
+	}
+	if r.Entries == nil {
+		r.Entries = []Entry{}
+	}
+	return r.Entries, nil
+}
+
+// Get returns one entry of the project, or an error matching ErrNotFound.
+func (c *Client) Get(ctx context.Context, project, inboxID string) (*Entry, error) {
+	var r getReply
+	if err := c.call(ctx, project, OpGet, getRequest{InboxID: inboxID}, &r); err != nil {
+		return nil, err
+	}
+	if r.Entry == nil {
+		return nil, fmt.Errorf("%w: get %s: reply has no entry", svc.ErrBadReply, inboxID)
+	}
+	return r.Entry, nil
+}
+
+// Ack marks entries of the project acked and returns how many were pending.
+// An id with no entry fails the whole call with an error matching
+// ErrNotFound that names it.
+func (c *Client) Ack(ctx context.Context, project string, inboxIDs ...string) (int, error) {
+	if len(inboxIDs) == 0 {
+		return 0, fmt.Errorf("%w: inbox_ids is empty", ErrInvalid)
+	}
+	var r ackReply
+	if err := c.call(ctx, project, OpAck, ackRequest{InboxIDs: inboxIDs}, &r); err != nil {
+		return 0, err
+	}
+	return r.Acked, nil
+}
+
+// SetEpoch raises the turn's highest epoch to epoch (never lowers it) and
+// returns the highest epoch now.
+func (c *Client) SetEpoch(ctx context.Context, project, agentTurnID string, epoch int64) (int64, error) {
+	var r setEpochReply
+	if err := c.call(ctx, project, OpSetEpoch, setEpochRequest{AgentTurnID: agentTurnID, TurnEpoch: &epoch}, &r); err != nil {
+		return 0, err
+	}
+	return r.TurnEpoch, nil
+}

@@ -1,0 +1,466 @@
+package inbox
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+)
+
+// The file layout (schema version 1). Every key starts with the project, so
+// nothing one project does can reach another's data. A key component is
+// written as uvarint(length) + bytes, which keeps composite keys
+// unambiguous whatever bytes the ids hold and makes "all keys of this
+// (project, agent)" a plain prefix.
+//
+//	meta     "schema_version"                 → "1"
+//	entries  project·inbox_id                 → record JSON (Entry + seq)
+//	calls    project·agent_turn_id·tool_call_id → inbox_id   (dedupe; turn scan)
+//	agents   project·agent_id·seq(8 bytes BE) → inbox_id    (every entry, creation order)
+//	pending  project·agent_id·seq(8 bytes BE) → inbox_id    (pending entries only)
+//	epochs   project·agent_turn_id            → highest turn_epoch (8 bytes BE)
+//
+// seq is the entries bucket's sequence, taken in the inserting transaction:
+// it orders an agent's entries by creation.
+var (
+	bucketMeta    = []byte("meta")
+	bucketEntries = []byte("entries")
+	bucketCalls   = []byte("calls")
+	bucketAgents  = []byte("agents")
+	bucketPending = []byte("pending")
+	bucketEpochs  = []byte("epochs")
+	allBuckets    = [][]byte{bucketMeta, bucketEntries, bucketCalls, bucketAgents, bucketPending, bucketEpochs}
+
+	metaSchemaVersion = []byte("schema_version")
+)
+
+const schemaVersion = "1"
+
+// record is what the entries bucket holds: the entry and its sequence.
+type record struct {
+	Entry
+	Seq uint64 `json:"seq"`
+}
+
+// db is the inbox's bbolt file. mu guards closed: every transaction holds
+// it for reading, close for writing, so no transaction starts on a closed
+// file and close waits for the running ones.
+type db struct {
+	bolt   *bolt.DB
+	path   string
+	mu     sync.RWMutex
+	closed bool
+}
+
+func openDB(path string, timeout time.Duration) (*db, error) {
+	b, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:      timeout,
+		NoSync:       false, // every commit is fsync'd: a nil return means on disk
+		FreelistType: bolt.FreelistMapType,
+	})
+	if err != nil {
+		if errors.Is(err, berrors.ErrTimeout) {
+			return nil, fmt.Errorf("inbox: open %s: %w (gave up after %v; is another inbox running on this file?)", path, ErrLocked, timeout)
+		}
+		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
+	}
+	if err := initSchema(b); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
+	}
+	return &db{bolt: b, path: path}, nil
+}
+
+func initSchema(b *bolt.DB) error {
+	return b.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			var foreign []string
+			_ = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+				foreign = append(foreign, string(name))
+				return nil
+			})
+			if len(foreign) > 0 {
+				return fmt.Errorf("%w: file has no %q bucket but has buckets %q: not an inbox file", ErrSchemaVersion, bucketMeta, foreign)
+			}
+			for _, name := range allBuckets {
+				if _, err := tx.CreateBucket(name); err != nil {
+					return fmt.Errorf("create bucket %q: %w", name, err)
+				}
+			}
+			return tx.Bucket(bucketMeta).Put(metaSchemaVersion, []byte(schemaVersion))
+		}
+		if v := meta.Get(metaSchemaVersion); string(v) != schemaVersion {
+			return fmt.Errorf("%w: file has schema version %q, this build reads %q", ErrSchemaVersion, v, schemaVersion)
+		}
+		for _, name := range allBuckets {
+			if tx.Bucket(name) == nil {
+				return fmt.Errorf("%w: schema version %s file lacks bucket %q", ErrSchemaVersion, schemaVersion, name)
+			}
+		}
+		return nil
+	})
+}
+
+func (d *db) close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	if err := d.bolt.Close(); err != nil {
+		return fmt.Errorf("inbox: close %s: %w", d.path, err)
+	}
+	return nil
+}
+
+func (d *db) update(fn func(tx *bolt.Tx) error) error {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return ErrClosed
+	}
+	return d.bolt.Update(fn)
+}
+
+func (d *db) view(fn func(tx *bolt.Tx) error) error {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return ErrClosed
+	}
+	return d.bolt.View(fn)
+}
+
+// key joins length-prefixed components.
+func key(parts ...string) []byte {
+	n := 0
+	for _, p := range parts {
+		n += binary.MaxVarintLen64 + len(p)
+	}
+	k := make([]byte, 0, n+8)
+	for _, p := range parts {
+		k = binary.AppendUvarint(k, uint64(len(p)))
+		k = append(k, p...)
+	}
+	return k
+}
+
+func seqKey(prefix []byte, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), seq)
+}
+
+func getRecord(tx *bolt.Tx, project, id string) (*record, error) {
+	v := tx.Bucket(bucketEntries).Get(key(project, id))
+	if v == nil {
+		return nil, nil
+	}
+	var r record
+	if err := json.Unmarshal(v, &r); err != nil {
+		return nil, fmt.Errorf("inbox: entry %s of project %s is corrupt: %w", id, project, err)
+	}
+	return &r, nil
+}
+
+func putRecord(tx *bolt.Tx, r *record) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("inbox: encode entry %s: %w", r.InboxID, err)
+	}
+	return tx.Bucket(bucketEntries).Put(key(r.ProjectID, r.InboxID), v)
+}
+
+// outcome says what insert did with a report.
+type outcome int
+
+const (
+	outcomeNew       outcome = iota // a new pending entry
+	outcomeStale                    // a new stale entry (older epoch)
+	outcomeDuplicate                // the (project, turn, call) already had an entry
+)
+
+func (o outcome) String() string {
+	switch o {
+	case outcomeNew:
+		return "new"
+	case outcomeStale:
+		return "stale"
+	}
+	return "duplicate"
+}
+
+// insert stores the entry of an accepted report, or finds the existing one,
+// in one transaction: the dedupe check, the epoch check and every index
+// write commit together or not at all.
+//
+// created_at is read inside the transaction, so creation order (seq) and
+// created_at agree.
+func (d *db) insert(project, channel string, rep *utp.Report, traceparent string) (*Entry, outcome, error) {
+	var (
+		out outcome
+		res *Entry
+	)
+	err := d.update(func(tx *bolt.Tx) error {
+		calls := tx.Bucket(bucketCalls)
+		callKey := key(project, rep.AgentTurnID, rep.ToolCallID)
+		if id := calls.Get(callKey); id != nil {
+			r, err := getRecord(tx, project, string(id))
+			if err != nil {
+				return err
+			}
+			if r == nil {
+				return fmt.Errorf("inbox: dedupe index names entry %s of project %s, which does not exist", id, project)
+			}
+			out, res = outcomeDuplicate, &r.Entry
+			return nil
+		}
+		state := StatePending
+		epochs := tx.Bucket(bucketEpochs)
+		turnKey := key(project, rep.AgentTurnID)
+		highest, seen := readEpoch(epochs, turnKey)
+		switch {
+		case seen && rep.TurnEpoch < highest:
+			state = StateStale
+		case !seen || rep.TurnEpoch > highest:
+			if err := epochs.Put(turnKey, binary.BigEndian.AppendUint64(nil, uint64(rep.TurnEpoch))); err != nil {
+				return err
+			}
+		}
+		entries := tx.Bucket(bucketEntries)
+		seq, err := entries.NextSequence()
+		if err != nil {
+			return err
+		}
+		r := &record{Seq: seq, Entry: Entry{
+			InboxID: card.NewID(), ProjectID: project, ChannelID: channel,
+			AgentID: rep.AgentID, AgentTurnID: rep.AgentTurnID, TurnEpoch: rep.TurnEpoch,
+			ToolCallID: rep.ToolCallID, ToolResultCardID: rep.ToolResultCardID,
+			Status: rep.Status, AfterExecution: rep.AfterExecution,
+			StepID: rep.StepID, ToolName: rep.ToolName,
+			State: state, CreatedAt: time.Now().UTC(), Traceparent: traceparent,
+		}}
+		if err := putRecord(tx, r); err != nil {
+			return err
+		}
+		id := []byte(r.InboxID)
+		if err := calls.Put(callKey, id); err != nil {
+			return err
+		}
+		agentKey := seqKey(key(project, rep.AgentID), seq)
+		if err := tx.Bucket(bucketAgents).Put(agentKey, id); err != nil {
+			return err
+		}
+		out = outcomeStale
+		if state == StatePending {
+			out = outcomeNew
+			if err := tx.Bucket(bucketPending).Put(agentKey, id); err != nil {
+				return err
+			}
+		}
+		res = &r.Entry
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return res, out, nil
+}
+
+func readEpoch(b *bolt.Bucket, k []byte) (int64, bool) {
+	v := b.Get(k)
+	if len(v) != 8 {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(v)), true
+}
+
+// markSent records that the entry's wakeup was published (first time wins).
+func (d *db) markSent(project, id string, at time.Time) error {
+	return d.update(func(tx *bolt.Tx) error {
+		r, err := getRecord(tx, project, id)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			return fmt.Errorf("%w: inbox entry %s in project %s", ErrNotFound, id, project)
+		}
+		if r.WakeupSentAt != nil {
+			return nil
+		}
+		t := at.UTC()
+		r.WakeupSentAt = &t
+		return putRecord(tx, r)
+	})
+}
+
+func (d *db) get(project, id string) (*Entry, error) {
+	var e *Entry
+	err := d.view(func(tx *bolt.Tx) error {
+		r, err := getRecord(tx, project, id)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			return fmt.Errorf("%w: inbox entry %s in project %s", ErrNotFound, id, project)
+		}
+		e = &r.Entry
+		return nil
+	})
+	return e, err
+}
+
+// list scans the agent's index (the pending one for pending entries, the
+// full one otherwise) in creation order.
+func (d *db) list(project string, q ListQuery) ([]Entry, error) {
+	out := []Entry{}
+	err := d.view(func(tx *bolt.Tx) error {
+		idx := tx.Bucket(bucketAgents)
+		if q.State == StatePending {
+			idx = tx.Bucket(bucketPending)
+		}
+		prefix := key(project, q.AgentID)
+		start := prefix
+		if q.After != "" {
+			r, err := getRecord(tx, project, q.After)
+			if err != nil {
+				return err
+			}
+			if r == nil || r.AgentID != q.AgentID {
+				return fmt.Errorf("%w: after: inbox entry %s of agent %s in project %s", ErrNotFound, q.After, q.AgentID, project)
+			}
+			start = seqKey(prefix, r.Seq+1)
+		}
+		c := idx.Cursor()
+		for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix) && len(out) < q.Limit; k, v = c.Next() {
+			r, err := getRecord(tx, project, string(v))
+			if err != nil {
+				return err
+			}
+			if r == nil {
+				return fmt.Errorf("inbox: agent index names entry %s of project %s, which does not exist", v, project)
+			}
+			if q.AgentTurnID != "" && r.AgentTurnID != q.AgentTurnID {
+				continue
+			}
+			if q.State != StateAll && r.State != q.State {
+				continue
+			}
+			out = append(out, r.Entry)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ack marks the pending entries among ids acked, all or none: an unknown id
+// fails the whole call.
+func (d *db) ack(project string, ids []string, now time.Time) (int, error) {
+	n := 0
+	err := d.update(func(tx *bolt.Tx) error {
+		recs := make([]*record, 0, len(ids))
+		var missing []string
+		for _, id := range ids {
+			r, err := getRecord(tx, project, id)
+			if err != nil {
+				return err
+			}
+			if r == nil {
+				missing = append(missing, id)
+				continue
+			}
+			recs = append(recs, r)
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("%w: inbox entries not in project %s: %s", ErrNotFound, project, listIDs(missing))
+		}
+		t := now.UTC()
+		for _, r := range recs {
+			if r.State != StatePending {
+				continue // re-ack, or a stale entry: nothing to do
+			}
+			r.State, r.AckedAt = StateAcked, &t
+			if err := putRecord(tx, r); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketPending).Delete(seqKey(key(project, r.AgentID), r.Seq)); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+func listIDs(ids []string) string {
+	const show = 10
+	if len(ids) <= show {
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s (and %d more)", strings.Join(ids[:show], ", "), len(ids)-show)
+}
+
+// setEpoch raises the turn's highest epoch and turns the turn's pending
+// entries of older epochs stale, keeping the invariant that no pending entry
+// is older than its turn's highest epoch. It returns the highest epoch and
+// the entries it made stale.
+func (d *db) setEpoch(project, turn string, epoch int64) (int64, []Entry, error) {
+	var (
+		highest int64
+		staled  []Entry
+	)
+	err := d.update(func(tx *bolt.Tx) error {
+		epochs := tx.Bucket(bucketEpochs)
+		turnKey := key(project, turn)
+		cur, seen := readEpoch(epochs, turnKey)
+		if seen && cur >= epoch {
+			highest = cur
+			return nil
+		}
+		highest = epoch
+		if err := epochs.Put(turnKey, binary.BigEndian.AppendUint64(nil, uint64(epoch))); err != nil {
+			return err
+		}
+		// calls keys are turnKey·tool_call_id: the prefix scan is the turn.
+		c := tx.Bucket(bucketCalls).Cursor()
+		var toStale []*record
+		for k, v := c.Seek(turnKey); k != nil && bytes.HasPrefix(k, turnKey); k, v = c.Next() {
+			r, err := getRecord(tx, project, string(v))
+			if err != nil {
+				return err
+			}
+			if r != nil && r.State == StatePending && r.TurnEpoch < epoch {
+				toStale = append(toStale, r)
+			}
+		}
+		for _, r := range toStale {
+			r.State = StateStale
+			if err := putRecord(tx, r); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketPending).Delete(seqKey(key(project, r.AgentID), r.Seq)); err != nil {
+				return err
+			}
+			staled = append(staled, r.Entry)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	return highest, staled, nil
+}

@@ -1,0 +1,151 @@
+// Package inbox is the mesh's inbox service: it receives the reports tool
+// services send once a tool.result card is written, keeps one durable entry
+// per tool call, and rings the calling agent's wakeup (UTP seed §4.2:
+// "write tool.result card → go through report into Inbox → trigger
+// cmd.agent.<target>.wakeup").
+//
+// # Flow
+//
+// A tool service publishes a report (utp.Report JSON) with JetStream on
+//
+//	cg.<ver>.<project>.<channel>.cmd.sys.inbox.report
+//
+// which the command stream cg_cmd_<ver> captures. The inbox reads it through
+// one durable pull consumer, streams.InboxConsumer, filtered on
+// cg.<ver>.*.*.cmd.sys.inbox.report, and handles up to Config.Concurrency
+// reports at once. For each report it:
+//
+//  1. takes project and channel from the subject and parses the body with
+//     utp.ParseReport (unknown fields ignored, inline "result" refused);
+//  2. reads the pointed card from the CardStore in that project and accepts
+//     the report only if the card exists, is a tool.result, and carries the
+//     report's tool_call_id and agent_turn_id (metadata.agent_turn_id);
+//  3. in ONE bbolt transaction: looks the (project, agent_turn_id,
+//     tool_call_id) up for a duplicate, compares turn_epoch with the turn's
+//     highest epoch, and stores a new entry, pending or stale;
+//  4. for a pending entry publishes a utp.Wakeup with JetStream on
+//     cg.<ver>.<project>.<channel>.cmd.agent.<agent_id>.wakeup, with header
+//     Nats-Msg-Id "wakeup-<inbox_id>", the report's traceparent (a fresh one
+//     when it had none), tracestate and CG-Recursion-Depth passed through,
+//     and the CG-* identity and envelope headers; waits for the PubAck and
+//     records wakeup_sent_at;
+//  5. acknowledges the report with DoubleAck, so the ack is confirmed.
+//
+// The report is acknowledged only after the entry is on disk (bbolt fsyncs
+// every commit) and the wakeup is stored by JetStream.
+//
+// # Refused reports
+//
+// A report that can never be accepted (a body that is not a valid report,
+// an inline result, a card that does not exist in the project, is not a
+// tool.result or belongs to another call or turn) is dead-lettered: a
+// DeadLetter record
+//
+//	{"reason", "subject", "body" (≤ 4 KiB), "received_at", "source": "inbox",
+//	 "agent_id"?, "agent_turn_id"?, "tool_call_id"?}
+//
+// is published with JetStream on cg.<ver>.<project>.<channel>.evt.sys.deadletter.command
+// (stream cg_evt_<ver>), a warning naming the reason is logged, and the
+// report is terminated (Term). If the record cannot be published the report
+// is retried instead: nothing is dropped silently. Transient failures — the
+// CardStore unavailable, bbolt or JetStream failing — Nak the report with a
+// one-second delay; the consumer has no delivery limit, so it is retried
+// until it succeeds.
+//
+// # States
+//
+//	pending  stored, wakeup published (or about to be); waiting for the agent
+//	acked    the agent acknowledged it (svc "ack")
+//	stale    its turn_epoch is older than the turn's highest; wakes no one
+//
+// pending → acked and pending → stale are the only transitions.
+//
+// # Epochs and staleness
+//
+// The inbox keeps the highest turn_epoch seen per (project, agent_turn_id),
+// raised by every accepted report and by the svc operation "set_epoch",
+// which an agent runtime calls when it starts a new epoch of a turn (after a
+// restart, say). Epochs never go down. A report with an epoch lower than the
+// highest is stored stale and wakes no one; raising the epoch also turns the
+// turn's pending entries of older epochs stale, so no pending entry is ever
+// older than its turn's highest epoch.
+//
+// # De-duplication
+//
+// One entry per (project, agent_turn_id, tool_call_id), the seed's callback
+// deduplication anchor. A second report of the same call — a redelivery, or
+// a tool service retrying — is acknowledged without a new entry or wakeup
+// (logged at debug), whatever its epoch or body. The dedupe check and the
+// insert are one bbolt write transaction, and bbolt serialises writers, so
+// two copies handled at the same moment cannot both insert.
+//
+// # Crash windows, and why each is safe
+//
+//   - Before the entry commits: nothing is stored and the report is not
+//     acknowledged; JetStream redelivers it after AckWait.
+//   - After the entry commits, before the wakeup is published: the report
+//     is redelivered, found to be a duplicate whose wakeup_sent_at is unset,
+//     and the wakeup is published then.
+//   - After the wakeup is published, before wakeup_sent_at is recorded or
+//     the report acknowledged: the redelivered report publishes the wakeup
+//     again with the same Nats-Msg-Id; within the stream's two-minute
+//     duplicate window JetStream drops it, later the agent may see a second
+//     wakeup for the same inbox_id, which it must treat idempotently (the
+//     entry, not the wakeup, is the truth: acking twice is a no-op).
+//   - After wakeup_sent_at, before the ack is confirmed: the redelivery is
+//     a plain duplicate and is acknowledged.
+//   - A dead-letter record published but the Term lost: the redelivered
+//     report is refused again and republished with the same Nats-Msg-Id
+//     ("inbox-deadletter-<stream>-<seq>"), which JetStream de-duplicates.
+//
+// # Service operations
+//
+// The svc service "inbox" answers on cg.<ver>.<project>.<channel>.svc.inbox.<op>
+// (core NATS request-reply, package svc); the subject's project scopes every
+// operation, so a request on project B's subject can neither see nor change
+// project A's entries:
+//
+//	list       {"agent_id", "agent_turn_id"?, "state"? (pending|acked|stale|all, default pending),
+//	            "limit"? (default and max 1000), "after"? (inbox_id cursor)}
+//	           → {"entries": [Entry…]} in creation order
+//	get        {"inbox_id"} → {"entry": Entry}
+//	ack        {"inbox_ids": [...]} (1–1000) → {"acked": n}, n = entries that were pending;
+//	           an unknown id fails the whole call (not_found, naming it); acked or
+//	           stale entries are left as they are
+//	set_epoch  {"agent_turn_id", "turn_epoch"} → {"turn_epoch": highest now}
+//
+// Errors are svc error replies whose codes map back to ErrNotFound
+// (not_found), ErrInvalid (bad_request) and ErrClosed (closed) through
+// Codes; Client does the mapping. The Service offers the same four
+// operations as methods for in-process use (see API).
+//
+// # Storage
+//
+// Entries live in a bbolt file (Config.Path, fsync on every commit) with a
+// schema version; another process holding the file makes New fail with
+// ErrLocked after Config.OpenTimeout. Besides the entries, indexes by
+// (project, agent_turn_id, tool_call_id) for de-duplication, by (project,
+// agent_id) in creation order, and by (project, agent_id) for pending
+// entries only keep "list the agent's pending entries" proportional to what
+// is pending, not to the agent's history.
+//
+// # Caveats
+//
+//   - One inbox file, one process. JetStream lets several processes bind
+//     the consumer, but each would keep its own file: de-duplication and
+//     the svc queries would then see only part of the entries. Run one
+//     inbox per mesh (a second one on the same file fails with ErrLocked,
+//     which makes it a safe standby that can be restarted once the first
+//     has gone).
+//   - Entries are kept forever; there is no purge yet. Listing acked,
+//     stale or all entries reads the agent's whole history (up to limit
+//     matches), and "agent_turn_id" filters after reading.
+//   - The card check trusts the CardStore: a report is accepted only if its
+//     card is readable at the time; a report that arrives before its card
+//     is written is dead-lettered, not retried (tool services write the card
+//     first, as the seed requires).
+//   - The card's metadata.agent_id is not compared with the report's
+//     agent_id; the wakeup goes to the report's agent_id.
+//   - The wakeup is a doorbell: the agent reads the entry (list/get) and the
+//     tool.result card, and acknowledges the entry with "ack".
+package inbox

@@ -1,0 +1,313 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// retryDelay is how long a report waits before redelivery after a
+// transient failure (store unavailable, publish failed).
+const retryDelay = time.Second
+
+// DeadLetter is the record the inbox publishes on
+// cg.<ver>.<project>.<channel>.evt.sys.deadletter.command for a report it
+// refuses.
+type DeadLetter struct {
+	// Reason says, for a person, what is wrong with the report.
+	Reason string `json:"reason"`
+	// Subject is the report's subject.
+	Subject string `json:"subject"`
+	// Body is the report's body as a string, cut to MaxDeadLetterBody bytes.
+	Body string `json:"body"`
+	// ReceivedAt is when the inbox handled the report (UTC).
+	ReceivedAt time.Time `json:"received_at"`
+	// Source is "inbox".
+	Source string `json:"source"`
+	// The report's ids, when it could be read that far.
+	AgentID     string `json:"agent_id,omitempty"`
+	AgentTurnID string `json:"agent_turn_id,omitempty"`
+	ToolCallID  string `json:"tool_call_id,omitempty"`
+}
+
+// Header values the inbox sets on what it publishes.
+const (
+	msgTypeWakeup     = "wakeup"
+	msgTypeDeadLetter = "deadletter"
+	sender            = "inbox"
+)
+
+// refusal is a permanent problem with a report: it is dead-lettered.
+type refusal struct{ reason string }
+
+func (r *refusal) Error() string { return r.reason }
+
+func refuse(format string, args ...any) error { return &refusal{reason: fmt.Sprintf(format, args...)} }
+
+// handleReport processes one report message to its end: Ack (accepted or
+// duplicate), Term (dead-lettered) or Nak (transient failure, retried).
+func (s *Service) handleReport(m jetstream.Msg) {
+	log := s.log.With("subject", m.Subject())
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("inbox: report handler panic; the report will be redelivered", "panic", r, "stack", string(debug.Stack()))
+			_ = m.NakWithDelay(retryDelay)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.AckWait)
+	defer cancel()
+
+	project, channel := "_", "_"
+	sub, perr := subjects.Parse(m.Subject())
+	if perr == nil && sub.Kind() == subjects.KindInboxReport {
+		project, channel = sub.Project, sub.Channel
+	}
+	log = log.With("project_id", project, "channel_id", channel)
+	if perr != nil || sub.Kind() != subjects.KindInboxReport {
+		s.deadLetter(ctx, log, m, project, channel, nil, fmt.Sprintf("subject %q is not an inbox report subject", m.Subject()))
+		return
+	}
+	rep, err := utp.ParseReport(m.Data())
+	if err == nil {
+		err = checkLengths(rep)
+	}
+	if err != nil {
+		partial := partialReport(m.Data())
+		if partial != nil {
+			log = log.With("agent_id", partial.AgentID, "agent_turn_id", partial.AgentTurnID, "tool_call_id", partial.ToolCallID)
+		}
+		s.deadLetter(ctx, log, m, project, channel, partial, err.Error())
+		return
+	}
+	log = log.With("agent_id", rep.AgentID, "agent_turn_id", rep.AgentTurnID, "tool_call_id", rep.ToolCallID,
+		"turn_epoch", rep.TurnEpoch, "tool_result_card_id", rep.ToolResultCardID)
+
+	if err := s.checkCard(ctx, project, rep); err != nil {
+		var ref *refusal
+		if errors.As(err, &ref) {
+			s.deadLetter(ctx, log, m, project, channel, rep, ref.reason)
+			return
+		}
+		log.Warn("inbox: cannot check the tool.result card; retrying", "err", err)
+		_ = m.NakWithDelay(retryDelay)
+		return
+	}
+
+	traceparent := m.Headers().Get(utp.HeaderTraceparent)
+	if traceparent == "" {
+		traceparent = utp.NewTraceparent()
+		log.Debug("inbox: report has no traceparent; made one", "traceparent", traceparent)
+	}
+	entry, out, err := s.db.insert(project, channel, rep, traceparent)
+	if err != nil {
+		log.Warn("inbox: cannot store the entry; retrying", "err", err)
+		_ = m.NakWithDelay(retryDelay)
+		return
+	}
+	log = log.With("inbox_id", entry.InboxID)
+	switch {
+	case out == outcomeStale:
+		log.Info("inbox: stale report stored; no wakeup", "state", entry.State)
+	case out == outcomeDuplicate && (entry.State != StatePending || entry.WakeupSentAt != nil):
+		log.Debug("inbox: duplicate report acknowledged", "state", entry.State)
+	default:
+		if out == outcomeDuplicate {
+			log.Info("inbox: duplicate report of an entry whose wakeup is not known to be published; publishing it")
+		}
+		if err := s.publishWakeup(ctx, m, entry); err != nil {
+			log.Warn("inbox: cannot publish the wakeup; retrying", "err", err)
+			_ = m.NakWithDelay(retryDelay)
+			return
+		}
+		if err := s.db.markSent(project, entry.InboxID, time.Now()); err != nil {
+			log.Warn("inbox: wakeup published but not recorded; retrying", "err", err)
+			_ = m.NakWithDelay(retryDelay)
+			return
+		}
+		log.Info("inbox: report accepted; wakeup sent", "status", entry.Status, "after_execution", entry.AfterExecution)
+	}
+	if err := m.DoubleAck(ctx); err != nil {
+		// The entry is durable: a redelivery is recognised as a duplicate.
+		log.Warn("inbox: report ack not confirmed; a redelivery will be treated as a duplicate", "err", err)
+	}
+}
+
+// checkLengths bounds the free-form ids a report carries; they become bbolt
+// keys and log fields.
+func checkLengths(r *utp.Report) error {
+	for _, f := range []struct{ name, v string }{
+		{"tool_call_id", r.ToolCallID}, {"agent_turn_id", r.AgentTurnID},
+		{"step_id", r.StepID}, {"tool_name", r.ToolName},
+	} {
+		if len(f.v) > card.MaxIDLen {
+			return fmt.Errorf("%w: %s is longer than %d bytes", utp.ErrInvalidReport, f.name, card.MaxIDLen)
+		}
+	}
+	return nil
+}
+
+// checkCard accepts the report only if its tool_result_card_id names a
+// tool.result card of the project for the same call and turn. A *refusal
+// is permanent; any other error is transient.
+func (s *Service) checkCard(ctx context.Context, project string, rep *utp.Report) error {
+	c, err := s.cfg.Store.Get(ctx, project, rep.ToolResultCardID)
+	if errors.Is(err, cardstore.ErrNotFound) {
+		return refuse("tool_result_card_id %s: no such card in project %s", rep.ToolResultCardID, project)
+	}
+	if err != nil {
+		return fmt.Errorf("cardstore get %s: %w", rep.ToolResultCardID, err)
+	}
+	switch {
+	case c.Type != card.TypeToolResult:
+		return refuse("tool_result_card_id %s: card is of type %q, not %q", rep.ToolResultCardID, c.Type, card.TypeToolResult)
+	case c.ToolCallID != rep.ToolCallID:
+		return refuse("tool_result_card_id %s: card's tool_call_id %q differs from the report's %q", rep.ToolResultCardID, c.ToolCallID, rep.ToolCallID)
+	case c.Metadata.AgentTurnID != rep.AgentTurnID:
+		return refuse("tool_result_card_id %s: card's metadata.agent_turn_id %q differs from the report's agent_turn_id %q",
+			rep.ToolResultCardID, c.Metadata.AgentTurnID, rep.AgentTurnID)
+	}
+	return nil
+}
+
+// publishWakeup publishes the entry's wakeup with JetStream and waits for
+// the PubAck. Nats-Msg-Id makes a re-publish within the stream's duplicate
+// window a no-op.
+func (s *Service) publishWakeup(ctx context.Context, m jetstream.Msg, e *Entry) error {
+	subj, err := subjects.AgentWakeup(s.cfg.Version, e.ProjectID, e.ChannelID, e.AgentID)
+	if err != nil {
+		return fmt.Errorf("wakeup subject: %w", err)
+	}
+	body, err := json.Marshal(utp.Wakeup{
+		AgentID: e.AgentID, InboxID: e.InboxID, Reason: utp.ReasonToolResult,
+		AgentTurnID: e.AgentTurnID, TurnEpoch: e.TurnEpoch, ToolCallID: e.ToolCallID,
+		ToolResultCardID: e.ToolResultCardID, Status: e.Status, AfterExecution: e.AfterExecution,
+		StepID: e.StepID,
+	})
+	if err != nil {
+		return fmt.Errorf("encode wakeup: %w", err)
+	}
+	out := nats.NewMsg(subj.String())
+	out.Data = body
+	h := out.Header
+	h.Set(utp.HeaderTraceparent, e.Traceparent)
+	if in := m.Headers(); in != nil {
+		for _, k := range []string{utp.HeaderTracestate, utp.HeaderRecursionDepth} {
+			if v := in.Get(k); v != "" {
+				h.Set(k, v)
+			}
+		}
+	}
+	h.Set(utp.HeaderProjectID, e.ProjectID)
+	h.Set(utp.HeaderChannelID, e.ChannelID)
+	h.Set(utp.HeaderAgentID, e.AgentID)
+	h.Set(utp.HeaderAgentTurnID, e.AgentTurnID)
+	h.Set(utp.HeaderTurnEpoch, strconv.FormatInt(e.TurnEpoch, 10))
+	h.Set(utp.HeaderToolCallID, e.ToolCallID)
+	if e.StepID != "" {
+		h.Set(utp.HeaderStepID, e.StepID)
+	}
+	setEnvelope(h, msgTypeWakeup, s.cfg.Version)
+	if _, err := s.js.PublishMsg(ctx, out, jetstream.WithMsgID("wakeup-"+e.InboxID)); err != nil {
+		return fmt.Errorf("publish %s: %w", subj, err)
+	}
+	return nil
+}
+
+func setEnvelope(h nats.Header, msgType, ver string) {
+	h.Set(utp.HeaderMsgType, msgType)
+	h.Set(utp.HeaderVersion, ver)
+	h.Set(utp.HeaderSender, sender)
+	h.Set(utp.HeaderTimestamp, time.Now().UTC().Format(time.RFC3339Nano))
+}
+
+// partialReport reads what ids it can from a refused body, for the
+// dead-letter record and the log.
+func partialReport(data []byte) *utp.Report {
+	var r utp.Report
+	if json.Unmarshal(data, &r) != nil {
+		var loose struct {
+			AgentID     any `json:"agent_id"`
+			AgentTurnID any `json:"agent_turn_id"`
+			ToolCallID  any `json:"tool_call_id"`
+		}
+		if json.Unmarshal(data, &loose) != nil {
+			return nil
+		}
+		str := func(v any) string { s, _ := v.(string); return s }
+		r = utp.Report{AgentID: str(loose.AgentID), AgentTurnID: str(loose.AgentTurnID), ToolCallID: str(loose.ToolCallID)}
+	}
+	if len(r.AgentID) > card.MaxIDLen || len(r.AgentTurnID) > card.MaxIDLen || len(r.ToolCallID) > card.MaxIDLen {
+		return nil
+	}
+	return &r
+}
+
+// deadLetter publishes the dead-letter record of a refused report and
+// terminates the message. log already carries the report's ids. When the record cannot be published the report is
+// retried instead: a refused report is never dropped silently.
+func (s *Service) deadLetter(ctx context.Context, log *slog.Logger, m jetstream.Msg, project, channel string, rep *utp.Report, reason string) {
+	rec := DeadLetter{
+		Reason: reason, Subject: m.Subject(), Body: truncateBody(m.Data()),
+		ReceivedAt: time.Now().UTC(), Source: sender,
+	}
+	if rep != nil {
+		rec.AgentID, rec.AgentTurnID, rec.ToolCallID = rep.AgentID, rep.AgentTurnID, rep.ToolCallID
+	}
+	log.Warn("inbox: report refused; dead-lettered", "reason", reason)
+	err := s.publishDeadLetter(ctx, m, project, channel, &rec)
+	if err != nil {
+		log.Warn("inbox: cannot publish the dead-letter record; retrying the report", "err", err)
+		_ = m.NakWithDelay(retryDelay)
+		return
+	}
+	if err := m.Term(); err != nil {
+		log.Warn("inbox: cannot terminate the refused report; it will be redelivered and refused again", "err", err)
+	}
+}
+
+func (s *Service) publishDeadLetter(ctx context.Context, m jetstream.Msg, project, channel string, rec *DeadLetter) error {
+	subj, err := subjects.DeadLetter(s.cfg.Version, project, channel)
+	if err != nil {
+		return fmt.Errorf("dead-letter subject: %w", err)
+	}
+	body, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode dead-letter record: %w", err)
+	}
+	out := nats.NewMsg(subj.String())
+	out.Data = body
+	if tp := m.Headers().Get(utp.HeaderTraceparent); tp != "" {
+		out.Header.Set(utp.HeaderTraceparent, tp)
+	}
+	setEnvelope(out.Header, msgTypeDeadLetter, s.cfg.Version)
+	var opts []jetstream.PublishOpt
+	if md, err := m.Metadata(); err == nil {
+		// A redelivered refusal (Term lost) publishes the same record id.
+		opts = append(opts, jetstream.WithMsgID(fmt.Sprintf("inbox-deadletter-%s-%d", md.Stream, md.Sequence.Stream)))
+	}
+	if _, err := s.js.PublishMsg(ctx, out, opts...); err != nil {
+		return fmt.Errorf("publish %s: %w", subj, err)
+	}
+	return nil
+}
+
+func truncateBody(b []byte) string {
+	if len(b) <= MaxDeadLetterBody {
+		return strings.ToValidUTF8(string(b), "\uFFFD")
+	}
+	return strings.ToValidUTF8(string(b[:MaxDeadLetterBody]), "\uFFFD")
+}

@@ -1,0 +1,286 @@
+package inbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/utpmesh/utpmesh/cardstore/boltstore"
+	"github.com/utpmesh/utpmesh/internal/meshtest"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+const ver = subjects.DefaultVersion
+
+// env is a running mesh: a real nats-server with the streams, a real
+// bbolt CardStore and an inbox Service.
+type env struct {
+	t      *testing.T
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	store  *boltstore.Store
+	path   string
+	cfg    Config
+	svc    *Service
+	client *Client
+}
+
+func newEnv(t *testing.T, concurrency int) *env {
+	t.Helper()
+	srv := meshtest.NATS(t)
+	nc := meshtest.Conn(t, srv)
+	js, err := jetstream.New(nc)
+	must(t, err)
+	ctx := context.Background()
+	must(t, streams.Ensure(ctx, js, ver))
+	store, err := boltstore.Open(filepath.Join(t.TempDir(), "cards.db"))
+	must(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	client, err := NewClient(nc, WithChannel("c1"))
+	must(t, err)
+	e := &env{t: t, nc: nc, js: js, store: store, path: filepath.Join(t.TempDir(), "inbox.db"), client: client}
+	e.cfg = Config{
+		Store: store, Path: e.path, Concurrency: concurrency, AckWait: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	e.start()
+	// Runs before the NATS server shuts down (cleanups run last-in first-out).
+	t.Cleanup(func() {
+		e.stop()
+		checkFile(t, e.path)
+	})
+	return e
+}
+
+func (e *env) start() {
+	e.t.Helper()
+	s, err := New(e.nc, e.cfg)
+	must(e.t, err)
+	must(e.t, s.Start(context.Background()))
+	e.svc = s
+}
+
+func (e *env) stop() {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.svc.Stop(ctx); err != nil {
+		e.t.Errorf("stop: %v", err)
+	}
+}
+
+// testWriter sends log lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
+
+// call is one tool call whose result card is in the store.
+type call struct {
+	project, agent, turn, callID string
+	epoch                        int64
+	card                         *card.Card
+}
+
+func (e *env) putResult(project, agent, turn, callID string, epoch int64) *call {
+	e.t.Helper()
+	content, _ := json.Marshal(card.ToolResultContent{Status: card.StatusSuccess, AfterExecution: card.Suspend, Result: json.RawMessage(`{"ok":true}`)})
+	c := &card.Card{
+		CardID: card.NewID(), ProjectID: project, Type: card.TypeToolResult, AuthorID: "tool-x",
+		Content: content, ToolCallID: callID, CreatedAt: time.Now(),
+		Metadata: card.Metadata{AgentID: agent, AgentTurnID: turn, TurnEpoch: epoch, ToolCallID: callID, StepID: "step-1"},
+	}
+	must(e.t, e.store.Put(context.Background(), c))
+	return &call{project: project, agent: agent, turn: turn, callID: callID, epoch: epoch, card: c}
+}
+
+func (c *call) report() map[string]any {
+	return map[string]any{
+		"tool_call_id": c.callID, "agent_turn_id": c.turn, "turn_epoch": c.epoch, "agent_id": c.agent,
+		"tool_result_card_id": c.card.CardID, "status": "success", "after_execution": "suspend",
+		"step_id": "step-1", "tool_name": "web_search", "unknown_extension": 1,
+	}
+}
+
+// publish sends a report body (a map is JSON-encoded, []byte is sent as is)
+// with JetStream on the project's report subject.
+func (e *env) publish(project string, body any, traceparent string) {
+	e.t.Helper()
+	data, ok := body.([]byte)
+	if !ok {
+		var err error
+		data, err = json.Marshal(body)
+		must(e.t, err)
+	}
+	subj, err := subjects.InboxReport(ver, project, "c1")
+	must(e.t, err)
+	m := nats.NewMsg(subj.String())
+	m.Data = data
+	if traceparent != "" {
+		m.Header.Set(utp.HeaderTraceparent, traceparent)
+	}
+	_, err = e.js.PublishMsg(context.Background(), m)
+	must(e.t, err)
+}
+
+// subscribe opens a core subscription, flushed so it is live on the server.
+func (e *env) subscribe(pattern string) *nats.Subscription {
+	e.t.Helper()
+	sub, err := e.nc.SubscribeSync(pattern)
+	must(e.t, err)
+	must(e.t, e.nc.Flush())
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return sub
+}
+
+func (e *env) wakeups(project, agent string) *nats.Subscription {
+	p, err := subjects.WakeupPattern(ver, project, "*", agent)
+	must(e.t, err)
+	return e.subscribe(p)
+}
+
+func (e *env) deadLetters() *nats.Subscription {
+	return e.subscribe("cg." + ver + ".*.*.evt.sys.deadletter.command")
+}
+
+func next(t *testing.T, sub *nats.Subscription) *nats.Msg {
+	t.Helper()
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("waiting on %s: %v", sub.Subject, err)
+	}
+	return m
+}
+
+func decodeWakeup(t *testing.T, m *nats.Msg) utp.Wakeup {
+	t.Helper()
+	var w utp.Wakeup
+	must(t, json.Unmarshal(m.Data, &w))
+	return w
+}
+
+// settle waits until the inbox consumer has every report handled and
+// acknowledged (or terminated), then flushes the connection so every
+// message the inbox published before is in our subscriptions.
+func (e *env) settle() {
+	e.t.Helper()
+	cons, err := e.js.Consumer(context.Background(), streams.CommandStream(ver), streams.InboxConsumer)
+	must(e.t, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := cons.Info(context.Background())
+		must(e.t, err)
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("inbox consumer not settled: %d pending, %d awaiting ack", info.NumPending, info.NumAckPending)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	must(e.t, e.nc.Flush())
+}
+
+// pendingCount returns how many messages a subscription holds now.
+func pendingCount(t *testing.T, sub *nats.Subscription) int {
+	t.Helper()
+	n, _, err := sub.Pending()
+	must(t, err)
+	return n
+}
+
+func (e *env) list(project string, q ListQuery) []Entry {
+	e.t.Helper()
+	es, err := e.client.List(context.Background(), project, q)
+	must(e.t, err)
+	return es
+}
+
+// checkFile opens the closed inbox file read-only and fails t on any bbolt
+// consistency error (as `bbolt check` does) or any index entry that does
+// not agree with the entries bucket.
+func checkFile(t *testing.T, path string) {
+	t.Helper()
+	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, PreLoadFreelist: true, Timeout: time.Second})
+	if err != nil {
+		t.Errorf("consistency check: open %s: %v", path, err)
+		return
+	}
+	defer b.Close()
+	err = b.View(func(tx *bolt.Tx) error {
+		n := 0
+		for err := range tx.Check() {
+			t.Errorf("consistency check of %s: %v", path, err)
+			n++
+		}
+		if n > 0 {
+			return fmt.Errorf("%d bbolt errors", n)
+		}
+		entries := tx.Bucket(bucketEntries)
+		pendingSeen := 0
+		for _, name := range [][]byte{bucketCalls, bucketAgents, bucketPending} {
+			err := tx.Bucket(name).ForEach(func(k, v []byte) error {
+				found := false
+				_ = entries.ForEach(func(ek, ev []byte) error {
+					var r record
+					if json.Unmarshal(ev, &r) != nil {
+						return fmt.Errorf("entry %q is not JSON", ek)
+					}
+					if r.InboxID == string(v) {
+						found = true
+						if bytes.Equal(name, bucketPending) {
+							pendingSeen++
+							if r.State != StatePending {
+								return fmt.Errorf("pending index names %s in state %s", v, r.State)
+							}
+						}
+					}
+					return nil
+				})
+				if !found {
+					return fmt.Errorf("%s index entry %q names missing entry %s", name, k, v)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		pendingTotal := 0
+		_ = entries.ForEach(func(_, ev []byte) error {
+			var r record
+			if json.Unmarshal(ev, &r) == nil && r.State == StatePending {
+				pendingTotal++
+			}
+			return nil
+		})
+		if pendingTotal != pendingSeen {
+			return fmt.Errorf("%d pending entries but %d in the pending index", pendingTotal, pendingSeen)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("consistency check of %s: %v", path, err)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

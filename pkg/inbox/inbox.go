@@ -1,0 +1,309 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// Sentinel errors. Every error of this package that is about the request
+// (rather than the transport) matches one of them with errors.Is, on both
+// sides of NATS: the Client maps wire codes back through Codes.
+var (
+	// ErrNotFound: no entry with this inbox_id exists in the project asked
+	// for. An entry of another project is also "not found".
+	ErrNotFound = errors.New("inbox: not found")
+	// ErrInvalid: the request breaks a rule (a missing or malformed field,
+	// an unknown state, a negative epoch). The message names what is wrong.
+	ErrInvalid = errors.New("inbox: invalid request")
+	// ErrClosed: the service has been stopped.
+	ErrClosed = errors.New("inbox: closed")
+	// ErrLocked: the inbox file is held open by another process (bbolt
+	// takes an exclusive file lock); New gave up after Config.OpenTimeout.
+	ErrLocked = errors.New("inbox: database file locked by another process")
+	// ErrSchemaVersion: the inbox file has a layout this build cannot read.
+	ErrSchemaVersion = errors.New("inbox: unsupported database schema version")
+)
+
+// ServiceName is the service token of the inbox's svc subjects:
+// cg.<ver>.<project>.<channel>.svc.inbox.<op>.
+const ServiceName = "inbox"
+
+// The svc operations, the last token of the subject.
+const (
+	OpList     = "list"
+	OpGet      = "get"
+	OpAck      = "ack"
+	OpSetEpoch = "set_epoch"
+)
+
+// CodeClosed is the wire code of ErrClosed.
+const CodeClosed = "closed"
+
+// Codes maps the inbox's sentinel errors to svc wire codes and back.
+var Codes = svc.Codes{
+	{Err: ErrNotFound, Code: svc.CodeNotFound},
+	{Err: ErrInvalid, Code: svc.CodeBadRequest},
+	{Err: ErrClosed, Code: CodeClosed},
+}
+
+// Defaults of Config.
+const (
+	DefaultConcurrency = 32
+	DefaultAckWait     = 30 * time.Second
+	DefaultOpenTimeout = 5 * time.Second
+	// MaxList is the default and largest number of entries one List returns.
+	MaxList = 1000
+	// MaxAck is the most inbox ids one Ack takes.
+	MaxAck = 1000
+	// MaxDeadLetterBody is how much of a refused report's body a dead-letter
+	// record keeps.
+	MaxDeadLetterBody = 4096
+)
+
+// Config configures a Service.
+type Config struct {
+	// Version is the protocol version token; default subjects.DefaultVersion.
+	Version string
+	// Store is the CardStore the pointed tool.result cards are checked in.
+	// Required.
+	Store cardstore.Store
+	// Path is the inbox's bbolt file (created, mode 0600, if missing).
+	// Required.
+	Path string
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Concurrency bounds the reports handled at once; default 32.
+	Concurrency int
+	// AckWait is the consumer's ack wait; default 30s. A report not
+	// acknowledged within it is redelivered.
+	AckWait time.Duration
+	// OpenTimeout bounds the wait for the file lock of Path; default 5s.
+	OpenTimeout time.Duration
+}
+
+// Service is the inbox: it consumes reports, keeps entries in bbolt, rings
+// agents' wakeups and serves the svc operations. Create it with New, then
+// Start; Stop releases everything. The local methods (List, Get, Ack,
+// SetEpoch) work between New and Stop, started or not.
+type Service struct {
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	cfg Config
+	log *slog.Logger
+	db  *db
+
+	// mu guards started, stopping, cc, srv and the Add side of wg.
+	mu       sync.Mutex
+	started  bool
+	stopping bool
+	cc       jetstream.ConsumeContext
+	srv      *svc.Server
+	wg       sync.WaitGroup
+	sem      chan struct{}
+	stopCh   chan struct{}
+
+	// baseCtx is the parent of every report handler's context; cancel ends
+	// the handlers still running when Stop's context expires.
+	baseCtx context.Context
+	cancel  context.CancelFunc
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// New validates cfg and opens the inbox file. It does not touch NATS until
+// Start.
+func New(nc *nats.Conn, cfg Config) (*Service, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: inbox.New: nil NATS connection", ErrInvalid)
+	}
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("%w: inbox.New: Config.Store is required", ErrInvalid)
+	}
+	if cfg.Path == "" {
+		return nil, fmt.Errorf("%w: inbox.New: Config.Path (the inbox.db file) is required", ErrInvalid)
+	}
+	if cfg.Version == "" {
+		cfg.Version = subjects.DefaultVersion
+	}
+	if err := subjects.ValidateToken("version", cfg.Version); err != nil {
+		return nil, fmt.Errorf("%w: inbox.New: Config.Version: %v", ErrInvalid, err)
+	}
+	if cfg.Concurrency < 0 || cfg.AckWait < 0 || cfg.OpenTimeout < 0 {
+		return nil, fmt.Errorf("%w: inbox.New: Concurrency (%d), AckWait (%v) and OpenTimeout (%v) must not be negative",
+			ErrInvalid, cfg.Concurrency, cfg.AckWait, cfg.OpenTimeout)
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = DefaultAckWait
+	}
+	if cfg.OpenTimeout == 0 {
+		cfg.OpenTimeout = DefaultOpenTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: jetstream: %w", err)
+	}
+	d, err := openDB(cfg.Path, cfg.OpenTimeout)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Service{
+		nc: nc, js: js, cfg: cfg, db: d,
+		log:     cfg.Logger.With("component", "inbox"),
+		sem:     make(chan struct{}, cfg.Concurrency),
+		stopCh:  make(chan struct{}),
+		baseCtx: ctx, cancel: cancel,
+	}, nil
+}
+
+// Start ensures the durable consumer streams.InboxConsumer on the command
+// stream (which must exist: see streams.Ensure), starts consuming reports
+// and starts serving the svc operations. Start may be called once.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return fmt.Errorf("inbox: Start after Stop: %w", ErrClosed)
+	}
+	if s.started {
+		return errors.New("inbox: already started")
+	}
+	filter, err := subjects.InboxReportPattern(s.cfg.Version)
+	if err != nil {
+		return fmt.Errorf("inbox: %w", err)
+	}
+	// MaxDeliver -1: a report is retried while the store is unavailable;
+	// every permanent problem is dead-lettered and terminated instead.
+	ccfg := streams.ConsumerConfig(streams.InboxConsumer, []string{filter}, s.cfg.AckWait, -1)
+	cons, err := streams.EnsureConsumer(ctx, s.js, s.cfg.Version, ccfg)
+	if err != nil {
+		return fmt.Errorf("inbox: %w", err)
+	}
+	srv, err := svc.NewServer(s.nc, svc.Config{
+		Service: ServiceName, Version: s.cfg.Version, Codes: Codes, Logger: s.cfg.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("inbox: %w", err)
+	}
+	for op, h := range map[string]svc.HandlerFunc{
+		OpList: s.handleList, OpGet: s.handleGet, OpAck: s.handleAck, OpSetEpoch: s.handleSetEpoch,
+	} {
+		if err := srv.Handle(op, h); err != nil {
+			return fmt.Errorf("inbox: %w", err)
+		}
+	}
+	if err := srv.Start(); err != nil {
+		return fmt.Errorf("inbox: %w", err)
+	}
+	cc, err := cons.Consume(s.onMessage,
+		jetstream.PullMaxMessages(s.cfg.Concurrency),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			s.log.Debug("inbox: consume", "err", err)
+		}))
+	if err != nil {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Stop(stopCtx)
+		return fmt.Errorf("inbox: consume %s: %w", streams.InboxConsumer, err)
+	}
+	s.srv, s.cc, s.started = srv, cc, true
+	s.log.Info("inbox: started", "filter", filter, "consumer", streams.InboxConsumer,
+		"service", srv.Subject(), "path", s.cfg.Path, "concurrency", s.cfg.Concurrency)
+	return nil
+}
+
+// onMessage is the Consume callback: it waits for a free handler slot (so
+// at most Concurrency reports are in flight) and hands the report over.
+func (s *Service) onMessage(m jetstream.Msg) {
+	select {
+	case s.sem <- struct{}{}:
+	case <-s.stopCh:
+		_ = m.Nak() // stopping: let another process (or our restart) have it
+		return
+	}
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		<-s.sem
+		_ = m.Nak()
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer func() { <-s.sem; s.wg.Done() }()
+		s.handleReport(m)
+	}()
+}
+
+// Stop stops fetching reports, waits (until ctx ends) for the reports and
+// requests in flight, stops the svc operations and closes the inbox file.
+// Reports still unfinished when ctx ends see their context canceled and
+// are redelivered later. Stop is idempotent: every call returns the first
+// call's result.
+func (s *Service) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() { s.stopErr = s.stop(ctx) })
+	return s.stopErr
+}
+
+func (s *Service) stop(ctx context.Context) error {
+	s.mu.Lock()
+	s.stopping = true
+	close(s.stopCh)
+	cc, srv := s.cc, s.srv
+	s.mu.Unlock()
+
+	var errs []error
+	if cc != nil {
+		cc.Stop()
+		select {
+		case <-cc.Closed():
+		case <-ctx.Done():
+		}
+	}
+	if srv != nil {
+		if err := srv.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.cancel()
+		<-done
+		errs = append(errs, fmt.Errorf("inbox: stopped with reports in flight (they will be redelivered): %w", ctx.Err()))
+	}
+	s.cancel()
+	if err := s.db.close(); err != nil {
+		errs = append(errs, err)
+	}
+	s.log.Info("inbox: stopped", "path", s.cfg.Path)
+	return errors.Join(errs...)
+}
+
+// DB returns the inbox's bbolt database for read-only inspection (tx.Check,
+// tx.WriteTo backups) while the service runs. Writing to it bypasses every
+// rule of the inbox; don't.
+func (s *Service) DB() *bolt.DB { return s.db.bolt }
