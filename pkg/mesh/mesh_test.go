@@ -1,0 +1,124 @@
+package mesh_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/echo"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// TestRestartWithPendingCommands stops a mesh while commands wait for a
+// tool nobody serves, starts it again with the tool, and checks that every
+// command completes: commands, cards and inbox survive the restart.
+func TestRestartWithPendingCommands(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Register echo so the commands are valid, but do not serve it yet.
+	if _, err := m.Registry().Put(ctx, (&worker.Tool{Name: echo.Name, Parameters: json.RawMessage(echo.Parameters), Handler: nil}).Entry("demo")); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(m.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	calls := map[string]bool{}
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("call-%d", i)
+		calls[id] = true
+		content, _ := json.Marshal(card.ToolCallContent{ToolName: "echo", Arguments: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+		cc := &card.Card{CardID: card.NewID(), ProjectID: "demo", Type: card.TypeToolCall, Content: content, ToolCallID: id,
+			CreatedAt: time.Now().UTC(), Metadata: card.Metadata{AgentID: "agent-r", AgentTurnID: "turn-r", TurnEpoch: 1}}
+		if err := m.Cards().Put(ctx, cc); err != nil {
+			t.Fatal(err)
+		}
+		body, _ := json.Marshal(utp.Command{AgentID: "agent-r", AgentTurnID: "turn-r", TurnEpoch: 1, ToolCallID: id,
+			AfterExecution: card.Suspend, ToolCallCardID: cc.CardID})
+		if _, err := js.Publish(ctx, "cg.v1r3.demo.main.cmd.tool.echo", body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	m2, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: quiet, Tools: []worker.Tool{echo.Tool()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Stop(ctx)
+	ic, err := inbox.NewClient(m2.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		entries, err := ic.List(ctx, "demo", inbox.ListQuery{AgentID: "agent-r", State: inbox.StateAll})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) == n {
+			for _, e := range entries {
+				if !calls[e.ToolCallID] || e.Status != card.StatusSuccess {
+					t.Fatalf("entry %+v", e)
+				}
+				rc, err := m2.Cards().Get(ctx, "demo", e.ToolResultCardID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tr, _ := rc.ToolResult(); tr == nil || tr.Status != card.StatusSuccess {
+					t.Fatalf("result card %s", rc.Content)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after restart %d of %d commands completed", len(entries), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestStartValidates(t *testing.T) {
+	ctx := context.Background()
+	if _, err := mesh.Start(ctx, mesh.Config{}); err == nil {
+		t.Fatal("Start without DataDir succeeded")
+	}
+	if _, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "nonsense"}); err == nil {
+		t.Fatal("Start with a bad listen address succeeded")
+	}
+	// A second mesh on the same data directory is refused (locked files),
+	// and the first keeps working.
+	dir := t.TempDir()
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Stop(ctx)
+	if m2, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: quiet}); err == nil {
+		m2.Stop(ctx)
+		t.Fatal("a second mesh on the same data directory started")
+	}
+	if !m.Conn().IsConnected() || m.Conn().Status() != nats.CONNECTED {
+		t.Fatal("first mesh lost its connection")
+	}
+}
