@@ -121,6 +121,9 @@ func (c *Client) Put(ctx context.Context, cards ...*card.Card) error {
 		if cd == nil {
 			return fmt.Errorf("%w: cards[%d] is nil", cardstore.ErrInvalid, i)
 		}
+		if err := cd.Validate(); err != nil {
+			return fmt.Errorf("%w: cards[%d]: %v", cardstore.ErrInvalid, i, err)
+		}
 		if cd.ProjectID != cards[0].ProjectID {
 			return fmt.Errorf("%w: cards[%d] belongs to project %q and cards[0] to %q: one Put over NATS holds one project's cards",
 				cardstore.ErrInvalid, i, cd.ProjectID, cards[0].ProjectID)
