@@ -44,6 +44,8 @@ type Store interface {
 	// with identical canonical bytes is a no-op success; other bytes under the
 	// same id fail with ErrConflict; a second, different tool.result for the
 	// same (project, agent_turn_id, tool_call_id) fails with ErrResultExists.
+	// All cards of one Put belong to one project; mixing projects is
+	// ErrInvalid (a remote Put is scoped by its subject's project).
 	Put(ctx context.Context, cards ...*card.Card) error
 	// Get returns one card of the project, or ErrNotFound.
 	Get(ctx context.Context, projectID, cardID string) (*card.Card, error)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -166,6 +167,9 @@ func ValidateName(field, s string) error {
 func checkIDLen(field, s string) error {
 	if len(s) > MaxIDLen {
 		return fmt.Errorf("%w: %s is longer than %d bytes", ErrInvalid, field, MaxIDLen)
+	}
+	if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
+		return fmt.Errorf("%w: %s %q must be valid UTF-8 without NUL", ErrInvalid, field, s)
 	}
 	return nil
 }

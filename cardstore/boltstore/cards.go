@@ -1,0 +1,356 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/card"
+)
+
+// putCard is one card of a Put, validated and encoded before it reaches the
+// committer.
+type putCard struct {
+	id, project string
+	key         []byte // cards bucket key
+	data        []byte // canonical encoding
+	dup         bool   // an identical card appears earlier in the same Put
+	turn        string // metadata.agent_turn_id, or ""
+	call        string // tool_call_id of a tool.result, for messages
+	turnPrefix  []byte // turns index prefix, nil without a turn
+	resultKey   []byte // results index key, nil unless a tool.result
+}
+
+// Put stores cards atomically; see cardstore.Store. All cards of one Put
+// must belong to one project (as over NATS, where the subject names the
+// project); mixing projects is ErrInvalid. Validation and
+// encoding happen in the caller's goroutine; only the checks against
+// stored data and the writes run in the (shared) transaction. A Put of no
+// cards succeeds and writes nothing.
+func (s *Store) Put(ctx context.Context, cards ...*card.Card) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if s.closing.Load() {
+		return cardstore.ErrClosed
+	}
+	if len(cards) > cardstore.MaxBatch {
+		return fmt.Errorf("%w: put of %d cards exceeds the batch limit of %d", cardstore.ErrTooLarge, len(cards), cardstore.MaxBatch)
+	}
+	if len(cards) == 0 {
+		return nil
+	}
+	pcs, size, err := s.preparePut(cards)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, size, func(b *buckets) error { return applyPut(b, pcs) })
+}
+
+// preparePut validates and encodes the cards of a Put and checks them
+// against each other.
+func (s *Store) preparePut(cards []*card.Card) ([]putCard, int, error) {
+	pcs := make([]putCard, len(cards))
+	byKey := make(map[string]int, len(cards))
+	results := make(map[string]int)
+	size := 0
+	for i, c := range cards {
+		if err := c.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("%w: card %d of %d: %w", cardstore.ErrInvalid, i+1, len(cards), err)
+		}
+		if c.ProjectID != cards[0].ProjectID {
+			return nil, 0, invalid("cards[%d] belongs to project %q and cards[0] to %q: one Put holds one project's cards", i, c.ProjectID, cards[0].ProjectID)
+		}
+		pc := putCard{id: c.CardID, project: c.ProjectID, key: cardKey(c.ProjectID, c.CardID)}
+		if t := c.Metadata.AgentTurnID; t != "" {
+			if err := checkKeyPart("metadata.agent_turn_id", t); err != nil {
+				return nil, 0, fmt.Errorf("card %s: %w", c.CardID, err)
+			}
+			pc.turn, pc.turnPrefix = t, turnPrefix(c.ProjectID, t)
+		}
+		if c.Type == card.TypeToolResult {
+			if err := checkKeyPart("tool_call_id", c.ToolCallID); err != nil {
+				return nil, 0, fmt.Errorf("card %s: %w", c.CardID, err)
+			}
+			pc.call = c.ToolCallID
+			pc.resultKey = resultKey(c.ProjectID, c.Metadata.AgentTurnID, c.ToolCallID)
+		}
+		data, err := card.Encode(c)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: card %s: %w", cardstore.ErrInvalid, c.CardID, err)
+		}
+		if len(data) > s.cfg.maxCardBytes {
+			return nil, 0, fmt.Errorf("%w: card %s is %d bytes encoded, more than the limit of %d", cardstore.ErrTooLarge, c.CardID, len(data), s.cfg.maxCardBytes)
+		}
+		pc.data = data
+		if j, ok := byKey[string(pc.key)]; ok {
+			if !bytes.Equal(pcs[j].data, data) {
+				return nil, 0, fmt.Errorf("%w: card %s appears twice in one put with different bytes", cardstore.ErrConflict, c.CardID)
+			}
+			pc.dup = true
+		} else {
+			byKey[string(pc.key)] = i
+		}
+		if pc.resultKey != nil {
+			if j, ok := results[string(pc.resultKey)]; ok && pcs[j].id != pc.id {
+				return nil, 0, fmt.Errorf("%w: cards %s and %s of one put are both the tool.result of agent_turn_id %q, tool_call_id %q in project %s",
+					cardstore.ErrResultExists, pcs[j].id, pc.id, c.Metadata.AgentTurnID, c.ToolCallID, c.ProjectID)
+			}
+			results[string(pc.resultKey)] = i
+		}
+		pcs[i] = pc
+		size += len(data)
+	}
+	return pcs, size, nil
+}
+
+// applyPut checks every card against the stored data, then writes the new
+// ones and their index entries.
+func applyPut(b *buckets, pcs []putCard) error {
+	skip := make([]bool, len(pcs))
+	for i := range pcs {
+		pc := &pcs[i]
+		if pc.dup {
+			skip[i] = true
+			continue
+		}
+		if old := b.cards.Get(pc.key); old != nil {
+			if !bytes.Equal(old, pc.data) {
+				return fmt.Errorf("%w: card %s already exists in project %s with other bytes (cards are immutable)", cardstore.ErrConflict, pc.id, pc.project)
+			}
+			skip[i] = true // idempotent repeat: no new index entries either
+			continue
+		}
+		if pc.resultKey != nil {
+			if old := b.results.Get(pc.resultKey); old != nil && string(old) != pc.id {
+				return fmt.Errorf("%w: agent_turn_id %q, tool_call_id %q in project %s already has result card %s; card %s refused",
+					cardstore.ErrResultExists, pc.turn, pc.call, pc.project, old, pc.id)
+			}
+		}
+	}
+	for i := range pcs {
+		if skip[i] {
+			continue
+		}
+		pc := &pcs[i]
+		if err := b.cards.Put(pc.key, pc.data); err != nil {
+			return dirty(fmt.Errorf("boltstore: write card %s: %w", pc.id, err))
+		}
+		if pc.turnPrefix != nil {
+			seq, err := b.turns.NextSequence()
+			if err != nil {
+				return dirty(fmt.Errorf("boltstore: index card %s: %w", pc.id, err))
+			}
+			if err := b.turns.Put(turnKey(pc.turnPrefix, seq), []byte(pc.id)); err != nil {
+				return dirty(fmt.Errorf("boltstore: index card %s: %w", pc.id, err))
+			}
+		}
+		if pc.resultKey != nil {
+			if err := b.results.Put(pc.resultKey, []byte(pc.id)); err != nil {
+				return dirty(fmt.Errorf("boltstore: index result card %s: %w", pc.id, err))
+			}
+		}
+	}
+	return nil
+}
+
+// decodeCard parses a stored card. Stored cards were validated when
+// written, so this only parses.
+func decodeCard(data []byte) (*card.Card, error) {
+	var c card.Card
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("boltstore: stored card is corrupt: %w", err)
+	}
+	return &c, nil
+}
+
+// decodeAll decodes cards copied out of a read transaction. Decoding
+// after the transaction keeps it short: JSON decoding, not bbolt, is what
+// a big ListTurn spends its time on, and a long read transaction would
+// hold up a writer that needs to grow the memory map.
+func decodeAll(raw [][]byte, ids []string) ([]*card.Card, error) {
+	out := make([]*card.Card, len(raw))
+	for i, data := range raw {
+		c, err := decodeCard(data)
+		if err != nil {
+			return nil, fmt.Errorf("card %s: %w", ids[i], err)
+		}
+		out[i] = c
+	}
+	return out, nil
+}
+
+// Get returns one card of the project, or an error wrapping
+// cardstore.ErrNotFound.
+func (s *Store) Get(ctx context.Context, projectID, cardID string) (*card.Card, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkProject(projectID); err != nil {
+		return nil, err
+	}
+	if err := checkCardID("card_id", cardID); err != nil {
+		return nil, err
+	}
+	var c *card.Card
+	err := s.view(func(b *buckets) error {
+		data := b.cards.Get(cardKey(projectID, cardID))
+		if data == nil {
+			return fmt.Errorf("%w: card %s in project %s", cardstore.ErrNotFound, cardID, projectID)
+		}
+		var err error
+		c, err = decodeCard(data)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// GetMany returns the cards of the project with the given ids, in request
+// order with duplicates removed; ids with no card are in Missing (also
+// deduplicated). A malformed id is an ErrInvalid error, not a missing card.
+func (s *Store) GetMany(ctx context.Context, projectID string, cardIDs []string) (*cardstore.GetManyResult, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkProject(projectID); err != nil {
+		return nil, err
+	}
+	if len(cardIDs) > cardstore.MaxBatch {
+		return nil, fmt.Errorf("%w: get of %d cards exceeds the batch limit of %d", cardstore.ErrTooLarge, len(cardIDs), cardstore.MaxBatch)
+	}
+	ids := make([]string, 0, len(cardIDs))
+	seen := make(map[string]bool, len(cardIDs))
+	for i, id := range cardIDs {
+		if err := checkCardID(fmt.Sprintf("card_ids[%d]", i), id); err != nil {
+			return nil, err
+		}
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	res := &cardstore.GetManyResult{Missing: []string{}}
+	found := make([]string, 0, len(ids))
+	raw := make([][]byte, 0, len(ids))
+	err := s.view(func(b *buckets) error {
+		for _, id := range ids {
+			data := b.cards.Get(cardKey(projectID, id))
+			if data == nil {
+				res.Missing = append(res.Missing, id)
+				continue
+			}
+			found = append(found, id)
+			raw = append(raw, bytes.Clone(data)) // data lives only as long as the tx
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if res.Cards, err = decodeAll(raw, found); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// ListTurn returns one page of a turn's cards in write order. Limit 0 or
+// above cardstore.MaxPage means MaxPage; a negative Limit is ErrInvalid.
+// Next is the write sequence of the page's last card when more cards
+// follow, else 0.
+func (s *Store) ListTurn(ctx context.Context, req cardstore.ListTurnRequest) (*cardstore.ListTurnResult, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkProject(req.ProjectID); err != nil {
+		return nil, err
+	}
+	if err := checkKeyPart("agent_turn_id", req.AgentTurnID); err != nil {
+		return nil, err
+	}
+	limit := req.Limit
+	switch {
+	case limit < 0:
+		return nil, invalid("limit %d is negative", limit)
+	case limit == 0 || limit > cardstore.MaxPage:
+		limit = cardstore.MaxPage
+	}
+	res := &cardstore.ListTurnResult{}
+	prefix := turnPrefix(req.ProjectID, req.AgentTurnID)
+	var found []string
+	var raw [][]byte
+	err := s.view(func(b *buckets) error {
+		cur := b.turns.Cursor()
+		start := turnKey(prefix, req.After)
+		k, v := cur.Seek(start)
+		if k != nil && bytes.Equal(k, start) {
+			k, v = cur.Next() // After is exclusive
+		}
+		var last uint64
+		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = cur.Next() {
+			if len(k) != len(prefix)+8 {
+				continue // cannot happen: turn ids hold no NUL
+			}
+			if len(raw) == limit {
+				res.Next = last // more follow
+				return nil
+			}
+			id := string(v)
+			data := b.cards.Get(cardKey(req.ProjectID, id))
+			if data == nil {
+				return fmt.Errorf("boltstore: turns index of agent_turn_id %q in project %s names card %s, which is missing", req.AgentTurnID, req.ProjectID, id)
+			}
+			found = append(found, id)
+			raw = append(raw, bytes.Clone(data)) // data lives only as long as the tx
+			last = binary.BigEndian.Uint64(k[len(prefix):])
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if res.Cards, err = decodeAll(raw, found); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// FindToolResult returns the tool.result card of (agentTurnID, toolCallID)
+// in the project, or an error wrapping cardstore.ErrNotFound.
+func (s *Store) FindToolResult(ctx context.Context, projectID, agentTurnID, toolCallID string) (*card.Card, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkProject(projectID); err != nil {
+		return nil, err
+	}
+	if err := checkKeyPart("agent_turn_id", agentTurnID); err != nil {
+		return nil, err
+	}
+	if err := checkKeyPart("tool_call_id", toolCallID); err != nil {
+		return nil, err
+	}
+	var c *card.Card
+	err := s.view(func(b *buckets) error {
+		id := b.results.Get(resultKey(projectID, agentTurnID, toolCallID))
+		if id == nil {
+			return fmt.Errorf("%w: no tool.result for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, agentTurnID, toolCallID, projectID)
+		}
+		data := b.cards.Get(cardKey(projectID, string(id)))
+		if data == nil {
+			return fmt.Errorf("boltstore: results index names card %s in project %s, which is missing", id, projectID)
+		}
+		var err error
+		c, err = decodeCard(data)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}

@@ -1,0 +1,122 @@
+package boltstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+)
+
+// claimRecord is a claim as stored in the claims bucket.
+type claimRecord struct {
+	Holder    string    `json:"holder"`
+	Token     uint64    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// loadClaim reads the claim under key, or returns nil.
+func loadClaim(b *buckets, key []byte, req string) (*claimRecord, error) {
+	data := b.claims.Get(key)
+	if data == nil {
+		return nil, nil
+	}
+	var rec claimRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, fmt.Errorf("boltstore: stored claim %s is corrupt: %w", req, err)
+	}
+	return &rec, nil
+}
+
+// Claim acquires, renews or takes over a lease; see cardstore.ClaimRequest.
+// Expiry is judged by the store clock when the request's transaction runs.
+// When another live holder has the claim the error wraps a
+// *cardstore.ClaimHeldError.
+func (s *Store) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardstore.Claim, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkProject(req.ProjectID); err != nil {
+		return nil, err
+	}
+	if err := checkClaimString("key", req.Key); err != nil {
+		return nil, err
+	}
+	if err := checkClaimString("holder", req.Holder); err != nil {
+		return nil, err
+	}
+	if req.Lease < cardstore.MinLease || req.Lease > cardstore.MaxLease {
+		return nil, invalid("lease %v is outside %v..%v", req.Lease, cardstore.MinLease, cardstore.MaxLease)
+	}
+	key := join(0, req.ProjectID, req.Key)
+	name := fmt.Sprintf("on key %q in project %s", req.Key, req.ProjectID)
+	var out *cardstore.Claim
+	err := s.write(ctx, 64+len(key)+len(req.Holder), func(b *buckets) error {
+		out = nil
+		rec, err := loadClaim(b, key, name)
+		if err != nil {
+			return err
+		}
+		now := s.cfg.clock().UTC()
+		c := &cardstore.Claim{ProjectID: req.ProjectID, Key: req.Key, Holder: req.Holder, ExpiresAt: now.Add(req.Lease)}
+		switch {
+		case rec == nil:
+			c.Token = 1
+		case rec.Holder == req.Holder:
+			c.Token = rec.Token // renewal (even of a lapsed lease nobody took)
+		case now.Before(rec.ExpiresAt):
+			return fmt.Errorf("%w: key %q in project %s", &cardstore.ClaimHeldError{Holder: rec.Holder, ExpiresAt: rec.ExpiresAt}, req.Key, req.ProjectID)
+		default:
+			c.Token, c.TakenOver, c.PreviousHolder = rec.Token+1, true, rec.Holder
+		}
+		data, err := json.Marshal(&claimRecord{Holder: c.Holder, Token: c.Token, ExpiresAt: c.ExpiresAt})
+		if err != nil {
+			return fmt.Errorf("boltstore: encode claim %s: %w", name, err)
+		}
+		if err := b.claims.Put(key, data); err != nil {
+			return dirty(fmt.Errorf("boltstore: write claim %s: %w", name, err))
+		}
+		out = c
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Release deletes the claim if holder holds it, expired or not; otherwise
+// it fails with an error wrapping cardstore.ErrClaimLost.
+func (s *Store) Release(ctx context.Context, projectID, key, holder string) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if err := checkProject(projectID); err != nil {
+		return err
+	}
+	if err := checkClaimString("key", key); err != nil {
+		return err
+	}
+	if err := checkClaimString("holder", holder); err != nil {
+		return err
+	}
+	k := join(0, projectID, key)
+	name := fmt.Sprintf("on key %q in project %s", key, projectID)
+	return s.write(ctx, 64+len(k), func(b *buckets) error {
+		rec, err := loadClaim(b, k, name)
+		if err != nil {
+			return err
+		}
+		if rec == nil {
+			return fmt.Errorf("%w: %s has no claim %s", cardstore.ErrClaimLost, holder, name)
+		}
+		if rec.Holder != holder {
+			return fmt.Errorf("%w: the claim %s belongs to %s, not %s", cardstore.ErrClaimLost, name, rec.Holder, holder)
+		}
+		if err := b.claims.Delete(k); err != nil {
+			return dirty(fmt.Errorf("boltstore: delete claim %s: %w", name, err))
+		}
+		return nil
+	})
+}

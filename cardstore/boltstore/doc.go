@@ -1,0 +1,118 @@
+// Package boltstore is the local cardstore.Store: cards, boxes and claims
+// in one bbolt file, written with group commit so that many concurrent
+// writers share one fsync.
+//
+//	s, err := boltstore.Open("/var/lib/utpmesh/cards.db")
+//	if err != nil {
+//		return err // ErrLocked when another process has the file
+//	}
+//	defer s.Close()
+//
+// Every rule of the cardstore package holds (immutability, one result per
+// call, project isolation, atomic puts, durable writes); cardstore/storetest
+// is the suite that checks them, and this package runs it with group commit
+// on and off.
+//
+// # Durability
+//
+// The file is opened with fsync on (bbolt's NoSync is never set), mode
+// 0600, the hash-map freelist, and a lock timeout (5s by default,
+// WithOpenTimeout): a second process opening the same file gets ErrLocked
+// rather than hanging. A write method returns nil only after the bbolt
+// transaction holding it has committed and fsync'd.
+//
+// # Group commit
+//
+// Put, CreateBox, AppendBox, Claim and Release are write requests. A
+// request that finds the store idle commits at once, in the caller's
+// goroutine: there is no batching delay (bbolt's own DB.Batch waits up to
+// 10 ms for company; it is not used) and a lone writer pays no goroutine
+// hand-off. Requests that arrive while a commit is in flight queue up; when
+// it ends, one committer goroutine commits everything queued (at most 256
+// requests, or until 16 MiB of card bytes) in one transaction, and repeats
+// until the queue is empty. So the number of fsyncs grows with the commit
+// rate the disk allows, not with the number of writers.
+//
+// Requests that share a transaction stay independent. Each one checks
+// everything that can fail (conflicts, results, held claims, missing
+// cards) before it writes anything, so a request that fails leaves no
+// trace and the others commit; a request that fails after it started
+// writing (which needs an I/O or internal error) makes the committer roll
+// the transaction back and run the others again without it. Only when the
+// commit itself fails (a disk error) do all its requests get that error.
+// Requests in one transaction see each other's writes in queue order: two
+// different results for one tool call in one transaction are still one
+// success and one ErrResultExists.
+//
+// Validation and canonical encoding (card.Encode) of a Put run in the
+// caller's goroutine before the request is queued; only the checks against
+// stored data and the writes run in the shared transaction.
+//
+// Cancellation: a request whose context ends while it is queued returns
+// ctx.Err() and is skipped; once its transaction has started it completes
+// and reports the real outcome. Close refuses new requests with
+// cardstore.ErrClosed, waits for every request already accepted to be
+// committed, then closes the file; it is idempotent.
+//
+// WithGroupCommit(false) runs every write request in a transaction of its
+// own (bbolt serialises them); it exists to measure what group commit
+// gains.
+//
+// Reads (Get, GetMany, ListTurn, FindToolResult, GetBox) run in bbolt read
+// transactions, concurrently with each other and with the writer. They
+// copy the stored bytes out and decode after the transaction ends, which
+// keeps read transactions short.
+//
+// # File layout (schema version 1)
+//
+// Every key starts with the project id and a 0x00 byte. Project ids cannot
+// contain 0x00 (card.ValidateName), and the store refuses agent_turn_id and
+// tool_call_id values that contain 0x00 or are not valid UTF-8
+// (ErrInvalid), so every key splits one way only. Buckets:
+//
+//	cards    project 0x00 card_id                          -> canonical card JSON (card.Encode)
+//	turns    project 0x00 agent_turn_id 0x00 seq (8 bytes) -> card_id
+//	results  project 0x00 agent_turn_id 0x00 tool_call_id  -> card_id of the tool.result
+//	boxes    project 0x00 box_id                           -> card.Box JSON
+//	claims   project 0x00 key                              -> {"holder","token","expires_at"} JSON
+//	meta     "schema_version"                              -> "1"
+//
+// seq is the big-endian write sequence, from the turns bucket's
+// NextSequence: one counter for the whole file, taken in write order, so a
+// turn's entries sort in write order and cards of one Put keep their order.
+// Every card with metadata.agent_turn_id (tool.call and tool.result always
+// have one) gets a turns entry; a tool.result also gets its results entry.
+// A repeated put of an identical card writes nothing, index entries
+// included.
+//
+// ListTurn's cursor is this sequence: Next is the sequence of the page's
+// last card when more cards follow, and 0 on the last page. Cursors stay
+// valid for the life of the file.
+//
+// Open refuses (ErrSchemaVersion) a file whose meta bucket names another
+// schema version, and a bbolt file without a meta bucket that has other
+// buckets. DB exposes the bbolt handle for consistency checks (tx.Check)
+// and hot backups (tx.WriteTo) in read-only transactions.
+//
+// # Claims and boxes
+//
+// Lease expiry is judged by the store clock (WithClock, default time.Now)
+// at the moment the claim's transaction runs, not when the request was
+// made. Box created_at and updated_at come from the same clock. Boxes are
+// stored whole: an append rewrites the box, so a box near MaxBoxCards
+// costs about 600 KiB per append.
+//
+// # Caveats
+//
+//   - One process per file: bbolt holds an exclusive lock while the store
+//     is open. Serve the store to other processes over NATS
+//     (cardstore/natsstore).
+//   - The card size limit (WithMaxCardBytes) can only be lowered below
+//     cardstore.DefaultMaxCardBytes, never raised: cards must fit in one
+//     NATS message.
+//   - Release deletes the claim, so the next claim on the key starts again
+//     at Token 1 (as cardstore.ClaimRequest specifies); fencing tokens only
+//     grow across take-overs, not across release and re-claim.
+//   - Free pages are reused but the file never shrinks; compact offline
+//     with `bbolt compact` if needed.
+package boltstore

@@ -1,0 +1,307 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+)
+
+// Errors of Open. Errors of the Store methods wrap the cardstore sentinels.
+var (
+	// ErrLocked: another process (or another Store in this process) has the
+	// data file open; bbolt allows one writer per file.
+	ErrLocked = errors.New("boltstore: data file is locked by another process")
+	// ErrSchemaVersion: the file was written by a version of boltstore with
+	// another layout, or is a bbolt file of some other program.
+	ErrSchemaVersion = errors.New("boltstore: unknown schema version")
+)
+
+// schemaVersion is the layout described in the package documentation.
+const schemaVersion = "1"
+
+// Bucket and meta key names; see the package documentation.
+var (
+	bucketCards   = []byte("cards")
+	bucketTurns   = []byte("turns")
+	bucketResults = []byte("results")
+	bucketBoxes   = []byte("boxes")
+	bucketClaims  = []byte("claims")
+	bucketMeta    = []byte("meta")
+	allBuckets    = [][]byte{bucketCards, bucketTurns, bucketResults, bucketBoxes, bucketClaims, bucketMeta}
+
+	metaSchemaVersion = []byte("schema_version")
+)
+
+// defaultOpenTimeout is how long Open waits for the file lock.
+const defaultOpenTimeout = 5 * time.Second
+
+// config is what the options set.
+type config struct {
+	maxCardBytes int
+	clock        func() time.Time
+	groupCommit  bool
+	logger       *slog.Logger
+	openTimeout  time.Duration
+}
+
+// Option configures Open. An option whose argument is out of range makes
+// Open fail with an error wrapping cardstore.ErrInvalid.
+type Option func(*config) error
+
+// WithMaxCardBytes lowers the limit on one card's canonical encoding
+// (default cardstore.DefaultMaxCardBytes, which is also the maximum: cards
+// must fit in one NATS message). n must be positive.
+func WithMaxCardBytes(n int) Option {
+	return func(c *config) error {
+		if n <= 0 || n > cardstore.DefaultMaxCardBytes {
+			return fmt.Errorf("%w: WithMaxCardBytes(%d): must be between 1 and %d", cardstore.ErrInvalid, n, cardstore.DefaultMaxCardBytes)
+		}
+		c.maxCardBytes = n
+		return nil
+	}
+}
+
+// WithClock sets the store clock, which judges lease expiry and stamps box
+// times (default time.Now). Tests use it to move time by hand.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) error {
+		if now == nil {
+			return fmt.Errorf("%w: WithClock(nil): a clock function is required", cardstore.ErrInvalid)
+		}
+		c.clock = now
+		return nil
+	}
+}
+
+// WithGroupCommit turns group commit on (the default) or off. Off, every
+// write call runs its own bbolt transaction and fsync; it exists to measure
+// what group commit gains.
+func WithGroupCommit(enabled bool) Option {
+	return func(c *config) error {
+		c.groupCommit = enabled
+		return nil
+	}
+}
+
+// WithLogger sets where the store logs failed commits and recovered
+// internal errors (Error level) and commit sizes (Debug level). The default
+// discards everything.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: WithLogger(nil): a logger is required (use slog.New(slog.DiscardHandler) to discard)", cardstore.ErrInvalid)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithOpenTimeout sets how long Open waits for the lock on a data file that
+// another process holds before failing with ErrLocked (default 5s). d must
+// be positive: waiting forever is never what a service wants.
+func WithOpenTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: WithOpenTimeout(%v): must be positive", cardstore.ErrInvalid, d)
+		}
+		c.openTimeout = d
+		return nil
+	}
+}
+
+// Store is a cardstore.Store kept in one bbolt file. Create it with Open;
+// every method is safe for concurrent use.
+type Store struct {
+	db   *bolt.DB
+	cfg  config
+	path string
+
+	// mu guards closed and, with group commit, queue and busy. A write
+	// joins inflight under mu while closed is false, so Close, after it
+	// sets closed, can wait for every accepted write.
+	mu       sync.Mutex
+	closed   bool
+	inflight sync.WaitGroup
+	// closing is closed's lock-free twin for the read path.
+	closing atomic.Bool
+
+	// Group commit (see runCommitter).
+	queue         []*request    // requests waiting for the next transaction
+	busy          bool          // a commit is in flight or the committer is draining
+	kick          chan struct{} // wakes the committer; capacity 1
+	committerDone chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ cardstore.Store = (*Store)(nil)
+
+// Open opens (creating it if needed, mode 0600) the store file at path.
+// It fails with ErrLocked when another process has the file open, and with
+// ErrSchemaVersion when the file has another layout.
+func Open(path string, opts ...Option) (*Store, error) {
+	cfg := config{
+		maxCardBytes: cardstore.DefaultMaxCardBytes,
+		clock:        time.Now,
+		groupCommit:  true,
+		logger:       slog.New(slog.DiscardHandler),
+		openTimeout:  defaultOpenTimeout,
+	}
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: boltstore.Open: option %d is nil", cardstore.ErrInvalid, i)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if path == "" {
+		return nil, fmt.Errorf("%w: boltstore.Open: path is required", cardstore.ErrInvalid)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:      cfg.openTimeout,
+		FreelistType: bolt.FreelistMapType,
+		NoSync:       false, // every commit is fsync'd: a nil return means on disk
+	})
+	if err != nil {
+		if errors.Is(err, berrors.ErrTimeout) {
+			return nil, fmt.Errorf("boltstore: open %s: %w (gave up after %v)", path, ErrLocked, cfg.openTimeout)
+		}
+		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+	}
+	if err := initSchema(db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+	}
+	s := &Store{db: db, cfg: cfg, path: path}
+	if cfg.groupCommit {
+		s.kick = make(chan struct{}, 1)
+		s.committerDone = make(chan struct{})
+		go s.runCommitter()
+	}
+	return s, nil
+}
+
+// initSchema creates the buckets of a new file, or checks those of an
+// existing one.
+func initSchema(db *bolt.DB) error {
+	var fresh bool
+	err := db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			var foreign []string
+			_ = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+				foreign = append(foreign, string(name))
+				return nil
+			})
+			if len(foreign) > 0 {
+				return fmt.Errorf("%w: file has no %q bucket but has buckets %q: not a boltstore file", ErrSchemaVersion, bucketMeta, foreign)
+			}
+			fresh = true
+			return nil
+		}
+		if v := meta.Get(metaSchemaVersion); string(v) != schemaVersion {
+			return fmt.Errorf("%w: file has schema version %q, this build reads %q", ErrSchemaVersion, v, schemaVersion)
+		}
+		for _, name := range allBuckets {
+			if tx.Bucket(name) == nil {
+				return fmt.Errorf("%w: schema version %s file lacks bucket %q", ErrSchemaVersion, schemaVersion, name)
+			}
+		}
+		return nil
+	})
+	if err != nil || !fresh {
+		return err
+	}
+	return db.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("create bucket %q: %w", name, err)
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(metaSchemaVersion, []byte(schemaVersion))
+	})
+}
+
+// Close commits every write request queued before it, then closes the
+// file. Later calls of any method fail with cardstore.ErrClosed. Close is
+// idempotent: every call returns the first call's result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.closing.Store(true)
+		s.mu.Unlock()
+		s.inflight.Wait() // every accepted write has its answer
+		if s.kick != nil {
+			close(s.kick) // the committer finishes its drain, then exits
+			<-s.committerDone
+		}
+		if err := s.db.Close(); err != nil {
+			s.closeErr = fmt.Errorf("boltstore: close %s: %w", s.path, err)
+		}
+	})
+	return s.closeErr
+}
+
+// DB returns the underlying bbolt database, for consistency checks
+// (tx.Check) and hot backups (tx.WriteTo) in read-only transactions.
+// Writing to it bypasses every rule of the store; don't.
+func (s *Store) DB() *bolt.DB { return s.db }
+
+// buckets are the store's buckets within one transaction.
+type buckets struct {
+	cards, turns, results, boxes, claims *bolt.Bucket
+}
+
+// openBuckets returns the buckets of tx; Open made sure they exist, so an
+// error here means someone changed the file behind the store's back.
+func openBuckets(tx *bolt.Tx) (*buckets, error) {
+	b := &buckets{
+		cards:   tx.Bucket(bucketCards),
+		turns:   tx.Bucket(bucketTurns),
+		results: tx.Bucket(bucketResults),
+		boxes:   tx.Bucket(bucketBoxes),
+		claims:  tx.Bucket(bucketClaims),
+	}
+	if b.cards == nil || b.turns == nil || b.results == nil || b.boxes == nil || b.claims == nil {
+		return nil, errors.New("boltstore: a bucket is missing from the data file (was it modified through DB()?)")
+	}
+	return b, nil
+}
+
+// view runs a read-only transaction.
+func (s *Store) view(fn func(b *buckets) error) error {
+	if s.closing.Load() {
+		return cardstore.ErrClosed
+	}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b, err := openBuckets(tx)
+		if err != nil {
+			return err
+		}
+		return fn(b)
+	})
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return fmt.Errorf("%w: %w", cardstore.ErrClosed, err)
+	}
+	return err
+}
+
+// checkCtx is the first thing every method does.
+func checkCtx(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: context is nil", cardstore.ErrInvalid)
+	}
+	return ctx.Err()
+}

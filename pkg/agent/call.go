@@ -1,0 +1,425 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// Values the Client writes on what it produces.
+const (
+	// RoleAssistant is the metadata.role of the tool.call cards.
+	RoleAssistant = "assistant"
+	// MsgTypeToolCall is the CG-Msg-Type header of a tool command.
+	MsgTypeToolCall = "tool_call"
+)
+
+// CallRequest is one tool call.
+type CallRequest struct {
+	// ToolName is the registry name of the tool. Required.
+	ToolName string
+	// Arguments are the call's parameters, a JSON object; nil means {}.
+	Arguments json.RawMessage
+	// AgentTurnID is the turn making the call. Required.
+	AgentTurnID string
+	// TurnEpoch is the turn's current epoch (≥ 0).
+	TurnEpoch int64
+	// StepID is the reasoning step; default a new UUIDv7. Calls of one step
+	// (parallel tool calls) should share it.
+	StepID string
+	// ParentStepID is the step that caused this one (optional).
+	ParentStepID string
+	// ToolCallID identifies the call within the turn; default card.NewID().
+	// Reusing the id of an earlier call of the turn is idempotent: the
+	// worker answers with the existing result.
+	ToolCallID string
+	// AfterExecution overrides the registry entry's after_execution.
+	AfterExecution card.AfterExecution
+	// Traceparent is the W3C trace context of the call; default the one in
+	// ctx (ContextWithTraceparent), else a new one.
+	Traceparent string
+}
+
+// Pending identifies a dispatched call: what a runtime that parks the turn
+// keeps to match the wakeup later.
+type Pending struct {
+	AgentTurnID    string
+	TurnEpoch      int64
+	StepID         string
+	ToolCallID     string
+	ToolCallCardID string
+	ToolName       string
+	// TargetSubject is the subject the command was published on.
+	TargetSubject string
+	// AfterExecution is the value the command carried.
+	AfterExecution card.AfterExecution
+	// Traceparent is the command's trace context.
+	Traceparent string
+}
+
+// Outcome is the result of a Call.
+type Outcome struct {
+	// Call identifies the call.
+	Call Pending
+	// Wakeup is the inbox's wakeup (or the equivalent inbox entry, when the
+	// result was found by reading the inbox).
+	Wakeup utp.Wakeup
+	// ResultCard is the tool.result card.
+	ResultCard *card.Card
+	// Result is its content.
+	Result *card.ToolResultContent
+	// AfterExecution is the effective after_execution: the result's
+	// __cg_control.after_execution when present and valid, else the one
+	// the result card records.
+	AfterExecution card.AfterExecution
+}
+
+// PendingError is returned by Call when ctx ends before the result
+// arrives. The call was dispatched and goes on: its result will reach the
+// inbox, where Resume finds it. It unwraps to ctx's error.
+type PendingError struct {
+	Pending Pending
+	Err     error
+}
+
+// Error names the pending call.
+func (e *PendingError) Error() string {
+	p := e.Pending
+	return fmt.Sprintf("agent: tool call %s (tool %s, turn %s, tool_call_card_id %s) still pending: %v",
+		p.ToolCallID, p.ToolName, p.AgentTurnID, p.ToolCallCardID, e.Err)
+}
+
+// Unwrap returns the context error.
+func (e *PendingError) Unwrap() error { return e.Err }
+
+// Call makes one tool call and waits for its result: it looks the tool up,
+// writes the tool.call card, publishes the command, waits for the wakeup,
+// reads the tool.result card and acknowledges the inbox entry. See the
+// package doc for the message flow. A failed tool is not an error: its
+// Outcome has Result.Status failed (or timeout, canceled) and Result.Error.
+//
+// When ctx ends first, Call returns a *PendingError wrapping ctx's error;
+// without a deadline it waits as long as the tool runs. When the result is
+// read but the inbox entry cannot be acknowledged, Call returns the Outcome
+// together with an error matching ErrNotAcked.
+func (c *Client) Call(ctx context.Context, req CallRequest) (*Outcome, error) {
+	p, err := c.prepare(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	// Subscribe and register before publishing: a wakeup published after
+	// the command cannot pass us by.
+	if err := c.ensureSub(ctx); err != nil {
+		return nil, err
+	}
+	key := callKey(p.pending.AgentTurnID, p.pending.ToolCallID)
+	w := c.register(key)
+	defer c.unregister(key, w)
+	if err := c.send(ctx, p); err != nil {
+		return nil, err
+	}
+	wk, err := c.await(ctx, p.pending, w)
+	if err != nil {
+		return nil, err
+	}
+	return c.finish(ctx, p.pending, wk)
+}
+
+// Dispatch writes the tool.call card and publishes the command, then
+// returns without waiting: the result arrives as a wakeup (see Wakeups)
+// and an inbox entry (see Resume).
+func (c *Client) Dispatch(ctx context.Context, req CallRequest) (*Pending, error) {
+	p, err := c.prepare(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.send(ctx, p); err != nil {
+		return nil, err
+	}
+	pd := p.pending
+	return &pd, nil
+}
+
+// prepared is a validated call, ready to send.
+type prepared struct {
+	pending Pending
+	card    *card.Card
+}
+
+// prepare validates req, looks the tool up and builds the tool.call card.
+func (c *Client) prepare(ctx context.Context, req CallRequest) (*prepared, error) {
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	if req.ToolName == "" {
+		return nil, fmt.Errorf("%w: tool_name is required", ErrInvalid)
+	}
+	if req.ToolCallID == "" {
+		req.ToolCallID = card.NewID()
+	}
+	if req.StepID == "" {
+		req.StepID = card.NewID()
+	}
+	for _, f := range []struct {
+		name, v  string
+		required bool
+	}{
+		{"tool_name", req.ToolName, true}, {"agent_turn_id", req.AgentTurnID, true},
+		{"tool_call_id", req.ToolCallID, true}, {"step_id", req.StepID, true},
+		{"parent_step_id", req.ParentStepID, false},
+	} {
+		if err := checkID(f.name, f.v, f.required); err != nil {
+			return nil, err
+		}
+	}
+	if req.TurnEpoch < 0 {
+		return nil, fmt.Errorf("%w: turn_epoch %d is negative", ErrInvalid, req.TurnEpoch)
+	}
+	if req.AfterExecution != "" && !req.AfterExecution.Valid() {
+		return nil, fmt.Errorf("%w: after_execution %q is not suspend or terminate", ErrInvalid, req.AfterExecution)
+	}
+	args := bytes.TrimSpace(req.Arguments)
+	if len(args) == 0 || bytes.Equal(args, []byte("null")) {
+		args = []byte("{}")
+	}
+	if args[0] != '{' || !json.Valid(args) {
+		return nil, fmt.Errorf("%w: arguments of tool %s must be a JSON object", ErrInvalid, req.ToolName)
+	}
+	tp := req.Traceparent
+	if tp == "" {
+		tp = TraceparentFromContext(ctx)
+	}
+	if tp == "" {
+		tp = utp.NewTraceparent()
+	} else if utp.TraceID(tp) == "" {
+		return nil, fmt.Errorf("%w: traceparent %q is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)", ErrInvalid, tp)
+	}
+
+	ent, err := c.reg.Get(ctx, c.project, req.ToolName)
+	if errors.Is(err, registry.ErrNotFound) {
+		return nil, fmt.Errorf("%w: tool %q is not registered in project %q", ErrUnknownTool, req.ToolName, c.project)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agent: look up tool %q in project %q: %w", req.ToolName, c.project, err)
+	}
+	tmpl, err := subjects.ParseTemplate(ent.TargetSubject)
+	if err != nil {
+		return nil, fmt.Errorf("agent: tool %q: target_subject: %w", req.ToolName, err)
+	}
+	subj, err := tmpl.Render(c.ver, c.project, c.channel)
+	if err != nil {
+		return nil, fmt.Errorf("agent: tool %q: render target_subject for %s/%s/%s: %w", req.ToolName, c.ver, c.project, c.channel, err)
+	}
+	ae := req.AfterExecution
+	if ae == "" {
+		ae = ent.AfterExecution
+	}
+	if !ae.Valid() {
+		ae = card.Suspend
+	}
+	content, err := json.Marshal(card.ToolCallContent{ToolName: req.ToolName, Arguments: args, TargetSubject: subj.String()})
+	if err != nil {
+		return nil, fmt.Errorf("agent: encode tool.call content: %w", err)
+	}
+	cc := &card.Card{
+		CardID: card.NewID(), ProjectID: c.project, Type: card.TypeToolCall, AuthorID: c.agentID,
+		Content: content, ToolCallID: req.ToolCallID, CreatedAt: time.Now().UTC(),
+		Metadata: card.Metadata{
+			AgentID: c.agentID, AgentTurnID: req.AgentTurnID, TurnEpoch: req.TurnEpoch,
+			StepID: req.StepID, ToolCallID: req.ToolCallID, TraceID: utp.TraceID(tp),
+			ParentStepID: req.ParentStepID, Role: RoleAssistant,
+		},
+	}
+	if err := cc.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: tool.call card: %v", ErrInvalid, err)
+	}
+	return &prepared{card: cc, pending: Pending{
+		AgentTurnID: req.AgentTurnID, TurnEpoch: req.TurnEpoch, StepID: req.StepID,
+		ToolCallID: req.ToolCallID, ToolCallCardID: cc.CardID, ToolName: req.ToolName,
+		TargetSubject: subj.String(), AfterExecution: ae, Traceparent: tp,
+	}}, nil
+}
+
+// send writes the tool.call card, then publishes the command with
+// JetStream and waits for the PubAck.
+func (c *Client) send(ctx context.Context, p *prepared) error {
+	pd := p.pending
+	if err := c.store.Put(ctx, p.card); err != nil {
+		return fmt.Errorf("agent: write tool.call card %s of tool_call_id %s: %w", p.card.CardID, pd.ToolCallID, err)
+	}
+	now := time.Now().UTC()
+	body, err := json.Marshal(utp.Command{
+		AgentID: c.agentID, AgentTurnID: pd.AgentTurnID, TurnEpoch: pd.TurnEpoch, ToolCallID: pd.ToolCallID,
+		AfterExecution: pd.AfterExecution, ToolCallCardID: pd.ToolCallCardID, StepID: pd.StepID,
+		ToolName: pd.ToolName, DispatchRequestedAt: &now,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: encode command: %w", err)
+	}
+	m := nats.NewMsg(pd.TargetSubject)
+	m.Data = body
+	h := m.Header
+	h.Set(utp.HeaderTraceparent, pd.Traceparent)
+	h.Set(jetstream.MsgIDHeader, "cmd-"+c.project+"-"+pd.AgentTurnID+"-"+pd.ToolCallID)
+	h.Set(utp.HeaderProjectID, c.project)
+	h.Set(utp.HeaderChannelID, c.channel)
+	h.Set(utp.HeaderAgentID, c.agentID)
+	h.Set(utp.HeaderAgentTurnID, pd.AgentTurnID)
+	h.Set(utp.HeaderTurnEpoch, strconv.FormatInt(pd.TurnEpoch, 10))
+	h.Set(utp.HeaderToolCallID, pd.ToolCallID)
+	h.Set(utp.HeaderStepID, pd.StepID)
+	h.Set(utp.HeaderMsgType, MsgTypeToolCall)
+	h.Set(utp.HeaderVersion, c.ver)
+	h.Set(utp.HeaderSender, c.agentID)
+	h.Set(utp.HeaderTimestamp, now.Format(time.RFC3339Nano))
+	ack, err := c.js.PublishMsg(ctx, m)
+	if err != nil {
+		return fmt.Errorf("agent: publish command of tool_call_id %s on %s (tool.call card %s is written; retrying with the same tool_call_id is safe): %w",
+			pd.ToolCallID, pd.TargetSubject, pd.ToolCallCardID, err)
+	}
+	if ack.Duplicate {
+		c.log.Info("agent: command was a duplicate within the stream's window; JetStream kept the first one",
+			"tool_call_id", pd.ToolCallID, "agent_turn_id", pd.AgentTurnID, "subject", pd.TargetSubject)
+	}
+	c.log.Debug("agent: command published", "tool_name", pd.ToolName, "agent_turn_id", pd.AgentTurnID,
+		"tool_call_id", pd.ToolCallID, "subject", pd.TargetSubject)
+	return nil
+}
+
+// await waits for the call's wakeup. It first reads the inbox (the result
+// may already be there: a re-used tool_call_id, a wakeup that a reconnect
+// swallowed), then waits on the subscription, re-reading the inbox every
+// PollInterval.
+func (c *Client) await(ctx context.Context, pd Pending, w *waiter) (utp.Wakeup, error) {
+	if wk, ok := c.checkInbox(ctx, pd); ok {
+		return wk, nil
+	}
+	var tick <-chan time.Time
+	if c.poll > 0 {
+		t := time.NewTicker(c.poll)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case wk := <-w.ch:
+			return wk, nil
+		case <-tick:
+			if wk, ok := c.checkInbox(ctx, pd); ok {
+				return wk, nil
+			}
+		case <-ctx.Done():
+			return utp.Wakeup{}, &PendingError{Pending: pd, Err: ctx.Err()}
+		case <-c.done:
+			return utp.Wakeup{}, &PendingError{Pending: pd, Err: ErrClosed}
+		}
+	}
+}
+
+// checkInbox looks for the call's pending inbox entry. Errors are logged
+// and treated as "not yet": the subscription and the next poll go on.
+func (c *Client) checkInbox(ctx context.Context, pd Pending) (utp.Wakeup, bool) {
+	entries, err := c.turnEntries(ctx, pd.AgentTurnID, inbox.StatePending)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("agent: cannot read the inbox while waiting for a result; still waiting", "tool_call_id", pd.ToolCallID, "err", err)
+		}
+		return utp.Wakeup{}, false
+	}
+	for i := range entries {
+		if entries[i].ToolCallID == pd.ToolCallID {
+			return entryWakeup(&entries[i]), true
+		}
+	}
+	return utp.Wakeup{}, false
+}
+
+// turnEntries lists the agent's inbox entries of a turn in state st,
+// following pages.
+func (c *Client) turnEntries(ctx context.Context, turn string, st inbox.State) ([]inbox.Entry, error) {
+	var out []inbox.Entry
+	q := inbox.ListQuery{AgentID: c.agentID, AgentTurnID: turn, State: st, Limit: inbox.MaxList}
+	for {
+		page, err := c.inbox.List(ctx, c.project, q)
+		if err != nil {
+			return out, fmt.Errorf("agent: inbox list %s entries of turn %s: %w", st, turn, err)
+		}
+		out = append(out, page...)
+		if len(page) < inbox.MaxList {
+			return out, nil
+		}
+		q.After = page[len(page)-1].InboxID
+	}
+}
+
+func entryWakeup(e *inbox.Entry) utp.Wakeup {
+	return utp.Wakeup{
+		AgentID: e.AgentID, InboxID: e.InboxID, Reason: utp.ReasonToolResult,
+		AgentTurnID: e.AgentTurnID, TurnEpoch: e.TurnEpoch, ToolCallID: e.ToolCallID,
+		ToolResultCardID: e.ToolResultCardID, Status: e.Status, AfterExecution: e.AfterExecution,
+		StepID: e.StepID,
+	}
+}
+
+// finish reads the result card the wakeup points at and acknowledges the
+// inbox entry.
+func (c *Client) finish(ctx context.Context, pd Pending, wk utp.Wakeup) (*Outcome, error) {
+	rc, tr, err := c.readResult(ctx, pd.AgentTurnID, pd.ToolCallID, wk.ToolResultCardID)
+	if err != nil {
+		return nil, err
+	}
+	out := &Outcome{
+		Call: pd, Wakeup: wk, ResultCard: rc, Result: tr,
+		AfterExecution: card.EffectiveAfterExecution(tr.Result, tr.AfterExecution),
+	}
+	if wk.InboxID == "" {
+		return out, fmt.Errorf("%w: the wakeup of tool_call_id %s has no inbox_id", ErrNotAcked, pd.ToolCallID)
+	}
+	if _, err := c.inbox.Ack(ctx, c.project, wk.InboxID); err != nil {
+		return out, fmt.Errorf("%w: inbox entry %s of tool_call_id %s: %w", ErrNotAcked, wk.InboxID, pd.ToolCallID, err)
+	}
+	return out, nil
+}
+
+// readResult reads and checks the tool.result card of a call.
+func (c *Client) readResult(ctx context.Context, turn, callID, cardID string) (*card.Card, *card.ToolResultContent, error) {
+	if cardID == "" {
+		return nil, nil, fmt.Errorf("%w: tool_call_id %s: the wakeup has no tool_result_card_id", ErrNoResult, callID)
+	}
+	rc, err := c.store.Get(ctx, c.project, cardID)
+	if errors.Is(err, cardstore.ErrNotFound) {
+		return nil, nil, fmt.Errorf("%w: tool_call_id %s: tool.result card %s not found in project %s", ErrNoResult, callID, cardID, c.project)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent: read tool.result card %s of tool_call_id %s: %w", cardID, callID, err)
+	}
+	if rc.ToolCallID != callID || rc.Metadata.AgentTurnID != turn {
+		return nil, nil, fmt.Errorf("%w: card %s belongs to tool_call_id %q of turn %q, not %q of turn %q",
+			ErrNoResult, cardID, rc.ToolCallID, rc.Metadata.AgentTurnID, callID, turn)
+	}
+	tr, err := rc.ToolResult()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: tool_call_id %s: %w", ErrNoResult, callID, err)
+	}
+	return rc, tr, nil
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}

@@ -1,0 +1,256 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+)
+
+// Defaults of the durable wakeup consumer.
+const (
+	// DefaultWakeupAckWait is how long a wakeup handed to the handler may
+	// stay unacknowledged before JetStream redelivers it.
+	DefaultWakeupAckWait = 30 * time.Second
+	// DefaultRetryDelay is how long a wakeup whose handler failed waits
+	// before redelivery.
+	DefaultRetryDelay = time.Second
+)
+
+// Wakeup is one wakeup delivered by Wakeups: the inbox's utp.Wakeup plus
+// what JetStream and the headers say about it.
+type Wakeup struct {
+	utp.Wakeup
+	// Traceparent is the W3C trace context the wakeup carried (the
+	// command's, passed through worker and inbox).
+	Traceparent string
+	// NumDelivered counts deliveries of this wakeup (1 for the first).
+	NumDelivered uint64
+}
+
+// WakeupsOption configures Wakeups.
+type WakeupsOption func(*wakeupsOptions) error
+
+type wakeupsOptions struct {
+	durable      string
+	ackWait      time.Duration
+	retryDelay   time.Duration
+	skipConsumed bool
+}
+
+// WithDurable names the durable consumer (default Client.DurableName()).
+// Processes using the same name share the agent's wakeups, each delivered
+// to one of them.
+func WithDurable(name string) WakeupsOption {
+	return func(o *wakeupsOptions) error {
+		if name == "" || len(name) > 255 {
+			return fmt.Errorf("%w: WithDurable: %q must be 1-255 bytes", ErrInvalid, name)
+		}
+		for _, r := range name {
+			if r == '.' || r == '*' || r == '>' || r == ' ' || r == '/' || r == '\\' || r < 0x21 {
+				return fmt.Errorf("%w: WithDurable: %q must not contain '.', '*', '>', '/', '\\' or white space", ErrInvalid, name)
+			}
+		}
+		o.durable = name
+		return nil
+	}
+}
+
+// WithAckWait sets the consumer's ack wait (default DefaultWakeupAckWait): a
+// handler running longer than this sees the wakeup redelivered.
+func WithAckWait(d time.Duration) WakeupsOption {
+	return func(o *wakeupsOptions) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: WithAckWait: %v is not a positive duration", ErrInvalid, d)
+		}
+		o.ackWait = d
+		return nil
+	}
+}
+
+// WithRetryDelay sets how long a wakeup whose handler returned an error
+// waits before redelivery (default DefaultRetryDelay).
+func WithRetryDelay(d time.Duration) WakeupsOption {
+	return func(o *wakeupsOptions) error {
+		if d < 0 {
+			return fmt.Errorf("%w: WithRetryDelay: %v is negative", ErrInvalid, d)
+		}
+		o.retryDelay = d
+		return nil
+	}
+}
+
+// WithSkipConsumed makes the consumer read the wakeup's inbox entry first
+// and acknowledge, without calling the handler, wakeups whose entry is no
+// longer pending (acknowledged already — by a Call, by an earlier delivery —
+// or stale). It costs one inbox request per wakeup; when the inbox cannot
+// be read the handler is called anyway.
+func WithSkipConsumed() WakeupsOption {
+	return func(o *wakeupsOptions) error {
+		o.skipConsumed = true
+		return nil
+	}
+}
+
+// Wakeups consumes the agent's wakeups durably: a JetStream durable pull
+// consumer on the command stream, filtered on the agent's wakeup subject,
+// hands each wakeup to handler and acknowledges it once handler returns
+// nil. A handler error (or panic) makes the wakeup come back after the
+// retry delay. Wakeups published while no consumer runs wait in the stream
+// (for the stream's retention, 24 h) and are delivered when Wakeups is
+// called again with the same durable name.
+//
+// Delivery is at least once: the handler must be idempotent, keyed by
+// (agent_turn_id, tool_call_id). A consumer created for the first time
+// receives every wakeup of the agent still in the stream, including those
+// a Call has already consumed (see WithSkipConsumed).
+//
+// The handler runs on one goroutine, one wakeup at a time. The returned
+// stop function (idempotent) stops fetching, waits for the running
+// handler to return and gives buffered wakeups back (Nak); ending ctx stops
+// the consumer too. The consumer itself stays on the server.
+func (c *Client) Wakeups(ctx context.Context, handler func(Wakeup) error, opts ...WakeupsOption) (stop func() error, err error) {
+	if handler == nil {
+		return nil, fmt.Errorf("%w: Wakeups: nil handler", ErrInvalid)
+	}
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	o := wakeupsOptions{durable: c.DurableName(), ackWait: DefaultWakeupAckWait, retryDelay: DefaultRetryDelay}
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: Wakeups: option %d is nil", ErrInvalid, i)
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	ccfg := streams.ConsumerConfig(o.durable, []string{c.wakeSubj}, o.ackWait, -1)
+	ccfg.Description = "wakeups of agent " + c.agentID + " (" + c.project + "/" + c.channel + ")"
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, streams.CommandStream(c.ver), ccfg)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("agent: wakeup consumer %s: stream %s does not exist (is the mesh up?): %w", o.durable, streams.CommandStream(c.ver), err)
+		}
+		return nil, fmt.Errorf("agent: wakeup consumer %s: %w", o.durable, err)
+	}
+	r := &wakeupRunner{c: c, o: o, handler: handler}
+	cc, err := cons.Consume(r.onMsg, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		c.log.Debug("agent: wakeup consumer", "consumer", o.durable, "err", err)
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("agent: consume wakeups with %s: %w", o.durable, err)
+	}
+	r.cc = cc
+	stopped := make(chan struct{})
+	var once sync.Once
+	stop = func() error {
+		once.Do(func() {
+			close(stopped)
+			r.stop()
+		})
+		return nil
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = stop()
+		case <-stopped:
+		}
+	}()
+	c.log.Debug("agent: consuming wakeups", "consumer", o.durable, "subject", c.wakeSubj)
+	return stop, nil
+}
+
+// wakeupRunner runs the handler for one Wakeups consumer.
+type wakeupRunner struct {
+	c       *Client
+	o       wakeupsOptions
+	handler func(Wakeup) error
+	cc      jetstream.ConsumeContext
+
+	mu      sync.Mutex // guards stopped and the Add side of wg
+	stopped bool
+	wg      sync.WaitGroup
+}
+
+func (r *wakeupRunner) stop() {
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
+	// Drain, not Stop: the wakeups already buffered pass through onMsg,
+	// which gives them back (Nak) instead of leaving them to AckWait.
+	r.cc.Drain()
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case <-r.cc.Closed():
+	case <-t.C:
+		r.cc.Stop()
+	}
+	r.wg.Wait()
+}
+
+func (r *wakeupRunner) onMsg(m jetstream.Msg) {
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		_ = m.Nak() // give it back at once to the next consumer instance
+		return
+	}
+	r.wg.Add(1)
+	r.mu.Unlock()
+	defer r.wg.Done()
+
+	log := r.c.log.With("consumer", r.o.durable)
+	var w Wakeup
+	if err := json.Unmarshal(m.Data(), &w.Wakeup); err != nil || w.AgentTurnID == "" || w.ToolCallID == "" {
+		log.Warn("agent: malformed wakeup terminated", "subject", m.Subject(), "err", err, "body", string(m.Data()))
+		_ = m.Term()
+		return
+	}
+	w.Traceparent = m.Headers().Get(utp.HeaderTraceparent)
+	if md, err := m.Metadata(); err == nil {
+		w.NumDelivered = md.NumDelivered
+	}
+	log = log.With("agent_turn_id", w.AgentTurnID, "tool_call_id", w.ToolCallID, "inbox_id", w.InboxID)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if r.o.skipConsumed && w.InboxID != "" {
+		e, err := r.c.inbox.Get(ctx, r.c.project, w.InboxID)
+		switch {
+		case err == nil && e.State != inbox.StatePending:
+			log.Debug("agent: wakeup of a consumed entry skipped", "state", e.State)
+			_ = m.Ack()
+			return
+		case err != nil:
+			log.Debug("agent: cannot read the wakeup's inbox entry; handing it over anyway", "err", err)
+		}
+	}
+	if err := r.run(w); err != nil {
+		log.Warn("agent: wakeup handler failed; the wakeup will be redelivered", "err", err, "delivery", w.NumDelivered)
+		_ = m.NakWithDelay(r.o.retryDelay)
+		return
+	}
+	if err := m.DoubleAck(ctx); err != nil {
+		log.Warn("agent: wakeup ack not confirmed; it may be delivered again", "err", err)
+	}
+}
+
+// run calls the handler, turning a panic into an error.
+func (r *wakeupRunner) run(w Wakeup) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return r.handler(w)
+}
