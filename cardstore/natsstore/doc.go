@@ -12,9 +12,8 @@
 //   - One Put over NATS holds the cards of one project (the subject's). The
 //     local store accepts mixed batches; the client refuses them.
 //   - Claim leases travel in whole milliseconds.
-//   - Replies are bounded by the cardstore limits (MaxBatch, MaxPage,
-//     MaxBoxCards, card size), which keep every reply under the 8 MiB max
-//     payload that `utpmesh up` configures; a NATS server with a smaller
-//     max_payload may refuse the largest replies, which then fail with
-//     cardstore.ErrTooLarge.
+//   - A reply must fit one NATS message (8 MiB in `utpmesh up`). A
+//     list_turn or get_many page of many large cards can exceed it; the
+//     request then fails with cardstore.ErrTooLarge and the caller asks for
+//     a smaller page (ListTurnRequest.Limit, fewer ids).
 package natsstore

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -209,7 +210,15 @@ func (c *Client) prepare(ctx context.Context, req CallRequest) (*prepared, error
 		return nil, fmt.Errorf("%w: traceparent %q is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)", ErrInvalid, tp)
 	}
 
-	ent, err := c.reg.Get(ctx, c.project, req.ToolName)
+	var ent *registry.Entry
+	var err error
+	if registry.IsReserved(req.ToolName) {
+		// PMO built-ins are not stored in the registry; their subject is fixed.
+		ent = &registry.Entry{ToolName: req.ToolName, AfterExecution: card.Suspend,
+			TargetSubject: "cg.{ver}.{project_id}.{channel_id}.cmd.sys.pmo.internal." + strings.ToLower(req.ToolName)}
+	} else {
+		ent, err = c.reg.Get(ctx, c.project, req.ToolName)
+	}
 	if errors.Is(err, registry.ErrNotFound) {
 		return nil, fmt.Errorf("%w: tool %q is not registered in project %q", ErrUnknownTool, req.ToolName, c.project)
 	}

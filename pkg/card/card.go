@@ -54,8 +54,9 @@ type Card struct {
 	Type string `json:"type"`
 	// AuthorID is who wrote the card (an agent, a tool service), for audit only.
 	AuthorID string `json:"author_id,omitempty"`
-	// Content is the card's payload, any JSON value. Required (may be null
-	// only for types other than tool.call and tool.result).
+	// Content is the card's payload, any JSON value. tool.call and
+	// tool.result cards need an object; for other types an absent content
+	// is stored as null.
 	Content json.RawMessage `json:"content"`
 	// Metadata carries the routing and trace fields of the card.
 	Metadata Metadata `json:"metadata"`

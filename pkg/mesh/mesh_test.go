@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
@@ -120,5 +122,30 @@ func TestStartValidates(t *testing.T) {
 	}
 	if !m.Conn().IsConnected() || m.Conn().Status() != nats.CONNECTED {
 		t.Fatal("first mesh lost its connection")
+	}
+}
+
+// TestAgentCallsBuiltin: a Go agent lists the project's tools through the
+// list_tools PMO built-in, end to end.
+func TestAgentCallsBuiltin(t *testing.T) {
+	ctx := context.Background()
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quiet, Tools: []worker.Tool{echo.Tool()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Stop(ctx)
+	ac, err := agent.New(m.Conn(), agent.Config{Project: "demo", Channel: "main", AgentID: "lister"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := ac.Call(cctx, agent.CallRequest{ToolName: "list_tools", AgentTurnID: "turn-l"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Result.Status != card.StatusSuccess || !strings.Contains(string(out.Result.Result), `"name":"echo"`) {
+		t.Fatalf("list_tools = %s %s", out.Result.Status, out.Result.Result)
 	}
 }

@@ -96,8 +96,9 @@ func safeName(s string) string {
 
 // ConsumerConfig returns the durable pull consumer settings shared by every
 // command consumer: explicit acks, AckWait (extended by in-progress acks
-// while a tool runs), and maxDeliver as a backstop behind the runtime's own
-// poison-command limit.
+// while a tool runs), and maxDeliver (-1: unlimited). The worker runtime
+// uses -1 and enforces its own poison limit, so JetStream never stops
+// delivering a command that has no result yet.
 func ConsumerConfig(name string, filters []string, ackWait time.Duration, maxDeliver int) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:        name,
@@ -107,8 +108,6 @@ func ConsumerConfig(name string, filters []string, ackWait time.Duration, maxDel
 		MaxDeliver:     maxDeliver,
 		MaxAckPending:  4096,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		// Redeliveries back off so a crashing tool does not spin.
-		BackOff: nil,
 	}
 }
 

@@ -35,8 +35,8 @@ const (
 	// passes it through unchanged.
 	HeaderRecursionDepth = "CG-Recursion-Depth"
 	// HeaderMsgType, HeaderVersion, HeaderSender and HeaderTimestamp are
-	// the envelope headers CommonGround fills on every cmd/evt message; the
-	// mesh sets them on what it publishes and ignores them on input.
+	// CommonGround's envelope headers. The agent client (commands) and the
+	// inbox (wakeups) set them; every receiver ignores them on input.
 	HeaderMsgType   = "CG-Msg-Type"
 	HeaderVersion   = "CG-Version"
 	HeaderSender    = "CG-Sender"

@@ -17,8 +17,10 @@
 //   - refused: inline args, arguments or result;
 //   - ignored: every other field.
 //
-// Control fields may also arrive as CommonGround v1r4 CG-* headers
-// (HeaderAgentID …); a payload field, when present, wins over its header.
+// Identity fields may also arrive as CommonGround v1r4 CG-* headers
+// (HeaderAgentID …). When a field arrives both ways the two values must
+// agree, or the command is refused; CG-Project-Id and CG-Channel-Id must
+// match the subject.
 //
 // # Reports and wakeups
 //

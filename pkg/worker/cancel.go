@@ -71,16 +71,32 @@ func (r *Runtime) onCancel(m *nats.Msg) {
 	}
 }
 
-func (r *Runtime) track(key string, cancel context.CancelCauseFunc) {
+// track registers a call as running in this process. It returns nil when
+// the call is already running here (another delivery of the same command).
+func (r *Runtime) track(key string, cancel context.CancelCauseFunc) *inflight {
 	r.mu.Lock()
-	r.inflight[key] = &inflight{cancel: cancel}
+	defer r.mu.Unlock()
+	if _, busy := r.inflight[key]; busy {
+		return nil
+	}
+	f := &inflight{cancel: cancel}
+	r.inflight[key] = f
+	return f
+}
+
+func (r *Runtime) untrack(key string, f *inflight) {
+	r.mu.Lock()
+	if r.inflight[key] == f {
+		delete(r.inflight, key)
+	}
 	r.mu.Unlock()
 }
 
-func (r *Runtime) untrack(key string) {
+func (r *Runtime) running(key string) bool {
 	r.mu.Lock()
-	delete(r.inflight, key)
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	_, ok := r.inflight[key]
+	return ok
 }
 
 func (r *Runtime) wasCanceled(key string) bool {

@@ -31,6 +31,7 @@ type job struct {
 	trace   string
 	deliver int
 	key     string // call key for in-flight tracking
+	holder  string // claim holder: this process and this execution
 	timeout time.Duration
 }
 
@@ -61,7 +62,7 @@ func (r *Runtime) handle(t *Tool, msg jetstream.Msg) {
 				c.AfterExecution = card.Suspend
 			}
 			j.cmd = &c
-			j.fail(card.StatusFailed, card.CodeBadRequest, err.Error(), nil, nil)
+			j.refuse(err.Error())
 			return
 		}
 		field := "(body)"
@@ -96,21 +97,19 @@ func (j *job) run() {
 		return
 	}
 
-	// 2. Poison commands: the delivery after the last allowed one fails the call.
-	if max := j.maxDeliveries(); j.deliver > max {
-		j.fail(card.StatusFailed, card.CodeInternalError,
-			fmt.Sprintf("gave up after %d deliveries: the tool did not finish (it may crash its worker)", max), nil, nil)
-		return
-	}
-
-	// 3. Claim the call so that no other live worker executes it.
+	// 2. Claim the call so that no other live worker executes it.
 	callCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	r.track(j.key, cancel)
-	defer r.untrack(j.key)
+	f := r.track(j.key, cancel)
+	if f == nil { // another delivery of this call runs in this process
+		_ = j.msg.NakWithDelay(r.cfg.ClaimLease)
+		return
+	}
+	defer r.untrack(j.key, f)
+	j.holder = fmt.Sprintf("%s/%d", r.cfg.InstanceID, r.jobSeq.Add(1))
 	claim, err := st.Claim(ctx, cardstore.ClaimRequest{
 		ProjectID: project, Key: cardstore.ToolCallKey(j.cmd.AgentTurnID, j.cmd.ToolCallID),
-		Holder: r.cfg.InstanceID, Lease: r.cfg.ClaimLease,
+		Holder: j.holder, Lease: r.cfg.ClaimLease,
 	})
 	var held *cardstore.ClaimHeldError
 	switch {
@@ -128,6 +127,14 @@ func (j *job) run() {
 	}
 	if claim.TakenOver {
 		r.log.Warn("took over the claim of a worker that stopped renewing it", append(j.logAttrs(), "previous_holder", claim.PreviousHolder, "token", claim.Token)...)
+		// 3. Poison commands: the claim's token grows only when a worker
+		// died (or stalled) while executing the call. Store outages and
+		// "claim held" retries do not count.
+		if max := j.maxDeliveries(); claim.Token > uint64(max) {
+			j.fail(card.StatusFailed, card.CodeInternalError,
+				fmt.Sprintf("gave up after %d executions that did not finish: the tool may crash its worker", claim.Token-1), nil, nil)
+			return
+		}
 		if j.cancelRecorded(ctx) {
 			cancel(errCanceledByRequest)
 		}
@@ -197,6 +204,9 @@ func (j *job) checkCallCard(c *card.Card) (*card.ToolCallContent, string) {
 	if c.Type != card.TypeToolCall {
 		return nil, fmt.Sprintf("tool_call_card_id %s is a %q card, not a tool.call card", c.CardID, c.Type)
 	}
+	if c.Metadata.AgentTurnID != j.cmd.AgentTurnID {
+		return nil, fmt.Sprintf("tool.call card %s belongs to turn %q, not %q", c.CardID, c.Metadata.AgentTurnID, j.cmd.AgentTurnID)
+	}
 	if c.ToolCallID != j.cmd.ToolCallID {
 		return nil, fmt.Sprintf("tool.call card %s belongs to tool_call_id %q, not %q", c.CardID, c.ToolCallID, j.cmd.ToolCallID)
 	}
@@ -226,6 +236,9 @@ func (j *job) invoke(ctx context.Context, c *Call) (res Result, err error) {
 
 // finish maps the handler's outcome to a tool.result card and reports it.
 func (j *job) finish(res Result, herr error, cause error, callCard *card.Card) {
+	if herr == nil && errors.Is(cause, context.DeadlineExceeded) {
+		herr = cause // the handler ignored its deadline: the call timed out
+	}
 	if herr != nil {
 		var ce *card.Error
 		switch {
@@ -273,6 +286,37 @@ func (j *job) fail(status card.Status, code card.ErrorCode, msg string, detail j
 	j.complete(card.NewResultContent(status, j.cmd.AfterExecution, code, msg, detail), callCard)
 }
 
+// refuse ends a malformed but routable command with a failed bad_request
+// result, unless the call already has a result (re-reported) or a live
+// worker is running it (the malformed copy must not win the one result).
+func (j *job) refuse(msg string) {
+	st, ctx := j.r.cfg.Store, j.r.baseCtx
+	key := j.subj.Project + "/" + j.cmd.AgentTurnID + "/" + j.cmd.ToolCallID
+	if j.r.running(key) {
+		_ = j.msg.NakWithDelay(j.r.cfg.ClaimLease)
+		return
+	}
+	if res, err := st.FindToolResult(ctx, j.subj.Project, j.cmd.AgentTurnID, j.cmd.ToolCallID); err == nil {
+		j.reportExisting(res)
+		return
+	} else if !errors.Is(err, cardstore.ErrNotFound) {
+		j.retryLater("find result", err)
+		return
+	}
+	_, err := st.Claim(ctx, cardstore.ClaimRequest{
+		ProjectID: j.subj.Project, Key: cardstore.ToolCallKey(j.cmd.AgentTurnID, j.cmd.ToolCallID),
+		Holder: fmt.Sprintf("%s/%d", j.r.cfg.InstanceID, j.r.jobSeq.Add(1)), Lease: j.r.cfg.ClaimLease,
+	})
+	if errors.Is(err, cardstore.ErrClaimHeld) {
+		_ = j.msg.NakWithDelay(j.r.cfg.ClaimLease)
+		return
+	} else if err != nil {
+		j.retryLater("claim", err)
+		return
+	}
+	j.fail(card.StatusFailed, card.CodeBadRequest, msg, nil, nil)
+}
+
 // retryLater leaves the command for a later delivery: a dependency is
 // unavailable, which is no reason to fail the call.
 func (j *job) retryLater(what string, err error) {
@@ -280,7 +324,12 @@ func (j *job) retryLater(what string, err error) {
 	_ = j.msg.NakWithDelay(transientDelay)
 }
 
+// maxDeliveries is the poison limit: the registry entry's
+// options.max_deliveries, else the tool's, else the runtime's.
 func (j *job) maxDeliveries() int {
+	if e, err := j.r.entries.get(j.r.baseCtx, j.r.cfg.Registry, j.tool, j.subj.Project); err == nil && e.entry.Options.MaxDeliveries > 0 {
+		return e.entry.Options.MaxDeliveries
+	}
 	if m := j.tool.Options.MaxDeliveries; m > 0 {
 		return m
 	}
@@ -305,7 +354,7 @@ func (j *job) keepalive(ctx context.Context, cancel context.CancelCauseFunc) (st
 				_ = j.msg.InProgress()
 				_, err := j.r.cfg.Store.Claim(ctx, cardstore.ClaimRequest{
 					ProjectID: j.subj.Project, Key: cardstore.ToolCallKey(j.cmd.AgentTurnID, j.cmd.ToolCallID),
-					Holder: j.r.cfg.InstanceID, Lease: j.r.cfg.ClaimLease,
+					Holder: j.holder, Lease: j.r.cfg.ClaimLease,
 				})
 				if errors.Is(err, cardstore.ErrClaimHeld) {
 					cancel(errClaimLost)

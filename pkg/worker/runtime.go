@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -42,8 +43,11 @@ type Config struct {
 	// ClaimLease is the lease of an execution claim, renewed while the call
 	// runs. A worker that dies holds the call at most this long. Default 15s.
 	ClaimLease time.Duration
-	// MaxDeliveries bounds how often one command is delivered; the delivery
-	// after the last ends the call failed (internal_error). Default 5.
+	// MaxDeliveries bounds how many executions of one call may die without
+	// finishing (a worker crash, a kill); the next attempt ends the call
+	// failed (internal_error) without running it. Redeliveries caused by an
+	// unreachable store or by another worker holding the call do not count.
+	// A tool's options.max_deliveries overrides it. Default 5.
 	MaxDeliveries int
 	// Concurrency bounds the calls of one tool running at once in this
 	// process. Default 16.
@@ -71,6 +75,7 @@ type Runtime struct {
 	consumes []jetstream.ConsumeContext
 	cancelSb *nats.Subscription
 	inflight map[string]*inflight
+	jobSeq   atomic.Uint64
 	canceled map[string]time.Time // recently requested cancels, by call key
 	wg       sync.WaitGroup
 	baseCtx  context.Context
@@ -236,7 +241,7 @@ func (r *Runtime) Start(ctx context.Context) error {
 }
 
 func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup func(subject string) *Tool) error {
-	cfg := streams.ConsumerConfig(durable, []string{filter}, r.cfg.AckWait, r.cfg.MaxDeliveries+2)
+	cfg := streams.ConsumerConfig(durable, []string{filter}, r.cfg.AckWait, -1)
 	cons, err := streams.EnsureConsumer(ctx, r.js, r.cfg.ProtocolVersion, cfg)
 	if err != nil {
 		return err

@@ -10,11 +10,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
-	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/echo"
@@ -347,33 +346,34 @@ func TestListTools(t *testing.T) {
 	}
 }
 
-// TestPoisonCommand simulates a command that crashed its worker on every
-// delivery: the next delivery fails the call instead of running it again.
+// TestPoisonCommand simulates a call whose executions keep dying (a tool
+// that crashes its worker): after the limit, the next attempt fails the call
+// instead of running it again.
 func TestPoisonCommand(t *testing.T) {
 	var n atomic.Int32
-	h := newHarness(t, worker.Config{MaxDeliveries: 2, AckWait: time.Second}, countingTool(&n, `{}`))
-	// Stop the runtime so a "crashing" consumer can take the deliveries.
+	h := newHarness(t, worker.Config{MaxDeliveries: 2, ClaimLease: 200 * time.Millisecond}, countingTool(&n, `{}`))
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := h.rt.Stop(sctx); err != nil {
 		t.Fatal(err)
 	}
 	c := h.writeCall("count", `{}`)
-	h.publish(toolSubject("count"), c.command("count"), nil)
-	cons, err := h.js.Consumer(context.Background(), streams.CommandStream(ver), streams.ToolConsumer("count"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 2; i++ { // two deliveries that "crash" (never acked)
-		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(20*time.Second))
-		if err != nil {
-			t.Fatal(err)
+	// Two workers claimed the call and died without finishing.
+	key := cardstore.ToolCallKey(c.turn, c.id)
+	for _, dead := range []string{"dead-1", "dead-2"} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := h.store.Claim(context.Background(), cardstore.ClaimRequest{ProjectID: project, Key: key, Holder: dead, Lease: cardstore.MinLease})
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, cardstore.ErrClaimHeld) || time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		for m := range batch.Messages() {
-			_ = m.Nak()
-		}
 	}
-	rt2, err := worker.New(h.nc, worker.Config{Store: h.store, Registry: h.reg, MaxDeliveries: 2, AckWait: time.Second}, countingTool(&n, `{}`))
+	rt2, err := worker.New(h.nc, worker.Config{Store: h.store, Registry: h.reg, MaxDeliveries: 2, ClaimLease: 200 * time.Millisecond}, countingTool(&n, `{}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,10 +381,36 @@ func TestPoisonCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt2.Stop(context.Background())
+	h.publish(toolSubject("count"), c.command("count"), nil)
 	rep, _ := h.awaitReport(c.id)
 	_, tr := h.result(rep)
-	if rep.Status != card.StatusFailed || tr.Error.Code != card.CodeInternalError || !strings.Contains(tr.Error.Message, "gave up after 2 deliveries") || n.Load() != 0 {
+	if rep.Status != card.StatusFailed || tr.Error.Code != card.CodeInternalError || !strings.Contains(tr.Error.Message, "gave up after 2 executions") || n.Load() != 0 {
 		t.Fatalf("poison: report %+v error %+v executions %d", rep, tr.Error, n.Load())
+	}
+}
+
+// TestMalformedDuplicateDoesNotWin: a malformed copy of a command whose call
+// is running waits instead of writing the call's one result.
+func TestMalformedDuplicateDoesNotWin(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	slow := worker.Tool{Name: "slow", Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
+		started <- struct{}{}
+		<-release
+		return worker.OK(map[string]bool{"real": true}), nil
+	}}
+	h := newHarness(t, worker.Config{}, slow)
+	c := h.writeCall("slow", `{}`)
+	h.publish(toolSubject("slow"), c.command("slow"), nil)
+	<-started
+	bad := c.command("slow")
+	bad["args"] = map[string]any{"x": 1}
+	h.publish(toolSubject("slow"), bad, nil)
+	time.Sleep(300 * time.Millisecond) // let the malformed copy be handled (and deferred)
+	close(release)
+	rep, _ := h.awaitReport(c.id)
+	if _, tr := h.result(rep); rep.Status != card.StatusSuccess || string(tr.Result) != `{"real":true}` {
+		t.Fatalf("the call's result is %+v %s, want the real success", rep, tr.Result)
 	}
 }
 
