@@ -4,7 +4,6 @@
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@2026.2.2
 FUZZTIME    ?= 30s
-BENCHTIME   ?= 1x
 BIN         ?= bin
 
 # Fuzz targets: package:Target, one per line of `make fuzz` output.
@@ -12,6 +11,7 @@ FUZZ_TARGETS = \
 	./subjects:FuzzParse \
 	./subjects:FuzzTemplate \
 	./pkg/card:FuzzDecode \
+	./pkg/utp:FuzzParseCommand \
 	./pkg/registry:FuzzParseYAML
 
 .PHONY: all build test lint fuzz bench clean
@@ -43,9 +43,12 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
-## bench: the benchmarks behind docs/performance.md
+## bench: the benchmarks behind docs/performance.md (fsync on, fixed op counts)
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./cardstore/boltstore ./subjects
+	$(GO) test -run '^$$' -bench 'RoundTrip' -benchtime 2000x ./pkg/mesh
+	$(GO) test -run '^$$' -bench 'Put' -benchtime 2000x ./cardstore/boltstore
+	$(GO) test -run '^$$' -bench 'ListTurn' -benchtime 10x ./cardstore/boltstore
+	$(GO) test -run '^$$' -bench . -benchmem ./subjects
 
 clean:
 	rm -rf $(BIN)
