@@ -2,7 +2,7 @@
 # Every tool comes through the Go toolchain; nothing needs installing by hand.
 
 GO          ?= go
-STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@2026.2.2
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 30s
 BIN         ?= bin
 
