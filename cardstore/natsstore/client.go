@@ -27,7 +27,7 @@ func WithVersion(ver string) ClientOption {
 		if err := subjects.ValidateToken("version", ver); err != nil {
 			return fmt.Errorf("natsstore: WithVersion: %w", err)
 		}
-		c.ver = ver
+		c.ep.Version = ver
 		return nil
 	}
 }
@@ -39,7 +39,7 @@ func WithChannel(channel string) ClientOption {
 		if err := subjects.ValidateToken("channel_id", channel); err != nil {
 			return fmt.Errorf("natsstore: WithChannel: %w", err)
 		}
-		c.channel = channel
+		c.ep.Channel = channel
 		return nil
 	}
 }
@@ -51,17 +51,14 @@ func WithTimeout(d time.Duration) ClientOption {
 		if d <= 0 {
 			return fmt.Errorf("natsstore: WithTimeout: %v is not a positive duration", d)
 		}
-		c.timeout = d
+		c.ep.Timeout = d
 		return nil
 	}
 }
 
 // Client is a cardstore.Store that talks to a Server over NATS.
 type Client struct {
-	nc      *nats.Conn
-	ver     string
-	channel string
-	timeout time.Duration
+	ep svc.Endpoint
 }
 
 var _ cardstore.Store = (*Client)(nil)
@@ -71,7 +68,7 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 	if nc == nil {
 		return nil, errors.New("natsstore: nil NATS connection")
 	}
-	c := &Client{nc: nc, ver: subjects.DefaultVersion, channel: DefaultChannel, timeout: svc.DefaultTimeout}
+	c := &Client{ep: svc.NewEndpoint(nc, ServiceName, Codes)}
 	for _, o := range opts {
 		if err := o(c); err != nil {
 			return nil, err
@@ -81,19 +78,7 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 }
 
 func (c *Client) call(ctx context.Context, project, op string, req, resp any) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	subj, err := subjects.Service(c.ver, project, c.channel, ServiceName, op)
-	if err != nil {
-		return fmt.Errorf("%w: %v", cardstore.ErrInvalid, err)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-	}
-	err = svc.Call(ctx, c.nc, subj.String(), Codes, req, resp)
+	err := c.ep.Call(ctx, project, op, req, resp)
 	var re *svc.RemoteError
 	if errors.As(err, &re) && re.Code == CodeClaimHeld {
 		var d claimHeldDetail
@@ -101,8 +86,13 @@ func (c *Client) call(ctx context.Context, project, op string, req, resp any) er
 			return &cardstore.ClaimHeldError{Holder: d.Holder, ExpiresAt: d.ExpiresAt}
 		}
 	}
-	if errors.Is(err, svc.ErrTooLarge) {
+	switch {
+	case errors.As(err, &re):
+		return err
+	case errors.Is(err, svc.ErrTooLarge):
 		return fmt.Errorf("%w: %v", cardstore.ErrTooLarge, err)
+	case errors.Is(err, svc.ErrBadRequest):
+		return fmt.Errorf("%w: %v", cardstore.ErrInvalid, err)
 	}
 	return err
 }

@@ -23,7 +23,7 @@ func WithVersion(ver string) ClientOption {
 		if err := subjects.ValidateToken("version", ver); err != nil {
 			return fmt.Errorf("%w: inbox.WithVersion: %v", ErrInvalid, err)
 		}
-		c.ver = ver
+		c.ep.Version = ver
 		return nil
 	}
 }
@@ -35,7 +35,7 @@ func WithChannel(channel string) ClientOption {
 		if err := subjects.ValidateToken("channel_id", channel); err != nil {
 			return fmt.Errorf("%w: inbox.WithChannel: %v", ErrInvalid, err)
 		}
-		c.channel = channel
+		c.ep.Channel = channel
 		return nil
 	}
 }
@@ -47,7 +47,7 @@ func WithTimeout(d time.Duration) ClientOption {
 		if d <= 0 {
 			return fmt.Errorf("%w: inbox.WithTimeout: %v is not a positive duration", ErrInvalid, d)
 		}
-		c.timeout = d
+		c.ep.Timeout = d
 		return nil
 	}
 }
@@ -55,10 +55,7 @@ func WithTimeout(d time.Duration) ClientOption {
 // Client talks to the inbox service over NATS. Its errors match the
 // package's sentinels (and svc's transport errors) with errors.Is.
 type Client struct {
-	nc      *nats.Conn
-	ver     string
-	channel string
-	timeout time.Duration
+	ep svc.Endpoint
 }
 
 // NewClient returns a client of the inbox service reachable on nc.
@@ -66,7 +63,7 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: inbox.NewClient: nil NATS connection", ErrInvalid)
 	}
-	c := &Client{nc: nc, ver: subjects.DefaultVersion, channel: DefaultChannel, timeout: svc.DefaultTimeout}
+	c := &Client{ep: svc.NewEndpoint(nc, ServiceName, Codes)}
 	for i, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: inbox.NewClient: option %d is nil", ErrInvalid, i)
@@ -85,16 +82,7 @@ func (c *Client) call(ctx context.Context, project, op string, req, resp any) er
 	if err := checkProject(project); err != nil {
 		return err
 	}
-	subj, err := subjects.Service(c.ver, project, c.channel, ServiceName, op)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-	}
-	return svc.Call(ctx, c.nc, subj.String(), Codes, req, resp)
+	return c.ep.Call(ctx, project, op, req, resp)
 }
 
 // List returns the agent's entries in the project that match q, in

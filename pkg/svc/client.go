@@ -77,3 +77,41 @@ func truncate(b []byte) string {
 	}
 	return string(b)
 }
+
+// Endpoint is where a service client sends its requests: the protocol
+// version and channel of the svc subjects, and the timeout of a request
+// whose context has no deadline. The NATS clients of the CardStore, the
+// registry and the inbox share it.
+type Endpoint struct {
+	NC      *nats.Conn
+	Service string
+	Codes   Codes
+	Version string
+	Channel string
+	Timeout time.Duration
+}
+
+// NewEndpoint returns an Endpoint for service with the defaults:
+// subjects.DefaultVersion, channel "default", DefaultTimeout.
+func NewEndpoint(nc *nats.Conn, service string, codes Codes) Endpoint {
+	return Endpoint{NC: nc, Service: service, Codes: codes, Version: subjects.DefaultVersion, Channel: "default", Timeout: DefaultTimeout}
+}
+
+// Call sends one request on cg.<ver>.<project>.<channel>.svc.<service>.<op>.
+// A project that is not a valid subject token fails with ErrBadRequest
+// before anything is sent.
+func (e Endpoint) Call(ctx context.Context, project, op string, req, resp any) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	subj, err := subjects.Service(e.Version, project, e.Channel, e.Service, op)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.Timeout)
+		defer cancel()
+	}
+	return Call(ctx, e.NC, subj.String(), e.Codes, req, resp)
+}

@@ -27,7 +27,7 @@ func WithVersion(ver string) ClientOption {
 		if err := subjects.ValidateToken("version", ver); err != nil {
 			return fmt.Errorf("natsreg: WithVersion: %w", err)
 		}
-		c.ver = ver
+		c.ep.Version = ver
 		return nil
 	}
 }
@@ -39,7 +39,7 @@ func WithChannel(channel string) ClientOption {
 		if err := subjects.ValidateToken("channel_id", channel); err != nil {
 			return fmt.Errorf("natsreg: WithChannel: %w", err)
 		}
-		c.channel = channel
+		c.ep.Channel = channel
 		return nil
 	}
 }
@@ -51,17 +51,14 @@ func WithTimeout(d time.Duration) ClientOption {
 		if d <= 0 {
 			return fmt.Errorf("natsreg: WithTimeout: %v is not a positive duration", d)
 		}
-		c.timeout = d
+		c.ep.Timeout = d
 		return nil
 	}
 }
 
 // Client is a registry.Registry that talks to a Server over NATS.
 type Client struct {
-	nc      *nats.Conn
-	ver     string
-	channel string
-	timeout time.Duration
+	ep svc.Endpoint
 }
 
 var _ registry.Registry = (*Client)(nil)
@@ -71,7 +68,7 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 	if nc == nil {
 		return nil, errors.New("natsreg: nil NATS connection")
 	}
-	c := &Client{nc: nc, ver: subjects.DefaultVersion, channel: DefaultChannel, timeout: svc.DefaultTimeout}
+	c := &Client{ep: svc.NewEndpoint(nc, ServiceName, Codes)}
 	for _, o := range opts {
 		if err := o(c); err != nil {
 			return nil, err
@@ -83,16 +80,12 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 // call sends one request on the project's subject. The caller has checked
 // ctx and the project_id (registry.CheckProjectID).
 func (c *Client) call(ctx context.Context, project, op string, req, resp any) error {
-	subj, err := subjects.Service(c.ver, project, c.channel, ServiceName, op)
-	if err != nil {
+	err := c.ep.Call(ctx, project, op, req, resp)
+	var re *svc.RemoteError
+	if !errors.As(err, &re) && errors.Is(err, svc.ErrBadRequest) {
 		return &registry.FieldError{Field: "project_id", Msg: err.Error()}
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-	}
-	return remoteFieldError(svc.Call(ctx, c.nc, subj.String(), Codes, req, resp))
+	return remoteFieldError(err)
 }
 
 // Put implements registry.Registry. The server validates the entry. The
