@@ -184,6 +184,18 @@ func (j *job) run() {
 	c := &Call{
 		Version: j.subj.Version, ProjectID: project, ChannelID: j.subj.Channel, ToolName: j.tool.Name, Command: *j.cmd,
 		CallCard: callCard, Arguments: args, Entry: ent.entry, Traceparent: j.trace, Delivery: j.deliver,
+		Builtin: j.tool.Builtin,
+	}
+	if az := r.cfg.Authorizer; az != nil {
+		if err := az.Authorize(ctx, c); err != nil {
+			var ce *card.Error
+			if errors.As(err, &ce) {
+				j.fail(card.StatusFailed, ce.Code, ce.Message, ce.Detail, callCard)
+			} else {
+				j.retryLater("authorize", err)
+			}
+			return
+		}
 	}
 	j.timeout = ent.entry.Options.Timeout()
 	execCtx, cancelTimeout := context.WithTimeoutCause(callCtx, j.timeout, context.DeadlineExceeded)

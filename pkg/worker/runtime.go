@@ -55,6 +55,9 @@ type Config struct {
 	// EntryCacheTTL is how long a registry entry (and its compiled schema)
 	// is reused. Default 5s.
 	EntryCacheTTL time.Duration
+	// Authorizer, when set, gates every call (built-ins included: it sees
+	// Call.Builtin) before its handler runs. See Authorizer.
+	Authorizer Authorizer
 }
 
 // Runtime serves a set of tools: one durable JetStream consumer per tool,

@@ -111,6 +111,8 @@ type Call struct {
 	Traceparent string
 	// Delivery is the delivery attempt of the command (1 for the first).
 	Delivery int
+	// Builtin reports whether the tool is a PMO built-in.
+	Builtin bool
 }
 
 // Bind decodes the arguments into v. A mismatch is a bad_request failure.
