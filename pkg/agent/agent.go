@@ -86,6 +86,9 @@ type Config struct {
 	// inbox, a safety net for a wakeup lost by core NATS (a reconnect, a
 	// slow consumer). Default DefaultPollInterval; negative disables it.
 	PollInterval time.Duration
+	// Mandate is the signed mandate attached to every call that does not
+	// carry its own (CallRequest.Mandate). Empty: calls carry none.
+	Mandate string
 }
 
 // Client is what a Go agent runtime uses to call tools over the mesh. It is
@@ -103,6 +106,7 @@ type Client struct {
 	log      *slog.Logger
 	poll     time.Duration
 	wakeSubj string
+	mandate  string
 
 	// mu guards sub, waiters and closed.
 	mu      sync.Mutex
@@ -172,9 +176,9 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		nc: nc, js: js, ver: cfg.Version, project: cfg.Project, channel: cfg.Channel, agentID: cfg.AgentID,
 		store: cfg.Store, reg: cfg.Registry, inbox: cfg.Inbox, poll: cfg.PollInterval,
 		log:      cfg.Logger.With("component", "agent", "agent_id", cfg.AgentID, "project_id", cfg.Project),
-		wakeSubj: wake.String(),
-		waiters:  make(map[string][]*waiter),
-		done:     make(chan struct{}),
+		wakeSubj: wake.String(), mandate: cfg.Mandate,
+		waiters: make(map[string][]*waiter),
+		done:    make(chan struct{}),
 	}, nil
 }
 

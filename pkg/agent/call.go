@@ -53,7 +53,19 @@ type CallRequest struct {
 	// Traceparent is the W3C trace context of the call; default the one in
 	// ctx (ContextWithTraceparent), else a new one.
 	Traceparent string
+	// Mandate is the signed mandate (compact JWS) that authorizes the
+	// call; default Config.Mandate. It travels in the tool.call card's
+	// metadata under MetadataMandate, where the worker's gate reads it.
+	Mandate string
+	// CreatedAt is the tool.call card's created_at; default now. Replay
+	// sets it to the original call's time so that tools deriving ids and
+	// timestamps from the call reproduce their results.
+	CreatedAt time.Time
 }
+
+// MetadataMandate is the tool.call card metadata key that carries the
+// call's mandate token (a JSON string).
+const MetadataMandate = "mandate"
 
 // Pending identifies a dispatched call: what a runtime that parks the turn
 // keeps to match the wakeup later.
@@ -244,14 +256,25 @@ func (c *Client) prepare(ctx context.Context, req CallRequest) (*prepared, error
 	if err != nil {
 		return nil, fmt.Errorf("agent: encode tool.call content: %w", err)
 	}
+	created := req.CreatedAt.UTC()
+	if req.CreatedAt.IsZero() {
+		created = time.Now().UTC()
+	}
 	cc := &card.Card{
 		CardID: card.NewID(), ProjectID: c.project, Type: card.TypeToolCall, AuthorID: c.agentID,
-		Content: content, ToolCallID: req.ToolCallID, CreatedAt: time.Now().UTC(),
+		Content: content, ToolCallID: req.ToolCallID, CreatedAt: created,
 		Metadata: card.Metadata{
 			AgentID: c.agentID, AgentTurnID: req.AgentTurnID, TurnEpoch: req.TurnEpoch,
 			StepID: req.StepID, ToolCallID: req.ToolCallID, TraceID: utp.TraceID(tp),
 			ParentStepID: req.ParentStepID, Role: RoleAssistant,
 		},
+	}
+	if m := req.Mandate; m != "" || c.mandate != "" {
+		if m == "" {
+			m = c.mandate
+		}
+		raw, _ := json.Marshal(m)
+		cc.Metadata.Extra = map[string]json.RawMessage{MetadataMandate: raw}
 	}
 	if err := cc.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: tool.call card: %v", ErrInvalid, err)
