@@ -14,6 +14,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -37,30 +39,69 @@ func main() {
 	os.Exit(code)
 }
 
-func commands(e env) map[string]command {
-	return map[string]command{
-		"up":      &upCommand{env: e},
-		"worker":  &workerCommand{env: e},
-		"version": &versionCommand{env: e},
-	}
+// spec describes one subcommand. Each subcommand's file registers its spec
+// in an init function, so adding a subcommand touches no other file.
+type spec struct {
+	// name is what the user types after utpmesh.
+	name string
+	// summary is the one-line description in 'utpmesh --help'.
+	summary string
+	// order places the command in the help listing (lower first).
+	order int
+	// make returns the command bound to the process environment.
+	make func(env) command
 }
 
-const usage = `utpmesh runs and operates a UTP tool-service mesh on NATS.
+var specs = map[string]spec{}
 
-Usage:
-  utpmesh <command> [flags]
+// register adds a subcommand; it is called from init functions.
+func register(s spec) {
+	if _, dup := specs[s.name]; dup {
+		panic("utpmesh: subcommand registered twice: " + s.name)
+	}
+	specs[s.name] = s
+}
 
-Commands:
-  up        run a whole mesh in one process (embedded NATS + JetStream)
-  worker    serve tool services against an existing NATS (scale one tool)
-  version   print the version
+func init() {
+	register(spec{name: "up", order: 10, summary: "run a whole mesh in one process (embedded NATS + JetStream)",
+		make: func(e env) command { return &upCommand{env: e} }})
+	register(spec{name: "worker", order: 20, summary: "serve tool services against an existing NATS (scale one tool)",
+		make: func(e env) command { return &workerCommand{env: e} }})
+	register(spec{name: "version", order: 1000, summary: "print the version",
+		make: func(e env) command { return &versionCommand{env: e} }})
+}
 
-Run 'utpmesh <command> --help' for a command's flags.
-`
+func commands(e env) map[string]command {
+	out := make(map[string]command, len(specs))
+	for n, s := range specs {
+		out[n] = s.make(e)
+	}
+	return out
+}
+
+func usage() string {
+	list := make([]spec, 0, len(specs))
+	for _, s := range specs {
+		list = append(list, s)
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if list[i].order != list[j].order {
+			return list[i].order < list[j].order
+		}
+		return list[i].name < list[j].name
+	})
+	var b strings.Builder
+	b.WriteString("utpmesh runs and operates a UTP tool-service mesh on NATS.\n\nUsage:\n  utpmesh <command> [flags]\n\nCommands:\n")
+	for _, s := range list {
+		fmt.Fprintf(&b, "  %-9s %s\n", s.name, s.summary)
+	}
+	b.WriteString("\nRun 'utpmesh <command> --help' for a command's flags.\n")
+	return b.String()
+}
 
 func run(ctx context.Context, args []string, e env) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(e.stdout, usage)
+		fmt.Fprint(e.stdout, usage())
 		if len(args) == 0 {
 			return 2
 		}
