@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -56,11 +57,10 @@ func writeJSON(w io.Writer, v any) error {
 // isTerminal reports whether w is a terminal (progress output goes only
 // there, so piped output stays clean).
 func isTerminal(w io.Writer) bool {
-	type fder interface{ Fd() uintptr }
-	f, ok := w.(fder)
+	f, ok := w.(*os.File)
 	if !ok {
 		return false
 	}
-	st, err := statFd(f.Fd())
-	return err == nil && st
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
