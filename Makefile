@@ -12,7 +12,10 @@ FUZZ_TARGETS = \
 	./subjects:FuzzTemplate \
 	./pkg/card:FuzzDecode \
 	./pkg/utp:FuzzParseCommand \
-	./pkg/registry:FuzzParseYAML
+	./pkg/registry:FuzzParseYAML \
+	./services/atlas/internal/cron:FuzzParse \
+	./services/atlas/internal/atime:FuzzParseHM \
+	./services/atlas/internal/atime:FuzzParseDate
 
 .PHONY: all build test lint fuzz bench clean
 

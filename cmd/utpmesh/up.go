@@ -41,7 +41,10 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 			return usagef("--services: %v", err)
 		}
 	}
-	tools, err := catalog.Build(services, catalog.Deps{DataDir: *data})
+	// The mesh's connection and CardStore exist only after mesh.Start;
+	// services that need them bind late (calls before Set wait for it).
+	late := catalog.NewLate()
+	tools, err := catalog.Build(services, catalog.Deps{DataDir: *data, Context: ctx, Late: late})
 	if err != nil {
 		return err
 	}
@@ -49,6 +52,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	late.Set(m.Conn(), m.Cards())
 	cfg := m.Config()
 	fmt.Fprintf(c.env.stdout, "utpmesh %s is up\n", Version)
 	fmt.Fprintf(c.env.stdout, "  NATS       %s (JetStream, fsync before ack)\n", m.ClientURL())

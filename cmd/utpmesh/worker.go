@@ -65,7 +65,7 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	tools, err := catalog.Build(services, catalog.Deps{NC: nc, Store: store, Registry: reg, DataDir: *data})
+	tools, err := catalog.Build(services, catalog.Deps{NC: nc, Store: store, Registry: reg, DataDir: *data, Context: ctx})
 	if err != nil {
 		return err
 	}

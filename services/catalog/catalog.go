@@ -4,15 +4,23 @@
 package catalog
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/atlas"
+	"github.com/utpmesh/utpmesh/services/atlas/calendar"
+	"github.com/utpmesh/utpmesh/services/atlas/notes"
+	"github.com/utpmesh/utpmesh/services/atlas/tasks"
+	"github.com/utpmesh/utpmesh/services/atlas/utility"
+	"github.com/utpmesh/utpmesh/services/atlas/workflows"
 	"github.com/utpmesh/utpmesh/services/echo"
 )
 
@@ -24,6 +32,52 @@ type Deps struct {
 	// DataDir is where a service keeps its own files (one bbolt file per
 	// service); services that need it fail clearly when it is empty.
 	DataDir string
+	// Context bounds what a service runs besides its handlers (the ATLAS
+	// confirmation endpoints and workflow scheduler) and its open files;
+	// nil: they live until the process exits.
+	Context context.Context
+	// Late provides NC and Store to services built before the mesh that
+	// serves them has started (utpmesh up): call Late.Set once it is up.
+	Late *Late
+}
+
+// Late hands a mesh's NATS connection and CardStore to services built
+// before the mesh started. Services wait for Set on first use.
+type Late struct {
+	once  sync.Once
+	ready chan struct{}
+	nc    *nats.Conn
+	store cardstore.Store
+}
+
+// NewLate returns a Late that is not set yet.
+func NewLate() *Late { return &Late{ready: make(chan struct{})} }
+
+// Set provides the connection and store; later calls are ignored.
+func (l *Late) Set(nc *nats.Conn, store cardstore.Store) {
+	l.once.Do(func() { l.nc, l.store = nc, store; close(l.ready) })
+}
+
+// Resolve waits for Set or for ctx to end.
+func (l *Late) Resolve(ctx context.Context) (*nats.Conn, cardstore.Store, error) {
+	select {
+	case <-l.ready:
+		return l.nc, l.store, nil
+	case <-ctx.Done():
+		return nil, nil, fmt.Errorf("waiting for the mesh to start: %w", ctx.Err())
+	}
+}
+
+// atlasService adapts an ATLAS group's factory to the catalogue.
+func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, error)) Service {
+	return Service{Name: "atlas." + group, Description: desc, InUp: true,
+		Build: func(d Deps) ([]worker.Tool, error) {
+			ad := atlas.Deps{NC: d.NC, Store: d.Store, DataDir: d.DataDir, Context: d.Context}
+			if d.Late != nil {
+				ad.Resolve = d.Late.Resolve
+			}
+			return build(ad)
+		}}
 }
 
 // Factory builds a service's tools.
@@ -44,6 +98,11 @@ type Service struct {
 var services = map[string]Service{
 	"echo": {Name: "echo", Description: "demo tool: returns its arguments (smoke tests, benchmarks)", InUp: true,
 		Build: func(Deps) ([]worker.Tool, error) { return []worker.Tool{echo.Tool()}, nil }},
+	"atlas.tasks":     atlasService(atlas.GroupTasks, "ATLAS tasks: TASK_CREATE/LIST/UPDATE/DELETE", tasks.Build),
+	"atlas.notes":     atlasService(atlas.GroupNotes, "ATLAS notes: NOTE_CREATE/SEARCH/GET/DELETE", notes.Build),
+	"atlas.calendar":  atlasService(atlas.GroupCalendar, "ATLAS calendar: CALENDAR_GET_DAY/CREATE_BLOCKS/DELETE_BLOCKS (confirmations)", calendar.Build),
+	"atlas.workflows": atlasService(atlas.GroupWorkflows, "ATLAS workflows: WORKFLOW_SAVE/DELETE/ENABLE/RUN/LOGS and the cron scheduler", workflows.Build),
+	"atlas.utility":   atlasService(atlas.GroupUtility, "ATLAS utility: LOG_EVENT, NOTIFY_USER/LIST, ATLAS_CONFIRM/CANCEL", utility.Build),
 }
 
 // Lookup returns the service of a name.

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/services/atlas/utility"
+)
+
+func init() {
+	register(spec{name: "confirm", order: 61, summary: "confirm a pending ATLAS call (confirm CONFIRMATION_ID)",
+		make: func(e env) command { return &confirmCommand{env: e, tool: utility.ToolConfirm, name: "confirm"} }})
+	register(spec{name: "cancel", order: 62, summary: "cancel a pending ATLAS call (cancel CONFIRMATION_ID)",
+		make: func(e env) command { return &confirmCommand{env: e, tool: utility.ToolCancel, name: "cancel"} }})
+}
+
+// confirmCommand calls ATLAS_CONFIRM or ATLAS_CANCEL as agent "cli".
+type confirmCommand struct {
+	env  env
+	tool string
+	name string
+}
+
+func (c *confirmCommand) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet(c.name, "utpmesh "+c.name+" CONFIRMATION_ID [--project P] [--channel C] [--turn T] [--json] [--nats URL]", c.env)
+	var mf meshFlags
+	mf.register(fs, c.env)
+	project := fs.String("project", "demo", "project of the pending call")
+	channel := fs.String("channel", agent.DefaultChannel, "channel to call on")
+	turn := fs.String("turn", "", "agent_turn_id of the "+c.name+" call (default: a new cli-<uuid> turn)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want 'utpmesh %s CONFIRMATION_ID' (the confirmation_id of a PENDING_CONFIRM result, e.g. cfm_calendar_0123456789abcdef)", c.name)
+	}
+	if *turn == "" {
+		*turn = "cli-" + card.NewID()
+	}
+	nc, err := mf.connect(ctx, c.name)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ag, err := agent.New(nc, agent.Config{Project: *project, Channel: *channel, AgentID: "cli", Version: mf.version})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	defer ag.Close()
+	argsJSON, _ := json.Marshal(map[string]string{"confirmation_id": pos[0]})
+	cctx, cancel := context.WithTimeout(ctx, mf.timeout)
+	defer cancel()
+	out, err := ag.Call(cctx, agent.CallRequest{ToolName: c.tool, Arguments: argsJSON, AgentTurnID: *turn})
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", c.tool, pos[0], err)
+	}
+	res := out.Result
+	if mf.json {
+		if err := writeJSON(c.env.stdout, res); err != nil {
+			return err
+		}
+	} else if res.Status == card.StatusSuccess {
+		var v utility.ConfirmResult
+		_ = json.Unmarshal(res.Result, &v)
+		fmt.Fprintf(c.env.stdout, "%s %s: %s\n", v.ToolName, v.ConfirmationID, v.Status)
+		if len(v.Result) > 0 {
+			fmt.Fprintf(c.env.stdout, "result: %s\n", v.Result)
+		}
+		if v.Undo != nil {
+			fmt.Fprintf(c.env.stdout, "undo: %s %s\n", v.Undo.ToolName, v.Undo.Args)
+		}
+	}
+	if res.Status != card.StatusSuccess {
+		msg := string(res.Status)
+		if res.Error != nil {
+			msg = string(res.Error.Code) + ": " + res.Error.Message
+		}
+		return fmt.Errorf("%s %s failed: %s", c.name, pos[0], msg)
+	}
+	return nil
+}

@@ -1,0 +1,40 @@
+// Package kit is the machinery every ATLAS service shares, so that each
+// group (tasks, notes, calendar, workflows, utility) is only its Specs.
+//
+// A Service owns one bbolt file (atlas-<group>.db). Data is scoped by
+// project: every bucket a tool touches is nested under a top-level bucket
+// named after the call's project, so one project never sees another's data.
+//
+// Every call of a Spec goes through one path (handler.go):
+//
+//  1. Idempotency: a call already executed (same agent_turn_id and
+//     tool_call_id) returns its stored result and re-writes its receipt (an
+//     identical card, so a no-op). The same ids with other arguments fail
+//     bad_request: tool_call_id reuse.
+//  2. Confirmation: a Spec whose policy says so for these arguments does not
+//     execute. Its Plan checks the arguments against the data and describes
+//     what would happen; a Pending record is stored and the call ends UTP
+//     success with {"status":"PENDING_CONFIRM", "confirmation_id", ...}.
+//  3. Execution: Run executes inside one bbolt write transaction, together
+//     with the idempotency record, so a failed call writes nothing. Side
+//     effects outside the file (publishing a notification) run after the
+//     commit (Outcome.After).
+//  4. Receipt: one atlas.receipt card per call (package receipts). A
+//     receipt that cannot be written fails the call with
+//     upstream_unavailable, saying whether the change was applied.
+//
+// Pending confirmations are resolved through the service's confirmation
+// endpoint, the svc request cg.<ver>.<project>.<channel>.svc.atlas-<group>.
+// resolve, which ATLAS_CONFIRM and ATLAS_CANCEL (atlas.utility) call. The
+// endpoint runs the pending call's Run with the ids of the original call and
+// the time of the confirming call, marks the confirmation used in the same
+// transaction, and writes a transition receipt into the original turn. A
+// confirmation id is usable once; a repeat by the same confirming call
+// returns the same answer (redelivery), any other fails bad_request naming
+// what already happened.
+//
+// Caveat: if the confirming call's request times out after the owner
+// executed it, the confirm call fails upstream_unavailable although the
+// action ran; the transition receipt in the original turn (and a second
+// confirm, which answers "already confirmed by ...") tell the truth.
+package kit

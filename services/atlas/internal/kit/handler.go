@@ -1,0 +1,287 @@
+package kit
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/atlas/internal/determ"
+	"github.com/utpmesh/utpmesh/services/atlas/receipts"
+)
+
+// Bucket names the kit uses in every project.
+const (
+	bucketCalls   = "_calls"
+	bucketPending = "_pending"
+)
+
+// callRecord is what an executed (or parked) call leaves behind, so that a
+// second execution of the same call answers the same way.
+type callRecord struct {
+	ToolName string          `json:"tool_name"`
+	ArgsHash string          `json:"args_hash"`
+	Result   json.RawMessage `json:"result"`
+	Receipt  receipts.Record `json:"receipt"`
+}
+
+func callKey(turn, toolCallID string) []byte { return []byte(turn + "\x00" + toolCallID) }
+
+func argsHash(args json.RawMessage) string {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, args); err != nil {
+		buf.Write(args)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	return hex.EncodeToString(sum[:8])
+}
+
+// newExec builds the Exec of a worker call.
+func (s *Service) newExec(call *worker.Call) *Exec {
+	return &Exec{
+		Project: call.ProjectID, Channel: call.ChannelID, Version: call.Version,
+		ToolCallID: call.Command.ToolCallID, AgentTurnID: call.Command.AgentTurnID, AgentID: call.Command.AgentID,
+		Time: determ.Time(call.CallCard.CreatedAt), Args: call.Arguments, Call: call, Svc: s,
+	}
+}
+
+func (s *Service) handler(sp *Spec) worker.HandlerFunc {
+	return func(ctx context.Context, call *worker.Call) (worker.Result, error) {
+		_, st, err := s.deps.Conn(ctx)
+		if err != nil {
+			return worker.Result{}, worker.Fail(card.CodeUpstreamUnavailable, "atlas."+s.group+": the CardStore is not available: "+err.Error())
+		}
+		x := s.newExec(call)
+		entry := receipts.ToolCall{ToolName: sp.Name, Args: call.Arguments, TimestampUTC: x.Now(),
+			ToolCallID: x.ToolCallID, AgentTurnID: x.AgentTurnID}
+		value, rec, herr := s.execute(ctx, sp, x, entry)
+		if herr != nil {
+			var ce *card.Error
+			if !errors.As(herr, &ce) {
+				ce = &card.Error{Code: card.CodeInternalError, Message: herr.Error()}
+				herr = ce
+			}
+			rec = receipts.Record{Kind: receipts.KindCall, ToolCall: entry,
+				Errors: []receipts.Error{{Code: string(ce.Code), Message: ce.Message}}}
+			rec.ToolCall.Status, rec.ToolCall.Result = receipts.StatusFailed, json.RawMessage("null")
+		}
+		if werr := receipts.Write(ctx, st, call.CallCard, s.Author(), rec, x.Time); werr != nil {
+			applied := "nothing was changed"
+			if herr == nil && !sp.ReadOnly {
+				applied = "the change WAS applied; calling again with the same tool_call_id returns it"
+			}
+			return worker.Result{}, worker.Fail(card.CodeUpstreamUnavailable,
+				fmt.Sprintf("%s: the receipt could not be written (%v); %s", sp.Name, werr, applied))
+		}
+		if herr != nil {
+			return worker.Result{}, herr
+		}
+		return worker.OK(value), nil
+	}
+}
+
+// execute runs one call and returns its result and receipt record.
+func (s *Service) execute(ctx context.Context, sp *Spec, x *Exec, entry receipts.ToolCall) (json.RawMessage, receipts.Record, error) {
+	if sp.Direct != nil {
+		out, err := sp.Direct(ctx, x)
+		if err != nil {
+			return nil, receipts.Record{}, err
+		}
+		return s.finish(ctx, sp, entry, out)
+	}
+	if sp.ReadOnly {
+		var out Outcome
+		err := s.db.View(func(tx *bolt.Tx) error {
+			x.Tx = tx
+			var err error
+			out, err = sp.Run(x)
+			return err
+		})
+		if err != nil {
+			return nil, receipts.Record{}, s.txErr(err)
+		}
+		return s.finish(ctx, sp, entry, out)
+	}
+
+	// Replays answer from the call record.
+	hash := argsHash(x.Args)
+	var prev *callRecord
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		x.Tx = tx
+		b, err := x.Bucket(bucketCalls)
+		if err != nil || b == nil {
+			return err
+		}
+		if v := b.Get(callKey(x.AgentTurnID, x.ToolCallID)); v != nil {
+			prev = &callRecord{}
+			return json.Unmarshal(v, prev)
+		}
+		return nil
+	}); err != nil {
+		return nil, receipts.Record{}, s.txErr(err)
+	}
+	if prev != nil {
+		if prev.ToolName != sp.Name || prev.ArgsHash != hash {
+			return nil, receipts.Record{}, BadRequest("tool_call_id %q was already used in turn %q for a %s call with other arguments; give every call its own tool_call_id",
+				x.ToolCallID, x.AgentTurnID, prev.ToolName)
+		}
+		return prev.Result, prev.Receipt, nil
+	}
+
+	if sp.needsConfirm(x.Args) {
+		return s.park(sp, x, entry, hash)
+	}
+	var out Outcome
+	var value json.RawMessage
+	var rec receipts.Record
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		x.Tx = tx
+		var err error
+		if out, err = sp.Run(x); err != nil {
+			return err
+		}
+		if value, rec, err = s.record(sp, entry, out); err != nil {
+			return err
+		}
+		return putCall(x, callRecord{ToolName: sp.Name, ArgsHash: hash, Result: value, Receipt: rec})
+	})
+	if err != nil {
+		return nil, receipts.Record{}, s.txErr(err)
+	}
+	if out.After != nil {
+		if err := out.After(ctx); err != nil {
+			return nil, receipts.Record{}, worker.Fail(card.CodeUpstreamUnavailable, err.Error())
+		}
+	}
+	return value, rec, nil
+}
+
+// finish encodes the result and record of a call without a transaction.
+func (s *Service) finish(ctx context.Context, sp *Spec, entry receipts.ToolCall, out Outcome) (json.RawMessage, receipts.Record, error) {
+	value, rec, err := s.record(sp, entry, out)
+	if err != nil {
+		return nil, receipts.Record{}, err
+	}
+	if out.After != nil {
+		if err := out.After(ctx); err != nil {
+			return nil, receipts.Record{}, worker.Fail(card.CodeUpstreamUnavailable, err.Error())
+		}
+	}
+	return value, rec, nil
+}
+
+// record encodes a successful outcome as the call's result (with "undo"
+// for mutating tools) and its receipt record.
+func (s *Service) record(sp *Spec, entry receipts.ToolCall, out Outcome) (json.RawMessage, receipts.Record, error) {
+	value, err := EncodeResult(out.Result, !sp.ReadOnly && sp.Direct == nil, out.Undo)
+	if err != nil {
+		return nil, receipts.Record{}, err
+	}
+	entry.Status, entry.Result = receipts.StatusOK, value
+	return value, receipts.Record{Kind: receipts.KindCall, ToolCall: entry, Changes: out.Changes, Undo: out.Undo, Warnings: out.Warnings}, nil
+}
+
+// EncodeResult encodes a result object, adding "undo" (null when undo is
+// nil) when withUndo is set.
+func EncodeResult(result any, withUndo bool, undo *receipts.Undo) (json.RawMessage, error) {
+	raw, err := json.Marshal(result)
+	if err != nil {
+		return nil, fmt.Errorf("atlas: encode result: %w", err)
+	}
+	if !withUndo {
+		return raw, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("atlas: a mutating tool's result must be an object: %w", err)
+	}
+	if m == nil {
+		m = map[string]json.RawMessage{}
+	}
+	u, err := json.Marshal(undo)
+	if err != nil {
+		return nil, fmt.Errorf("atlas: encode undo: %w", err)
+	}
+	m["undo"] = u
+	return json.Marshal(m)
+}
+
+func putCall(x *Exec, rec callRecord) error {
+	b, err := x.Bucket(bucketCalls)
+	if err != nil {
+		return err
+	}
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return b.Put(callKey(x.AgentTurnID, x.ToolCallID), raw)
+}
+
+// txErr passes *card.Error through and wraps storage errors.
+func (s *Service) txErr(err error) error {
+	var ce *card.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
+		err = ErrClosed
+	}
+	return fmt.Errorf("atlas.%s: storage: %w", s.group, err)
+}
+
+// PutNew stores a new object under id in b. When id exists with the same
+// encoding it returns existed=true (a replay); with another encoding it
+// fails bad_request explaining the tool_call_id reuse.
+func PutNew(b *bolt.Bucket, id string, v any, toolCallID string) (existed bool, err error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return false, err
+	}
+	if old := b.Get([]byte(id)); old != nil {
+		if bytes.Equal(old, raw) {
+			return true, nil
+		}
+		return false, BadRequest("the id %s derived from tool_call_id %q already names another object: tool_call_id was reused with different content; give every call its own tool_call_id", id, toolCallID)
+	}
+	return false, b.Put([]byte(id), raw)
+}
+
+// GetJSON reads the JSON object under id into v; found is false when absent.
+func GetJSON(b *bolt.Bucket, id string, v any) (found bool, err error) {
+	if b == nil {
+		return false, nil
+	}
+	raw := b.Get([]byte(id))
+	if raw == nil {
+		return false, nil
+	}
+	return true, json.Unmarshal(raw, v)
+}
+
+// PutJSON writes v under id.
+func PutJSON(b *bolt.Bucket, id string, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(id), raw)
+}
+
+// Raw encodes v as JSON for a receipt change (nil on error, which cannot
+// happen for the plain structs the services pass).
+func Raw(v any) json.RawMessage {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	return raw
+}

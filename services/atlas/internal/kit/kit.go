@@ -1,0 +1,268 @@
+package kit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/atlas"
+	"github.com/utpmesh/utpmesh/services/atlas/internal/determ"
+	"github.com/utpmesh/utpmesh/services/atlas/receipts"
+)
+
+// Errors of the kit.
+var (
+	// ErrClosed: the service's data file is closed.
+	ErrClosed = errors.New("atlas: service closed")
+	// ErrNotPending: a confirmation id names nothing pending (unknown,
+	// already used or expired). Its message says which.
+	ErrNotPending = errors.New("atlas: confirmation not pending")
+)
+
+// PendingTTL is how long a pending confirmation may be confirmed, counted
+// from the original call's time.
+const PendingTTL = 24 * time.Hour
+
+// Outcome is what a Spec's Run returns.
+type Outcome struct {
+	// Result is the tool's result (a struct or map encoding to an object).
+	Result any
+	// Undo is the undo step of a mutating call; nil when not undoable.
+	Undo *receipts.Undo
+	// Changes lists what the call created, updated or deleted.
+	Changes []receipts.Change
+	// Warnings are noted in the receipt.
+	Warnings []string
+	// After runs once the transaction has committed; its error fails the
+	// call (the message must say the change itself was applied).
+	After func(ctx context.Context) error
+}
+
+// Spec is one ATLAS tool.
+type Spec struct {
+	Name        string
+	Description string
+	// Params is the JSON Schema of the arguments.
+	Params string
+	// Risk and Confirmation are registered as options (the seed's risk
+	// level and confirmation rule); Confirmation is also enforced here.
+	Risk         registry.RiskLevel
+	Confirmation registry.Confirmation
+	// Count returns how many objects a call acts on (for when_multiple).
+	Count func(args json.RawMessage) int
+	// ReadOnly tools run in a read transaction, keep no idempotency record
+	// and carry no undo key.
+	ReadOnly bool
+	// Plan (tools that can need confirmation) checks the arguments against
+	// the data in a read transaction and returns what would happen.
+	Plan func(x *Exec) (any, error)
+	// Run executes the call in x.Tx.
+	Run func(x *Exec) (Outcome, error)
+	// Direct, instead of Run, executes without a transaction (x.Tx is nil)
+	// and without an idempotency record: for tools whose effect lives
+	// elsewhere (ATLAS_CONFIRM, ATLAS_CANCEL).
+	Direct func(ctx context.Context, x *Exec) (Outcome, error)
+}
+
+// needsConfirm applies the confirmation rule to a call's arguments.
+func (s *Spec) needsConfirm(args json.RawMessage) bool {
+	switch s.Confirmation {
+	case registry.ConfirmAlways:
+		return true
+	case registry.ConfirmWhenMultiple:
+		return s.Count != nil && s.Count(args) > 1
+	}
+	return false
+}
+
+// Exec is one execution of a Spec.
+type Exec struct {
+	// Tx is the transaction (nil for Direct).
+	Tx *bolt.Tx
+	// Project, Channel and Version scope the call.
+	Project, Channel, Version string
+	// ToolCallID is the call the ids derive from (for a confirmed call,
+	// the original call's).
+	ToolCallID  string
+	AgentTurnID string
+	AgentID     string
+	// Time is the call's time (determ.Time of its tool.call card).
+	Time time.Time
+	// Args are the validated arguments.
+	Args json.RawMessage
+	// Call is the worker call (nil when a confirmation executes the Spec).
+	Call *worker.Call
+	// Svc is the service.
+	Svc *Service
+}
+
+// ID derives the index-th id of this call with a type prefix.
+func (x *Exec) ID(prefix string, index int) string {
+	return determ.ID(prefix, x.Project, x.ToolCallID, index)
+}
+
+// Now is the call's time as an ATLAS timestamp.
+func (x *Exec) Now() string { return determ.Format(x.Time) }
+
+// Bind decodes the arguments; a mismatch is bad_request.
+func (x *Exec) Bind(v any) error {
+	if err := json.Unmarshal(x.Args, v); err != nil {
+		return BadRequest("arguments: %v", err)
+	}
+	return nil
+}
+
+// Bucket returns the project's bucket of a name, creating it in a write
+// transaction; in a read transaction a missing bucket is nil.
+func (x *Exec) Bucket(name string) (*bolt.Bucket, error) {
+	return bucket(x.Tx, x.Project, name)
+}
+
+func bucket(tx *bolt.Tx, project, name string) (*bolt.Bucket, error) {
+	top := []byte("p:" + project)
+	if !tx.Writable() {
+		p := tx.Bucket(top)
+		if p == nil {
+			return nil, nil
+		}
+		return p.Bucket([]byte(name)), nil
+	}
+	p, err := tx.CreateBucketIfNotExists(top)
+	if err != nil {
+		return nil, err
+	}
+	return p.CreateBucketIfNotExists([]byte(name))
+}
+
+// BadRequest returns a bad_request failure with a formatted message.
+func BadRequest(format string, a ...any) error {
+	return worker.Fail(card.CodeBadRequest, fmt.Sprintf(format, a...))
+}
+
+// Service is one ATLAS group's running service.
+type Service struct {
+	group string
+	deps  atlas.Deps
+	db    *bolt.DB
+	log   *slog.Logger
+	specs map[string]*Spec
+
+	mu     sync.Mutex
+	srv    *svc.Server
+	closed bool
+	done   chan struct{}
+}
+
+// New opens the group's data file. When deps.Context is set the file is
+// closed (and the confirmation endpoint stopped) when it ends.
+func New(group string, deps atlas.Deps) (*Service, error) {
+	deps, err := deps.Normalize(group)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(deps.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("atlas.%s: data directory: %w", group, err)
+	}
+	path := atlas.DBPath(deps.DataDir, group)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("atlas.%s: open %s: %w (is another atlas.%s process using this data directory?)", group, path, err, group)
+	}
+	s := &Service{group: group, deps: deps, db: db, log: deps.Logger, specs: map[string]*Spec{}, done: make(chan struct{})}
+	if ctx := deps.Context; ctx != nil {
+		go func() {
+			select {
+			case <-ctx.Done():
+				_ = s.Close()
+			case <-s.done:
+			}
+		}()
+	}
+	return s, nil
+}
+
+// Group is the service's group name.
+func (s *Service) Group() string { return s.group }
+
+// DB is the service's bbolt file.
+func (s *Service) DB() *bolt.DB { return s.db }
+
+// Deps are the service's normalized dependencies.
+func (s *Service) Deps() atlas.Deps { return s.deps }
+
+// Logger is the service's logger.
+func (s *Service) Logger() *slog.Logger { return s.log }
+
+// Author is the author_id of the cards the service writes.
+func (s *Service) Author() string { return "atlas." + s.group }
+
+// Done is closed when the service closes.
+func (s *Service) Done() <-chan struct{} { return s.done }
+
+// Close stops the confirmation endpoint and closes the data file. It is
+// idempotent.
+func (s *Service) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	srv := s.srv
+	close(s.done)
+	s.mu.Unlock()
+	if srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = srv.Stop(ctx)
+		cancel()
+	}
+	return s.db.Close()
+}
+
+// Tools returns the worker tools of the specs, each on target
+// atlas.<group>.<NAME>, and starts the confirmation endpoint when a spec
+// can need confirmation.
+func (s *Service) Tools(specs ...Spec) ([]worker.Tool, error) {
+	out := make([]worker.Tool, 0, len(specs))
+	confirmable := false
+	for i := range specs {
+		sp := &specs[i]
+		if (sp.Run == nil) == (sp.Direct == nil) {
+			return nil, fmt.Errorf("atlas.%s: tool %s needs exactly one of Run and Direct", s.group, sp.Name)
+		}
+		if sp.Confirmation == registry.ConfirmAlways || sp.Confirmation == registry.ConfirmWhenMultiple {
+			if sp.Plan == nil || sp.Run == nil {
+				return nil, fmt.Errorf("atlas.%s: tool %s needs confirmation, so it needs Plan and Run", s.group, sp.Name)
+			}
+			confirmable = true
+		}
+		s.specs[sp.Name] = sp
+		ae := card.Suspend
+		conf := sp.Confirmation
+		if conf == "" {
+			conf = registry.ConfirmNever
+		}
+		out = append(out, worker.Tool{
+			Name: sp.Name, Description: sp.Description, Parameters: json.RawMessage(sp.Params),
+			Target: "atlas." + s.group + "." + sp.Name, AfterExecution: ae,
+			Options: registry.Options{RiskLevel: sp.Risk, Confirmation: conf,
+				CedarAction: `ATLASAction::"` + sp.Name + `"`},
+			Handler: s.handler(sp),
+		})
+	}
+	if confirmable {
+		go s.serveConfirmations()
+	}
+	return out, nil
+}
