@@ -5,6 +5,8 @@
 //     shape an LLM tool list needs.
 //   - cancel_tool_call: ends an in-flight call of the same project canceled;
 //     a finished call is left unchanged.
+//   - mandate_query: the Windley Loop — which tools the caller's mandate
+//     permits in the current booking state (pkg/authz.Query).
 //
 // Their names are reserved in the registry; they are defined here, not
 // stored per project.
@@ -30,6 +32,9 @@ type Deps struct {
 	Registry registry.Registry
 	// Holder identifies this process in claims (cancel_tool_call).
 	Holder string
+	// Mandates answers mandate_query (the Windley Loop); nil: the built-in
+	// fails with "authorization is not enabled".
+	Mandates MandateQuerier
 }
 
 // Tools returns the PMO built-in tools.
@@ -52,6 +57,7 @@ func Tools(d Deps) []worker.Tool {
 			Builtin: true,
 			Handler: d.cancelToolCall,
 		},
+		d.mandateQueryTool(),
 	}
 }
 

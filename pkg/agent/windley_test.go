@@ -1,0 +1,190 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cedar-policy/cedar-go/types"
+
+	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/echo"
+)
+
+// authMesh starts a mesh with the gate on, echo served, and the demo
+// setup of `utpmesh up`; it returns the demo mandate.
+func authMesh(t *testing.T) (*mesh.Mesh, string) {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: []worker.Tool{echo.Tool()},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: &mesh.AuthConfig{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	act, _ := authz.ActionOf((&worker.Tool{Name: echo.Name}).Entry("demo"))
+	res, err := authz.SetupDemo(ctx, m.Auth().Store, m.Auth().Keys, []string{"demo"}, []types.EntityUID{act}, dir, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := os.ReadFile(filepath.Join(dir, authz.DemoMandateFile))
+	if err != nil || res.MandatePath == "" || !res.PolicyInstalled {
+		t.Fatalf("demo setup: %+v, %v", res, err)
+	}
+	return m, strings.TrimSpace(string(tok))
+}
+
+func newAgent(t *testing.T, m *mesh.Mesh, id, mand string) *agent.Client {
+	t.Helper()
+	c, err := agent.New(m.Conn(), agent.Config{Project: "demo", AgentID: id, Mandate: mand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestGateOnTheMesh(t *testing.T) {
+	m, demo := authMesh(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	audits, err := m.Conn().SubscribeSync("cg.v1r3.demo.*.evt.sys.authz.decision")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := m.Auth().Keys.Load(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := mandate.Issue(key, mandate.Claims{Subject: authz.DemoAgent, ExpiresAt: time.Now().Add(time.Hour).Unix(),
+		Mandate: mandate.Grant{PolicySet: `permit(principal, action == ATPAction::"get_booking_status", resource);`}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		agentID string
+		mandate string
+		reason  string // "" = success
+	}{
+		{"demo mandate", authz.DemoAgent, demo, ""},
+		{"no mandate", authz.DemoAgent, "", authz.ReasonMandateMissing},
+		{"someone else's mandate", "intruder", demo, authz.ReasonSubjectMismatch},
+		{"mandate without echo", authz.DemoAgent, other, authz.ReasonScopeViolation},
+		{"garbage token", authz.DemoAgent, "not.a.token", authz.ReasonMandateInvalid},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newAgent(t, m, tc.agentID, tc.mandate)
+			out, err := c.Call(ctx, agent.CallRequest{ToolName: "echo", Arguments: json.RawMessage(`{"x":1}`), AgentTurnID: "turn-" + strings.ReplaceAll(tc.name, " ", "-")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.reason == "" {
+				if out.Result.Status != card.StatusSuccess {
+					t.Fatalf("result = %+v", out.Result)
+				}
+			} else {
+				if out.Result.Status != card.StatusFailed || out.Result.Error == nil || out.Result.Error.Code != card.CodeAuthFailed {
+					t.Fatalf("result = %+v, want failed auth_failed", out.Result)
+				}
+				var d authz.AuthFailedDetail
+				if err := json.Unmarshal(out.Result.Error.Detail, &d); err != nil || d.Reason != tc.reason || d.Tool != "echo" || d.RequiredAction != `Action::"echo"` {
+					t.Fatalf("detail = %s (%v), want reason %s", out.Result.Error.Detail, err, tc.reason)
+				}
+				if tc.reason == authz.ReasonScopeViolation && (len(d.Granted) == 0 || !strings.Contains(d.Granted[0], "get_booking_status")) {
+					t.Fatalf("granted = %v", d.Granted)
+				}
+			}
+			msg, err := audits.NextMsg(10 * time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rec authz.AuditRecord
+			if err := json.Unmarshal(msg.Data, &rec); err != nil || rec.ToolName != "echo" || rec.AgentID != tc.agentID {
+				t.Fatalf("audit = %s (%v)", msg.Data, err)
+			}
+			if want := tc.reason == ""; (rec.Decision == authz.DecisionAllow) != want || strings.Contains(string(msg.Data), `"x":1`) {
+				t.Fatalf("audit = %s", msg.Data)
+			}
+		})
+	}
+}
+
+func TestWindleyLoop(t *testing.T) {
+	m, demo := authMesh(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newAgent(t, m, authz.DemoAgent, demo)
+	w := c.NewWindleyLoop("turn-w", "")
+	state := "PRE_JOURNEY"
+	r, err := w.Start(ctx, &state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.Permits("echo", "") || r.TemplateVersion != authz.WindleyTemplateVersion || !strings.Contains(r.ContextBlock, "- echo (Action::\"echo\")") {
+		t.Fatalf("residual = %+v", r)
+	}
+	// The same state does not re-query; a transition does.
+	if _, again, err := w.BookingState(ctx, "PRE_JOURNEY"); err != nil || again {
+		t.Fatalf("same state: requeried=%v err=%v", again, err)
+	}
+	if _, again, err := w.HEMCompleted(ctx, "JOURNEY"); err != nil || !again {
+		t.Fatalf("transition: requeried=%v err=%v", again, err)
+	}
+	// A narrower mandate: echo disappears from the permitted set.
+	key, _ := m.Auth().Keys.Load(ctx, "demo")
+	v := &mandate.Verifier{Keys: m.Auth().Keys}
+	parent, err := v.Verify(ctx, demo, mandate.IssuerName("demo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mandate.Narrow(key, parent, mandate.Claims{Subject: authz.DemoAgent,
+		Mandate: mandate.Grant{PolicySet: `permit(principal, action == ATPAction::"notify_traveller", resource);`}}, time.Now()); !errors.Is(err, mandate.ErrTooWide) {
+		t.Fatalf("widening narrow = %v", err)
+	}
+	narrow, err := mandate.Narrow(key, parent, mandate.Claims{Subject: authz.DemoAgent,
+		Mandate: mandate.Grant{PolicySet: `permit(principal == Agent::"demo-agent", action in [Action::"echo"], resource in Project::"demo") when { context.booking_state == "NEVER" };`}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = w.NewMandate(ctx, narrow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Permits("echo", "") || w.Queries() != 3 {
+		t.Fatalf("after the new mandate: %+v, %d queries", r.Permitted, w.Queries())
+	}
+	gap, err := agent.NewMandateGap(r, "echo", `Action::"echo"`, "", "the plan needs to echo the itinerary")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args, err := gap.InvokeHEMArguments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a struct {
+		HEMID   string `json:"hem_id"`
+		Context struct {
+			TriggerReason   string `json:"trigger_reason"`
+			AgentAssessment string `json:"agent_assessment"`
+		} `json:"context"`
+	}
+	if err := json.Unmarshal(args, &a); err != nil || a.HEMID != agent.HEMMandateGap || a.Context.TriggerReason != agent.TriggerMandateGap ||
+		!strings.Contains(a.Context.AgentAssessment, `"missing_action":"Action::\"echo\""`) {
+		t.Fatalf("invoke_hem arguments = %s (%v)", args, err)
+	}
+}

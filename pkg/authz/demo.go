@@ -1,0 +1,133 @@
+package authz
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cedar-policy/cedar-go/types"
+
+	"github.com/utpmesh/utpmesh/pkg/mandate"
+)
+
+// Demo setup constants (utpmesh up).
+const (
+	// DemoProject is the project SetupDemo installs a policy set in.
+	DemoProject = "demo"
+	// DemoAgent is the subject of the demo mandate.
+	DemoAgent = "demo-agent"
+	// DemoMandateFile is the demo mandate's file name under the data dir.
+	DemoMandateFile = "demo-mandate.jwt"
+	// DemoMandateTTL is how long a demo mandate is valid; SetupDemo
+	// reissues it when less than a day is left.
+	DemoMandateTTL = 30 * 24 * time.Hour
+	// DemoHEMID is the only hem_id the demo grants (when an invoke_hem
+	// tool is served).
+	DemoHEMID = "HEM-MANDATE-01"
+)
+
+// DemoResult says what SetupDemo did.
+type DemoResult struct {
+	// KeysCreated are the projects whose issuer key was created.
+	KeysCreated []string
+	// PolicyInstalled reports whether the demo project's policy set was
+	// installed (it is never overwritten).
+	PolicyInstalled bool
+	// MandatePath is the demo mandate file ("" when DemoProject is not
+	// among the projects).
+	MandatePath string
+	// MandateIssued reports whether the file was (re)written.
+	MandateIssued bool
+}
+
+// DemoPolicy is the Cedar text of the demo policy set for the given
+// actions: any agent may call them on the demo project; invoke_hem only
+// for DemoHEMID.
+func DemoPolicy(principal string, actions []types.EntityUID) string {
+	var plain []string
+	hem := false
+	for _, a := range actions {
+		if a == mandate.HEMAction {
+			hem = true
+			continue
+		}
+		plain = append(plain, a.String())
+	}
+	sort.Strings(plain)
+	if principal == "" {
+		principal = "principal"
+	} else {
+		principal = "principal == " + AgentUID(principal).String()
+	}
+	var b strings.Builder
+	b.WriteString("// Demo policy written by `utpmesh up` (docs/security.md): the tools the mesh serves, on project demo.\n")
+	if len(plain) > 0 {
+		fmt.Fprintf(&b, "@id(\"demo-tools\")\npermit(%s, action in [%s], resource in Project::%q);\n", principal, strings.Join(plain, ", "), DemoProject)
+	}
+	if hem {
+		fmt.Fprintf(&b, "@id(\"demo-hem\")\npermit(%s, action == %s, resource in Project::%q)\nwhen { [%q].contains(context.hem_id) };\n", principal, mandate.HEMAction, DemoProject, DemoHEMID)
+	}
+	if len(plain) == 0 && !hem {
+		b.WriteString("// (no tools served: nothing is permitted)\n")
+	}
+	return b.String()
+}
+
+// SetupDemo prepares authorization for `utpmesh up`: an issuer key for
+// each project, and for DemoProject (when listed) the demo policy set
+// (only if the project has none) and a demo mandate for DemoAgent in
+// <dataDir>/demo-mandate.jwt (mode 0600; reissued when missing, invalid
+// or within a day of expiry).
+func SetupDemo(ctx context.Context, store PolicyStore, keys *mandate.KeyDir, projects []string, actions []types.EntityUID, dataDir string, now time.Time) (*DemoResult, error) {
+	res := &DemoResult{}
+	demo := false
+	for _, p := range projects {
+		_, created, err := keys.Ensure(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if created {
+			res.KeysCreated = append(res.KeysCreated, p)
+		}
+		demo = demo || p == DemoProject
+	}
+	if !demo {
+		return res, nil
+	}
+	if _, err := store.Policies(ctx, DemoProject); errors.Is(err, ErrNotFound) {
+		if _, err := store.PutPolicies(ctx, DemoProject, DemoPolicy("", actions)); err != nil {
+			return nil, fmt.Errorf("authz: demo policy: %w", err)
+		}
+		res.PolicyInstalled = true
+	} else if err != nil {
+		return nil, err
+	}
+	key, err := keys.Load(ctx, DemoProject)
+	if err != nil {
+		return nil, err
+	}
+	res.MandatePath = filepath.Join(dataDir, DemoMandateFile)
+	if old, err := os.ReadFile(res.MandatePath); err == nil {
+		v := &mandate.Verifier{Keys: keys, Now: func() time.Time { return now.Add(24 * time.Hour) }}
+		if _, err := v.Verify(ctx, string(old), mandate.IssuerName(DemoProject)); err == nil {
+			return res, nil
+		}
+	}
+	tok, err := mandate.Issue(key, mandate.Claims{
+		Subject: DemoAgent, ExpiresAt: now.Add(DemoMandateTTL).Unix(),
+		Mandate: mandate.Grant{PolicySet: DemoPolicy(DemoAgent, actions)},
+	}, now)
+	if err != nil {
+		return nil, fmt.Errorf("authz: demo mandate: %w", err)
+	}
+	if err := os.WriteFile(res.MandatePath, []byte(tok+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("authz: write demo mandate: %w", err)
+	}
+	res.MandateIssued = true
+	return res, nil
+}

@@ -1,0 +1,45 @@
+// Package authz is the mesh's authorization: every tool call is checked by
+// Cedar (cedar-go) before its handler runs, deny by default.
+//
+// # Model
+//
+// A request is principal Agent::"<agent_id>", the tool's action (ActionOf:
+// the registry's cedar_action, e.g. ATPAction::"invoke_hem", or
+// Action::"<tool_name>"), resource Booking::"<id>" (parent
+// Project::"<project>") when the call is bound to a booking, else
+// Project::"<project>", and the context record CallContext: tool,
+// required_scopes, booking_object_id, booking_state, hem_id (always
+// present; "" means none). booking_object_id and hem_id come from the
+// call's top-level arguments; the mandate's binding overrides and must
+// match; booking_state comes from GateConfig.States.
+//
+// # The gate
+//
+// Gate (a worker.Authorizer) allows a call only when the project's policy
+// set (PolicySource: bbolt in policystore, managed over the authz svc by
+// natsauthz) permits it AND the call's mandate (pkg/mandate; carried in
+// the tool.call card's metadata.mandate) verifies and its policy set
+// permits it. A project without a policy set denies everything; a project
+// whose config says mandate "not_required" (an explicit opt-out) is
+// decided by its policies alone. PMO built-ins need a valid mandate but no
+// Cedar permission. Every decision is audited (Auditor) without arguments.
+// Verified tokens and parsed policy sets are cached; the issuer key and
+// expiry are checked on every call.
+//
+// # The Windley Loop
+//
+// Query partially evaluates both policy sets (x/exp/eval.PartialPolicy)
+// for every tool with hem_id (and an unknown booking_state) as unknowns and
+// returns the residual: permitted tools, conditions that remain, and the
+// hem_id values invoke_hem is permitted for (string literals of the
+// policies, confirmed by full authorization). RenderContext renders it as
+// the Windley context block, versioned WindleyTemplateVersion. The corpus
+// test checks that the residual agrees with the gate.
+//
+// # Caveats
+//
+// cedar-go's x/exp packages (partial evaluation, schema validation) are
+// experimental upstream. Schemas only declare actions of type Action, so
+// Validate rewrites T::"id" to Action::"T::id" for validation; an action
+// entity in a policy condition (rather than its scope) fails validation.
+package authz

@@ -1,0 +1,473 @@
+package authz
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cedar-policy/cedar-go"
+	"github.com/cedar-policy/cedar-go/types"
+	"github.com/cedar-policy/cedar-go/x/exp/ast"
+
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// MetadataMandate is the tool.call card metadata key that carries the
+// mandate (a JSON string holding the compact token). pkg/agent writes it.
+const MetadataMandate = "mandate"
+
+// GateConfig configures a Gate.
+type GateConfig struct {
+	// Policies is where projects' policy sets and configs are read. Required.
+	Policies PolicySource
+	// Keys resolves mandate issuers' keys. Required.
+	Keys mandate.KeyResolver
+	// States gives booking states; optional (booking_state is "" without).
+	States BookingStates
+	// Audit receives every decision; optional.
+	Audit Auditor
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// CacheSize bounds the verified-mandate cache; default 4096.
+	CacheSize int
+}
+
+// Gate authorizes tool calls: it verifies the call's mandate and evaluates
+// the project's and the mandate's Cedar policies. It is a worker.Authorizer.
+type Gate struct {
+	cfg      GateConfig
+	verifier *mandate.Verifier
+
+	mu       sync.Mutex
+	mandates map[string]cachedMandate
+	projects map[string]cachedPolicies
+}
+
+var _ worker.Authorizer = (*Gate)(nil)
+
+type cachedMandate struct {
+	m   *mandate.Mandate
+	pub ed25519.PublicKey
+}
+
+type cachedPolicies struct {
+	version uint64
+	sha     string
+	ps      *cedar.PolicySet
+}
+
+// NewGate returns a gate.
+func NewGate(cfg GateConfig) (*Gate, error) {
+	if cfg.Policies == nil || cfg.Keys == nil {
+		return nil, fmt.Errorf("%w: GateConfig needs Policies and Keys", ErrInvalidRequest)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.CacheSize <= 0 {
+		cfg.CacheSize = 4096
+	}
+	return &Gate{
+		cfg:      cfg,
+		verifier: &mandate.Verifier{Keys: cfg.Keys, Now: cfg.Now},
+		mandates: map[string]cachedMandate{},
+		projects: map[string]cachedPolicies{},
+	}, nil
+}
+
+// Request is one authorization question.
+type Request struct {
+	Version, Project, Channel string
+	AgentID                   string
+	ToolName                  string
+	ToolCallID                string
+	// Action is the tool's Cedar action (ActionOf).
+	Action types.EntityUID
+	// Scopes are the tool's required scopes (registry options.scopes).
+	Scopes []string
+	// Arguments are the call's arguments; booking_object_id and hem_id
+	// (top-level strings) are read from them.
+	Arguments json.RawMessage
+	// Mandate is the compact token, or "".
+	Mandate string
+	// Builtin: a PMO built-in needs a valid mandate (unless the project
+	// opted out) but no Cedar permission.
+	Builtin bool
+	// BookingState, when set, is used instead of GateConfig.States (policy
+	// tests).
+	BookingState *string
+}
+
+// Decision is the gate's answer.
+type Decision struct {
+	Allowed bool   `json:"allowed"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	Action  string `json:"action"`
+	// Policies determined the decision ("project:<id>", "mandate:<id>").
+	Policies        []string `json:"policies"`
+	MandateJTI      string   `json:"mandate_jti,omitempty"`
+	MandateIssuer   string   `json:"mandate_issuer,omitempty"`
+	BookingObjectID string   `json:"booking_object_id,omitempty"`
+	BookingState    string   `json:"booking_state,omitempty"`
+	// Granted summarises what the mandate permits (on a scope violation).
+	Granted []string `json:"granted,omitempty"`
+	// Errors are Cedar evaluation errors of policies that did not apply.
+	Errors []string `json:"errors,omitempty"`
+
+	mandate *mandate.Mandate
+}
+
+// Mandate returns the verified mandate the decision used, or nil.
+func (d *Decision) Mandate() *mandate.Mandate { return d.mandate }
+
+// AuthFailedDetail is the detail of an auth_failed tool.result.
+type AuthFailedDetail struct {
+	// Reason is one of the Reason* constants (mandate_scope_violation…).
+	Reason          string   `json:"reason"`
+	Tool            string   `json:"tool"`
+	RequiredAction  string   `json:"required_action"`
+	RequiredScopes  []string `json:"required_scopes"`
+	Granted         []string `json:"granted"`
+	MandateJTI      string   `json:"mandate_jti,omitempty"`
+	BookingObjectID string   `json:"booking_object_id,omitempty"`
+	Policies        []string `json:"policies"`
+}
+
+// Authorize implements worker.Authorizer.
+func (g *Gate) Authorize(ctx context.Context, call *worker.Call) error {
+	req, err := RequestFromCall(call)
+	if err != nil {
+		return worker.Fail(card.CodeAuthFailed, err.Error())
+	}
+	d, err := g.Decide(ctx, req)
+	if err != nil {
+		return err
+	}
+	g.audit(ctx, req, d)
+	if d.Allowed {
+		return nil
+	}
+	return worker.FailDetail(card.CodeAuthFailed, d.Message, AuthFailedDetail{
+		Reason: d.Reason, Tool: req.ToolName, RequiredAction: d.Action, RequiredScopes: nonNil(req.Scopes),
+		Granted: nonNil(d.Granted), MandateJTI: d.MandateJTI, BookingObjectID: d.BookingObjectID, Policies: nonNil(d.Policies),
+	})
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// RequestFromCall builds the Request of a worker call.
+func RequestFromCall(call *worker.Call) (*Request, error) {
+	action, err := ActionOf(call.Entry)
+	if err != nil {
+		return nil, err
+	}
+	req := &Request{
+		Version: call.Version, Project: call.ProjectID, Channel: call.ChannelID,
+		AgentID: call.Command.AgentID, ToolName: call.ToolName, ToolCallID: call.Command.ToolCallID,
+		Action: action, Arguments: call.Arguments, Builtin: call.Builtin,
+	}
+	if call.Entry != nil {
+		req.Scopes = call.Entry.Options.Scopes
+	}
+	if call.CallCard != nil {
+		if raw, ok := call.CallCard.Metadata.Extra[MetadataMandate]; ok {
+			if err := json.Unmarshal(raw, &req.Mandate); err != nil {
+				return nil, fmt.Errorf("tool.call metadata.mandate is not a JSON string holding the token: %v", err)
+			}
+		}
+	}
+	return req, nil
+}
+
+// callArgs are the arguments the gate reads.
+type callArgs struct {
+	BookingObjectID string
+	HEMID           string
+}
+
+func readArgs(raw json.RawMessage) callArgs {
+	var m map[string]json.RawMessage
+	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
+		return callArgs{}
+	}
+	var a callArgs
+	if v, ok := m["booking_object_id"]; ok {
+		_ = json.Unmarshal(v, &a.BookingObjectID)
+	}
+	if v, ok := m["hem_id"]; ok {
+		_ = json.Unmarshal(v, &a.HEMID)
+	}
+	return a
+}
+
+func deny(d *Decision, reason, msg string) *Decision {
+	d.Allowed, d.Reason, d.Message = false, reason, msg
+	return d
+}
+
+// Decide answers req. An error means the gate could not decide (the
+// policy store failed); a denial is a Decision with Allowed false.
+func (g *Gate) Decide(ctx context.Context, req *Request) (*Decision, error) {
+	d := &Decision{Action: req.Action.String()}
+	cfg, err := g.cfg.Policies.Config(ctx, req.Project)
+	if err != nil {
+		return nil, fmt.Errorf("authz: config of %s: %w", req.Project, err)
+	}
+	var m *mandate.Mandate
+	if req.Mandate != "" {
+		m, err = g.verify(ctx, req.Mandate, mandate.IssuerName(req.Project))
+		if err != nil {
+			if !IsMandateError(err) && ctx.Err() == nil {
+				return nil, fmt.Errorf("authz: verify mandate: %w", err)
+			}
+			return deny(d, ReasonMandateInvalid, "mandate refused: "+err.Error()), nil
+		}
+		d.mandate, d.MandateJTI, d.MandateIssuer = m, m.Claims.JTI, m.Claims.Issuer
+		if m.Claims.Subject != req.AgentID {
+			return deny(d, ReasonSubjectMismatch, fmt.Sprintf("mandate %s is for agent %q, the call comes from agent %q", m.Claims.JTI, m.Claims.Subject, req.AgentID)), nil
+		}
+	} else if cfg.Required() {
+		return deny(d, ReasonMandateMissing, fmt.Sprintf("project %s requires a mandate: put the token in the tool.call card's metadata.mandate (agent.Config.Mandate)", req.Project)), nil
+	}
+	if req.Builtin {
+		d.Allowed, d.Reason, d.Message = true, ReasonBuiltinAuthorized, "built-in: mandate verified, no Cedar action"
+		if m == nil {
+			d.Reason, d.Message = ReasonMandateNotRequired, "built-in: project requires no mandate"
+		}
+		return d, nil
+	}
+	args := readArgs(req.Arguments)
+	booking := args.BookingObjectID
+	if m != nil && m.Claims.BookingObjectID != nil {
+		bound := *m.Claims.BookingObjectID
+		if booking != "" && booking != bound {
+			d.BookingObjectID = bound
+			return deny(d, ReasonBookingMismatch, fmt.Sprintf("the call names booking_object_id %q, mandate %s is bound to %q", booking, m.Claims.JTI, bound)), nil
+		}
+		booking = bound
+	}
+	d.BookingObjectID = booking
+	state := ""
+	if req.BookingState != nil {
+		state = *req.BookingState
+	} else if booking != "" && g.cfg.States != nil {
+		state, err = g.cfg.States.BookingState(ctx, req.Project, booking)
+		if err != nil {
+			return nil, fmt.Errorf("authz: state of booking %s: %w", booking, err)
+		}
+	}
+	d.BookingState = state
+	doc, err := g.cfg.Policies.Policies(ctx, req.Project)
+	if errors.Is(err, ErrNotFound) {
+		return deny(d, ReasonNoProjectPolicy, fmt.Sprintf("project %s has no policy set: put one (utpmesh policy put --project %s FILE); the default is deny", req.Project, req.Project)), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("authz: policies of %s: %w", req.Project, err)
+	}
+	pps, err := g.projectPolicies(doc)
+	if err != nil {
+		return nil, err
+	}
+	env := Env{
+		Agent: req.AgentID, Project: req.Project, Action: req.Action, Booking: booking,
+		Context: CallContext{Tool: req.ToolName, Scopes: req.Scopes, BookingObjectID: booking, BookingState: state, HEMID: args.HEMID},
+	}
+	dec, diag := env.Authorize(pps)
+	d.Errors = append(d.Errors, diagErrors("project", diag)...)
+	if !dec {
+		d.Policies = reasons("project", diag)
+		return deny(d, ReasonProjectPolicy, fmt.Sprintf("project %s's policies do not permit %s for agent %s", req.Project, req.Action, req.AgentID)), nil
+	}
+	d.Policies = reasons("project", diag)
+	if m == nil {
+		d.Allowed, d.Reason, d.Message = true, ReasonMandateNotRequired, "allowed by the project's policies (project requires no mandate)"
+		return d, nil
+	}
+	dec, diag = env.Authorize(m.Policies)
+	d.Errors = append(d.Errors, diagErrors("mandate", diag)...)
+	if !dec {
+		d.Policies = append(d.Policies, reasons("mandate", diag)...)
+		d.Granted = Grants(m.Policies)
+		return deny(d, ReasonScopeViolation, fmt.Sprintf("mandate %s does not permit %s (tool %s) for agent %s", m.Claims.JTI, req.Action, req.ToolName, req.AgentID)), nil
+	}
+	d.Policies = append(d.Policies, reasons("mandate", diag)...)
+	d.Allowed, d.Reason, d.Message = true, ReasonAllowed, "allowed by the project's policies and the mandate"
+	return d, nil
+}
+
+func reasons(prefix string, diag cedar.Diagnostic) []string {
+	out := make([]string, 0, len(diag.Reasons))
+	for _, r := range diag.Reasons {
+		out = append(out, prefix+":"+string(r.PolicyID))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func diagErrors(prefix string, diag cedar.Diagnostic) []string {
+	var out []string
+	for _, e := range diag.Errors {
+		out = append(out, prefix+":"+e.String())
+	}
+	return out
+}
+
+// verify verifies token against issuer, caching the signature check per
+// token. The issuer's current key and the time window are checked on every
+// call, so a rotated key or an expiry takes effect at once.
+func (g *Gate) verify(ctx context.Context, token, issuer string) (*mandate.Mandate, error) {
+	g.mu.Lock()
+	c, ok := g.mandates[token]
+	g.mu.Unlock()
+	if ok {
+		if c.m.Claims.Issuer != issuer {
+			return nil, g.verifier.VerifyDecoded(ctx, c.m, issuer) // wrong issuer message
+		}
+		pub, err := g.cfg.Keys.PublicKey(ctx, c.m.Claims.Issuer, c.m.Header.Kid)
+		if err != nil {
+			return nil, err
+		}
+		if bytes.Equal(pub, c.pub) {
+			if err := g.verifier.CheckTime(c.m); err != nil {
+				return nil, err
+			}
+			return c.m, nil
+		}
+	}
+	m, err := mandate.Decode(token)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.verifier.VerifyDecoded(ctx, m, issuer); err != nil {
+		return nil, err
+	}
+	pub, err := g.cfg.Keys.PublicKey(ctx, m.Claims.Issuer, m.Header.Kid)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	if len(g.mandates) >= g.cfg.CacheSize {
+		clear(g.mandates)
+	}
+	g.mandates[token] = cachedMandate{m: m, pub: pub}
+	g.mu.Unlock()
+	return m, nil
+}
+
+// FlushCache forgets every verified mandate and parsed policy set.
+func (g *Gate) FlushCache() {
+	g.mu.Lock()
+	clear(g.mandates)
+	clear(g.projects)
+	g.mu.Unlock()
+}
+
+// projectPolicies returns the parsed policy set of doc, parsing it once
+// per version.
+func (g *Gate) projectPolicies(doc *PolicyDoc) (*cedar.PolicySet, error) {
+	g.mu.Lock()
+	c, ok := g.projects[doc.Project]
+	g.mu.Unlock()
+	if ok && c.version == doc.Version && c.sha == doc.SHA256 {
+		return c.ps, nil
+	}
+	ps, err := mandate.ParsePolicies("project "+doc.Project, doc.Policies)
+	if err != nil {
+		return nil, fmt.Errorf("authz: stored policies of %s: %w", doc.Project, err)
+	}
+	g.mu.Lock()
+	g.projects[doc.Project] = cachedPolicies{version: doc.Version, sha: doc.SHA256, ps: ps}
+	g.mu.Unlock()
+	return ps, nil
+}
+
+func (g *Gate) audit(ctx context.Context, req *Request, d *Decision) {
+	if g.cfg.Audit == nil {
+		return
+	}
+	dec := DecisionDeny
+	if d.Allowed {
+		dec = DecisionAllow
+	}
+	g.cfg.Audit.Audit(ctx, req.Version, &AuditRecord{
+		Time: g.cfg.Now().UTC(), ProjectID: req.Project, ChannelID: req.Channel, AgentID: req.AgentID,
+		ToolName: req.ToolName, ToolCallID: req.ToolCallID, Action: d.Action, Decision: dec, Reason: d.Reason,
+		Policies: nonNil(d.Policies), MandateJTI: d.MandateJTI, MandateIssuer: d.MandateIssuer, BookingObjectID: d.BookingObjectID,
+	})
+}
+
+// Grants summarises what a policy set permits, one line per permit policy:
+// its action scope, and "when conditions hold" when it has conditions.
+func Grants(ps *cedar.PolicySet) []string {
+	type g struct {
+		line int
+		s    string
+	}
+	var gs []g
+	for id, p := range ps.All() {
+		if p.Effect() != cedar.Permit {
+			continue
+		}
+		a := (*ast.Policy)(p.AST())
+		s := actionScopeText(a.Action)
+		if len(a.Conditions) > 0 {
+			s += " (when its conditions hold)"
+		}
+		gs = append(gs, g{p.Position().Line, fmt.Sprintf("%s: %s", id, s)})
+	}
+	sort.Slice(gs, func(i, j int) bool { return gs[i].line < gs[j].line })
+	out := make([]string, len(gs))
+	for i, x := range gs {
+		out[i] = x.s
+	}
+	return out
+}
+
+func actionScopeText(s ast.IsActionScopeNode) string {
+	switch n := s.(type) {
+	case ast.ScopeTypeAll:
+		return "any action"
+	case ast.ScopeTypeEq:
+		return n.Entity.String()
+	case ast.ScopeTypeIn:
+		return "actions in " + n.Entity.String()
+	case ast.ScopeTypeInSet:
+		parts := make([]string, len(n.Entities))
+		for i, e := range n.Entities {
+			parts[i] = e.String()
+		}
+		return strings.Join(parts, ", ")
+	}
+	return fmt.Sprintf("%T", s)
+}
+
+// AuditSubject is the subject of a project's audit records.
+func AuditSubject(ver, project, channel string) (string, error) {
+	s, err := subjects.Event(ver, project, channel, subjects.Sys, "authz", "decision")
+	if err != nil {
+		return "", err
+	}
+	return s.String(), nil
+}

@@ -1,0 +1,374 @@
+// Package natsauthz serves the authorization layer over NATS: the policy
+// service on cg.<ver>.<project>.<channel>.svc.authz.<op> (put, get,
+// config_get, config_put, test, query) and the audit publisher on
+// cg.<ver>.<project>.<channel>.evt.sys.authz.decision.
+//
+// The project in the subject scopes every operation: a request may only
+// read or change its subject's project. The service has no authentication
+// of its own: whoever can publish on svc.authz can change a project's
+// policies, so restrict svc.> with NATS permissions in a shared deployment
+// (docs/security.md).
+//
+// Audit records are published with core NATS (fire and forget); the event
+// stream cg_evt_<ver> stores them. A record that cannot be published is
+// logged, never allowed to fail the call.
+package natsauthz
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/svc"
+)
+
+// ServiceName is the service token: cg.<ver>.<project>.<channel>.svc.authz.<op>.
+const ServiceName = "authz"
+
+// The operations.
+const (
+	OpPut       = "put"
+	OpGet       = "get"
+	OpConfigGet = "config_get"
+	OpConfigPut = "config_put"
+	OpTest      = "test"
+	OpQuery     = "query"
+)
+
+// Wire codes besides svc's common ones.
+const (
+	CodeInvalidPolicy  = "invalid_policy"
+	CodeMandateInvalid = "mandate_invalid"
+	CodeClosed         = "closed"
+)
+
+// errMandate is the client-side sentinel of CodeMandateInvalid.
+var errMandate = errors.New("natsauthz: mandate refused")
+
+// Codes maps sentinels to wire codes and back.
+var Codes = svc.Codes{
+	{Err: authz.ErrInvalidPolicy, Code: CodeInvalidPolicy},
+	{Err: authz.ErrNotFound, Code: svc.CodeNotFound},
+	{Err: authz.ErrInvalidRequest, Code: svc.CodeBadRequest},
+	{Err: authz.ErrClosed, Code: CodeClosed},
+	{Err: errMandate, Code: CodeMandateInvalid},
+}
+
+// ErrMandate matches (errors.Is) a mandate_invalid reply.
+var ErrMandate = errMandate
+
+// Request and reply bodies.
+type (
+	// PutRequest is the body of put.
+	PutRequest struct {
+		Policies string `json:"policies"`
+	}
+	// DocReply is the reply of put and get.
+	DocReply struct {
+		Doc *authz.PolicyDoc `json:"doc"`
+	}
+	// ConfigReply is the reply of config_get and config_put; the body of
+	// config_put is the config itself.
+	ConfigReply struct {
+		Config authz.ProjectConfig `json:"config"`
+	}
+	// TestRequest is the body of test: one authorization question against
+	// the stored policies (and the mandate, when given).
+	TestRequest struct {
+		AgentID string `json:"agent_id"`
+		// ToolName is looked up in the registry for its action and
+		// scopes; Action overrides (Namespace::"id").
+		ToolName        string   `json:"tool_name"`
+		Action          string   `json:"action,omitempty"`
+		Scopes          []string `json:"scopes,omitempty"`
+		BookingObjectID string   `json:"booking_object_id,omitempty"`
+		BookingState    *string  `json:"booking_state,omitempty"`
+		HEMID           string   `json:"hem_id,omitempty"`
+		Mandate         string   `json:"mandate,omitempty"`
+	}
+	// TestReply is the reply of test.
+	TestReply struct {
+		Decision *authz.Decision `json:"decision"`
+	}
+	// QueryRequest is the body of query (the Windley Loop).
+	QueryRequest struct {
+		AgentID      string  `json:"agent_id,omitempty"`
+		Mandate      string  `json:"mandate,omitempty"`
+		BookingState *string `json:"booking_state,omitempty"`
+	}
+	// QueryReply is the reply of query.
+	QueryReply struct {
+		Residual *authz.Residual `json:"residual"`
+	}
+)
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	Store    authz.PolicyStore
+	Gate     *authz.Gate
+	Querier  *authz.Querier
+	Registry registry.Registry
+	Version  string
+	Logger   *slog.Logger
+}
+
+// Server serves the policy service.
+type Server struct {
+	cfg ServerConfig
+	srv *svc.Server
+}
+
+// NewServer starts serving on nc.
+func NewServer(nc *nats.Conn, cfg ServerConfig) (*Server, error) {
+	if cfg.Store == nil || cfg.Gate == nil || cfg.Querier == nil || cfg.Registry == nil {
+		return nil, errors.New("natsauthz: ServerConfig needs Store, Gate, Querier and Registry")
+	}
+	srv, err := svc.NewServer(nc, svc.Config{Service: ServiceName, Version: cfg.Version, Codes: Codes, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, srv: srv}
+	for op, h := range map[string]svc.HandlerFunc{
+		OpPut: s.put, OpGet: s.get, OpConfigGet: s.configGet, OpConfigPut: s.configPut, OpTest: s.test, OpQuery: s.query,
+	} {
+		if err := srv.Handle(op, h); err != nil {
+			return nil, err
+		}
+	}
+	if err := srv.Start(); err != nil {
+		return nil, err
+	}
+	if err := nc.Flush(); err != nil {
+		_ = srv.Stop(context.Background())
+		return nil, fmt.Errorf("natsauthz: flush subscription: %w", err)
+	}
+	return s, nil
+}
+
+// Stop stops serving.
+func (s *Server) Stop(ctx context.Context) error { return s.srv.Stop(ctx) }
+
+func decode(data []byte, v any) error {
+	if len(data) == 0 {
+		data = []byte("{}")
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%w: request body: %v", authz.ErrInvalidRequest, err)
+	}
+	return nil
+}
+
+func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req PutRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	doc, err := s.cfg.Store.PutPolicies(ctx, sc.Project, req.Policies)
+	if err != nil {
+		return nil, err
+	}
+	return DocReply{Doc: doc}, nil
+}
+
+func (s *Server) get(ctx context.Context, sc svc.Scope, _ []byte) (any, error) {
+	doc, err := s.cfg.Store.Policies(ctx, sc.Project)
+	if err != nil {
+		return nil, err
+	}
+	return DocReply{Doc: doc}, nil
+}
+
+func (s *Server) configGet(ctx context.Context, sc svc.Scope, _ []byte) (any, error) {
+	c, err := s.cfg.Store.Config(ctx, sc.Project)
+	if err != nil {
+		return nil, err
+	}
+	return ConfigReply{Config: c}, nil
+}
+
+func (s *Server) configPut(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var c authz.ProjectConfig
+	if err := decode(data, &c); err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Store.PutConfig(ctx, sc.Project, c); err != nil {
+		return nil, err
+	}
+	c, err := s.cfg.Store.Config(ctx, sc.Project)
+	if err != nil {
+		return nil, err
+	}
+	return ConfigReply{Config: c}, nil
+}
+
+func (s *Server) test(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var tr TestRequest
+	if err := decode(data, &tr); err != nil {
+		return nil, err
+	}
+	if tr.AgentID == "" {
+		return nil, fmt.Errorf("%w: agent_id is required", authz.ErrInvalidRequest)
+	}
+	req := &authz.Request{Version: sc.Version, Project: sc.Project, Channel: sc.Channel, AgentID: tr.AgentID,
+		ToolName: tr.ToolName, Scopes: tr.Scopes, Mandate: tr.Mandate, BookingState: tr.BookingState}
+	switch {
+	case tr.Action != "":
+		a, err := authz.ParseAction(tr.Action)
+		if err != nil {
+			return nil, err
+		}
+		req.Action = a
+	case tr.ToolName != "":
+		e, err := s.cfg.Registry.Get(ctx, sc.Project, tr.ToolName)
+		if errors.Is(err, registry.ErrNotFound) {
+			return nil, fmt.Errorf("%w: tool %s is not registered in %s; pass action instead", authz.ErrInvalidRequest, tr.ToolName, sc.Project)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if req.Action, err = authz.ActionOf(e); err != nil {
+			return nil, err
+		}
+		if req.Scopes == nil {
+			req.Scopes = e.Options.Scopes
+		}
+	default:
+		return nil, fmt.Errorf("%w: tool_name or action is required", authz.ErrInvalidRequest)
+	}
+	args := map[string]string{}
+	if tr.BookingObjectID != "" {
+		args["booking_object_id"] = tr.BookingObjectID
+	}
+	if tr.HEMID != "" {
+		args["hem_id"] = tr.HEMID
+	}
+	req.Arguments, _ = json.Marshal(args)
+	d, err := s.cfg.Gate.Decide(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return TestReply{Decision: d}, nil
+}
+
+func (s *Server) query(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var qr QueryRequest
+	if err := decode(data, &qr); err != nil {
+		return nil, err
+	}
+	r, err := s.cfg.Querier.Query(ctx, authz.QueryInput{Project: sc.Project, AgentID: qr.AgentID, Mandate: qr.Mandate, BookingState: qr.BookingState})
+	if authz.IsMandateError(err) {
+		return nil, fmt.Errorf("%w: %v", errMandate, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return QueryReply{Residual: r}, nil
+}
+
+// Client talks to the policy service.
+type Client struct {
+	ep svc.Endpoint
+}
+
+// NewClient returns a client on nc for protocol version ver ("" = default).
+func NewClient(nc *nats.Conn, ver string) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("natsauthz: nil NATS connection")
+	}
+	ep := svc.NewEndpoint(nc, ServiceName, Codes)
+	if ver != "" {
+		ep.Version = ver
+	}
+	return &Client{ep: ep}, nil
+}
+
+// PutPolicies validates and stores the project's policy set.
+func (c *Client) PutPolicies(ctx context.Context, project, text string) (*authz.PolicyDoc, error) {
+	var r DocReply
+	if err := c.ep.Call(ctx, project, OpPut, PutRequest{Policies: text}, &r); err != nil {
+		return nil, err
+	}
+	return r.Doc, nil
+}
+
+// Policies returns the project's policy set.
+func (c *Client) Policies(ctx context.Context, project string) (*authz.PolicyDoc, error) {
+	var r DocReply
+	if err := c.ep.Call(ctx, project, OpGet, struct{}{}, &r); err != nil {
+		return nil, err
+	}
+	if r.Doc == nil {
+		return nil, fmt.Errorf("%w: reply has no doc", svc.ErrBadReply)
+	}
+	return r.Doc, nil
+}
+
+// Config returns the project's config.
+func (c *Client) Config(ctx context.Context, project string) (authz.ProjectConfig, error) {
+	var r ConfigReply
+	err := c.ep.Call(ctx, project, OpConfigGet, struct{}{}, &r)
+	return r.Config, err
+}
+
+// PutConfig stores the project's config.
+func (c *Client) PutConfig(ctx context.Context, project string, cfg authz.ProjectConfig) error {
+	return c.ep.Call(ctx, project, OpConfigPut, cfg, &ConfigReply{})
+}
+
+var _ authz.PolicyStore = (*Client)(nil)
+
+// Test asks one authorization question.
+func (c *Client) Test(ctx context.Context, project string, req TestRequest) (*authz.Decision, error) {
+	var r TestReply
+	if err := c.ep.Call(ctx, project, OpTest, req, &r); err != nil {
+		return nil, err
+	}
+	if r.Decision == nil {
+		return nil, fmt.Errorf("%w: reply has no decision", svc.ErrBadReply)
+	}
+	return r.Decision, nil
+}
+
+// Query runs the Windley query.
+func (c *Client) Query(ctx context.Context, project string, req QueryRequest) (*authz.Residual, error) {
+	var r QueryReply
+	if err := c.ep.Call(ctx, project, OpQuery, req, &r); err != nil {
+		return nil, err
+	}
+	if r.Residual == nil {
+		return nil, fmt.Errorf("%w: reply has no residual", svc.ErrBadReply)
+	}
+	return r.Residual, nil
+}
+
+// Publisher publishes audit records with core NATS.
+type Publisher struct {
+	NC     *nats.Conn
+	Logger *slog.Logger
+}
+
+var _ authz.Auditor = (*Publisher)(nil)
+
+// Audit implements authz.Auditor.
+func (p *Publisher) Audit(_ context.Context, ver string, rec *authz.AuditRecord) {
+	log := p.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	subj, err := authz.AuditSubject(ver, rec.ProjectID, rec.ChannelID)
+	if err == nil {
+		var body []byte
+		if body, err = json.Marshal(rec); err == nil {
+			err = p.NC.Publish(subj, body)
+		}
+	}
+	if err != nil {
+		log.Warn("authz audit record not published", "err", err, "project", rec.ProjectID, "tool", rec.ToolName, "decision", rec.Decision)
+	}
+}

@@ -1,0 +1,82 @@
+package natsauthz
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+)
+
+// StartConfig configures Start.
+type StartConfig struct {
+	// DataDir holds policies.db and, unless KeyDir is set, keys/.
+	DataDir string
+	// KeyDir holds the projects' issuer keys; default <DataDir>/keys.
+	KeyDir string
+	// Registry lists a project's tools (queries, tests). Required.
+	Registry registry.Registry
+	// States gives booking states to the gate; optional.
+	States authz.BookingStates
+	// Version is the protocol version token.
+	Version string
+	Logger  *slog.Logger
+}
+
+// Service is the authorization layer of one mesh process: the policy
+// store, the gate, the querier and the svc server.
+type Service struct {
+	Store   *policystore.Store
+	Keys    *mandate.KeyDir
+	Gate    *authz.Gate
+	Querier *authz.Querier
+	srv     *Server
+}
+
+// Start opens <DataDir>/policies.db and serves the policy service on nc.
+func Start(ctx context.Context, nc *nats.Conn, cfg StartConfig) (*Service, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if cfg.DataDir == "" || cfg.Registry == nil {
+		return nil, errors.New("natsauthz: StartConfig needs DataDir and Registry")
+	}
+	if cfg.KeyDir == "" {
+		cfg.KeyDir = filepath.Join(cfg.DataDir, "keys")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	st, err := policystore.Open(filepath.Join(cfg.DataDir, "policies.db"))
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{Store: st, Keys: mandate.NewKeyDir(cfg.KeyDir)}
+	s.Gate, err = authz.NewGate(authz.GateConfig{
+		Policies: st, Keys: s.Keys, States: cfg.States,
+		Audit: &Publisher{NC: nc, Logger: cfg.Logger}, Logger: cfg.Logger,
+	})
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	s.Querier = &authz.Querier{Policies: st, Keys: s.Keys, Registry: cfg.Registry}
+	s.srv, err = NewServer(nc, ServerConfig{Store: st, Gate: s.Gate, Querier: s.Querier, Registry: cfg.Registry, Version: cfg.Version, Logger: cfg.Logger})
+	if err != nil {
+		_ = st.Close()
+		return nil, fmt.Errorf("natsauthz: %w", err)
+	}
+	return s, nil
+}
+
+// Stop stops the svc server and closes the store.
+func (s *Service) Stop(ctx context.Context) error {
+	return errors.Join(s.srv.Stop(ctx), s.Store.Close())
+}

@@ -1,0 +1,57 @@
+package authz
+
+import (
+	"fmt"
+	"strings"
+)
+
+// WindleyTemplateVersion versions the Windley context template with the
+// Prompt Library convention of the seed (OQ-SDK-4):
+// atp/{protocol-version}+tooling/{tooling-version}.
+const WindleyTemplateVersion = "atp/1.0+tooling/1.0.0"
+
+// RenderContext renders the Windley context block of r, the system-prompt
+// block that names the permitted tools, the booking the session is bound
+// to, the permitted hem_id values and the current booking state.
+func RenderContext(r *Residual) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Authorization context (%s)\n", WindleyTemplateVersion)
+	fmt.Fprintf(&b, "Agent: %s | Project: %s", r.AgentID, r.ProjectID)
+	if r.MandateJTI != "" {
+		fmt.Fprintf(&b, " | Mandate: %s", r.MandateJTI)
+		if r.ExpiresAt != nil {
+			fmt.Fprintf(&b, " (expires %s)", r.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
+		}
+	}
+	b.WriteString("\n")
+	if r.BookingObjectID != nil {
+		fmt.Fprintf(&b, "Bound booking_object_id: %s\n", *r.BookingObjectID)
+	} else {
+		b.WriteString("Bound booking_object_id: none\n")
+	}
+	if r.BookingState != nil {
+		fmt.Fprintf(&b, "Booking state: %s\n", *r.BookingState)
+	} else {
+		b.WriteString("Booking state: unknown (state-dependent conditions are listed)\n")
+	}
+	b.WriteString("Permitted tools:\n")
+	if len(r.Permitted) == 0 {
+		b.WriteString("- none\n")
+	}
+	for _, p := range r.Permitted {
+		fmt.Fprintf(&b, "- %s (%s)", p.ToolName, p.Action)
+		switch {
+		case len(p.HEMIDs) > 0:
+			fmt.Fprintf(&b, " only with hem_id in: %s", strings.Join(p.HEMIDs, ", "))
+		case p.Conditional:
+			fmt.Fprintf(&b, " only when: %s", strings.Join(p.Conditions, " ; "))
+		}
+		b.WriteString("\n")
+	}
+	if len(r.HEMIDs) > 0 {
+		fmt.Fprintf(&b, "Permitted hem_id values: %s\n", strings.Join(r.HEMIDs, ", "))
+	}
+	b.WriteString("Plan only calls to the permitted tools. If the plan needs any other action, do not call it: " +
+		"request a mandate expansion (atp_invoke_hem, hem_id HEM-MANDATE-01, trigger_reason MANDATE_GAP_DETECTED).\n")
+	return b.String()
+}
