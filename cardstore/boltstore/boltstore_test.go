@@ -210,6 +210,7 @@ func TestOptionValidation(t *testing.T) {
 		{"nil clock", boltstore.WithClock(nil)},
 		{"nil logger", boltstore.WithLogger(nil)},
 		{"zero open timeout", boltstore.WithOpenTimeout(0)},
+		{"nil commit observer", boltstore.WithCommitObserver(nil)},
 		{"nil option", nil},
 	}
 	for _, tc := range tests {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -125,10 +126,14 @@ func (s *Store) writeAlone(ctx context.Context, apply applyFunc) error {
 		return err
 	}
 	var reqErr error
+	start := time.Now()
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		reqErr = s.runApply(apply, tx)
 		return reqErr
 	})
+	if err == nil && s.cfg.observer != nil {
+		s.cfg.observer.Committed(1, time.Since(start))
+	}
 	if reqErr != nil {
 		var wf *writeFailure
 		if errors.As(reqErr, &wf) {
@@ -217,6 +222,7 @@ func (s *Store) commit(batch []*request) {
 	errs := make([]error, len(live))
 	for len(live) > 0 {
 		bad := -1
+		start := time.Now()
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			for i, r := range live {
 				err := s.runApply(r.apply, tx)
@@ -248,6 +254,9 @@ func (s *Store) commit(batch []*request) {
 				r.done <- err
 			}
 			return
+		}
+		if s.cfg.observer != nil {
+			s.cfg.observer.Committed(len(live), time.Since(start))
 		}
 		if s.cfg.logger.Enabled(context.Background(), slog.LevelDebug) {
 			s.cfg.logger.Debug("boltstore: committed", "requests", len(live))

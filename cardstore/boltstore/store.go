@@ -51,6 +51,28 @@ type config struct {
 	groupCommit  bool
 	logger       *slog.Logger
 	openTimeout  time.Duration
+	observer     CommitObserver
+}
+
+// CommitObserver is told about every committed write transaction, for
+// metrics (pkg/metrics has a Prometheus implementation). Committed is
+// called from the committing goroutine after the fsync, so it must be fast
+// and must not block.
+type CommitObserver interface {
+	// Committed: one bbolt transaction carrying requests write requests
+	// (the group size; 1 without group commit) committed and fsync'd in d.
+	Committed(requests int, d time.Duration)
+}
+
+// WithCommitObserver reports every commit's latency and group size to o.
+func WithCommitObserver(o CommitObserver) Option {
+	return func(c *config) error {
+		if o == nil {
+			return fmt.Errorf("%w: WithCommitObserver(nil): an observer is required (omit the option to observe nothing)", cardstore.ErrInvalid)
+		}
+		c.observer = o
+		return nil
+	}
 }
 
 // Option configures Open. An option whose argument is out of range makes

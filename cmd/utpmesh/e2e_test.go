@@ -7,8 +7,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,7 +29,8 @@ import (
 // start real worker processes (and kill them) without a separate build.
 func TestMain(m *testing.M) {
 	if os.Getenv("UTPMESH_TEST_EXEC") == "1" {
-		ctx, stop := context.WithCancel(context.Background())
+		// Like main: SIGINT/SIGTERM start a graceful shutdown.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		os.Exit(run(ctx, os.Args[1:], env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}))
 	}

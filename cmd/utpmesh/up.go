@@ -6,7 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/telemetry"
+	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/catalog"
 )
 
@@ -20,6 +24,10 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	fs.Var(&projects, "project", "project to register the tools in (repeatable; default demo)")
 	fs.Var(&services, "services", "tool services to serve (comma-separated; default: "+strings.Join(defaultNames(), ",")+")")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on shutdown, how long calls in flight may take before they are canceled")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus /metrics and /healthz on HOST:PORT (empty: off)")
+	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
+	maxPayload := fs.Int("max-payload", embednats.DefaultMaxPayload, "NATS max message size in bytes (65536 to 67108864); must exceed --max-card-bytes by 64 KiB")
+	maxCard := fs.Int("max-card-bytes", cardstore.DefaultMaxCardBytes, "largest card the CardStore accepts, in bytes (1 to 1048576)")
 	var lf logFlags
 	lf.register(fs)
 	pos, err := parse(fs, args)
@@ -41,6 +49,12 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 			return usagef("--services: %v", err)
 		}
 	}
+	if *maxPayload < embednats.MinMaxPayload || *maxPayload > embednats.MaxMaxPayload {
+		return usagef("--max-payload %d: use %d (64 KiB) to %d (64 MiB) bytes", *maxPayload, embednats.MinMaxPayload, embednats.MaxMaxPayload)
+	}
+	if *maxCard < 1 || *maxCard > cardstore.DefaultMaxCardBytes {
+		return usagef("--max-card-bytes %d: use 1 to %d bytes", *maxCard, cardstore.DefaultMaxCardBytes)
+	}
 	// The mesh's connection and CardStore exist only after mesh.Start;
 	// services that need them bind late (calls before Set wait for it).
 	late := catalog.NewLate()
@@ -48,11 +62,23 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: *data, Listen: *listen, Projects: projects, Tools: tools, Logger: log})
+	tp, err := telemetry.Setup(ctx, telemetry.Config{Endpoint: *otlp, ServiceName: "utpmesh-up", ServiceVersion: Version, Getenv: c.env.getenv})
+	if err != nil {
+		return usagef("--otlp-endpoint: %v", err)
+	}
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: *data, Listen: *listen, Projects: projects, Tools: tools, Logger: log,
+		MetricsAddr: *metricsAddr, TracerProvider: tp, MaxPayload: int32(*maxPayload), MaxCardBytes: *maxCard,
+		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{}})
 	if err != nil {
 		return err
 	}
 	late.Set(m.Conn(), m.Cards())
+	authLine, err := setupAuth(ctx, m)
+	if err != nil {
+		_ = m.Stop(context.Background())
+		return err
+	}
 	cfg := m.Config()
 	fmt.Fprintf(c.env.stdout, "utpmesh %s is up\n", Version)
 	fmt.Fprintf(c.env.stdout, "  NATS       %s (JetStream, fsync before ack)\n", m.ClientURL())
@@ -64,7 +90,14 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		names = append(names, t.Name)
 	}
 	fmt.Fprintf(c.env.stdout, "  tools      %s\n", strings.Join(names, ", "))
-	fmt.Fprintf(c.env.stdout, "  services   cardstore, registry, inbox (svc subjects)\n")
+	fmt.Fprintf(c.env.stdout, "  services   cardstore, registry, inbox, authz (svc subjects)\n")
+	fmt.Fprintf(c.env.stdout, "  auth       %s\n", authLine)
+	if u := m.MetricsURL(); u != "" {
+		fmt.Fprintf(c.env.stdout, "  metrics    %s\n", u)
+	}
+	if tp.Enabled() {
+		fmt.Fprintf(c.env.stdout, "  traces     OTLP/HTTP to %s\n", tp.Endpoint)
+	}
 	fmt.Fprintf(c.env.stdout, "Press Ctrl-C to drain and stop.\n")
 
 	<-ctx.Done()

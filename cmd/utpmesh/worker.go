@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -9,7 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/pkg/metrics"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
+	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/catalog"
 )
@@ -28,6 +31,8 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	lease := fs.Duration("claim-lease", 15*time.Second, "execution claim lease: how long a dead worker can hold a call before another takes it over")
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "JetStream ack wait of the tool consumers (running calls keep their message alive)")
 	maxDeliver := fs.Int("max-deliveries", 5, "deliveries of one command before the call fails with internal_error")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics and /healthz on HOST:PORT, e.g. 127.0.0.1:9465 (default off)")
+	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
 	var lf logFlags
 	lf.register(fs)
 	services, err := parse(fs, args)
@@ -69,10 +74,26 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	rt, err := worker.New(nc, worker.Config{
+	tp, err := telemetry.Setup(ctx, telemetry.Config{Endpoint: *otlp, ServiceName: "utpmesh-worker", ServiceVersion: Version, InstanceID: *instance, Getenv: c.env.getenv})
+	if err != nil {
+		return usagef("--otlp-endpoint: %v", err)
+	}
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	wcfg := worker.Config{
 		Store: store, Registry: reg, Projects: projects, InstanceID: *instance,
 		Concurrency: *concurrency, Logger: log, ClaimLease: *lease, AckWait: *ackWait, MaxDeliveries: *maxDeliver,
-	}, tools...)
+		ServiceVersion: Version, TracerProvider: tp,
+	}
+	var msrv *metrics.Server
+	if *metricsAddr != "" {
+		mx := metrics.New(Version)
+		wcfg.Observer = mx.Worker()
+		if msrv, err = metrics.Serve(mx, metrics.ServerConfig{Addr: *metricsAddr, Logger: log}); err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		defer func() { _ = msrv.Shutdown(context.Background()) }()
+	}
+	rt, err := worker.New(nc, wcfg, tools...)
 	if err != nil {
 		return err
 	}
@@ -84,11 +105,14 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 		names = append(names, t.Name)
 	}
 	fmt.Fprintf(c.env.stdout, "worker %s serving %s on %s\n", rt.InstanceID(), strings.Join(names, ", "), *url)
+	if msrv != nil {
+		fmt.Fprintf(c.env.stdout, "metrics at %s\n", msrv.URL())
+	}
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
-	if err := rt.Stop(sctx); err != nil {
-		return err
+	if err := rt.Stop(sctx); err != nil && !errors.Is(err, worker.ErrDrainTimeout) {
+		return err // ErrDrainTimeout: calls were canceled and reported, a clean stop
 	}
 	return nc.Drain()
 }

@@ -11,6 +11,11 @@
 //   - JetStream files live in <DataDir>/jetstream; one data directory serves
 //     one server at a time.
 //   - Port -1 picks a free port (tests); 0 means the NATS default, 4222.
+//   - MaxPayload bounds every message, JetStream or core: commands, reports,
+//     wakeups and every svc request and reply (a CardStore put carries
+//     whole cards). It must stay above the card size limit plus the request
+//     envelope; `utpmesh up` checks that. nats-server warns above 8 MiB and
+//     clients learn the limit when they connect.
 package embednats
 
 import (
@@ -31,6 +36,23 @@ import (
 // enough for the biggest CardStore reply (see cardstore limits).
 const DefaultMaxPayload = 8 << 20
 
+// Bounds of Config.MaxPayload.
+const (
+	// MinMaxPayload is the smallest accepted MaxPayload: below it even
+	// ordinary svc replies (list_tools, a page of cards) stop fitting.
+	MinMaxPayload = 64 << 10
+	// MaxMaxPayload is the largest accepted MaxPayload (nats-server's own
+	// ceiling for a message).
+	MaxMaxPayload = 64 << 20
+)
+
+// Errors of Start.
+var (
+	// ErrInvalidConfig: a Config field is out of range; the message names
+	// the field and the accepted values.
+	ErrInvalidConfig = errors.New("embednats: invalid configuration")
+)
+
 // Config configures an embedded server.
 type Config struct {
 	// DataDir holds the JetStream store (DataDir/jetstream). Required when
@@ -45,7 +67,8 @@ type Config struct {
 	// SyncInterval, when positive, replaces fsync-before-ack with a periodic
 	// flush. Zero (the default) keeps SyncAlways.
 	SyncInterval time.Duration
-	// MaxPayload; default DefaultMaxPayload.
+	// MaxPayload is the largest message in bytes, between MinMaxPayload and
+	// MaxMaxPayload; 0 means DefaultMaxPayload.
 	MaxPayload int32
 	// ServerName; default "utpmesh".
 	ServerName string
@@ -69,8 +92,12 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.Port == 0 {
 		cfg.Port = 4222
 	}
-	if cfg.MaxPayload <= 0 {
+	if cfg.MaxPayload == 0 {
 		cfg.MaxPayload = DefaultMaxPayload
+	}
+	if cfg.MaxPayload < MinMaxPayload || cfg.MaxPayload > MaxMaxPayload {
+		return nil, fmt.Errorf("%w: MaxPayload %d bytes: use %d (64 KiB) to %d (64 MiB); the default is %d (8 MiB)",
+			ErrInvalidConfig, cfg.MaxPayload, MinMaxPayload, MaxMaxPayload, DefaultMaxPayload)
 	}
 	if cfg.ServerName == "" {
 		cfg.ServerName = "utpmesh"
@@ -79,7 +106,7 @@ func Start(cfg Config) (*Server, error) {
 		cfg.ReadyTimeout = 10 * time.Second
 	}
 	if cfg.JetStream && cfg.DataDir == "" {
-		return nil, errors.New("embednats: JetStream needs a DataDir")
+		return nil, fmt.Errorf("%w: JetStream needs a DataDir", ErrInvalidConfig)
 	}
 	opts := &server.Options{
 		ServerName: cfg.ServerName,

@@ -13,9 +13,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -70,6 +73,8 @@ func (s *Service) handleReport(m jetstream.Msg) {
 	}()
 	ctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.AckWait)
 	defer cancel()
+	ctx, span := s.tr.Start(telemetry.Extract(ctx, m.Headers()), telemetry.SpanWakeup, trace.WithSpanKind(trace.SpanKindConsumer))
+	defer span.End()
 
 	project, channel := "_", "_"
 	sub, perr := subjects.Parse(m.Subject())
@@ -88,22 +93,26 @@ func (s *Service) handleReport(m jetstream.Msg) {
 	if err != nil {
 		partial := partialReport(m.Data())
 		if partial != nil {
-			log = log.With("agent_id", partial.AgentID, "agent_turn_id", partial.AgentTurnID, "tool_call_id", partial.ToolCallID)
+			log = log.With("agent_id", partial.AgentID, "agent_turn_id", partial.AgentTurnID, "tool_call_id", partial.ToolCallID, "tool_name", partial.ToolName)
 		}
 		s.deadLetter(ctx, log, m, project, channel, partial, err.Error())
 		return
 	}
 	log = log.With("agent_id", rep.AgentID, "agent_turn_id", rep.AgentTurnID, "tool_call_id", rep.ToolCallID,
-		"turn_epoch", rep.TurnEpoch, "tool_result_card_id", rep.ToolResultCardID)
+		"tool_name", rep.ToolName, "turn_epoch", rep.TurnEpoch, "tool_result_card_id", rep.ToolResultCardID)
+	span.SetAttributes(telemetry.AttrToolName.String(rep.ToolName), telemetry.AttrToolCallID.String(rep.ToolCallID),
+		telemetry.AttrAgentTurnID.String(rep.AgentTurnID), telemetry.AttrProjectID.String(project),
+		telemetry.AttrStatus.String(string(rep.Status)))
 
-	if err := s.checkCard(ctx, project, rep); err != nil {
+	resultCard, err := s.checkCard(ctx, project, rep)
+	if err != nil {
 		var ref *refusal
 		if errors.As(err, &ref) {
 			s.deadLetter(ctx, log, m, project, channel, rep, ref.reason)
 			return
 		}
 		log.Warn("inbox: cannot check the tool.result card; retrying", "err", err)
-		_ = m.NakWithDelay(retryDelay)
+		s.retry(m, span, err)
 		return
 	}
 
@@ -115,30 +124,42 @@ func (s *Service) handleReport(m jetstream.Msg) {
 	entry, out, err := s.db.insert(project, channel, rep, traceparent)
 	if err != nil {
 		log.Warn("inbox: cannot store the entry; retrying", "err", err)
-		_ = m.NakWithDelay(retryDelay)
+		s.retry(m, span, err)
 		return
 	}
 	log = log.With("inbox_id", entry.InboxID)
 	switch {
 	case out == outcomeStale:
 		log.Info("inbox: stale report stored; no wakeup", "state", entry.State)
+		s.observe(OutcomeStale)
 	case out == outcomeDuplicate && (entry.State != StatePending || entry.WakeupSentAt != nil):
 		log.Debug("inbox: duplicate report acknowledged", "state", entry.State)
+		s.observe(OutcomeDuplicate)
 	default:
 		if out == outcomeDuplicate {
 			log.Info("inbox: duplicate report of an entry whose wakeup is not known to be published; publishing it")
 		}
 		if err := s.publishWakeup(ctx, m, entry); err != nil {
 			log.Warn("inbox: cannot publish the wakeup; retrying", "err", err)
-			_ = m.NakWithDelay(retryDelay)
+			s.retry(m, span, err)
 			return
 		}
-		if err := s.db.markSent(project, entry.InboxID, time.Now()); err != nil {
+		now := time.Now()
+		if err := s.db.markSent(project, entry.InboxID, now); err != nil {
 			log.Warn("inbox: wakeup published but not recorded; retrying", "err", err)
-			_ = m.NakWithDelay(retryDelay)
+			s.retry(m, span, err)
 			return
 		}
-		log.Info("inbox: report accepted; wakeup sent", "status", entry.Status, "after_execution", entry.AfterExecution)
+		lag := now.Sub(resultCard.CreatedAt)
+		log.Info("inbox: report accepted; wakeup sent", "status", entry.Status, "after_execution", entry.AfterExecution, "lag", lag)
+		if out == outcomeDuplicate {
+			s.observe(OutcomeDuplicate)
+		} else {
+			s.observe(OutcomeAccepted)
+		}
+		if s.cfg.Observer != nil {
+			s.cfg.Observer.WakeupSent(lag)
+		}
 	}
 	if err := m.DoubleAck(ctx); err != nil {
 		// The entry is durable: a redelivery is recognised as a duplicate.
@@ -161,26 +182,33 @@ func checkLengths(r *utp.Report) error {
 }
 
 // checkCard accepts the report only if its tool_result_card_id names a
-// tool.result card of the project for the same call and turn. A *refusal
-// is permanent; any other error is transient.
-func (s *Service) checkCard(ctx context.Context, project string, rep *utp.Report) error {
+// tool.result card of the project for the same call and turn, and returns
+// that card. A *refusal is permanent; any other error is transient.
+func (s *Service) checkCard(ctx context.Context, project string, rep *utp.Report) (*card.Card, error) {
 	c, err := s.cfg.Store.Get(ctx, project, rep.ToolResultCardID)
 	if errors.Is(err, cardstore.ErrNotFound) {
-		return refuse("tool_result_card_id %s: no such card in project %s", rep.ToolResultCardID, project)
+		return nil, refuse("tool_result_card_id %s: no such card in project %s", rep.ToolResultCardID, project)
 	}
 	if err != nil {
-		return fmt.Errorf("cardstore get %s: %w", rep.ToolResultCardID, err)
+		return nil, fmt.Errorf("cardstore get %s: %w", rep.ToolResultCardID, err)
 	}
 	switch {
 	case c.Type != card.TypeToolResult:
-		return refuse("tool_result_card_id %s: card is of type %q, not %q", rep.ToolResultCardID, c.Type, card.TypeToolResult)
+		return nil, refuse("tool_result_card_id %s: card is of type %q, not %q", rep.ToolResultCardID, c.Type, card.TypeToolResult)
 	case c.ToolCallID != rep.ToolCallID:
-		return refuse("tool_result_card_id %s: card's tool_call_id %q differs from the report's %q", rep.ToolResultCardID, c.ToolCallID, rep.ToolCallID)
+		return nil, refuse("tool_result_card_id %s: card's tool_call_id %q differs from the report's %q", rep.ToolResultCardID, c.ToolCallID, rep.ToolCallID)
 	case c.Metadata.AgentTurnID != rep.AgentTurnID:
-		return refuse("tool_result_card_id %s: card's metadata.agent_turn_id %q differs from the report's agent_turn_id %q",
+		return nil, refuse("tool_result_card_id %s: card's metadata.agent_turn_id %q differs from the report's agent_turn_id %q",
 			rep.ToolResultCardID, c.Metadata.AgentTurnID, rep.AgentTurnID)
 	}
-	return nil
+	return c, nil
+}
+
+// retry leaves the report for redelivery after a transient failure.
+func (s *Service) retry(m jetstream.Msg, span trace.Span, err error) {
+	span.SetStatus(codes.Error, err.Error())
+	s.observe(OutcomeRetried)
+	_ = m.NakWithDelay(retryDelay)
 }
 
 // publishWakeup publishes the entry's wakeup with JetStream and waits for
@@ -271,9 +299,10 @@ func (s *Service) deadLetter(ctx context.Context, log *slog.Logger, m jetstream.
 	err := s.publishDeadLetter(ctx, m, project, channel, &rec)
 	if err != nil {
 		log.Warn("inbox: cannot publish the dead-letter record; retrying the report", "err", err)
-		_ = m.NakWithDelay(retryDelay)
+		s.retry(m, trace.SpanFromContext(ctx), err)
 		return
 	}
+	s.observe(OutcomeRefused)
 	if err := m.Term(); err != nil {
 		log.Warn("inbox: cannot terminate the refused report; it will be redelivered and refused again", "err", err)
 	}

@@ -11,10 +11,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	bolt "go.etcd.io/bbolt"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -92,6 +94,12 @@ type Config struct {
 	AckWait time.Duration
 	// OpenTimeout bounds the wait for the file lock of Path; default 5s.
 	OpenTimeout time.Duration
+	// Observer receives report outcomes and wakeup lags for metrics; nil
+	// records nothing.
+	Observer Observer
+	// TracerProvider makes the utp.wakeup span of every report (see
+	// pkg/telemetry); nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Service is the inbox: it consumes reports, keeps entries in bbolt, rings
@@ -104,6 +112,7 @@ type Service struct {
 	cfg Config
 	log *slog.Logger
 	db  *db
+	tr  trace.Tracer
 
 	// mu guards started, stopping, cc, srv and the Add side of wg.
 	mu       sync.Mutex
@@ -170,6 +179,7 @@ func New(nc *nats.Conn, cfg Config) (*Service, error) {
 	return &Service{
 		nc: nc, js: js, cfg: cfg, db: d,
 		log:     cfg.Logger.With("component", "inbox"),
+		tr:      telemetry.Tracer(cfg.TracerProvider),
 		sem:     make(chan struct{}, cfg.Concurrency),
 		stopCh:  make(chan struct{}),
 		baseCtx: ctx, cancel: cancel,

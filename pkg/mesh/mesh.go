@@ -10,11 +10,20 @@
 //	<DataDir>/cards.db     CardStore (bbolt)
 //	<DataDir>/registry.db  tool registry (bbolt)
 //	<DataDir>/inbox.db     inbox entries (bbolt)
+//	<DataDir>/policies.db  Cedar policy sets and auth configs (Config.Auth)
+//	<DataDir>/keys/        projects' mandate issuer keys (Config.Auth)
 //
 // Stop shuts down in the order that loses nothing: stop taking new commands,
 // drain the calls in flight (canceling what cannot finish by the deadline,
 // which still writes and reports a result), stop the inbox, stop the svc
-// servers, close the stores, and stop the broker last.
+// servers, close the stores, and stop the broker (and, when Config.MetricsAddr
+// is set, the metrics server) last. A drain that had to cancel calls
+// (worker.ErrDrainTimeout) is logged, not returned: it is the designed
+// outcome of the deadline.
+//
+// Limits: Config.MaxPayload (the broker's message size) must exceed
+// Config.MaxCardBytes (the CardStore's card size) by 64 KiB; Start refuses
+// other combinations with an error naming both.
 package mesh
 
 import (
@@ -26,14 +35,20 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/metrics"
 	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/streams"
@@ -60,7 +75,41 @@ type Config struct {
 	Worker worker.Config
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// MetricsAddr, when set (host:port; port 0 picks one), serves
+	// Prometheus /metrics and /healthz there (pkg/metrics). Empty: off.
+	MetricsAddr string
+	// TracerProvider traces the worker and the inbox (pkg/telemetry);
+	// nil traces nothing.
+	TracerProvider trace.TracerProvider
+	// MaxPayload is the NATS max message size in bytes; 0 means
+	// embednats.DefaultMaxPayload (8 MiB). It must exceed the card limit
+	// by at least 64 KiB.
+	MaxPayload int32
+	// MaxCardBytes lowers the CardStore's limit on one card's encoding;
+	// 0 means cardstore.DefaultMaxCardBytes (1 MiB, also the maximum).
+	MaxCardBytes int
+	// Auth, when set, turns the Cedar gate on (pkg/authz): the mesh opens
+	// <DataDir>/policies.db, serves the authz svc, verifies every call's
+	// mandate and authorizes it, and answers mandate_query. Nil: no gate.
+	Auth *AuthConfig
 }
+
+// AuthConfig configures the mesh's authorization (see Config.Auth).
+type AuthConfig struct {
+	// KeyDir holds the projects' issuer keys; default <DataDir>/keys.
+	KeyDir string
+	// States gives the gate booking states; optional.
+	States authz.BookingStates
+}
+
+// payloadSlack is what MaxPayload must leave above the card limit for the
+// svc request envelope around a card.
+const payloadSlack = 64 << 10
+
+// stopGrace is the time each stage after the worker gets when the drain
+// used up the caller's deadline: the inbox, the svc servers and the stores
+// still stop cleanly.
+const stopGrace = 10 * time.Second
 
 // Mesh is a running mesh.
 type Mesh struct {
@@ -71,8 +120,11 @@ type Mesh struct {
 	reg      *boltreg.Store
 	cardSrv  *natsstore.Server
 	regSrv   *natsreg.Server
+	auth     *natsauthz.Service
 	inbox    *inbox.Service
 	rt       *worker.Runtime
+	metrics  *metrics.Metrics
+	msrv     *metrics.Server
 	stoppers []func(context.Context) error
 }
 
@@ -94,6 +146,9 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkLimits(cfg.MaxPayload, cfg.MaxCardBytes); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("mesh: data directory: %w", err)
 	}
@@ -105,8 +160,20 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		}
 	}()
 	log := cfg.Logger
+	if cfg.MetricsAddr != "" {
+		version := cfg.Worker.ServiceVersion
+		if version == "" {
+			version = worker.DefaultServiceVersion
+		}
+		m.metrics = metrics.New(version)
+		m.msrv, err = metrics.Serve(m.metrics, metrics.ServerConfig{Addr: cfg.MetricsAddr, Logger: log.With("component", "metrics")})
+		if err != nil {
+			return m, fmt.Errorf("mesh: --metrics-addr: %w", err)
+		}
+		m.push(m.msrv.Shutdown) // stopped last: scrapes see the whole shutdown
+	}
 
-	m.srv, err = embednats.Start(embednats.Config{DataDir: cfg.DataDir, Host: host, Port: port, JetStream: true, Logger: log.With("component", "nats")})
+	m.srv, err = embednats.Start(embednats.Config{DataDir: cfg.DataDir, Host: host, Port: port, JetStream: true, MaxPayload: cfg.MaxPayload, Logger: log.With("component", "nats")})
 	if err != nil {
 		return m, err
 	}
@@ -124,7 +191,14 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		return m, err
 	}
 
-	m.cards, err = boltstore.Open(filepath.Join(cfg.DataDir, "cards.db"), boltstore.WithLogger(log.With("component", "cardstore")))
+	storeOpts := []boltstore.Option{boltstore.WithLogger(log.With("component", "cardstore"))}
+	if cfg.MaxCardBytes > 0 {
+		storeOpts = append(storeOpts, boltstore.WithMaxCardBytes(cfg.MaxCardBytes))
+	}
+	if m.metrics != nil {
+		storeOpts = append(storeOpts, boltstore.WithCommitObserver(m.metrics.CardStore()))
+	}
+	m.cards, err = boltstore.Open(filepath.Join(cfg.DataDir, "cards.db"), storeOpts...)
 	if err != nil {
 		return m, err
 	}
@@ -145,10 +219,25 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		return m, err
 	}
 	m.push(m.regSrv.Stop)
+	if cfg.Auth != nil {
+		m.auth, err = natsauthz.Start(ctx, m.nc, natsauthz.StartConfig{DataDir: cfg.DataDir, KeyDir: cfg.Auth.KeyDir, Registry: m.reg,
+			States: cfg.Auth.States, Version: cfg.ProtocolVersion, Logger: log.With("component", "authz")})
+		if err != nil {
+			return m, err
+		}
+		m.push(m.auth.Stop)
+	}
 
-	m.inbox, err = inbox.New(m.nc, inbox.Config{Version: cfg.ProtocolVersion, Store: m.cards, Path: filepath.Join(cfg.DataDir, "inbox.db"), Logger: log})
+	icfg := inbox.Config{Version: cfg.ProtocolVersion, Store: m.cards, Path: filepath.Join(cfg.DataDir, "inbox.db"), Logger: log, TracerProvider: cfg.TracerProvider}
+	if m.metrics != nil {
+		icfg.Observer = m.metrics.Inbox()
+	}
+	m.inbox, err = inbox.New(m.nc, icfg)
 	if err != nil {
 		return m, err
+	}
+	if m.metrics != nil {
+		m.metrics.WatchPending(m.inbox.Pending)
 	}
 	if err = m.inbox.Start(ctx); err != nil {
 		return m, err
@@ -160,11 +249,21 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	if wcfg.Logger == nil {
 		wcfg.Logger = log.With("component", "worker")
 	}
+	if wcfg.Observer == nil && m.metrics != nil {
+		wcfg.Observer = m.metrics.Worker()
+	}
+	if wcfg.TracerProvider == nil {
+		wcfg.TracerProvider = cfg.TracerProvider
+	}
 	if wcfg.InstanceID == "" {
 		host, _ := os.Hostname()
 		wcfg.InstanceID = fmt.Sprintf("up-%s-%d", host, os.Getpid())
 	}
-	tools := append(pmo.Tools(pmo.Deps{NC: m.nc, Store: m.cards, Registry: m.reg, Holder: wcfg.InstanceID + "-pmo"}), cfg.Tools...)
+	pdeps := pmo.Deps{NC: m.nc, Store: m.cards, Registry: m.reg, Holder: wcfg.InstanceID + "-pmo"}
+	if m.auth != nil {
+		wcfg.Authorizer, pdeps.Mandates = m.auth.Gate, m.auth.Querier
+	}
+	tools := append(pmo.Tools(pdeps), cfg.Tools...)
 	m.rt, err = worker.New(m.nc, wcfg, tools...)
 	if err != nil {
 		return m, err
@@ -177,6 +276,10 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 }
 
 func (m *Mesh) push(f func(context.Context) error) { m.stoppers = append(m.stoppers, f) }
+
+// Auth is the mesh's authorization service (policy store, issuer keys,
+// gate), or nil when Config.Auth is nil.
+func (m *Mesh) Auth() *natsauthz.Service { return m.auth }
 
 // ClientURL is the NATS URL clients and remote workers connect to.
 func (m *Mesh) ClientURL() string { return m.srv.ClientURL() }
@@ -193,6 +296,17 @@ func (m *Mesh) Registry() *boltreg.Store { return m.reg }
 // Runtime is the mesh's worker runtime.
 func (m *Mesh) Runtime() *worker.Runtime { return m.rt }
 
+// MetricsURL is the /metrics URL, or "" when Config.MetricsAddr is empty.
+func (m *Mesh) MetricsURL() string {
+	if m.msrv == nil {
+		return ""
+	}
+	return m.msrv.URL()
+}
+
+// Metrics is the mesh's metrics (nil when Config.MetricsAddr is empty).
+func (m *Mesh) Metrics() *metrics.Metrics { return m.metrics }
+
 // Config returns the mesh's effective configuration.
 func (m *Mesh) Config() Config { return m.cfg }
 
@@ -202,15 +316,49 @@ func (m *Mesh) Config() Config { return m.cfg }
 func (m *Mesh) Stop(ctx context.Context) error {
 	var errs []error
 	for i := len(m.stoppers) - 1; i >= 0; i-- {
-		if err := m.stoppers[i](ctx); err != nil {
+		if err := m.stoppers[i](ctx); errors.Is(err, worker.ErrDrainTimeout) {
+			// Calls canceled at the deadline ended canceled and were
+			// reported: the designed outcome, not a failure to stop.
+			m.cfg.Logger.Warn("mesh: drain deadline passed; calls in flight were canceled", "err", err)
+		} else if err != nil {
 			errs = append(errs, err)
 			// Later stages get a fresh deadline: a slow drain must not
 			// leave files unclosed.
 			ctx = context.Background()
 		}
+		if ctx.Err() != nil {
+			// The drain used the whole deadline (and canceled what it had
+			// to): the inbox still takes the canceled calls' reports, and
+			// the stores still close cleanly.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.Background(), stopGrace)
+			defer cancel()
+		}
 	}
 	m.stoppers = nil
 	return errors.Join(errs...)
+}
+
+// checkLimits refuses a NATS max payload that cannot carry the largest card.
+func checkLimits(maxPayload int32, maxCardBytes int) error {
+	if maxCardBytes < 0 || maxCardBytes > cardstore.DefaultMaxCardBytes {
+		return fmt.Errorf("mesh: max card bytes %d: use 1 to %d (0 means %d)", maxCardBytes, cardstore.DefaultMaxCardBytes, cardstore.DefaultMaxCardBytes)
+	}
+	if maxPayload == 0 {
+		maxPayload = embednats.DefaultMaxPayload
+	}
+	if maxPayload < embednats.MinMaxPayload || maxPayload > embednats.MaxMaxPayload {
+		return fmt.Errorf("mesh: NATS max payload %d bytes: use %d (64 KiB) to %d (64 MiB)", maxPayload, embednats.MinMaxPayload, embednats.MaxMaxPayload)
+	}
+	card := maxCardBytes
+	if card == 0 {
+		card = cardstore.DefaultMaxCardBytes
+	}
+	if int(maxPayload) < card+payloadSlack {
+		return fmt.Errorf("mesh: NATS max payload %d bytes cannot carry a card of the %d-byte card limit plus its request envelope: raise the max payload to at least %d or lower the card limit to at most %d",
+			maxPayload, card, card+payloadSlack, int(maxPayload)-payloadSlack)
+	}
+	return nil
 }
 
 func splitListen(addr string) (string, int, error) {

@@ -67,20 +67,23 @@ func (r *Runtime) onCancel(m *nats.Msg) {
 	r.canceled[key] = now
 	if f, ok := r.inflight[key]; ok {
 		f.cancel(errCanceledByRequest)
-		r.log.Info("canceling call on request", "tool_call_id", n.ToolCallID, "agent_turn_id", n.AgentTurnID, "project_id", s.Project)
+		r.log.Info("canceling call on request", "tool_name", f.tool, "tool_call_id", n.ToolCallID, "agent_turn_id", n.AgentTurnID, "project_id", s.Project)
 	}
 }
 
 // track registers a call as running in this process. It returns nil when
 // the call is already running here (another delivery of the same command).
-func (r *Runtime) track(key string, cancel context.CancelCauseFunc) *inflight {
+func (r *Runtime) track(key, tool string, cancel context.CancelCauseFunc) *inflight {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, busy := r.inflight[key]; busy {
 		return nil
 	}
-	f := &inflight{cancel: cancel}
+	f := &inflight{cancel: cancel, tool: tool}
 	r.inflight[key] = f
+	if r.shuttingDown {
+		cancel(errShutdown) // the drain deadline has passed: do not start it
+	}
 	return f
 }
 

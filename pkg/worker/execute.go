@@ -9,10 +9,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -33,20 +37,31 @@ type job struct {
 	key     string // call key for in-flight tracking
 	holder  string // claim holder: this process and this execution
 	timeout time.Duration
+	start   time.Time       // when the delivery arrived
+	ctx     context.Context // carries the utp.command span (never canceled)
+	span    trace.Span      // utp.command
 }
 
 // handle runs the whole pipeline for one delivered command. Every path ends
 // in exactly one of: ack after a durable report, ack/term after a
 // dead-letter record, or a delayed nak for a transient failure.
 func (r *Runtime) handle(t *Tool, msg jetstream.Msg) {
-	j := &job{r: r, tool: t, msg: msg, deliver: 1}
+	j := &job{r: r, tool: t, msg: msg, deliver: 1, start: time.Now()}
 	if md, err := msg.Metadata(); err == nil {
 		j.deliver = int(md.NumDelivered)
+	}
+	if j.deliver > 1 {
+		r.onRedelivered(t.Name)
 	}
 	j.trace = msg.Headers().Get(utp.HeaderTraceparent)
 	if j.trace == "" {
 		j.trace = utp.NewTraceparent()
 	}
+	j.ctx, j.span = r.tracer.Start(
+		telemetry.ExtractTraceparent(context.Background(), j.trace, msg.Headers().Get(utp.HeaderTracestate)),
+		telemetry.SpanCommand, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(telemetry.AttrToolName.String(t.Name)))
+	defer j.span.End()
 	subj, err := subjects.Parse(msg.Subject())
 	if err != nil {
 		r.deadLetter(msg, subjects.Subject{}, t.Name, "subject", err.Error())
@@ -74,7 +89,20 @@ func (r *Runtime) handle(t *Tool, msg jetstream.Msg) {
 	}
 	j.cmd = cmd
 	j.key = subj.Project + "/" + cmd.AgentTurnID + "/" + cmd.ToolCallID
+	j.setSpanIDs()
 	j.run()
+}
+
+// setSpanIDs names the call on the utp.command span once the command is read.
+func (j *job) setSpanIDs() {
+	j.span.SetAttributes(j.spanAttrs()...)
+}
+
+func (j *job) spanAttrs() []attribute.KeyValue {
+	return []attribute.KeyValue{
+		telemetry.AttrToolName.String(j.tool.Name), telemetry.AttrToolCallID.String(j.cmd.ToolCallID),
+		telemetry.AttrAgentTurnID.String(j.cmd.AgentTurnID), telemetry.AttrProjectID.String(j.subj.Project),
+	}
 }
 
 func (j *job) logAttrs() []any {
@@ -100,7 +128,7 @@ func (j *job) run() {
 	// 2. Claim the call so that no other live worker executes it.
 	callCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	f := r.track(j.key, cancel)
+	f := r.track(j.key, j.tool.Name, cancel)
 	if f == nil { // another delivery of this call runs in this process
 		_ = j.msg.NakWithDelay(r.cfg.ClaimLease)
 		return
@@ -126,11 +154,13 @@ func (j *job) run() {
 		return
 	}
 	if claim.TakenOver {
+		r.onTakeover(j.tool.Name)
 		r.log.Warn("took over the claim of a worker that stopped renewing it", append(j.logAttrs(), "previous_holder", claim.PreviousHolder, "token", claim.Token)...)
 		// 3. Poison commands: the claim's token grows only when a worker
 		// died (or stalled) while executing the call. Store outages and
 		// "claim held" retries do not count.
 		if max := j.maxDeliveries(); claim.Token > uint64(max) {
+			r.onPoisoned(j.tool.Name)
 			j.fail(card.StatusFailed, card.CodeInternalError,
 				fmt.Sprintf("gave up after %d executions that did not finish: the tool may crash its worker", claim.Token-1), nil, nil)
 			return
@@ -198,15 +228,30 @@ func (j *job) run() {
 		}
 	}
 	j.timeout = ent.entry.Options.Timeout()
+	if cause := context.Cause(callCtx); cause != nil {
+		// Canceled before the handler started (a cancel request, or the
+		// drain deadline passed): end the call without running it.
+		r.log.Debug("call canceled before it started", append(j.logAttrs(), "cause", cause)...)
+		j.finish(Result{}, cause, cause, callCard)
+		return
+	}
 	execCtx, cancelTimeout := context.WithTimeoutCause(callCtx, j.timeout, context.DeadlineExceeded)
+	execCtx, execSpan := r.tracer.Start(trace.ContextWithSpan(execCtx, j.span), telemetry.SpanExecute, trace.WithAttributes(j.spanAttrs()...))
 	stopKeepalive := j.keepalive(ctx, cancel)
 	start := time.Now()
 	r.log.Debug("executing", append(j.logAttrs(), "claim_token", claim.Token)...)
+	r.onExecuteStart(j.tool.Name)
 	res, herr := j.invoke(execCtx, c)
+	d := time.Since(start)
+	r.onExecuteEnd(j.tool.Name, d)
 	stopKeepalive()
 	cause := context.Cause(execCtx)
 	cancelTimeout()
-	r.log.Debug("tool executed", append(j.logAttrs(), "duration", time.Since(start), "err", herr)...)
+	if herr != nil {
+		execSpan.SetStatus(codes.Error, herr.Error())
+	}
+	execSpan.End()
+	r.log.Debug("tool executed", append(j.logAttrs(), "duration", d, "err", herr)...)
 	j.finish(res, herr, cause, callCard)
 }
 

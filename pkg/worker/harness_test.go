@@ -50,6 +50,13 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg worker.Config, tools ...worker.Tool) *harness {
 	t.Helper()
+	return newHarnessStore(t, cfg, nil, tools...)
+}
+
+// newHarnessStore is newHarness with CardStore options (e.g. a small card
+// size limit).
+func newHarnessStore(t *testing.T, cfg worker.Config, storeOpts []boltstore.Option, tools ...worker.Tool) *harness {
+	t.Helper()
 	srv := meshtest.NATS(t)
 	nc := meshtest.Conn(t, srv)
 	js, err := jetstream.New(nc)
@@ -61,7 +68,7 @@ func newHarness(t *testing.T, cfg worker.Config, tools ...worker.Tool) *harness 
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	st, err := boltstore.Open(dir + "/cards.db")
+	st, err := boltstore.Open(dir+"/cards.db", storeOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}

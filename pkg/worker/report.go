@@ -10,9 +10,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -24,6 +27,12 @@ const publishTimeout = 10 * time.Second
 // already wrote this call's result, that result is reported instead: a
 // call has exactly one result card.
 func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
+	// The result must be written even during shutdown: j.ctx is never
+	// canceled; it only carries the trace.
+	ctx, span := j.r.tracer.Start(j.ctx, telemetry.SpanReport, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(append(j.spanAttrs(), telemetry.AttrStatus.String(string(content.Status)))...))
+	defer span.End()
+	j.span.SetAttributes(telemetry.AttrStatus.String(string(content.Status)))
 	raw, err := json.Marshal(content)
 	if err != nil {
 		j.r.log.Error("encode tool result", append(j.logAttrs(), "err", err)...)
@@ -31,10 +40,21 @@ func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
 		return
 	}
 	rc := j.resultCard(raw, callCard)
-	ctx := context.Background() // the result must be written even during shutdown
 	err = j.r.cfg.Store.Put(ctx, rc)
-	if errors.Is(err, cardstore.ErrTooLarge) && content.Status != card.StatusFailed {
-		j.fail(card.StatusFailed, card.CodeInternalError, "the tool's result is too large for a card: "+err.Error(), nil, callCard)
+	if errors.Is(err, cardstore.ErrTooLarge) {
+		// Never lose the call over its size: a too-large result becomes a
+		// failed one, and a too-large failure (a huge message or detail)
+		// is cut to a short failure that always fits.
+		span.SetStatus(codes.Error, err.Error())
+		j.r.log.Warn("tool result too large for a card; failing the call instead", append(j.logAttrs(), "status", content.Status, "bytes", len(raw), "err", err)...)
+		small := card.NewResultContent(card.StatusFailed, content.AfterExecution, card.CodeInternalError,
+			fmt.Sprintf("the tool's %s result (%d bytes) is too large for a card: %v", content.Status, len(raw), err), nil)
+		if content.Status == card.StatusFailed && content.Error != nil && len(content.Error.Message) <= 1024 && len(content.Error.Detail) == 0 {
+			// Already small: this cannot be the reason. Keep retrying.
+			j.retryLater("write tool.result card", err)
+			return
+		}
+		j.complete(small, callCard)
 		return
 	}
 	if errors.Is(err, cardstore.ErrResultExists) {
@@ -44,14 +64,20 @@ func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
 			return
 		}
 		j.r.log.Warn("another worker already wrote this call's result; reporting that one", append(j.logAttrs(), "tool_result_card_id", existing.CardID)...)
-		j.reportExisting(existing)
+		j.reportExistingCtx(ctx, existing)
 		return
 	}
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		j.retryLater("write tool.result card", err)
 		return
 	}
-	j.report(rc.CardID, content.Status, content.AfterExecution, rc.Metadata.StepID)
+	var code card.ErrorCode
+	if content.Error != nil && content.Status != card.StatusSuccess && content.Status != card.StatusPartial {
+		code = content.Error.Code
+	}
+	j.r.onCompleted(j.tool.Name, content.Status, code, time.Since(j.start))
+	j.report(ctx, rc.CardID, content.Status, content.AfterExecution, rc.Metadata.StepID)
 }
 
 // resultCard builds the tool.result card: routing metadata from the
@@ -81,18 +107,29 @@ func (j *job) resultCard(content json.RawMessage, callCard *card.Card) *card.Car
 
 // reportExisting re-reports a result card that already exists.
 func (j *job) reportExisting(rc *card.Card) {
+	ctx, span := j.r.tracer.Start(j.ctx, telemetry.SpanReport, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(j.spanAttrs()...))
+	defer span.End()
+	j.reportExistingCtx(ctx, rc)
+}
+
+// reportExistingCtx is reportExisting inside an open utp.report span.
+func (j *job) reportExistingCtx(ctx context.Context, rc *card.Card) {
 	tr, err := rc.ToolResult()
 	if err != nil {
 		j.r.log.Error("existing tool.result card is unreadable", append(j.logAttrs(), "tool_result_card_id", rc.CardID, "err", err)...)
 		_ = j.msg.Term()
 		return
 	}
-	j.report(rc.CardID, tr.Status, tr.AfterExecution, rc.Metadata.StepID)
+	trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrStatus.String(string(tr.Status)))
+	j.report(ctx, rc.CardID, tr.Status, tr.AfterExecution, rc.Metadata.StepID)
 }
 
 // report publishes the report durably (JetStream, waiting for the stream's
-// acknowledgement) and only then acknowledges the command.
-func (j *job) report(resultID string, status card.Status, ae card.AfterExecution, stepID string) {
+// acknowledgement) and only then acknowledges the command. spanCtx carries
+// the utp.report span, whose context becomes the report's traceparent (the
+// command's trace id; with tracing off, exactly the command's traceparent).
+func (j *job) report(spanCtx context.Context, resultID string, status card.Status, ae card.AfterExecution, stepID string) {
 	rep := utp.Report{
 		ToolCallID: j.cmd.ToolCallID, AgentTurnID: j.cmd.AgentTurnID, TurnEpoch: j.cmd.TurnEpoch,
 		AgentID: j.cmd.AgentID, ToolResultCardID: resultID, Status: status, AfterExecution: ae,
@@ -107,8 +144,11 @@ func (j *job) report(resultID string, status card.Status, ae card.AfterExecution
 	body, _ := json.Marshal(rep)
 	m := nats.NewMsg(subj.String())
 	m.Data = body
-	m.Header.Set(utp.HeaderTraceparent, j.trace)
-	if ts := j.msg.Headers().Get(utp.HeaderTracestate); ts != "" {
+	telemetry.Inject(spanCtx, m.Header)
+	if m.Header.Get(utp.HeaderTraceparent) == "" {
+		m.Header.Set(utp.HeaderTraceparent, j.trace) // not W3C-valid: passed through as it came
+	}
+	if ts := j.msg.Headers().Get(utp.HeaderTracestate); ts != "" && m.Header.Get(utp.HeaderTracestate) == "" {
 		m.Header.Set(utp.HeaderTracestate, ts)
 	}
 	m.Header.Set(jetstream.MsgIDHeader, "report-"+resultID)
@@ -116,9 +156,10 @@ func (j *job) report(resultID string, status card.Status, ae card.AfterExecution
 	if d := j.msg.Headers().Get(utp.HeaderRecursionDepth); d != "" {
 		m.Header.Set(utp.HeaderRecursionDepth, d)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	ctx, cancel := context.WithTimeout(spanCtx, publishTimeout)
 	defer cancel()
 	if _, err := j.r.js.PublishMsg(ctx, m); err != nil {
+		trace.SpanFromContext(spanCtx).SetStatus(codes.Error, err.Error())
 		j.retryLater("publish report", err)
 		return
 	}
@@ -164,7 +205,12 @@ type DeadLetter struct {
 func (r *Runtime) deadLetter(msg jetstream.Msg, s subjects.Subject, tool, field, reason string) {
 	src := "worker:" + tool
 	r.log.Warn("command refused without a routable result: dead-lettered",
-		"subject", msg.Subject(), "field", field, "reason", reason)
+		"tool_name", tool, "subject", msg.Subject(), "field", field, "reason", reason)
+	if r.tools[tool] != nil || r.pmo[tool] != nil {
+		r.onDeadLetter(tool)
+	} else {
+		r.onDeadLetter("") // a name taken from the subject: keep labels bounded
+	}
 	body := msg.Data()
 	if len(body) > 4096 {
 		body = body[:4096]

@@ -12,11 +12,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -58,6 +61,15 @@ type Config struct {
 	// Authorizer, when set, gates every call (built-ins included: it sees
 	// Call.Builtin) before its handler runs. See Authorizer.
 	Authorizer Authorizer
+	// ServiceVersion is the version of the micro service the runtime
+	// registers for discovery (a semantic version, e.g. "0.1.0-dev"; the
+	// utpmesh binary passes its own version). Default DefaultServiceVersion.
+	ServiceVersion string
+	// Observer receives call events for metrics; nil records nothing.
+	Observer Observer
+	// TracerProvider makes the utp.command, utp.execute and utp.report
+	// spans (see pkg/telemetry); nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Runtime serves a set of tools: one durable JetStream consumer per tool,
@@ -71,22 +83,30 @@ type Runtime struct {
 	pmo   map[string]*Tool // built-ins by name
 
 	entries entryCache
+	stats   map[string]*toolStats // by tool name; fixed after New
+	obs     Observer
+	tracer  trace.Tracer
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	consumes []jetstream.ConsumeContext
-	cancelSb *nats.Subscription
-	inflight map[string]*inflight
-	jobSeq   atomic.Uint64
-	canceled map[string]time.Time // recently requested cancels, by call key
-	wg       sync.WaitGroup
-	baseCtx  context.Context
-	stopAll  context.CancelCauseFunc
+	mu    sync.Mutex
+	micro micro.Service
+	// shuttingDown is set once the drain deadline passed: calls tracked
+	// from then on are canceled at once.
+	shuttingDown bool
+	started      bool
+	stopped      bool
+	consumes     []jetstream.ConsumeContext
+	cancelSb     *nats.Subscription
+	inflight     map[string]*inflight
+	jobSeq       atomic.Uint64
+	canceled     map[string]time.Time // recently requested cancels, by call key
+	wg           sync.WaitGroup
+	baseCtx      context.Context
+	stopAll      context.CancelCauseFunc
 }
 
 type inflight struct {
 	cancel context.CancelCauseFunc
+	tool   string
 }
 
 // New returns a Runtime for tools. Call Start to serve them.
@@ -128,6 +148,12 @@ func New(nc *nats.Conn, cfg Config, tools ...Tool) (*Runtime, error) {
 	if cfg.EntryCacheTTL <= 0 {
 		cfg.EntryCacheTTL = 5 * time.Second
 	}
+	if cfg.ServiceVersion == "" {
+		cfg.ServiceVersion = DefaultServiceVersion
+	}
+	if !semver.MatchString(cfg.ServiceVersion) {
+		return nil, fmt.Errorf("worker: Config.ServiceVersion %q is not a semantic version (NATS micro requires one, e.g. 1.2.0 or 0.1.0-dev)", cfg.ServiceVersion)
+	}
 	for _, p := range cfg.Projects {
 		if err := card.ValidateName("project_id", p); err != nil {
 			return nil, fmt.Errorf("worker: Config.Projects: %w", err)
@@ -141,6 +167,7 @@ func New(nc *nats.Conn, cfg Config, tools ...Tool) (*Runtime, error) {
 		nc: nc, js: js, cfg: cfg, log: cfg.Logger.With("instance", cfg.InstanceID),
 		tools: map[string]*Tool{}, pmo: map[string]*Tool{},
 		inflight: map[string]*inflight{}, canceled: map[string]time.Time{},
+		stats: map[string]*toolStats{}, obs: cfg.Observer, tracer: telemetry.Tracer(cfg.TracerProvider),
 	}
 	r.entries.ttl = cfg.EntryCacheTTL
 	for i := range tools {
@@ -156,6 +183,7 @@ func New(nc *nats.Conn, cfg Config, tools ...Tool) (*Runtime, error) {
 			return nil, fmt.Errorf("%w: %s is defined twice", ErrInvalidTool, t.Name)
 		}
 		set[t.Name] = &t
+		r.stats[t.Name] = &toolStats{}
 	}
 	if len(r.tools)+len(r.pmo) == 0 {
 		return nil, fmt.Errorf("%w: no tools to serve", ErrInvalidTool)
@@ -213,14 +241,19 @@ func (r *Runtime) Start(ctx context.Context) error {
 	r.cancelSb = sub
 	r.mu.Unlock()
 
+	type plan struct {
+		durable, filter string
+		lookup          func(subject string) *Tool
+	}
+	var plans []plan
+	consumers := map[string][2]string{} // tool → consumer, filter (discovery)
 	for _, t := range r.tools {
 		filter, err := t.filterSubject(ver)
 		if err != nil {
 			return err
 		}
-		if err := r.consume(ctx, streams.ToolConsumer(t.Name), filter, func(string) *Tool { return t }); err != nil {
-			return err
-		}
+		plans = append(plans, plan{streams.ToolConsumer(t.Name), filter, func(string) *Tool { return t }})
+		consumers[t.Name] = [2]string{streams.ToolConsumer(t.Name), filter}
 	}
 	if len(r.pmo) > 0 {
 		filter, err := subjects.PMOInternalPattern(ver)
@@ -235,7 +268,17 @@ func (r *Runtime) Start(ctx context.Context) error {
 			name, _ := s.PMOTool()
 			return r.pmo[name]
 		}
-		if err := r.consume(ctx, streams.PMOConsumer, filter, lookup); err != nil {
+		plans = append(plans, plan{streams.PMOConsumer, filter, lookup})
+		for name := range r.pmo {
+			consumers[name] = [2]string{streams.PMOConsumer, filter}
+		}
+	}
+	if err := r.startDiscovery(consumers); err != nil {
+		return err
+	}
+	for _, p := range plans {
+		if err := r.consume(ctx, p.durable, p.filter, p.lookup); err != nil {
+			r.stopDiscovery()
 			return err
 		}
 	}
@@ -276,8 +319,16 @@ func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup fu
 
 // Stop stops taking commands and waits for the calls in flight. When ctx
 // ends first, the remaining calls are canceled: they end with status
-// canceled and are reported, so no caller waits forever. Stop returns once
-// every call has been reported (or could not be).
+// canceled and are reported, so no caller waits forever; calls that were
+// claimed but had not started their handler yet end canceled without
+// running it. Commands not yet received stay in the stream for another
+// worker or the next start. Stop then unregisters the discovery service.
+//
+// Stop returns once every call has been reported (or could not be). When
+// it had to cancel calls it returns an error wrapping ErrDrainTimeout (and
+// ctx's error): the designed outcome of a deadline, which callers that
+// treat it as a clean stop (the utpmesh CLI does) test with errors.Is.
+// Stop is idempotent; later calls return nil.
 func (r *Runtime) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	if r.stopped {
@@ -298,20 +349,23 @@ func (r *Runtime) Stop(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		n := r.cancelAllInflight()
-		r.log.Warn("drain deadline passed; canceling calls in flight", "calls", n)
-		err = fmt.Errorf("worker: %d calls canceled at shutdown: %w", n, ctx.Err())
+		r.log.Warn("drain deadline passed; canceling calls in flight", "calls", n, "err", ctx.Err())
+		err = fmt.Errorf("%w: %d calls canceled (each ends with a canceled result): %w", ErrDrainTimeout, n, ctx.Err())
 		<-done
 	}
 	r.stopAll(errShutdown)
 	if sub != nil {
 		_ = sub.Unsubscribe()
 	}
+	r.stopDiscovery()
+	r.log.Info("worker stopped")
 	return err
 }
 
 func (r *Runtime) cancelAllInflight() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.shuttingDown = true
 	for _, f := range r.inflight {
 		f.cancel(errShutdown)
 	}

@@ -156,6 +156,10 @@ var (
 	ErrInvalidTool = errors.New("worker: invalid tool")
 	// ErrStopped: the runtime has been stopped.
 	ErrStopped = errors.New("worker: stopped")
+	// ErrDrainTimeout: Stop's deadline passed with calls still running;
+	// they were canceled, and each ended with a canceled result that was
+	// reported. A graceful outcome, not a failure of Stop.
+	ErrDrainTimeout = errors.New("worker: drain deadline passed")
 	// errCanceledByRequest is the cancel cause of a call ended by
 	// cancel_tool_call.
 	errCanceledByRequest = errors.New("canceled by cancel_tool_call")

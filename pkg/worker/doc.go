@@ -1,0 +1,56 @@
+// Package worker is the tool runtime: it serves a set of tools (Tool: a
+// registry definition and a HandlerFunc) from JetStream, one durable pull
+// consumer per tool shared by every process serving it, and turns each
+// command into exactly one tool.result card and one report to the inbox.
+//
+// # One command, start to end
+//
+// Runtime.handle parses the command (utp.ParseCommand), re-reports the
+// result if the call already has one, claims the call in the CardStore
+// (the claim's fencing token grows on every take-over and drives the poison
+// limit), reads the tool.call card and the registry entry (cached with its
+// compiled schema), validates the arguments, asks the Authorizer, runs the
+// handler under the tool's timeout while renewing the claim and keeping the
+// message alive, writes the result card and publishes the report with
+// JetStream, and only then acknowledges the command. docs/protocol.md §7
+// describes what a caller observes.
+//
+// # Shutdown
+//
+// Stop stops the consumers, lets the calls in flight finish until its
+// context ends, then cancels them: each ends with a canceled result that is
+// written and reported, and a call that was claimed but had not started
+// its handler yet ends canceled without running. Stop then returns an error
+// wrapping ErrDrainTimeout, which callers treat as a clean stop.
+//
+// # Observability
+//
+//   - Discovery: Start registers the NATS micro service "utpmesh-worker"
+//     (ServiceName) with one endpoint per tool; the endpoint describes the
+//     tool and its STATS data are the tool's ToolStats (docs/protocol.md
+//     §2.7). Stop unregisters it after the drain.
+//   - Metrics: Config.Observer receives every call event (pkg/metrics turns
+//     them into Prometheus metrics); nil costs one pointer test per event.
+//   - Traces: Config.TracerProvider makes the utp.command, utp.execute and
+//     utp.report spans (pkg/telemetry); the report's traceparent names the
+//     utp.report span. nil uses a no-op tracer, which passes the command's
+//     traceparent on unchanged.
+//   - Logs: every line about a call carries tool_name, tool_call_id,
+//     agent_turn_id, agent_id and project_id.
+//
+// # Limits
+//
+// A result too large for the CardStore (cardstore.ErrTooLarge) does not
+// lose the call: it becomes a failed result with internal_error naming the
+// size, and a failure too large (a huge message or detail) is cut the same
+// way.
+//
+// # Caveats
+//
+//   - The micro service is core NATS: a worker killed with SIGKILL leaves
+//     discovery at once, and its calls come back through JetStream
+//     redelivery and claim take-over.
+//   - The describe endpoint answers from the runtime's registry cache
+//     (Config.EntryCacheTTL, default 5 s), so a just-changed entry may show
+//     its previous version for that long.
+package worker
