@@ -13,6 +13,9 @@ FUZZ_TARGETS = \
 	./pkg/card:FuzzDecode \
 	./pkg/utp:FuzzParseCommand \
 	./pkg/registry:FuzzParseYAML \
+	./pkg/telemetry:FuzzExtractTraceparent \
+	./pkg/turn:FuzzDiff \
+	./pkg/mandate:FuzzDecode \
 	./services/atlas/internal/cron:FuzzParse \
 	./services/atlas/internal/atime:FuzzParseHM \
 	./services/atlas/internal/atime:FuzzParseDate
@@ -51,7 +54,10 @@ bench:
 	$(GO) test -run '^$$' -bench 'RoundTrip' -benchtime 2000x ./pkg/mesh
 	$(GO) test -run '^$$' -bench 'Put' -benchtime 2000x ./cardstore/boltstore
 	$(GO) test -run '^$$' -bench 'ListTurn' -benchtime 10x ./cardstore/boltstore
+	$(GO) test -run '^$$' -bench 'TurnShow' -benchtime 10x ./pkg/turn
 	$(GO) test -run '^$$' -bench . -benchmem ./subjects
+	$(GO) test -run '^$$' -bench 'Gate' -benchtime 2000x ./pkg/authz
+	$(GO) test -run '^$$' -bench 'RoundTripGate' -benchtime 1000x -count 2 ./pkg/authz/natsauthz
 
 clean:
 	rm -rf $(BIN)

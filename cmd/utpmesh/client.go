@@ -6,11 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -52,6 +56,98 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// agentClient returns an agent client on nc for the mesh's protocol
+// version, logging warnings and errors only to w.
+func (m *meshFlags) agentClient(nc *nats.Conn, project, channel, agentID string, w io.Writer) (*agent.Client, error) {
+	c, err := agent.New(nc, agent.Config{Project: project, Channel: channel, AgentID: agentID, Version: m.version,
+		Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return c, nil
+}
+
+// callerFlags are the identity flags of subcommands that make tool calls:
+// the agent the calls are made as and the mandate that authorizes them.
+// With the Cedar gate on (the default in 'utpmesh up') a call needs a
+// mandate whose sub is the calling agent, so --agent defaults to the
+// mandate's sub.
+type callerFlags struct {
+	agent    string
+	mandate  string
+	defAgent string
+}
+
+// register adds --agent and --mandate. defAgent is the agent used when
+// neither --agent nor a mandate names one.
+func (f *callerFlags) register(fs *flag.FlagSet, e env, defAgent string) {
+	f.defAgent = defAgent
+	def := ""
+	if defAgent != "" {
+		def = ", else " + defAgent
+	}
+	fs.StringVar(&f.agent, "agent", "", "agent id the calls are made as (default: the mandate's sub"+def+")")
+	fs.StringVar(&f.mandate, "mandate", e.getenv("UTPMESH_MANDATE"),
+		"signed mandate (compact JWS) authorizing the calls, or @FILE / a file name (default $UTPMESH_MANDATE; 'utpmesh up' writes a demo one to <data>/demo-mandate.jwt)")
+}
+
+// resolve reads an @FILE mandate and returns the agent id and the token.
+func (f *callerFlags) resolve() (agentID, token string, err error) {
+	token = strings.TrimSpace(f.mandate)
+	path, isFile := strings.CutPrefix(token, "@")
+	if !isFile && token != "" && strings.Count(token, ".") != 2 {
+		// Not shaped like a compact JWS: a file name without the @.
+		path, isFile = token, true
+	}
+	if isFile {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", "", usagef("--mandate %s: %v (pass the token itself, or @FILE)", f.mandate, err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	agentID = f.agent
+	if token != "" {
+		m, err := mandate.Decode(token)
+		if err != nil {
+			return "", "", usagef("--mandate: %v", err)
+		}
+		if agentID == "" {
+			agentID = m.Claims.Subject
+		}
+	}
+	if agentID == "" {
+		agentID = f.defAgent
+	}
+	return agentID, token, nil
+}
+
+// progress prints "label done/total" on one terminal line, rewritten in
+// place; it prints nothing when w is not a terminal.
+type progress struct {
+	w     io.Writer
+	label string
+	on    bool
+}
+
+func newProgress(w io.Writer, label string) *progress {
+	return &progress{w: w, label: label, on: isTerminal(w)}
+}
+
+// step shows done of total.
+func (p *progress) step(done, total int) {
+	if p.on {
+		fmt.Fprintf(p.w, "\r\033[K%s %d/%d", p.label, done, total)
+	}
+}
+
+// end clears the progress line.
+func (p *progress) end() {
+	if p.on {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
 }
 
 // isTerminal reports whether w is a terminal (progress output goes only

@@ -17,7 +17,8 @@ func init() {
 		make: func(e env) command { return &confirmCommand{env: e, tool: utility.ToolCancel, name: "cancel"} }})
 }
 
-// confirmCommand calls ATLAS_CONFIRM or ATLAS_CANCEL as agent "cli".
+// confirmCommand calls ATLAS_CONFIRM or ATLAS_CANCEL (as the mandate's
+// agent, else agent "cli").
 type confirmCommand struct {
 	env  env
 	tool string
@@ -31,12 +32,18 @@ func (c *confirmCommand) Run(ctx context.Context, args []string) error {
 	project := fs.String("project", "demo", "project of the pending call")
 	channel := fs.String("channel", agent.DefaultChannel, "channel to call on")
 	turn := fs.String("turn", "", "agent_turn_id of the "+c.name+" call (default: a new cli-<uuid> turn)")
+	var cf callerFlags
+	cf.register(fs, c.env, "cli")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		return usagef("want 'utpmesh %s CONFIRMATION_ID' (the confirmation_id of a PENDING_CONFIRM result, e.g. cfm_calendar_0123456789abcdef)", c.name)
+	}
+	agentID, token, err := cf.resolve()
+	if err != nil {
+		return err
 	}
 	if *turn == "" {
 		*turn = "cli-" + card.NewID()
@@ -46,7 +53,7 @@ func (c *confirmCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	ag, err := agent.New(nc, agent.Config{Project: *project, Channel: *channel, AgentID: "cli", Version: mf.version})
+	ag, err := agent.New(nc, agent.Config{Project: *project, Channel: *channel, AgentID: agentID, Version: mf.version, Mandate: token})
 	if err != nil {
 		return usagef("%v", err)
 	}

@@ -58,8 +58,7 @@ func parseOnce(fs *flag.FlagSet, args []string) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, flag.ErrHelp) {
-		fs.Usage()
+	if errors.Is(err, flag.ErrHelp) { // the flag package has printed fs.Usage
 		return &usageError{msg: "help", help: true}
 	}
 	msg := err.Error()
