@@ -1,7 +1,13 @@
 package main
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"testing"
+
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/echo"
 )
 
 func TestCLIStatus(t *testing.T) {
@@ -27,16 +33,24 @@ func TestCLIStatus(t *testing.T) {
 	if len(rep.Inbox.Agents) != 1 || rep.Inbox.Agents[0].AgentID != "agent-s" {
 		t.Fatalf("inbox = %+v", rep.Inbox)
 	}
-	// Workers answer discovery once pkg/worker registers its micro
-	// service; then every served tool is listed with its worker count.
-	if len(rep.Workers) > 0 {
-		tools := map[string]int{}
-		for _, ts := range rep.Tools {
-			tools[ts.Tool] = ts.Workers
-		}
-		if tools["echo"] != 1 {
-			t.Fatalf("tools = %+v", rep.Tools)
-		}
+	// Every worker process answers micro discovery: a second runtime
+	// serving echo makes two workers of echo, one of counter.
+	rt, err := worker.New(cm.m.Conn(), worker.Config{Store: cm.m.Cards(), Registry: cm.m.Registry(),
+		InstanceID: "second", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, echo.Tool())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Stop(context.Background()) })
+	rep = decodeJSON[statusReport](t, cm.must(t, 0, "status", "--json").stdout)
+	tools := map[string]int{}
+	for _, ts := range rep.Tools {
+		tools[ts.Tool] = ts.Workers
+	}
+	if len(rep.Workers) != 2 || tools["echo"] != 2 || tools["counter"] != 1 {
+		t.Fatalf("workers = %+v, tools = %+v; want 2 workers, echo on 2, counter on 1", rep.Workers, rep.Tools)
 	}
 
 	r := cm.must(t, 0, "status")

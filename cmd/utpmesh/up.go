@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -89,6 +90,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	for _, t := range m.Runtime().Tools() {
 		names = append(names, t.Name)
 	}
+	sort.Strings(names)
 	fmt.Fprintf(c.env.stdout, "  tools      %s\n", strings.Join(names, ", "))
 	fmt.Fprintf(c.env.stdout, "  services   cardstore, registry, inbox, authz (svc subjects)\n")
 	fmt.Fprintf(c.env.stdout, "  auth       %s\n", authLine)
