@@ -48,29 +48,12 @@ func (p *projectFlags) register(fs *flag.FlagSet) {
 }
 
 func (c *toolsCommand) Run(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(c.env.stdout, toolsUsage)
-		if len(args) == 0 {
-			return usagef("name a subcommand: ls, get, import or rm")
-		}
-		return &usageError{msg: "help", help: true}
-	}
-	sub, rest := args[0], args[1:]
-	switch sub {
-	case "ls", "list":
-		return c.ls(ctx, rest)
-	case "get", "show":
-		return c.get(ctx, rest)
-	case "import":
-		return c.importYAML(ctx, rest)
-	case "rm", "delete":
-		return c.rm(ctx, rest)
-	}
-	msg := fmt.Sprintf("unknown subcommand %q", sub)
-	if s := closest(sub, []string{"ls", "get", "import", "rm"}); s != "" {
-		msg += fmt.Sprintf("; did you mean 'utpmesh tools %s'?", s)
-	}
-	return usagef("%s (use ls, get, import or rm)", msg)
+	return dispatch(ctx, c.env, "tools", toolsUsage, []sub{
+		{[]string{"ls", "list"}, c.ls},
+		{[]string{"get", "show"}, c.get},
+		{[]string{"import"}, c.importYAML},
+		{[]string{"rm", "delete"}, c.rm},
+	}, args)
 }
 
 // registry connects and returns a registry client.

@@ -38,29 +38,12 @@ Run 'utpmesh turns <subcommand> --help' for the flags.
 `
 
 func (c *turnsCommand) Run(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(c.env.stdout, turnsUsage)
-		if len(args) == 0 {
-			return usagef("name a subcommand: ls, show, replay or resume")
-		}
-		return &usageError{msg: "help", help: true}
-	}
-	sub, rest := args[0], args[1:]
-	switch sub {
-	case "ls", "list":
-		return c.ls(ctx, rest)
-	case "show":
-		return c.show(ctx, rest)
-	case "replay":
-		return c.replay(ctx, rest)
-	case "resume":
-		return c.resume(ctx, rest)
-	}
-	msg := fmt.Sprintf("unknown subcommand %q", sub)
-	if s := closest(sub, []string{"ls", "show", "replay", "resume"}); s != "" {
-		msg += fmt.Sprintf("; did you mean 'utpmesh turns %s'?", s)
-	}
-	return usagef("%s (use ls, show, replay or resume)", msg)
+	return dispatch(ctx, c.env, "turns", turnsUsage, []sub{
+		{[]string{"ls", "list"}, c.ls},
+		{[]string{"show"}, c.show},
+		{[]string{"replay"}, c.replay},
+		{[]string{"resume"}, c.resume},
+	}, args)
 }
 
 // oneTurn checks the positional arguments of show, replay and resume.
