@@ -132,13 +132,7 @@ func OpenWith(deps atlas.Deps, cfg Config) (*Service, error) {
 func (s *Service) Tools() []worker.Tool { return s.tools }
 
 // Build is the catalogue factory.
-func Build(deps atlas.Deps) ([]worker.Tool, error) {
-	s, err := Open(deps)
-	if err != nil {
-		return nil, err
-	}
-	return s.Tools(), nil
-}
+func Build(deps atlas.Deps) ([]worker.Tool, error) { return kit.Build(Open, deps) }
 
 type cal struct{ ws, we int }
 

@@ -84,13 +84,7 @@ func Open(deps atlas.Deps) (*Service, error) {
 func (s *Service) Tools() []worker.Tool { return s.tools }
 
 // Build is the catalogue factory.
-func Build(deps atlas.Deps) ([]worker.Tool, error) {
-	s, err := Open(deps)
-	if err != nil {
-		return nil, err
-	}
-	return s.Tools(), nil
-}
+func Build(deps atlas.Deps) ([]worker.Tool, error) { return kit.Build(Open, deps) }
 
 func create(x *kit.Exec) (kit.Outcome, error) {
 	var a struct {

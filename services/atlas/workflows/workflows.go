@@ -179,13 +179,7 @@ func (s *Service) Tools() []worker.Tool { return s.tools }
 func (s *Service) Scheduler() *Scheduler { return s.sched }
 
 // Build is the catalogue factory.
-func Build(deps atlas.Deps) ([]worker.Tool, error) {
-	s, err := Open(deps)
-	if err != nil {
-		return nil, err
-	}
-	return s.Tools(), nil
-}
+func Build(deps atlas.Deps) ([]worker.Tool, error) { return kit.Build(Open, deps) }
 
 // nextRun computes the first cron time after t (nil for manual triggers).
 func nextRun(tr Trigger, t time.Time) (*string, error) {

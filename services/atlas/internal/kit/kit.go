@@ -266,3 +266,14 @@ func (s *Service) Tools(specs ...Spec) ([]worker.Tool, error) {
 	}
 	return out, nil
 }
+
+// Build is the catalogue factory of a group: it opens the group's service
+// with open and returns its tools. The service stays open for the life of
+// the process (its Deps.Context closes it).
+func Build[S interface{ Tools() []worker.Tool }](open func(atlas.Deps) (S, error), deps atlas.Deps) ([]worker.Tool, error) {
+	s, err := open(deps)
+	if err != nil {
+		return nil, err
+	}
+	return s.Tools(), nil
+}
