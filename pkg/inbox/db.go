@@ -286,8 +286,8 @@ func readEpoch(b *bolt.Bucket, k []byte) (int64, bool) {
 }
 
 // markSent records that the entry's wakeup was published (first time wins).
-func (d *db) markSent(project, id string, at time.Time) error {
-	return d.update(func(tx *bolt.Tx) error {
+func (d *db) markSent(project, id string, at time.Time) (first bool, err error) {
+	err = d.update(func(tx *bolt.Tx) error {
 		r, err := getRecord(tx, project, id)
 		if err != nil {
 			return err
@@ -300,8 +300,10 @@ func (d *db) markSent(project, id string, at time.Time) error {
 		}
 		t := at.UTC()
 		r.WakeupSentAt = &t
+		first = true
 		return putRecord(tx, r)
 	})
+	return first, err
 }
 
 func (d *db) get(project, id string) (*Entry, error) {

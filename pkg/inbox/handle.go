@@ -145,7 +145,8 @@ func (s *Service) handleReport(m jetstream.Msg) {
 			return
 		}
 		now := time.Now()
-		if err := s.db.markSent(project, entry.InboxID, now); err != nil {
+		first, err := s.db.markSent(project, entry.InboxID, now)
+		if err != nil {
 			log.Warn("inbox: wakeup published but not recorded; retrying", "err", err)
 			s.retry(m, span, err)
 			return
@@ -157,7 +158,10 @@ func (s *Service) handleReport(m jetstream.Msg) {
 		} else {
 			s.observe(OutcomeAccepted)
 		}
-		if s.cfg.Observer != nil {
+		// A duplicate that raced the first handler re-publishes the same
+		// wakeup (JetStream drops it by Nats-Msg-Id); only the handler that
+		// recorded the wakeup as sent counts it, so one entry is one wakeup.
+		if first && s.cfg.Observer != nil {
 			s.cfg.Observer.WakeupSent(lag)
 		}
 	}
