@@ -106,6 +106,48 @@ type ListTurnResult struct {
 	Next uint64 `json:"next,omitempty"`
 }
 
+// ListTurnsRequest asks for one page of a project's turns, newest first.
+// A turn's place in the order is the store position of its first card, so
+// a page boundary never moves while new cards are written.
+type ListTurnsRequest struct {
+	// ProjectID selects the project.
+	ProjectID string `json:"project_id"`
+	// AgentID, when set, keeps only the turns whose cards name this
+	// metadata.agent_id.
+	AgentID string `json:"agent_id,omitempty"`
+	// Before is the cursor: return turns that began before this position
+	// (0: from the newest). Pass the previous page's Next.
+	Before uint64 `json:"before,omitempty"`
+	// Limit caps the page size; 0 or more than MaxPage means MaxPage.
+	Limit int `json:"limit,omitempty"`
+}
+
+// TurnInfo summarizes one turn of a project.
+type TurnInfo struct {
+	// AgentTurnID is the turn's id (metadata.agent_turn_id of its cards).
+	AgentTurnID string `json:"agent_turn_id"`
+	// AgentID is metadata.agent_id of the turn's first card.
+	AgentID string `json:"agent_id"`
+	// FirstAt and LastAt are the created_at of the turn's first and latest
+	// cards in write order.
+	FirstAt time.Time `json:"first_at"`
+	LastAt  time.Time `json:"last_at"`
+	// Cards counts the turn's cards; ToolCalls and ToolResults count its
+	// tool.call and tool.result cards.
+	Cards       int `json:"cards"`
+	ToolCalls   int `json:"tool_calls"`
+	ToolResults int `json:"tool_results"`
+}
+
+// ListTurnsResult is one page of a project's turns.
+type ListTurnsResult struct {
+	// Turns are newest first (by the position of their first card).
+	Turns []TurnInfo `json:"turns"`
+	// Next is the cursor for the following (older) page; 0 when this was
+	// the last.
+	Next uint64 `json:"next,omitempty"`
+}
+
 // ClaimRequest asks for the lease on a key.
 //
 // The rules, applied atomically with the store's clock:
