@@ -20,7 +20,13 @@ FUZZ_TARGETS = \
 	./services/atlas/internal/atime:FuzzParseHM \
 	./services/atlas/internal/atime:FuzzParseDate
 
-.PHONY: all build test lint fuzz bench clean
+# Packages whose tests depend on timing between goroutines or processes
+# (brokers, leases, group commit, redelivery, schedulers): `make stress`.
+STRESS_PKGS  = ./pkg/inbox ./pkg/worker ./pkg/agent ./pkg/mesh ./pkg/svc ./pkg/turn \
+	./pkg/registry/natsreg ./pkg/authz/... ./cardstore/... ./services/... ./cmd/utpmesh
+STRESS_COUNT ?= 10
+
+.PHONY: all build test stress lint fuzz bench clean
 
 all: build test
 
@@ -34,6 +40,11 @@ build:
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 12m ./...
+
+## stress: the timing-sensitive packages STRESS_COUNT times each under -race,
+## to catch flaky tests before CI does (about 15 min on 2 cores)
+stress:
+	$(GO) test -race -count=$(STRESS_COUNT) -timeout 60m $(STRESS_PKGS)
 
 ## lint: formatting, vet and staticcheck (fetched by the Go toolchain)
 lint:
