@@ -58,6 +58,9 @@ type Store interface {
 	// FindToolResult returns the tool.result card of (agent_turn_id,
 	// tool_call_id) in the project, or ErrNotFound.
 	FindToolResult(ctx context.Context, projectID, agentTurnID, toolCallID string) (*card.Card, error)
+	// ListTurns returns a page of the project's turns, newest first; see
+	// ListTurnsRequest for the order, the filter and the cursor.
+	ListTurns(ctx context.Context, req ListTurnsRequest) (*ListTurnsResult, error)
 
 	// CreateBox creates a box holding cardIDs (which must exist in the
 	// project). An empty boxID gets a new UUIDv7. An existing boxID fails
@@ -76,6 +79,10 @@ type Store interface {
 	// Release gives a claim up. It fails with ErrClaimLost when the holder
 	// does not hold it (any more).
 	Release(ctx context.Context, projectID, key, holder string) error
+	// GetClaim returns the claim on a key without taking or renewing it,
+	// with Expired judged by the store's clock, or ErrNotFound when the key
+	// has no claim (never claimed, or released).
+	GetClaim(ctx context.Context, projectID, key string) (*Claim, error)
 }
 
 // GetManyResult is the answer to GetMany.
@@ -112,13 +119,14 @@ type ListTurnResult struct {
 type ListTurnsRequest struct {
 	// ProjectID selects the project.
 	ProjectID string `json:"project_id"`
-	// AgentID, when set, keeps only the turns whose cards name this
-	// metadata.agent_id.
+	// AgentID, when set, keeps only the turns whose TurnInfo.AgentID is
+	// this metadata.agent_id. At most card.MaxIDLen bytes.
 	AgentID string `json:"agent_id,omitempty"`
 	// Before is the cursor: return turns that began before this position
 	// (0: from the newest). Pass the previous page's Next.
 	Before uint64 `json:"before,omitempty"`
-	// Limit caps the page size; 0 or more than MaxPage means MaxPage.
+	// Limit caps the page size; 0 or more than MaxPage means MaxPage;
+	// negative is ErrInvalid.
 	Limit int `json:"limit,omitempty"`
 }
 
@@ -126,7 +134,9 @@ type ListTurnsRequest struct {
 type TurnInfo struct {
 	// AgentTurnID is the turn's id (metadata.agent_turn_id of its cards).
 	AgentTurnID string `json:"agent_turn_id"`
-	// AgentID is metadata.agent_id of the turn's first card.
+	// AgentID is metadata.agent_id of the turn's first card that names
+	// one, in write order ("" while none does: tool.result cards, for
+	// instance, usually carry no agent_id).
 	AgentID string `json:"agent_id"`
 	// FirstAt and LastAt are the created_at of the turn's first and latest
 	// cards in write order.
@@ -183,6 +193,10 @@ type Claim struct {
 	TakenOver bool `json:"taken_over,omitempty"`
 	// PreviousHolder is the holder whose expired claim was taken over.
 	PreviousHolder string `json:"previous_holder,omitempty"`
+	// Expired reports that the lease had lapsed, by the store's clock, when
+	// GetClaim read it: the holder may still renew or release it, and
+	// anyone else may take it over. Only GetClaim sets it.
+	Expired bool `json:"expired,omitempty"`
 }
 
 // ClaimHeldError is returned (wrapping ErrClaimHeld) when another live
@@ -206,7 +220,7 @@ const (
 	DefaultMaxCardBytes = 1 << 20
 	// MaxBatch is the most cards one Put, GetMany or box operation takes.
 	MaxBatch = 1000
-	// MaxPage is the largest ListTurn page.
+	// MaxPage is the largest ListTurn and ListTurns page.
 	MaxPage = 1000
 	// MaxBoxCards is the most card ids one box holds.
 	MaxBoxCards = 16384

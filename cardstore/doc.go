@@ -37,6 +37,38 @@
 // with exactly one tool.result even if a paused worker wakes up after its
 // lease was taken over.
 //
+// # Is a call running?
+//
+// A client tells what became of (agent_turn_id, tool_call_id) without
+// taking the worker's claim, with two reads:
+//
+//  1. FindToolResult(project, turn, call) returns the tool.result card:
+//     the call is done (its status says how).
+//  2. Otherwise GetClaim(project, ToolCallKey(turn, call)): a claim that is
+//     not Expired means a worker is running the call now (Holder names the
+//     worker instance, ExpiresAt is when its lease lapses unless renewed).
+//     An Expired claim means the worker that had it stopped renewing (it
+//     died or stalled); JetStream redelivers the command and another
+//     worker takes the claim over.
+//  3. Otherwise (ErrNotFound) no worker has the call: it was not
+//     dispatched, or its command waits for a worker.
+//
+// Read the result first: the worker runtime does not release its claim
+// after writing the result (the claim lapses with its lease), so a live
+// claim on a call that has a result does not mean it is still running.
+// Claims are also taken by other parties that need the call to stand
+// still (pmo's cancel_tool_call holds it while it writes a canceled
+// result); Holder tells them apart.
+//
+// GetClaim only reads: it never creates, renews or takes over a claim.
+//
+// # Listing turns
+//
+// ListTurns pages through a project's turns newest first, by the store
+// position of each turn's first card (see ListTurnsRequest), with a
+// summary of each (TurnInfo: agent, first and last card times, card
+// counts). Pass a page's Next as the following request's Before.
+//
 // # Caveats
 //
 //   - ListTurn orders cards by the store's write sequence, not created_at.

@@ -2,6 +2,8 @@ package boltstore_test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -54,11 +56,99 @@ func checkFile(t testing.TB, path string) {
 				return err
 			}
 		}
-		return nil
+		return checkTurnSummaries(tx)
 	})
 	if err != nil {
 		t.Errorf("consistency check of %s: %v", path, err)
 	}
+}
+
+// storedTurn is a turninfo record as the test reads it.
+type storedTurn struct {
+	FirstSeq    uint64    `json:"first_seq"`
+	AgentID     string    `json:"agent_id"`
+	FirstAt     time.Time `json:"first_at"`
+	LastAt      time.Time `json:"last_at"`
+	Cards       int       `json:"cards"`
+	ToolCalls   int       `json:"tool_calls"`
+	ToolResults int       `json:"tool_results"`
+}
+
+// checkTurnSummaries recomputes every turn summary from the turns index
+// and the cards, and checks that the turninfo records and the turnlist and
+// agentturns entries are exactly what they should be.
+func checkTurnSummaries(tx *bolt.Tx) error {
+	cards, turns := tx.Bucket([]byte("cards")), tx.Bucket([]byte("turns"))
+	info, list, agents := tx.Bucket([]byte("turninfo")), tx.Bucket([]byte("turnlist")), tx.Bucket([]byte("agentturns"))
+	want := map[string]*storedTurn{} // project 0x00 turn -> summary
+	err := turns.ForEach(func(k, v []byte) error {
+		head, seq := string(k[:len(k)-9]), binary.BigEndian.Uint64(k[len(k)-8:])
+		project, _, _ := strings.Cut(head, "\x00")
+		var c card.Card
+		if err := json.Unmarshal(cards.Get([]byte(project+"\x00"+string(v))), &c); err != nil {
+			return fmt.Errorf("card %s: %w", v, err)
+		}
+		st := want[head]
+		if st == nil {
+			st = &storedTurn{FirstSeq: seq, FirstAt: c.CreatedAt}
+			want[head] = st
+		}
+		st.Cards++
+		st.LastAt = c.CreatedAt
+		switch c.Type {
+		case card.TypeToolCall:
+			st.ToolCalls++
+		case card.TypeToolResult:
+			st.ToolResults++
+		}
+		if st.AgentID == "" {
+			st.AgentID = c.Metadata.AgentID
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if n := info.Stats().KeyN; n != len(want) {
+		return fmt.Errorf("turninfo has %d records, the turns index has %d turns", n, len(want))
+	}
+	wantList, wantAgents := map[string]string{}, map[string]string{}
+	for head, w := range want {
+		var got storedTurn
+		if err := json.Unmarshal(info.Get([]byte(head)), &got); err != nil {
+			return fmt.Errorf("turninfo record %q: %w", head, err)
+		}
+		if got.FirstSeq != w.FirstSeq || got.AgentID != w.AgentID || !got.FirstAt.Equal(w.FirstAt) || !got.LastAt.Equal(w.LastAt) ||
+			got.Cards != w.Cards || got.ToolCalls != w.ToolCalls || got.ToolResults != w.ToolResults {
+			return fmt.Errorf("turninfo record %q = %+v, recomputed from the cards %+v", head, got, *w)
+		}
+		project, turn, _ := strings.Cut(head, "\x00")
+		seq := binary.BigEndian.AppendUint64(nil, w.FirstSeq)
+		wantList[project+"\x00"+string(seq)] = turn
+		if w.AgentID != "" {
+			wantAgents[project+"\x00"+w.AgentID+"\x00"+string(seq)] = turn
+		}
+	}
+	for name, pair := range map[string]struct {
+		b    *bolt.Bucket
+		want map[string]string
+	}{"turnlist": {list, wantList}, "agentturns": {agents, wantAgents}} {
+		n := 0
+		err := pair.b.ForEach(func(k, v []byte) error {
+			n++
+			if w, ok := pair.want[string(k)]; !ok || w != string(v) {
+				return fmt.Errorf("%s entry %q -> %q, want %q", name, k, v, w)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if n != len(pair.want) {
+			return fmt.Errorf("%s has %d entries, want %d", name, n, len(pair.want))
+		}
+	}
+	return nil
 }
 
 // openStore opens a store in a new temp dir; cleanup closes it and checks
@@ -159,15 +249,15 @@ func TestSchemaVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("2"))
+		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("3"))
 	})
 	db.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = boltstore.Open(path)
-	if !errors.Is(err, boltstore.ErrSchemaVersion) || !strings.Contains(err.Error(), `"2"`) {
-		t.Fatalf("open of a version 2 file: got %v, want ErrSchemaVersion naming the version", err)
+	if !errors.Is(err, boltstore.ErrSchemaVersion) || !strings.Contains(err.Error(), `"3"`) {
+		t.Fatalf("open of a version 3 file: got %v, want ErrSchemaVersion naming the version", err)
 	}
 
 	// A bbolt file of some other program.
@@ -291,6 +381,15 @@ func TestClock(t *testing.T) {
 	if !c2.TakenOver || c2.Token != 2 || c2.PreviousHolder != "w1" {
 		t.Fatalf("take-over = %+v", c2)
 	}
+	// GetClaim judges expiry by the same clock, at the time of the read.
+	clk.Advance(time.Minute - time.Nanosecond)
+	if g, err := s.GetClaim(ctx, "p", "k"); err != nil || g.Expired || g.Holder != "w2" || !g.ExpiresAt.Equal(c2.ExpiresAt) {
+		t.Fatalf("get claim 1ns before expiry = %+v, %v; want w2's live claim", g, err)
+	}
+	clk.Advance(time.Nanosecond)
+	if g, err := s.GetClaim(ctx, "p", "k"); err != nil || !g.Expired || g.Holder != "w2" {
+		t.Fatalf("get claim at expiry = %+v, %v; want w2's claim, expired", g, err)
+	}
 
 	n := storetest.NoteCard("p", "", "x")
 	if err := s.Put(ctx, n); err != nil {
@@ -394,5 +493,123 @@ func TestCloseDrains(t *testing.T) {
 			}
 			t.Logf("%d puts acknowledged before close, %d refused with ErrClosed", stored, closed)
 		})
+	}
+}
+
+// TestUpgradeFromVersion1 opens a schema version 1 file (the version 2
+// layout without the turn summary buckets) and checks that Open builds the
+// summaries ListTurns reads, bumps the version, and that writes after the
+// upgrade keep them up to date.
+func TestUpgradeFromVersion1(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "cards.db")
+	s, err := boltstore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1 := storetest.ToolResultCard("p", "t-1", "c1", card.StatusSuccess) // first card names no agent
+	call1 := storetest.ToolCallCard("p", "t-1", "c1")
+	puts := [][]*card.Card{
+		{r1, storetest.NoteCard("p", "", "no turn")},
+		{storetest.ToolCallCard("p", "t-2", "c1"), storetest.ToolCallCard("p", "t-2", "c2")},
+		{call1, storetest.ToolResultCard("p", "t-2", "c1", card.StatusFailed)},
+		{storetest.NoteCard("q", "t-1", "other project")},
+	}
+	for _, cards := range puts {
+		if err := s.Put(ctx, cards...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func(s *boltstore.Store, project, agent string) string {
+		t.Helper()
+		res, err := s.ListTurns(ctx, cardstore.ListTurnsRequest{ProjectID: project, AgentID: agent})
+		if err != nil {
+			t.Fatalf("list turns of project %s: %v", project, err)
+		}
+		b, _ := json.Marshal(res)
+		return string(b)
+	}
+	before := map[string]string{"p": list(s, "p", ""), "q": list(s, "q", ""), "p/agent-1": list(s, "p", "agent-1")}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Make it a version 1 file.
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range []string{"turninfo", "turnlist", "agentturns"} {
+			if err := tx.DeleteBucket([]byte(name)); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("1"))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = boltstore.Open(path)
+	if err != nil {
+		t.Fatalf("open of a version 1 file: %v", err)
+	}
+	after := map[string]string{"p": list(s, "p", ""), "q": list(s, "q", ""), "p/agent-1": list(s, "p", "agent-1")}
+	for k := range before {
+		if before[k] != after[k] {
+			t.Errorf("turns of %s after the upgrade:\n%s\nbefore:\n%s", k, after[k], before[k])
+		}
+	}
+	if !strings.Contains(after["p"], `"agent_turn_id":"t-2"`) || !strings.Contains(after["p/agent-1"], `"agent_turn_id":"t-1"`) {
+		t.Fatalf("upgraded listing lacks a turn: %s / %s", after["p"], after["p/agent-1"])
+	}
+	note := storetest.NoteCard("p", "t-1", "after the upgrade")
+	if err := s.Put(ctx, note, storetest.NoteCard("p", "t-3", "new turn")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.ListTurns(ctx, cardstore.ListTurnsRequest{ProjectID: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Turns) != 3 || res.Turns[0].AgentTurnID != "t-3" || res.Turns[2].AgentTurnID != "t-1" || res.Turns[2].Cards != 3 || !res.Turns[2].LastAt.Equal(note.CreatedAt) {
+		t.Fatalf("turns after a put following the upgrade = %+v", res.Turns)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkFile(t, path)
+	db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_ = db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket([]byte("meta")).Get([]byte("schema_version")); string(v) != "2" {
+			t.Errorf("schema version after the upgrade = %q, want \"2\"", v)
+		}
+		return nil
+	})
+
+	// A version 1 file that lacks one of its own buckets is refused.
+	broken := filepath.Join(t.TempDir(), "broken.db")
+	db2, err := bolt.Open(broken, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db2.Update(func(tx *bolt.Tx) error {
+		m, err := tx.CreateBucket([]byte("meta"))
+		if err != nil {
+			return err
+		}
+		return m.Put([]byte("schema_version"), []byte("1"))
+	})
+	db2.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := boltstore.Open(broken); !errors.Is(err, boltstore.ErrSchemaVersion) || !strings.Contains(err.Error(), "lacks bucket") {
+		t.Fatalf("open of a version 1 file without its buckets: got %v, want ErrSchemaVersion naming the bucket", err)
 	}
 }

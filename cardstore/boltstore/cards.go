@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -22,6 +23,9 @@ type putCard struct {
 	call        string // tool_call_id of a tool.result, for messages
 	turnPrefix  []byte // turns index prefix, nil without a turn
 	resultKey   []byte // results index key, nil unless a tool.result
+	// For the turn summary (only with a turn).
+	typ, agent string
+	createdAt  time.Time
 }
 
 // Put stores cards atomically; see cardstore.Store. All cards of one Put
@@ -70,6 +74,7 @@ func (s *Store) preparePut(cards []*card.Card) ([]putCard, int, error) {
 				return nil, 0, fmt.Errorf("card %s: %w", c.CardID, err)
 			}
 			pc.turn, pc.turnPrefix = t, turnPrefix(c.ProjectID, t)
+			pc.typ, pc.agent, pc.createdAt = c.Type, c.Metadata.AgentID, c.CreatedAt.UTC()
 		}
 		if c.Type == card.TypeToolResult {
 			if err := checkKeyPart("tool_call_id", c.ToolCallID); err != nil {
@@ -108,7 +113,7 @@ func (s *Store) preparePut(cards []*card.Card) ([]putCard, int, error) {
 }
 
 // applyPut checks every card against the stored data, then writes the new
-// ones and their index entries.
+// ones, their index entries and their turns' summaries.
 func applyPut(b *buckets, pcs []putCard) error {
 	skip := make([]bool, len(pcs))
 	for i := range pcs {
@@ -131,6 +136,10 @@ func applyPut(b *buckets, pcs []putCard) error {
 			}
 		}
 	}
+	var turns turnUpdates
+	if err := turns.load(b, pcs, skip); err != nil {
+		return err
+	}
 	for i := range pcs {
 		if skip[i] {
 			continue
@@ -147,6 +156,7 @@ func applyPut(b *buckets, pcs []putCard) error {
 			if err := b.turns.Put(turnKey(pc.turnPrefix, seq), []byte(pc.id)); err != nil {
 				return dirty(fmt.Errorf("boltstore: index card %s: %w", pc.id, err))
 			}
+			turns.add(pc, seq)
 		}
 		if pc.resultKey != nil {
 			if err := b.results.Put(pc.resultKey, []byte(pc.id)); err != nil {
@@ -154,7 +164,7 @@ func applyPut(b *buckets, pcs []putCard) error {
 			}
 		}
 	}
-	return nil
+	return turns.write(b)
 }
 
 // decodeCard parses a stored card. Stored cards were validated when

@@ -120,3 +120,38 @@ func (s *Store) Release(ctx context.Context, projectID, key, holder string) erro
 		return nil
 	})
 }
+
+// GetClaim returns the claim on key without changing it, with Expired
+// judged by the store clock at the time of the read; no claim is an error
+// wrapping cardstore.ErrNotFound. It is a read: it never waits for the
+// committer.
+func (s *Store) GetClaim(ctx context.Context, projectID, key string) (*cardstore.Claim, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkProject(projectID); err != nil {
+		return nil, err
+	}
+	if err := checkClaimString("key", key); err != nil {
+		return nil, err
+	}
+	k := join(0, projectID, key)
+	name := fmt.Sprintf("on key %q in project %s", key, projectID)
+	var rec *claimRecord
+	err := s.view(func(b *buckets) error {
+		var err error
+		rec, err = loadClaim(b, k, name)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		return nil, fmt.Errorf("%w: no claim %s", cardstore.ErrNotFound, name)
+	}
+	now := s.cfg.clock().UTC()
+	return &cardstore.Claim{
+		ProjectID: projectID, Key: key, Holder: rec.Holder, Token: rec.Token,
+		ExpiresAt: rec.ExpiresAt, Expired: !now.Before(rec.ExpiresAt),
+	}, nil
+}

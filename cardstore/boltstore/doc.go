@@ -58,24 +58,28 @@
 // own (bbolt serialises them); it exists to measure what group commit
 // gains.
 //
-// Reads (Get, GetMany, ListTurn, FindToolResult, GetBox) run in bbolt read
-// transactions, concurrently with each other and with the writer. They
-// copy the stored bytes out and decode after the transaction ends, which
-// keeps read transactions short.
+// Reads (Get, GetMany, ListTurn, ListTurns, FindToolResult, GetBox,
+// GetClaim) run in bbolt read transactions, concurrently with each other
+// and with the writer. They copy the stored bytes out and decode after the
+// transaction ends, which keeps read transactions short.
 //
-// # File layout (schema version 1)
+// # File layout (schema version 2)
 //
 // Every key starts with the project id and a 0x00 byte. Project ids cannot
 // contain 0x00 (card.ValidateName), and the store refuses agent_turn_id and
 // tool_call_id values that contain 0x00 or are not valid UTF-8
-// (ErrInvalid), so every key splits one way only. Buckets:
+// (ErrInvalid; card validation refuses such an agent_id), so every key
+// splits one way only. Buckets:
 //
-//	cards    project 0x00 card_id                          -> canonical card JSON (card.Encode)
-//	turns    project 0x00 agent_turn_id 0x00 seq (8 bytes) -> card_id
-//	results  project 0x00 agent_turn_id 0x00 tool_call_id  -> card_id of the tool.result
-//	boxes    project 0x00 box_id                           -> card.Box JSON
-//	claims   project 0x00 key                              -> {"holder","token","expires_at"} JSON
-//	meta     "schema_version"                              -> "1"
+//	cards      project 0x00 card_id                          -> canonical card JSON (card.Encode)
+//	turns      project 0x00 agent_turn_id 0x00 seq (8 bytes) -> card_id
+//	results    project 0x00 agent_turn_id 0x00 tool_call_id  -> card_id of the tool.result
+//	turninfo   project 0x00 agent_turn_id                    -> turn summary JSON (below)
+//	turnlist   project 0x00 first_seq (8 bytes)              -> agent_turn_id
+//	agentturns project 0x00 agent_id 0x00 first_seq (8 bytes) -> agent_turn_id
+//	boxes      project 0x00 box_id                           -> card.Box JSON
+//	claims     project 0x00 key                              -> {"holder","token","expires_at"} JSON
+//	meta       "schema_version"                              -> "2"
 //
 // seq is the big-endian write sequence, from the turns bucket's
 // NextSequence: one counter for the whole file, taken in write order, so a
@@ -89,16 +93,34 @@
 // last card when more cards follow, and 0 on the last page. Cursors stay
 // valid for the life of the file.
 //
+// The turn summaries serve ListTurns. A turn's turninfo record,
+// {"first_seq","agent_id","first_at","last_at","cards","tool_calls",
+// "tool_results"}, is updated by the Put that writes the turn's cards, in
+// the same (group-commit) transaction, once per turn and Put. first_seq is
+// the seq of the turn's first card and never changes, so the turnlist
+// entry written with the turn's first card keeps the turn's place in the
+// newest-first order, and ListTurns reads a page by walking turnlist
+// backwards from its Before cursor (a first_seq, exclusive). agent_id is
+// the first agent_id any of the turn's cards names; the agentturns entry
+// is written when it becomes known, under the turn's first_seq, so a
+// filtered page is one backward walk too.
+//
 // Open refuses (ErrSchemaVersion) a file whose meta bucket names another
 // schema version, and a bbolt file without a meta bucket that has other
-// buckets. DB exposes the bbolt handle for consistency checks (tx.Check)
-// and hot backups (tx.WriteTo) in read-only transactions.
+// buckets. A schema version 1 file (the same layout without turninfo,
+// turnlist and agentturns) is upgraded by Open in one transaction: it
+// builds the three buckets from the turns index, reading every indexed
+// card once, then sets the version to 2. The upgrade takes time in
+// proportion to the number of turn cards; a crash during it leaves the
+// version 1 file unchanged, and builds that only read version 1 refuse the
+// upgraded file. DB exposes the bbolt handle for consistency checks
+// (tx.Check) and hot backups (tx.WriteTo) in read-only transactions.
 //
 // # Claims and boxes
 //
 // Lease expiry is judged by the store clock (WithClock, default time.Now)
 // at the moment the claim's transaction runs, not when the request was
-// made. Box created_at and updated_at come from the same clock. Boxes are
+// made; GetClaim judges Expired by the same clock when it reads. Box created_at and updated_at come from the same clock. Boxes are
 // stored whole: an append rewrites the box, so a box near MaxBoxCards
 // costs about 600 KiB per append.
 //

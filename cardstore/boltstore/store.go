@@ -26,7 +26,12 @@ var (
 )
 
 // schemaVersion is the layout described in the package documentation.
-const schemaVersion = "1"
+// Version 1 files (without the turn summary buckets) are upgraded on
+// open; see upgradeSchema.
+const schemaVersion = "2"
+
+// schemaVersion1 is the layout before the turn summary buckets.
+const schemaVersion1 = "1"
 
 // Bucket and meta key names; see the package documentation.
 var (
@@ -36,7 +41,13 @@ var (
 	bucketBoxes   = []byte("boxes")
 	bucketClaims  = []byte("claims")
 	bucketMeta    = []byte("meta")
-	allBuckets    = [][]byte{bucketCards, bucketTurns, bucketResults, bucketBoxes, bucketClaims, bucketMeta}
+	// Added in schema version 2: the turn summaries ListTurns reads.
+	bucketTurnInfo   = []byte("turninfo")
+	bucketTurnList   = []byte("turnlist")
+	bucketAgentTurns = []byte("agentturns")
+	v1Buckets        = [][]byte{bucketCards, bucketTurns, bucketResults, bucketBoxes, bucketClaims, bucketMeta}
+	v2Buckets        = [][]byte{bucketTurnInfo, bucketTurnList, bucketAgentTurns}
+	allBuckets       = append(append([][]byte(nil), v1Buckets...), v2Buckets...)
 
 	metaSchemaVersion = []byte("schema_version")
 )
@@ -214,10 +225,10 @@ func Open(path string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// initSchema creates the buckets of a new file, or checks those of an
-// existing one.
+// initSchema creates the buckets of a new file, upgrades a version 1 file,
+// or checks those of an existing one.
 func initSchema(db *bolt.DB) error {
-	var fresh bool
+	var fresh, upgrade bool
 	err := db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		if meta == nil {
@@ -232,18 +243,28 @@ func initSchema(db *bolt.DB) error {
 			fresh = true
 			return nil
 		}
-		if v := meta.Get(metaSchemaVersion); string(v) != schemaVersion {
-			return fmt.Errorf("%w: file has schema version %q, this build reads %q", ErrSchemaVersion, v, schemaVersion)
+		want := allBuckets
+		switch v := meta.Get(metaSchemaVersion); string(v) {
+		case schemaVersion:
+		case schemaVersion1:
+			upgrade, want = true, v1Buckets
+		default:
+			return fmt.Errorf("%w: file has schema version %q, this build reads %q (and upgrades %q)", ErrSchemaVersion, v, schemaVersion, schemaVersion1)
 		}
-		for _, name := range allBuckets {
+		for _, name := range want {
 			if tx.Bucket(name) == nil {
-				return fmt.Errorf("%w: schema version %s file lacks bucket %q", ErrSchemaVersion, schemaVersion, name)
+				return fmt.Errorf("%w: schema version %s file lacks bucket %q", ErrSchemaVersion, meta.Get(metaSchemaVersion), name)
 			}
 		}
 		return nil
 	})
-	if err != nil || !fresh {
+	switch {
+	case err != nil:
 		return err
+	case upgrade:
+		return upgradeSchema(db)
+	case !fresh:
+		return nil
 	}
 	return db.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
@@ -253,6 +274,35 @@ func initSchema(db *bolt.DB) error {
 		}
 		return tx.Bucket(bucketMeta).Put(metaSchemaVersion, []byte(schemaVersion))
 	})
+}
+
+// upgradeSchema turns a version 1 file into a version 2 file in one
+// transaction: it creates the turn summary buckets, builds them from the
+// turns index (reading every indexed card once), and bumps the version.
+// A crash midway leaves the version 1 file as it was.
+func upgradeSchema(db *bolt.DB) error {
+	err := db.Update(func(tx *bolt.Tx) error {
+		for _, name := range v2Buckets {
+			// A version 1 file has none of them; left-overs of a foreign
+			// writer would make the index wrong, so start from scratch.
+			if tx.Bucket(name) != nil {
+				if err := tx.DeleteBucket(name); err != nil {
+					return fmt.Errorf("reset bucket %q: %w", name, err)
+				}
+			}
+			if _, err := tx.CreateBucket(name); err != nil {
+				return fmt.Errorf("create bucket %q: %w", name, err)
+			}
+		}
+		if err := buildTurnIndex(tx); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMeta).Put(metaSchemaVersion, []byte(schemaVersion))
+	})
+	if err != nil {
+		return fmt.Errorf("upgrade schema version %s to %s: %w", schemaVersion1, schemaVersion, err)
+	}
+	return nil
 }
 
 // Close commits every write request queued before it, then closes the
@@ -284,6 +334,7 @@ func (s *Store) DB() *bolt.DB { return s.db }
 // buckets are the store's buckets within one transaction.
 type buckets struct {
 	cards, turns, results, boxes, claims *bolt.Bucket
+	turnInfo, turnList, agentTurns       *bolt.Bucket
 }
 
 // openBuckets returns the buckets of tx; Open made sure they exist, so an
@@ -295,8 +346,13 @@ func openBuckets(tx *bolt.Tx) (*buckets, error) {
 		results: tx.Bucket(bucketResults),
 		boxes:   tx.Bucket(bucketBoxes),
 		claims:  tx.Bucket(bucketClaims),
+
+		turnInfo:   tx.Bucket(bucketTurnInfo),
+		turnList:   tx.Bucket(bucketTurnList),
+		agentTurns: tx.Bucket(bucketAgentTurns),
 	}
-	if b.cards == nil || b.turns == nil || b.results == nil || b.boxes == nil || b.claims == nil {
+	if b.cards == nil || b.turns == nil || b.results == nil || b.boxes == nil || b.claims == nil ||
+		b.turnInfo == nil || b.turnList == nil || b.agentTurns == nil {
 		return nil, errors.New("boltstore: a bucket is missing from the data file (was it modified through DB()?)")
 	}
 	return b, nil

@@ -153,6 +153,19 @@ func (c *Client) ListTurn(ctx context.Context, req cardstore.ListTurnRequest) (*
 	return &r, nil
 }
 
+// ListTurns implements cardstore.Store.
+func (c *Client) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (*cardstore.ListTurnsResult, error) {
+	var r cardstore.ListTurnsResult
+	wire := listTurnsRequest{AgentID: req.AgentID, Before: req.Before, Limit: req.Limit}
+	if err := c.call(ctx, req.ProjectID, OpListTurns, wire, &r); err != nil {
+		return nil, err
+	}
+	if r.Turns == nil {
+		r.Turns = []cardstore.TurnInfo{}
+	}
+	return &r, nil
+}
+
 // FindToolResult implements cardstore.Store.
 func (c *Client) FindToolResult(ctx context.Context, projectID, agentTurnID, toolCallID string) (*card.Card, error) {
 	var r cardReply
@@ -199,4 +212,13 @@ func (c *Client) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardst
 // Release implements cardstore.Store.
 func (c *Client) Release(ctx context.Context, projectID, key, holder string) error {
 	return c.call(ctx, projectID, OpRelease, claimRequest{Key: key, Holder: holder}, &emptyReply{})
+}
+
+// GetClaim implements cardstore.Store.
+func (c *Client) GetClaim(ctx context.Context, projectID, key string) (*cardstore.Claim, error) {
+	var r claimReply
+	if err := c.call(ctx, projectID, OpGetClaim, getClaimRequest{Key: key}, &r); err != nil {
+		return nil, err
+	}
+	return r.Claim, nil
 }

@@ -52,6 +52,7 @@ func NewServer(nc *nats.Conn, store cardstore.Store, cfg ServerConfig) (*Server,
 		OpPut: s.put, OpGet: s.get, OpGetMany: s.getMany, OpListTurn: s.listTurn,
 		OpFindResult: s.findResult, OpBoxCreate: s.boxCreate, OpBoxAppend: s.boxAppend,
 		OpBoxGet: s.boxGet, OpClaim: s.claim, OpRelease: s.release,
+		OpListTurns: s.listTurns, OpGetClaim: s.getClaim,
 	} {
 		if err := srv.Handle(op, h); err != nil {
 			return nil, err
@@ -120,6 +121,16 @@ func (s *Server) listTurn(ctx context.Context, sc svc.Scope, data []byte) (any, 
 	}
 	return s.store.ListTurn(ctx, cardstore.ListTurnRequest{
 		ProjectID: sc.Project, AgentTurnID: req.AgentTurnID, After: req.After, Limit: req.Limit,
+	})
+}
+
+func (s *Server) listTurns(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req listTurnsRequest
+	if err := svc.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	return s.store.ListTurns(ctx, cardstore.ListTurnsRequest{
+		ProjectID: sc.Project, AgentID: req.AgentID, Before: req.Before, Limit: req.Limit,
 	})
 }
 
@@ -199,4 +210,16 @@ func (s *Server) release(ctx context.Context, sc svc.Scope, data []byte) (any, e
 		return nil, err
 	}
 	return emptyReply{}, nil
+}
+
+func (s *Server) getClaim(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req getClaimRequest
+	if err := svc.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	c, err := s.store.GetClaim(ctx, sc.Project, req.Key)
+	if err != nil {
+		return nil, err
+	}
+	return claimReply{Claim: c}, nil
 }

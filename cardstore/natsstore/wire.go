@@ -24,6 +24,8 @@ const (
 	OpBoxGet     = "box_get"
 	OpClaim      = "claim"
 	OpRelease    = "release"
+	OpListTurns  = "list_turns"
+	OpGetClaim   = "get_claim"
 )
 
 // Wire error codes of the CardStore service (besides svc's common ones).
@@ -71,6 +73,11 @@ type (
 		After       uint64 `json:"after,omitempty"`
 		Limit       int    `json:"limit,omitempty"`
 	}
+	listTurnsRequest struct {
+		AgentID string `json:"agent_id,omitempty"`
+		Before  uint64 `json:"before,omitempty"`
+		Limit   int    `json:"limit,omitempty"`
+	}
 	findResultRequest struct {
 		AgentTurnID string `json:"agent_turn_id"`
 		ToolCallID  string `json:"tool_call_id"`
@@ -86,6 +93,9 @@ type (
 		Key     string `json:"key"`
 		Holder  string `json:"holder"`
 		LeaseMS int64  `json:"lease_ms,omitempty"`
+	}
+	getClaimRequest struct {
+		Key string `json:"key"`
 	}
 	claimReply struct {
 		Claim *cardstore.Claim `json:"claim"`

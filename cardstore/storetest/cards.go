@@ -420,6 +420,9 @@ func testInvalidArguments(t *testing.T, s cardstore.Store) {
 		{"claim with bad project", errOf(s.Claim(ctx, cardstore.ClaimRequest{Key: "k", Holder: "h", Lease: time.Minute}))},
 		{"release without holder", s.Release(ctx, p, "k", "")},
 		{"release with long key", s.Release(ctx, p, long, "h")},
+		{"get claim without key", errOf(s.GetClaim(ctx, p, ""))},
+		{"get claim with long key", errOf(s.GetClaim(ctx, p, long))},
+		{"get claim with bad project", errOf(s.GetClaim(ctx, "a b", "k"))},
 	}
 	for _, tc := range tests {
 		if !errors.Is(tc.err, cardstore.ErrInvalid) {

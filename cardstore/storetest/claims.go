@@ -208,6 +208,21 @@ func testConcurrency(t *testing.T, s cardstore.Store) {
 		sameCards(t, fmt.Sprintf("turn of writer %d", w), all, written[w])
 	}
 
+	// The turn summaries counted every card of the concurrent puts once.
+	turns := listAllTurns(t, s, cardstore.ListTurnsRequest{ProjectID: p, Limit: 7})
+	if len(turns) != writers+1 {
+		t.Fatalf("list turns after concurrent puts: %d turns %v, want %d", len(turns), turnIDs(turns), writers+1)
+	}
+	for _, ti := range turns {
+		want := [3]int{perWriter, perWriter / 2, perWriter / 2}
+		if ti.AgentTurnID == "turn-race" {
+			want = [3]int{1, 0, 1}
+		}
+		if got := [3]int{ti.Cards, ti.ToolCalls, ti.ToolResults}; got != want {
+			t.Errorf("turn %s: cards, tool.call, tool.result = %v, want %v", ti.AgentTurnID, got, want)
+		}
+	}
+
 	var winner *card.Card
 	for i, err := range resultErrs {
 		switch {
@@ -244,5 +259,82 @@ func testConcurrency(t *testing.T, s cardstore.Store) {
 	}
 	if holder == "" {
 		t.Fatal("no racing claim succeeded")
+	}
+}
+
+// testGetClaim checks the read-only claim lookup: it reports the holder
+// and whether the lease has lapsed, and never takes, renews or creates a
+// claim.
+func testGetClaim(t *testing.T, s cardstore.Store) {
+	const p = "proj-getclaim"
+	ctx := t.Context()
+	key := cardstore.ToolCallKey("turn-1", "call-1")
+
+	_, err := s.GetClaim(ctx, p, key)
+	wantErr(t, "get claim of an unclaimed key", err, cardstore.ErrNotFound)
+
+	held, err := s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: key, Holder: "w1", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetClaim(ctx, p, key)
+	if err != nil {
+		t.Fatalf("get claim: %v", err)
+	}
+	if got.ProjectID != p || got.Key != key || got.Holder != "w1" || got.Token != 1 || !got.ExpiresAt.Equal(held.ExpiresAt) || got.Expired || got.TakenOver || got.PreviousHolder != "" {
+		t.Fatalf("get claim = %+v, want w1's live claim with token 1 expiring at %v", got, held.ExpiresAt)
+	}
+	// Reading took nothing: the claim is still w1's, unchanged.
+	_, err = s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: key, Holder: "w2", Lease: time.Minute})
+	wantErr(t, "claim by another holder after a get", err, cardstore.ErrClaimHeld)
+	again, err := s.GetClaim(ctx, p, key)
+	if err != nil || !again.ExpiresAt.Equal(held.ExpiresAt) || again.Holder != "w1" {
+		t.Fatalf("second get claim = %+v, %v; want w1's claim, lease not renewed", again, err)
+	}
+
+	_, err = s.GetClaim(ctx, p+"-other", key)
+	wantErr(t, "get claim of another project's key", err, cardstore.ErrNotFound)
+	_, err = s.GetClaim(ctx, p, cardstore.ToolCallKey("turn-1", "call-2"))
+	wantErr(t, "get claim of another call", err, cardstore.ErrNotFound)
+
+	if err := s.Release(ctx, p, key, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.GetClaim(ctx, p, key)
+	wantErr(t, "get claim after release", err, cardstore.ErrNotFound)
+
+	// A lapsed lease: GetClaim says so (by the store's clock) and still
+	// names the holder; once it does, another holder can take it over.
+	lapsing := "k/lapsing"
+	if _, err := s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: lapsing, Holder: "w3", Lease: shortLease}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(pollDeadline)
+	for {
+		c, err := s.GetClaim(ctx, p, lapsing)
+		if err != nil {
+			t.Fatalf("get claim while waiting for expiry: %v", err)
+		}
+		if c.Holder != "w3" || c.Token != 1 {
+			t.Fatalf("get claim of a lapsing lease = %+v, want w3 with token 1", c)
+		}
+		if c.Expired {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease of %v never reported expired within %v: %+v", shortLease, pollDeadline, c)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c, err := s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: lapsing, Holder: "w4", Lease: time.Minute})
+	if err != nil || !c.TakenOver || c.PreviousHolder != "w3" || c.Token != 2 {
+		t.Fatalf("claim after GetClaim reported expiry = %+v, %v; want a take-over from w3 with token 2", c, err)
+	}
+	if c.Expired {
+		t.Errorf("Claim set Expired: %+v (only GetClaim sets it)", c)
+	}
+	got, err = s.GetClaim(ctx, p, lapsing)
+	if err != nil || got.Holder != "w4" || got.Token != 2 || got.Expired {
+		t.Fatalf("get claim after take-over = %+v, %v; want w4's live claim with token 2", got, err)
 	}
 }

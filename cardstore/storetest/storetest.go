@@ -58,6 +58,10 @@ func Run(t *testing.T, newStore func(t *testing.T) cardstore.Store) {
 		{"BoxTooManyCards", testBoxTooManyCards},
 		{"Claims", testClaims},
 		{"ClaimTakeOver", testClaimTakeOver},
+		{"GetClaim", testGetClaim},
+		{"ListTurns", testListTurns},
+		{"ListTurnsPaging", testListTurnsPaging},
+		{"ListTurnsInvalid", testListTurnsInvalid},
 		{"Context", testContext},
 		{"Concurrency", testConcurrency},
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -84,11 +86,76 @@ func TestCLITurns(t *testing.T) {
 	})
 
 	t.Run("ls", func(t *testing.T) {
-		r := cm.must(t, 0, "turns", "ls", "--agent", "agent-7")
-		wantContains(t, "ls", r.stdout, "TURN", "t-1", "t-det")
-		list := decodeJSON[[]turnSummary](t, cm.must(t, 0, "turns", "ls", "--agent", "agent-7", "--pending", "--json").stdout)
-		if len(list) != 1 || list[0].AgentTurnID != "t-1" || list[0].Pending != 1 {
+		// Every turn of the project, newest first, without naming an agent:
+		// the replays made above are newer than t-det, which is newer than t-1.
+		all := decodeJSON[turnsPage](t, cm.must(t, 0, "turns", "ls", "--json").stdout)
+		ids := make([]string, len(all.Turns))
+		for i, r := range all.Turns {
+			ids[i] = r.AgentTurnID
+		}
+		if len(all.Turns) != 5 || all.Next != 0 || ids[2] != "t-det-replay" || ids[3] != "t-det" || ids[4] != "t-1" ||
+			!strings.HasPrefix(ids[0], "replay-") || !strings.HasPrefix(ids[1], "replay-") {
+			t.Fatalf("ls --json = %v (next %d), want 2 replay-… turns, t-det-replay, t-det, t-1", ids, all.Next)
+		}
+		t1 := all.Turns[4]
+		if t1.AgentID != "agent-7" || t1.ToolCalls != 4 || t1.ToolResults != 4 || t1.Cards != 8 || t1.LastAt.Before(t1.FirstAt) {
+			t.Fatalf("t-1 = %+v, want agent-7 with 4 calls, 4 results, 8 cards", t1)
+		}
+		r := cm.must(t, 0, "turns", "ls")
+		wantContains(t, "ls", r.stdout, "TURN", "AGENT", "CALLS", "RESULTS", "t-1", "agent-7", "t-det")
+		if strings.Contains(r.stdout, "older turns follow") {
+			t.Fatalf("ls of 5 turns with the default limit offers more:\n%s", r.stdout)
+		}
+
+		// Pages of 2, following the printed hint, give the same turns.
+		var paged []string
+		args := []string{"turns", "ls", "--limit", "2"}
+		for pages := 1; ; pages++ {
+			text := cm.must(t, 0, args...).stdout
+			page := decodeJSON[turnsPage](t, cm.must(t, 0, append(args, "--json")...).stdout)
+			for _, r := range page.Turns {
+				paged = append(paged, r.AgentTurnID)
+			}
+			if page.Next == 0 {
+				if pages != 3 || strings.Contains(text, "older turns follow") {
+					t.Fatalf("last page %d:\n%s", pages, text)
+				}
+				break
+			}
+			hint := fmt.Sprintf("older turns follow: utpmesh turns ls --before %d --limit 2\n", page.Next)
+			wantContains(t, "page with more", text, hint)
+			args = strings.Fields(strings.TrimPrefix(strings.TrimSuffix(hint, "\n"), "older turns follow: utpmesh "))
+		}
+		if strings.Join(paged, ",") != strings.Join(ids, ",") {
+			t.Fatalf("paged ls = %v, want %v", paged, ids)
+		}
+
+		list := decodeJSON[turnsPage](t, cm.must(t, 0, "turns", "ls", "--agent", "agent-7", "--pending", "--json").stdout)
+		if len(list.Turns) != 1 || list.Turns[0].AgentTurnID != "t-1" || list.Turns[0].Pending != 1 {
 			t.Fatalf("ls --pending = %+v", list)
+		}
+		r = cm.must(t, 0, "turns", "ls", "--agent", "agent-7", "--pending")
+		wantContains(t, "ls --pending", r.stdout, "PENDING", "t-1")
+		r = cm.must(t, 0, "turns", "ls", "--agent", "nobody")
+		wantContains(t, "ls of an agent without turns", r.stdout, "agent nobody has no turns in project demo")
+		none := decodeJSON[turnsPage](t, cm.must(t, 0, "turns", "ls", "--project", "empty", "--json").stdout)
+		if none.Turns == nil || len(none.Turns) != 0 {
+			t.Fatalf("ls of an empty project = %+v, want an empty list", none)
+		}
+	})
+
+	t.Run("show prints the card ids of each call", func(t *testing.T) {
+		tr := decodeJSON[turn.Turn](t, cm.must(t, 0, "turns", "show", "t-1", "--json").stdout)
+		out := cm.must(t, 0, "turns", "show", "t-1").stdout
+		wantContains(t, "show", out, "cards of each call (print them: utpmesh cards get CARD_ID..., or utpmesh cards get TOOL_CALL_ID --turn t-1):",
+			"TOOL_CALL_ID", "TOOL.CALL CARD", "TOOL.RESULT CARD")
+		for _, cl := range tr.Calls {
+			if cl.CallCardID == "" || cl.ResultCardID == "" {
+				t.Fatalf("call %s lacks a card id: %+v", cl.ToolCallID, cl)
+			}
+			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(cl.ToolCallID) + ` +` + cl.CallCardID + ` +` + cl.ResultCardID + `$`).MatchString(out) {
+				t.Fatalf("show lacks the line %s %s %s:\n%s", cl.ToolCallID, cl.CallCardID, cl.ResultCardID, out)
+			}
 		}
 	})
 
@@ -103,7 +170,9 @@ func TestCLITurns(t *testing.T) {
 		{"show without turn", 2, []string{"turns", "show"}, "name the turn"},
 		{"replay into itself", 2, []string{"turns", "replay", "t-1", "--as", "t-1"}, "the replayed turn's own id"},
 		{"bad concurrency", 2, []string{"turns", "replay", "t-1", "--concurrency", "0"}, "--concurrency must be at least 1"},
-		{"ls without agent", 2, []string{"turns", "ls"}, "--agent is required"},
+		{"ls pending without agent", 2, []string{"turns", "ls", "--pending"}, "--pending needs --agent"},
+		{"ls with limit 0", 2, []string{"turns", "ls", "--limit", "0"}, "--limit 0: give a number from 1 to 1000"},
+		{"ls with a turn", 2, []string{"turns", "ls", "t-1"}, "utpmesh turns show t-1"},
 		{"help", 0, []string{"turns", "--help"}, "Exit codes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,14 +3,16 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
-	"sort"
+	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/turn"
@@ -25,8 +27,10 @@ type turnsCommand struct{ env env }
 
 const turnsUsage = `Usage: utpmesh turns <ls|show|replay|resume> [flags]
 
-  ls --agent A      the agent's turns that have tool results (from its inbox)
-  show TURN         every tool call of the turn with its result, in order
+  ls                the project's turns, newest first (--agent A: one agent's;
+                    --pending: those with results the agent has not consumed)
+  show TURN         every tool call of the turn with its result, in order, and
+                    the card ids of each call
   replay TURN       re-run the turn's calls under a new turn id and diff the
                     results with the recorded ones (--dry-run: the plan only)
   resume TURN       which calls have no result yet, which results are not
@@ -52,7 +56,7 @@ func oneTurn(pos []string, sub string) (string, error) {
 	case 1:
 		return pos[0], nil
 	case 0:
-		return "", usagef("name the turn, e.g. 'utpmesh turns %s TURN_ID' (find turns with 'utpmesh turns ls --agent AGENT')", sub)
+		return "", usagef("name the turn, e.g. 'utpmesh turns %s TURN_ID' (find turns with 'utpmesh turns ls')", sub)
 	}
 	return "", usagef("'turns %s' takes one turn id, got %d: %v", sub, len(pos), pos)
 }
@@ -62,14 +66,9 @@ func (c *turnsCommand) load(ctx context.Context, mf *meshFlags, pf *projectFlags
 	if err := card.ValidateName("project_id", pf.project); err != nil {
 		return nil, nil, usagef("--project: %v", err)
 	}
-	nc, err := mf.connect(ctx, name)
+	nc, store, err := openStore(ctx, mf, pf, name)
 	if err != nil {
 		return nil, nil, err
-	}
-	store, err := natsstore.NewClient(nc, natsstore.WithVersion(mf.version), natsstore.WithChannel(pf.channel), natsstore.WithTimeout(mf.timeout))
-	if err != nil {
-		nc.Close()
-		return nil, nil, usagef("%v", err)
 	}
 	t, err := turn.Load(ctx, store, pf.project, id)
 	if err != nil {
@@ -107,7 +106,34 @@ func (c *turnsCommand) show(ctx context.Context, args []string) error {
 	if mf.json {
 		return writeJSON(c.env.stdout, t)
 	}
-	return turn.WriteTimeline(c.env.stdout, t)
+	if err := turn.WriteTimeline(c.env.stdout, t); err != nil {
+		return err
+	}
+	return writeCallCards(c.env.stdout, t)
+}
+
+// writeCallCards prints, for each call of the turn, the ids of its
+// tool.call and tool.result cards next to its tool_call_id: the timeline
+// names calls by tool_call_id, 'cards get' wants card ids (or the
+// tool_call_id with --turn).
+func writeCallCards(w io.Writer, t *turn.Turn) error {
+	if len(t.Calls) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\ncards of each call (print them: utpmesh cards get CARD_ID..., or utpmesh cards get TOOL_CALL_ID --turn %s):\n", t.AgentTurnID)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL_CALL_ID\tTOOL.CALL CARD\tTOOL.RESULT CARD")
+	for _, cl := range t.Calls {
+		callID, resultID := cl.CallCardID, cl.ResultCardID
+		if callID == "" {
+			callID = "(missing)"
+		}
+		if resultID == "" {
+			resultID = "(none yet)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", cl.ToolCallID, callID, resultID)
+	}
+	return tw.Flush()
 }
 
 func (c *turnsCommand) replay(ctx context.Context, args []string) error {
@@ -244,25 +270,39 @@ func (c *turnsCommand) resume(ctx context.Context, args []string) error {
 	return turn.WriteResume(c.env.stdout, r)
 }
 
-// turnSummary is one row of `turns ls`.
-type turnSummary struct {
-	AgentTurnID string    `json:"agent_turn_id"`
-	TurnEpoch   int64     `json:"turn_epoch"`
-	Results     int       `json:"results"`
-	Pending     int       `json:"pending"`
-	Acked       int       `json:"acked"`
-	Stale       int       `json:"stale"`
-	LastAt      time.Time `json:"last_at"`
+// turnRow is one row of `turns ls`: the store's summary of the turn and,
+// with --pending, how many of its results the agent has not consumed.
+type turnRow struct {
+	cardstore.TurnInfo
+	Pending int `json:"pending,omitempty"`
 }
 
+// turnsPage is what `turns ls --json` prints. Next is the --before cursor
+// of the next (older) page; 0 when there is none.
+type turnsPage struct {
+	Turns []turnRow `json:"turns"`
+	Next  uint64    `json:"next,omitempty"`
+}
+
+const turnsLsSynopsis = `utpmesh turns ls [--agent A] [--limit N] [--before CURSOR] [--pending] [--project P] [--json]
+
+Lists the project's turns from the CardStore, newest first (by each turn's
+first card), --limit at a time; when older turns follow, the last line
+says how to list them (--before CURSOR). --agent keeps the turns of one
+agent (the first metadata.agent_id the turn's cards name). --pending, with
+--agent, keeps the turns that have results the agent has not consumed
+yet, from its inbox.`
+
 func (c *turnsCommand) ls(ctx context.Context, args []string) error {
-	fs := newFlagSet("turns ls", "utpmesh turns ls --agent A [--project P] [--pending] [--json]\n\nLists the agent's turns that have tool results, from its inbox entries, newest\nfirst. (The CardStore has no listing of turns; a turn whose calls have no\nresult yet does not show up here: look it up with 'turns show TURN'.)", c.env)
+	fs := newFlagSet("turns ls", turnsLsSynopsis, c.env)
 	var mf meshFlags
 	var pf projectFlags
 	mf.register(fs, c.env)
 	pf.register(fs)
-	agentID := fs.String("agent", "", "the agent whose turns to list (required)")
-	onlyPending := fs.Bool("pending", false, "only turns with results the agent has not consumed")
+	agentID := fs.String("agent", "", "only the turns of this agent (default: every agent's)")
+	limit := fs.Int("limit", 20, fmt.Sprintf("turns per page, 1 to %d", cardstore.MaxPage))
+	before := fs.Uint64("before", 0, "list the turns older than this cursor (printed under the previous page)")
+	onlyPending := fs.Bool("pending", false, "only turns with results the agent (--agent) has not consumed")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -270,69 +310,138 @@ func (c *turnsCommand) ls(ctx context.Context, args []string) error {
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q (to show one turn: utpmesh turns show %s)", pos[0], pos[0])
 	}
-	if *agentID == "" {
-		return usagef("--agent is required: turns are listed from the agent's inbox (e.g. --agent utpmesh-cli)")
+	if *limit < 1 || *limit > cardstore.MaxPage {
+		return usagef("--limit %d: give a number from 1 to %d, e.g. --limit 50", *limit, cardstore.MaxPage)
+	}
+	if *onlyPending && *agentID == "" {
+		return usagef("--pending needs --agent: unconsumed results are kept per agent, in its inbox (e.g. --agent demo-agent; the AGENT column of 'utpmesh turns ls' names them)")
+	}
+	if *onlyPending && *before != 0 {
+		return usagef("--pending lists every turn with unconsumed results at once; drop --before (raise --limit to see more)")
 	}
 	if err := card.ValidateName("project_id", pf.project); err != nil {
 		return usagef("--project: %v", err)
 	}
-	nc, err := mf.connect(ctx, "turns")
+	nc, store, err := openStore(ctx, &mf, &pf, "turns")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	ic, err := inbox.NewClient(nc, inbox.WithVersion(mf.version), inbox.WithChannel(pf.channel), inbox.WithTimeout(mf.timeout))
-	if err != nil {
-		return usagef("%v", err)
-	}
-	state := inbox.StateAll
+	var page *turnsPage
+	var more int // --pending: turns left out by --limit
 	if *onlyPending {
-		state = inbox.StatePending
+		page, more, err = c.pendingTurns(ctx, nc, store, &mf, &pf, *agentID, *limit)
+	} else {
+		var res *cardstore.ListTurnsResult
+		res, err = store.ListTurns(ctx, cardstore.ListTurnsRequest{ProjectID: pf.project, AgentID: *agentID, Before: *before, Limit: *limit})
+		if errors.Is(err, cardstore.ErrInvalid) {
+			return usagef("%v", err)
+		}
+		if err == nil {
+			page = &turnsPage{Turns: make([]turnRow, len(res.Turns)), Next: res.Next}
+			for i, ti := range res.Turns {
+				page.Turns[i] = turnRow{TurnInfo: ti}
+			}
+		}
 	}
-	entries, err := listEntries(ctx, ic, pf.project, inbox.ListQuery{AgentID: *agentID, State: state})
 	if err != nil {
-		return fmt.Errorf("list the inbox of agent %s: %w", *agentID, err)
+		return err
 	}
-	byTurn := map[string]*turnSummary{}
-	var list []*turnSummary
-	for _, e := range entries {
-		s := byTurn[e.AgentTurnID]
-		if s == nil {
-			s = &turnSummary{AgentTurnID: e.AgentTurnID}
-			byTurn[e.AgentTurnID] = s
-			list = append(list, s)
-		}
-		s.Results++
-		s.TurnEpoch = max(s.TurnEpoch, e.TurnEpoch)
-		switch e.State {
-		case inbox.StatePending:
-			s.Pending++
-		case inbox.StateAcked:
-			s.Acked++
-		case inbox.StateStale:
-			s.Stale++
-		}
-		if e.CreatedAt.After(s.LastAt) {
-			s.LastAt = e.CreatedAt
-		}
-	}
-	sort.SliceStable(list, func(i, j int) bool { return list[i].LastAt.After(list[j].LastAt) })
 	if mf.json {
-		if list == nil {
-			list = []*turnSummary{}
-		}
-		return writeJSON(c.env.stdout, list)
+		return writeJSON(c.env.stdout, page)
 	}
-	if len(list) == 0 {
-		fmt.Fprintf(c.env.stdout, "agent %s has no turns with results in project %s\n", *agentID, pf.project)
+	if len(page.Turns) == 0 {
+		switch {
+		case *onlyPending:
+			fmt.Fprintf(c.env.stdout, "agent %s has no unconsumed results in project %s\n", *agentID, pf.project)
+		case *before != 0:
+			fmt.Fprintf(c.env.stdout, "project %s has no turns older than cursor %d\n", pf.project, *before)
+		case *agentID != "":
+			fmt.Fprintf(c.env.stdout, "agent %s has no turns in project %s (without --agent: every agent's turns)\n", *agentID, pf.project)
+		default:
+			fmt.Fprintf(c.env.stdout, "project %s has no turns yet\n", pf.project)
+		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TURN\tEPOCH\tRESULTS\tPENDING\tACKED\tSTALE\tLAST RESULT")
-	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", s.AgentTurnID, s.TurnEpoch, s.Results, s.Pending, s.Acked, s.Stale, s.LastAt.UTC().Format(time.RFC3339))
+	head := "TURN\tAGENT\tCALLS\tRESULTS\tCARDS\tFIRST CARD\tLAST CARD"
+	if *onlyPending {
+		head += "\tPENDING"
 	}
-	return tw.Flush()
+	fmt.Fprintln(tw, head)
+	for _, r := range page.Turns {
+		agent := r.AgentID
+		if agent == "" {
+			agent = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s", r.AgentTurnID, agent, r.ToolCalls, r.ToolResults, r.Cards,
+			r.FirstAt.UTC().Format(time.RFC3339), r.LastAt.UTC().Format(time.RFC3339))
+		if *onlyPending {
+			fmt.Fprintf(tw, "\t%d", r.Pending)
+		}
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if more > 0 {
+		fmt.Fprintf(c.env.stdout, "%s with unconsumed results not shown: raise --limit (now %d)\n", plural(more, "older turn", "older turns"), *limit)
+	}
+	if page.Next != 0 {
+		cmd := []string{"utpmesh turns ls", fmt.Sprintf("--before %d", page.Next)}
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "agent", "limit", "project", "channel", "nats", "protocol":
+				cmd = append(cmd, fmt.Sprintf("--%s %s", f.Name, f.Value))
+			}
+		})
+		fmt.Fprintf(c.env.stdout, "older turns follow: %s\n", strings.Join(cmd, " "))
+	}
+	return nil
+}
+
+// pendingTurns lists the turns that have results the agent has not
+// consumed: the turn ids come from the agent's inbox, the summaries from
+// the store's turn list (walked newest first until every such turn is
+// found). At most limit turns are returned, newest first; more counts the
+// turns with unconsumed results left out.
+func (c *turnsCommand) pendingTurns(ctx context.Context, nc *nats.Conn, store cardstore.Store, mf *meshFlags, pf *projectFlags, agentID string, limit int) (page *turnsPage, more int, err error) {
+	ic, err := inbox.NewClient(nc, inbox.WithVersion(mf.version), inbox.WithChannel(pf.channel), inbox.WithTimeout(mf.timeout))
+	if err != nil {
+		return nil, 0, usagef("%v", err)
+	}
+	entries, err := listEntries(ctx, ic, pf.project, inbox.ListQuery{AgentID: agentID, State: inbox.StatePending})
+	if err != nil {
+		return nil, 0, fmt.Errorf("list the inbox of agent %s: %w", agentID, err)
+	}
+	pending := map[string]int{}
+	for _, e := range entries {
+		pending[e.AgentTurnID]++
+	}
+	page = &turnsPage{Turns: []turnRow{}}
+	req := cardstore.ListTurnsRequest{ProjectID: pf.project, Limit: cardstore.MaxPage}
+	for found := 0; found < len(pending) && len(page.Turns) < limit; {
+		res, err := store.ListTurns(ctx, req)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, ti := range res.Turns {
+			if n := pending[ti.AgentTurnID]; n > 0 {
+				found++
+				if len(page.Turns) < limit {
+					page.Turns = append(page.Turns, turnRow{TurnInfo: ti, Pending: n})
+				}
+			}
+		}
+		if res.Next == 0 {
+			break
+		}
+		req.Before = res.Next
+	}
+	if len(page.Turns) < limit {
+		return page, 0, nil // every turn with unconsumed results is shown
+	}
+	return page, len(pending) - len(page.Turns), nil
 }
 
 // listEntries follows the inbox's pages.

@@ -1,0 +1,318 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/card"
+)
+
+// turnRecord is a turn's summary as stored in the turninfo bucket. Put
+// keeps it up to date in the transaction that writes the turn's cards.
+type turnRecord struct {
+	// FirstSeq is the write sequence of the turn's first card: the key of
+	// its turnlist (and agentturns) entry.
+	FirstSeq    uint64    `json:"first_seq"`
+	AgentID     string    `json:"agent_id,omitempty"`
+	FirstAt     time.Time `json:"first_at"`
+	LastAt      time.Time `json:"last_at"`
+	Cards       int       `json:"cards"`
+	ToolCalls   int       `json:"tool_calls"`
+	ToolResults int       `json:"tool_results"`
+}
+
+// add counts one more card of the turn, written with sequence seq. It
+// reports whether the turn's AgentID was set by this card (so that the
+// agentturns entry must be written).
+func (r *turnRecord) add(seq uint64, typ, agentID string, createdAt time.Time) (agentSet bool) {
+	if r.Cards == 0 {
+		r.FirstSeq, r.FirstAt = seq, createdAt
+	}
+	r.Cards++
+	r.LastAt = createdAt
+	switch typ {
+	case card.TypeToolCall:
+		r.ToolCalls++
+	case card.TypeToolResult:
+		r.ToolResults++
+	}
+	if r.AgentID == "" && agentID != "" {
+		r.AgentID = agentID
+		return true
+	}
+	return false
+}
+
+// info converts the record to the public summary.
+func (r *turnRecord) info(turnID string) cardstore.TurnInfo {
+	return cardstore.TurnInfo{
+		AgentTurnID: turnID, AgentID: r.AgentID, FirstAt: r.FirstAt, LastAt: r.LastAt,
+		Cards: r.Cards, ToolCalls: r.ToolCalls, ToolResults: r.ToolResults,
+	}
+}
+
+// turnInfoKey is the key of a turn's record in the turninfo bucket.
+func turnInfoKey(projectID, turnID string) []byte { return join(0, projectID, turnID) }
+
+// turnListPrefix is project+0x00: every turnlist entry of the project
+// starts with it and ends with the 8-byte FirstSeq.
+func turnListPrefix(projectID string) []byte { return append([]byte(projectID), sep) }
+
+// agentTurnsPrefix is project+0x00+agent+0x00: every agentturns entry of
+// the agent's turns starts with it and ends with the 8-byte FirstSeq.
+func agentTurnsPrefix(projectID, agentID string) []byte {
+	return append(join(9, projectID, agentID), sep)
+}
+
+// loadTurnRecord reads the record of a turn, or returns nil.
+func loadTurnRecord(b *buckets, key []byte) (*turnRecord, error) {
+	data := b.turnInfo.Get(key)
+	if data == nil {
+		return nil, nil
+	}
+	var r turnRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("boltstore: stored turn record %q is corrupt: %w", key, err)
+	}
+	return &r, nil
+}
+
+// turnUpdate is the pending change of one turn's record within a Put.
+type turnUpdate struct {
+	project, turn string
+	key           []byte
+	rec           turnRecord
+	newTurn       bool // the turn had no record before this Put
+	agentSet      bool // this Put set rec.AgentID
+}
+
+// turnUpdates gathers the record changes of one Put, one per turn, so that
+// a Put of many cards of one turn reads and writes its record once.
+type turnUpdates struct {
+	byKey map[string]*turnUpdate
+	order []*turnUpdate
+}
+
+// load reads the current records of every turn the Put writes to. It runs
+// in the check phase of applyPut, before anything is written.
+func (u *turnUpdates) load(b *buckets, pcs []putCard, skip []bool) error {
+	u.byKey, u.order = nil, nil
+	for i := range pcs {
+		pc := &pcs[i]
+		if skip[i] || pc.turnPrefix == nil {
+			continue
+		}
+		key := turnInfoKey(pc.project, pc.turn)
+		if u.byKey[string(key)] != nil {
+			continue
+		}
+		rec, err := loadTurnRecord(b, key)
+		if err != nil {
+			return err
+		}
+		tu := &turnUpdate{project: pc.project, turn: pc.turn, key: key, newTurn: rec == nil}
+		if rec != nil {
+			tu.rec = *rec
+		}
+		if u.byKey == nil {
+			u.byKey = make(map[string]*turnUpdate)
+		}
+		u.byKey[string(key)] = tu
+		u.order = append(u.order, tu)
+	}
+	return nil
+}
+
+// add counts a card written with sequence seq.
+func (u *turnUpdates) add(pc *putCard, seq uint64) {
+	tu := u.byKey[string(turnInfoKey(pc.project, pc.turn))]
+	if tu.rec.add(seq, pc.typ, pc.agent, pc.createdAt) {
+		tu.agentSet = true
+	}
+}
+
+// write stores the changed records and the list entries of new turns and
+// newly known agents. Its errors happen after writing began.
+func (u *turnUpdates) write(b *buckets) error {
+	for _, tu := range u.order {
+		if err := writeTurnRecord(b, tu.project, tu.turn, tu.key, &tu.rec, tu.newTurn, tu.agentSet); err != nil {
+			return dirty(err)
+		}
+	}
+	return nil
+}
+
+// writeTurnRecord stores one turn record and its list entries.
+func writeTurnRecord(b *buckets, project, turn string, key []byte, rec *turnRecord, newTurn, agentSet bool) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("boltstore: encode record of turn %q in project %s: %w", turn, project, err)
+	}
+	if err := b.turnInfo.Put(key, data); err != nil {
+		return fmt.Errorf("boltstore: write record of turn %q in project %s: %w", turn, project, err)
+	}
+	if newTurn {
+		if err := b.turnList.Put(turnKey(turnListPrefix(project), rec.FirstSeq), []byte(turn)); err != nil {
+			return fmt.Errorf("boltstore: list turn %q in project %s: %w", turn, project, err)
+		}
+	}
+	if agentSet {
+		if err := b.agentTurns.Put(turnKey(agentTurnsPrefix(project, rec.AgentID), rec.FirstSeq), []byte(turn)); err != nil {
+			return fmt.Errorf("boltstore: list turn %q of agent %q in project %s: %w", turn, rec.AgentID, project, err)
+		}
+	}
+	return nil
+}
+
+// ListTurns returns one page of the project's turns, newest first by the
+// write sequence of each turn's first card. Limit 0 or above
+// cardstore.MaxPage means MaxPage; a negative Limit, or an AgentID longer
+// than card.MaxIDLen bytes, not valid UTF-8 or holding a NUL, is
+// ErrInvalid. Next is the FirstSeq of the page's last turn when older
+// turns follow, else 0.
+func (s *Store) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (*cardstore.ListTurnsResult, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkProject(req.ProjectID); err != nil {
+		return nil, err
+	}
+	if req.AgentID != "" {
+		if err := checkKeyPart("agent_id", req.AgentID); err != nil {
+			return nil, err
+		}
+	}
+	limit := req.Limit
+	switch {
+	case limit < 0:
+		return nil, invalid("limit %d is negative", limit)
+	case limit == 0 || limit > cardstore.MaxPage:
+		limit = cardstore.MaxPage
+	}
+	prefix := turnListPrefix(req.ProjectID)
+	if req.AgentID != "" {
+		prefix = agentTurnsPrefix(req.ProjectID, req.AgentID)
+	}
+	before := req.Before
+	if before == 0 {
+		before = math.MaxUint64
+	}
+	res := &cardstore.ListTurnsResult{Turns: []cardstore.TurnInfo{}}
+	var turns []string
+	var raw [][]byte
+	err := s.view(func(b *buckets) error {
+		list := b.turnList
+		if req.AgentID != "" {
+			list = b.agentTurns
+		}
+		cur := list.Cursor()
+		bound := turnKey(prefix, before) // exclusive
+		k, v := cur.Seek(bound)
+		if k == nil {
+			k, v = cur.Last()
+		}
+		for k != nil && bytes.Compare(k, bound) >= 0 {
+			k, v = cur.Prev()
+		}
+		var last uint64
+		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = cur.Prev() {
+			if len(k) != len(prefix)+8 {
+				continue // cannot happen: project, agent and turn ids hold no NUL
+			}
+			if len(raw) == limit {
+				res.Next = last // older turns follow
+				return nil
+			}
+			turn := string(v)
+			data := b.turnInfo.Get(turnInfoKey(req.ProjectID, turn))
+			if data == nil {
+				return fmt.Errorf("boltstore: turn list of project %s names turn %q, which has no record", req.ProjectID, turn)
+			}
+			turns = append(turns, turn)
+			raw = append(raw, bytes.Clone(data)) // data lives only as long as the tx
+			last = binary.BigEndian.Uint64(k[len(prefix):])
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, data := range raw {
+		var r turnRecord
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil, fmt.Errorf("boltstore: stored record of turn %q in project %s is corrupt: %w", turns[i], req.ProjectID, err)
+		}
+		res.Turns = append(res.Turns, r.info(turns[i]))
+	}
+	return res, nil
+}
+
+// indexedCard is the part of a stored card that buildTurnIndex reads.
+type indexedCard struct {
+	Type      string    `json:"type"`
+	CreatedAt time.Time `json:"created_at"`
+	Metadata  struct {
+		AgentID string `json:"agent_id"`
+	} `json:"metadata"`
+}
+
+// buildTurnIndex fills the turninfo, turnlist and agentturns buckets from
+// the turns bucket, for a file written before they existed (schema
+// version 1). The turns bucket holds each turn's entries together, in
+// write order, so one pass sees every turn's cards first to last.
+func buildTurnIndex(tx *bolt.Tx) error {
+	b, err := openBuckets(tx)
+	if err != nil {
+		return err
+	}
+	var (
+		cur                 *turnRecord
+		curProject, curTurn string
+	)
+	flush := func() error {
+		if cur == nil {
+			return nil
+		}
+		err := writeTurnRecord(b, curProject, curTurn, turnInfoKey(curProject, curTurn), cur, true, cur.AgentID != "")
+		cur = nil
+		return err
+	}
+	c := b.turns.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		// project 0x00 turn 0x00 seq(8): project ids and turn ids hold no
+		// NUL, so the first NUL ends the project and the 9th byte from the
+		// end is the NUL before seq.
+		if len(k) < 11 || k[len(k)-9] != sep {
+			return fmt.Errorf("boltstore: build turn index: malformed turns key %q", k)
+		}
+		project, turn, ok := bytes.Cut(k[:len(k)-9], []byte{sep})
+		if !ok {
+			return fmt.Errorf("boltstore: build turn index: malformed turns key %q", k)
+		}
+		seq := binary.BigEndian.Uint64(k[len(k)-8:])
+		if cur == nil || string(project) != curProject || string(turn) != curTurn {
+			if err := flush(); err != nil {
+				return err
+			}
+			cur, curProject, curTurn = &turnRecord{}, string(project), string(turn)
+		}
+		data := b.cards.Get(cardKey(curProject, string(v)))
+		if data == nil {
+			return fmt.Errorf("boltstore: build turn index: turns entry of turn %q in project %s names card %s, which is missing", curTurn, curProject, v)
+		}
+		var ic indexedCard
+		if err := json.Unmarshal(data, &ic); err != nil {
+			return fmt.Errorf("boltstore: build turn index: card %s of project %s is corrupt: %w", v, curProject, err)
+		}
+		cur.add(seq, ic.Type, ic.Metadata.AgentID, ic.CreatedAt.UTC())
+	}
+	return flush()
+}
