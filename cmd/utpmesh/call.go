@@ -126,30 +126,47 @@ func (c *callCommand) Run(ctx context.Context, args []string) error {
 	out := pendingOutput(pf.project, agentID, &oc.Call)
 	out.ResultCardID, out.Status, out.AfterExecution = oc.ResultCard.CardID, oc.Result.Status, oc.AfterExecution
 	out.Result, out.Error, out.DurationNS = oc.Result.Result, oc.Result.Error, time.Since(begin)
-	if mf.json {
-		if err := writeJSON(c.env.stdout, out); err != nil {
+	return printOutcome(c.env, mf.json, &cf, "call", out)
+}
+
+// printOutcome prints a finished call (as JSON with asJSON) and returns
+// the error of a call that did not succeed. A PENDING_CONFIRM result shows
+// what waits and the commands that confirm or cancel it; a result that
+// carries an undo step shows the command that undoes it.
+func printOutcome(e env, asJSON bool, cf *callerFlags, what string, out callOutput) error {
+	if asJSON {
+		if err := writeJSON(e.stdout, out); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintf(c.env.stdout, "%s · %s · %s · tool_call_id %s · turn %s\n", out.Status, out.AfterExecution,
+		fmt.Fprintf(e.stdout, "%s · %s · %s · tool_call_id %s · turn %s\n", out.Status, out.AfterExecution,
 			out.DurationNS.Round(time.Millisecond), out.ToolCallID, out.AgentTurnID)
-		if len(out.Result) > 0 {
+		if p, ok := pendingConfirm(out.Result); ok {
+			printPendingConfirm(e.stdout, p, out.ProjectID)
+		} else if len(out.Result) > 0 && out.Error == nil { // a failure is said on stderr
 			var v any
 			if json.Unmarshal(out.Result, &v) == nil {
-				_ = writeJSON(c.env.stdout, v)
+				_ = writeJSON(e.stdout, v)
 			} else {
-				fmt.Fprintln(c.env.stdout, string(out.Result))
+				fmt.Fprintln(e.stdout, string(out.Result))
+			}
+			if u := undoStep(out.Result); u != nil {
+				fmt.Fprintf(e.stdout, "undo it with: utpmesh undo %s --turn %s%s\n", out.ToolCallID, out.AgentTurnID, projectArg(out.ProjectID))
 			}
 		}
 	}
 	if out.Status == card.StatusSuccess || out.Status == card.StatusPartial {
 		return nil
 	}
-	code, msg := card.ErrorCode("unknown"), "the result has no error"
-	if out.Error != nil {
-		code, msg = out.Error.Code, out.Error.Message
+	return cf.resultErr(what, &card.ToolResultContent{Status: out.Status, Error: out.Error}, out.ProjectID)
+}
+
+// projectArg is " --project P" for a project other than the CLI's default.
+func projectArg(project string) string {
+	if project == "" || project == "demo" {
+		return ""
 	}
-	return fmt.Errorf("call %s: %s: %s", out.Status, code, msg)
+	return " --project " + project
 }
 
 func pendingOutput(project, agentID string, pd *agent.Pending) callOutput {

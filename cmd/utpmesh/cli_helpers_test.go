@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/catalog"
 	"github.com/utpmesh/utpmesh/services/echo"
 )
 
@@ -46,6 +48,40 @@ func startCLIMesh(t *testing.T) *cliMesh {
 		defer cancel()
 		_ = m.Stop(ctx)
 	})
+	return &cliMesh{m: m, url: m.ClientURL()}
+}
+
+// startGatedMesh starts a real mesh the way 'utpmesh up' does with its
+// default data directory: the Cedar gate on, the demo policy and the demo
+// mandate in root/utpmesh-data, serving echo, atlas.calendar and
+// atlas.utility. Tests that want the CLI to find the demo mandate as a
+// local 'up' would leave it run with t.Chdir(root).
+func startGatedMesh(t *testing.T, root string) *cliMesh {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	dir := filepath.Join(root, "utpmesh-data")
+	late := catalog.NewLate()
+	tools, err := catalog.Build([]string{"echo", "atlas.calendar", "atlas.utility"}, catalog.Deps{DataDir: dir, Context: ctx, Late: late})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: &mesh.AuthConfig{}})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		_ = m.Stop(sctx)
+		cancel()
+	})
+	late.Set(m.Conn(), m.Cards())
+	if _, err := setupAuth(ctx, m); err != nil {
+		t.Fatal(err)
+	}
 	return &cliMesh{m: m, url: m.ClientURL()}
 }
 

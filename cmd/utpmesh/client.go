@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -14,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -78,41 +81,54 @@ type callerFlags struct {
 	agent    string
 	mandate  string
 	defAgent string
+	env      env
+	// source says where the token came from once resolved: "" (none),
+	// a file path, or "--mandate" / "$UTPMESH_MANDATE" for a literal token.
+	source string
 }
+
+// demoMandatePath is the demo mandate a local 'utpmesh up' writes with its
+// default --data directory. Calls use it when no mandate is given.
+const demoMandatePath = "./utpmesh-data/demo-mandate.jwt"
 
 // register adds --agent and --mandate. defAgent is the agent used when
 // neither --agent nor a mandate names one.
 func (f *callerFlags) register(fs *flag.FlagSet, e env, defAgent string) {
-	f.defAgent = defAgent
+	f.defAgent, f.env = defAgent, e
 	def := ""
 	if defAgent != "" {
 		def = ", else " + defAgent
 	}
 	fs.StringVar(&f.agent, "agent", "", "agent id the calls are made as (default: the mandate's sub"+def+")")
 	fs.StringVar(&f.mandate, "mandate", e.getenv("UTPMESH_MANDATE"),
-		"signed mandate (compact JWS) authorizing the calls, or @FILE / a file name (default $UTPMESH_MANDATE; 'utpmesh up' writes a demo one to <data>/demo-mandate.jwt)")
+		"signed mandate authorizing the calls: a file holding it (FILE or @FILE) or the token itself (default $UTPMESH_MANDATE, else "+demoMandatePath+" if it exists: the demo mandate of a local 'utpmesh up')")
 }
 
-// resolve reads an @FILE mandate and returns the agent id and the token.
+// resolve reads the mandate and returns the agent id and the token. With
+// no --mandate and no $UTPMESH_MANDATE it uses demoMandatePath when that
+// file exists, and says so once on stderr.
 func (f *callerFlags) resolve() (agentID, token string, err error) {
-	token = strings.TrimSpace(f.mandate)
-	path, isFile := strings.CutPrefix(token, "@")
-	if !isFile && token != "" && strings.Count(token, ".") != 2 {
-		// Not shaped like a compact JWS: a file name without the @.
-		path, isFile = token, true
-	}
-	if isFile {
-		b, err := os.ReadFile(path)
+	v := strings.TrimSpace(f.mandate)
+	switch {
+	case v != "":
+		token, f.source, err = readMandate(v)
 		if err != nil {
-			return "", "", usagef("--mandate %s: %v (pass the token itself, or @FILE)", f.mandate, err)
+			return "", "", err
 		}
-		token = strings.TrimSpace(string(b))
+	default:
+		b, rerr := os.ReadFile(demoMandatePath)
+		if rerr == nil && len(bytes.TrimSpace(b)) > 0 {
+			token, f.source = strings.TrimSpace(string(b)), demoMandatePath
+			if f.env.stderr != nil {
+				fmt.Fprintf(f.env.stderr, "using the demo mandate %s (pass --mandate to use another)\n", demoMandatePath)
+			}
+		}
 	}
 	agentID = f.agent
 	if token != "" {
 		m, err := mandate.Decode(token)
 		if err != nil {
-			return "", "", usagef("--mandate: %v", err)
+			return "", "", usagef("--mandate %s: %v (pass a mandate file, e.g. --mandate %s, or the token itself)", cut(f.describe(), 80), err, demoMandatePath)
 		}
 		if agentID == "" {
 			agentID = m.Claims.Subject
@@ -122,6 +138,129 @@ func (f *callerFlags) resolve() (agentID, token string, err error) {
 		agentID = f.defAgent
 	}
 	return agentID, token, nil
+}
+
+// describe names the resolved mandate for messages.
+func (f *callerFlags) describe() string {
+	if f.source == "" || f.source == "--mandate" {
+		return strings.TrimSpace(f.mandate)
+	}
+	return f.source
+}
+
+// readMandate interprets a --mandate value: @FILE is a file; a value that
+// names an existing file is read; else a value shaped like a compact JWS
+// is the token itself; anything else is a usage error saying what to pass.
+// source is the file read, or "--mandate" for a literal token.
+func readMandate(v string) (token, source string, err error) {
+	if path, ok := strings.CutPrefix(v, "@"); ok {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", "", usagef("--mandate %s: %v (pass an existing file as FILE or @FILE, or the token itself)", v, err)
+		}
+		return strings.TrimSpace(string(b)), path, nil
+	}
+	fi, serr := os.Stat(v)
+	if serr == nil && fi.IsDir() {
+		return "", "", usagef("--mandate %s is a directory; pass the mandate file in it, e.g. --mandate %s", v, demoMandatePath)
+	}
+	if serr == nil {
+		b, err := os.ReadFile(v)
+		if err != nil {
+			return "", "", usagef("--mandate %s: %v", v, err)
+		}
+		return strings.TrimSpace(string(b)), v, nil
+	}
+	if looksLikeJWS(v) {
+		return v, "--mandate", nil
+	}
+	return "", "", usagef("--mandate %s: no such file, and not a mandate token (a compact JWS: three base64url parts joined by dots); pass an existing file as FILE or @FILE, e.g. --mandate %s, or the token itself", cut(v, 80), demoMandatePath)
+}
+
+// looksLikeJWS reports whether v has the shape of a compact JWS: three
+// non-empty base64url segments separated by dots.
+func looksLikeJWS(v string) bool {
+	parts := strings.Split(v, ".")
+	if len(parts) != 3 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" {
+			return false
+		}
+		for _, r := range p {
+			if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// authHint says what to type after a call ended auth_failed: which mandate
+// was used (if any) and the command that gets a call through. e is the
+// result's error; project is the call's project.
+func (f *callerFlags) authHint(e *card.Error, project string) string {
+	var d authz.AuthFailedDetail
+	if e != nil && len(e.Detail) > 0 {
+		_ = json.Unmarshal(e.Detail, &d)
+	}
+	issue := fmt.Sprintf("or issue one: utpmesh mandate issue --project %s --agent AGENT --policy FILE.cedar --data DIR (DIR is the mesh's --data, e.g. ./utpmesh-data)", project)
+	pass := fmt.Sprintf("pass --mandate %s", demoMandatePath)
+	if f.source == "" {
+		if _, err := os.Stat(demoMandatePath); err != nil {
+			pass = "pass --mandate FILE (a local 'utpmesh up' writes one to <its --data dir>/demo-mandate.jwt)"
+		}
+	}
+	used := "no mandate was given"
+	if f.source != "" {
+		used = "the mandate used was " + f.describe()
+		if f.source == "--mandate" {
+			used = "the mandate used was the --mandate token"
+		}
+	}
+	switch d.Reason {
+	case authz.ReasonMandateMissing:
+		return fmt.Sprintf("project %s requires a mandate and %s: %s, %s", project, used, pass, issue)
+	case authz.ReasonSubjectMismatch:
+		agent := f.agent
+		if agent == "" {
+			agent = "AGENT"
+		}
+		return fmt.Sprintf("%s (%s): drop --agent so the call is made as the mandate's agent, or pass a mandate for that agent: utpmesh mandate issue --project %s --agent %s --policy FILE.cedar --data DIR", e.Message, used, project, agent)
+	case authz.ReasonMandateInvalid:
+		return fmt.Sprintf("%s (%s): pass a current mandate of this mesh (an up restarted with another --data has other keys), e.g. %s, %s", e.Message, used, pass, issue)
+	case authz.ReasonScopeViolation:
+		return fmt.Sprintf("%s (%s): see what it permits with 'utpmesh mandate query --project %s --mandate %s', and pass one that permits %s: %s", e.Message, used, project, f.describeOr("FILE"), d.Tool, issue)
+	case authz.ReasonNoProjectPolicy, authz.ReasonProjectPolicy:
+		return fmt.Sprintf("%s: see the policies with 'utpmesh policy get --project %s' and change them with 'utpmesh policy put --project %s FILE.cedar'", e.Message, project, project)
+	}
+	msg := "the call was refused"
+	if e != nil {
+		msg = e.Message
+	}
+	return fmt.Sprintf("%s (%s): %s, %s", msg, used, pass, issue)
+}
+
+func (f *callerFlags) describeOr(def string) string {
+	if f.source == "" || f.source == "--mandate" {
+		return def
+	}
+	return f.source
+}
+
+// resultErr is the error of a call that did not succeed: status, code and
+// message, and for auth_failed what to type instead. what names the call
+// ("call", "confirm cfm_…").
+func (f *callerFlags) resultErr(what string, res *card.ToolResultContent, project string) error {
+	if res.Error != nil && res.Error.Code == card.CodeAuthFailed {
+		return fmt.Errorf("%s %s: auth_failed: %s", what, res.Status, f.authHint(res.Error, project))
+	}
+	code, msg := card.ErrorCode("unknown"), "the result has no error"
+	if res.Error != nil {
+		code, msg = res.Error.Code, res.Error.Message
+	}
+	return fmt.Errorf("%s %s: %s: %s", what, res.Status, code, msg)
 }
 
 // progress prints "label done/total" on one terminal line, rewritten in

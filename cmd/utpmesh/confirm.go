@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/services/atlas/receipts"
 	"github.com/utpmesh/utpmesh/services/atlas/utility"
 )
 
@@ -79,14 +82,65 @@ func (c *confirmCommand) Run(ctx context.Context, args []string) error {
 		}
 		if v.Undo != nil {
 			fmt.Fprintf(c.env.stdout, "undo: %s %s\n", v.Undo.ToolName, v.Undo.Args)
+			fmt.Fprintf(c.env.stdout, "undo it with: utpmesh undo %s --turn %s%s\n", out.Call.ToolCallID, out.Call.AgentTurnID, projectArg(*project))
 		}
 	}
 	if res.Status != card.StatusSuccess {
-		msg := string(res.Status)
-		if res.Error != nil {
-			msg = string(res.Error.Code) + ": " + res.Error.Message
-		}
-		return fmt.Errorf("%s %s failed: %s", c.name, pos[0], msg)
+		return cf.resultErr(c.name+" "+pos[0], res, *project)
 	}
 	return nil
+}
+
+// pendingResult is the result of an ATLAS call that waits for
+// confirmation (docs/catalogues/atlas.md, docs/protocol.md §16).
+type pendingResult struct {
+	Status         string          `json:"status"`
+	ConfirmationID string          `json:"confirmation_id"`
+	ToolName       string          `json:"tool_name"`
+	Would          json.RawMessage `json:"would"`
+	ExpiresAt      string          `json:"expires_at"`
+}
+
+// pendingConfirm reports whether a tool result is PENDING_CONFIRM.
+func pendingConfirm(result json.RawMessage) (*pendingResult, bool) {
+	var p pendingResult
+	if json.Unmarshal(result, &p) != nil || p.Status != receipts.StatusPendingConfirm || p.ConfirmationID == "" {
+		return nil, false
+	}
+	return &p, true
+}
+
+// printPendingConfirm says what waits for confirmation and the exact
+// commands that confirm or cancel it.
+func printPendingConfirm(w io.Writer, p *pendingResult, project string) {
+	fmt.Fprintf(w, "PENDING_CONFIRM: %s did not run yet; it waits for confirmation %s\n", p.ToolName, p.ConfirmationID)
+	var would struct {
+		Action string `json:"action"`
+	}
+	if json.Unmarshal(p.Would, &would) == nil && would.Action != "" {
+		fmt.Fprintf(w, "  it would:   %s\n", would.Action)
+	}
+	if len(p.Would) > 0 && string(p.Would) != "null" {
+		var b bytes.Buffer
+		if json.Compact(&b, p.Would) == nil {
+			fmt.Fprintf(w, "  details:    %s\n", b.String())
+		}
+	}
+	if p.ExpiresAt != "" {
+		fmt.Fprintf(w, "  expires:    %s\n", p.ExpiresAt)
+	}
+	fmt.Fprintf(w, "  confirm it: utpmesh confirm %s%s\n", p.ConfirmationID, projectArg(project))
+	fmt.Fprintf(w, "  cancel it:  utpmesh cancel %s%s\n", p.ConfirmationID, projectArg(project))
+}
+
+// undoStep returns the undo step a tool result carries (its top-level
+// "undo" object, as every mutating ATLAS result has), or nil.
+func undoStep(result json.RawMessage) *receipts.Undo {
+	var v struct {
+		Undo *receipts.Undo `json:"undo"`
+	}
+	if json.Unmarshal(result, &v) != nil || v.Undo == nil || v.Undo.ToolName == "" {
+		return nil
+	}
+	return v.Undo
 }

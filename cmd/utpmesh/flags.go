@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 )
 
@@ -53,27 +54,56 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseOnce parses args once. A flag mistake becomes a usage error of
+// two lines: what was wrong (with a did-you-mean), and where the flags are
+// listed; the full usage is printed only for --help.
 func parseOnce(fs *flag.FlagSet, args []string) error {
+	printUsage := fs.Usage
+	fs.Usage = func() {} // the flag package calls it on every error
 	err := fs.Parse(args)
+	fs.Usage = printUsage
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, flag.ErrHelp) { // the flag package has printed fs.Usage
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage()
 		return &usageError{msg: "help", help: true}
 	}
+	return usagef("%s\nrun 'utpmesh %s --help' for all flags", flagMistake(fs, err), fs.Name())
+}
+
+// flagMistake rewrites an error of the flag package in the CLI's terms
+// (--name, not -name) and suggests the nearest flag for an unknown one.
+func flagMistake(fs *flag.FlagSet, err error) string {
 	msg := err.Error()
-	const undefined = "flag provided but not defined: -"
-	if strings.HasPrefix(msg, undefined) {
-		bad := strings.TrimLeft(strings.TrimPrefix(msg, undefined), "-")
+	if bad, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		bad = strings.TrimLeft(bad, "-")
 		var names []string
 		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 		msg = fmt.Sprintf("unknown flag --%s", bad)
 		if s := closest(bad, names); s != "" {
 			msg += fmt.Sprintf("; did you mean --%s?", s)
 		}
+		return msg
 	}
-	return usagef("%s (run 'utpmesh %s --help' for the flags)", msg, fs.Name())
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		name = strings.TrimLeft(name, "-")
+		if f := fs.Lookup(name); f != nil {
+			return fmt.Sprintf("--%s needs a value: %s", name, f.Usage)
+		}
+		return fmt.Sprintf("--%s needs a value", name)
+	}
+	if m := invalidValue.FindStringSubmatch(msg); m != nil {
+		msg = fmt.Sprintf("--%s %s: %s", m[2], m[1], m[3])
+		if f := fs.Lookup(m[2]); f != nil {
+			msg += fmt.Sprintf("; --%s is: %s", m[2], f.Usage)
+		}
+	}
+	return msg
 }
+
+// invalidValue matches the flag package's bad-value errors.
+var invalidValue = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for (?:flag )?-(\S+): (.*)$`)
 
 // closest returns the candidate nearest to s by edit distance, if near enough.
 func closest(s string, candidates []string) string {

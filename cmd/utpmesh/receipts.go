@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"text/tabwriter"
 
+	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
 )
@@ -37,15 +38,23 @@ func (c *receiptsCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	r, err := receipts.Assemble(ctx, st, *project, pos[1])
+	cards, err := cardstore.AllTurn(ctx, st, *project, pos[1])
 	if err != nil {
-		return err
+		return fmt.Errorf("read turn %s of project %s: %w", pos[1], *project, err)
 	}
+	if len(cards) == 0 {
+		return fmt.Errorf("project %s has no turn %s (the turn is the agent_turn_id a call printed; check --project, or list turns with 'utpmesh turns ls --project %s')", *project, pos[1], *project)
+	}
+	r := receipts.Fold(*project, pos[1], cards)
 	if mf.json {
 		return writeJSON(c.env.stdout, r)
 	}
 	w := c.env.stdout
-	fmt.Fprintf(w, "receipt of turn %s (project %s): %d tool calls\n", r.AgentTurnID, r.ProjectID, len(r.ToolCalls))
+	fmt.Fprintf(w, "receipt of turn %s (project %s): %d ATLAS tool calls\n", r.AgentTurnID, r.ProjectID, len(r.ToolCalls))
+	if len(r.ToolCalls) == 0 {
+		fmt.Fprintf(w, "the turn has %d cards but no ATLAS call (see them with 'utpmesh turns show %s%s')\n", len(cards), r.AgentTurnID, projectArg(r.ProjectID))
+		return nil
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tTOOL\tSTATUS\tTOOL_CALL_ID\tCONFIRMATION")
 	for _, tc := range r.ToolCalls {
