@@ -55,6 +55,16 @@ func TestDemoMandateByDefault(t *testing.T) {
 		}
 	})
 
+	t.Run("replay keeps the recorded mandates, not the demo default", func(t *testing.T) {
+		t.Chdir(root)
+		cm.must(t, 0, "call", "echo", "--args", `{"x":2}`, "--turn", "t-rep")
+		r := cm.must(t, 0, "turns", "replay", "t-rep", "--as", "t-rep-2")
+		wantContains(t, "replay", r.stdout, "1 call replayed: 1 equal")
+		if strings.Contains(r.stderr, "using the demo mandate") {
+			t.Fatalf("replay used the demo mandate instead of the recorded one:\n%s", r.stderr)
+		}
+	})
+
 	t.Run("receipts of a turn that does not exist", func(t *testing.T) {
 		r := cm.must(t, 1, "receipts", "show", "NO-SUCH-TURN")
 		wantContains(t, "stderr", r.stderr, "project demo has no turn NO-SUCH-TURN", "utpmesh turns ls --project demo")

@@ -85,6 +85,9 @@ type callerFlags struct {
 	// source says where the token came from once resolved: "" (none),
 	// a file path, or "--mandate" / "$UTPMESH_MANDATE" for a literal token.
 	source string
+	// noDemo turns the demo-mandate default off: turns replay keeps each
+	// recorded call's own mandate unless one is given explicitly.
+	noDemo bool
 }
 
 // demoMandatePath is the demo mandate a local 'utpmesh up' writes with its
@@ -115,6 +118,7 @@ func (f *callerFlags) resolve() (agentID, token string, err error) {
 		if err != nil {
 			return "", "", err
 		}
+	case f.noDemo:
 	default:
 		b, rerr := os.ReadFile(demoMandatePath)
 		if rerr == nil && len(bytes.TrimSpace(b)) > 0 {

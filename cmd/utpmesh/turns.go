@@ -167,6 +167,7 @@ func (c *turnsCommand) replay(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	cf.noDemo = true // the recorded mandates bind the original agent
 	agentID, token, err := cf.resolve()
 	if err != nil {
 		return err
