@@ -254,7 +254,7 @@ func (c *nameChecker) attr(m map[string]any, has bool) {
 	v, _ := left["Var"].(string)
 	access := v + "." + name
 	if has {
-		access = v + " has " + name
+		access = name + " in `" + v + " has " + name + "`"
 	}
 	switch v {
 	case "context":
@@ -263,7 +263,7 @@ func (c *nameChecker) attr(m map[string]any, has bool) {
 				return
 			}
 		}
-		msg := fmt.Sprintf("unknown attribute in %s", access)
+		msg := fmt.Sprintf("unknown attribute %s", access)
 		if s := nearest(name, contextAttrs); s != "" {
 			msg += fmt.Sprintf("; did you mean context.%s?", s)
 		} else {
@@ -271,6 +271,6 @@ func (c *nameChecker) attr(m map[string]any, has bool) {
 		}
 		c.add(msg)
 	case "principal", "resource", "action":
-		c.add(fmt.Sprintf("unknown attribute in %s: the mesh's %s entities have no attributes; the call's attributes are context.%s", access, v, strings.Join(contextAttrs, ", context.")))
+		c.add(fmt.Sprintf("unknown attribute %s: the mesh's %s entities have no attributes; the call's attributes are context.%s", access, v, strings.Join(contextAttrs, ", context.")))
 	}
 }
