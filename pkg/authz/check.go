@@ -61,8 +61,8 @@ var entityTypes = []string{TypeProject, TypeBooking, TypeAgent, TypeTool}
 //
 // It does not check types, operators, extension calls or attributes of
 // records other than context; the cedar-go validator run after it does
-// (strict mode). Action entities inside conditions are left to that
-// validator, which refuses them.
+// (strict mode). An entity literal in a condition whose type ends in
+// "Action" is refused as an action outside the scope.
 func checkNames(p *cedar.Policy, actions []types.EntityUID) []string {
 	raw, err := p.MarshalJSON()
 	if err != nil {
@@ -228,7 +228,12 @@ func (c *nameChecker) expr(v any) {
 					c.attr(m, k == "has")
 				}
 			case "__entity":
-				if t, _, ok := entityRef(body); ok {
+				if t, id, ok := entityRef(body); ok {
+					if strings.HasSuffix(t, DefaultActionType) {
+						c.add(fmt.Sprintf("action %s in a condition: constrain actions in the policy scope instead (action == %s or action in [...])",
+							types.NewEntityUID(types.EntityType(t), types.String(id)), types.NewEntityUID(types.EntityType(t), types.String(id))))
+						continue
+					}
 					c.entityType(t, "in a condition")
 				}
 				continue
