@@ -21,7 +21,7 @@ func TestAuthCLI(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: []worker.Tool{echo.Tool()},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: &mesh.AuthConfig{}})
+		Projects: []string{"demo", "p2"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: &mesh.AuthConfig{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +53,8 @@ func TestAuthCLI(t *testing.T) {
 		want string
 	}{
 		{"policy get demo", []string{"policy", "get"}, 0, `Action::"echo"`},
-		{"policy put names the line", []string{"policy", "put", "--project", "p2", bad}, 1, ":2:"},
-		{"policy put", []string{"policy", "put", "--project", "p2", good}, 0, "version 1"},
+		{"policy put names the line", []string{"policy", "put", "--project", "p2", bad}, 1, "bad.cedar: line 2, column 18: expected ','"},
+		{"policy put", []string{"policy", "put", "--project", "p2", "--yes", good}, 0, "version 1"},
 		{"policy test allow", []string{"policy", "test", "--agent", "demo-agent", "--tool", "echo", "--mandate", demo}, 0, "ALLOW"},
 		{"policy test deny", []string{"policy", "test", "--agent", "demo-agent", "--tool", "echo"}, 1, "mandate_missing"},
 		{"policy config default", []string{"policy", "config", "--project", "p2"}, 0, "mandate required"},

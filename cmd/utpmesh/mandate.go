@@ -54,7 +54,7 @@ func setupAuth(ctx context.Context, m *mesh.Mesh) (string, error) {
 type mandateCommand struct{ env env }
 
 const mandateUsage = `utpmesh mandate issue   --project P --agent A --policy FILE [--ttl 1h] [--booking B] [--agent-pub KEY] [--data DIR | --key FILE]
-utpmesh mandate inspect TOKEN|FILE [--project P --data DIR | --key FILE]   decode (and verify when a key is at hand)
+utpmesh mandate inspect TOKEN|FILE [--project P --data DIR | --key FILE]   decode, and verify with the issuer key of DIR (default ./utpmesh-data) or FILE
 utpmesh mandate narrow  --parent TOKEN|FILE --policy FILE [--agent A] [--ttl D] [--data DIR | --key FILE]
 utpmesh mandate query   --mandate TOKEN|FILE [--project P] [--booking-state S]   the Windley Loop query (needs a running mesh)`
 
@@ -191,21 +191,9 @@ func (c *mandateCommand) Run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		verified := "not verified (pass --data DIR or --key FILE)"
-		if flagSet(fs, "data") || *keyFile != "" {
-			if p, ok := mandate.ProjectOfIssuer(m.Claims.Issuer); ok && !flagSet(fs, "project") {
-				*project = p
-			}
-			key, err := loadKey()
-			if err != nil {
-				return err
-			}
-			v := &mandate.Verifier{Keys: mandate.StaticKeys{key}}
-			if err := v.VerifyDecoded(ctx, m, key.Issuer); err != nil {
-				verified = "INVALID: " + err.Error()
-			} else {
-				verified = "valid (signature and time window)"
-			}
+		verified, err := c.verifyInspected(ctx, fs, m, *data, *keyFile, project, loadKey)
+		if err != nil {
+			return err
 		}
 		out := map[string]any{"header": m.Header, "claims": m.Claims, "verified": verified, "grants": authz.Grants(m.Policies)}
 		if mf.json {
@@ -253,6 +241,40 @@ func (c *mandateCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprint(c.env.stdout, r.ContextBlock)
 	}
 	return nil
+}
+
+// verifyInspected says whether an inspected mandate verifies. With --key
+// or an explicit --data it verifies (a missing key is an error). With the
+// default --data it verifies when that directory has the issuer's key, and
+// otherwise says which directory it looked in and what verification needs.
+func (c *mandateCommand) verifyInspected(ctx context.Context, fs *flag.FlagSet, m *mandate.Mandate, data, keyFile string, project *string,
+	loadKey func() (*mandate.IssuerKey, error)) (string, error) {
+	if p, ok := mandate.ProjectOfIssuer(m.Claims.Issuer); ok && !flagSet(fs, "project") {
+		*project = p
+	}
+	explicit := flagSet(fs, "data") || keyFile != ""
+	if !explicit {
+		keys := filepath.Join(data, "keys")
+		if _, err := os.Stat(data); err != nil {
+			return fmt.Sprintf("not verified: no data directory %s here (verification needs the issuer key of the mesh that issued it, DIR/keys/%s.pem: pass --data DIR or --key FILE, or check it against the running mesh: utpmesh mandate query --mandate FILE)", data, *project), nil
+		}
+		if _, err := os.Stat(mandate.NewKeyDir(keys).Path(*project)); err != nil {
+			return fmt.Sprintf("not verified: %s has no issuer key for project %s (looked for %s; pass --data DIR of the mesh that issued it, or --key FILE)", data, *project, mandate.NewKeyDir(keys).Path(*project)), nil
+		}
+	}
+	key, err := loadKey()
+	if err != nil {
+		return "", err
+	}
+	v := &mandate.Verifier{Keys: mandate.StaticKeys{key}}
+	where := "key " + keyFile
+	if keyFile == "" {
+		where = "issuer key in " + filepath.Join(data, "keys")
+	}
+	if err := v.VerifyDecoded(ctx, m, key.Issuer); err != nil {
+		return "INVALID: " + err.Error(), nil
+	}
+	return "valid (signature and time window; " + where + ")", nil
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {

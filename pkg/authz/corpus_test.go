@@ -232,8 +232,8 @@ func TestValidate(t *testing.T) {
 		name, text, want string
 	}{
 		{"ok", `permit(principal, action == ATPAction::"invoke_hem", resource) when { ["HEM-01"].contains(context.hem_id) };`, ""},
-		{"syntax error names the line", "permit(principal, action, resource);\npermit(principal, action resource);", ":2:"},
-		{"unknown context attribute", "permit(principal, action, resource);\npermit(principal, action, resource) when { context.booking_stat == \"X\" };", "policies:2"},
+		{"syntax error names the line", "permit(principal, action, resource);\npermit(principal, action resource);", "policies: line 2, column 26: expected ','"},
+		{"unknown context attribute", "permit(principal, action, resource);\npermit(principal, action, resource) when { context.booking_stat == \"X\" };", "policies: line 2, column 1: policy policy1"},
 		{"type error", `permit(principal, action, resource) when { context.hem_id > 3 };`, "policy0"},
 		{"unknown entity type", `permit(principal == User::"x", action, resource);`, "User"},
 	}

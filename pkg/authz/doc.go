@@ -36,6 +36,16 @@
 // the Windley context block, versioned WindleyTemplateVersion. The corpus
 // test checks that the residual agrees with the gate.
 //
+// # Validation
+//
+// ValidateFor (ParseAndValidateFor) checks a project's policy set before
+// it is stored: syntax errors are explained in words with line and column
+// (ExplainParseError); unknown actions (not an action of the project's
+// tools, see ActionSource, nor one of ATPActions), entity types and
+// attributes are refused naming the nearest valid one; cedar-go's
+// validator then checks types. Validate (mandates) accepts any action.
+// DiffPolicies is the line diff the CLI shows before a replacement.
+//
 // # Caveats
 //
 // cedar-go's x/exp packages (partial evaluation, schema validation) are

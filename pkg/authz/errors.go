@@ -12,6 +12,9 @@ var (
 	// ErrInvalidRequest: a request, config or argument is malformed; the
 	// message names the field.
 	ErrInvalidRequest = errors.New("authz: invalid request")
+	// ErrConflict: the stored policy set is not the version the request
+	// was based on (someone changed it meanwhile).
+	ErrConflict = errors.New("authz: policy set changed meanwhile")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("authz: store closed")
 )

@@ -50,6 +50,22 @@ type PolicyDoc struct {
 	// SHA256 is the hex SHA-256 of Policies.
 	SHA256    string    `json:"sha256"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// RolledBackFrom is the version whose text this version restored
+	// (policy rollback); 0 for a put.
+	RolledBackFrom uint64 `json:"rolled_back_from,omitempty"`
+}
+
+// PolicyVersion describes one kept version of a project's policy set
+// (without its text; PolicyHistory.PolicyVersion returns the text).
+type PolicyVersion struct {
+	Version   uint64    `json:"version"`
+	SHA256    string    `json:"sha256"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// Bytes is the length of the policy text.
+	Bytes          int    `json:"bytes"`
+	RolledBackFrom uint64 `json:"rolled_back_from,omitempty"`
+	// Current is true for the version the gate uses.
+	Current bool `json:"current"`
 }
 
 // PolicySource is where the gate reads projects' policies and configs.
@@ -69,6 +85,25 @@ type PolicyStore interface {
 	PutPolicies(ctx context.Context, project, text string) (*PolicyDoc, error)
 	// PutConfig stores the project's config.
 	PutConfig(ctx context.Context, project string, c ProjectConfig) error
+}
+
+// PolicyHistory is a PolicyStore that keeps the last versions of each
+// project's policy set and can restore one.
+type PolicyHistory interface {
+	PolicyStore
+	// ReplacePolicies is PutPolicies that refuses (ErrConflict) unless the
+	// stored version is base (0: no set stored yet), so a replacement
+	// confirmed against one version never overwrites another.
+	ReplacePolicies(ctx context.Context, project, text string, base uint64) (*PolicyDoc, error)
+	// History lists the kept versions, newest first.
+	History(ctx context.Context, project string) ([]PolicyVersion, error)
+	// PolicyVersion returns one kept version, or an error wrapping
+	// ErrNotFound.
+	PolicyVersion(ctx context.Context, project string, version uint64) (*PolicyDoc, error)
+	// Rollback validates the text of a kept version against the project's
+	// current tools and stores it as a new version (RolledBackFrom set);
+	// base is as for ReplacePolicies.
+	Rollback(ctx context.Context, project string, version, base uint64) (*PolicyDoc, error)
 }
 
 // BookingStates tells the gate a booking's current state (for the context

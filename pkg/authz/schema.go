@@ -63,20 +63,51 @@ func ActionsSchema(actions []types.EntityUID) string {
 }
 
 // Validate checks a parsed policy set against the mesh schema (strict
-// mode): entity types, context attribute names and types, and operator
-// types. name prefixes the messages; each names the policy and its line.
-// Actions must be constrained in the policy scope (action == T::"id" or
-// action in [...]); an action entity in a condition is reported as an
-// unknown entity type.
+// mode) without a list of known actions: every action the policies name in
+// their scope is accepted. Mandates use it (the project's policy set,
+// validated with ValidateFor, must permit their actions too). See
+// ValidateFor for what is checked.
 func Validate(name string, ps *cedar.PolicySet) error {
-	known := map[types.EntityUID]bool{}
+	return validateSet(name, ps, nil)
+}
+
+// ValidateFor checks a parsed policy set against the mesh schema and the
+// actions a project's policies may name (its tools' actions; ATPActions
+// are always added). It reports, each with the policy's line and column
+// and the nearest valid name: unknown actions, unknown entity types and
+// unknown attributes (checkNames), then runs cedar-go's validator in
+// strict mode for types and operators. Actions must be constrained in the
+// policy scope (action == T::"id" or action in [...]); an action entity in
+// a condition is refused. A nil actions behaves as Validate.
+func ValidateFor(name string, ps *cedar.PolicySet, actions []types.EntityUID) error {
+	if actions != nil {
+		actions = append(slices.Clone(actions), atpActionUIDs()...)
+	}
+	return validateSet(name, ps, actions)
+}
+
+func atpActionUIDs() []types.EntityUID {
+	out := make([]types.EntityUID, 0, len(ATPActions))
 	for _, s := range ATPActions {
 		uid, _ := ParseAction(s)
+		out = append(out, uid)
+	}
+	return out
+}
+
+func validateSet(name string, ps *cedar.PolicySet, strictActions []types.EntityUID) error {
+	known := map[types.EntityUID]bool{}
+	for _, uid := range atpActionUIDs() {
 		known[uid] = true
 	}
-	for _, p := range ps.All() {
-		for _, uid := range scopeActions((*ast.Policy)(p.AST()).Action) {
-			known[uid] = true
+	for _, uid := range strictActions {
+		known[uid] = true
+	}
+	if strictActions == nil {
+		for _, p := range ps.All() {
+			for _, uid := range scopeActions((*ast.Policy)(p.AST()).Action) {
+				known[uid] = true
+			}
 		}
 	}
 	actions := make([]types.EntityUID, 0, len(known))
@@ -94,19 +125,28 @@ func Validate(name string, ps *cedar.PolicySet) error {
 	}
 	v := validate.New(rs, validate.WithStrict())
 	type item struct {
-		id   cedar.PolicyID
-		p    *ast.Policy
-		line int
+		id  cedar.PolicyID
+		p   *cedar.Policy
+		pos cedar.Position
 	}
 	var items []item
 	for id, p := range ps.All() {
-		items = append(items, item{id, (*ast.Policy)(p.AST()), p.Position().Line})
+		items = append(items, item{id, p, p.Position()})
 	}
-	sort.Slice(items, func(i, j int) bool { return items[i].line < items[j].line })
+	sort.Slice(items, func(i, j int) bool { return items[i].pos.Offset < items[j].pos.Offset })
+	var checkActions []types.EntityUID
+	if strictActions != nil {
+		checkActions = actions
+	}
 	var errs []error
 	for _, it := range items {
-		if err := validateOne(v, string(it.id), it.p); err != nil {
-			errs = append(errs, fmt.Errorf("%s:%d: policy %s: %s", name, it.line, it.id, tidy(string(it.id), err)))
+		where := fmt.Sprintf("%s: line %d, column %d: policy %s", name, it.pos.Line, it.pos.Column, it.id)
+		if names := checkNames(it.p, checkActions); len(names) > 0 {
+			errs = append(errs, fmt.Errorf("%s: %s", where, strings.Join(names, "; ")))
+			continue
+		}
+		if err := validateOne(v, string(it.id), (*ast.Policy)(it.p.AST())); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %s", where, tidy(string(it.id), err)))
 		}
 	}
 	if len(errs) > 0 {
@@ -158,14 +198,24 @@ func rewriteActionScope(s ast.IsActionScopeNode) ast.IsActionScopeNode {
 	return s
 }
 
-// ParseAndValidate parses Cedar policy text (syntax errors name the line
-// and column) and validates it against the schema.
+// ParseAndValidate parses Cedar policy text (syntax errors are explained
+// in words with line and column, ExplainParseError) and validates it
+// against the schema without a list of known actions (Validate).
 func ParseAndValidate(name, text string) (*cedar.PolicySet, error) {
+	return ParseAndValidateFor(name, text, nil)
+}
+
+// ParseAndValidateFor parses Cedar policy text and validates it with
+// ValidateFor against actions (nil: any action, as ParseAndValidate).
+func ParseAndValidateFor(name, text string, actions []types.EntityUID) (*cedar.PolicySet, error) {
+	if err := syntaxError(text); err != nil {
+		return nil, fmt.Errorf("%w: %s: %s", ErrInvalidPolicy, name, ExplainParseError(text, err))
+	}
 	ps, err := mandate.ParsePolicies(name, text)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
 	}
-	if err := Validate(name, ps); err != nil {
+	if err := ValidateFor(name, ps, actions); err != nil {
 		return nil, err
 	}
 	return ps, nil
@@ -187,4 +237,15 @@ func tidy(id string, err error) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// syntaxError is cedar-go's parse error of text, if any.
+func syntaxError(text string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("cannot parse: %v", r)
+		}
+	}()
+	_, err = cedar.NewPolicyListFromBytes("policies", []byte(text))
+	return err
 }

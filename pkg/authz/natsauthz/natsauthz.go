@@ -39,6 +39,12 @@ const (
 	OpConfigPut = "config_put"
 	OpTest      = "test"
 	OpQuery     = "query"
+	// OpHistory lists the kept versions of the project's policy set.
+	OpHistory = "history"
+	// OpHistoryGet returns one kept version with its text.
+	OpHistoryGet = "history_get"
+	// OpRollback stores a kept version's text as a new version.
+	OpRollback = "rollback"
 )
 
 // Wire codes besides svc's common ones.
@@ -57,6 +63,7 @@ var Codes = svc.Codes{
 	{Err: authz.ErrNotFound, Code: svc.CodeNotFound},
 	{Err: authz.ErrInvalidRequest, Code: svc.CodeBadRequest},
 	{Err: authz.ErrClosed, Code: CodeClosed},
+	{Err: authz.ErrConflict, Code: svc.CodeConflict},
 	{Err: errMandate, Code: CodeMandateInvalid},
 }
 
@@ -68,6 +75,25 @@ type (
 	// PutRequest is the body of put.
 	PutRequest struct {
 		Policies string `json:"policies"`
+		// BaseVersion, when set, is the version the caller reviewed (0:
+		// none stored); the put is refused with conflict if the stored
+		// version differs.
+		BaseVersion *uint64 `json:"base_version,omitempty"`
+	}
+	// HistoryReply is the reply of history: the kept versions, newest
+	// first.
+	HistoryReply struct {
+		Versions []authz.PolicyVersion `json:"versions"`
+	}
+	// HistoryGetRequest is the body of history_get.
+	HistoryGetRequest struct {
+		Version uint64 `json:"version"`
+	}
+	// RollbackRequest is the body of rollback: restore Version; the
+	// stored version must be BaseVersion.
+	RollbackRequest struct {
+		Version     uint64 `json:"version"`
+		BaseVersion uint64 `json:"base_version"`
 	}
 	// DocReply is the reply of put and get.
 	DocReply struct {
@@ -110,6 +136,9 @@ type (
 
 // ServerConfig configures a Server.
 type ServerConfig struct {
+	// Store serves put, get and the configs; history, history_get and
+	// rollback need it to be an authz.PolicyHistory (else they reply
+	// bad_request), as is put with base_version.
 	Store    authz.PolicyStore
 	Gate     *authz.Gate
 	Querier  *authz.Querier
@@ -136,6 +165,7 @@ func NewServer(nc *nats.Conn, cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, srv: srv}
 	for op, h := range map[string]svc.HandlerFunc{
 		OpPut: s.put, OpGet: s.get, OpConfigGet: s.configGet, OpConfigPut: s.configPut, OpTest: s.test, OpQuery: s.query,
+		OpHistory: s.history, OpHistoryGet: s.historyGet, OpRollback: s.rollback,
 	} {
 		if err := srv.Handle(op, h); err != nil {
 			return nil, err
@@ -169,7 +199,75 @@ func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
-	doc, err := s.cfg.Store.PutPolicies(ctx, sc.Project, req.Policies)
+	var doc *authz.PolicyDoc
+	var err error
+	if req.BaseVersion != nil {
+		h, herr := s.historyStore()
+		if herr != nil {
+			return nil, herr
+		}
+		doc, err = h.ReplacePolicies(ctx, sc.Project, req.Policies, *req.BaseVersion)
+	} else {
+		doc, err = s.cfg.Store.PutPolicies(ctx, sc.Project, req.Policies)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return DocReply{Doc: doc}, nil
+}
+
+func (s *Server) historyStore() (authz.PolicyHistory, error) {
+	h, ok := s.cfg.Store.(authz.PolicyHistory)
+	if !ok {
+		return nil, fmt.Errorf("%w: this policy store keeps no history", authz.ErrInvalidRequest)
+	}
+	return h, nil
+}
+
+func (s *Server) history(ctx context.Context, sc svc.Scope, _ []byte) (any, error) {
+	h, err := s.historyStore()
+	if err != nil {
+		return nil, err
+	}
+	vs, err := h.History(ctx, sc.Project)
+	if err != nil {
+		return nil, err
+	}
+	if vs == nil {
+		vs = []authz.PolicyVersion{}
+	}
+	return HistoryReply{Versions: vs}, nil
+}
+
+func (s *Server) historyGet(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req HistoryGetRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	h, err := s.historyStore()
+	if err != nil {
+		return nil, err
+	}
+	doc, err := h.PolicyVersion(ctx, sc.Project, req.Version)
+	if err != nil {
+		return nil, err
+	}
+	return DocReply{Doc: doc}, nil
+}
+
+func (s *Server) rollback(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req RollbackRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if req.Version == 0 {
+		return nil, fmt.Errorf("%w: version is required (1 or more; history lists the kept versions)", authz.ErrInvalidRequest)
+	}
+	h, err := s.historyStore()
+	if err != nil {
+		return nil, err
+	}
+	doc, err := h.Rollback(ctx, sc.Project, req.Version, req.BaseVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -297,6 +395,55 @@ func (c *Client) PutPolicies(ctx context.Context, project, text string) (*authz.
 	return r.Doc, nil
 }
 
+// ReplacePolicies stores text as the project's policy set if the stored
+// version is still base (0: none stored); else the error wraps
+// authz.ErrConflict.
+func (c *Client) ReplacePolicies(ctx context.Context, project, text string, base uint64) (*authz.PolicyDoc, error) {
+	var r DocReply
+	if err := c.ep.Call(ctx, project, OpPut, PutRequest{Policies: text, BaseVersion: &base}, &r); err != nil {
+		return nil, err
+	}
+	if r.Doc == nil {
+		return nil, fmt.Errorf("%w: reply has no doc", svc.ErrBadReply)
+	}
+	return r.Doc, nil
+}
+
+// History lists the kept versions of the project's policy set, newest
+// first.
+func (c *Client) History(ctx context.Context, project string) ([]authz.PolicyVersion, error) {
+	var r HistoryReply
+	if err := c.ep.Call(ctx, project, OpHistory, struct{}{}, &r); err != nil {
+		return nil, err
+	}
+	return r.Versions, nil
+}
+
+// PolicyVersion returns one kept version with its text.
+func (c *Client) PolicyVersion(ctx context.Context, project string, version uint64) (*authz.PolicyDoc, error) {
+	var r DocReply
+	if err := c.ep.Call(ctx, project, OpHistoryGet, HistoryGetRequest{Version: version}, &r); err != nil {
+		return nil, err
+	}
+	if r.Doc == nil {
+		return nil, fmt.Errorf("%w: reply has no doc", svc.ErrBadReply)
+	}
+	return r.Doc, nil
+}
+
+// Rollback restores a kept version as a new version, if the stored
+// version is still base.
+func (c *Client) Rollback(ctx context.Context, project string, version, base uint64) (*authz.PolicyDoc, error) {
+	var r DocReply
+	if err := c.ep.Call(ctx, project, OpRollback, RollbackRequest{Version: version, BaseVersion: base}, &r); err != nil {
+		return nil, err
+	}
+	if r.Doc == nil {
+		return nil, fmt.Errorf("%w: reply has no doc", svc.ErrBadReply)
+	}
+	return r.Doc, nil
+}
+
 // Policies returns the project's policy set.
 func (c *Client) Policies(ctx context.Context, project string) (*authz.PolicyDoc, error) {
 	var r DocReply
@@ -321,7 +468,7 @@ func (c *Client) PutConfig(ctx context.Context, project string, cfg authz.Projec
 	return c.ep.Call(ctx, project, OpConfigPut, cfg, &ConfigReply{})
 }
 
-var _ authz.PolicyStore = (*Client)(nil)
+var _ authz.PolicyHistory = (*Client)(nil)
 
 // Test asks one authorization question.
 func (c *Client) Test(ctx context.Context, project string, req TestRequest) (*authz.Decision, error) {

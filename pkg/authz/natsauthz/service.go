@@ -41,6 +41,8 @@ type Service struct {
 }
 
 // Start opens <DataDir>/policies.db and serves the policy service on nc.
+// Policy sets are validated against the actions of the project's tools in
+// cfg.Registry (and ATPActions), so a typo'd action is refused.
 func Start(ctx context.Context, nc *nats.Conn, cfg StartConfig) (*Service, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -54,7 +56,7 @@ func Start(ctx context.Context, nc *nats.Conn, cfg StartConfig) (*Service, error
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	st, err := policystore.Open(filepath.Join(cfg.DataDir, "policies.db"))
+	st, err := policystore.Open(filepath.Join(cfg.DataDir, "policies.db"), policystore.WithActions(authz.RegistryActions{Registry: cfg.Registry}))
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,103 @@
+package natsauthz_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/utpmesh/utpmesh/internal/meshtest"
+	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
+)
+
+// TestPolicyOps drives put (with and without base_version), get,
+// history, history_get and rollback over a real nats-server, with the
+// store validating against the project's registered tools.
+func TestPolicyOps(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := meshtest.NATS(t)
+	nc := meshtest.Conn(t, srv)
+	dir := t.TempDir()
+	reg, err := boltreg.Open(filepath.Join(dir, "registry.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	_, err = reg.Put(ctx, &registry.Entry{ProjectID: "demo", ToolName: "ATLAS_TASK_LIST", Description: "list tasks",
+		Parameters: json.RawMessage(`{"type":"object"}`), TargetSubject: "cg.{ver}.{project_id}.{channel_id}.cmd.tool.atlas_task_list",
+		AfterExecution: card.Suspend, Options: registry.Options{CedarAction: `ATLASAction::"TASK_LIST"`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := natsauthz.Start(ctx, nc, natsauthz.StartConfig{DataDir: dir, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background())
+	cl, err := natsauthz.NewClient(meshtest.Conn(t, srv), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := `permit(principal, action == ATLASAction::"TASK_LIST", resource);` + "\n"
+	other := `@id("all") permit(principal, action in [ATLASAction::"TASK_LIST"], resource);` + "\n"
+
+	if _, err := cl.PutPolicies(ctx, "demo", `permit(principal, action == ATLASAction::"TASK_LST", resource);`); !errors.Is(err, authz.ErrInvalidPolicy) ||
+		!strings.Contains(err.Error(), `unknown action ATLASAction::"TASK_LST"; did you mean ATLASAction::"TASK_LIST"?`) {
+		t.Fatalf("typo put = %v", err)
+	}
+	if _, err := cl.PutPolicies(ctx, "demo", "permit(principal, action, resource"); !errors.Is(err, authz.ErrInvalidPolicy) ||
+		!strings.Contains(err.Error(), "expected ')' to close the '(' at line 1, column 7") {
+		t.Fatalf("syntax put = %v", err)
+	}
+	if h, err := cl.History(ctx, "demo"); err != nil || len(h) != 0 {
+		t.Fatalf("history before any put = %v, %v", h, err)
+	}
+	if d, err := cl.ReplacePolicies(ctx, "demo", good, 0); err != nil || d.Version != 1 {
+		t.Fatalf("first replace = %+v, %v", d, err)
+	}
+	if _, err := cl.ReplacePolicies(ctx, "demo", other, 0); !errors.Is(err, authz.ErrConflict) {
+		t.Fatalf("stale replace = %v", err)
+	}
+	if d, err := cl.PutPolicies(ctx, "demo", other); err != nil || d.Version != 2 {
+		t.Fatalf("put = %+v, %v", d, err)
+	}
+	h, err := cl.History(ctx, "demo")
+	if err != nil || len(h) != 2 || h[0].Version != 2 || !h[0].Current || h[1].Version != 1 || h[1].Current {
+		t.Fatalf("history = %+v, %v", h, err)
+	}
+	if d, err := cl.PolicyVersion(ctx, "demo", 1); err != nil || d.Policies != good {
+		t.Fatalf("history_get 1 = %+v, %v", d, err)
+	}
+	if _, err := cl.PolicyVersion(ctx, "demo", 7); !errors.Is(err, authz.ErrNotFound) {
+		t.Fatalf("history_get 7 = %v", err)
+	}
+	if _, err := cl.Rollback(ctx, "demo", 0, 2); !errors.Is(err, authz.ErrInvalidRequest) {
+		t.Fatalf("rollback without version = %v", err)
+	}
+	if _, err := cl.Rollback(ctx, "demo", 1, 1); !errors.Is(err, authz.ErrConflict) {
+		t.Fatalf("rollback on a stale base = %v", err)
+	}
+	d, err := cl.Rollback(ctx, "demo", 1, 2)
+	if err != nil || d.Version != 3 || d.RolledBackFrom != 1 || d.Policies != good {
+		t.Fatalf("rollback = %+v, %v", d, err)
+	}
+	if cur, err := cl.Policies(ctx, "demo"); err != nil || cur.Version != 3 || cur.Policies != good {
+		t.Fatalf("get after rollback = %+v, %v", cur, err)
+	}
+	// A tool removed from the registry makes its old policies invalid:
+	// rollback goes through the same validation.
+	if err := reg.Delete(ctx, "demo", "ATLAS_TASK_LIST"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Rollback(ctx, "demo", 2, 3); !errors.Is(err, authz.ErrInvalidPolicy) || !strings.Contains(err.Error(), "unknown action") {
+		t.Fatalf("rollback to a set naming a removed tool = %v", err)
+	}
+}
