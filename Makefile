@@ -16,6 +16,7 @@ FUZZ_TARGETS = \
 	./pkg/telemetry:FuzzExtractTraceparent \
 	./pkg/turn:FuzzDiff \
 	./pkg/mandate:FuzzDecode \
+	./pkg/authz:FuzzExplainParseError \
 	./services/atlas/internal/cron:FuzzParse \
 	./services/atlas/internal/atime:FuzzParseHM \
 	./services/atlas/internal/atime:FuzzParseDate
