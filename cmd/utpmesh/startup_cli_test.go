@@ -46,10 +46,11 @@ func wantOneLine(t *testing.T, code int, stderr, want string) {
 	}
 }
 
-// TestUpBusyAddress: up on a busy NATS or metrics address fails at once
-// with one line naming the address and what to pass instead; no stray
-// lines from the ATLAS services (up serves them all by default).
-func TestUpBusyAddress(t *testing.T) {
+// TestBusyAddress: up on a busy NATS or metrics address, and a worker on
+// a busy metrics address, fail at once with one line naming the address and
+// what to pass instead; no stray lines from the ATLAS services (up serves
+// them all by default).
+func TestBusyAddress(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -61,14 +62,20 @@ func TestUpBusyAddress(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"nats", []string{"--nats-listen", addr, "--metrics-addr", ""},
+		{"up nats", []string{"--nats-listen", addr, "--metrics-addr", ""},
 			"utpmesh up: listen " + addr + ": address already in use; is another 'utpmesh up' or nats-server running? pass --nats-listen 127.0.0.1:0 for a free port"},
-		{"metrics", []string{"--nats-listen", "127.0.0.1:0", "--metrics-addr", addr},
+		{"up metrics", []string{"--nats-listen", "127.0.0.1:0", "--metrics-addr", addr},
 			"utpmesh up: metrics listen " + addr + ": address already in use; is another 'utpmesh up' running? pass --metrics-addr 127.0.0.1:0 for a free port, or --metrics-addr '' for no metrics"},
+		{"worker metrics", []string{"worker", "--nats", "nats://127.0.0.1:1", "--metrics-addr", addr, "echo"},
+			"utpmesh worker: metrics listen " + addr + ": address already in use; pass another --metrics-addr (127.0.0.1:0 picks a free port)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			code, stderr := runProc(t, append([]string{"up", "--data", t.TempDir()}, tc.args...)...)
+			args := tc.args
+			if args[0] != "worker" {
+				args = append([]string{"up", "--data", t.TempDir()}, args...)
+			}
+			code, stderr := runProc(t, args...)
 			wantOneLine(t, code, stderr, tc.want)
 		})
 	}

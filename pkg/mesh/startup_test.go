@@ -2,14 +2,17 @@ package mesh_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/utpmesh/utpmesh/internal/datalock"
+	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
@@ -86,17 +89,27 @@ func TestBusyAddress(t *testing.T) {
 }
 
 // Services get the running mesh and a context that ends when the mesh
-// stops, not when Start's context does; their tools are served.
+// stops, after the worker's drain (a call still running at the drain
+// deadline sees it alive), not when Start's context ends.
 func TestServices(t *testing.T) {
 	startCtx, cancelStart := context.WithCancel(context.Background())
 	var svcCtx context.Context
+	started := make(chan struct{}, 1)
+	aliveAtDrain := make(chan error, 1)
+	hold := worker.Tool{Name: "hold", Parameters: json.RawMessage(`{"type":"object"}`),
+		Handler: func(ctx context.Context, _ *worker.Call) (worker.Result, error) {
+			started <- struct{}{}
+			<-ctx.Done() // canceled by the drain deadline, inside Stop
+			aliveAtDrain <- svcCtx.Err()
+			return worker.Result{}, ctx.Err()
+		}}
 	m, err := mesh.Start(startCtx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quiet,
 		Services: func(ctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
 			if m.Conn() == nil || m.Cards() == nil {
 				t.Error("Services called before the connection and CardStore exist")
 			}
 			svcCtx = ctx
-			return []worker.Tool{echo.Tool()}, nil
+			return []worker.Tool{echo.Tool(), hold}, nil
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -105,15 +118,29 @@ func TestServices(t *testing.T) {
 	if svcCtx.Err() != nil {
 		t.Fatal("the services' context ended with Start's")
 	}
-	served := false
+	served := map[string]bool{}
 	for _, tl := range m.Runtime().Tools() {
-		served = served || tl.Name == echo.Name
+		served[tl.Name] = true
 	}
-	if !served {
-		t.Fatal("the service's tool is not served")
+	if !served[echo.Name] || !served["hold"] {
+		t.Fatalf("the services' tools are not served: %v", served)
 	}
-	if err := m.Stop(context.Background()); err != nil {
+	ac, err := agent.New(m.Conn(), agent.Config{Project: "demo", Channel: "main", AgentID: "holder"})
+	if err != nil {
 		t.Fatal(err)
+	}
+	defer ac.Close()
+	go func() {
+		_, _ = ac.Call(context.Background(), agent.CallRequest{ToolName: "hold", AgentTurnID: "turn-h"})
+	}()
+	<-started
+	drain, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := m.Stop(drain); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-aliveAtDrain; err != nil {
+		t.Fatalf("the services' context had ended before the drain finished: %v", err)
 	}
 	if svcCtx.Err() == nil {
 		t.Fatal("the services' context did not end with Stop")
