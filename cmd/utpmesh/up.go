@@ -56,28 +56,36 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	if *maxCard < 1 || *maxCard > cardstore.DefaultMaxCardBytes {
 		return usagef("--max-card-bytes %d: use 1 to %d bytes", *maxCard, cardstore.DefaultMaxCardBytes)
 	}
-	// The mesh's connection and CardStore exist only after mesh.Start;
-	// services that need them bind late (calls before Set wait for it).
-	late := catalog.NewLate()
-	tools, err := catalog.Build(services, catalog.Deps{DataDir: *data, Context: ctx, Late: late})
-	if err != nil {
-		return err
-	}
 	tp, err := telemetry.Setup(ctx, telemetry.Config{Endpoint: *otlp, ServiceName: "utpmesh-up", ServiceVersion: Version, Getenv: c.env.getenv})
 	if err != nil {
 		return usagef("--otlp-endpoint: %v", err)
 	}
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: *data, Listen: *listen, Projects: projects, Tools: tools, Logger: log,
+	// The tool services are built by the mesh once its data directory is
+	// locked and its connection and CardStore exist; a start that fails
+	// before that opens none of their files. They stop after the drain.
+	build := func(sctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
+		return catalog.Build(services, catalog.Deps{NC: m.Conn(), Store: m.Cards(), Registry: m.Registry(),
+			DataDir: *data, Context: sctx, Logger: log})
+	}
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: *data, Listen: *listen, Projects: projects, Services: build, Logger: log,
 		MetricsAddr: *metricsAddr, TracerProvider: tp, MaxPayload: int32(*maxPayload), MaxCardBytes: *maxCard,
-		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{}})
+		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{}, Command: "utpmesh up"})
+	if err != nil && ctx.Err() != nil {
+		// Interrupted while starting: Start has stopped what it started.
+		fmt.Fprintln(c.env.stdout, "stopped while starting")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	late.Set(m.Conn(), m.Cards())
 	authLine, err := setupAuth(ctx, m)
 	if err != nil {
 		_ = m.Stop(context.Background())
+		if ctx.Err() != nil {
+			fmt.Fprintln(c.env.stdout, "stopped while starting")
+			return nil
+		}
 		return err
 	}
 	cfg := m.Config()

@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/internal/datalock"
+	"github.com/utpmesh/utpmesh/internal/portcheck"
 	"github.com/utpmesh/utpmesh/pkg/metrics"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
@@ -57,6 +59,23 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	if len(projects) == 0 {
 		projects = stringList{"demo"}
 	}
+	// Services that keep files own the data directory: lock it before
+	// anything opens a file there (see docs/operations.md, data directory).
+	if catalog.KeepFiles(services) {
+		lock, err := datalock.Acquire(*data, "utpmesh worker "+strings.Join(services, " "))
+		if errors.Is(err, datalock.ErrInUse) {
+			return fmt.Errorf("%w; stop it, or give this worker its own --data DIR", err)
+		}
+		if err != nil {
+			return err
+		}
+		defer func() { _ = lock.Release() }()
+	}
+	if *metricsAddr != "" {
+		if err := portcheck.Free(*metricsAddr); errors.Is(err, portcheck.ErrInUse) {
+			return fmt.Errorf("metrics %w; pass another --metrics-addr (127.0.0.1:0 picks a free port)", err)
+		}
+	}
 	nc, err := nats.Connect(*url, nats.Name("utpmesh-worker"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s: %w (is the mesh running? start it with 'utpmesh up')", *url, err)
@@ -70,7 +89,11 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	tools, err := catalog.Build(services, catalog.Deps{NC: nc, Store: store, Registry: reg, DataDir: *data, Context: ctx})
+	// The services (their files, confirmation endpoints, scheduler) outlive
+	// the signal: they stop after the drain, when svcCtx ends.
+	svcCtx, stopServices := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServices()
+	tools, err := catalog.Build(services, catalog.Deps{NC: nc, Store: store, Registry: reg, DataDir: *data, Context: svcCtx, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -114,5 +137,6 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	if err := rt.Stop(sctx); err != nil && !errors.Is(err, worker.ErrDrainTimeout) {
 		return err // ErrDrainTimeout: calls were canceled and reported, a clean stop
 	}
+	stopServices()
 	return nc.Drain()
 }

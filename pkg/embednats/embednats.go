@@ -16,6 +16,14 @@
 //     whole cards). It must stay above the card size limit plus the request
 //     envelope; `utpmesh up` checks that. nats-server warns above 8 MiB and
 //     clients learn the limit when they connect.
+//
+// Start-up failures are reported at once, not after ReadyTimeout: a fixed
+// port that another socket holds fails before the server is created
+// (ErrAddrInUse, "listen 127.0.0.1:4222: address already in use"), and a
+// fatal error of the server's own start (it lost the port to another
+// process after the check, its JetStream store cannot be opened) ends the
+// wait with that error. A fatal error during start-up is returned, not
+// logged, so the caller reports it once.
 package embednats
 
 import (
@@ -26,10 +34,14 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/internal/portcheck"
 )
 
 // DefaultMaxPayload is the max message size the embedded server allows: large
@@ -51,6 +63,12 @@ var (
 	// ErrInvalidConfig: a Config field is out of range; the message names
 	// the field and the accepted values.
 	ErrInvalidConfig = errors.New("embednats: invalid configuration")
+	// ErrAddrInUse: another socket listens on Host:Port. The message is
+	// "listen HOST:PORT: address already in use".
+	ErrAddrInUse = portcheck.ErrInUse
+	// ErrNotStarted: the server reported a fatal error while starting, or
+	// was not ready within ReadyTimeout; the message says which.
+	ErrNotStarted = errors.New("embednats: nats-server did not start")
 )
 
 // Config configures an embedded server.
@@ -74,7 +92,8 @@ type Config struct {
 	ServerName string
 	// Logger receives the server's notices and errors; nil keeps it quiet.
 	Logger *slog.Logger
-	// ReadyTimeout bounds start-up; default 10s.
+	// ReadyTimeout bounds the wait for the server to accept connections;
+	// default 10s. A busy port or a fatal start-up error ends it at once.
 	ReadyTimeout time.Duration
 }
 
@@ -125,20 +144,49 @@ func Start(cfg Config) (*Server, error) {
 			opts.SyncInterval = 2 * time.Minute
 		}
 	}
+	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
+	if cfg.Port > 0 {
+		if err := portcheck.Free(addr); err != nil {
+			return nil, err
+		}
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embednats: configure server: %w", err)
 	}
-	if cfg.Logger != nil {
-		ns.SetLoggerV2(&slogAdapter{l: cfg.Logger}, false, false, false)
-	}
+	logs := &slogAdapter{l: cfg.Logger, fatal: make(chan string, 1)}
+	ns.SetLoggerV2(logs, false, false, false)
 	go ns.Start()
-	if !ns.ReadyForConnections(cfg.ReadyTimeout) {
+	if err := waitReady(ns, logs, addr, cfg.ReadyTimeout); err != nil {
 		ns.Shutdown()
-		return nil, fmt.Errorf("embednats: server not ready within %v (is %s already in use?)",
-			cfg.ReadyTimeout, net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+		return nil, err
 	}
+	logs.started()
 	return &Server{ns: ns, cfg: cfg}, nil
+}
+
+// readyPoll is how long one readiness check waits before the start-up
+// wait looks for a fatal error again.
+const readyPoll = 50 * time.Millisecond
+
+// waitReady waits until ns accepts connections, it reports a fatal error,
+// or timeout passes.
+func waitReady(ns *server.Server, logs *slogAdapter, addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for !ns.ReadyForConnections(readyPoll) {
+		select {
+		case msg := <-logs.fatal:
+			if strings.Contains(msg, "address already in use") {
+				return fmt.Errorf("listen %s: %w", addr, ErrAddrInUse)
+			}
+			return fmt.Errorf("%w: %s", ErrNotStarted, msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: not ready for connections on %s within %v", ErrNotStarted, addr, timeout)
+		}
+	}
+	return nil
 }
 
 // ClientURL is the nats:// URL clients connect to.
@@ -164,11 +212,45 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-type slogAdapter struct{ l *slog.Logger }
+// slogAdapter hands the server's log to a slog.Logger (nil: nowhere).
+// Until started is called a fatal error goes to the fatal channel instead
+// of the log: Start returns it.
+type slogAdapter struct {
+	l     *slog.Logger
+	fatal chan string
 
-func (a *slogAdapter) Noticef(format string, v ...any) { a.l.Debug(fmt.Sprintf(format, v...)) }
-func (a *slogAdapter) Warnf(format string, v ...any)   { a.l.Warn(fmt.Sprintf(format, v...)) }
-func (a *slogAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
-func (a *slogAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
-func (a *slogAdapter) Debugf(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
-func (a *slogAdapter) Tracef(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
+	mu    sync.Mutex
+	ready bool
+}
+
+func (a *slogAdapter) started() {
+	a.mu.Lock()
+	a.ready = true
+	a.mu.Unlock()
+}
+
+func (a *slogAdapter) log(level slog.Level, format string, v []any) {
+	if a.l != nil {
+		a.l.Log(context.Background(), level, fmt.Sprintf(format, v...))
+	}
+}
+
+func (a *slogAdapter) Noticef(format string, v ...any) { a.log(slog.LevelDebug, format, v) }
+func (a *slogAdapter) Warnf(format string, v ...any)   { a.log(slog.LevelWarn, format, v) }
+func (a *slogAdapter) Errorf(format string, v ...any)  { a.log(slog.LevelError, format, v) }
+func (a *slogAdapter) Debugf(format string, v ...any)  { a.log(slog.LevelDebug, format, v) }
+func (a *slogAdapter) Tracef(format string, v ...any)  { a.log(slog.LevelDebug, format, v) }
+
+func (a *slogAdapter) Fatalf(format string, v ...any) {
+	a.mu.Lock()
+	ready := a.ready
+	a.mu.Unlock()
+	if ready {
+		a.log(slog.LevelError, format, v)
+		return
+	}
+	select {
+	case a.fatal <- fmt.Sprintf(format, v...):
+	default: // the first fatal error is the one Start reports
+	}
+}

@@ -6,12 +6,23 @@
 //
 // Data directory layout:
 //
+//	<DataDir>/LOCK         held (flock) by the running mesh: pid, host, command, start time
 //	<DataDir>/jetstream/   JetStream streams (commands, events)
 //	<DataDir>/cards.db     CardStore (bbolt)
 //	<DataDir>/registry.db  tool registry (bbolt)
 //	<DataDir>/inbox.db     inbox entries (bbolt)
 //	<DataDir>/policies.db  Cedar policy sets and auth configs (Config.Auth)
 //	<DataDir>/keys/        projects' mandate issuer keys (Config.Auth)
+//
+// Start takes the data directory's lock (internal/datalock) before it opens
+// anything else, so a second mesh (or a `utpmesh worker` keeping files
+// there) on the same directory fails at once with "data directory DIR is in
+// use by pid N (COMMAND, started TIME)"; the lock is released last by Stop,
+// and by the process's exit however it ends. A busy NATS or metrics address
+// fails at once too, naming the address (errors.Is embednats.ErrAddrInUse).
+// Tool services that need the mesh's connection and CardStore are built by
+// Config.Services once those exist, so a start that fails earlier has
+// opened none of their files and started none of their goroutines.
 //
 // Stop shuts down in the order that loses nothing: stop taking new commands,
 // drain the calls in flight (canceling what cannot finish by the deadline,
@@ -44,6 +55,8 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/internal/datalock"
+	"github.com/utpmesh/utpmesh/internal/portcheck"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
@@ -70,6 +83,15 @@ type Config struct {
 	Projects []string
 	// Tools are the tool services to serve besides the PMO built-ins.
 	Tools []worker.Tool
+	// Services, when set, builds more tools once the mesh's connection and
+	// CardStore exist, just before the worker runtime starts; they are
+	// served with Tools. ctx ends when the mesh stops, after the worker has
+	// drained: services that run goroutines or keep files bind them to it.
+	Services func(ctx context.Context, m *Mesh) ([]worker.Tool, error)
+	// Command says what runs the mesh, e.g. "utpmesh up"; it is recorded
+	// in <DataDir>/LOCK and shown to a second process that tries the same
+	// data directory. Default: the program name.
+	Command string
 	// Worker tunes the worker runtime (Store, Registry and Projects are set
 	// by the mesh).
 	Worker worker.Config
@@ -149,10 +171,18 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	if err := checkLimits(cfg.MaxPayload, cfg.MaxCardBytes); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("mesh: data directory: %w", err)
+	if cfg.Command == "" {
+		cfg.Command = filepath.Base(os.Args[0])
+	}
+	lock, err := datalock.Acquire(cfg.DataDir, cfg.Command)
+	if errors.Is(err, datalock.ErrInUse) {
+		return nil, fmt.Errorf("%w; stop it, or pass --data with another directory", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mesh: %w", err)
 	}
 	m = &Mesh{cfg: cfg}
+	m.push(func(context.Context) error { return lock.Release() }) // released last
 	defer func() {
 		if err != nil {
 			_ = m.Stop(context.Background())
@@ -161,6 +191,9 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	}()
 	log := cfg.Logger
 	if cfg.MetricsAddr != "" {
+		if err := portcheck.Free(cfg.MetricsAddr); errors.Is(err, portcheck.ErrInUse) {
+			return m, fmt.Errorf("metrics %w; is another 'utpmesh up' running? pass --metrics-addr 127.0.0.1:0 for a free port, or --metrics-addr '' for no metrics", err)
+		}
 		version := cfg.Worker.ServiceVersion
 		if version == "" {
 			version = worker.DefaultServiceVersion
@@ -174,6 +207,9 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	}
 
 	m.srv, err = embednats.Start(embednats.Config{DataDir: cfg.DataDir, Host: host, Port: port, JetStream: true, MaxPayload: cfg.MaxPayload, Logger: log.With("component", "nats")})
+	if errors.Is(err, embednats.ErrAddrInUse) {
+		return m, fmt.Errorf("%w; is another 'utpmesh up' or nats-server running? pass --nats-listen 127.0.0.1:0 for a free port", err)
+	}
 	if err != nil {
 		return m, err
 	}
@@ -264,6 +300,17 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		wcfg.Authorizer, pdeps.Mandates = m.auth.Gate, m.auth.Querier
 	}
 	tools := append(pmo.Tools(pdeps), cfg.Tools...)
+	if cfg.Services != nil {
+		// The services' context ends after the worker has drained (Stop
+		// runs the stoppers in reverse), not when the caller's ctx ends.
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		m.push(func(context.Context) error { cancel(); return nil })
+		more, err := cfg.Services(sctx, m)
+		if err != nil {
+			return m, err
+		}
+		tools = append(tools, more...)
+	}
 	m.rt, err = worker.New(m.nc, wcfg, tools...)
 	if err != nil {
 		return m, err

@@ -40,7 +40,17 @@ const (
 	MetaTool            = "tool"
 	MetaConsumer        = "consumer"
 	MetaFilterSubject   = "filter_subject"
+	// MetaStats (on the service and on every endpoint) holds StatsNote.
+	MetaStats = "stats"
 )
+
+// StatsNote explains, in the INFO metadata that `nats micro info` shows,
+// why an endpoint's Requests stay 0 while its tool is called. micro (nats.go
+// v1.55) counts num_requests/num_errors only for requests on the endpoint's
+// own subscription, in fields it offers no way to feed, and tool calls never
+// arrive there: they come through JetStream. The per-tool call counters are
+// therefore the STATS data (ToolStats).
+const StatsNote = "num_requests/num_errors count describe requests only; tool calls arrive through JetStream and are counted in each endpoint's STATS data: calls, failed, in_flight, redelivered, claim_takeovers"
 
 var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$`)
 
@@ -73,6 +83,7 @@ func (r *Runtime) startDiscovery(consumers map[string][2]string) error {
 			MetaInstance:        r.cfg.InstanceID,
 			MetaProtocolVersion: ver,
 			MetaProjects:        strings.Join(r.cfg.Projects, ","),
+			MetaStats:           StatsNote,
 		},
 		StatsHandler: func(e *micro.Endpoint) any {
 			if s := r.statsOf(e.Metadata[MetaTool]); s != nil {
@@ -99,7 +110,7 @@ func (r *Runtime) startDiscovery(consumers map[string][2]string) error {
 		c := consumers[name]
 		err := svc.AddEndpoint(ep, micro.HandlerFunc(func(req micro.Request) { r.describe(t, req) }),
 			micro.WithEndpointSubject(subj),
-			micro.WithEndpointMetadata(map[string]string{MetaTool: name, MetaConsumer: c[0], MetaFilterSubject: c[1]}))
+			micro.WithEndpointMetadata(map[string]string{MetaTool: name, MetaConsumer: c[0], MetaFilterSubject: c[1], MetaStats: StatsNote}))
 		if err != nil {
 			_ = svc.Stop()
 			return fmt.Errorf("worker: micro endpoint for tool %s: %w", name, err)

@@ -6,6 +6,7 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -37,8 +38,13 @@ type Deps struct {
 	// nil: they live until the process exits.
 	Context context.Context
 	// Late provides NC and Store to services built before the mesh that
-	// serves them has started (utpmesh up): call Late.Set once it is up.
+	// serves them has started: call Late.Set once it is up. (utpmesh up
+	// builds its services from mesh.Config.Services, when NC and Store
+	// exist, and needs no Late.)
 	Late *Late
+	// Logger is the process's logger, which services log to; nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Late hands a mesh's NATS connection and CardStore to services built
@@ -70,9 +76,9 @@ func (l *Late) Resolve(ctx context.Context) (*nats.Conn, cardstore.Store, error)
 
 // atlasService adapts an ATLAS group's factory to the catalogue.
 func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, error)) Service {
-	return Service{Name: "atlas." + group, Description: desc, InUp: true,
+	return Service{Name: "atlas." + group, Description: desc, InUp: true, KeepsFiles: true,
 		Build: func(d Deps) ([]worker.Tool, error) {
-			ad := atlas.Deps{NC: d.NC, Store: d.Store, DataDir: d.DataDir, Context: d.Context}
+			ad := atlas.Deps{NC: d.NC, Store: d.Store, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger}
 			if d.Late != nil {
 				ad.Resolve = d.Late.Resolve
 			}
@@ -93,6 +99,9 @@ type Service struct {
 	Build Factory
 	// InUp reports whether `utpmesh up` serves it by default.
 	InUp bool
+	// KeepsFiles reports whether the service keeps its own files under
+	// Deps.DataDir (then `utpmesh worker` locks that directory).
+	KeepsFiles bool
 }
 
 var services = map[string]Service{
@@ -133,6 +142,17 @@ func Default() []Service {
 		}
 	}
 	return out
+}
+
+// KeepFiles reports whether any of the named services keeps its own files
+// under Deps.DataDir; unknown names count as not.
+func KeepFiles(names []string) bool {
+	for _, n := range names {
+		if services[n].KeepsFiles {
+			return true
+		}
+	}
+	return false
 }
 
 // Build builds the tools of the named services.

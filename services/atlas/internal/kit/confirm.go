@@ -183,6 +183,12 @@ func (s *Service) serveConfirmations() {
 		}
 	}()
 	nc, _, err := s.deps.Conn(ctx)
+	if err != nil && ctx.Err() != nil {
+		// The service closed (or its context ended) before the mesh it
+		// waited for was up: an aborted start, which its caller reports.
+		s.log.Debug("confirmation endpoint not started: the service stopped before the mesh was up")
+		return
+	}
 	if err != nil {
 		s.log.Error("confirmation endpoint not started", "err", err)
 		return
