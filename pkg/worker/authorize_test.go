@@ -51,4 +51,10 @@ func TestAuthorizer(t *testing.T) {
 	if asked.Load() < 3 {
 		t.Fatalf("authorizer asked %d times, want at least 3", asked.Load())
 	}
+	// The retry gave the claim back: the call did not run, so nothing was
+	// taken over from a "dead" execution (that would feed the poison limit
+	// and make the redelivery wait out the lease).
+	if n := h.rt.Stats()["count"].ClaimTakeovers; n != 0 {
+		t.Fatalf("claim take-overs after a transient authorizer error = %d, want 0", n)
+	}
 }

@@ -25,6 +25,9 @@ import (
 // dependency (CardStore, registry) is unavailable.
 const transientDelay = 2 * time.Second
 
+// releaseTimeout bounds giving a claim back before a retry.
+const releaseTimeout = 2 * time.Second
+
 // job is one delivery of one command being handled.
 type job struct {
 	r       *Runtime
@@ -36,6 +39,7 @@ type job struct {
 	deliver int
 	key     string // call key for in-flight tracking
 	holder  string // claim holder: this process and this execution
+	claimed bool   // this execution holds the call's claim
 	timeout time.Duration
 	start   time.Time       // when the delivery arrived
 	ctx     context.Context // carries the utp.command span (never canceled)
@@ -153,6 +157,7 @@ func (j *job) run() {
 		j.retryLater("claim", err)
 		return
 	}
+	j.claimed = true
 	if claim.TakenOver {
 		r.onTakeover(j.tool.Name)
 		r.log.Warn("took over the claim of a worker that stopped renewing it", append(j.logAttrs(), "previous_holder", claim.PreviousHolder, "token", claim.Token)...)
@@ -376,8 +381,23 @@ func (j *job) refuse(msg string) {
 
 // retryLater leaves the command for a later delivery: a dependency is
 // unavailable, which is no reason to fail the call.
+//
+// A claim this execution took is given back first: the call did not run,
+// so the redelivery must neither wait out the lease nor count as a take-over
+// of a dead execution (which feeds the poison limit).
 func (j *job) retryLater(what string, err error) {
 	j.r.log.Warn("transient failure; the command will be redelivered", append(j.logAttrs(), "step", what, "err", err)...)
+	if j.claimed {
+		ctx, cancel := context.WithTimeout(j.r.baseCtx, releaseTimeout)
+		rerr := j.r.cfg.Store.Release(ctx, j.subj.Project, cardstore.ToolCallKey(j.cmd.AgentTurnID, j.cmd.ToolCallID), j.holder)
+		cancel()
+		if rerr != nil {
+			// The lease then lapses on its own; the redelivery waits for it.
+			j.r.log.Debug("cannot release the claim before a retry", append(j.logAttrs(), "err", rerr)...)
+		} else {
+			j.claimed = false
+		}
+	}
 	_ = j.msg.NakWithDelay(transientDelay)
 }
 
