@@ -20,7 +20,7 @@ FUZZ_TARGETS = \
 	./services/atlas/internal/atime:FuzzParseHM \
 	./services/atlas/internal/atime:FuzzParseDate
 
-.PHONY: all build test lint fuzz bench clean
+.PHONY: all build test browser ui-screenshot lint fuzz bench clean
 
 all: build test
 
@@ -30,10 +30,26 @@ build:
 	$(GO) build -o $(BIN)/utpmesh ./cmd/utpmesh
 
 ## test: go vet, then every test with the race detector (the mesh is concurrent
-## throughout, so every package runs under -race)
-test:
+## throughout, so every package runs under -race). The UI's browser test
+## (cmd/utpmesh TestUIBrowser) must run here: UTPMESH_REQUIRE_BROWSER=1 makes
+## it fail, not skip, when no Chromium is found.
+test: browser
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 12m ./...
+	UTPMESH_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -timeout 12m ./...
+
+## browser: install Debian's chromium for the UI's browser test, only when no
+## browser is found (quiet, non-interactive; sudo when not root)
+browser:
+	@if [ -n "$$UTPMESH_CHROMIUM" ] || command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1; then exit 0; fi; \
+	echo "make: installing chromium (apt-get) for the UI's browser test"; \
+	command -v apt-get >/dev/null 2>&1 || { echo "make: no chromium and no apt-get: install Chromium, or set UTPMESH_CHROMIUM=/path/to/chrome"; exit 1; }; \
+	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+
+## ui-screenshot: re-take docs/img/ui-turn.png with the browser test
+ui-screenshot: browser
+	UTPMESH_UI_SCREENSHOT=1 $(GO) test -count=1 -run '^TestUIBrowser$$' ./cmd/utpmesh
 
 ## lint: formatting, vet and staticcheck (fetched by the Go toolchain)
 lint:
