@@ -17,6 +17,7 @@ import (
 	"github.com/utpmesh/utpmesh/internal/webui"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -44,7 +45,8 @@ type uiConfig struct {
 	Token string
 	Open  bool
 	// AgentID and Mandate are who the Confirm, Cancel and Replay calls are
-	// made as (AgentID default: the mandate's sub, else utpmesh-ui).
+	// made as: Mandate is the compact token (not @FILE); AgentID defaults
+	// to the mandate's sub, else utpmesh-ui.
 	AgentID, Mandate string
 	// Timeout bounds one request to the mesh's services and one
 	// confirm/cancel call; default 30s.
@@ -86,6 +88,13 @@ func startUI(ctx context.Context, nc *nats.Conn, cfg uiConfig) (url string, stop
 	}
 	if !cfg.Open && cfg.Token == "" {
 		cfg.Token = webui.NewToken()
+	}
+	if cfg.AgentID == "" && cfg.Mandate != "" {
+		m, err := mandate.Decode(cfg.Mandate)
+		if err != nil {
+			return "", nil, usagef("--mandate: %v", err)
+		}
+		cfg.AgentID = m.Claims.Subject
 	}
 	if cfg.AgentID == "" {
 		cfg.AgentID = defaultUIAgent
@@ -199,7 +208,7 @@ func (c *uiCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	agentID, mandate, err := cf.resolve()
+	agentID, mandateToken, err := cf.resolve()
 	if err != nil {
 		return err
 	}
@@ -209,7 +218,7 @@ func (c *uiCommand) Run(ctx context.Context, args []string) error {
 	}
 	defer nc.Close()
 	url, stop, err := startUI(ctx, nc, uiConfig{Listen: *listen, Project: pf.project, Channel: pf.channel, Version: mf.version,
-		Token: *token, Open: *open, AgentID: agentID, Mandate: mandate, Timeout: mf.timeout, Logger: log})
+		Token: *token, Open: *open, AgentID: agentID, Mandate: mandateToken, Timeout: mf.timeout, Logger: log})
 	if err != nil {
 		return err
 	}

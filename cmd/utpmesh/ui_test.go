@@ -232,12 +232,15 @@ func TestUIBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if agentID != "demo-agent" {
+		t.Fatalf("the demo mandate's sub is %q, want demo-agent", agentID)
+	}
 	store, err := natsstore.NewClient(m.Conn())
 	if err != nil {
 		t.Fatal(err)
 	}
 	turns := webuitest.New(store)
-	u, stop, err := startUI(ctx, m.Conn(), uiConfig{Listen: "127.0.0.1:0", AgentID: agentID, Mandate: mandate, Store: turns, Logger: atlasQuietLog})
+	u, stop, err := startUI(ctx, m.Conn(), uiConfig{Listen: "127.0.0.1:0", Mandate: mandate, Store: turns, Logger: atlasQuietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,8 +300,12 @@ func TestUIBrowser(t *testing.T) {
 	}
 
 	// The list loads with the token URL (then the cookie) and goes live.
+	// (startUI takes the agent from the mandate, as 'up' will use it.)
 	do("open the turn list", chromedp.Navigate(u),
 		chromedp.WaitVisible(`a.turn-link[data-turn="turn-plan"]`), chromedp.WaitReady(`body[data-live="on"]`))
+	if who, err := chromedp.Run(bctx, chromedp.Text(`header .agent b`)); err != nil || who != agentID {
+		t.Fatalf("acting as %q (%v), want the mandate's %s", who, err, agentID)
+	}
 	if loc, err := chromedp.Run(bctx, chromedp.Location()); err != nil || strings.Contains(loc, "token=") {
 		t.Fatalf("location %q (%v): the token should be gone from the address", loc, err)
 	}

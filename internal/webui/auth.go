@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"net/url"
+	"strings"
 )
 
 // CookieName is the cookie that carries the access token after the first
@@ -21,7 +22,9 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		w.Header().Set("X-Frame-Options", "DENY")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
-		if !s.cfg.Open {
+		// The stylesheet and script are no secret; the 401 page uses them.
+		public := r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/static/")
+		if !s.cfg.Open && !public {
 			if q := r.URL.Query(); q.Has("token") {
 				if !s.tokenOK(q.Get("token")) {
 					s.fail(w, r, http.StatusUnauthorized, "the token in this URL is not this UI's token; copy the URL that 'utpmesh ui' printed (http://HOST:PORT/?token=…)")

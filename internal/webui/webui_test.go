@@ -36,6 +36,7 @@ func TestAccess(t *testing.T) {
 		{"wrong token", f.srv.URL, "/?token=nope", http.StatusUnauthorized, "is not this UI"},
 		{"right token", f.srv.URL, "/?token=" + testToken, http.StatusSeeOther, ""},
 		{"open UI", open.srv.URL, "/", http.StatusOK, "open (no token)"},
+		{"static needs no token", f.srv.URL, "/static/ui.js", http.StatusOK, "EventSource"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
