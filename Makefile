@@ -1,5 +1,6 @@
 # utpmesh — build, test, lint, fuzz, bench.
-# Every tool comes through the Go toolchain; nothing needs installing by hand.
+# Every Go tool comes through the Go toolchain; `make test` installs Debian's
+# chromium (for the web UI's browser test) with apt-get when it is missing.
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -24,10 +25,11 @@ FUZZ_TARGETS = \
 # Packages whose tests depend on timing between goroutines or processes
 # (brokers, leases, group commit, redelivery, schedulers): `make stress`.
 STRESS_PKGS  = ./pkg/inbox ./pkg/worker ./pkg/agent ./pkg/mesh ./pkg/svc ./pkg/turn \
-	./pkg/registry/natsreg ./pkg/authz/... ./cardstore/... ./services/... ./cmd/utpmesh
+	./pkg/registry/natsreg ./pkg/authz/... ./cardstore/... ./services/... ./cmd/utpmesh \
+	./internal/webui/...
 STRESS_COUNT ?= 10
 
-.PHONY: all build test stress lint fuzz bench clean
+.PHONY: all build test stress browser ui-screenshot lint fuzz bench clean
 
 all: build test
 
@@ -37,10 +39,26 @@ build:
 	$(GO) build -o $(BIN)/utpmesh ./cmd/utpmesh
 
 ## test: go vet, then every test with the race detector (the mesh is concurrent
-## throughout, so every package runs under -race)
-test:
+## throughout, so every package runs under -race). The UI's browser test
+## (cmd/utpmesh TestUIBrowser) must run here: UTPMESH_REQUIRE_BROWSER=1 makes
+## it fail, not skip, when no Chromium is found.
+test: browser
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 12m ./...
+	UTPMESH_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -timeout 12m ./...
+
+## browser: install Debian's chromium for the UI's browser test, only when no
+## browser is found (quiet, non-interactive; sudo when not root)
+browser:
+	@if [ -n "$$UTPMESH_CHROMIUM" ] || command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1; then exit 0; fi; \
+	echo "make: installing chromium (apt-get) for the UI's browser test"; \
+	command -v apt-get >/dev/null 2>&1 || { echo "make: no chromium and no apt-get: install Chromium, or set UTPMESH_CHROMIUM=/path/to/chrome"; exit 1; }; \
+	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+
+## ui-screenshot: re-take docs/img/ui-turn.png with the browser test
+ui-screenshot: browser
+	UTPMESH_UI_SCREENSHOT=1 $(GO) test -count=1 -run '^TestUIBrowser$$' ./cmd/utpmesh
 
 ## stress: the timing-sensitive packages STRESS_COUNT times each under -race,
 ## to catch flaky tests before CI does (about 15 min on 2 cores)
