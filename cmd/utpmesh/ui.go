@@ -55,7 +55,7 @@ type uiConfig struct {
 	Logger *slog.Logger
 	// Store is the CardStore the UI reads; default a natsstore client on
 	// nc ('utpmesh up' may pass its own store).
-	Store webui.Store
+	Store cardstore.Store
 }
 
 // startUI serves the web UI over the mesh reachable on nc until stop is
@@ -104,7 +104,7 @@ func startUI(ctx context.Context, nc *nats.Conn, cfg uiConfig) (url string, stop
 		if err != nil {
 			return "", nil, usagef("%v", err)
 		}
-		cfg.Store = uiStore(store)
+		cfg.Store = store
 	}
 	ag, err := agent.New(nc, agent.Config{Project: cfg.Project, Channel: cfg.Channel, AgentID: cfg.AgentID, Version: cfg.Version,
 		Mandate: cfg.Mandate, Logger: cfg.Logger})
@@ -159,21 +159,6 @@ func startUI(ctx context.Context, nc *nats.Conn, cfg uiConfig) (url string, stop
 		_ = ag.Close()
 	}
 	return url, stop, nil
-}
-
-// uiStore gives the UI the CardStore client. A client without ListTurns
-// (the list_turns op) gets one that says so: the UI then opens turns by id.
-func uiStore(c *natsstore.Client) webui.Store {
-	if s, ok := any(c).(webui.Store); ok {
-		return s
-	}
-	return noTurnList{c}
-}
-
-type noTurnList struct{ cardstore.Store }
-
-func (noTurnList) ListTurns(context.Context, cardstore.ListTurnsRequest) (*cardstore.ListTurnsResult, error) {
-	return nil, fmt.Errorf("%w: this CardStore client has no list_turns op; open a turn by its id above", webui.ErrNoTurnList)
 }
 
 type uiCommand struct{ env env }

@@ -19,7 +19,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
-	"github.com/utpmesh/utpmesh/internal/webui/webuitest"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
@@ -239,8 +238,7 @@ func TestUIBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	turns := webuitest.New(store)
-	u, stop, err := startUI(ctx, m.Conn(), uiConfig{Listen: "127.0.0.1:0", Mandate: mandate, Store: turns, Logger: atlasQuietLog})
+	u, stop, err := startUI(ctx, m.Conn(), uiConfig{Listen: "127.0.0.1:0", Mandate: mandate, Store: store, Logger: atlasQuietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +251,6 @@ func TestUIBrowser(t *testing.T) {
 	defer ag.Close()
 	call := func(turn, tool, callID string, args any) *card.ToolResultContent {
 		t.Helper()
-		turns.Add(turn)
 		raw, _ := json.Marshal(args)
 		out, err := ag.Call(ctx, agent.CallRequest{ToolName: tool, Arguments: raw, AgentTurnID: turn, ToolCallID: callID})
 		if out == nil || out.Result == nil {

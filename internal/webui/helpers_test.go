@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/internal/webui"
-	"github.com/utpmesh/utpmesh/internal/webui/webuitest"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
@@ -33,7 +33,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // gate), a UI over it on httptest, and an agent that makes calls.
 type fixture struct {
 	m     *mesh.Mesh
-	turns *webuitest.Turns
+	turns cardstore.Store
 	ui    *webui.Server
 	srv   *httptest.Server
 	agent *agent.Client
@@ -67,7 +67,7 @@ func newFixture(t *testing.T, opts ...option) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.turns = webuitest.New(store)
+	f.turns = store
 	uiAgent, err := agent.New(m.Conn(), agent.Config{Project: "demo", AgentID: "operator", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -99,10 +99,9 @@ func newFixture(t *testing.T, opts ...option) *fixture {
 }
 
 // call makes a tool call as the planner agent in turn and returns its
-// result; the turn is announced to the turn list first.
+// result.
 func (f *fixture) call(t *testing.T, turn, tool string, args any) *card.ToolResultContent {
 	t.Helper()
-	f.turns.Add(turn)
 	raw, err := json.Marshal(args)
 	if err != nil {
 		t.Fatal(err)

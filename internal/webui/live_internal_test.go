@@ -13,7 +13,6 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/internal/meshtest"
-	"github.com/utpmesh/utpmesh/internal/webui/webuitest"
 )
 
 // TestHubOverflow: a stream that cannot take more events is marked, not
@@ -42,7 +41,7 @@ func TestEventsResync(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	s, err := New(Config{Store: webuitest.New(st), Conn: nc, Project: "demo", Open: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := New(Config{Store: st, Conn: nc, Project: "demo", Open: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

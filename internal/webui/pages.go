@@ -121,11 +121,7 @@ func (s *Server) listTurns(r *http.Request) (turnList, int, error) {
 	}
 	res, err := s.cfg.Store.ListTurns(r.Context(), cardstore.ListTurnsRequest{ProjectID: s.cfg.Project, Before: l.Before, Limit: s.cfg.PageSize})
 	if err != nil {
-		if errors.Is(err, ErrNoTurnList) {
-			l.Err = err.Error()
-			return l, http.StatusOK, nil
-		}
-		l.Err = fmt.Sprintf("the turns of project %s could not be listed: %v", s.cfg.Project, err)
+		l.Err = fmt.Sprintf("the turns of project %s could not be listed: %v (a turn can still be opened by its id)", s.cfg.Project, err)
 		return l, http.StatusBadGateway, nil
 	}
 	l.Turns, l.Next = res.Turns, res.Next

@@ -1,7 +1,6 @@
 package webui
 
 import (
-	"context"
 	"crypto/rand"
 	"embed"
 	"encoding/hex"
@@ -26,18 +25,7 @@ var (
 	// ErrInvalid: a Config breaks a rule (no store, a bad project, no token
 	// while not open). The message names the field.
 	ErrInvalid = errors.New("webui: invalid config")
-	// ErrNoTurnList: the CardStore at hand cannot list a project's turns
-	// (it has no list_turns op). Turns can still be opened by id.
-	ErrNoTurnList = errors.New("webui: the CardStore cannot list turns")
 )
-
-// Store is what the UI reads: the CardStore, and the list of a project's
-// turns, newest first.
-type Store interface {
-	cardstore.Store
-	// ListTurns returns one page of the project's turns, newest first.
-	ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (*cardstore.ListTurnsResult, error)
-}
 
 // Defaults of Config.
 const (
@@ -52,7 +40,7 @@ const (
 // Config configures a Server.
 type Config struct {
 	// Store is the CardStore the UI reads. Required.
-	Store Store
+	Store cardstore.Store
 	// Conn is the NATS connection the live feed subscribes on. Nil: no
 	// live updates (the pages say so).
 	Conn *nats.Conn
