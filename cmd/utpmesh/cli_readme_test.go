@@ -3,6 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"regexp"
@@ -91,8 +94,9 @@ func shellWords(t *testing.T, line string) []string {
 // ./cmd/utpmesh up' in one directory, then the call command in the same
 // directory against it, with the test binary standing in for 'go run
 // ./cmd/utpmesh'. The only additions are up's ports (random, so parallel
-// test runs do not collide): --nats-listen 127.0.0.1:0 and no metrics
-// server, and the call's $NATS_URL pointing at that port.
+// test runs do not collide): --nats-listen 127.0.0.1:0, no metrics
+// server and --ui-listen 127.0.0.1:0, and the call's $NATS_URL pointing at
+// that port. The web UI that up serves then lists the call's turn.
 func TestREADMEQuickStart(t *testing.T) {
 	const prefix = "go run ./cmd/utpmesh "
 	var cmds [][]string
@@ -131,7 +135,7 @@ func TestREADMEQuickStart(t *testing.T) {
 		}
 		return append(append(out, "UTPMESH_TEST_EXEC=1"), extra...)
 	}
-	up := exec.Command(os.Args[0], append(cmds[0], "--nats-listen", "127.0.0.1:0", "--metrics-addr", "")...)
+	up := exec.Command(os.Args[0], append(cmds[0], "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "127.0.0.1:0")...)
 	up.Dir, up.Env = dir, environ()
 	var upErr bytes.Buffer
 	up.Stderr = &upErr
@@ -198,6 +202,23 @@ func TestREADMEQuickStart(t *testing.T) {
 	if len(lines) != len(want)-1 || !status.MatchString(lines[0]) || !strings.HasPrefix(want[1], "success · suspend · ") ||
 		strings.Join(lines[1:], "\n") != strings.Join(want[2:], "\n") {
 		t.Errorf("stdout:\n%s\nREADME shows:\n%s", out.String(), strings.Join(want[1:], "\n"))
+	}
+
+	// The UI printed in up's banner (token in the URL) lists the call's turn.
+	m := regexp.MustCompile(`(?m)^\s+ui\s+(http://\S+\?token=\S+)$`).FindStringSubmatch(upOut.String())
+	if m == nil {
+		t.Fatalf("up printed no ui URL with a token:\n%s", upOut.String())
+	}
+	turnID := regexp.MustCompile(`turn (cli-\S+)`).FindStringSubmatch(lines[0])
+	jar, _ := cookiejar.New(nil)
+	resp, err := (&http.Client{Jar: jar, Timeout: 30 * time.Second}).Get(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || turnID == nil || !bytes.Contains(page, []byte(turnID[1])) {
+		t.Errorf("GET %s: %d; want 200 and turn %v listed:\n%s", m[1], resp.StatusCode, turnID, page)
 	}
 
 	// Ctrl-C drains and exits 0.

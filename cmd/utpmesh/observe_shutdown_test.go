@@ -130,7 +130,7 @@ func freePort(t *testing.T) string {
 func TestUpSIGTERMCancelsInFlight(t *testing.T) {
 	dir := t.TempDir()
 	natsPort, metricsPort := freePort(t), freePort(t)
-	up := startProc(t, "up", "--data", dir, "--nats-listen", "127.0.0.1:"+natsPort, "--metrics-addr", "127.0.0.1:"+metricsPort,
+	up := startProc(t, "up", "--data", dir, "--nats-listen", "127.0.0.1:"+natsPort, "--metrics-addr", "127.0.0.1:"+metricsPort, "--ui-listen", "",
 		"--drain-timeout", "300ms", "--log-level", "debug", "--services", "echo")
 	up.waitLine(t, "worker serving")
 	nc, err := nats.Connect("nats://127.0.0.1:" + natsPort)

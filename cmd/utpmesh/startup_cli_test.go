@@ -62,9 +62,11 @@ func TestBusyAddress(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"up nats", []string{"--nats-listen", addr, "--metrics-addr", ""},
+		{"up nats", []string{"--nats-listen", addr, "--metrics-addr", "", "--ui-listen", ""},
 			"utpmesh up: listen " + addr + ": address already in use; is another 'utpmesh up' or nats-server running? pass --nats-listen 127.0.0.1:0 for a free port"},
-		{"up metrics", []string{"--nats-listen", "127.0.0.1:0", "--metrics-addr", addr},
+		{"up ui", []string{"--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", addr},
+			"utpmesh up: ui listen " + addr + ": address already in use; is another 'utpmesh up' or 'utpmesh ui' running? pass --ui-listen 127.0.0.1:0 for a free port, or --ui-listen '' for no UI"},
+		{"up metrics", []string{"--nats-listen", "127.0.0.1:0", "--metrics-addr", addr, "--ui-listen", ""},
 			"utpmesh up: metrics listen " + addr + ": address already in use; is another 'utpmesh up' running? pass --metrics-addr 127.0.0.1:0 for a free port, or --metrics-addr '' for no metrics"},
 		{"worker metrics", []string{"worker", "--nats", "nats://127.0.0.1:1", "--metrics-addr", addr, "echo"},
 			"utpmesh worker: metrics listen " + addr + ": address already in use; pass another --metrics-addr (127.0.0.1:0 picks a free port)"},
@@ -98,7 +100,7 @@ func TestDataDirInUseCLI(t *testing.T) {
 		suffix     string
 		wantHolder bool
 	}{
-		{"up", []string{"up", "--data", dir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", ""},
+		{"up", []string{"up", "--data", dir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", ""},
 			"utpmesh up: " + holder, "; stop it, or pass --data with another directory", true},
 		{"worker atlas.tasks", []string{"worker", "--nats", m.ClientURL(), "--data", dir, "atlas.tasks"},
 			"utpmesh worker: " + holder, "; stop it, or give this worker its own --data DIR", true},
@@ -118,7 +120,7 @@ func TestDataDirInUseCLI(t *testing.T) {
 // but the lock died with the process: the next start takes the directory.
 func TestStaleLockAfterSIGKILL(t *testing.T) {
 	dir := t.TempDir()
-	up := startProc(t, "up", "--data", dir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--services", "echo", "--log-level", "debug")
+	up := startProc(t, "up", "--data", dir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "", "--services", "echo", "--log-level", "debug")
 	up.waitLine(t, "worker serving")
 	if err := up.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -182,7 +184,7 @@ func TestUpDefaultServicesCleanStop(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "up", "--data", t.TempDir(), "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--log-level", "debug")
+			cmd := exec.Command(os.Args[0], "up", "--data", t.TempDir(), "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "", "--log-level", "debug")
 			cmd.Env = append(os.Environ(), "UTPMESH_TEST_EXEC=1")
 			stdout, stderr := &watchWriter{wrote: make(chan struct{}, 1)}, &watchWriter{wrote: make(chan struct{}, 1)}
 			cmd.Stdout, cmd.Stderr = stdout, stderr

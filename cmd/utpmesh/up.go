@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/portcheck"
+	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
@@ -29,6 +34,9 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
 	maxPayload := fs.Int("max-payload", embednats.DefaultMaxPayload, "NATS max message size in bytes (65536 to 67108864); must exceed --max-card-bytes by 64 KiB")
 	maxCard := fs.Int("max-card-bytes", cardstore.DefaultMaxCardBytes, "largest card the CardStore accepts, in bytes (1 to 1048576)")
+	uiListen := fs.String("ui-listen", "127.0.0.1:8080", "serve the web UI on HOST:PORT (empty: off; port 0 picks a free port)")
+	uiToken := fs.String("ui-token", c.env.getenv("UTPMESH_UI_TOKEN"), "the web UI's access token (default $UTPMESH_UI_TOKEN, else a random one printed in the UI's URL)")
+	uiOpen := fs.Bool("ui-open", false, "serve the web UI without an access token (logged as a warning): anyone who can reach it can confirm, cancel and replay calls")
 	var lf logFlags
 	lf.register(fs)
 	pos, err := parse(fs, args)
@@ -55,6 +63,13 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	}
 	if *maxCard < 1 || *maxCard > cardstore.DefaultMaxCardBytes {
 		return usagef("--max-card-bytes %d: use 1 to %d bytes", *maxCard, cardstore.DefaultMaxCardBytes)
+	}
+	if *uiListen != "" {
+		if err := portcheck.Free(*uiListen); errors.Is(err, portcheck.ErrInUse) {
+			return fmt.Errorf("ui %v; is another 'utpmesh up' or 'utpmesh ui' running? pass --ui-listen 127.0.0.1:0 for a free port, or --ui-listen '' for no UI", err)
+		} else if err != nil {
+			return usagef("--ui-listen: %v", err)
+		}
 	}
 	tp, err := telemetry.Setup(ctx, telemetry.Config{Endpoint: *otlp, ServiceName: "utpmesh-up", ServiceVersion: Version, Getenv: c.env.getenv})
 	if err != nil {
@@ -89,6 +104,19 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg := m.Config()
+	uiURL, stopUI := "", func() {}
+	if *uiListen != "" {
+		// The UI's confirm, cancel and replay run as the demo mandate's
+		// agent when there is one (project demo); otherwise it reads only.
+		tok, _ := os.ReadFile(filepath.Join(cfg.DataDir, authz.DemoMandateFile))
+		uiURL, stopUI, err = startUI(ctx, m.Conn(), uiConfig{Listen: *uiListen, Project: cfg.Projects[0],
+			Version: cfg.ProtocolVersion, Token: *uiToken, Open: *uiOpen, Mandate: strings.TrimSpace(string(tok)),
+			Store: m.Cards(), Logger: log})
+		if err != nil {
+			_ = m.Stop(context.Background())
+			return err
+		}
+	}
 	fmt.Fprintf(c.env.stdout, "utpmesh %s is up\n", Version)
 	fmt.Fprintf(c.env.stdout, "  NATS       %s (JetStream, fsync before ack)\n", m.ClientURL())
 	fmt.Fprintf(c.env.stdout, "  data       %s\n", cfg.DataDir)
@@ -108,9 +136,13 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	if tp.Enabled() {
 		fmt.Fprintf(c.env.stdout, "  traces     OTLP/HTTP to %s\n", tp.Endpoint)
 	}
+	if uiURL != "" {
+		fmt.Fprintf(c.env.stdout, "  ui         %s\n", uiURL)
+	}
 	fmt.Fprintf(c.env.stdout, "Press Ctrl-C to drain and stop.\n")
 
 	<-ctx.Done()
+	stopUI()
 	fmt.Fprintf(c.env.stdout, "draining (up to %v)…\n", *drain)
 	sctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
