@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+
+	"github.com/utpmesh/utpmesh/internal/suggest"
 )
 
 // usageError is a command-line mistake: exit code 2. help marks --help.
@@ -105,35 +107,9 @@ func flagMistake(fs *flag.FlagSet, err error) string {
 // invalidValue matches the flag package's bad-value errors.
 var invalidValue = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for (?:flag )?-(\S+): (.*)$`)
 
-// closest returns the candidate nearest to s by edit distance, if near enough.
+// closest returns the candidate nearest to s, if near enough to be a typo.
 func closest(s string, candidates []string) string {
-	best, bestD := "", len(s)/2+2
-	for _, c := range candidates {
-		if d := editDistance(s, c); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return suggest.Nearest(s, candidates, suggest.Limit(len(s), 2), false)
 }
 
 // stringList is a repeatable string flag.

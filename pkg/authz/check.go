@@ -10,6 +10,7 @@ import (
 	"github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
 
+	"github.com/utpmesh/utpmesh/internal/suggest"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 )
 
@@ -195,16 +196,11 @@ func (c *nameChecker) actionScope(m map[string]any) {
 // nearestAction is nearest for action strings; a typo may be anywhere, so
 // the threshold follows the id's length, not the whole string's.
 func nearestAction(a string, list []string) string {
-	best, bestD := "", 0
-	if i := strings.LastIndex(a, `::"`); i >= 0 {
-		bestD = (len(a)-i-4)/3 + 2
+	i := strings.LastIndex(a, `::"`)
+	if i < 0 {
+		return ""
 	}
-	for _, k := range list {
-		if d := editDistance(strings.ToLower(a), strings.ToLower(k)); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	return best
+	return suggest.Nearest(a, list, suggest.Limit(len(a)-i-4, 3), true)
 }
 
 // expr walks a condition body in Cedar JSON form.

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/utpmesh/utpmesh/internal/suggest"
 )
 
 // ExplainParseError turns a cedar-go syntax error about text into words
@@ -348,34 +350,8 @@ func (e *explainer) other(detail string) string {
 	return fmt.Sprintf("%s: %s (near %s)", e.pos(e.at), detail, found)
 }
 
-// nearest returns the candidate closest to s by edit distance when it is
+// nearest returns the candidate closest to s (ignoring case) when it is
 // near enough to be a typo, else "".
 func nearest(s string, candidates []string) string {
-	best, bestD := "", len(s)/3+2
-	for _, c := range candidates {
-		if d := editDistance(strings.ToLower(s), strings.ToLower(c)); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return suggest.Nearest(s, candidates, suggest.Limit(len(s), 3), true)
 }
