@@ -93,13 +93,7 @@ func (c *confirmCommand) Run(ctx context.Context, args []string) error {
 
 // pendingResult is the result of an ATLAS call that waits for
 // confirmation (docs/catalogues/atlas.md, docs/protocol.md §16).
-type pendingResult struct {
-	Status         string          `json:"status"`
-	ConfirmationID string          `json:"confirmation_id"`
-	ToolName       string          `json:"tool_name"`
-	Would          json.RawMessage `json:"would"`
-	ExpiresAt      string          `json:"expires_at"`
-}
+type pendingResult = receipts.PendingResult
 
 // pendingConfirm reports whether a tool result is PENDING_CONFIRM.
 func pendingConfirm(result json.RawMessage) (*pendingResult, bool) {

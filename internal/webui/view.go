@@ -70,13 +70,7 @@ func (c *Confirmation) Pending() bool { return c.State == "pending" }
 
 // pendingResult is the result an ATLAS call parks with (the wire shape of
 // docs/protocol.md §16).
-type pendingResult struct {
-	Status         string          `json:"status"`
-	ConfirmationID string          `json:"confirmation_id"`
-	ToolName       string          `json:"tool_name"`
-	Would          json.RawMessage `json:"would"`
-	ExpiresAt      string          `json:"expires_at"`
-}
+type pendingResult = receipts.PendingResult
 
 // layout builds the timeline of t at time now.
 func layout(t *turn.Turn, now time.Time) *TurnView {

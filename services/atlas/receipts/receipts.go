@@ -81,6 +81,18 @@ type Error struct {
 	Message string `json:"message"`
 }
 
+// PendingResult is the tool.result content.result of an ATLAS call that
+// waits for confirmation: status StatusPendingConfirm, the id that
+// ATLAS_CONFIRM / ATLAS_CANCEL take, what the call would do, and until when
+// (RFC 3339). docs/protocol.md §16.3.
+type PendingResult struct {
+	Status         string          `json:"status"`
+	ConfirmationID string          `json:"confirmation_id"`
+	ToolName       string          `json:"tool_name"`
+	Would          json.RawMessage `json:"would"`
+	ExpiresAt      string          `json:"expires_at"`
+}
+
 // Transition records a pending call being resolved.
 type Transition struct {
 	ConfirmationID string `json:"confirmation_id"`

@@ -76,13 +76,7 @@ type Pending struct {
 }
 
 // PendingResult is the result of a call that needs confirmation.
-type PendingResult struct {
-	Status         string          `json:"status"`
-	ConfirmationID string          `json:"confirmation_id"`
-	ToolName       string          `json:"tool_name"`
-	Would          json.RawMessage `json:"would"`
-	ExpiresAt      string          `json:"expires_at"`
-}
+type PendingResult = receipts.PendingResult
 
 // ConfirmationID derives the confirmation id of a call: cfm_<group>_<hash>.
 func ConfirmationID(group, project, turn, toolCallID string) string {
