@@ -81,13 +81,17 @@ func (c *Client) Resume(ctx context.Context, agentTurnID string) (*TurnState, er
 	if err := checkID("agent_turn_id", agentTurnID, true); err != nil {
 		return nil, err
 	}
-	cards, err := cardstore.AllTurn(ctx, c.store, c.project, agentTurnID)
-	if err != nil {
-		return nil, fmt.Errorf("agent: resume turn %s: read cards: %w", agentTurnID, err)
-	}
+	// Entries first, cards second: the inbox accepts a report only once its
+	// tool.result card is stored, so every entry read here has its card in
+	// the card read below. The other order races a result that lands in
+	// between (an entry whose card the snapshot missed).
 	pending, err := c.turnEntries(ctx, agentTurnID, inbox.StatePending)
 	if err != nil {
 		return nil, fmt.Errorf("agent: resume turn %s: %w", agentTurnID, err)
+	}
+	cards, err := cardstore.AllTurn(ctx, c.store, c.project, agentTurnID)
+	if err != nil {
+		return nil, fmt.Errorf("agent: resume turn %s: read cards: %w", agentTurnID, err)
 	}
 
 	st := &TurnState{AgentTurnID: agentTurnID}
