@@ -31,7 +31,9 @@
 // it ends, one committer goroutine commits everything queued (at most 256
 // requests, or until 16 MiB of card bytes) in one transaction, and repeats
 // until the queue is empty. So the number of fsyncs grows with the commit
-// rate the disk allows, not with the number of writers.
+// rate the disk allows, not with the number of writers. The committer (and
+// the open with its lock timeout and schema check) is internal/boltfile's,
+// shared with the inbox.
 //
 // Requests that share a transaction stay independent. Each one checks
 // everything that can fail (conflicts, results, held claims, missing
