@@ -339,7 +339,8 @@ type waiter struct {
 	ch chan utp.Wakeup
 }
 
-func callKey(turn, callID string) string { return turn + "\x00" + callID }
+// callKey is the waiters' key of a call of the client's project.
+func callKey(turn, callID string) string { return utp.Ref("", turn, callID).Key() }
 
 func (c *Client) register(key string) *waiter {
 	w := &waiter{ch: make(chan utp.Wakeup, 1)}

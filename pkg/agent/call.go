@@ -306,7 +306,7 @@ func (c *Client) send(ctx context.Context, p *prepared) error {
 	m.Data = body
 	h := m.Header
 	h.Set(utp.HeaderTraceparent, pd.Traceparent)
-	h.Set(jetstream.MsgIDHeader, "cmd-"+c.project+"-"+pd.AgentTurnID+"-"+pd.ToolCallID)
+	h.Set(jetstream.MsgIDHeader, utp.Ref(c.project, pd.AgentTurnID, pd.ToolCallID).MsgID())
 	h.Set(utp.HeaderProjectID, c.project)
 	h.Set(utp.HeaderChannelID, c.channel)
 	h.Set(utp.HeaderAgentID, c.agentID)
