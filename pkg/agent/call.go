@@ -229,7 +229,7 @@ func (c *Client) prepare(ctx context.Context, req CallRequest) (*prepared, error
 		ent = &registry.Entry{ToolName: req.ToolName, AfterExecution: card.Suspend,
 			TargetSubject: "cg.{ver}.{project_id}.{channel_id}.cmd.sys.pmo.internal." + strings.ToLower(req.ToolName)}
 	} else {
-		ent, err = c.reg.Get(ctx, c.project, req.ToolName)
+		ent, err = c.entries.get(ctx, c.reg, c.project, req.ToolName)
 	}
 	if errors.Is(err, registry.ErrNotFound) {
 		return nil, fmt.Errorf("%w: tool %q is not registered in project %q", ErrUnknownTool, req.ToolName, c.project)

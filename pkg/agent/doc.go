@@ -17,7 +17,10 @@
 // One tool call, message by message, as Call runs it:
 //
 //  1. Registry. The tool is looked up in the client's project (registry
-//     "get"); a missing tool is ErrUnknownTool and nothing is written. Its
+//     "get", cached for Config.RegistryCacheTTL, default 5s: the registry
+//     announces no changes, so a re-registration is seen at most that much
+//     later); a missing tool is ErrUnknownTool (never cached) and nothing
+//     is written. Its
 //     target_subject template is rendered for the client's version,
 //     project and channel, e.g. cg.v1r3.demo.default.cmd.tool.echo.
 //  2. Card. The tool.call card is written to the CardStore: content
