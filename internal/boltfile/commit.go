@@ -203,6 +203,14 @@ func (c *Committer) Write(ctx context.Context, size int, apply ApplyFunc) error 
 	}
 }
 
+// Queued returns how many Write requests wait for the next transaction
+// (Later ones not counted), for metrics and tests.
+func (c *Committer) Queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
+}
+
 // Later queues apply to ride along with the next transaction, whoever
 // starts it, and calls done with its outcome once that transaction is
 // committed (or apply failed). It commits alone after LaterDelay if no

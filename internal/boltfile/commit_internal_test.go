@@ -5,7 +5,9 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -105,5 +107,81 @@ func TestCommitIsolatesFailures(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// blockCommits holds the committer in a transaction until the returned
+// release is called, so that writes made meanwhile queue up.
+func blockCommits(t *testing.T, c *Committer) (release func()) {
+	t.Helper()
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Write(context.Background(), 0, func(*bolt.Tx) error {
+			close(entered)
+			<-unblock
+			return nil
+		})
+	}()
+	<-entered
+	return func() {
+		close(unblock)
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestQueuedWritesShareOneCommit: writes that arrive while a commit runs
+// all go into the next transaction, one fsync for all of them.
+func TestQueuedWritesShareOneCommit(t *testing.T) {
+	db := openTest(t)
+	obs := &sizes{}
+	c := NewCommitter(db, CommitConfig{Observer: obs})
+	defer c.Close()
+	release := blockCommits(t, c)
+	const n = 16
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			errs <- c.Write(context.Background(), 1, func(tx *bolt.Tx) error {
+				return tx.Bucket(testBucket).Put([]byte{byte(i)}, []byte("v"))
+			})
+		}()
+	}
+	waitFor(t, func() bool { return c.Queued() == n })
+	release()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := obs.get(); len(got) != 2 || got[0] != 1 || got[1] != n {
+		t.Fatalf("commit group sizes %v, want [1 %d]", got, n)
+	}
+}
+
+type sizes struct {
+	mu sync.Mutex
+	s  []int
+}
+
+func (o *sizes) Committed(n int, _ time.Duration) { o.mu.Lock(); o.s = append(o.s, n); o.mu.Unlock() }
+func (o *sizes) get() []int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]int(nil), o.s...)
+}
+
+// waitFor polls cond until it holds; the deadline is a failure bound, not
+// a timing assertion.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 30s")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -2,10 +2,13 @@ package inbox
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -132,5 +135,61 @@ func TestMarkSentRidesWithNextWrite(t *testing.T) {
 		case m.err != nil && !errors.Is(m.err, ErrNotFound):
 			t.Fatalf("mark of a missing entry: %v, want ErrNotFound", m.err)
 		}
+	}
+}
+
+// TestConcurrentReportsShareACommit: reports stored while a commit runs
+// share the next transaction (one fsync for all of them), and each still
+// gets its own entry.
+func TestConcurrentReportsShareACommit(t *testing.T) {
+	d, err := openDB(filepath.Join(t.TempDir(), "inbox.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.close() }()
+	obs := &groupSizes{}
+	d.commits.Close()
+	d.commits = boltfile.NewCommitter(d.bolt, boltfile.CommitConfig{Observer: obs})
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	blocked := make(chan error, 1)
+	go func() {
+		blocked <- d.update(func(*bolt.Tx) error { close(entered); <-unblock; return nil })
+	}()
+	<-entered
+	const n = 8
+	ids := make(chan string, n)
+	for i := range n {
+		go func() {
+			rep := &utp.Report{AgentID: "a1", AgentTurnID: "t1", TurnEpoch: 1, ToolCallID: fmt.Sprint("c", i),
+				ToolResultCardID: card.NewID(), Status: card.StatusSuccess, AfterExecution: card.Suspend}
+			e, out, err := d.insert("p1", "main", rep, utp.NewTraceparent())
+			if err != nil || out != outcomeNew {
+				t.Errorf("insert %d: %v, %v", i, out, err)
+				ids <- ""
+				return
+			}
+			ids <- e.InboxID
+		}()
+	}
+	deadline := time.Now().Add(30 * time.Second) // a failure bound, not a timing assertion
+	for d.commits.Queued() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d inserts queued", d.commits.Queued(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(unblock)
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for range n {
+		seen[<-ids] = true
+	}
+	if len(seen) != n || seen[""] {
+		t.Fatalf("entries %v, want %d distinct", seen, n)
+	}
+	if got := obs.get(); len(got) != 2 || got[1] != n {
+		t.Fatalf("commit group sizes %v, want [1 %d]: the %d reports share one transaction", got, n, n)
 	}
 }
