@@ -46,6 +46,9 @@ type Store interface {
 	// same (project, agent_turn_id, tool_call_id) fails with ErrResultExists.
 	// All cards of one Put belong to one project; mixing projects is
 	// ErrInvalid (a remote Put is scoped by its subject's project).
+	// Storing a new tool.result ends the claim on its call's ToolCallKey,
+	// whoever holds it, in the same write; the key's next claim gets a
+	// larger token than the ended one (see ClaimRequest).
 	Put(ctx context.Context, cards ...*card.Card) error
 	// Get returns one card of the project, or ErrNotFound.
 	Get(ctx context.Context, projectID, cardID string) (*card.Card, error)
@@ -161,7 +164,9 @@ type ListTurnsResult struct {
 // ClaimRequest asks for the lease on a key.
 //
 // The rules, applied atomically with the store's clock:
-//   - no claim on the key: the holder gets it with Token 1;
+//   - no claim on the key: the holder gets it with Token 1, or, when the
+//     key's last claim was ended by its call's tool.result (Put), with
+//     that claim's Token + 1 (not a take-over);
 //   - the same holder holds it: the lease is renewed, Token unchanged;
 //   - another holder holds it and its lease has not expired: ErrClaimHeld;
 //   - another holder's lease has expired: the holder takes it over,

@@ -162,6 +162,9 @@ func applyPut(b *buckets, pcs []putCard) error {
 			if err := b.results.Put(pc.resultKey, []byte(pc.id)); err != nil {
 				return dirty(fmt.Errorf("boltstore: index result card %s: %w", pc.id, err))
 			}
+			if err := releaseCallClaim(b, pc.project, pc.turn, pc.call); err != nil {
+				return dirty(fmt.Errorf("boltstore: release the claim of result card %s: %w", pc.id, err))
+			}
 		}
 	}
 	return turns.write(b)

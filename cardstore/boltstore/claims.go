@@ -9,11 +9,31 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 )
 
-// claimRecord is a claim as stored in the claims bucket.
+// claimRecord is a claim as stored in the claims bucket. A released
+// record (a tombstone) is no claim; it keeps the last fencing token so
+// that the next claim of the key gets a larger one.
 type claimRecord struct {
-	Holder    string    `json:"holder"`
+	Holder    string    `json:"holder,omitempty"`
 	Token     uint64    `json:"token"`
-	ExpiresAt time.Time `json:"expires_at"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	Released  bool      `json:"released,omitempty"`
+}
+
+// releaseCallClaim replaces the claim on the call's cardstore.ToolCallKey,
+// if there is one, by a tombstone. applyPut calls it for every new
+// tool.result card, so the worker's claim ends in the same transaction as
+// its result and no dead claim stays behind.
+func releaseCallClaim(b *buckets, project, turn, call string) error {
+	k := join(0, project, cardstore.ToolCallKey(turn, call))
+	rec, err := loadClaim(b, k, fmt.Sprintf("on key %q in project %s", cardstore.ToolCallKey(turn, call), project))
+	if err != nil || rec == nil || rec.Released {
+		return err
+	}
+	data, err := json.Marshal(&claimRecord{Token: rec.Token, Released: true})
+	if err != nil {
+		return err
+	}
+	return b.claims.Put(k, data)
 }
 
 // loadClaim reads the claim under key, or returns nil.
@@ -63,6 +83,8 @@ func (s *Store) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardsto
 		switch {
 		case rec == nil:
 			c.Token = 1
+		case rec.Released:
+			c.Token = rec.Token + 1 // fencing tokens never go back
 		case rec.Holder == req.Holder:
 			c.Token = rec.Token // renewal (even of a lapsed lease nobody took)
 		case now.Before(rec.ExpiresAt):
@@ -108,7 +130,7 @@ func (s *Store) Release(ctx context.Context, projectID, key, holder string) erro
 		if err != nil {
 			return err
 		}
-		if rec == nil {
+		if rec == nil || rec.Released {
 			return fmt.Errorf("%w: %s has no claim %s", cardstore.ErrClaimLost, holder, name)
 		}
 		if rec.Holder != holder {
@@ -146,7 +168,7 @@ func (s *Store) GetClaim(ctx context.Context, projectID, key string) (*cardstore
 	if err != nil {
 		return nil, err
 	}
-	if rec == nil {
+	if rec == nil || rec.Released {
 		return nil, fmt.Errorf("%w: no claim %s", cardstore.ErrNotFound, name)
 	}
 	now := s.cfg.clock().UTC()

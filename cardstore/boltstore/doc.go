@@ -31,7 +31,9 @@
 // it ends, one committer goroutine commits everything queued (at most 256
 // requests, or until 16 MiB of card bytes) in one transaction, and repeats
 // until the queue is empty. So the number of fsyncs grows with the commit
-// rate the disk allows, not with the number of writers.
+// rate the disk allows, not with the number of writers. The committer (and
+// the open with its lock timeout and schema check) is internal/boltfile's,
+// shared with the inbox.
 //
 // Requests that share a transaction stay independent. Each one checks
 // everything that can fail (conflicts, results, held claims, missing
@@ -78,7 +80,7 @@
 //	turnlist   project 0x00 first_seq (8 bytes)              -> agent_turn_id
 //	agentturns project 0x00 agent_id 0x00 first_seq (8 bytes) -> agent_turn_id
 //	boxes      project 0x00 box_id                           -> card.Box JSON
-//	claims     project 0x00 key                              -> {"holder","token","expires_at"} JSON
+//	claims     project 0x00 key                              -> {"holder","token","expires_at"} JSON, or a tombstone {"token","released":true}
 //	meta       "schema_version"                              -> "2"
 //
 // seq is the big-endian write sequence, from the turns bucket's
@@ -124,6 +126,24 @@
 // stored whole: an append rewrites the box, so a box near MaxBoxCards
 // costs about 600 KiB per append.
 //
+// Putting a new tool.result card ends the claim on its call's
+// cardstore.ToolCallKey(agent_turn_id, tool_call_id), whoever holds it, in
+// the same transaction: the claim is replaced by a tombstone that keeps the
+// last fencing token, so a later claim of the key (only a call whose key
+// collides, see below, or a manual one) gets a larger token and is no
+// take-over. The worker needs no separate release write, and dead claims
+// do not pile up. A tombstone is no claim: GetClaim says ErrNotFound and
+// Release ErrClaimLost. A live worker whose claim was ended this way (it
+// lost a race to another worker's result) finds the result when it puts
+// its own (ErrResultExists) and re-reports it.
+//
+// The claim key joins the ids with "/", which is ambiguous when an id
+// holds "/" (turn "a/b" + call "c" and turn "a" + call "b/c"). The key is
+// kept for foreign workers, which build it (docs/protocol.md): such calls
+// share a claim, so run at the same moment the second waits out the
+// first's lease (and then takes it over, counting one take-over); it
+// never gets the other's result, which is indexed by the exact pair.
+//
 // # Caveats
 //
 //   - One process per file: bbolt holds an exclusive lock while the store
@@ -134,7 +154,9 @@
 //     NATS message.
 //   - Release deletes the claim, so the next claim on the key starts again
 //     at Token 1 (as cardstore.ClaimRequest specifies); fencing tokens only
-//     grow across take-overs, not across release and re-claim.
+//     grow across take-overs and result tombstones, not across Release and
+//     re-claim. (The worker releases before a retry precisely so that the
+//     retry does not count toward its poison limit, which reads the token.)
 //   - Free pages are reused but the file never shrinks; compact offline
 //     with `bbolt compact` if needed.
 package boltstore

@@ -13,16 +13,19 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/boltfile"
 )
 
-// Errors of Open. Errors of the Store methods wrap the cardstore sentinels.
+// Errors of Open (the same values as internal/boltfile's, so errors.Is
+// matches them whichever package opened the file). Errors of the Store
+// methods wrap the cardstore sentinels.
 var (
 	// ErrLocked: another process (or another Store in this process) has the
 	// data file open; bbolt allows one writer per file.
-	ErrLocked = errors.New("boltstore: data file is locked by another process")
+	ErrLocked = boltfile.ErrLocked
 	// ErrSchemaVersion: the file was written by a version of boltstore with
 	// another layout, or is a bbolt file of some other program.
-	ErrSchemaVersion = errors.New("boltstore: unknown schema version")
+	ErrSchemaVersion = boltfile.ErrSchemaVersion
 )
 
 // schemaVersion is the layout described in the package documentation.
@@ -48,8 +51,6 @@ var (
 	v1Buckets        = [][]byte{bucketCards, bucketTurns, bucketResults, bucketBoxes, bucketClaims, bucketMeta}
 	v2Buckets        = [][]byte{bucketTurnInfo, bucketTurnList, bucketAgentTurns}
 	allBuckets       = append(append([][]byte(nil), v1Buckets...), v2Buckets...)
-
-	metaSchemaVersion = []byte("schema_version")
 )
 
 // defaultOpenTimeout is how long Open waits for the file lock.
@@ -69,11 +70,7 @@ type config struct {
 // metrics (pkg/metrics has a Prometheus implementation). Committed is
 // called from the committing goroutine after the fsync, so it must be fast
 // and must not block.
-type CommitObserver interface {
-	// Committed: one bbolt transaction carrying requests write requests
-	// (the group size; 1 without group commit) committed and fsync'd in d.
-	Committed(requests int, d time.Duration)
-}
+type CommitObserver = boltfile.CommitObserver
 
 // WithCommitObserver reports every commit's latency and group size to o.
 func WithCommitObserver(o CommitObserver) Option {
@@ -157,21 +154,11 @@ type Store struct {
 	db   *bolt.DB
 	cfg  config
 	path string
-
-	// mu guards closed and, with group commit, queue and busy. A write
-	// joins inflight under mu while closed is false, so Close, after it
-	// sets closed, can wait for every accepted write.
-	mu       sync.Mutex
-	closed   bool
-	inflight sync.WaitGroup
-	// closing is closed's lock-free twin for the read path.
+	// commits runs every write transaction (group commit, see
+	// internal/boltfile).
+	commits *boltfile.Committer
+	// closing is set by Close; reads check it without a lock.
 	closing atomic.Bool
-
-	// Group commit (see runCommitter).
-	queue         []*request    // requests waiting for the next transaction
-	busy          bool          // a commit is in flight or the committer is draining
-	kick          chan struct{} // wakes the committer; capacity 1
-	committerDone chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -201,108 +188,44 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: boltstore.Open: path is required", cardstore.ErrInvalid)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:      cfg.openTimeout,
-		FreelistType: bolt.FreelistMapType,
-		NoSync:       false, // every commit is fsync'd: a nil return means on disk
-	})
+	db, err := boltfile.Open(path, boltfile.Options{Timeout: cfg.openTimeout, Schema: &boltfile.Schema{
+		Kind: "boltstore", Version: schemaVersion, Buckets: allBuckets,
+		Upgrades: map[string]func(*bolt.Tx) error{schemaVersion1: upgradeV1},
+	}})
 	if err != nil {
-		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("boltstore: open %s: %w (gave up after %v)", path, ErrLocked, cfg.openTimeout)
-		}
-		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
-	}
-	if err := initSchema(db); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+		return nil, fmt.Errorf("boltstore: %w", err)
 	}
 	s := &Store{db: db, cfg: cfg, path: path}
-	if cfg.groupCommit {
-		s.kick = make(chan struct{}, 1)
-		s.committerDone = make(chan struct{})
-		go s.runCommitter()
-	}
+	s.commits = boltfile.NewCommitter(db, boltfile.CommitConfig{
+		Alone: !cfg.groupCommit, Observer: cfg.observer, Logger: cfg.logger, Name: path,
+	})
 	return s, nil
 }
 
-// initSchema creates the buckets of a new file, upgrades a version 1 file,
-// or checks those of an existing one.
-func initSchema(db *bolt.DB) error {
-	var fresh, upgrade bool
-	err := db.View(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		if meta == nil {
-			var foreign []string
-			_ = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
-				foreign = append(foreign, string(name))
-				return nil
-			})
-			if len(foreign) > 0 {
-				return fmt.Errorf("%w: file has no %q bucket but has buckets %q: not a boltstore file", ErrSchemaVersion, bucketMeta, foreign)
-			}
-			fresh = true
-			return nil
+// upgradeV1 turns a version 1 file into a version 2 file (boltfile.Open
+// runs it in one transaction with the version bump, so a crash midway
+// leaves the version 1 file as it was): it creates the turn summary
+// buckets and builds them from the turns index, reading every indexed card
+// once.
+func upgradeV1(tx *bolt.Tx) error {
+	for _, name := range v1Buckets {
+		if tx.Bucket(name) == nil {
+			return fmt.Errorf("%w: schema version %s file lacks bucket %q", ErrSchemaVersion, schemaVersion1, name)
 		}
-		want := allBuckets
-		switch v := meta.Get(metaSchemaVersion); string(v) {
-		case schemaVersion:
-		case schemaVersion1:
-			upgrade, want = true, v1Buckets
-		default:
-			return fmt.Errorf("%w: file has schema version %q, this build reads %q (and upgrades %q)", ErrSchemaVersion, v, schemaVersion, schemaVersion1)
-		}
-		for _, name := range want {
-			if tx.Bucket(name) == nil {
-				return fmt.Errorf("%w: schema version %s file lacks bucket %q", ErrSchemaVersion, meta.Get(metaSchemaVersion), name)
-			}
-		}
-		return nil
-	})
-	switch {
-	case err != nil:
-		return err
-	case upgrade:
-		return upgradeSchema(db)
-	case !fresh:
-		return nil
 	}
-	return db.Update(func(tx *bolt.Tx) error {
-		for _, name := range allBuckets {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return fmt.Errorf("create bucket %q: %w", name, err)
+	for _, name := range v2Buckets {
+		// A version 1 file has none of them; left-overs of a foreign
+		// writer would make the index wrong, so start from scratch.
+		if tx.Bucket(name) != nil {
+			if err := tx.DeleteBucket(name); err != nil {
+				return fmt.Errorf("reset bucket %q: %w", name, err)
 			}
 		}
-		return tx.Bucket(bucketMeta).Put(metaSchemaVersion, []byte(schemaVersion))
-	})
-}
-
-// upgradeSchema turns a version 1 file into a version 2 file in one
-// transaction: it creates the turn summary buckets, builds them from the
-// turns index (reading every indexed card once), and bumps the version.
-// A crash midway leaves the version 1 file as it was.
-func upgradeSchema(db *bolt.DB) error {
-	err := db.Update(func(tx *bolt.Tx) error {
-		for _, name := range v2Buckets {
-			// A version 1 file has none of them; left-overs of a foreign
-			// writer would make the index wrong, so start from scratch.
-			if tx.Bucket(name) != nil {
-				if err := tx.DeleteBucket(name); err != nil {
-					return fmt.Errorf("reset bucket %q: %w", name, err)
-				}
-			}
-			if _, err := tx.CreateBucket(name); err != nil {
-				return fmt.Errorf("create bucket %q: %w", name, err)
-			}
+		if _, err := tx.CreateBucket(name); err != nil {
+			return fmt.Errorf("create bucket %q: %w", name, err)
 		}
-		if err := buildTurnIndex(tx); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketMeta).Put(metaSchemaVersion, []byte(schemaVersion))
-	})
-	if err != nil {
-		return fmt.Errorf("upgrade schema version %s to %s: %w", schemaVersion1, schemaVersion, err)
 	}
-	return nil
+	return buildTurnIndex(tx)
 }
 
 // Close commits every write request queued before it, then closes the
@@ -310,15 +233,8 @@ func upgradeSchema(db *bolt.DB) error {
 // idempotent: every call returns the first call's result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
 		s.closing.Store(true)
-		s.mu.Unlock()
-		s.inflight.Wait() // every accepted write has its answer
-		if s.kick != nil {
-			close(s.kick) // the committer finishes its drain, then exits
-			<-s.committerDone
-		}
+		s.commits.Close() // every accepted write has its answer
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("boltstore: close %s: %w", s.path, err)
 		}

@@ -59,6 +59,7 @@ func Run(t *testing.T, newStore func(t *testing.T) cardstore.Store) {
 		{"Claims", testClaims},
 		{"ClaimTakeOver", testClaimTakeOver},
 		{"GetClaim", testGetClaim},
+		{"ResultReleasesClaim", testResultReleasesClaim},
 		{"ListTurns", testListTurns},
 		{"ListTurnsPaging", testListTurnsPaging},
 		{"ListTurnsInvalid", testListTurnsInvalid},

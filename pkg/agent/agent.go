@@ -89,6 +89,12 @@ type Config struct {
 	// Mandate is the signed mandate attached to every call that does not
 	// carry its own (CallRequest.Mandate). Empty: calls carry none.
 	Mandate string
+	// RegistryCacheTTL is how long Call reuses a tool's registry entry
+	// (target subject, after_execution) before reading it again. The
+	// registry announces no changes, so a re-registration is seen at most
+	// this much later; an unknown tool is never cached. Default
+	// DefaultRegistryCacheTTL; negative reads the registry on every call.
+	RegistryCacheTTL time.Duration
 }
 
 // Client is what a Go agent runtime uses to call tools over the mesh. It is
@@ -107,6 +113,7 @@ type Client struct {
 	poll     time.Duration
 	wakeSubj string
 	mandate  string
+	entries  entryCache
 
 	// mu guards sub, waiters and closed.
 	mu      sync.Mutex
@@ -172,6 +179,9 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = DefaultPollInterval
 	}
+	if cfg.RegistryCacheTTL == 0 {
+		cfg.RegistryCacheTTL = DefaultRegistryCacheTTL
+	}
 	return &Client{
 		nc: nc, js: js, ver: cfg.Version, project: cfg.Project, channel: cfg.Channel, agentID: cfg.AgentID,
 		store: cfg.Store, reg: cfg.Registry, inbox: cfg.Inbox, poll: cfg.PollInterval,
@@ -179,6 +189,7 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		wakeSubj: wake.String(), mandate: cfg.Mandate,
 		waiters: make(map[string][]*waiter),
 		done:    make(chan struct{}),
+		entries: entryCache{ttl: cfg.RegistryCacheTTL, now: time.Now},
 	}, nil
 }
 
@@ -339,7 +350,8 @@ type waiter struct {
 	ch chan utp.Wakeup
 }
 
-func callKey(turn, callID string) string { return turn + "\x00" + callID }
+// callKey is the waiters' key of a call of the client's project.
+func callKey(turn, callID string) string { return utp.Ref("", turn, callID).Key() }
 
 func (c *Client) register(key string) *waiter {
 	w := &waiter{ch: make(chan utp.Wakeup, 1)}

@@ -542,3 +542,35 @@ func TestClosed(t *testing.T) {
 		t.Fatalf("Call after Close = %v", err)
 	}
 }
+
+// TestCollidingCallIDs: calls whose ids joined with "-" or "/" are equal
+// (the old Nats-Msg-Id "cmd-<project>-<turn>-<call>" and the worker's old
+// in-flight key "<project>/<turn>/<call>" collided for them) each get their
+// own command, execution and result. Before utp.CallRef the second command
+// was dropped by JetStream as a duplicate and its Call waited forever.
+//
+// The calls run one after the other: the claim key
+// "toolcall/<turn>/<call>" (kept for foreign workers) is shared by the
+// "/" pair, so at the same time the second would wait out the first's
+// lease; after the first's result the claim is released with it.
+func TestCollidingCallIDs(t *testing.T) {
+	e := startMesh(t)
+	c := e.client(t, "agent-collide")
+	ctx := ctxT(t)
+	for _, pair := range [][2][2]string{
+		{{"t-1", "2"}, {"t", "1-2"}},
+		{{"u/1", "2"}, {"u", "1/2"}},
+	} {
+		for i, ids := range pair {
+			args := json.RawMessage(fmt.Sprintf(`{"which":%d}`, i))
+			out, err := c.Call(ctx, agent.CallRequest{ToolName: echo.Name, Arguments: args, AgentTurnID: ids[0], ToolCallID: ids[1]})
+			if err != nil {
+				t.Fatalf("call turn %q call %q: %v", ids[0], ids[1], err)
+			}
+			if out.ResultCard.ToolCallID != ids[1] || out.ResultCard.Metadata.AgentTurnID != ids[0] {
+				t.Errorf("call turn %q call %q got the result of turn %q call %q", ids[0], ids[1], out.ResultCard.Metadata.AgentTurnID, out.ResultCard.ToolCallID)
+			}
+			jsonEqual(t, out.Result.Result, args)
+		}
+	}
+}

@@ -229,7 +229,7 @@ func (c *Client) prepare(ctx context.Context, req CallRequest) (*prepared, error
 		ent = &registry.Entry{ToolName: req.ToolName, AfterExecution: card.Suspend,
 			TargetSubject: "cg.{ver}.{project_id}.{channel_id}.cmd.sys.pmo.internal." + strings.ToLower(req.ToolName)}
 	} else {
-		ent, err = c.reg.Get(ctx, c.project, req.ToolName)
+		ent, err = c.entries.get(ctx, c.reg, c.project, req.ToolName)
 	}
 	if errors.Is(err, registry.ErrNotFound) {
 		return nil, fmt.Errorf("%w: tool %q is not registered in project %q", ErrUnknownTool, req.ToolName, c.project)
@@ -306,7 +306,7 @@ func (c *Client) send(ctx context.Context, p *prepared) error {
 	m.Data = body
 	h := m.Header
 	h.Set(utp.HeaderTraceparent, pd.Traceparent)
-	h.Set(jetstream.MsgIDHeader, "cmd-"+c.project+"-"+pd.AgentTurnID+"-"+pd.ToolCallID)
+	h.Set(jetstream.MsgIDHeader, utp.Ref(c.project, pd.AgentTurnID, pd.ToolCallID).MsgID())
 	h.Set(utp.HeaderProjectID, c.project)
 	h.Set(utp.HeaderChannelID, c.channel)
 	h.Set(utp.HeaderAgentID, c.agentID)

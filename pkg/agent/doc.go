@@ -17,7 +17,10 @@
 // One tool call, message by message, as Call runs it:
 //
 //  1. Registry. The tool is looked up in the client's project (registry
-//     "get"); a missing tool is ErrUnknownTool and nothing is written. Its
+//     "get", cached for Config.RegistryCacheTTL, default 5s: the registry
+//     announces no changes, so a re-registration is seen at most that much
+//     later); a missing tool is ErrUnknownTool (never cached) and nothing
+//     is written. Its
 //     target_subject template is rendered for the client's version,
 //     project and channel, e.g. cg.v1r3.demo.default.cmd.tool.echo.
 //  2. Card. The tool.call card is written to the CardStore: content
@@ -63,7 +66,9 @@
 // The command carries, besides its JSON body:
 //
 //	traceparent       the request's, else the context's (ContextWithTraceparent), else a new one
-//	Nats-Msg-Id       cmd-<project_id>-<agent_turn_id>-<tool_call_id>: JetStream drops a re-publish within 2 min
+//	Nats-Msg-Id       utp.CallRef.MsgID(): "cmd-" + hex SHA-256 of the length-prefixed
+//	                  (project_id, agent_turn_id, tool_call_id); JetStream drops a re-publish
+//	                  of the same call within 2 min, never another call's command
 //	CG-Project-Id     the project
 //	CG-Channel-Id     the channel
 //	CG-Agent-Id       agent_id
@@ -129,10 +134,11 @@
 //     pending. If that entry was already acknowledged no new wakeup comes
 //     and Call waits until ctx ends; read such a result with Resume.
 //   - Nats-Msg-Id is de-duplicated per stream, and the command stream
-//     spans every project and channel of the version: two commands with
-//     the same agent_turn_id and tool_call_id within two minutes are one
-//     command, whatever their project. Use globally unique turn ids (the
-//     default tool_call_id, a UUIDv7, already is).
+//     spans every project and channel of the version: the id hashes the
+//     length-prefixed (project, turn, call), so two different calls never
+//     share one (the old "cmd-<project>-<turn>-<call>" did: turn "t-1" +
+//     call "2" was turn "t" + call "1-2", and the second command was
+//     dropped as a duplicate).
 //   - Call without a deadline waits as long as the tool runs (the tool's
 //     own timeout bounds that: the worker then reports status timeout).
 //   - The Client's core NATS subscription is per process: a wakeup for a

@@ -240,8 +240,12 @@ func (r *wakeupRunner) onMsg(m jetstream.Msg) {
 		_ = m.NakWithDelay(r.o.retryDelay)
 		return
 	}
-	if err := m.DoubleAck(ctx); err != nil {
-		log.Warn("agent: wakeup ack not confirmed; it may be delivered again", "err", err)
+	// A plain Ack: a wakeup may be delivered again anyway (handlers are
+	// idempotent, the inbox entry is the truth), so waiting for the
+	// server's confirmation (DoubleAck) would buy a round trip and nothing
+	// else.
+	if err := m.Ack(); err != nil {
+		log.Warn("agent: wakeup ack not sent; it may be delivered again", "err", err)
 	}
 }
 

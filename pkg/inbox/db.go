@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -11,8 +12,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 )
@@ -52,67 +53,33 @@ type record struct {
 	Seq uint64 `json:"seq"`
 }
 
-// db is the inbox's bbolt file. mu guards closed: every transaction holds
-// it for reading, close for writing, so no transaction starts on a closed
-// file and close waits for the running ones.
+// db is the inbox's bbolt file. Writes go through a group committer
+// (internal/boltfile): concurrent reports, acks and epoch changes share one
+// fsync'd transaction, and the wakeup-sent mark rides along with the next
+// one. mu guards closed for the read path: every read transaction holds it
+// for reading, close for writing, so no read starts on a closed file.
 type db struct {
-	bolt   *bolt.DB
-	path   string
-	mu     sync.RWMutex
-	closed bool
+	bolt    *bolt.DB
+	commits *boltfile.Committer
+	path    string
+	mu      sync.RWMutex
+	closed  bool
 }
 
 func openDB(path string, timeout time.Duration) (*db, error) {
-	b, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:      timeout,
-		NoSync:       false, // every commit is fsync'd: a nil return means on disk
-		FreelistType: bolt.FreelistMapType,
-	})
+	b, err := boltfile.Open(path, boltfile.Options{Timeout: timeout, Schema: &boltfile.Schema{
+		Kind: "inbox", Version: schemaVersion, Buckets: allBuckets,
+	}})
 	if err != nil {
-		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("inbox: open %s: %w (gave up after %v; is another inbox running on this file?)", path, ErrLocked, timeout)
-		}
-		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
+		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	if err := initSchema(b); err != nil {
-		_ = b.Close()
-		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
-	}
-	return &db{bolt: b, path: path}, nil
+	return &db{bolt: b, path: path, commits: boltfile.NewCommitter(b, boltfile.CommitConfig{Name: path})}, nil
 }
 
-func initSchema(b *bolt.DB) error {
-	return b.Update(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		if meta == nil {
-			var foreign []string
-			_ = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
-				foreign = append(foreign, string(name))
-				return nil
-			})
-			if len(foreign) > 0 {
-				return fmt.Errorf("%w: file has no %q bucket but has buckets %q: not an inbox file", ErrSchemaVersion, bucketMeta, foreign)
-			}
-			for _, name := range allBuckets {
-				if _, err := tx.CreateBucket(name); err != nil {
-					return fmt.Errorf("create bucket %q: %w", name, err)
-				}
-			}
-			return tx.Bucket(bucketMeta).Put(metaSchemaVersion, []byte(schemaVersion))
-		}
-		if v := meta.Get(metaSchemaVersion); string(v) != schemaVersion {
-			return fmt.Errorf("%w: file has schema version %q, this build reads %q", ErrSchemaVersion, v, schemaVersion)
-		}
-		for _, name := range allBuckets {
-			if tx.Bucket(name) == nil {
-				return fmt.Errorf("%w: schema version %s file lacks bucket %q", ErrSchemaVersion, schemaVersion, name)
-			}
-		}
-		return nil
-	})
-}
-
+// close commits every write accepted before it (wakeup-sent marks
+// included), then closes the file.
 func (d *db) close() error {
+	d.commits.Close()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -125,13 +92,35 @@ func (d *db) close() error {
 	return nil
 }
 
+// update runs fn as one durable write, in a transaction it may share with
+// other writes. Every error of fn is treated as a failure after writing
+// (boltfile.Dirty): the shared transaction is rolled back and the others
+// run again without fn, so fn may write before it checks. fn may run more
+// than once and must set its outputs anew on every run.
 func (d *db) update(fn func(tx *bolt.Tx) error) error {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed {
-		return ErrClosed
+	return d.mapClosed(d.commits.Write(context.Background(), 0, dirtyOnError(fn)))
+}
+
+// later runs fn in the next transaction (see boltfile.Committer.Later) and
+// calls done with the outcome once it is committed.
+func (d *db) later(fn func(tx *bolt.Tx) error, done func(err error)) {
+	d.commits.Later(0, dirtyOnError(fn), func(err error) { done(d.mapClosed(err)) })
+}
+
+func dirtyOnError(fn func(tx *bolt.Tx) error) boltfile.ApplyFunc {
+	return func(tx *bolt.Tx) error {
+		if err := fn(tx); err != nil {
+			return boltfile.Dirty(err)
+		}
+		return nil
 	}
-	return d.bolt.Update(fn)
+}
+
+func (d *db) mapClosed(err error) error {
+	if errors.Is(err, boltfile.ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
 }
 
 func (d *db) view(fn func(tx *bolt.Tx) error) error {
@@ -212,6 +201,7 @@ func (d *db) insert(project, channel string, rep *utp.Report, traceparent string
 		res *Entry
 	)
 	err := d.update(func(tx *bolt.Tx) error {
+		out, res = 0, nil
 		calls := tx.Bucket(bucketCalls)
 		callKey := key(project, rep.AgentTurnID, rep.ToolCallID)
 		if id := calls.Get(callKey); id != nil {
@@ -285,25 +275,47 @@ func readEpoch(b *bolt.Bucket, k []byte) (int64, bool) {
 	return int64(binary.BigEndian.Uint64(v)), true
 }
 
-// markSent records that the entry's wakeup was published (first time wins).
+// markSent records that the entry's wakeup was published (first time
+// wins) and returns once that is on disk.
 func (d *db) markSent(project, id string, at time.Time) (first bool, err error) {
 	err = d.update(func(tx *bolt.Tx) error {
-		r, err := getRecord(tx, project, id)
-		if err != nil {
-			return err
-		}
-		if r == nil {
-			return fmt.Errorf("%w: inbox entry %s in project %s", ErrNotFound, id, project)
-		}
-		if r.WakeupSentAt != nil {
-			return nil
-		}
-		t := at.UTC()
-		r.WakeupSentAt = &t
-		first = true
-		return putRecord(tx, r)
+		var err error
+		first, err = applyMarkSent(tx, project, id, at)
+		return err
 	})
 	return first, err
+}
+
+// markSentLater records the mark in the next transaction instead of a
+// commit of its own, and calls done once it is committed; first is true
+// for exactly one of the marks of an entry, as with markSent. Nobody waits
+// for the mark's durability: a crash before the commit leaves the entry
+// pending without it, and a redelivered report publishes the wakeup again
+// under the same Nats-Msg-Id, which JetStream drops.
+func (d *db) markSentLater(project, id string, at time.Time, done func(first bool, err error)) {
+	var first bool
+	d.later(func(tx *bolt.Tx) error {
+		var err error
+		first, err = applyMarkSent(tx, project, id, at)
+		return err
+	}, func(err error) { done(first && err == nil, err) })
+}
+
+// applyMarkSent sets the entry's wakeup_sent_at unless it is set.
+func applyMarkSent(tx *bolt.Tx, project, id string, at time.Time) (bool, error) {
+	r, err := getRecord(tx, project, id)
+	if err != nil {
+		return false, err
+	}
+	if r == nil {
+		return false, fmt.Errorf("%w: inbox entry %s in project %s", ErrNotFound, id, project)
+	}
+	if r.WakeupSentAt != nil {
+		return false, nil
+	}
+	t := at.UTC()
+	r.WakeupSentAt = &t
+	return true, putRecord(tx, r)
 }
 
 func (d *db) get(project, id string) (*Entry, error) {
@@ -370,6 +382,7 @@ func (d *db) list(project string, q ListQuery) ([]Entry, error) {
 func (d *db) ack(project string, ids []string, now time.Time) (int, error) {
 	n := 0
 	err := d.update(func(tx *bolt.Tx) error {
+		n = 0
 		recs := make([]*record, 0, len(ids))
 		var missing []string
 		for _, id := range ids {
@@ -426,6 +439,7 @@ func (d *db) setEpoch(project, turn string, epoch int64) (int64, []Entry, error)
 		staled  []Entry
 	)
 	err := d.update(func(tx *bolt.Tx) error {
+		highest, staled = 0, nil
 		epochs := tx.Bucket(bucketEpochs)
 		turnKey := key(project, turn)
 		cur, seen := readEpoch(epochs, turnKey)

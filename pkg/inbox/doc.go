@@ -28,11 +28,17 @@
 //     Nats-Msg-Id "wakeup-<inbox_id>", the report's traceparent (a fresh one
 //     when it had none), tracestate and CG-Recursion-Depth passed through,
 //     and the CG-* identity and envelope headers; waits for the PubAck and
-//     records wakeup_sent_at;
-//  5. acknowledges the report with DoubleAck, so the ack is confirmed.
+//     queues the wakeup_sent_at mark, which rides along with the next inbox
+//     transaction (another report's entry, an ack) instead of an fsync of
+//     its own;
+//  5. acknowledges the report with a plain Ack: the entry is durable, so an
+//     ack the server never receives only causes a redelivery, which is a
+//     duplicate.
 //
 // The report is acknowledged only after the entry is on disk (bbolt fsyncs
-// every commit) and the wakeup is stored by JetStream.
+// every commit) and the wakeup is stored by JetStream. Writes of concurrent
+// reports, acks and set_epoch calls share one fsync'd transaction (the
+// group committer of internal/boltfile).
 //
 // # Refused reports
 //
@@ -76,8 +82,8 @@
 // deduplication anchor. A second report of the same call — a redelivery, or
 // a tool service retrying — is acknowledged without a new entry or wakeup
 // (logged at debug), whatever its epoch or body. The dedupe check and the
-// insert are one bbolt write transaction, and bbolt serialises writers, so
-// two copies handled at the same moment cannot both insert.
+// insert are one write request, applied in order within the shared
+// transaction, so two copies handled at the same moment cannot both insert.
 //
 // # Crash windows, and why each is safe
 //
@@ -92,8 +98,13 @@
 //     duplicate window JetStream drops it, later the agent may see a second
 //     wakeup for the same inbox_id, which it must treat idempotently (the
 //     entry, not the wakeup, is the truth: acking twice is a no-op).
-//   - After wakeup_sent_at, before the ack is confirmed: the redelivery is
-//     a plain duplicate and is acknowledged.
+//   - After the ack, before the queued wakeup_sent_at mark commits: the
+//     entry stays pending without the mark. The wakeup is stored in
+//     JetStream, so the agent is woken; the mark only tells a later
+//     duplicate report that it need not re-publish (and counts the wakeup
+//     for metrics).
+//   - After wakeup_sent_at, before the ack arrives: the redelivery is a
+//     plain duplicate and is acknowledged.
 //   - A dead-letter record published but the Term lost: the redelivered
 //     report is refused again and republished with the same Nats-Msg-Id
 //     ("inbox-deadletter-<stream>-<seq>"), which JetStream de-duplicates.

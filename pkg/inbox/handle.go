@@ -145,29 +145,35 @@ func (s *Service) handleReport(m jetstream.Msg) {
 			return
 		}
 		now := time.Now()
-		first, err := s.db.markSent(project, entry.InboxID, now)
-		if err != nil {
-			log.Warn("inbox: wakeup published but not recorded; retrying", "err", err)
-			s.retry(m, span, err)
-			return
-		}
 		lag := now.Sub(resultCard.CreatedAt)
+		// The wakeup-sent mark rides along with the next inbox transaction
+		// (another report's entry, an agent's ack) instead of paying an
+		// fsync of its own; nothing waits for it. A duplicate that raced
+		// the first handler re-publishes the same wakeup (JetStream drops
+		// it by Nats-Msg-Id); only the mark that was first counts, so one
+		// entry is one wakeup.
+		s.db.markSentLater(project, entry.InboxID, now, func(first bool, err error) {
+			if err != nil {
+				log.Warn("inbox: wakeup published but not recorded; a redelivered report re-publishes it", "err", err)
+				return
+			}
+			if first && s.cfg.Observer != nil {
+				s.cfg.Observer.WakeupSent(lag)
+			}
+		})
 		log.Info("inbox: report accepted; wakeup sent", "status", entry.Status, "after_execution", entry.AfterExecution, "lag", lag)
 		if out == outcomeDuplicate {
 			s.observe(OutcomeDuplicate)
 		} else {
 			s.observe(OutcomeAccepted)
 		}
-		// A duplicate that raced the first handler re-publishes the same
-		// wakeup (JetStream drops it by Nats-Msg-Id); only the handler that
-		// recorded the wakeup as sent counts it, so one entry is one wakeup.
-		if first && s.cfg.Observer != nil {
-			s.cfg.Observer.WakeupSent(lag)
-		}
 	}
-	if err := m.DoubleAck(ctx); err != nil {
-		// The entry is durable: a redelivery is recognised as a duplicate.
-		log.Warn("inbox: report ack not confirmed; a redelivery will be treated as a duplicate", "err", err)
+	// A plain Ack: the entry is durable, so an ack the server never gets
+	// only causes a redelivery, which is recognised as a duplicate. Waiting
+	// for the server's confirmation (DoubleAck) would buy nothing but a
+	// round trip per report.
+	if err := m.Ack(); err != nil {
+		log.Warn("inbox: report ack not sent; a redelivery will be treated as a duplicate", "err", err)
 	}
 }
 

@@ -193,6 +193,9 @@ func (e *env) settle() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	must(e.t, e.nc.Flush())
+	// Wakeup-sent marks ride along with the next write: one empty write
+	// commits those queued so far (their callbacks run before it returns).
+	must(e.t, e.svc.db.update(func(*bolt.Tx) error { return nil }))
 }
 
 // pendingCount returns how many messages a subscription holds now.

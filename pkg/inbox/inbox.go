@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
@@ -34,9 +35,10 @@ var (
 	ErrClosed = errors.New("inbox: closed")
 	// ErrLocked: the inbox file is held open by another process (bbolt
 	// takes an exclusive file lock); New gave up after Config.OpenTimeout.
-	ErrLocked = errors.New("inbox: database file locked by another process")
+	// It is internal/boltfile's value, shared by every bbolt file.
+	ErrLocked = boltfile.ErrLocked
 	// ErrSchemaVersion: the inbox file has a layout this build cannot read.
-	ErrSchemaVersion = errors.New("inbox: unsupported database schema version")
+	ErrSchemaVersion = boltfile.ErrSchemaVersion
 )
 
 // ServiceName is the service token of the inbox's svc subjects:

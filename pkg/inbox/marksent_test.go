@@ -1,11 +1,16 @@
 package inbox
 
 import (
+	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 )
@@ -54,5 +59,137 @@ func TestMarkSentFirstWins(t *testing.T) {
 	got, err := d.get("p1", e.InboxID)
 	if err != nil || got.WakeupSentAt == nil {
 		t.Fatalf("entry after markSent: %+v, %v; want wakeup_sent_at set", got, err)
+	}
+}
+
+// groupSizes records the group size of every inbox commit.
+type groupSizes struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (g *groupSizes) Committed(n int, _ time.Duration) {
+	g.mu.Lock()
+	g.sizes = append(g.sizes, n)
+	g.mu.Unlock()
+}
+
+func (g *groupSizes) get() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]int(nil), g.sizes...)
+}
+
+// TestMarkSentRidesWithNextWrite: the wakeup-sent mark costs no commit of
+// its own; it lands in the transaction of the next write (here the next
+// report's entry), and its first-wins answer arrives after that commit.
+func TestMarkSentRidesWithNextWrite(t *testing.T) {
+	d, err := openDB(filepath.Join(t.TempDir(), "inbox.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.close() }()
+	obs := &groupSizes{}
+	d.commits.Close()
+	d.commits = boltfile.NewCommitter(d.bolt, boltfile.CommitConfig{Observer: obs, LaterDelay: time.Hour})
+	report := func(call string) *utp.Report {
+		return &utp.Report{AgentID: "a1", AgentTurnID: "t1", TurnEpoch: 1, ToolCallID: call,
+			ToolResultCardID: card.NewID(), Status: card.StatusSuccess, AfterExecution: card.Suspend}
+	}
+	e1, _, err := d.insert("p1", "main", report("c1"), utp.NewTraceparent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type mark struct {
+		first bool
+		err   error
+	}
+	marks := make(chan mark, 2)
+	d.markSentLater("p1", e1.InboxID, time.Now(), func(first bool, err error) { marks <- mark{first, err} })
+	if got := obs.get(); len(got) != 1 {
+		t.Fatalf("commits after markSentLater: %v, want only the first insert's", got)
+	}
+	if _, _, err := d.insert("p1", "main", report("c2"), utp.NewTraceparent()); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-marks; !m.first || m.err != nil {
+		t.Fatalf("mark: first %v, err %v; want first, no error", m.first, m.err)
+	}
+	if got := obs.get(); len(got) != 2 || got[1] != 2 {
+		t.Fatalf("commits %v, want [1 2]: the mark shares the second insert's transaction", got)
+	}
+	got, err := d.get("p1", e1.InboxID)
+	if err != nil || got.WakeupSentAt == nil {
+		t.Fatalf("entry: %+v, %v; want wakeup_sent_at set", got, err)
+	}
+	d.markSentLater("p1", e1.InboxID, time.Now(), func(first bool, err error) { marks <- mark{first, err} })
+	d.markSentLater("p1", "no-such-entry", time.Now(), func(first bool, err error) { marks <- mark{first, err} })
+	if err := d.close(); err != nil { // close commits the waiting marks
+		t.Fatal(err)
+	}
+	for range 2 {
+		m := <-marks
+		switch {
+		case m.err == nil && m.first:
+			t.Fatal("a second mark of one entry said first")
+		case m.err != nil && !errors.Is(m.err, ErrNotFound):
+			t.Fatalf("mark of a missing entry: %v, want ErrNotFound", m.err)
+		}
+	}
+}
+
+// TestConcurrentReportsShareACommit: reports stored while a commit runs
+// share the next transaction (one fsync for all of them), and each still
+// gets its own entry.
+func TestConcurrentReportsShareACommit(t *testing.T) {
+	d, err := openDB(filepath.Join(t.TempDir(), "inbox.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.close() }()
+	obs := &groupSizes{}
+	d.commits.Close()
+	d.commits = boltfile.NewCommitter(d.bolt, boltfile.CommitConfig{Observer: obs})
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	blocked := make(chan error, 1)
+	go func() {
+		blocked <- d.update(func(*bolt.Tx) error { close(entered); <-unblock; return nil })
+	}()
+	<-entered
+	const n = 8
+	ids := make(chan string, n)
+	for i := range n {
+		go func() {
+			rep := &utp.Report{AgentID: "a1", AgentTurnID: "t1", TurnEpoch: 1, ToolCallID: fmt.Sprint("c", i),
+				ToolResultCardID: card.NewID(), Status: card.StatusSuccess, AfterExecution: card.Suspend}
+			e, out, err := d.insert("p1", "main", rep, utp.NewTraceparent())
+			if err != nil || out != outcomeNew {
+				t.Errorf("insert %d: %v, %v", i, out, err)
+				ids <- ""
+				return
+			}
+			ids <- e.InboxID
+		}()
+	}
+	deadline := time.Now().Add(30 * time.Second) // a failure bound, not a timing assertion
+	for d.commits.Queued() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d inserts queued", d.commits.Queued(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(unblock)
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for range n {
+		seen[<-ids] = true
+	}
+	if len(seen) != n || seen[""] {
+		t.Fatalf("entries %v, want %d distinct", seen, n)
+	}
+	if got := obs.get(); len(got) != 2 || got[1] != n {
+		t.Fatalf("commit group sizes %v, want [1 %d]: the %d reports share one transaction", got, n, n)
 	}
 }

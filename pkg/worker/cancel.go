@@ -11,6 +11,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -55,7 +56,7 @@ func (r *Runtime) onCancel(m *nats.Msg) {
 		r.log.Warn("malformed cancel notice ignored", "subject", m.Subject)
 		return
 	}
-	key := s.Project + "/" + n.AgentTurnID + "/" + n.ToolCallID
+	key := utp.Ref(s.Project, n.AgentTurnID, n.ToolCallID).Key()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()

@@ -92,7 +92,7 @@ func (r *Runtime) handle(t *Tool, msg jetstream.Msg) {
 		return
 	}
 	j.cmd = cmd
-	j.key = subj.Project + "/" + cmd.AgentTurnID + "/" + cmd.ToolCallID
+	j.key = utp.Ref(subj.Project, cmd.AgentTurnID, cmd.ToolCallID).Key()
 	j.setSpanIDs()
 	j.run()
 }
@@ -353,7 +353,7 @@ func (j *job) fail(status card.Status, code card.ErrorCode, msg string, detail j
 // worker is running it (the malformed copy must not win the one result).
 func (j *job) refuse(msg string) {
 	st, ctx := j.r.cfg.Store, j.r.baseCtx
-	key := j.subj.Project + "/" + j.cmd.AgentTurnID + "/" + j.cmd.ToolCallID
+	key := utp.Ref(j.subj.Project, j.cmd.AgentTurnID, j.cmd.ToolCallID).Key()
 	if j.r.running(key) {
 		_ = j.msg.NakWithDelay(j.r.cfg.ClaimLease)
 		return

@@ -163,9 +163,12 @@ func (j *job) report(spanCtx context.Context, resultID string, status card.Statu
 		j.retryLater("publish report", err)
 		return
 	}
-	if err := j.msg.DoubleAck(ctx); err != nil {
-		// The report is durable; a redelivery finds the result and re-reports
-		// it, and the inbox drops the duplicate.
+	// A plain Ack: the result card and the report are durable, so an ack
+	// the server never gets only causes a redelivery, which finds the
+	// result and re-reports it, and the inbox drops the duplicate. Waiting
+	// for the server's confirmation (DoubleAck) bought a round trip per
+	// call and nothing else.
+	if err := j.msg.Ack(); err != nil {
 		j.r.log.Warn("ack after report failed; the command may be redelivered", append(j.logAttrs(), "err", err)...)
 	}
 	j.r.log.Debug("reported", append(j.logAttrs(), "tool_result_card_id", resultID, "status", status, "after_execution", ae)...)

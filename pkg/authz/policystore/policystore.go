@@ -11,8 +11,8 @@
 // kept (bucket history/<project>/<version>) and can be restored with
 // Rollback, which stores the old text as a new version. Reads are bbolt read
 // transactions: many readers run at once; writes are serialized by bbolt.
-// The file is opened by one process at a time (a second Open waits for
-// Timeout, then fails).
+// The file is opened by one process at a time (a second Open waits 5s,
+// then fails with an error matching boltfile.ErrLocked).
 package policystore
 
 import (
@@ -30,9 +30,14 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/subjects"
 )
+
+// schemaVersion is the file layout: the policies, config and history
+// buckets, and a meta bucket holding this version.
+const schemaVersion = "1"
 
 var (
 	bucketPolicies = []byte("policies")
@@ -78,21 +83,14 @@ func WithHistoryLimit(n int) Option {
 // Open opens (creating if needed) the store at path, waiting up to 5s for
 // another process's lock.
 func Open(path string, opts ...Option) (*Store, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	// Files written before the layout was versioned have no meta bucket;
+	// Adopt stamps them with version 1 (their layout).
+	db, err := boltfile.Open(path, boltfile.Options{Schema: &boltfile.Schema{
+		Kind: "policystore", Version: schemaVersion, Adopt: true,
+		Buckets: [][]byte{bucketPolicies, bucketConfig, bucketHistory},
+	}})
 	if err != nil {
-		return nil, fmt.Errorf("policystore: open %s: %w", path, err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketPolicies, bucketConfig, bucketHistory} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("policystore: init %s: %w", path, err)
+		return nil, fmt.Errorf("policystore: %w", err)
 	}
 	s := &Store{db: db, now: time.Now, keep: HistoryLimit}
 	for _, o := range opts {

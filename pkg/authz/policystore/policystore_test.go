@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/cedar-policy/cedar-go/types"
+	bolt "go.etcd.io/bbolt"
 
+	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
 )
@@ -193,5 +195,41 @@ func TestStoreHistory(t *testing.T) {
 	}
 	if _, err := s.PolicyVersion(ctx, "demo", 0); !errors.Is(err, authz.ErrInvalidRequest) {
 		t.Fatalf("version 0 = %v", err)
+	}
+}
+
+// TestOpenUnversioned: a policies.db written before the layout had a
+// schema version (three buckets, no meta) opens with its data.
+func TestOpenUnversioned(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "policies.db")
+	s, err := policystore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutPolicies(ctx, "demo", `permit(principal, action == Action::"echo", resource);`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Make it an old file: drop the meta bucket.
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(boltfile.MetaBucket) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = policystore.Open(path)
+	if err != nil {
+		t.Fatalf("open of an unversioned file: %v", err)
+	}
+	defer s.Close()
+	if _, err := s.Policies(ctx, "demo"); err != nil {
+		t.Fatalf("policies after adopting the file: %v", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -33,13 +34,12 @@ const DefaultOpenTimeout = time.Second
 
 var (
 	bucketTools = []byte("tools")
-	bucketMeta  = []byte("meta")
-	keyVersion  = []byte("schema_version")
 )
 
 // ErrLocked is matched by the Open error when another process (or another
-// Store in this process) holds the file.
-var ErrLocked = errors.New("boltreg: database file is locked by another process")
+// Store in this process) holds the file. It is internal/boltfile's value,
+// shared by every bbolt file of the mesh.
+var ErrLocked = boltfile.ErrLocked
 
 // Store is a bbolt-backed registry. It is safe for concurrent use.
 type Store struct {
@@ -90,32 +90,11 @@ func Open(path string, opts ...Option) (*Store, error) {
 			return nil, fmt.Errorf("boltreg: open %s: %w", path, err)
 		}
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.timeout})
+	db, err := boltfile.Open(path, boltfile.Options{Timeout: o.timeout, Schema: &boltfile.Schema{
+		Kind: "registry", Version: SchemaVersion, Buckets: [][]byte{bucketTools},
+	}})
 	if err != nil {
-		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("%w: %s (waited %s): %w", ErrLocked, path, o.timeout, err)
-		}
-		return nil, fmt.Errorf("boltreg: open %s: %w", path, err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		switch v := meta.Get(keyVersion); {
-		case v == nil:
-			if err := meta.Put(keyVersion, []byte(SchemaVersion)); err != nil {
-				return err
-			}
-		case string(v) != SchemaVersion:
-			return fmt.Errorf("unsupported schema version %q (this build reads %q)", v, SchemaVersion)
-		}
-		_, err = tx.CreateBucketIfNotExists(bucketTools)
-		return err
-	})
-	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("boltreg: open %s: %w", path, err)
+		return nil, fmt.Errorf("boltreg: %w", err)
 	}
 	return &Store{db: db, clock: o.clock}, nil
 }

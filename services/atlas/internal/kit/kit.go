@@ -12,6 +12,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/svc"
@@ -175,7 +176,9 @@ func New(group string, deps atlas.Deps) (*Service, error) {
 		return nil, fmt.Errorf("atlas.%s: data directory: %w", group, err)
 	}
 	path := atlas.DBPath(deps.DataDir, group)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	// Each group creates its own buckets; the file has no schema version
+	// yet, so boltfile checks only the lock (ErrLocked after 5s).
+	db, err := boltfile.Open(path, boltfile.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("atlas.%s: open %s: %w (is another atlas.%s process using this data directory?)", group, path, err, group)
 	}
