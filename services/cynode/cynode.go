@@ -17,7 +17,11 @@ import (
 	"github.com/utpmesh/utpmesh/services/cynode/artifact"
 	"github.com/utpmesh/utpmesh/services/cynode/audit"
 	"github.com/utpmesh/utpmesh/services/cynode/db"
+	"github.com/utpmesh/utpmesh/services/cynode/help"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
+	"github.com/utpmesh/utpmesh/services/cynode/model"
+	"github.com/utpmesh/utpmesh/services/cynode/node"
+	"github.com/utpmesh/utpmesh/services/cynode/skills"
 	"github.com/utpmesh/utpmesh/services/cynode/store"
 )
 
@@ -26,6 +30,9 @@ type Config = gateway.Config
 
 // Agent is one agent registration of a Config.
 type Agent = gateway.Agent
+
+// Model is one entry of the model registry.
+type Model = gateway.Model
 
 // Limits are the size limits of a Config.
 type Limits = gateway.Limits
@@ -114,6 +121,10 @@ func Specs() []gateway.Spec {
 	var out []gateway.Spec
 	out = append(out, artifact.Specs()...)
 	out = append(out, db.Specs()...)
+	out = append(out, model.Specs()...)
+	out = append(out, skills.Specs()...)
+	out = append(out, node.Specs()...)
+	out = append(out, help.Specs(Specs)...)
 	return out
 }
 
@@ -146,6 +157,12 @@ func Open(d Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	conn := func(ctx context.Context) (*nats.Conn, error) {
+		if d.NC != nil {
+			return d.NC, nil
+		}
+		return d.Resolve(ctx)
+	}
 	var pubMu sync.Mutex
 	var pub *audit.Publisher
 	auditf := func(ctx context.Context, ver string, rec *audit.Record) error {
@@ -153,12 +170,9 @@ func Open(d Deps) (*Service, error) {
 		p := pub
 		pubMu.Unlock()
 		if p == nil {
-			nc := d.NC
-			if nc == nil {
-				var err error
-				if nc, err = d.Resolve(ctx); err != nil {
-					return err
-				}
+			nc, err := conn(ctx)
+			if err != nil {
+				return err
 			}
 			np, err := audit.NewPublisher(nc)
 			if err != nil {
@@ -170,7 +184,7 @@ func Open(d Deps) (*Service, error) {
 		}
 		return p.Publish(ctx, ver, rec)
 	}
-	gw, err := gateway.New(gateway.Options{Config: cfg, Keys: d.Keys, Store: st, Audit: auditf, Logger: d.Logger})
+	gw, err := gateway.New(gateway.Options{Config: cfg, Keys: d.Keys, Store: st, Audit: auditf, Conn: conn, Logger: d.Logger})
 	if err != nil {
 		_ = st.Close()
 		return nil, err

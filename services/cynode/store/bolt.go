@@ -23,6 +23,7 @@ var (
 	bSettings  = []byte("settings")
 	bBlobs     = []byte("blobs")
 	bArtifacts = []byte("artifacts")
+	bSkills    = []byte("skills")
 )
 
 // Bolt is the embedded Store: one bbolt file.
@@ -39,7 +40,7 @@ func OpenBolt(path string) (*Bolt, error) {
 		return nil, fmt.Errorf("cynode store: open %s: %w (is another cynode process using this data directory?)", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bProjects, bSlugs, bTasks, bJobs, bSettings, bBlobs, bArtifacts} {
+		for _, b := range [][]byte{bProjects, bSlugs, bTasks, bJobs, bSettings, bBlobs, bArtifacts, bSkills} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -447,4 +448,57 @@ func (s *Bolt) ListArtifacts(_ context.Context, taskID string, page Page) ([]Art
 		return err
 	})
 	return out, next, err
+}
+
+// PutSkill implements Store.
+func (s *Bolt) PutSkill(_ context.Context, sk Skill) error {
+	if sk.ID == "" {
+		return fmt.Errorf("%w: a skill needs skill_id", ErrInvalid)
+	}
+	return s.db.Update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bSkills), sk.ID, sk) })
+}
+
+// GetSkill implements Store.
+func (s *Bolt) GetSkill(_ context.Context, id string) (Skill, error) {
+	var sk Skill
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if !getJSON(tx.Bucket(bSkills), id, &sk) {
+			return fmt.Errorf("%w: no skill %q", ErrNotFound, id)
+		}
+		return nil
+	})
+	return sk, err
+}
+
+// ListSkills implements Store.
+func (s *Bolt) ListSkills(_ context.Context, visible func(Skill) bool, page Page) ([]Skill, string, error) {
+	var out []Skill
+	var next string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		next, err = scan(tx.Bucket(bSkills), nil, page, func(_, v []byte) (bool, error) {
+			var sk Skill
+			if err := json.Unmarshal(v, &sk); err != nil {
+				return false, err
+			}
+			if !visible(sk) {
+				return false, nil
+			}
+			out = append(out, sk)
+			return true, nil
+		})
+		return err
+	})
+	return out, next, err
+}
+
+// DeleteSkill implements Store.
+func (s *Bolt) DeleteSkill(_ context.Context, id string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bSkills)
+		if b.Get([]byte(id)) == nil {
+			return fmt.Errorf("%w: no skill %q", ErrNotFound, id)
+		}
+		return b.Delete([]byte(id))
+	})
 }

@@ -133,7 +133,29 @@ type Store interface {
 	GetArtifact(ctx context.Context, taskID, path string) (Artifact, []byte, error)
 	ListArtifacts(ctx context.Context, taskID string, page Page) ([]Artifact, string, error)
 
+	PutSkill(ctx context.Context, sk Skill) error
+	GetSkill(ctx context.Context, id string) (Skill, error)
+	// ListSkills lists every skill for which visible is true, by id.
+	ListSkills(ctx context.Context, visible func(Skill) bool, page Page) ([]Skill, string, error)
+	DeleteSkill(ctx context.Context, id string) error
+
 	Close() error
+}
+
+// Skill is one stored skill (a markdown document for inference models).
+type Skill struct {
+	ID   string `json:"skill_id"`
+	Name string `json:"name"`
+	// Scope is user, group, project or global; ScopeID names the user,
+	// group or project ("" for global).
+	Scope     string    `json:"scope"`
+	ScopeID   string    `json:"scope_id,omitempty"`
+	Owner     string    `json:"owner"`
+	Content   string    `json:"content,omitempty"`
+	SHA256    string    `json:"sha256"`
+	Version   int64     `json:"version"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Task and job statuses, and the legal transitions between them: a

@@ -123,7 +123,23 @@ type Config struct {
 	AccessPolicies string `json:"access_policies"`
 	// Limits bound inputs and responses.
 	Limits Limits `json:"limits,omitempty"`
+	// Models is the operator-managed model registry (model.list, model.get).
+	Models []Model `json:"models,omitempty"`
 }
+
+// Model is one entry of the model registry.
+type Model struct {
+	ID            string   `json:"model_id"`
+	Provider      string   `json:"provider"`
+	DisplayName   string   `json:"display_name,omitempty"`
+	Capabilities  []string `json:"capabilities,omitempty"`
+	ContextTokens int      `json:"context_tokens,omitempty"`
+	// Available says whether the model may be routed to now.
+	Available bool `json:"available"`
+}
+
+// Config returns the gateway's configuration (read it only).
+func (g *Gateway) Config() *Config { return g.cfg }
 
 // DefaultAllowlists are the role allowlists of the CyNodeAI gateway spec
 // (mcp_gateway_enforcement.md), restricted to the tools this catalogue
@@ -169,6 +185,16 @@ func (c *Config) Validate() error {
 		if !slices.Contains(AgentTypes, c.Agents[id].Type) {
 			return fmt.Errorf("cynode config: agent %q has type %q; use one of pm, pa, sandbox", id, c.Agents[id].Type)
 		}
+	}
+	seen := map[string]bool{}
+	for i, m := range c.Models {
+		if m.ID == "" || m.Provider == "" {
+			return fmt.Errorf("cynode config: models[%d] needs model_id and provider", i)
+		}
+		if seen[m.ID] {
+			return fmt.Errorf("cynode config: model %q is listed twice", m.ID)
+		}
+		seen[m.ID] = true
 	}
 	for t := range c.Allowlists {
 		if !slices.Contains(AgentTypes, t) {

@@ -21,6 +21,7 @@ const (
 	TypeNotFound         = "not_found"
 	TypeAlreadyExists    = "already_exists"
 	TypeConflict         = "conflict"
+	TypePolicyViolation  = "policy_violation"
 	TypeUnavailable      = "unavailable"
 	TypeInternal         = "internal"
 )
@@ -30,7 +31,7 @@ var codes = map[string]card.ErrorCode{
 	TypeUnauthenticated: card.CodeAuthFailed, TypeToolDisabled: card.CodeAuthFailed,
 	TypeNotAllowed: card.CodeAuthFailed, TypeAccessDenied: card.CodeAuthFailed,
 	TypeInvalidArgument: card.CodeBadRequest, TypeSizeLimit: card.CodeBadRequest, TypeResponseTooLarge: card.CodeBadRequest,
-	TypeNotFound: card.CodeBadRequest, TypeAlreadyExists: card.CodeBadRequest, TypeConflict: card.CodeBadRequest,
+	TypeNotFound: card.CodeBadRequest, TypeAlreadyExists: card.CodeBadRequest, TypeConflict: card.CodeBadRequest, TypePolicyViolation: card.CodeBadRequest,
 	TypeUnavailable: card.CodeUpstreamUnavailable, TypeInternal: card.CodeInternalError,
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
+	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -42,6 +43,9 @@ type Options struct {
 	Store store.Store
 	// Audit stores the audit records. Required.
 	Audit AuditFunc
+	// Conn provides the mesh's NATS connection to tools that ask the mesh
+	// (node.*); optional.
+	Conn func(ctx context.Context) (*nats.Conn, error)
 	// Now is the clock; default time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -58,6 +62,7 @@ type Gateway struct {
 	log      *slog.Logger
 	policies *cedar.PolicySet
 	disabled map[string]bool
+	conn     func(ctx context.Context) (*nats.Conn, error)
 }
 
 // New checks o and returns a gateway. A configuration whose access
@@ -77,7 +82,7 @@ func New(o Options) (*Gateway, error) {
 		o.Logger = slog.Default()
 	}
 	g := &Gateway{cfg: o.Config, limits: o.Config.Limits.withDefaults(), verifier: &mandate.Verifier{Keys: o.Keys, Now: o.Now},
-		st: o.Store, auditf: o.Audit, now: o.Now, log: o.Logger, disabled: map[string]bool{}}
+		st: o.Store, auditf: o.Audit, now: o.Now, log: o.Logger, disabled: map[string]bool{}, conn: o.Conn}
 	if o.Config.AccessPolicies != "" {
 		ps, err := mandate.ParsePolicies("cynode access_policies", o.Config.AccessPolicies)
 		if err != nil {
@@ -132,6 +137,10 @@ type Exec struct {
 	Now                  time.Time
 	Limits               Limits
 	Store                store.Store
+	// Config is the gateway's configuration (read only).
+	Config *Config
+	// Conn provides the mesh's NATS connection (nil when not configured).
+	Conn func(ctx context.Context) (*nats.Conn, error)
 }
 
 // Bind decodes the arguments.
@@ -232,7 +241,7 @@ func (g *Gateway) run(ctx context.Context, sp Spec, call *worker.Call, a ids, re
 	}
 	rec.Decision = audit.DecisionAllow
 	x := &Exec{Call: call, Identity: id, Project: call.ProjectID, TaskID: a.TaskID, RunID: a.RunID, JobID: a.JobID,
-		Args: call.Arguments, Now: g.now().UTC(), Limits: g.limits, Store: g.st}
+		Args: call.Arguments, Now: g.now().UTC(), Limits: g.limits, Store: g.st, Config: g.cfg, Conn: g.conn}
 	return sp.Run(ctx, x)
 }
 
