@@ -72,13 +72,19 @@ type Deps struct {
 }
 
 // DemoConfig is the configuration `utpmesh up` writes when the data
-// directory has none: the demo agent (authz.DemoAgent) is a PM agent and
-// the access policy permits every registered agent to invoke any tool its
-// allowlist admits.
+// directory has none: the demo agent (authz.DemoAgent) is a PM agent, the
+// access policy permits every registered agent to invoke any tool its
+// allowlist admits, and project demo has the task demo-task with job
+// demo-job.
 func DemoConfig() *Config {
 	return &Config{
-		Agents:         map[string]Agent{"demo-agent": {Type: PM, User: "demo-user", Projects: []string{"demo"}}},
+		Agents:         map[string]Agent{"demo-agent": {Type: PM, User: "demo-user"}},
 		AccessPolicies: "@id(\"cynode-demo\")\npermit(principal, action == Action::\"mcp.tool.invoke\", resource);\n",
+		Seed: gateway.Seed{
+			Projects: []store.Project{{ID: "demo", Slug: "demo", DisplayName: "Demo project"}},
+			Tasks:    []store.Task{{ID: "demo-task", ProjectID: "demo", Title: "Demo task", UserID: "demo-user"}},
+			Jobs:     []store.Job{{ID: "demo-job", TaskID: "demo-task"}},
+		},
 	}
 }
 
@@ -183,6 +189,10 @@ func Open(d Deps) (*Service, error) {
 			pubMu.Unlock()
 		}
 		return p.Publish(ctx, ver, rec)
+	}
+	if err := cfg.Seed.Apply(context.Background(), st); err != nil {
+		_ = st.Close()
+		return nil, err
 	}
 	gw, err := gateway.New(gateway.Options{Config: cfg, Keys: d.Keys, Store: st, Audit: auditf, Conn: conn, Logger: d.Logger})
 	if err != nil {

@@ -1,12 +1,16 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/utpmesh/utpmesh/services/cynode/store"
 )
 
 // AgentType is the kind of agent calling: the CyNodeAI gateway's PM
@@ -125,6 +129,17 @@ type Config struct {
 	Limits Limits `json:"limits,omitempty"`
 	// Models is the operator-managed model registry (model.list, model.get).
 	Models []Model `json:"models,omitempty"`
+	// Seed lists projects, tasks and jobs the service stores when it
+	// starts (when they do not exist yet). Part 1 has no User API Gateway
+	// that creates tasks; this is how an operator (and the demo) gets them.
+	Seed Seed `json:"seed,omitempty"`
+}
+
+// Seed is data stored at start when absent.
+type Seed struct {
+	Projects []store.Project `json:"projects,omitempty"`
+	Tasks    []store.Task    `json:"tasks,omitempty"`
+	Jobs     []store.Job     `json:"jobs,omitempty"`
 }
 
 // Model is one entry of the model registry.
@@ -220,4 +235,30 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &c, nil
+}
+
+// Apply stores the seed's objects that do not exist yet.
+func (s Seed) Apply(ctx context.Context, st store.Store) error {
+	for _, p := range s.Projects {
+		if _, err := st.GetProject(ctx, p.ID); errors.Is(err, store.ErrNotFound) {
+			if err := st.PutProject(ctx, p); err != nil {
+				return fmt.Errorf("cynode config seed: project %s: %w", p.ID, err)
+			}
+		}
+	}
+	for _, t := range s.Tasks {
+		if _, err := st.GetTask(ctx, t.ID); errors.Is(err, store.ErrNotFound) {
+			if err := st.PutTask(ctx, t); err != nil {
+				return fmt.Errorf("cynode config seed: task %s: %w", t.ID, err)
+			}
+		}
+	}
+	for _, j := range s.Jobs {
+		if _, err := st.GetJob(ctx, j.ID); errors.Is(err, store.ErrNotFound) {
+			if err := st.PutJob(ctx, j); err != nil {
+				return fmt.Errorf("cynode config seed: job %s: %w", j.ID, err)
+			}
+		}
+	}
+	return nil
 }
