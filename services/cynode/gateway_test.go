@@ -173,3 +173,19 @@ func TestAuditRecords(t *testing.T) {
 		t.Errorf("filter by another task: %+v", got)
 	}
 }
+
+// TestNoPolicyRefusesEverything: without access policies nothing is
+// permitted, whatever the allowlists say (fail closed).
+func TestNoPolicyRefusesEverything(t *testing.T) {
+	cfg := ct.Config()
+	cfg.AccessPolicies = ""
+	h := ct.Start(t, cfg)
+	seed(t, h)
+	msg := h.Fail(ct.PMAgent, "artifact.list", map[string]any{"task_id": "t1"}, "access_denied")
+	if !strings.Contains(msg, "no access policy is configured") {
+		t.Fatalf("message %q", msg)
+	}
+	if recs := h.Audit(audit.Filter{}); len(recs) != 1 || recs[0].Decision != "deny" || recs[0].ErrorType != "access_denied" {
+		t.Fatalf("audit %+v", recs)
+	}
+}

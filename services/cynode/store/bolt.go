@@ -205,6 +205,9 @@ func (s *Bolt) PutTask(_ context.Context, t Task) error {
 	if t.Status == "" {
 		t.Status = StatusPending
 	}
+	if t.UpdatedAt.IsZero() {
+		t.UpdatedAt = time.Now().UTC()
+	}
 	return s.db.Update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bTasks), t.ID, t) })
 }
 
@@ -259,6 +262,9 @@ func (s *Bolt) PutJob(_ context.Context, j Job) error {
 	}
 	if j.Status == "" {
 		j.Status = StatusPending
+	}
+	if j.UpdatedAt.IsZero() {
+		j.UpdatedAt = time.Now().UTC()
 	}
 	return s.db.Update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bJobs), j.ID, j) })
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/services/cynode/store"
@@ -90,15 +91,15 @@ func asError(err error) *Error {
 	if errors.As(err, &ge) {
 		return ge
 	}
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return Errorf(TypeNotFound, "%v", err)
-	case errors.Is(err, store.ErrExists):
-		return Errorf(TypeAlreadyExists, "%v", err)
-	case errors.Is(err, store.ErrConflict):
-		return Errorf(TypeConflict, "%v", err)
-	case errors.Is(err, store.ErrInvalid):
-		return Errorf(TypeInvalidArgument, "%v", err)
+	for _, m := range []struct {
+		sentinel error
+		typ      string
+	}{{store.ErrNotFound, TypeNotFound}, {store.ErrExists, TypeAlreadyExists}, {store.ErrConflict, TypeConflict}, {store.ErrInvalid, TypeInvalidArgument}} {
+		if errors.Is(err, m.sentinel) {
+			// The type says what the sentinel said; the message keeps the
+			// store's explanation.
+			return &Error{Type: m.typ, Message: strings.TrimPrefix(err.Error(), m.sentinel.Error()+": ")}
+		}
 	}
 	var ce *card.Error
 	if errors.As(err, &ce) {
