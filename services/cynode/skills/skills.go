@@ -186,6 +186,9 @@ func create(ctx context.Context, x *gateway.Exec) (any, error) {
 	if err := x.Bind(&a); err != nil {
 		return nil, err
 	}
+	if a.Content == nil {
+		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "skills.create needs content (the skill's markdown)")
+	}
 	if err := scan(*a.Content); err != nil {
 		return nil, err
 	}
