@@ -1,8 +1,12 @@
 package cynode_test
 
 import (
+	"context"
+	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/utpmesh/utpmesh/pkg/card"
 
 	"github.com/utpmesh/utpmesh/services/cynode"
 	ct "github.com/utpmesh/utpmesh/services/cynode/internal/cynodetest"
@@ -159,4 +163,25 @@ func TestNodes(t *testing.T) {
 	}
 	h.Fail(ct.PMAgent, "node.get", map[string]any{"node_slug": "nope"}, "not_found")
 	h.Fail(ct.SandboxAgent, "node.list", map[string]any{}, "not_allowed")
+
+	// refresh_config: the operator makes model.list's capability required
+	// in the registry; after the refresh the node validates against it.
+	h.OK(ct.PMAgent, "model.list", map[string]any{}) // cached now
+	ctx := context.Background()
+	e, err := h.Mesh.Registry().Get(ctx, ct.Project, "model.list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Parameters = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["capability"],"properties":{"capability":{"type":"string"}}}`)
+	if _, err := h.Mesh.Registry().Put(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	ref := h.OK(ct.PMAgent, "node.refresh_config", map[string]any{"node_slug": slug})
+	if ref["refreshed"] != true || ref["dropped_entries"].(float64) < 1 {
+		t.Fatalf("refresh = %v", ref)
+	}
+	if r := h.Call(ct.PMAgent, "model.list", map[string]any{}); r.Status != card.StatusFailed || r.Error.Code != card.CodeBadRequest || !strings.Contains(r.Error.Message, "capability") {
+		t.Fatalf("after refresh: %s %+v", r.Status, r.Error)
+	}
+	h.Fail(ct.PMAgent, "node.refresh_config", map[string]any{"node_slug": "nope"}, "not_found")
 }

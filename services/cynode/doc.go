@@ -15,7 +15,7 @@
 //	          db.project.get|list
 //	model     model.list model.get
 //	skills    skills.create|list|get|update|delete
-//	node      node.list node.get
+//	node      node.list node.get node.refresh_config
 //	help      help.get
 //
 // Commands go to cg.<ver>.<project>.<channel>.cmd.tool.cynode.<tool name>;
@@ -49,8 +49,7 @@
 //
 // # Caveats
 //
-// node.refresh_config is not served yet: worker runtimes have no endpoint
-// that reloads their configuration. An audit record that cannot be stored
+// cynode.json is read at start (a change needs a restart). An audit record that cannot be stored
 // is logged and the call's result stands. A worker of this service needs
 // the project's issuer key under its data directory (a `utpmesh worker`
 // on another host refuses every call until the key is there).

@@ -3,7 +3,9 @@
 // every runtime registers, see pkg/worker/discovery.go), named by its
 // instance (node_slug). node.list and node.get report what discovery
 // knows: the tools it serves, its versions, the projects it serves and
-// its load (the per-tool counters of its micro STATS). Both have scope pm.
+// its load (the per-tool counters of its micro STATS). node.refresh_config
+// asks one node to reload its configuration (worker.RefreshEndpoint: it
+// forgets its cached registry entries). All have scope pm.
 //
 // Discovery is a scatter-gather request: the tools wait up to
 // FirstReplyTimeout for the first reply, then collect until no reply came
@@ -22,12 +24,14 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
+	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // Tool names.
 const (
-	ToolList = "node.list"
-	ToolGet  = "node.get"
+	ToolList    = "node.list"
+	ToolGet     = "node.get"
+	ToolRefresh = "node.refresh_config"
 )
 
 // Discovery timing.
@@ -56,13 +60,17 @@ type Load struct {
 	Redelivered uint64 `json:"redelivered"`
 }
 
+const slugParams = `{"type":"object","additionalProperties":false,"required":["node_slug"],"properties":{"node_slug":{"type":"string","minLength":1,"maxLength":256}}}`
+
 // Specs are the node tools.
 func Specs() []gateway.Spec {
 	return []gateway.Spec{
 		{Name: ToolList, Description: "Lists the mesh's nodes (worker runtimes): tools, versions, projects, load.", Scope: gateway.ScopePM,
 			Params: `{"type":"object","additionalProperties":false,"properties":{"tool":{"type":"string","maxLength":256}}}`, Run: list},
 		{Name: ToolGet, Description: "Returns one node by node_slug (its worker instance).", Scope: gateway.ScopePM,
-			Params: `{"type":"object","additionalProperties":false,"required":["node_slug"],"properties":{"node_slug":{"type":"string","minLength":1,"maxLength":256}}}`, Run: get},
+			Params: slugParams, Run: get},
+		{Name: ToolRefresh, Description: "Makes one node reload its configuration: it forgets the registry entries it caches, so its next calls use the registry's current definitions.", Scope: gateway.ScopePM,
+			Params: slugParams, Run: refresh},
 	}
 }
 
@@ -196,16 +204,16 @@ func list(ctx context.Context, x *gateway.Exec) (any, error) {
 	return map[string]any{"nodes": out}, nil
 }
 
-func get(ctx context.Context, x *gateway.Exec) (any, error) {
+func find(ctx context.Context, x *gateway.Exec) (Node, error) {
 	var a struct {
 		Slug string `json:"node_slug"`
 	}
 	if err := x.Bind(&a); err != nil {
-		return nil, err
+		return Node{}, err
 	}
 	nodes, err := discover(ctx, x)
 	if err != nil {
-		return nil, err
+		return Node{}, err
 	}
 	var slugs []string
 	for _, n := range nodes {
@@ -214,7 +222,38 @@ func get(ctx context.Context, x *gateway.Exec) (any, error) {
 		}
 		slugs = append(slugs, n.Slug)
 	}
-	return nil, gateway.Errorf(gateway.TypeNotFound, "no node %q answered discovery (nodes: %v; node.list shows them)", a.Slug, slugs)
+	return Node{}, gateway.Errorf(gateway.TypeNotFound, "no node %q answered discovery (nodes: %v; node.list shows them)", a.Slug, slugs)
+}
+
+func get(ctx context.Context, x *gateway.Exec) (any, error) { return find(ctx, x) }
+
+// RefreshTimeout bounds the refresh request to the node.
+var RefreshTimeout = 10 * time.Second
+
+func refresh(ctx context.Context, x *gateway.Exec) (any, error) {
+	n, err := find(ctx, x)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := x.Conn(ctx)
+	if err != nil {
+		return nil, gateway.Errorf(gateway.TypeUnavailable, "the mesh's connection: %v", err)
+	}
+	subj, err := subjects.Service(x.Call.Version, x.Project, x.Call.ChannelID, worker.DescribeService, worker.RefreshOp(n.ServiceID))
+	if err != nil {
+		return nil, gateway.Errorf(gateway.TypeInternal, "refresh subject of node %s: %v", n.Slug, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, RefreshTimeout)
+	defer cancel()
+	msg, err := nc.RequestWithContext(rctx, subj.String(), nil)
+	if err != nil {
+		return nil, gateway.Errorf(gateway.TypeUnavailable, "node %s did not answer the refresh on %s: %v (a worker older than this mesh has no refresh endpoint)", n.Slug, subj, err)
+	}
+	var rep worker.RefreshReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return nil, gateway.Errorf(gateway.TypeUnavailable, "node %s answered the refresh with %q: %v", n.Slug, msg.Data, err)
+	}
+	return map[string]any{"node_slug": n.Slug, "refreshed": true, "dropped_entries": rep.Dropped}, nil
 }
 
 func contains(s []string, v string) bool {
