@@ -116,8 +116,13 @@ func (r *Runtime) startDiscovery(consumers map[string][2]string) error {
 			return fmt.Errorf("worker: micro endpoint for tool %s: %w", name, err)
 		}
 	}
+	rsub, err := r.startRefresh(ver, svc.Info().ID)
+	if err != nil {
+		_ = svc.Stop()
+		return err
+	}
 	r.mu.Lock()
-	r.micro = svc
+	r.micro, r.refreshSub = svc, rsub
 	r.mu.Unlock()
 	return nil
 }
@@ -152,9 +157,12 @@ func (r *Runtime) describeError(req micro.Request, code, msg string) {
 
 func (r *Runtime) stopDiscovery() {
 	r.mu.Lock()
-	svc := r.micro
-	r.micro = nil
+	svc, rsub := r.micro, r.refreshSub
+	r.micro, r.refreshSub = nil, nil
 	r.mu.Unlock()
+	if rsub != nil {
+		_ = rsub.Unsubscribe()
+	}
 	if svc != nil {
 		if err := svc.Stop(); err != nil {
 			r.log.Warn("stop micro service", "err", err)

@@ -87,8 +87,9 @@ type Runtime struct {
 	obs     Observer
 	tracer  trace.Tracer
 
-	mu    sync.Mutex
-	micro micro.Service
+	mu         sync.Mutex
+	micro      micro.Service
+	refreshSub *nats.Subscription // refresh.go
 	// shuttingDown is set once the drain deadline passed: calls tracked
 	// from then on are canceled at once.
 	shuttingDown bool

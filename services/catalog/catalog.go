@@ -22,6 +22,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/tasks"
 	"github.com/utpmesh/utpmesh/services/atlas/utility"
 	"github.com/utpmesh/utpmesh/services/atlas/workflows"
+	"github.com/utpmesh/utpmesh/services/cynode"
 	"github.com/utpmesh/utpmesh/services/echo"
 )
 
@@ -86,6 +87,22 @@ func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, err
 		}}
 }
 
+// cynodeService adapts the CyNodeAI catalogue (one service: its tools share
+// one store and one gateway) to the catalogue.
+func cynodeService() Service {
+	return Service{Name: "cynode", Description: "CyNodeAI catalogue behind its gateway: artifact.*, db.*, model.*, skills.*, node.*, help.get", KeepsFiles: true,
+		Build: func(d Deps) ([]worker.Tool, error) {
+			cd := cynode.Deps{NC: d.NC, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger}
+			if d.Late != nil {
+				cd.Resolve = func(ctx context.Context) (*nats.Conn, error) {
+					nc, _, err := d.Late.Resolve(ctx)
+					return nc, err
+				}
+			}
+			return cynode.Build(cd)
+		}}
+}
+
 // Factory builds a service's tools.
 type Factory func(Deps) ([]worker.Tool, error)
 
@@ -112,6 +129,7 @@ var services = map[string]Service{
 	"atlas.calendar":  atlasService(atlas.GroupCalendar, "ATLAS calendar: CALENDAR_GET_DAY/CREATE_BLOCKS/DELETE_BLOCKS (confirmations)", calendar.Build),
 	"atlas.workflows": atlasService(atlas.GroupWorkflows, "ATLAS workflows: WORKFLOW_SAVE/DELETE/ENABLE/RUN/LOGS and the cron scheduler", workflows.Build),
 	"atlas.utility":   atlasService(atlas.GroupUtility, "ATLAS utility: LOG_EVENT, NOTIFY_USER/LIST, ATLAS_CONFIRM/CANCEL", utility.Build),
+	"cynode":          cynodeService(),
 }
 
 // Lookup returns the service of a name.

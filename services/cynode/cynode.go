@@ -1,0 +1,220 @@
+package cynode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/cynode/artifact"
+	"github.com/utpmesh/utpmesh/services/cynode/audit"
+	"github.com/utpmesh/utpmesh/services/cynode/db"
+	"github.com/utpmesh/utpmesh/services/cynode/help"
+	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
+	"github.com/utpmesh/utpmesh/services/cynode/model"
+	"github.com/utpmesh/utpmesh/services/cynode/node"
+	"github.com/utpmesh/utpmesh/services/cynode/skills"
+	"github.com/utpmesh/utpmesh/services/cynode/store"
+)
+
+// Config is the gateway configuration (the data directory's cynode.json).
+type Config = gateway.Config
+
+// Agent is one agent registration of a Config.
+type Agent = gateway.Agent
+
+// Model is one entry of the model registry.
+type Model = gateway.Model
+
+// Limits are the size limits of a Config.
+type Limits = gateway.Limits
+
+// Agent types.
+const (
+	PM      = gateway.PM
+	PA      = gateway.PA
+	Sandbox = gateway.Sandbox
+)
+
+// File names under the data directory.
+const (
+	DBFile     = "cynode.db"
+	ConfigFile = "cynode.json"
+)
+
+// ResolveFunc provides the NATS connection of a mesh that starts after the
+// tools were built; it blocks until it exists or ctx ends.
+type ResolveFunc func(ctx context.Context) (*nats.Conn, error)
+
+// Deps are what the cynode service needs.
+type Deps struct {
+	// NC publishes the audit records; Resolve provides it when nil.
+	NC      *nats.Conn
+	Resolve ResolveFunc
+	// DataDir holds cynode.db and cynode.json. Required.
+	DataDir string
+	// Config, when set, is used instead of <DataDir>/cynode.json.
+	Config *Config
+	// Keys resolve mandate issuer keys; default the mesh's key directory
+	// <DataDir>/keys (what utpmesh up uses).
+	Keys mandate.KeyResolver
+	// Context closes the store when it ends; nil: at process exit.
+	Context context.Context
+	Logger  *slog.Logger
+}
+
+// DemoConfig is the configuration `utpmesh up` writes when the data
+// directory has none: the demo agent (authz.DemoAgent) is a PM agent, the
+// access policy permits every registered agent to invoke any tool its
+// allowlist admits, and project demo has the task demo-task with job
+// demo-job.
+func DemoConfig() *Config {
+	return &Config{
+		Agents:         map[string]Agent{"demo-agent": {Type: PM, User: "demo-user"}},
+		AccessPolicies: "@id(\"cynode-demo\")\npermit(principal, action == Action::\"mcp.tool.invoke\", resource);\n",
+		Seed: gateway.Seed{
+			Projects: []store.Project{{ID: "demo", Slug: "demo", DisplayName: "Demo project"}},
+			Tasks:    []store.Task{{ID: "demo-task", ProjectID: "demo", Title: "Demo task", UserID: "demo-user"}},
+			Jobs:     []store.Job{{ID: "demo-job", TaskID: "demo-task"}},
+		},
+	}
+}
+
+// LoadOrInitConfig reads <dataDir>/cynode.json, writing DemoConfig there
+// first when it does not exist.
+func LoadOrInitConfig(dataDir string) (*Config, error) {
+	path := filepath.Join(dataDir, ConfigFile)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		raw, err := json.MarshalIndent(DemoConfig(), "", "  ")
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, append(raw, '\n'), 0o600); err != nil {
+			return nil, fmt.Errorf("cynode: write the demo configuration %s: %w", path, err)
+		}
+	}
+	return gateway.LoadConfig(path)
+}
+
+// Service is the running cynode service.
+type Service struct {
+	Store   store.Store
+	gw      *gateway.Gateway
+	tools   []worker.Tool
+	closeMu sync.Once
+}
+
+// Tools are the service's worker tools.
+func (s *Service) Tools() []worker.Tool { return s.tools }
+
+// Close closes the store.
+func (s *Service) Close() error {
+	var err error
+	s.closeMu.Do(func() { err = s.Store.Close() })
+	return err
+}
+
+// Specs are every tool of the catalogue.
+func Specs() []gateway.Spec {
+	var out []gateway.Spec
+	out = append(out, artifact.Specs()...)
+	out = append(out, db.Specs()...)
+	out = append(out, model.Specs()...)
+	out = append(out, skills.Specs()...)
+	out = append(out, node.Specs()...)
+	out = append(out, help.Specs(Specs)...)
+	return out
+}
+
+// Open opens the store and builds the tools behind the gateway.
+func Open(d Deps) (*Service, error) {
+	if d.DataDir == "" {
+		return nil, fmt.Errorf("cynode: no data directory: pass --data DIR (the service keeps %s and %s there)", DBFile, ConfigFile)
+	}
+	if d.NC == nil && d.Resolve == nil {
+		return nil, errors.New("cynode: needs a NATS connection (or a Resolve function) to publish audit records")
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	d.Logger = d.Logger.With("service", "cynode")
+	if err := os.MkdirAll(d.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("cynode: data directory: %w", err)
+	}
+	cfg := d.Config
+	if cfg == nil {
+		var err error
+		if cfg, err = LoadOrInitConfig(d.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	if d.Keys == nil {
+		d.Keys = mandate.NewKeyDir(filepath.Join(d.DataDir, "keys"))
+	}
+	st, err := store.OpenBolt(filepath.Join(d.DataDir, DBFile))
+	if err != nil {
+		return nil, err
+	}
+	conn := func(ctx context.Context) (*nats.Conn, error) {
+		if d.NC != nil {
+			return d.NC, nil
+		}
+		return d.Resolve(ctx)
+	}
+	var pubMu sync.Mutex
+	var pub *audit.Publisher
+	auditf := func(ctx context.Context, ver string, rec *audit.Record) error {
+		pubMu.Lock()
+		p := pub
+		pubMu.Unlock()
+		if p == nil {
+			nc, err := conn(ctx)
+			if err != nil {
+				return err
+			}
+			np, err := audit.NewPublisher(nc)
+			if err != nil {
+				return err
+			}
+			pubMu.Lock()
+			pub, p = np, np
+			pubMu.Unlock()
+		}
+		return p.Publish(ctx, ver, rec)
+	}
+	if err := cfg.Seed.Apply(context.Background(), st); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	gw, err := gateway.New(gateway.Options{Config: cfg, Keys: d.Keys, Store: st, Audit: auditf, Conn: conn, Logger: d.Logger})
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	s := &Service{Store: st, gw: gw}
+	for _, sp := range Specs() {
+		s.tools = append(s.tools, gw.Tool(sp))
+	}
+	if ctx := d.Context; ctx != nil {
+		go func() { <-ctx.Done(); _ = s.Close() }()
+	}
+	return s, nil
+}
+
+// Build is the catalogue factory: it opens the service and returns its
+// tools; the store stays open for the life of the process (or Deps.Context).
+func Build(d Deps) ([]worker.Tool, error) {
+	s, err := Open(d)
+	if err != nil {
+		return nil, err
+	}
+	return s.Tools(), nil
+}

@@ -1,0 +1,60 @@
+package gateway
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, json, want string
+	}{
+		{"ok", `{"agents":{"a":{"type":"pm"}},"access_policies":"permit(principal, action, resource);"}`, ""},
+		{"unknown field", `{"agent":{}}`, `unknown field "agent"`},
+		{"bad agent type", `{"agents":{"a":{"type":"admin"}}}`, `agent "a" has type "admin"; use one of pm, pa, sandbox`},
+		{"bad allowlist type", `{"allowlists":{"root":["*"]}}`, `agent type "root"`},
+		{"model without provider", `{"models":[{"model_id":"m"}]}`, "models[0] needs model_id and provider"},
+		{"model twice", `{"models":[{"model_id":"m","provider":"p"},{"model_id":"m","provider":"p"}]}`, `model "m" is listed twice`},
+		{"not json", `agents: {}`, "invalid character"},
+	} {
+		path := filepath.Join(t.TempDir(), "cynode.json")
+		if err := os.WriteFile(path, []byte(tc.json), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadConfig(path)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v; want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestScopeAndAllowlists(t *testing.T) {
+	for _, tc := range []struct {
+		scope Scope
+		t     AgentType
+		want  bool
+	}{
+		{ScopeBoth, Sandbox, true}, {ScopeBoth, PA, true}, {ScopeSandbox, Sandbox, true}, {ScopeSandbox, PM, false},
+		{ScopePM, Sandbox, false}, {ScopePM, PA, true}, {ScopePM, PM, true},
+	} {
+		if got := tc.scope.Admits(tc.t); got != tc.want {
+			t.Errorf("%s admits %s = %v", tc.scope, tc.t, got)
+		}
+	}
+	for _, tool := range []string{"db.task.get", "node.list", "model.list", "sandbox.create", "skills.create"} {
+		if Allows(DefaultAllowlists[Sandbox], tool) {
+			t.Errorf("the sandbox allowlist admits %s", tool)
+		}
+	}
+	if !Allows([]string{"artifact.*"}, "artifact.put") || Allows([]string{"artifact.*"}, "artifacts.put") {
+		t.Error("prefix pattern")
+	}
+}

@@ -1,0 +1,410 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/cedar-policy/cedar-go"
+	"github.com/cedar-policy/cedar-go/types"
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/cynode/audit"
+	"github.com/utpmesh/utpmesh/services/cynode/store"
+)
+
+// CedarAction is the registry cedar_action of every CyNodeAI tool and the
+// action the gateway's access policies are evaluated on.
+const CedarAction = `Action::"mcp.tool.invoke"`
+
+// ToolEntityType is the Cedar type of the resource: McpTool::"<tool>".
+const ToolEntityType = "McpTool"
+
+var invokeAction = types.NewEntityUID("Action", "mcp.tool.invoke")
+
+// AuditFunc stores one audit record durably.
+type AuditFunc func(ctx context.Context, ver string, rec *audit.Record) error
+
+// Options configure a Gateway.
+type Options struct {
+	Config *Config
+	// Keys resolve the projects' mandate issuer keys. Required.
+	Keys mandate.KeyResolver
+	// Store holds the tasks task scoping checks. Required.
+	Store store.Store
+	// Audit stores the audit records. Required.
+	Audit AuditFunc
+	// Conn provides the mesh's NATS connection to tools that ask the mesh
+	// (node.*); optional.
+	Conn func(ctx context.Context) (*nats.Conn, error)
+	// Now is the clock; default time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Gateway is the pre-handler layer every CyNodeAI tool runs behind.
+type Gateway struct {
+	cfg      *Config
+	limits   Limits
+	verifier *mandate.Verifier
+	st       store.Store
+	auditf   AuditFunc
+	now      func() time.Time
+	log      *slog.Logger
+	policies *cedar.PolicySet
+	disabled map[string]bool
+	conn     func(ctx context.Context) (*nats.Conn, error)
+}
+
+// New checks o and returns a gateway. A configuration whose access
+// policies do not parse is refused; empty policies are accepted (and
+// refuse every call).
+func New(o Options) (*Gateway, error) {
+	if o.Config == nil || o.Keys == nil || o.Store == nil || o.Audit == nil {
+		return nil, errors.New("cynode gateway: Options need Config, Keys, Store and Audit")
+	}
+	if err := o.Config.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	g := &Gateway{cfg: o.Config, limits: o.Config.Limits.withDefaults(), verifier: &mandate.Verifier{Keys: o.Keys, Now: o.Now},
+		st: o.Store, auditf: o.Audit, now: o.Now, log: o.Logger, disabled: map[string]bool{}, conn: o.Conn}
+	if o.Config.AccessPolicies != "" {
+		ps, err := mandate.ParsePolicies("cynode access_policies", o.Config.AccessPolicies)
+		if err != nil {
+			return nil, fmt.Errorf("cynode config: %w", err)
+		}
+		g.policies = ps
+	}
+	for _, t := range o.Config.DisabledTools {
+		g.disabled[t] = true
+	}
+	return g, nil
+}
+
+// Limits are the gateway's effective limits.
+func (g *Gateway) Limits() Limits { return g.limits }
+
+// Store is the gateway's store.
+func (g *Gateway) Store() store.Store { return g.st }
+
+// Spec is one tool behind the gateway.
+type Spec struct {
+	Name        string
+	Description string
+	// Params is the JSON Schema of the arguments.
+	Params string
+	// Scope says which side may call the tool.
+	Scope Scope
+	// TaskScoped tools need task_id, of a task of the caller's project.
+	TaskScoped bool
+	// BinaryFields are top-level arguments holding base64 content: they
+	// count against MaxInputBytes but not MaxTextBytes.
+	BinaryFields []string
+	// Run executes an allowed call.
+	Run func(ctx context.Context, x *Exec) (any, error)
+}
+
+// Identity is who calls, as the gateway resolved it.
+type Identity struct {
+	AgentID string
+	Agent
+}
+
+// Exec is one allowed call.
+type Exec struct {
+	Call     *worker.Call
+	Identity Identity
+	Project  string
+	// TaskID, RunID, JobID are the call's top-level ids ("" when absent).
+	// For a task-scoped tool the task exists in Project.
+	TaskID, RunID, JobID string
+	Args                 json.RawMessage
+	Now                  time.Time
+	Limits               Limits
+	Store                store.Store
+	// Config is the gateway's configuration (read only).
+	Config *Config
+	// Conn provides the mesh's NATS connection (nil when not configured).
+	Conn func(ctx context.Context) (*nats.Conn, error)
+}
+
+// Bind decodes the arguments.
+func (x *Exec) Bind(v any) error {
+	if err := json.Unmarshal(x.Args, v); err != nil {
+		return Errorf(TypeInvalidArgument, "arguments: %v", err)
+	}
+	return nil
+}
+
+// Tool wraps a spec as a worker tool behind the gateway.
+func (g *Gateway) Tool(sp Spec) worker.Tool {
+	return worker.Tool{
+		Name: sp.Name, Description: sp.Description, Parameters: json.RawMessage(sp.Params),
+		Target: "cynode." + sp.Name, AfterExecution: card.Suspend,
+		Options: registry.Options{RiskLevel: registry.RiskLow, Confirmation: registry.ConfirmNever, CedarAction: CedarAction},
+		Handler: g.handler(sp),
+	}
+}
+
+// ids are the top-level ids the gateway reads from the arguments.
+type ids struct {
+	TaskID string `json:"task_id"`
+	RunID  string `json:"run_id"`
+	JobID  string `json:"job_id"`
+}
+
+func (g *Gateway) handler(sp Spec) worker.HandlerFunc {
+	return func(ctx context.Context, call *worker.Call) (worker.Result, error) {
+		start := g.now()
+		rec := &audit.Record{Time: start.UTC(), ProjectID: call.ProjectID, ChannelID: call.ChannelID, Subject: call.Command.AgentID,
+			Tool: sp.Name, Server: audit.Server, ToolCallID: call.Command.ToolCallID, TurnID: call.Command.AgentTurnID,
+			GroupIDs: []string{}, RoleNames: []string{}}
+		var a ids
+		_ = json.Unmarshal(call.Arguments, &a) // the worker validated the object; non-string ids stay ""
+		rec.TaskID, rec.RunID, rec.JobID = a.TaskID, a.RunID, a.JobID
+
+		value, err := g.run(ctx, sp, call, a, rec)
+		if err == nil {
+			var raw []byte
+			raw, err = encodeSuccess(value)
+			if err == nil && len(raw) > g.limits.MaxResponseBytes {
+				err = Errorf(TypeResponseTooLarge, "the result of %s is %d bytes, over the limit of %d (limits.max_response_bytes); ask for less (a smaller limit, one artifact at a time)",
+					sp.Name, len(raw), g.limits.MaxResponseBytes).With(map[string]any{"size_bytes": len(raw), "limit_bytes": g.limits.MaxResponseBytes})
+			}
+			if err == nil {
+				rec.Status = audit.StatusSuccess
+				g.finish(ctx, call, rec, start)
+				return worker.OK(json.RawMessage(raw)), nil
+			}
+		}
+		ge := asError(err)
+		rec.Status, rec.ErrorType = audit.StatusError, ge.Type
+		g.finish(ctx, call, rec, start)
+		return worker.Result{}, ge.cardError()
+	}
+}
+
+func (g *Gateway) finish(ctx context.Context, call *worker.Call, rec *audit.Record, start time.Time) {
+	rec.DurationMS = g.now().Sub(start).Milliseconds()
+	if rec.Decision == "" {
+		rec.Decision = audit.DecisionDeny
+	}
+	if err := g.auditf(ctx, call.Version, rec); err != nil {
+		g.log.Error("cynode audit record not stored", "err", err, "tool", rec.Tool, "tool_call_id", rec.ToolCallID, "decision", rec.Decision)
+	}
+}
+
+// run applies the gateway rules in order, then the tool.
+func (g *Gateway) run(ctx context.Context, sp Spec, call *worker.Call, a ids, rec *audit.Record) (any, error) {
+	id, err := g.identify(ctx, call)
+	if err != nil {
+		return nil, err
+	}
+	rec.AgentType, rec.UserID = string(id.Type), id.User
+	rec.GroupIDs, rec.RoleNames = nonNil(id.Groups), nonNil(id.Roles)
+	if g.disabled[sp.Name] {
+		return nil, Errorf(TypeToolDisabled, "tool %s is disabled by the administrator (disabled_tools in the cynode configuration)", sp.Name)
+	}
+	if !Allows(g.cfg.allowlist(id.Type), sp.Name) {
+		return nil, Errorf(TypeNotAllowed, "tool %s is not on the %s agent allowlist (allowed: %v)", sp.Name, id.Type, g.cfg.allowlist(id.Type)).
+			With(map[string]any{"agent_type": id.Type})
+	}
+	if !sp.Scope.Admits(id.Type) {
+		return nil, Errorf(TypeNotAllowed, "tool %s has scope %s: %s agents may not call it", sp.Name, sp.Scope, id.Type).
+			With(map[string]any{"agent_type": id.Type, "tool_scope": sp.Scope})
+	}
+	if err := g.authorize(id, call.ProjectID, sp.Name, a.TaskID); err != nil {
+		return nil, err
+	}
+	if err := g.checkInput(sp, call.Arguments); err != nil {
+		return nil, err
+	}
+	if sp.TaskScoped {
+		if err := g.checkTask(ctx, sp.Name, call.ProjectID, a.TaskID); err != nil {
+			return nil, err
+		}
+	}
+	rec.Decision = audit.DecisionAllow
+	x := &Exec{Call: call, Identity: id, Project: call.ProjectID, TaskID: a.TaskID, RunID: a.RunID, JobID: a.JobID,
+		Args: call.Arguments, Now: g.now().UTC(), Limits: g.limits, Store: g.st, Config: g.cfg, Conn: g.conn}
+	return sp.Run(ctx, x)
+}
+
+// identify resolves the caller from the call's mandate: the mandate must
+// verify against the project's issuer key and be the calling agent's; the
+// agent type comes from the operator's registration of that agent id.
+func (g *Gateway) identify(ctx context.Context, call *worker.Call) (Identity, error) {
+	var token string
+	if call.CallCard != nil {
+		if raw, ok := call.CallCard.Metadata.Extra[authz.MetadataMandate]; ok {
+			if err := json.Unmarshal(raw, &token); err != nil {
+				return Identity{}, Errorf(TypeUnauthenticated, "tool.call metadata.mandate is not a JSON string holding the token")
+			}
+		}
+	}
+	if token == "" {
+		return Identity{}, Errorf(TypeUnauthenticated, "no mandate: CyNodeAI tools need the caller's mandate in the tool.call card's metadata.mandate (utpmesh call --mandate, agent.Config.Mandate)")
+	}
+	m, err := g.verifier.Verify(ctx, token, mandate.IssuerName(call.ProjectID))
+	if err != nil {
+		return Identity{}, Errorf(TypeUnauthenticated, "mandate refused: %v", err)
+	}
+	if m.Claims.Subject != call.Command.AgentID {
+		return Identity{}, Errorf(TypeUnauthenticated, "mandate %s is for agent %q, the call comes from agent %q", m.Claims.JTI, m.Claims.Subject, call.Command.AgentID)
+	}
+	ag, ok := g.cfg.Agents[m.Claims.Subject]
+	if !ok {
+		return Identity{}, Errorf(TypeUnauthenticated, "agent %q has no registered agent type: add it under \"agents\" in the cynode configuration with type pm, pa or sandbox", m.Claims.Subject)
+	}
+	return Identity{AgentID: m.Claims.Subject, Agent: ag}, nil
+}
+
+// authorize evaluates the access policies: principal Agent::"<id>"
+// (member of Group::"<g>" and Role::"<r>"), action
+// Action::"mcp.tool.invoke", resource McpTool::"<tool>", context
+// {tool, agent_type, project, task_id, user}.
+func (g *Gateway) authorize(id Identity, project, tool, taskID string) error {
+	if g.policies == nil {
+		return Errorf(TypeAccessDenied, "no access policy is configured (access_policies in the cynode configuration is empty): every call is refused; add a Cedar permit on Action::\"mcp.tool.invoke\"")
+	}
+	principal := authz.AgentUID(id.AgentID)
+	var parents []types.EntityUID
+	for _, gr := range id.Groups {
+		parents = append(parents, types.NewEntityUID("Group", types.String(gr)))
+	}
+	for _, r := range id.Roles {
+		parents = append(parents, types.NewEntityUID("Role", types.String(r)))
+	}
+	resource := types.NewEntityUID(ToolEntityType, types.String(tool))
+	em := types.EntityMap{principal: types.Entity{UID: principal, Parents: types.NewEntityUIDSet(parents...)}}
+	dec, diag := cedar.Authorize(g.policies, em, cedar.Request{Principal: principal, Action: invokeAction, Resource: resource,
+		Context: types.NewRecord(types.RecordMap{
+			"tool": types.String(tool), "agent_type": types.String(string(id.Type)), "project": types.String(project),
+			"task_id": types.String(taskID), "user": types.String(id.User),
+		})})
+	if dec == cedar.Allow {
+		return nil
+	}
+	var why []string
+	for _, r := range diag.Reasons {
+		why = append(why, string(r.PolicyID))
+	}
+	msg := fmt.Sprintf("the access policies do not permit agent %s (%s) to invoke %s", id.AgentID, id.Type, tool)
+	if len(why) > 0 {
+		msg = fmt.Sprintf("the access policies forbid agent %s (%s) to invoke %s (policies %v)", id.AgentID, id.Type, tool, why)
+	}
+	return Errorf(TypeAccessDenied, "%s", msg).With(map[string]any{"action": CedarAction, "resource": resource.String(), "policies": nonNil(why)})
+}
+
+// checkInput applies the size limits to the arguments.
+func (g *Gateway) checkInput(sp Spec, args json.RawMessage) error {
+	if len(args) > g.limits.MaxInputBytes {
+		return Errorf(TypeSizeLimit, "the arguments of %s are %d bytes, over the limit of %d (limits.max_input_bytes); send less per call", sp.Name, len(args), g.limits.MaxInputBytes).
+			With(map[string]any{"size_bytes": len(args), "limit_bytes": g.limits.MaxInputBytes})
+	}
+	var top map[string]any
+	if err := json.Unmarshal(args, &top); err != nil {
+		return Errorf(TypeInvalidArgument, "arguments: %v", err)
+	}
+	for k, v := range top {
+		if slices.Contains(sp.BinaryFields, k) {
+			continue
+		}
+		if path, n := longestString(k, v); n > g.limits.MaxTextBytes {
+			return Errorf(TypeSizeLimit, "argument %s of %s is %d bytes, over the text limit of %d (limits.max_text_bytes); shorten it", path, sp.Name, n, g.limits.MaxTextBytes).
+				With(map[string]any{"argument": path, "size_bytes": n, "limit_bytes": g.limits.MaxTextBytes})
+		}
+	}
+	return nil
+}
+
+func longestString(path string, v any) (string, int) {
+	switch x := v.(type) {
+	case string:
+		return path, len(x)
+	case []any:
+		best, n := path, 0
+		for i, e := range x {
+			if p, m := longestString(fmt.Sprintf("%s[%d]", path, i), e); m > n {
+				best, n = p, m
+			}
+		}
+		return best, n
+	case map[string]any:
+		best, n := path, 0
+		for k, e := range x {
+			if p, m := longestString(path+"."+k, e); m > n {
+				best, n = p, m
+			}
+		}
+		return best, n
+	}
+	return path, 0
+}
+
+// checkTask requires task_id and a task of the caller's project.
+func (g *Gateway) checkTask(ctx context.Context, tool, project, taskID string) error {
+	if taskID == "" {
+		return Errorf(TypeInvalidArgument, "%s is task-scoped: pass task_id (the id of a task of project %s)", tool, project)
+	}
+	t, err := g.st.GetTask(ctx, taskID)
+	if errors.Is(err, store.ErrNotFound) {
+		return Errorf(TypeNotFound, "task %s does not exist in project %s; pass the task_id of one of its tasks", taskID, project)
+	}
+	if err != nil {
+		return Errorf(TypeUnavailable, "reading task %s: %v", taskID, err)
+	}
+	if t.ProjectID != project {
+		// Answered like a missing task, so a caller learns nothing of
+		// other projects' tasks.
+		return Errorf(TypeNotFound, "task %s does not exist in project %s; pass the task_id of one of its tasks", taskID, project)
+	}
+	return nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// DefaultPageSize is the page size of a list call that passes no limit.
+const DefaultPageSize = 50
+
+// Page turns a call's limit and cursor into a store page; a limit over
+// limits.max_list_limit is refused.
+func (x *Exec) Page(limit int, cursor string) (store.Page, error) {
+	if limit == 0 {
+		limit = min(DefaultPageSize, x.Limits.MaxListLimit)
+	}
+	if limit < 0 || limit > x.Limits.MaxListLimit {
+		return store.Page{}, Errorf(TypeInvalidArgument, "limit %d is out of range: pass 1..%d (limits.max_list_limit) and page on with next_cursor", limit, x.Limits.MaxListLimit)
+	}
+	return store.Page{Limit: limit, Cursor: cursor}, nil
+}
+
+// PageSchema are the JSON Schema properties limit and cursor.
+const PageSchema = `"limit":{"type":"integer","minimum":1},"cursor":{"type":"string","maxLength":1024}`
+
+// IDSchema is the JSON Schema of an id argument.
+const IDSchema = `{"type":"string","minLength":1,"maxLength":128}`
+
+// ContextSchema are the optional run_id and job_id properties of
+// task-scoped tools (the seed's SHOULD).
+const ContextSchema = `"run_id":` + IDSchema + `,"job_id":` + IDSchema
