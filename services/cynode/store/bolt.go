@@ -13,6 +13,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/utpmesh/utpmesh/internal/boltfile"
 )
 
 var (
@@ -33,23 +35,19 @@ type Bolt struct {
 
 var _ Store = (*Bolt)(nil)
 
-// OpenBolt opens (creating) the bbolt file at path.
+// schemaVersion is the layout of the cynode store file.
+const schemaVersion = "1"
+
+// OpenBolt opens (creating) the bbolt file at path, through
+// internal/boltfile: one lock timeout and ErrLocked, and a schema version
+// in the meta bucket.
 func OpenBolt(path string) (*Bolt, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	db, err := boltfile.Open(path, boltfile.Options{Schema: &boltfile.Schema{
+		Kind: "cynode store", Version: schemaVersion,
+		Buckets: [][]byte{bProjects, bSlugs, bTasks, bJobs, bSettings, bBlobs, bArtifacts, bSkills},
+	}})
 	if err != nil {
-		return nil, fmt.Errorf("cynode store: open %s: %w (is another cynode process using this data directory?)", path, err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bProjects, bSlugs, bTasks, bJobs, bSettings, bBlobs, bArtifacts, bSkills} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("cynode store: init %s: %w", path, err)
+		return nil, fmt.Errorf("cynode store: %w (is another cynode process using this data directory?)", err)
 	}
 	return &Bolt{db: db}, nil
 }
