@@ -93,6 +93,20 @@ func ServicePattern(ver, service string) (string, error) {
 	return prefix + "." + ver + ".*.*.svc." + service + ".*", nil
 }
 
+// ServiceOpPattern returns cg.<ver>.*.*.svc.<service>.<op>: one operation
+// of service in every project and channel (e.g. a worker's describe
+// endpoint of one tool).
+func ServiceOpPattern(ver, service, op string) (string, error) {
+	p, err := ServicePattern(ver, service)
+	if err != nil {
+		return "", err
+	}
+	if e := checkToken("op", op); e != nil {
+		return "", e
+	}
+	return p[:len(p)-1] + op, nil
+}
+
 func checkTokenOrWildcard(role, tok string) error {
 	if tok == wildcard {
 		return nil

@@ -340,6 +340,7 @@ func TestPatterns(t *testing.T) {
 		{str(WakeupPattern(v, "*", "*", "*")), "cg.v1r3.*.*.cmd.agent.*.wakeup"},
 		{str(WakeupPattern(v, "p", "*", "a1")), "cg.v1r3.p.*.cmd.agent.a1.wakeup"},
 		{str(ServicePattern(v, "cardstore")), "cg.v1r3.*.*.svc.cardstore.*"},
+		{str(ServiceOpPattern(v, "worker", "echo")), "cg.v1r3.*.*.svc.worker.echo"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
@@ -366,6 +367,7 @@ func TestPatterns(t *testing.T) {
 		{second(WakeupPattern(v, "p", ">", "a")), "channel_id", "invalid character '>'"},
 		{second(WakeupPattern(v, "p", "c", "")), "agent_id", "empty"},
 		{second(ServicePattern(v, "*")), "service", "invalid character '*'"},
+		{second(ServiceOpPattern(v, "worker", "a.b")), "op", "invalid character '.'"},
 	}
 	for _, tt := range errs {
 		wantTokenErr(t, tt.err, tt.role, tt.reason)

@@ -106,9 +106,13 @@ func (r *Runtime) startDiscovery(consumers map[string][2]string) error {
 			t = r.pmo[name]
 		}
 		ep := EndpointName(name)
-		subj := fmt.Sprintf("cg.%s.*.*.svc.%s.%s", ver, DescribeService, ep)
+		subj, err := subjects.ServiceOpPattern(ver, DescribeService, ep)
+		if err != nil {
+			_ = svc.Stop()
+			return fmt.Errorf("worker: describe endpoint of %s: %w", name, err)
+		}
 		c := consumers[name]
-		err := svc.AddEndpoint(ep, micro.HandlerFunc(func(req micro.Request) { r.describe(t, req) }),
+		err = svc.AddEndpoint(ep, micro.HandlerFunc(func(req micro.Request) { r.describe(t, req) }),
 			micro.WithEndpointSubject(subj),
 			micro.WithEndpointMetadata(map[string]string{MetaTool: name, MetaConsumer: c[0], MetaFilterSubject: c[1], MetaStats: StatsNote}))
 		if err != nil {

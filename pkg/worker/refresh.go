@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // RefreshEndpoint names the svc operation that makes one worker runtime
@@ -40,7 +42,10 @@ func (c *entryCache) flush() int {
 // startRefresh subscribes the runtime's refresh_config endpoint for the
 // micro service of id serviceID.
 func (r *Runtime) startRefresh(ver, serviceID string) (*nats.Subscription, error) {
-	subj := fmt.Sprintf("cg.%s.*.*.svc.%s.%s", ver, DescribeService, RefreshOp(serviceID))
+	subj, err := subjects.ServiceOpPattern(ver, DescribeService, RefreshOp(serviceID))
+	if err != nil {
+		return nil, fmt.Errorf("worker: refresh endpoint: %w", err)
+	}
 	sub, err := r.nc.Subscribe(subj, func(m *nats.Msg) {
 		n := r.entries.flush()
 		r.log.Info("configuration refreshed: cached registry entries dropped", "dropped", n)
