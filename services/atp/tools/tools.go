@@ -1,0 +1,226 @@
+package tools
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/atp"
+	"github.com/utpmesh/utpmesh/services/atp/booking"
+)
+
+// Error codes of the ATP tools (UTP codes are extensible).
+const (
+	// CodeWrongState: the booking is not in a state the tool accepts.
+	CodeWrongState card.ErrorCode = "atp_wrong_state"
+	// CodeIllegalTransition: the state machine refuses the move.
+	CodeIllegalTransition card.ErrorCode = "atp_illegal_transition"
+	// CodeHEMActive: a HEM escalation holds the booking.
+	CodeHEMActive card.ErrorCode = "atp_hem_active"
+)
+
+// Scopes (seed MCP-D4: normative names only).
+const (
+	ScopeContextRead      = "CONTEXT_READ"
+	ScopeNotificationSend = "NOTIFICATION_SEND"
+	ScopePreArrangement   = "PRE_ARRANGEMENT_WRITE"
+	ScopeHEMInvoke        = "HEM_INVOKE"
+	ScopeSafetyWrite      = "SAFETY_WRITE"
+	ScopeBookingRead      = "BOOKING_READ"
+	ScopeBookingAdmin     = "BOOKING_ADMIN"
+)
+
+// RetiredScopes maps the retired informal scope names (MCP-D4) to their
+// normative names.
+var RetiredScopes = map[string]string{"JOURNEY_READ": ScopeContextRead, "NOTIFY": ScopeNotificationSend}
+
+// CheckScope refuses a retired or unknown scope name, saying which to use.
+func CheckScope(name string) error {
+	if n, ok := RetiredScopes[name]; ok {
+		return fmt.Errorf("scope %s was retired by decision MCP-D4; use %s", name, n)
+	}
+	switch name {
+	case ScopeContextRead, ScopeNotificationSend, ScopePreArrangement, ScopeHEMInvoke, ScopeSafetyWrite, ScopeBookingRead, ScopeBookingAdmin:
+		return nil
+	}
+	return fmt.Errorf("unknown ATP scope %q; use one of CONTEXT_READ, NOTIFICATION_SEND, PRE_ARRANGEMENT_WRITE, HEM_INVOKE, SAFETY_WRITE, BOOKING_READ, BOOKING_ADMIN", name)
+}
+
+// Service is the running ATP service.
+type Service struct {
+	deps  atp.Deps
+	store *booking.Store
+	done  chan struct{}
+}
+
+// Open opens the service's file, hands it to the gate's state provider of
+// the data directory (atp.StatesFor) and starts the timeout loop. When
+// deps.Context ends both stop and the file is closed.
+func Open(deps atp.Deps) (*Service, error) {
+	deps, err := deps.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	st, err := booking.Open(atp.DBPath(deps.DataDir), booking.Options{Now: deps.Now})
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{deps: deps, store: st, done: make(chan struct{})}
+	atp.StatesFor(deps.DataDir).Set(st)
+	ctx := deps.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	go s.loop(ctx)
+	return s, nil
+}
+
+func (s *Service) loop(ctx context.Context) {
+	defer func() {
+		atp.StatesFor(s.deps.DataDir).Set(nil)
+		_ = s.store.Close()
+		close(s.done)
+	}()
+	if s.deps.TickEvery < 0 {
+		<-ctx.Done()
+		return
+	}
+	t := time.NewTicker(s.deps.TickEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fired, err := s.store.Tick(ctx)
+			if err != nil && ctx.Err() == nil {
+				s.deps.Logger.Warn("atp: state timeouts", "err", err)
+			}
+			for _, f := range fired {
+				s.deps.Logger.Info("atp: state timed out", "project", f.Project, "booking", f.BookingID, "from", f.From, "to", f.To)
+			}
+		}
+	}
+}
+
+// Done is closed once the service has closed its file.
+func (s *Service) Done() <-chan struct{} { return s.done }
+
+// Store is the service's booking store.
+func (s *Service) Store() *booking.Store { return s.store }
+
+// Build is the catalogue factory: it opens the service and returns its
+// tools.
+func Build(deps atp.Deps) ([]worker.Tool, error) {
+	s, err := Open(deps)
+	if err != nil {
+		return nil, err
+	}
+	return s.Tools(), nil
+}
+
+// spec is one tool before it becomes a worker.Tool.
+type spec struct {
+	name, desc, params, action, scope string
+	risk                              registry.RiskLevel
+	run                               func(ctx context.Context, c *worker.Call) (any, error)
+}
+
+// Tools returns the service's tools.
+func (s *Service) Tools() []worker.Tool {
+	specs := append(s.seedTools(), s.adminTools()...)
+	out := make([]worker.Tool, 0, len(specs))
+	for _, sp := range specs {
+		run := sp.run
+		out = append(out, worker.Tool{
+			Name: sp.name, Description: sp.desc, Parameters: json.RawMessage(sp.params), Target: "atp." + sp.name,
+			Options: registry.Options{CedarAction: sp.action, Scopes: []string{sp.scope}, RiskLevel: sp.risk},
+			Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
+				v, err := run(ctx, c)
+				if err != nil {
+					return worker.Result{}, mapErr(err)
+				}
+				return worker.OK(v), nil
+			},
+		})
+	}
+	return out
+}
+
+// mapErr turns booking errors into tool failures.
+func mapErr(err error) error {
+	var ce *card.Error
+	switch {
+	case errors.As(err, &ce):
+		return ce
+	case errors.Is(err, booking.ErrNotFound):
+		return worker.FailDetail(card.CodeBadRequest, err.Error(), map[string]string{"atp_error_code": "MCP-404-BOOKING"})
+	case errors.Is(err, booking.ErrBadInput):
+		return worker.Fail(card.CodeBadRequest, err.Error())
+	case errors.Is(err, booking.ErrIllegalTransition):
+		return worker.FailDetail(CodeIllegalTransition, err.Error(), map[string]string{"atp_error_code": "INVALID_TRANSITION"})
+	case errors.Is(err, booking.ErrHEMActive):
+		return worker.FailDetail(CodeHEMActive, err.Error(), map[string]string{"atp_error_code": "MCP-409-HEM"})
+	case errors.Is(err, booking.ErrSuspended):
+		return worker.FailDetail(CodeWrongState, err.Error(), map[string]string{"atp_error_code": "MCP-409-STATE", "booking_state": string(booking.Suspended)})
+	case errors.Is(err, booking.ErrClosed):
+		return worker.Fail(card.CodeUpstreamUnavailable, "atp: the booking store is closed (the service is stopping); call again")
+	}
+	return err
+}
+
+// WrongStateDetail is the detail of an atp_wrong_state failure.
+type WrongStateDetail struct {
+	ATPErrorCode   string   `json:"atp_error_code"`
+	RequiredStates []string `json:"required_states"`
+	BookingState   string   `json:"booking_state"`
+}
+
+// needState fails unless the booking's tool state is one of required.
+func needState(tool string, b *booking.Booking, required ...string) error {
+	st := b.ToolState()
+	if slices.Contains(required, st) {
+		return nil
+	}
+	return wrongState(tool, b, required)
+}
+
+func wrongState(tool string, b *booking.Booking, required []string) error {
+	return worker.FailDetail(CodeWrongState, fmt.Sprintf("%s needs booking %s in %s; it is in %s", tool, b.ID, strings.Join(required, " or "), b.ToolState()),
+		WrongStateDetail{ATPErrorCode: "MCP-409-STATE", RequiredStates: required, BookingState: b.ToolState()})
+}
+
+// postConfirmation lists the tool states after confirmation.
+var postConfirmation = []string{booking.ToolPreJourney, string(booking.Amendment), string(booking.DisruptionReview),
+	string(booking.PartyUnresponsive), booking.ToolJourney, string(booking.Completion)}
+
+// needPostConfirmation fails unless the booking is past confirmation
+// (suspension keeps the underlying state's answer).
+func needPostConfirmation(tool string, b *booking.Booking) error {
+	if b.State.PostConfirmation() {
+		return nil
+	}
+	return wrongState(tool, b, []string{"any post-CONFIRMATION state (" + strings.Join(postConfirmation, ", ") + ")"})
+}
+
+// bind decodes the call's arguments.
+func bind(c *worker.Call, v any) error { return c.Bind(v) }
+
+// actor names who made a call.
+func actor(c *worker.Call) string { return "agent:" + c.Command.AgentID }
+
+// callID is a stable id of a call's effect, derived from its turn and
+// tool_call_id, so a redelivered call names the same effect.
+func callID(prefix string, c *worker.Call) string {
+	sum := sha256.Sum256([]byte(c.ProjectID + "\x00" + c.Command.AgentTurnID + "\x00" + c.Command.ToolCallID))
+	return prefix + "_" + hex.EncodeToString(sum[:10])
+}
