@@ -9,8 +9,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
+	"github.com/utpmesh/utpmesh/services/atp/hem"
 )
 
 // FileName is the service's bbolt file under the data directory.
@@ -18,6 +22,13 @@ const FileName = "atp.db"
 
 // Deps are what the ATP service needs.
 type Deps struct {
+	// NC and Cards report atp_invoke_hem resolutions into the invoking
+	// turn (a tool.result card and an inbox report). When nil, Resolve
+	// provides them; without either, resolutions are only polled.
+	NC    *nats.Conn
+	Cards cardstore.Store
+	// Resolve provides NC and Cards of a mesh started after the service.
+	Resolve func(ctx context.Context) (*nats.Conn, cardstore.Store, error)
 	// DataDir holds atp.db. Required.
 	DataDir string
 	// Context bounds the service's timeout loop and the life of its file;
@@ -32,6 +43,8 @@ type Deps struct {
 	// (EMAIL, SMS, WHATSAPP); a channel without one fails its calls with
 	// upstream_unavailable naming the missing configuration.
 	Notifiers map[string]Notifier
+	// HEMCatalogue is the HEM catalogue; nil: hem.Default().
+	HEMCatalogue *hem.Catalogue
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -72,6 +85,17 @@ func (d Deps) Normalize() (Deps, error) {
 	}
 	d.Logger = d.Logger.With("service", "atp")
 	return d, nil
+}
+
+// Conn returns NC and Cards, resolving them when they are nil.
+func (d Deps) Conn(ctx context.Context) (*nats.Conn, cardstore.Store, error) {
+	if d.NC != nil && d.Cards != nil {
+		return d.NC, d.Cards, nil
+	}
+	if d.Resolve == nil {
+		return nil, nil, errors.New("atp: no NATS connection or CardStore configured")
+	}
+	return d.Resolve(ctx)
 }
 
 // ErrNotReady: the ATP service of a data directory has not started yet,

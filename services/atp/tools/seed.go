@@ -373,8 +373,12 @@ func (s *Service) getBookingStatus(ctx context.Context, c *worker.Call) (any, er
 		_ = m
 		outstanding++
 	}
+	tasks, err := s.hemTasks(ctx, c.ProjectID, b.ID)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]any{"booking_object_id": b.ID, "state": b.ToolState(), "layer3_state": b.State, "suspended": b.Suspended,
-		"active_flags": b.Flags, "pending_hem_tasks": s.pendingHEM(ctx, c.ProjectID, b),
+		"active_flags": b.Flags, "pending_hem_tasks": s.pendingHEM(ctx, c.ProjectID, b), "hem_tasks": tasks,
 		"outstanding_pre_arrangements_count": outstanding, "last_event_timestamp": b.LastEventAt}
 	if d := b.Deadline(); !d.IsZero() {
 		out["state_deadline"] = d
@@ -382,11 +386,29 @@ func (s *Service) getBookingStatus(ctx context.Context, c *worker.Call) (any, er
 	return out, nil
 }
 
-// pendingHEM lists the booking's unresolved HEM tasks.
+// pendingHEM lists the booking's unresolved HEM tasks (their poll output).
 func (s *Service) pendingHEM(ctx context.Context, project string, b *booking.Booking) []any {
 	out := []any{}
 	for _, id := range b.ActiveHEM {
-		out = append(out, map[string]string{"task_id": id})
+		if t, err := s.hem.Get(ctx, project, id); err == nil {
+			out = append(out, t.PollOutput())
+		} else {
+			out = append(out, map[string]string{"task_id": id, "status": "PENDING"})
+		}
 	}
 	return out
+}
+
+// hemTasks lists every HEM task of the booking, oldest first, as poll
+// outputs: how an agent polls an atp_invoke_hem task to its end.
+func (s *Service) hemTasks(ctx context.Context, project, bookingID string) ([]any, error) {
+	ts, err := s.hem.ForBooking(ctx, project, bookingID)
+	if err != nil {
+		return nil, err
+	}
+	out := []any{}
+	for _, t := range ts {
+		out = append(out, t.PollOutput())
+	}
+	return out, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
+	"github.com/utpmesh/utpmesh/services/atp/hem"
 )
 
 // Error codes of the ATP tools (UTP codes are extensible).
@@ -49,16 +50,17 @@ func CheckScope(name string) error {
 		return fmt.Errorf("scope %s was retired by decision MCP-D4; use %s", name, n)
 	}
 	switch name {
-	case ScopeContextRead, ScopeNotificationSend, ScopePreArrangement, ScopeHEMInvoke, ScopeSafetyWrite, ScopeBookingRead, ScopeBookingAdmin:
+	case ScopeContextRead, ScopeNotificationSend, ScopePreArrangement, ScopeHEMInvoke, ScopeSafetyWrite, ScopeBookingRead, ScopeBookingAdmin, ScopeHEMOperator:
 		return nil
 	}
-	return fmt.Errorf("unknown ATP scope %q; use one of CONTEXT_READ, NOTIFICATION_SEND, PRE_ARRANGEMENT_WRITE, HEM_INVOKE, SAFETY_WRITE, BOOKING_READ, BOOKING_ADMIN", name)
+	return fmt.Errorf("unknown ATP scope %q; use one of CONTEXT_READ, NOTIFICATION_SEND, PRE_ARRANGEMENT_WRITE, HEM_INVOKE, SAFETY_WRITE, BOOKING_READ, BOOKING_ADMIN, HEM_OPERATOR", name)
 }
 
 // Service is the running ATP service.
 type Service struct {
 	deps  atp.Deps
 	store *booking.Store
+	hem   *hem.Manager
 	done  chan struct{}
 }
 
@@ -75,6 +77,11 @@ func Open(deps atp.Deps) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{deps: deps, store: st, done: make(chan struct{})}
+	cat := deps.HEMCatalogue
+	if cat == nil {
+		cat = hem.Default()
+	}
+	s.hem = hem.NewManager(st, cat, s.wake)
 	atp.StatesFor(deps.DataDir).Set(st)
 	ctx := deps.Context
 	if ctx == nil {
@@ -101,16 +108,35 @@ func (s *Service) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			fired, err := s.store.Tick(ctx)
-			if err != nil && ctx.Err() == nil {
-				s.deps.Logger.Warn("atp: state timeouts", "err", err)
-			}
-			for _, f := range fired {
-				s.deps.Logger.Info("atp: state timed out", "project", f.Project, "booking", f.BookingID, "from", f.From, "to", f.To)
-			}
+			s.Tick(ctx)
 		}
 	}
 }
+
+// Tick applies what the clock decides: HEM tasks past their
+// protocol_deadline take their secondary path (and unreported
+// resolutions are reported), then state timeouts fire. The service's
+// loop calls it every Deps.TickEvery; tests call it after moving the
+// clock.
+func (s *Service) Tick(ctx context.Context) {
+	expired, err := s.hem.Expire(ctx)
+	if err != nil && ctx.Err() == nil {
+		s.deps.Logger.Warn("atp: HEM deadlines", "err", err)
+	}
+	for _, t := range expired {
+		s.deps.Logger.Info("atp: HEM deadline passed, secondary path taken", "project", t.Project, "task", t.TaskID, "hem_id", t.HEMID, "status", t.Status)
+	}
+	fired, err := s.store.Tick(ctx)
+	if err != nil && ctx.Err() == nil {
+		s.deps.Logger.Warn("atp: state timeouts", "err", err)
+	}
+	for _, f := range fired {
+		s.deps.Logger.Info("atp: state timed out", "project", f.Project, "booking", f.BookingID, "from", f.From, "to", f.To)
+	}
+}
+
+// HEM is the service's HEM task manager.
+func (s *Service) HEM() *hem.Manager { return s.hem }
 
 // Done is closed once the service has closed its file.
 func (s *Service) Done() <-chan struct{} { return s.done }
@@ -137,7 +163,7 @@ type spec struct {
 
 // Tools returns the service's tools.
 func (s *Service) Tools() []worker.Tool {
-	specs := append(s.seedTools(), s.adminTools()...)
+	specs := append(append(s.seedTools(), s.hemTools()...), s.adminTools()...)
 	out := make([]worker.Tool, 0, len(specs))
 	for _, sp := range specs {
 		run := sp.run

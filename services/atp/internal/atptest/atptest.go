@@ -25,6 +25,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp"
+	"github.com/utpmesh/utpmesh/services/atp/hem"
 	"github.com/utpmesh/utpmesh/services/atp/tools"
 )
 
@@ -48,12 +49,13 @@ func (c *Clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 
 // Harness is a running mesh with the ATP service.
 type Harness struct {
-	T       testing.TB
-	Mesh    *mesh.Mesh
-	Service *tools.Service
-	Clock   *Clock
-	DataDir string
-	seq     atomic.Int64
+	T        testing.TB
+	Mesh     *mesh.Mesh
+	Service  *tools.Service
+	Clock    *Clock
+	DataDir  string
+	seq      atomic.Int64
+	stopOnce sync.Once
 }
 
 // Options tune Start.
@@ -62,17 +64,33 @@ type Options struct {
 	// ProjectPolicy replaces the default project policy (every tool the
 	// service serves, invoke_hem for HEM-MANDATE-01).
 	ProjectPolicy string
+	// Clock is the service's clock (kept across restarts); default now.
+	Clock *Clock
+	// HEMCatalogue replaces hem.Default().
+	HEMCatalogue *hem.Catalogue
 }
+
+// NewClock returns a clock at t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
 
 // Start starts the mesh in a temporary directory.
 func Start(t testing.TB, opt Options) *Harness {
 	t.Helper()
-	dir := t.TempDir()
-	h := &Harness{T: t, DataDir: dir, Clock: &Clock{t: time.Now().UTC()}}
+	return StartIn(t, t.TempDir(), opt)
+}
+
+// StartIn is Start on a given data directory (restart tests: Stop the
+// first harness, then StartIn the same directory).
+func StartIn(t testing.TB, dir string, opt Options) *Harness {
+	t.Helper()
+	if opt.Clock == nil {
+		opt.Clock = &Clock{t: time.Now().UTC()}
+	}
+	h := &Harness{T: t, DataDir: dir, Clock: opt.Clock}
 	m, err := mesh.Start(context.Background(), mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: Quiet,
 		Auth: &mesh.AuthConfig{States: atp.StatesFor(dir)},
 		Services: func(ctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
-			s, err := tools.Open(atp.Deps{DataDir: dir, Context: ctx, Now: h.Clock.Now, TickEvery: -1, Notifiers: opt.Notifiers, Logger: Quiet})
+			s, err := tools.Open(atp.Deps{NC: m.Conn(), Cards: m.Cards(), DataDir: dir, Context: ctx, Now: h.Clock.Now, TickEvery: -1, Notifiers: opt.Notifiers, HEMCatalogue: opt.HEMCatalogue, Logger: Quiet})
 			if err != nil {
 				return nil, err
 			}
@@ -83,12 +101,7 @@ func Start(t testing.TB, opt Options) *Harness {
 		t.Fatalf("mesh: %v", err)
 	}
 	h.Mesh = m
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = m.Stop(ctx)
-		<-h.Service.Done()
-	})
+	t.Cleanup(h.Stop)
 	pol := opt.ProjectPolicy
 	if pol == "" {
 		var actions []types.EntityUID
@@ -99,10 +112,24 @@ func Start(t testing.TB, opt Options) *Harness {
 		}
 		pol = authz.DemoPolicy("", actions)
 	}
+	if _, err := m.Auth().Store.Policies(context.Background(), Project); err == nil && opt.ProjectPolicy == "" {
+		return h // a restart keeps the stored policy
+	}
 	if _, err := m.Auth().Store.PutPolicies(context.Background(), Project, pol); err != nil {
 		t.Fatalf("project policy: %v", err)
 	}
 	return h
+}
+
+// Stop stops the mesh and waits for the service to close its file
+// (idempotent).
+func (h *Harness) Stop() {
+	h.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = h.Mesh.Stop(ctx)
+		<-h.Service.Done()
+	})
 }
 
 // Mandate issues a mandate for agentID with a Cedar policy set.
@@ -162,6 +189,8 @@ type Result struct {
 	Raw    json.RawMessage
 	Value  any
 	Error  *card.Error
+	// Turn and ToolCallID identify the call.
+	Turn, ToolCallID string
 }
 
 // Obj is the result as an object.
@@ -177,11 +206,12 @@ func (a *Agent) Call(tool string, args any) *Result {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n := a.h.seq.Add(1)
-	out, err := a.c.Call(ctx, agent.CallRequest{ToolName: tool, Arguments: raw, AgentTurnID: fmt.Sprintf("turn-%s-%d", a.id, n), ToolCallID: fmt.Sprintf("call-%d", n)})
+	turn, callID := fmt.Sprintf("turn-%s-%s-%d", a.id, card.NewID()[28:], n), fmt.Sprintf("call-%d", n)
+	out, err := a.c.Call(ctx, agent.CallRequest{ToolName: tool, Arguments: raw, AgentTurnID: turn, ToolCallID: callID})
 	if err != nil {
 		a.h.T.Fatalf("%s: %v", tool, err)
 	}
-	r := &Result{Status: out.Result.Status, Raw: out.Result.Result, Error: out.Result.Error}
+	r := &Result{Status: out.Result.Status, Raw: out.Result.Result, Error: out.Result.Error, Turn: turn, ToolCallID: callID}
 	if r.Status == card.StatusSuccess {
 		if err := json.Unmarshal(r.Raw, &r.Value); err != nil {
 			a.h.T.Fatalf("%s: result %s: %v", tool, r.Raw, err)
