@@ -58,7 +58,19 @@ func (s *Service) bookingCreate(ctx context.Context, c *worker.Call) (any, error
 	if err := dec.Decode(&b); err != nil {
 		return nil, worker.Fail(card.CodeBadRequest, fmt.Sprintf("booking: %v (docs/catalogues/atp.md shows a booking object)", err))
 	}
-	return s.CreateBooking(ctx, c.ProjectID, &b, a.AdvanceTo, "operator:"+c.Command.AgentID)
+	nb, err := s.CreateBooking(ctx, c.ProjectID, &b, a.AdvanceTo, "operator:"+c.Command.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	return view{nb, nb.ToolState()}, nil
+}
+
+// view is a Booking Object as the operators' tools return it: every field
+// (state is the Layer-3 state) and tool_state, the state the tool
+// catalogue and the gate see.
+type view struct {
+	*booking.Booking
+	ToolState string `json:"tool_state"`
 }
 
 // CreateBooking creates a booking and walks it to advanceTo
@@ -93,7 +105,11 @@ func (s *Service) bookingGet(ctx context.Context, c *worker.Call) (any, error) {
 	if err := bind(c, &a); err != nil {
 		return nil, err
 	}
-	return s.store.Get(ctx, c.ProjectID, a.BookingObjectID)
+	b, err := s.store.Get(ctx, c.ProjectID, a.BookingObjectID)
+	if err != nil {
+		return nil, err
+	}
+	return view{b, b.ToolState()}, nil
 }
 
 func (s *Service) bookingTransition(ctx context.Context, c *worker.Call) (any, error) {

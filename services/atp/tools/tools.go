@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -72,6 +75,9 @@ func Open(deps atp.Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(deps.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("atp: data directory: %w", err)
+	}
 	st, err := booking.Open(atp.DBPath(deps.DataDir), booking.Options{Now: deps.Now})
 	if err != nil {
 		return nil, err
@@ -83,6 +89,7 @@ func Open(deps atp.Deps) (*Service, error) {
 	}
 	s.hem = hem.NewManager(st, cat, s.wake)
 	atp.StatesFor(deps.DataDir).Set(st)
+	register(deps.DataDir, s)
 	ctx := deps.Context
 	if ctx == nil {
 		ctx = context.Background()
@@ -94,6 +101,7 @@ func Open(deps atp.Deps) (*Service, error) {
 func (s *Service) loop(ctx context.Context) {
 	defer func() {
 		atp.StatesFor(s.deps.DataDir).Set(nil)
+		register(s.deps.DataDir, nil)
 		_ = s.store.Close()
 		close(s.done)
 	}()
@@ -137,6 +145,36 @@ func (s *Service) Tick(ctx context.Context) {
 
 // HEM is the service's HEM task manager.
 func (s *Service) HEM() *hem.Manager { return s.hem }
+
+var (
+	openMu sync.Mutex
+	opened = map[string]*Service{}
+)
+
+func absDir(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return dir
+}
+
+func register(dir string, s *Service) {
+	openMu.Lock()
+	defer openMu.Unlock()
+	if s == nil {
+		delete(opened, absDir(dir))
+		return
+	}
+	opened[absDir(dir)] = s
+}
+
+// ServiceFor returns the service open on a data directory in this process,
+// or nil (utpmesh up loads its demo fixture through it).
+func ServiceFor(dataDir string) *Service {
+	openMu.Lock()
+	defer openMu.Unlock()
+	return opened[absDir(dataDir)]
+}
 
 // Done is closed once the service has closed its file.
 func (s *Service) Done() <-chan struct{} { return s.done }
