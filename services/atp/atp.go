@@ -15,6 +15,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
+	"github.com/utpmesh/utpmesh/services/atp/ratelimit"
 )
 
 // FileName is the service's bbolt file under the data directory.
@@ -43,6 +44,10 @@ type Deps struct {
 	// (EMAIL, SMS, WHATSAPP); a channel without one fails its calls with
 	// upstream_unavailable naming the missing configuration.
 	Notifiers map[string]Notifier
+	// RateLimits returns a project's per-client limits (counted in a
+	// JetStream KV bucket shared by every process of the service); nil:
+	// ratelimit.Defaults. Without NC (or Resolve) nothing is limited.
+	RateLimits func(project string) ratelimit.Limits
 	// HEMCatalogue is the HEM catalogue; nil: hem.Default().
 	HEMCatalogue *hem.Catalogue
 	// Logger; default slog.Default().

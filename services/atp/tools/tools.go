@@ -14,12 +14,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
+	"github.com/utpmesh/utpmesh/services/atp/ratelimit"
 )
 
 // Error codes of the ATP tools (UTP codes are extensible).
@@ -30,6 +33,9 @@ const (
 	CodeIllegalTransition card.ErrorCode = "atp_illegal_transition"
 	// CodeHEMActive: a HEM escalation holds the booking.
 	CodeHEMActive card.ErrorCode = "atp_hem_active"
+	// CodeRateLimited: the client is over a rate limit; the detail's
+	// retry_after_seconds says when to call again.
+	CodeRateLimited card.ErrorCode = "rate_limited"
 )
 
 // Scopes (seed MCP-D4: normative names only).
@@ -65,6 +71,9 @@ type Service struct {
 	store *booking.Store
 	hem   *hem.Manager
 	done  chan struct{}
+
+	limMu   sync.Mutex
+	limiter *ratelimit.Limiter
 }
 
 // Open opens the service's file, hands it to the gate's state provider of
@@ -209,6 +218,9 @@ func (s *Service) Tools() []worker.Tool {
 			Name: sp.name, Description: sp.desc, Parameters: json.RawMessage(sp.params), Target: "atp." + sp.name,
 			Options: registry.Options{CedarAction: sp.action, Scopes: []string{sp.scope}, RiskLevel: sp.risk},
 			Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
+				if err := s.limit(ctx, c); err != nil {
+					return worker.Result{}, err
+				}
 				v, err := run(ctx, c)
 				if err != nil {
 					return worker.Result{}, mapErr(err)
@@ -218,6 +230,59 @@ func (s *Service) Tools() []worker.Tool {
 		})
 	}
 	return out
+}
+
+// RateLimitDetail is the detail of a rate_limited failure.
+type RateLimitDetail struct {
+	ATPErrorCode      string `json:"atp_error_code"`
+	Limit             string `json:"limit"`
+	Max               int    `json:"max"`
+	Window            string `json:"window"`
+	RetryAfterSeconds int    `json:"retry_after_seconds"`
+}
+
+// limit counts the call against its client's limits (the calling
+// agent_id in the call's project).
+func (s *Service) limit(ctx context.Context, c *worker.Call) error {
+	if s.deps.NC == nil && s.deps.Resolve == nil {
+		return nil
+	}
+	s.limMu.Lock()
+	l := s.limiter
+	if l == nil {
+		nc, _, err := s.deps.Conn(ctx)
+		if err == nil {
+			var js jetstream.JetStream
+			if js, err = jetstream.New(nc); err == nil {
+				l, err = ratelimit.New(ctx, js, ratelimit.Config{Now: s.deps.Now, Limits: s.deps.RateLimits})
+			}
+		}
+		if err != nil {
+			s.limMu.Unlock()
+			return worker.Fail(card.CodeUpstreamUnavailable, "atp: the rate-limit counters are not reachable: "+err.Error()+"; call again")
+		}
+		s.limiter = l
+	}
+	s.limMu.Unlock()
+	kind := ratelimit.KindCall
+	switch c.ToolName {
+	case ToolInvokeHEM:
+		kind = ratelimit.KindHEM
+	case ToolNotifyTraveller:
+		kind = ratelimit.KindNotification
+	}
+	err := l.Allow(ctx, c.ProjectID, c.Command.AgentID, kind)
+	var lim *ratelimit.Limited
+	if errors.As(err, &lim) {
+		return worker.FailDetail(CodeRateLimited, fmt.Sprintf("agent %s is over the ATP rate limit of %d %s per %s in project %s; retry after %d s",
+			c.Command.AgentID, lim.Max, map[string]string{"calls_per_minute": "tool calls", "hem_per_hour": "atp_invoke_hem calls", "notifications_per_hour": "notifications"}[lim.Limit],
+			lim.Window, c.ProjectID, lim.RetryAfterSeconds),
+			RateLimitDetail{ATPErrorCode: "MCP-429-RATE", Limit: lim.Limit, Max: lim.Max, Window: lim.Window, RetryAfterSeconds: lim.RetryAfterSeconds})
+	}
+	if err != nil {
+		return worker.Fail(card.CodeUpstreamUnavailable, "atp: rate-limit check failed: "+err.Error()+"; call again")
+	}
+	return nil
 }
 
 // mapErr turns booking errors into tool failures.

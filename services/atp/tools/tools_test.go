@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -16,6 +17,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/atp/internal/atptest"
 	"github.com/utpmesh/utpmesh/services/atp/notify"
+	"github.com/utpmesh/utpmesh/services/atp/ratelimit"
 	"github.com/utpmesh/utpmesh/services/atp/tools"
 )
 
@@ -388,4 +390,31 @@ func TestCheckScope(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
+}
+
+func TestRateLimitThroughTheMesh(t *testing.T) {
+	h := atptest.Start(t, atptest.Options{RateLimits: func(string) ratelimit.Limits { return ratelimit.Limits{CallsPerMinute: 3} }})
+	ctx := context.Background()
+	b, err := h.Service.LoadFixture(ctx, atptest.Project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := h.Mandate("busy", atptest.AllTools())
+	busy := h.Agent("busy", tok)
+	status := map[string]any{"booking_object_id": b.ID}
+	for i := 0; i < 3; i++ {
+		busy.OK(tools.ToolGetBookingStatus, status)
+	}
+	e := busy.Fail(tools.ToolGetBookingStatus, status, tools.CodeRateLimited)
+	var d tools.RateLimitDetail
+	if err := json.Unmarshal(e.Detail, &d); err != nil || d.Limit != "calls_per_minute" || d.Max != 3 || d.RetryAfterSeconds < 1 || d.RetryAfterSeconds > 60 || d.ATPErrorCode != "MCP-429-RATE" {
+		t.Fatalf("limited = %+v (%v)", e, err)
+	}
+	if !strings.Contains(e.Message, "retry after") {
+		t.Fatalf("message = %s", e.Message)
+	}
+	other := h.Agent("other", h.Mandate("other", atptest.AllTools()))
+	other.OK(tools.ToolGetBookingStatus, status) // limits are per client
+	h.Clock.Add(time.Minute)
+	busy.OK(tools.ToolGetBookingStatus, status)
 }
