@@ -15,6 +15,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
+	"github.com/utpmesh/utpmesh/services/atp/rails"
 	"github.com/utpmesh/utpmesh/services/atp/ratelimit"
 )
 
@@ -48,6 +49,9 @@ type Deps struct {
 	// JetStream KV bucket shared by every process of the service); nil:
 	// ratelimit.Defaults. Without NC (or Resolve) nothing is limited.
 	RateLimits func(project string) ratelimit.Limits
+	// ContentRules returns a project's Rail 2 rules for notifications;
+	// nil (or a nil answer): rails.DefaultContentRules().
+	ContentRules func(project string) []rails.ContentRule
 	// HEMCatalogue is the HEM catalogue; nil: hem.Default().
 	HEMCatalogue *hem.Catalogue
 	// Logger; default slog.Default().

@@ -123,6 +123,21 @@ func (t *Tx) Append(typ, actor string, data any) (Event, error) {
 	return e, nil
 }
 
+// Events returns the booking's log as committed before this change
+// (operator-only entries included).
+func (t *Tx) Events() ([]Event, error) {
+	var out []Event
+	err := t.events.ForEach(func(_, v []byte) error {
+		var e Event
+		if err := json.Unmarshal(v, &e); err != nil {
+			return err
+		}
+		out = append(out, e)
+		return nil
+	})
+	return out, err
+}
+
 // Transition moves the booking (see Store.Transition) inside this change.
 func (t *Tx) Transition(to State, actor, reason string) (Event, error) {
 	return transition(t, to, actor, reason, EventTransition)

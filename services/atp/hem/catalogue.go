@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/utpmesh/utpmesh/services/atp/rails"
 )
 
 // Entry is one HEM of the catalogue.
@@ -40,6 +42,8 @@ type Entry struct {
 	// Secondary is what happens when the deadline passes without a
 	// decision.
 	Secondary Secondary `json:"secondary_path"`
+	// Rail1 is the entry's escalation guardrail (nil: none).
+	Rail1 *rails.EscalationRule `json:"rail_1,omitempty"`
 }
 
 // Secondary is a HEM's secondary path.

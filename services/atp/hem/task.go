@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/utpmesh/utpmesh/services/atp/booking"
+	"github.com/utpmesh/utpmesh/services/atp/rails"
 )
 
 // Errors of the lifecycle; every error returned wraps one of them (or a
@@ -177,9 +178,21 @@ func (m *Manager) Invoke(ctx context.Context, in Invocation) (*Task, error) {
 	if in.BookingID == "" {
 		return t, m.store.DB().Update(func(tx *bolt.Tx) error { return putTask(tx, t) })
 	}
+	var blocked *rails.Violation
 	_, err := m.store.Update(ctx, in.Project, in.BookingID, func(tx *booking.Tx) error {
 		if len(e.States) > 0 && !slices.Contains(e.States, tx.Booking.ToolState()) {
 			return fmt.Errorf("%w: %s needs booking %s in %s; it is in %s", ErrPrecondition, e.HEMID, in.BookingID, strings.Join(e.States, " or "), tx.Booking.ToolState())
+		}
+		if e.Rail1 != nil {
+			log, err := tx.Events()
+			if err != nil {
+				return err
+			}
+			if blocked = rails.CheckEscalation(e.HEMID, e.Rail1, log); blocked != nil {
+				_, err := tx.Append(booking.EventGuardrail, "atp.rail1", map[string]any{"rail": blocked.Rail, "rule_id": blocked.RuleID,
+					"reason": blocked.Reason, "hem_id": e.HEMID, "agent_id": in.AgentID, "context": in.Context})
+				return err
+			}
 		}
 		ev, err := tx.Append(booking.EventHEMInvoked, "agent:"+in.AgentID, map[string]any{"task_id": t.TaskID, "hem_id": t.HEMID,
 			"context": t.Context, "protocol_deadline": t.Deadline, "escalation_dispatched_at": now})
@@ -192,6 +205,9 @@ func (m *Manager) Invoke(ctx context.Context, in Invocation) (*Task, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if blocked != nil {
+		return nil, blocked
 	}
 	return t, nil
 }

@@ -95,7 +95,7 @@ func (s *Service) invokeHEM(ctx context.Context, c *worker.Call) (any, error) {
 		Context: a.Context, TriggerReason: hc.TriggerReason, AgentID: c.Command.AgentID, AgentTurnID: c.Command.AgentTurnID,
 		ToolCallID: c.Command.ToolCallID, TurnEpoch: epoch, Version: c.Version, Channel: c.ChannelID})
 	if err != nil {
-		return nil, hemErr(err)
+		return nil, mapErr(hemErr(err))
 	}
 	out := t.PollOutput()
 	if t.Status == hem.StatusPending {

@@ -13,6 +13,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
+	"github.com/utpmesh/utpmesh/services/atp/rails"
 )
 
 // Channels of atp_notify_traveller.
@@ -78,6 +79,32 @@ func (s *Service) notifyTraveller(ctx context.Context, c *worker.Call) (any, err
 			}
 		}
 		return nil, worker.Fail(card.CodeBadRequest, fmt.Sprintf("participant %s has no %s address; channels with an address: %s", p.ParticipantID, a.Channel, orNone(have)))
+	}
+	var rules []rails.ContentRule
+	if s.deps.ContentRules != nil {
+		rules = s.deps.ContentRules(c.ProjectID)
+	}
+	if rules == nil {
+		rules = rails.DefaultContentRules()
+	}
+	content, err := rails.NewContent(rules)
+	if err != nil {
+		return nil, worker.Fail(card.CodeInternalError, "atp: the project's Rail 2 rules do not compile: "+err.Error())
+	}
+	if v := content.Check(a.Body); v != nil {
+		// Logged, not sent: the content for operators only, the fact for everyone.
+		if _, err := s.store.Update(ctx, c.ProjectID, b.ID, func(tx *booking.Tx) error {
+			if _, err := tx.Append(booking.EventGuardrail, "atp.rail2", map[string]any{"rail": v.Rail, "rule_id": v.RuleID, "reason": v.Reason,
+				"notification_id": id, "channel": a.Channel, "recipient_participant_id": p.ParticipantID, "message_body": a.Body, "requested_by": actor(c)}); err != nil {
+				return err
+			}
+			_, err := tx.Append(booking.EventNotification, RuntimeActor, map[string]any{"notification_id": id, "channel": a.Channel,
+				"recipient_participant_id": p.ParticipantID, "delivery_status": "BLOCKED", "rule_id": v.RuleID, "requested_by": actor(c)})
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		return nil, v
 	}
 	n := s.deps.Notifiers[a.Channel]
 	if n == nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
+	"github.com/utpmesh/utpmesh/services/atp/rails"
 	"github.com/utpmesh/utpmesh/services/atp/ratelimit"
 )
 
@@ -33,6 +34,8 @@ const (
 	CodeIllegalTransition card.ErrorCode = "atp_illegal_transition"
 	// CodeHEMActive: a HEM escalation holds the booking.
 	CodeHEMActive card.ErrorCode = "atp_hem_active"
+	// CodeGuardrail: a rail (rails.Rail1, rails.Rail2) blocked the call.
+	CodeGuardrail card.ErrorCode = "atp_guardrail"
 	// CodeRateLimited: the client is over a rate limit; the detail's
 	// retry_after_seconds says when to call again.
 	CodeRateLimited card.ErrorCode = "rate_limited"
@@ -288,9 +291,13 @@ func (s *Service) limit(ctx context.Context, c *worker.Call) error {
 // mapErr turns booking errors into tool failures.
 func mapErr(err error) error {
 	var ce *card.Error
+	var rv *rails.Violation
 	switch {
 	case errors.As(err, &ce):
 		return ce
+	case errors.As(err, &rv):
+		return worker.FailDetail(CodeGuardrail, rv.Error()+"; the attempt is in the booking's log for operators",
+			map[string]string{"atp_error_code": "MCP-422-GUARDRAIL", "rail": rv.Rail, "rule_id": rv.RuleID})
 	case errors.Is(err, booking.ErrNotFound):
 		return worker.FailDetail(card.CodeBadRequest, err.Error(), map[string]string{"atp_error_code": "MCP-404-BOOKING"})
 	case errors.Is(err, booking.ErrBadInput):

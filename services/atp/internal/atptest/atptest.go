@@ -26,6 +26,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
+	"github.com/utpmesh/utpmesh/services/atp/rails"
 	"github.com/utpmesh/utpmesh/services/atp/ratelimit"
 	"github.com/utpmesh/utpmesh/services/atp/tools"
 )
@@ -69,6 +70,8 @@ type Options struct {
 	Clock *Clock
 	// HEMCatalogue replaces hem.Default().
 	HEMCatalogue *hem.Catalogue
+	// ContentRules replaces the default Rail 2 rules.
+	ContentRules func(project string) []rails.ContentRule
 	// RateLimits replaces the default limits.
 	RateLimits func(project string) ratelimit.Limits
 }
@@ -93,7 +96,7 @@ func StartIn(t testing.TB, dir string, opt Options) *Harness {
 	m, err := mesh.Start(context.Background(), mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: Quiet,
 		Auth: &mesh.AuthConfig{States: atp.StatesFor(dir)},
 		Services: func(ctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
-			s, err := tools.Open(atp.Deps{NC: m.Conn(), Cards: m.Cards(), DataDir: dir, Context: ctx, Now: h.Clock.Now, TickEvery: -1, Notifiers: opt.Notifiers, HEMCatalogue: opt.HEMCatalogue, RateLimits: opt.RateLimits, Logger: Quiet})
+			s, err := tools.Open(atp.Deps{NC: m.Conn(), Cards: m.Cards(), DataDir: dir, Context: ctx, Now: h.Clock.Now, TickEvery: -1, Notifiers: opt.Notifiers, HEMCatalogue: opt.HEMCatalogue, RateLimits: opt.RateLimits, ContentRules: opt.ContentRules, Logger: Quiet})
 			if err != nil {
 				return nil, err
 			}
