@@ -2,6 +2,8 @@ package tools_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
@@ -220,5 +223,42 @@ func TestHEMCatalogueData(t *testing.T) {
 		if got, err := hem.ParseDuration(s); err != nil || got != d {
 			t.Errorf("%s = %v, %v", s, got, err)
 		}
+	}
+}
+
+// TestWildcardHEMMandateRefusedAtUse: a mandate signed by the project's
+// key whose policy permits invoke_hem for any hem_id (one mandate.Issue
+// would refuse, so it is signed by hand here) is refused when used.
+func TestWildcardHEMMandateRefusedAtUse(t *testing.T) {
+	h := atptest.Start(t, atptest.Options{})
+	ctx := context.Background()
+	b, err := h.Service.LoadFixture(ctx, atptest.Project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := h.Mesh.Auth().Keys.Ensure(ctx, atptest.Project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	claims := mandate.Claims{JTI: "wild-1", Issuer: key.Issuer, Subject: "wild", IssuedAt: now.Unix(), ExpiresAt: now.Add(time.Hour).Unix(),
+		ATPVersion: mandate.ATPVersion, ParentChain: []string{},
+		Mandate: mandate.Grant{RARFormat: mandate.RARFormat, PolicySet: `permit(principal, action == ATPAction::"invoke_hem", resource);`}}
+	hb, _ := json.Marshal(mandate.Header{Alg: mandate.Algorithm, Typ: mandate.TokenType, Kid: key.KID})
+	cb, _ := json.Marshal(claims)
+	b64 := base64.RawURLEncoding
+	input := b64.EncodeToString(hb) + "." + b64.EncodeToString(cb)
+	tok := input + "." + b64.EncodeToString(ed25519.Sign(key.Private, []byte(input)))
+
+	e := h.Agent("wild", tok).Fail(tools.ToolInvokeHEM, invokeArgs(b.ID, hem.MandateGapID, hem.TriggerMandateGap), card.CodeAuthFailed)
+	if !strings.Contains(e.Message, "hem_id") {
+		t.Fatalf("refusal = %+v", e)
+	}
+	if tasks, _ := h.Service.HEM().List(ctx, atptest.Project, ""); len(tasks) != 0 {
+		t.Fatalf("a task was created: %+v", tasks)
+	}
+	var d tools.ScopeDenial
+	if err := json.Unmarshal(e.Detail, &d); err != nil || d.ATPErrorCode != "MCP-403-SCOPE" || d.RequiredScope != "HEM_INVOKE" || d.Error != "mandate_scope_violation" {
+		t.Fatalf("detail = %s (%v): the tool, not only mandate.Issue, must refuse the wildcard", e.Detail, err)
 	}
 }
