@@ -15,6 +15,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
+	"github.com/utpmesh/utpmesh/services/atp/octo"
 	"github.com/utpmesh/utpmesh/services/atp/rails"
 	"github.com/utpmesh/utpmesh/services/atp/ratelimit"
 )
@@ -52,6 +53,9 @@ type Deps struct {
 	// ContentRules returns a project's Rail 2 rules for notifications;
 	// nil (or a nil answer): rails.DefaultContentRules().
 	ContentRules func(project string) []rails.ContentRule
+	// OCTOSuppliers are the OCTO APIs atp_search_activities also searches
+	// (source OCTO_BRIDGE); none: ATP-native activities only.
+	OCTOSuppliers []*octo.Supplier
 	// HEMCatalogue is the HEM catalogue; nil: hem.Default().
 	HEMCatalogue *hem.Catalogue
 	// Logger; default slog.Default().

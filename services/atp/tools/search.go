@@ -9,6 +9,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 )
 
@@ -32,6 +33,9 @@ type Activity struct {
 	Capacity int `json:"capacity,omitempty"`
 	// Source is ATP_NATIVE or OCTO_BRIDGE.
 	Source string `json:"source"`
+	// OCTO names the supplier, product, option and slot of a bridged
+	// activity (what an OCTO booking needs).
+	OCTO map[string]string `json:"octo,omitempty"`
 }
 
 func activityBucket(project string) []byte { return []byte("a:" + project) }
@@ -101,9 +105,33 @@ func (s *Service) searchActivities(ctx context.Context, c *worker.Call) (any, er
 	if err != nil {
 		return nil, err
 	}
+	partial := false
+	date := q.Date
+	if date == "" {
+		date = s.store.Now().Format("2006-01-02")
+	}
+	for _, sup := range s.deps.OCTOSuppliers {
+		ds, err := sup.Search(ctx, date, q.Participants)
+		if err != nil {
+			// The other sources still answer; the result is partial.
+			s.deps.Logger.Warn("atp: OCTO supplier did not answer", "supplier", sup.ID, "err", err)
+			partial = true
+			continue
+		}
+		for _, d := range ds {
+			a := Activity{ActivityID: d.ActivityID, Title: d.Title, Category: d.Category, OperatorID: d.OperatorID, Location: d.Location,
+				PricingSnapshot: d.PricingSnapshot, AvailabilityStatus: d.AvailabilityStatus, Capacity: d.Capacity, Source: d.Source, OCTO: d.OCTO}
+			if matches(a, q.Query, q.Category, q.Location, "", 0) {
+				out = append(out, a)
+			}
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ActivityID < out[j].ActivityID })
 	if len(out) > q.Limit {
 		out = out[:q.Limit]
+	}
+	if partial {
+		return worker.Result{Status: card.StatusPartial, Value: out}, nil
 	}
 	return out, nil
 }

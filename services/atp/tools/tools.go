@@ -228,6 +228,9 @@ func (s *Service) Tools() []worker.Tool {
 				if err != nil {
 					return worker.Result{}, mapErr(err)
 				}
+				if r, ok := v.(worker.Result); ok { // a partial result
+					return r, nil
+				}
 				return worker.OK(v), nil
 			},
 		})

@@ -26,6 +26,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
+	"github.com/utpmesh/utpmesh/services/atp/octo"
 	"github.com/utpmesh/utpmesh/services/atp/rails"
 	"github.com/utpmesh/utpmesh/services/atp/ratelimit"
 	"github.com/utpmesh/utpmesh/services/atp/tools"
@@ -72,6 +73,8 @@ type Options struct {
 	HEMCatalogue *hem.Catalogue
 	// ContentRules replaces the default Rail 2 rules.
 	ContentRules func(project string) []rails.ContentRule
+	// OCTOSuppliers are bridged into atp_search_activities.
+	OCTOSuppliers []*octo.Supplier
 	// RateLimits replaces the default limits.
 	RateLimits func(project string) ratelimit.Limits
 }
@@ -96,7 +99,7 @@ func StartIn(t testing.TB, dir string, opt Options) *Harness {
 	m, err := mesh.Start(context.Background(), mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: Quiet,
 		Auth: &mesh.AuthConfig{States: atp.StatesFor(dir)},
 		Services: func(ctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
-			s, err := tools.Open(atp.Deps{NC: m.Conn(), Cards: m.Cards(), DataDir: dir, Context: ctx, Now: h.Clock.Now, TickEvery: -1, Notifiers: opt.Notifiers, HEMCatalogue: opt.HEMCatalogue, RateLimits: opt.RateLimits, ContentRules: opt.ContentRules, Logger: Quiet})
+			s, err := tools.Open(atp.Deps{NC: m.Conn(), Cards: m.Cards(), DataDir: dir, Context: ctx, Now: h.Clock.Now, TickEvery: -1, Notifiers: opt.Notifiers, HEMCatalogue: opt.HEMCatalogue, RateLimits: opt.RateLimits, ContentRules: opt.ContentRules, OCTOSuppliers: opt.OCTOSuppliers, Logger: Quiet})
 			if err != nil {
 				return nil, err
 			}
@@ -218,7 +221,7 @@ func (a *Agent) Call(tool string, args any) *Result {
 		a.h.T.Fatalf("%s: %v", tool, err)
 	}
 	r := &Result{Status: out.Result.Status, Raw: out.Result.Result, Error: out.Result.Error, Turn: turn, ToolCallID: callID}
-	if r.Status == card.StatusSuccess {
+	if r.Status == card.StatusSuccess || r.Status == card.StatusPartial {
 		if err := json.Unmarshal(r.Raw, &r.Value); err != nil {
 			a.h.T.Fatalf("%s: result %s: %v", tool, r.Raw, err)
 		}
