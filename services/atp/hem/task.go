@@ -23,9 +23,10 @@ import (
 var (
 	// ErrUnknownHEM: the hem_id is not in the catalogue.
 	ErrUnknownHEM = errors.New("hem: unknown hem_id")
-	// ErrPrecondition: the booking's state or the trigger does not fit
-	// the HEM.
+	// ErrPrecondition: the trigger or the arguments do not fit the HEM.
 	ErrPrecondition = errors.New("hem: precondition not met")
+	// ErrWrongState: the booking is not in a state the HEM accepts.
+	ErrWrongState = errors.New("hem: booking in the wrong state")
 	// ErrNoTask: no task of that id.
 	ErrNoTask = errors.New("hem: no such task")
 	// ErrResolved: the task was already resolved.
@@ -181,7 +182,7 @@ func (m *Manager) Invoke(ctx context.Context, in Invocation) (*Task, error) {
 	var blocked *rails.Violation
 	_, err := m.store.Update(ctx, in.Project, in.BookingID, func(tx *booking.Tx) error {
 		if len(e.States) > 0 && !slices.Contains(e.States, tx.Booking.ToolState()) {
-			return fmt.Errorf("%w: %s needs booking %s in %s; it is in %s", ErrPrecondition, e.HEMID, in.BookingID, strings.Join(e.States, " or "), tx.Booking.ToolState())
+			return fmt.Errorf("%w: %s needs booking %s in %s; it is in %s", ErrWrongState, e.HEMID, in.BookingID, strings.Join(e.States, " or "), tx.Booking.ToolState())
 		}
 		if e.Rail1 != nil {
 			log, err := tx.Events()

@@ -108,9 +108,10 @@ func (s *Service) invokeHEM(ctx context.Context, c *worker.Call) (any, error) {
 
 func hemErr(err error) error {
 	switch {
-	case errors.Is(err, hem.ErrUnknownHEM), errors.Is(err, hem.ErrToken), errors.Is(err, hem.ErrNoTask), errors.Is(err, hem.ErrResolved), errors.Is(err, hem.ErrBadInput):
+	case errors.Is(err, hem.ErrUnknownHEM), errors.Is(err, hem.ErrToken), errors.Is(err, hem.ErrNoTask), errors.Is(err, hem.ErrResolved),
+		errors.Is(err, hem.ErrBadInput), errors.Is(err, hem.ErrPrecondition):
 		return worker.Fail(card.CodeBadRequest, err.Error())
-	case errors.Is(err, hem.ErrPrecondition):
+	case errors.Is(err, hem.ErrWrongState):
 		return worker.FailDetail(CodeWrongState, err.Error(), map[string]string{"atp_error_code": "MCP-409-STATE"})
 	}
 	return err

@@ -86,7 +86,7 @@ func TestHEMConfirmAndDecline(t *testing.T) {
 		if e := ag.Fail(tools.ToolInvokeHEM, invokeArgs(b.ID, "HEM-99", "WEATHER"), card.CodeBadRequest); !strings.Contains(e.Message, "HEM-MANDATE-01") {
 			t.Fatalf("unknown hem: %s", e.Message)
 		}
-		if e := ag.Fail(tools.ToolInvokeHEM, invokeArgs(b.ID, hem.MandateGapID, "WEATHER"), tools.CodeWrongState); !strings.Contains(e.Message, "MANDATE_GAP_DETECTED") {
+		if e := ag.Fail(tools.ToolInvokeHEM, invokeArgs(b.ID, hem.MandateGapID, "WEATHER"), card.CodeBadRequest); !strings.Contains(e.Message, "MANDATE_GAP_DETECTED") {
 			t.Fatalf("wrong trigger: %s", e.Message)
 		}
 		// The mandate does not enumerate HEM-07: the gate refuses it.

@@ -118,6 +118,10 @@ func TestRail1NeedsLowerInterventionAndWeatherCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	ag := h.Agent("guide", h.Mandate("guide", atptest.AllTools("HEM-WX")))
+	draft := ag.OK(tools.ToolBookingCreate, map[string]any{"booking": map[string]any{"title": "draft"}}).Obj()
+	if e := ag.Fail(tools.ToolInvokeHEM, invokeArgs(atptest.Str(draft, "booking_object_id"), "HEM-WX", "WEATHER_RED_WARNING"), tools.CodeWrongState); !strings.Contains(e.Message, "PRE_JOURNEY or JOURNEY; it is in INQUIRY") {
+		t.Fatalf("HEM precondition: %s", e.Message)
+	}
 	invoke := invokeArgs(b.ID, "HEM-WX", "WEATHER_RED_WARNING")
 	e := ag.Fail(tools.ToolInvokeHEM, invoke, tools.CodeGuardrail)
 	if d := guardrailDetail(t, e); d["rule_id"] != "HEM-WX:lower-intervention" || d["rail"] != rails.Rail1 {
