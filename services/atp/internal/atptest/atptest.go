@@ -192,6 +192,9 @@ func (h *Harness) Agent(agentID, tok string) *Agent {
 	return &Agent{h: h, c: c, id: agentID}
 }
 
+// Client is the agent's pkg/agent client.
+func (a *Agent) Client() *agent.Client { return a.c }
+
 // Result is a finished call.
 type Result struct {
 	Status card.Status
