@@ -33,6 +33,10 @@ const (
 	ScopeHEMOperator = "HEM_OPERATOR"
 )
 
+// HEMMandateSlack is what a HEM sub-agent's mandate may live beyond the
+// HEM's protocol_deadline (decision MCP-D3: hem_timeout_budget + 5 min).
+const HEMMandateSlack = 5 * time.Minute
+
 // ResultCallID is the tool_call_id under which a task's resolution is
 // reported into the turn that invoked it: "<tool_call_id of the
 // atp_invoke_hem call>.hem-result".
@@ -80,6 +84,20 @@ func (s *Service) invokeHEM(ctx context.Context, c *worker.Call) (any, error) {
 			if err := mandate.CheckHEMEnumerated(m.Policies); err != nil {
 				return nil, worker.FailDetail(card.CodeAuthFailed, "mandate refused for atp_invoke_hem: "+err.Error(),
 					ScopeDenial{Error: authz.ReasonScopeViolation, RequiredScope: ScopeHEMInvoke, MandateScopes: nonNil(authz.Grants(m.Policies)), ATPErrorCode: "MCP-403-SCOPE"})
+			}
+		}
+	}
+	// MCP-D3: the mandate of a HEM sub-agent (one narrowed from a parent)
+	// lives at most the HEM's timeout budget plus 5 minutes.
+	if tok := callMandate(c); tok != "" {
+		if m, err := mandate.Decode(tok); err == nil && len(m.Claims.ParentChain) > 0 {
+			if e, ok := s.hem.Catalogue().Get(a.HEMID); ok {
+				life := time.Duration(m.Claims.ExpiresAt-m.Claims.IssuedAt) * time.Second
+				if budget := e.ProtocolDeadline + HEMMandateSlack; life > budget {
+					return nil, worker.FailDetail(card.CodeAuthFailed, fmt.Sprintf("mandate %s of a HEM sub-agent lives %s; for %s it may live at most %s (protocol_deadline %s + 5 min, decision MCP-D3): narrow it with --ttl %s",
+						m.Claims.JTI, life, e.HEMID, budget, e.Deadline, budget),
+						ScopeDenial{Error: authz.ReasonScopeViolation, RequiredScope: ScopeHEMInvoke, MandateScopes: nonNil(authz.Grants(m.Policies)), ATPErrorCode: "MCP-403-SCOPE"})
+				}
 			}
 		}
 	}

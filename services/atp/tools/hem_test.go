@@ -2,6 +2,7 @@ package tools_test
 
 import (
 	"context"
+	"fmt"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
@@ -260,5 +261,51 @@ func TestWildcardHEMMandateRefusedAtUse(t *testing.T) {
 	var d tools.ScopeDenial
 	if err := json.Unmarshal(e.Detail, &d); err != nil || d.ATPErrorCode != "MCP-403-SCOPE" || d.RequiredScope != "HEM_INVOKE" || d.Error != "mandate_scope_violation" {
 		t.Fatalf("detail = %s (%v): the tool, not only mandate.Issue, must refuse the wildcard", e.Detail, err)
+	}
+}
+
+// TestHEMSubAgentMandateLifetime: a mandate narrowed for a HEM sub-agent
+// may live the HEM's protocol_deadline + 5 minutes (MCP-D3), no longer.
+func TestHEMSubAgentMandateLifetime(t *testing.T) {
+	h := atptest.Start(t, atptest.Options{})
+	ctx := context.Background()
+	b, err := h.Service.LoadFixture(ctx, atptest.Project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := h.Mesh.Auth().Keys.Ensure(ctx, atptest.Project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for i, tc := range []struct {
+		name   string
+		ttl    time.Duration
+		parent []string
+		ok     bool
+	}{
+		{"sub-agent within PT4H + 5 min", 4*time.Hour + 5*time.Minute, []string{"root-jti"}, true},
+		{"sub-agent too long", 5 * time.Hour, []string{"root-jti"}, false},
+		{"root mandate is not a HEM sub-agent", 24 * time.Hour, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			agentID := fmt.Sprintf("sub-agent-%d", i)
+			tok, err := mandate.Issue(key, mandate.Claims{Subject: agentID, IssuedAt: now.Unix(), ExpiresAt: now.Add(tc.ttl).Unix(), ParentChain: tc.parent,
+				Mandate: mandate.Grant{PolicySet: atptest.AllTools(hem.MandateGapID)}}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := h.Agent(agentID, tok).Call(tools.ToolInvokeHEM, map[string]any{"hem_id": hem.MandateGapID,
+				"context": map[string]any{"trigger_reason": hem.TriggerMandateGap, "agent_assessment": "gap"}})
+			if tc.ok != (r.Status == card.StatusSuccess) {
+				t.Fatalf("status %s, error %+v", r.Status, r.Error)
+			}
+			if !tc.ok && (r.Error.Code != card.CodeAuthFailed || !strings.Contains(r.Error.Message, "MCP-D3")) {
+				t.Fatalf("error %+v", r.Error)
+			}
+		})
+	}
+	if tasks, _ := h.Service.HEM().List(ctx, atptest.Project, ""); len(tasks) != 2 || b.ID == "" {
+		t.Fatalf("tasks = %d, want 2 (the refused call made none)", len(tasks))
 	}
 }
