@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -11,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/catalog"
@@ -155,4 +160,72 @@ func TestUpServesATP(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("up exited %d\n%s", code, errb.String())
 	}
+}
+
+// TestATPRateLimitAcrossWorkerProcesses: a second ATP worker in its own
+// process serves the same tools; the per-minute limit (60) holds for the
+// client across both, because the counters live in the mesh's KV bucket.
+func TestATPRateLimitAcrossWorkerProcesses(t *testing.T) {
+	root := t.TempDir()
+	cm := startATPMesh(t, root)
+	child := startProc(t, "worker", "--nats", cm.url, "--data", filepath.Join(root, "worker-2"), "--log-level", "debug", "atp")
+	child.waitLine(t, "worker serving")
+	ctx := context.Background()
+	key, err := cm.m.Auth().Keys.Load(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A fixed window may end mid-run; then the run is repeated once with a
+	// fresh client, which starts at the beginning of the next window.
+	for attempt := 0; attempt < 2; attempt++ {
+		agentID := fmt.Sprintf("busy-%d", attempt)
+		tok, err := mandate.Issue(key, mandate.Claims{Subject: agentID, ExpiresAt: time.Now().Add(time.Hour).Unix(),
+			Mandate: mandate.Grant{PolicySet: `permit(principal, action == ATPAction::"search_activities", resource);`}}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ag, err := agent.New(cm.m.Conn(), agent.Config{Project: "demo", AgentID: agentID, Mandate: tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		window := time.Now().Truncate(time.Minute)
+		ok := 0
+		var limited *card.Error
+		for i := 0; i < 200 && limited == nil; i++ {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			out, err := ag.Call(cctx, agent.CallRequest{ToolName: "atp_search_activities", Arguments: json.RawMessage(`{}`), AgentTurnID: fmt.Sprintf("rl-%d-%d", attempt, i)})
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case out.Result.Status == card.StatusSuccess:
+				ok++
+			case out.Result.Error != nil && out.Result.Error.Code == "rate_limited":
+				limited = out.Result.Error
+			default:
+				t.Fatalf("call %d: %+v", i, out.Result)
+			}
+		}
+		_ = ag.Close()
+		if !time.Now().Truncate(time.Minute).Equal(window) {
+			continue // the window changed during the run
+		}
+		if limited == nil || ok != 60 || !strings.Contains(string(limited.Detail), `"retry_after_seconds"`) {
+			t.Fatalf("%d calls succeeded before the limit (want 60); limited: %+v", ok, limited)
+		}
+		child.mu.Lock()
+		inChild := 0
+		for _, l := range child.lines {
+			if strings.Contains(l, "executing") && strings.Contains(l, agentID) {
+				inChild++
+			}
+		}
+		child.mu.Unlock()
+		if inChild == 0 || inChild >= ok+1 {
+			t.Fatalf("the second process executed %d of %d calls: both processes must have served some", inChild, ok+1)
+		}
+		return
+	}
+	t.Fatal("two runs crossed a minute boundary")
 }
