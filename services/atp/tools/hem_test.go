@@ -2,10 +2,10 @@ package tools_test
 
 import (
 	"context"
-	"fmt"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
