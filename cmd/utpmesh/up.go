@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/atp"
+	atptools "github.com/utpmesh/utpmesh/services/atp/tools"
 	"github.com/utpmesh/utpmesh/services/catalog"
 )
 
@@ -85,7 +88,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	}
 	m, err := mesh.Start(ctx, mesh.Config{DataDir: *data, Listen: *listen, Projects: projects, Services: build, Logger: log,
 		MetricsAddr: *metricsAddr, TracerProvider: tp, MaxPayload: int32(*maxPayload), MaxCardBytes: *maxCard,
-		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{}, Command: "utpmesh up"})
+		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{States: atp.StatesFor(*data)}, Command: "utpmesh up"})
 	if err != nil && ctx.Err() != nil {
 		// Interrupted while starting: Start has stopped what it started.
 		fmt.Fprintln(c.env.stdout, "stopped while starting")
@@ -104,6 +107,16 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg := m.Config()
+	atpLine := ""
+	if s := atptools.ServiceFor(*data); s != nil && slices.Contains(cfg.Projects, authz.DemoProject) {
+		// The demo project gets the ATP fixture: activities and one booking in PRE_JOURNEY.
+		b, err := s.LoadFixture(ctx, authz.DemoProject)
+		if err != nil {
+			_ = m.Stop(context.Background())
+			return fmt.Errorf("atp demo fixture: %w", err)
+		}
+		atpLine = fmt.Sprintf("demo booking %s (%s): utpmesh atp booking get %s", b.ID, b.ToolState(), b.ID)
+	}
 	uiURL, stopUI := "", func() {}
 	if *uiListen != "" {
 		// The UI's confirm, cancel and replay run as the demo mandate's
@@ -130,6 +143,9 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(c.env.stdout, "  tools      %s\n", strings.Join(names, ", "))
 	fmt.Fprintf(c.env.stdout, "  services   cardstore, registry, inbox, authz (svc subjects)\n")
 	fmt.Fprintf(c.env.stdout, "  auth       %s\n", authLine)
+	if atpLine != "" {
+		fmt.Fprintf(c.env.stdout, "  atp        %s\n", atpLine)
+	}
 	if u := m.MetricsURL(); u != "" {
 		fmt.Fprintf(c.env.stdout, "  metrics    %s\n", u)
 	}

@@ -22,6 +22,8 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/tasks"
 	"github.com/utpmesh/utpmesh/services/atlas/utility"
 	"github.com/utpmesh/utpmesh/services/atlas/workflows"
+	"github.com/utpmesh/utpmesh/services/atp"
+	atptools "github.com/utpmesh/utpmesh/services/atp/tools"
 	"github.com/utpmesh/utpmesh/services/cynode"
 	"github.com/utpmesh/utpmesh/services/echo"
 )
@@ -130,6 +132,21 @@ var services = map[string]Service{
 	"atlas.workflows": atlasService(atlas.GroupWorkflows, "ATLAS workflows: WORKFLOW_SAVE/DELETE/ENABLE/RUN/LOGS and the cron scheduler", workflows.Build),
 	"atlas.utility":   atlasService(atlas.GroupUtility, "ATLAS utility: LOG_EVENT, NOTIFY_USER/LIST, ATLAS_CONFIRM/CANCEL", utility.Build),
 	"cynode":          cynodeService(),
+	"atp":             atpService(),
+}
+
+// atpService adapts the ATP catalogue (one service: its tools share one
+// bookings file) to the catalogue.
+func atpService() Service {
+	return Service{Name: "atp", Description: "ATP catalogue: atp_* tools on Booking Objects, atp_invoke_hem, operators' booking and HEM tools",
+		InUp: true, KeepsFiles: true,
+		Build: func(d Deps) ([]worker.Tool, error) {
+			ad := atp.Deps{NC: d.NC, Cards: d.Store, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger}
+			if d.Late != nil {
+				ad.Resolve = d.Late.Resolve
+			}
+			return atptools.Build(ad)
+		}}
 }
 
 // Lookup returns the service of a name.

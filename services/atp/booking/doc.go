@@ -1,0 +1,31 @@
+// Package booking is the ATP Booking Object: its data, its append-only
+// event log and its state machine, kept in the ATP service's own bbolt
+// file (atp.db under the data directory), so bookings survive a restart.
+//
+// # State machine
+//
+// A booking's State is one of the eleven states of the public ATP Layer-3
+// workflow model (INQUIRY, PENDING_CONFIRMATION, CONFIRMED, AMENDMENT,
+// DISRUPTION_REVIEW, PARTY_UNRESPONSIVE, IN_JOURNEY, COMPLETION,
+// BOOKING_CANCELLED, BOOKING_CANCELLED_SUSPENDED, and BOOKING_SUSPENDED,
+// which is an overlay on another state: Booking.Suspended). The ATP tool
+// catalogue names states differently (PRE_JOURNEY, JOURNEY, ...);
+// ToolState maps one to the other and is what the Cedar gate sees as
+// context.booking_state (Store implements authz.BookingStates).
+// docs/catalogues/atp.md has the mapping table and the transition table
+// (Transitions) with the timeouts (Timeouts).
+//
+// Every change goes through one bbolt transaction that also appends its
+// event: a transition that the table does not list is refused
+// (ErrIllegalTransition), and so is any transition while a HEM escalation
+// is active on the booking (ErrHEMActive) or while it is suspended (except
+// Resume and cancellation). Timeouts run on Store.Tick with the store's
+// injectable clock; a suspended booking or one with an active HEM
+// escalation runs no clock.
+//
+// # Event log
+//
+// Each booking has its own bucket of events keyed by a sequence number
+// that bbolt assigns; the package only ever appends to it, never rewrites
+// or deletes an entry.
+package booking
