@@ -70,12 +70,17 @@ const TriggerMandateGap = "MANDATE_GAP_DETECTED"
 // MandateGapID is the HEM of mandate-gap escalations.
 const MandateGapID = "HEM-MANDATE-01"
 
-// Default is the built-in catalogue. The seeds define one entry,
-// HEM-MANDATE-01 (the mandate-gap escalation of the Windley Loop
-// addendum); the rows of HEM-01…HEM-23 are not in the seeds, so a project
-// adds its own entries with Catalogue.Add (docs/catalogues/atp.md).
+// Default is the built-in catalogue: HEM-01…HEM-23 of the public Layer 3
+// invocation catalogue (layer3.go) and HEM-MANDATE-01, the mandate-gap
+// escalation of the seeds' Windley Loop addendum. A project adds or
+// replaces entries with Catalogue.Add (docs/catalogues/atp.md).
 func Default() *Catalogue {
 	c := &Catalogue{entries: map[string]Entry{}}
+	for _, e := range layer3 {
+		if err := c.Add(e); err != nil {
+			panic(err) // a broken built-in row is a bug caught by every test
+		}
+	}
 	_ = c.Add(Entry{HEMID: MandateGapID, Title: "Mandate gap: approve a mandate expansion", Priority: "P3", Deadline: "PT4H",
 		TriggerReasons: []string{TriggerMandateGap}, TokenRequired: true, Outcome: "MANDATE_EXPANSION_APPROVED",
 		Secondary: Secondary{Status: StatusDeclined, Description: "no operator decision by the deadline: the expansion is refused and the agent keeps its mandate (narrowing property: never widen by default)"}})
