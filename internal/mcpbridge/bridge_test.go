@@ -1,0 +1,396 @@
+package mcpbridge_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cedar-policy/cedar-go/types"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/services/catalog"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// fixture is a real mesh with the Cedar gate on, serving echo and the
+// ATLAS calendar and utility groups, with the demo mandate (every tool)
+// and a narrow one (echo only), both for agent demo-agent.
+type fixture struct {
+	m              *mesh.Mesh
+	demo, onlyEcho string
+}
+
+func startMesh(t *testing.T) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	dir := t.TempDir()
+	late := catalog.NewLate()
+	tools, err := catalog.Build([]string{"echo", "atlas.calendar", "atlas.utility"}, catalog.Deps{DataDir: dir, Context: ctx, Late: late})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools, Logger: quiet, Auth: &mesh.AuthConfig{}})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		_ = m.Stop(sctx)
+		cancel()
+	})
+	late.Set(m.Conn(), m.Cards())
+	var actions []types.EntityUID
+	for _, tl := range m.Runtime().Tools() {
+		if act, err := authz.ActionOf(tl.Entry(authz.DemoProject)); err == nil && !tl.Builtin && !slices.Contains(actions, act) {
+			actions = append(actions, act)
+		}
+	}
+	if _, err := authz.SetupDemo(ctx, m.Auth().Store, m.Auth().Keys, []string{"demo"}, actions, dir, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	demo, err := os.ReadFile(filepath.Join(dir, authz.DemoMandateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := m.Auth().Keys.Load(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	narrow, err := mandate.Issue(key, mandate.Claims{Subject: authz.DemoAgent, ExpiresAt: time.Now().Add(time.Hour).Unix(),
+		Mandate: mandate.Grant{PolicySet: `permit(principal, action == Action::"echo", resource);`}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{m: m, demo: strings.TrimSpace(string(demo)), onlyEcho: narrow}
+}
+
+func (f *fixture) bridge(t *testing.T) *mcpbridge.Bridge {
+	t.Helper()
+	b, err := mcpbridge.New(mcpbridge.Config{Conn: f.m.Conn(), Project: "demo", CallTimeout: time.Minute, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// transport is how a test client reaches the bridge.
+type transport string
+
+const (
+	stdio   transport = "stdio"
+	httpTrp transport = "http"
+)
+
+// bearer adds the mandate as the bearer token of every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// connect serves a new bridge over tr and connects an official-SDK
+// client with protocol version ver, calling as the mandate token. elicit
+// answers confirmations (nil: the client does not declare elicitation).
+func (f *fixture) connect(t *testing.T, tr transport, ver, token string, elicit func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error)) (*sdk.ClientSession, *mcpbridge.Bridge) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	b := f.bridge(t)
+	var ct sdk.Transport
+	switch tr {
+	case stdio:
+		id, err := mcpbridge.NewIdentity("", token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cr, sw := io.Pipe()
+		sr, cw := io.Pipe()
+		done := make(chan error, 1)
+		go func() { done <- b.ServeStdio(ctx, id, sr, sw) }()
+		t.Cleanup(func() {
+			_ = cw.Close()
+			cancel()
+			<-done
+		})
+		ct = &sdk.IOTransport{Reader: cr, Writer: cw}
+	case httpTrp:
+		hs := httptest.NewServer(b.HTTPHandler())
+		t.Cleanup(hs.Close)
+		ct = &sdk.StreamableClientTransport{Endpoint: hs.URL + mcpbridge.HTTPPath,
+			HTTPClient: &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}}, DisableStandaloneSSE: true}
+	}
+	c := sdk.NewClient(&sdk.Implementation{Name: "bridge-test", Version: "1"}, &sdk.ClientOptions{ElicitationHandler: elicit})
+	cs, err := c.Connect(ctx, ct, &sdk.ClientSessionOptions{ProtocolVersion: ver})
+	if err != nil {
+		t.Fatalf("connect over %s with %s: %v", tr, ver, err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs, b
+}
+
+// each runs fn for both transports and both protocol versions.
+func each(t *testing.T, fn func(t *testing.T, tr transport, ver string)) {
+	for _, tr := range []transport{stdio, httpTrp} {
+		for _, ver := range []string{"2026-07-28", "2025-11-25"} {
+			t.Run(string(tr)+"/"+ver, func(t *testing.T) { fn(t, tr, ver) })
+		}
+	}
+}
+
+func toolNames(t *testing.T, cs *sdk.ClientSession) map[string]*sdk.Tool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*sdk.Tool{}
+	for _, tl := range res.Tools {
+		out[tl.Name] = tl
+	}
+	return out
+}
+
+func callTool(t *testing.T, cs *sdk.ClientSession, name string, args any) *sdk.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("call %s: %v", name, err)
+	}
+	return res
+}
+
+func text(r *sdk.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func structured(t *testing.T, r *sdk.CallToolResult) map[string]any {
+	t.Helper()
+	raw, _ := json.Marshal(r.StructuredContent)
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("structuredContent %s: %v", raw, err)
+	}
+	return m
+}
+
+// TestListFilteredByMandate: tools/list is the registry with each JSON
+// Schema as inputSchema, narrowed to what the mandate permits.
+func TestListFilteredByMandate(t *testing.T) {
+	f := startMesh(t)
+	each(t, func(t *testing.T, tr transport, ver string) {
+		cs, _ := f.connect(t, tr, ver, f.demo, nil)
+		all := toolNames(t, cs)
+		for _, want := range []string{"echo", "CALENDAR_CREATE_BLOCKS", "ATLAS_CONFIRM", "ATLAS_CANCEL"} {
+			if all[want] == nil {
+				t.Fatalf("demo mandate: %s not listed; got %v", want, keys(all))
+			}
+		}
+		schema, _ := json.Marshal(all["CALENDAR_CREATE_BLOCKS"].InputSchema)
+		if !strings.Contains(string(schema), `"blocks"`) || !strings.Contains(string(schema), `"object"`) {
+			t.Fatalf("inputSchema of CALENDAR_CREATE_BLOCKS = %s", schema)
+		}
+		cs2, _ := f.connect(t, tr, ver, f.onlyEcho, nil)
+		if got := keys(toolNames(t, cs2)); !slices.Equal(got, []string{"echo"}) {
+			t.Fatalf("echo-only mandate lists %v, want [echo]", got)
+		}
+	})
+}
+
+func keys(m map[string]*sdk.Tool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestCallIsOneUTPCall: a tools/call is one UTP call of the session's
+// turn; its result is structuredContent plus text, and the call card
+// carries the MCP request id and session.
+func TestCallIsOneUTPCall(t *testing.T) {
+	f := startMesh(t)
+	each(t, func(t *testing.T, tr transport, ver string) {
+		cs, b := f.connect(t, tr, ver, f.demo, nil)
+		res := callTool(t, cs, "echo", map[string]any{"x": 1})
+		if res.IsError || structured(t, res)["x"] != float64(1) || text(res) != `{"x":1}` {
+			t.Fatalf("echo: isError %v, structured %v, text %q", res.IsError, res.StructuredContent, text(res))
+		}
+		turn, _ := res.Meta[mcpbridge.MetaAgentTurnID].(string)
+		callID, _ := res.Meta[mcpbridge.MetaToolCallID].(string)
+		if !strings.HasPrefix(turn, "mcp-") || callID == "" {
+			t.Fatalf("_meta = %v", res.Meta)
+		}
+		if tr == stdio && turn != b.SessionTurn() {
+			t.Fatalf("stdio turn %s, want the session's %s", turn, b.SessionTurn())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cards, err := cardstore.AllTurn(ctx, f.m.Cards(), "demo", turn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var call, result *card.Card
+		for _, c := range cards {
+			if c.ToolCallID != callID {
+				continue
+			}
+			switch c.Type {
+			case card.TypeToolCall:
+				call = c
+			case card.TypeToolResult:
+				result = c
+			}
+		}
+		if call == nil || result == nil {
+			t.Fatalf("turn %s has no tool.call and tool.result for %s (%d cards)", turn, callID, len(cards))
+		}
+		var md struct {
+			SessionID, RequestID, ProtocolVersion string
+		}
+		raw := call.Metadata.Extra[mcpbridge.MetadataKey]
+		if err := json.Unmarshal(raw, &struct {
+			SessionID       *string `json:"session_id"`
+			RequestID       *string `json:"request_id"`
+			ProtocolVersion *string `json:"protocol_version"`
+		}{&md.SessionID, &md.RequestID, &md.ProtocolVersion}); err != nil {
+			t.Fatalf("metadata.mcp = %s: %v", raw, err)
+		}
+		if md.RequestID == "" || (md.SessionID == "") != (tr == httpTrp && ver == "2026-07-28") {
+			t.Fatalf("metadata.mcp = %s", raw)
+		}
+		if md.ProtocolVersion != ver {
+			t.Fatalf("metadata.mcp protocol_version = %q, want %s", md.ProtocolVersion, ver)
+		}
+	})
+}
+
+// TestFailuresAreToolErrors: a schema violation and a gate denial come
+// back as isError results with the UTP error code and message.
+func TestFailuresAreToolErrors(t *testing.T) {
+	f := startMesh(t)
+	each(t, func(t *testing.T, tr transport, ver string) {
+		cs, _ := f.connect(t, tr, ver, f.demo, nil)
+		res := callTool(t, cs, "CALENDAR_CREATE_BLOCKS", map[string]any{"date": 5})
+		e, _ := structured(t, res)["error"].(map[string]any)
+		if !res.IsError || e["code"] != string(card.CodeBadRequest) || !strings.HasPrefix(text(res), "failed: bad_request: ") {
+			t.Fatalf("schema error: isError %v, text %q, structured %v", res.IsError, text(res), res.StructuredContent)
+		}
+		narrow, _ := f.connect(t, tr, ver, f.onlyEcho, nil)
+		res = callTool(t, narrow, "CALENDAR_CREATE_BLOCKS", blocks("09:00", "10:00"))
+		e, _ = structured(t, res)["error"].(map[string]any)
+		if !res.IsError || e["code"] != string(card.CodeAuthFailed) || !strings.Contains(text(res), "failed: auth_failed: ") || !strings.Contains(text(res), "utpmesh mandate issue") {
+			t.Fatalf("gate denial: isError %v, text %q, structured %v", res.IsError, text(res), res.StructuredContent)
+		}
+	})
+}
+
+func blocks(start, end string) map[string]any {
+	return map[string]any{"date": "2024-01-15", "blocks": []map[string]string{{"title": "Focus", "start": start, "end": end, "type": "focus"}}}
+}
+
+// TestConfirmationAsElicitation: a PENDING_CONFIRM is asked; accept runs
+// ATLAS_CONFIRM, decline runs ATLAS_CANCEL; a host without elicitation
+// gets the pending result and the confirmation id.
+func TestConfirmationAsElicitation(t *testing.T) {
+	f := startMesh(t)
+	answer := func(action string, asked *[]string) func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+		return func(_ context.Context, r *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+			*asked = append(*asked, r.Params.Message)
+			if action == "accept" {
+				return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}, nil
+			}
+			return &sdk.ElicitResult{Action: action}, nil
+		}
+	}
+	slot := 0
+	each(t, func(t *testing.T, tr transport, ver string) {
+		for _, tc := range []struct{ action, status string }{{"accept", "OK"}, {"decline", "SKIPPED"}} {
+			var asked []string
+			cs, _ := f.connect(t, tr, ver, f.demo, answer(tc.action, &asked))
+			slot++ // every proposal its own hour: no conflicts between runs
+			res := callTool(t, cs, "CALENDAR_CREATE_BLOCKS", blocks(fmt.Sprintf("%02d:00", slot), fmt.Sprintf("%02d:30", slot)))
+			s := structured(t, res)
+			if res.IsError || s["status"] != tc.status || len(asked) != 1 || !strings.Contains(asked[0], "CALENDAR_CREATE_BLOCKS waits for your confirmation") {
+				t.Fatalf("%s: isError %v, structured %v, text %q, asked %q", tc.action, res.IsError, s, text(res), asked)
+			}
+		}
+		cs, _ := f.connect(t, tr, ver, f.demo, nil)
+		slot++
+		res := callTool(t, cs, "CALENDAR_CREATE_BLOCKS", blocks(fmt.Sprintf("%02d:00", slot), fmt.Sprintf("%02d:30", slot)))
+		s := structured(t, res)
+		id, _ := s["confirmation_id"].(string)
+		if res.IsError || s["status"] != "PENDING_CONFIRM" || id == "" || !strings.Contains(text(res), `ATLAS_CONFIRM with {"confirmation_id":"`+id+`"}`) {
+			t.Fatalf("no elicitation: isError %v, structured %v, text %q", res.IsError, s, text(res))
+		}
+		res = callTool(t, cs, "ATLAS_CONFIRM", map[string]any{"confirmation_id": id})
+		if res.IsError || structured(t, res)["status"] != "OK" {
+			t.Fatalf("ATLAS_CONFIRM by the host: %q", text(res))
+		}
+	})
+}
+
+// TestHTTPNeedsBearer: an HTTP request without a mandate is refused with
+// 401 and a body that says what to send.
+func TestHTTPNeedsBearer(t *testing.T) {
+	f := startMesh(t)
+	hs := httptest.NewServer(f.bridge(t).HTTPHandler())
+	defer hs.Close()
+	for _, tc := range []struct{ name, auth, want string }{
+		{"none", "", "Authorization: Bearer <token>"},
+		{"not a mandate", "Bearer abc", "not a mandate token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, hs.URL+mcpbridge.HTTPPath, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+			req.Header.Set("Content-Type", "application/json")
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), tc.want) {
+				t.Fatalf("status %d, body %s", resp.StatusCode, body)
+			}
+		})
+	}
+}
