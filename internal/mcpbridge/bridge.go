@@ -175,6 +175,12 @@ func New(cfg Config) (*Bridge, error) {
 		server.WithRecovery(),
 		server.WithInstructions("The tools of utpmesh project "+cfg.Project+". Every call is a UTP call recorded in the mesh's card store (replay it with 'utpmesh turns show TURN')."),
 	)
+	// Serve the registry's tools from the start, so that the first list
+	// announces no change; a registry that does not answer now is read
+	// again on the first list or call.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b.syncTools(ctx)
 	return b, nil
 }
 

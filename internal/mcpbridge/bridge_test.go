@@ -119,6 +119,12 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // answers confirmations (nil: the client does not declare elicitation).
 func (f *fixture) connect(t *testing.T, tr transport, ver, token string, elicit func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error)) (*sdk.ClientSession, *mcpbridge.Bridge) {
 	t.Helper()
+	return f.connectWith(t, tr, ver, token, &sdk.ClientOptions{ElicitationHandler: elicit})
+}
+
+// connectWith is connect with the client's options.
+func (f *fixture) connectWith(t *testing.T, tr transport, ver, token string, opts *sdk.ClientOptions) (*sdk.ClientSession, *mcpbridge.Bridge) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	b := f.bridge(t)
@@ -143,9 +149,9 @@ func (f *fixture) connect(t *testing.T, tr transport, ver, token string, elicit 
 		hs := httptest.NewServer(b.HTTPHandler())
 		t.Cleanup(hs.Close)
 		ct = &sdk.StreamableClientTransport{Endpoint: hs.URL + mcpbridge.HTTPPath,
-			HTTPClient: &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}}, DisableStandaloneSSE: true}
+			HTTPClient: &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}}, DisableStandaloneSSE: opts.ToolListChangedHandler == nil}
 	}
-	c := sdk.NewClient(&sdk.Implementation{Name: "bridge-test", Version: "1"}, &sdk.ClientOptions{ElicitationHandler: elicit})
+	c := sdk.NewClient(&sdk.Implementation{Name: "bridge-test", Version: "1"}, opts)
 	cs, err := c.Connect(ctx, ct, &sdk.ClientSessionOptions{ProtocolVersion: ver})
 	if err != nil {
 		t.Fatalf("connect over %s with %s: %v", tr, ver, err)
@@ -393,4 +399,37 @@ func TestHTTPNeedsBearer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestListChangedOnRegistryChange: a registry change the bridge sees is
+// announced with notifications/tools/list_changed, and the next list
+// shows it.
+func TestListChangedOnRegistryChange(t *testing.T) {
+	f := startMesh(t)
+	n := 0
+	each(t, func(t *testing.T, tr transport, ver string) {
+		changed := make(chan struct{}, 8)
+		cs, _ := f.connectWith(t, tr, ver, f.demo, &sdk.ClientOptions{
+			ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { changed <- struct{}{} }})
+		toolNames(t, cs) // the bridge has served the registry's tools
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		e, err := f.m.Registry().Get(ctx, "demo", "echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		e.Description = fmt.Sprintf("echo, changed %d", n)
+		if _, err := f.m.Registry().Put(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+		if got := toolNames(t, cs)["echo"].Description; got != e.Description {
+			t.Fatalf("description after the change = %q, want %q", got, e.Description)
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatal("no notifications/tools/list_changed")
+		}
+	})
 }
