@@ -38,6 +38,7 @@ func (c *mcpCommand) Run(ctx context.Context, args []string) error {
 	cf.register(fs, c.env, "mcp")
 	listen := fs.String("listen", "", "serve streamable HTTP on ADDR (e.g. 127.0.0.1:8090; port 0 picks one) instead of stdio; each request's identity is its 'Authorization: Bearer <mandate JWT>'")
 	callTimeout := fs.Duration("call-timeout", mcpbridge.DefaultCallTimeout, "how long one tools/call waits for its result (the call goes on after that)")
+	refresh := fs.Duration("refresh", mcpbridge.DefaultRefreshInterval, "how often the registry is re-read to announce tool changes to the host (notifications/tools/list_changed)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -75,6 +76,9 @@ func (c *mcpCommand) Run(ctx context.Context, args []string) error {
 		return usagef("%v", err)
 	}
 	defer b.Close()
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go b.Watch(wctx, *refresh)
 	if *listen == "" {
 		fmt.Fprintf(c.env.stderr, "utpmesh mcp: serving project %s over stdio as agent %s; the session's calls are turn %s (utpmesh turns show %s --project %s)\n",
 			pf.project, id.AgentID, b.SessionTurn(), b.SessionTurn(), pf.project)

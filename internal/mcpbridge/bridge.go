@@ -245,11 +245,15 @@ func (b *Bridge) sessionOf(ctx context.Context) string {
 	return sid
 }
 
-// turnOf is the agent turn of ctx's MCP session: mcp-<session>, or for a
+// turnOf is the agent turn of ctx's MCP session: mcp-<session> (the
+// session id itself when it starts with "mcp-"), or for a
 // stateless caller mcp-<mandate jti> (mcp-<agent>-<bridge session> when it
 // has no mandate).
 func (b *Bridge) turnOf(ctx context.Context, id Identity) string {
 	if sid := b.sessionOf(ctx); sid != "" {
+		if strings.HasPrefix(sid, "mcp-") { // mcp-go's HTTP sessions: mcp-session-<uuid>
+			return sid
+		}
 		return "mcp-" + sid
 	}
 	if id.jti != "" {

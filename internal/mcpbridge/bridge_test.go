@@ -433,3 +433,31 @@ func TestListChangedOnRegistryChange(t *testing.T) {
 		}
 	})
 }
+
+// TestWatchAnnouncesRegistryChanges: with Watch running, a registry change
+// is announced while the host neither lists nor calls.
+func TestWatchAnnouncesRegistryChanges(t *testing.T) {
+	f := startMesh(t)
+	changed := make(chan struct{}, 8)
+	cs, b := f.connectWith(t, stdio, "2025-11-25", f.demo, &sdk.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { changed <- struct{}{} }})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go b.Watch(ctx, 10*time.Millisecond)
+	e, err := f.m.Registry().Get(ctx, "demo", "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Description = "echo, watched"
+	if _, err := f.m.Registry().Put(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("no notifications/tools/list_changed from Watch")
+	}
+	if got := toolNames(t, cs)["echo"].Description; got != "echo, watched" {
+		t.Fatalf("description = %q", got)
+	}
+}

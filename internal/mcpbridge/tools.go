@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -59,6 +60,30 @@ func (b *Bridge) syncTools(ctx context.Context) {
 		b.tools[e.ToolName] = fingerprint(e)
 	}
 	b.srv.SetTools(tools...)
+}
+
+// DefaultRefreshInterval is how often Watch re-reads the registry.
+const DefaultRefreshInterval = 5 * time.Second
+
+// Watch re-reads the registry every interval (DefaultRefreshInterval when
+// not positive) until ctx ends, so a registry change is announced with
+// notifications/tools/list_changed even while no host lists or calls.
+func (b *Bridge) Watch(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		interval = DefaultRefreshInterval
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			rctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+			b.syncTools(rctx)
+			cancel()
+		}
+	}
 }
 
 // filterTools keeps the tools the caller's mandate permits: the Windley
