@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/registry"
@@ -112,12 +113,14 @@ type Bridge struct {
 	log     *slog.Logger
 	srv     *server.MCPServer
 	reg     registry.Registry
+	authz   *natsauthz.Client
 	session string // the stdio session id (one per bridge)
 
-	mu      sync.Mutex
-	clients map[string]*agent.Client
-	tools   map[string]string // tool name → fingerprint of what was served
-	closed  bool
+	mu       sync.Mutex
+	clients  map[string]*agent.Client
+	tools    map[string]string    // tool name → fingerprint of what was served
+	verified map[string]time.Time // verified bearer token → its expiry
+	closed   bool
 }
 
 // New returns a bridge for cfg. Close it to release its agent clients.
@@ -151,8 +154,12 @@ func New(cfg Config) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: registry client: %v", ErrConfig, err)
 	}
-	b := &Bridge{cfg: cfg, log: log, reg: reg, session: card.NewID(),
-		clients: map[string]*agent.Client{}, tools: map[string]string{}}
+	az, err := natsauthz.NewClient(cfg.Conn, cfg.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%w: policy client: %v", ErrConfig, err)
+	}
+	b := &Bridge{cfg: cfg, log: log, reg: reg, authz: az, session: card.NewID(),
+		clients: map[string]*agent.Client{}, tools: map[string]string{}, verified: map[string]time.Time{}}
 	hooks := &server.Hooks{}
 	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { b.syncTools(ctx) })
 	hooks.AddAfterListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest, res *mcp.ListToolsResult) {

@@ -24,7 +24,9 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/catalog"
+	"github.com/utpmesh/utpmesh/services/echo"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -372,15 +374,26 @@ func TestConfirmationAsElicitation(t *testing.T) {
 	})
 }
 
-// TestHTTPNeedsBearer: an HTTP request without a mandate is refused with
-// 401 and a body that says what to send.
+// TestHTTPNeedsBearer: an HTTP request without a mandate, or with one the
+// mesh does not accept, is refused with 401 and a body that says what to
+// send.
 func TestHTTPNeedsBearer(t *testing.T) {
 	f := startMesh(t)
 	hs := httptest.NewServer(f.bridge(t).HTTPHandler())
 	defer hs.Close()
+	other, _, err := mandate.NewKeyDir(t.TempDir()).Ensure(context.Background(), "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := mandate.Issue(other, mandate.Claims{Subject: "intruder", ExpiresAt: time.Now().Add(time.Hour).Unix(),
+		Mandate: mandate.Grant{PolicySet: `permit(principal, action == Action::"echo", resource);`}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ name, auth, want string }{
 		{"none", "", "Authorization: Bearer <token>"},
 		{"not a mandate", "Bearer abc", "not a mandate token"},
+		{"signed by another key", "Bearer " + forged, "mandate refused for project demo"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodPost, hs.URL+mcpbridge.HTTPPath, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
@@ -460,4 +473,35 @@ func TestWatchAnnouncesRegistryChanges(t *testing.T) {
 	if got := toolNames(t, cs)["echo"].Description; got != "echo, watched" {
 		t.Fatalf("description = %q", got)
 	}
+}
+
+// TestMeshWithoutGate: on a mesh without the Cedar gate every registry
+// entry is listed and called, and an HTTP bearer mandate is only decoded
+// (nothing on the mesh verifies mandates).
+func TestMeshWithoutGate(t *testing.T) {
+	ctx := context.Background()
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Tools: []worker.Tool{echo.Tool()}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	key, _, err := mandate.NewKeyDir(t.TempDir()).Ensure(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := mandate.Issue(key, mandate.Claims{Subject: "someone", ExpiresAt: time.Now().Add(time.Hour).Unix(),
+		Mandate: mandate.Grant{PolicySet: `permit(principal, action == Action::"echo", resource);`}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{m: m}
+	each(t, func(t *testing.T, tr transport, ver string) {
+		cs, _ := f.connect(t, tr, ver, tok, nil)
+		if got := keys(toolNames(t, cs)); !slices.Equal(got, []string{"echo"}) {
+			t.Fatalf("tools = %v, want [echo]", got)
+		}
+		if res := callTool(t, cs, "echo", map[string]any{"y": 2}); res.IsError || text(res) != `{"y":2}` {
+			t.Fatalf("echo: %q", text(res))
+		}
+	})
 }

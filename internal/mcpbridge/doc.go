@@ -39,6 +39,7 @@
 // Identity: on stdio the agent and mandate come from the bridge's
 // configuration (the CLI's --agent/--mandate); on HTTP every request must
 // carry the mandate JWT as "Authorization: Bearer <token>", whose sub is
-// the calling agent. The bridge only decodes the token; the mesh verifies
-// it on every call (the gate) and every list (mandate_query).
+// the calling agent. The bridge has the mesh's policy service verify that
+// token before it acts for the agent (a mesh without the gate serves none
+// and checks no mandates); the gate verifies it again on every call.
 package mcpbridge

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -16,6 +17,7 @@ import (
 // session: its calls are one agent turn, SessionTurn().
 func (b *Bridge) ServeStdio(ctx context.Context, id Identity, r io.Reader, w io.Writer) error {
 	s := server.NewStdioServer(b.srv)
+	s.SetErrorLogger(slog.NewLogLogger(b.log.Handler(), slog.LevelWarn))
 	s.SetContextFunc(func(ctx context.Context) context.Context { return WithIdentity(ctx, id) })
 	err := s.Listen(ctx, r, w)
 	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
@@ -32,8 +34,9 @@ const HTTPPath = "/mcp"
 
 // HTTPHandler serves MCP over streamable HTTP on HTTPPath. Every request
 // must carry the caller's mandate as "Authorization: Bearer <token>"; a
-// request without one, or with a token that is not a mandate, is answered
-// 401 with a JSON body saying what to send.
+// request without one, with a token that is not a mandate, or with a
+// mandate the mesh's policy service refuses is answered 401 with a JSON
+// body saying what to send (503 when the policy service fails otherwise).
 func (b *Bridge) HTTPHandler() http.Handler {
 	h := server.NewStreamableHTTPServer(b.srv, server.WithEndpointPath(HTTPPath), server.WithStreamableHTTPLogger(b.log),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
@@ -51,6 +54,15 @@ func (b *Bridge) HTTPHandler() http.Handler {
 		id, err := NewIdentity("", token)
 		if err != nil {
 			unauthorized(w, err.Error()+"; send a mandate JWT as 'Authorization: Bearer <token>' (issue one with 'utpmesh mandate issue')")
+			return
+		}
+		if err := b.verify(r.Context(), id.Mandate); errors.Is(err, ErrMandateRefused) {
+			unauthorized(w, err.Error()+"; send a current mandate of this mesh and project (issue one with 'utpmesh mandate issue')")
+			return
+		} else if err != nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
 			return
 		}
 		h.ServeHTTP(w, r.WithContext(WithIdentity(r.Context(), id)))
