@@ -20,6 +20,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/internal/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
@@ -37,6 +38,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 type fixture struct {
 	m              *mesh.Mesh
 	demo, onlyEcho string
+	// callTimeout is the bridges' CallTimeout (default a minute).
+	callTimeout time.Duration
 }
 
 func startMesh(t *testing.T) *fixture {
@@ -88,7 +91,11 @@ func startMesh(t *testing.T) *fixture {
 
 func (f *fixture) bridge(t *testing.T) *mcpbridge.Bridge {
 	t.Helper()
-	b, err := mcpbridge.New(mcpbridge.Config{Conn: f.m.Conn(), Project: "demo", CallTimeout: time.Minute, Logger: quiet})
+	ct := f.callTimeout
+	if ct == 0 {
+		ct = time.Minute
+	}
+	b, err := mcpbridge.New(mcpbridge.Config{Conn: f.m.Conn(), Project: "demo", CallTimeout: ct, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +140,11 @@ func (f *fixture) connectWith(t *testing.T, tr transport, ver, token string, opt
 	var ct sdk.Transport
 	switch tr {
 	case stdio:
-		id, err := mcpbridge.NewIdentity("", token)
+		agentID := ""
+		if token == "" {
+			agentID = "tester" // a mesh without the gate: no mandate
+		}
+		id, err := mcpbridge.NewIdentity(agentID, token)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,6 +331,10 @@ func TestFailuresAreToolErrors(t *testing.T) {
 		if !res.IsError || e["code"] != string(card.CodeBadRequest) || !strings.HasPrefix(text(res), "failed: bad_request: ") {
 			t.Fatalf("schema error: isError %v, text %q, structured %v", res.IsError, text(res), res.StructuredContent)
 		}
+		res = callTool(t, cs, "echo", []int{1, 2})
+		if !res.IsError || !strings.Contains(text(res), "the arguments of echo must be a JSON object") {
+			t.Fatalf("array arguments: isError %v, text %q", res.IsError, text(res))
+		}
 		narrow, _ := f.connect(t, tr, ver, f.onlyEcho, nil)
 		res = callTool(t, narrow, "CALENDAR_CREATE_BLOCKS", blocks("09:00", "10:00"))
 		e, _ = structured(t, res)["error"].(map[string]any)
@@ -504,4 +519,49 @@ func TestMeshWithoutGate(t *testing.T) {
 			t.Fatalf("echo: %q", text(res))
 		}
 	})
+}
+
+// TestCallStillRunning: a call with no result within the bridge's call
+// timeout is answered isError naming the call, which goes on and ends
+// with its result card in the session's turn.
+func TestCallStillRunning(t *testing.T) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	slow := worker.Tool{Name: "slow", Description: "returns when the test releases it",
+		Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
+			select {
+			case <-release:
+				return worker.OK(map[string]any{"done": true}), nil
+			case <-ctx.Done():
+				return worker.Result{}, ctx.Err()
+			}
+		}}
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Tools: []worker.Tool{slow}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	defer close(release)
+	f := &fixture{m: m, callTimeout: 50 * time.Millisecond}
+	cs, _ := f.connect(t, stdio, "2025-11-25", "", nil)
+	res := callTool(t, cs, "slow", map[string]any{})
+	callID, _ := res.Meta[mcpbridge.MetaToolCallID].(string)
+	turn, _ := res.Meta[mcpbridge.MetaAgentTurnID].(string)
+	if !res.IsError || res.Meta[mcpbridge.MetaStatus] != "pending" || !strings.Contains(text(res), "still running and goes on") || callID == "" {
+		t.Fatalf("isError %v, _meta %v, text %q", res.IsError, res.Meta, text(res))
+	}
+	release <- struct{}{}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	// The same call again (same turn and tool_call_id) is idempotent: it
+	// waits for the original's result through the inbox.
+	ac, err := agent.New(m.Conn(), agent.Config{Project: "demo", AgentID: "tester", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	out, err := ac.Call(wctx, agent.CallRequest{ToolName: "slow", AgentTurnID: turn, ToolCallID: callID})
+	if err != nil || out.Result.Status != card.StatusSuccess || string(out.Result.Result) != `{"done":true}` {
+		t.Fatalf("the call's result: %v, %+v", err, out)
+	}
 }
