@@ -57,6 +57,11 @@ type CallRequest struct {
 	// call; default Config.Mandate. It travels in the tool.call card's
 	// metadata under MetadataMandate, where the worker's gate reads it.
 	Mandate string
+	// Metadata are extra keys of the tool.call card's metadata (e.g. the
+	// MCP bridge's "mcp": request id and session), each a JSON value. A key
+	// that names a typed metadata field or MetadataMandate is refused with
+	// ErrInvalid.
+	Metadata map[string]json.RawMessage
 	// CreatedAt is the tool.call card's created_at; default now. Replay
 	// sets it to the original call's time so that tools deriving ids and
 	// timestamps from the call reproduce their results.
@@ -66,6 +71,11 @@ type CallRequest struct {
 // MetadataMandate is the tool.call card metadata key that carries the
 // call's mandate token (a JSON string).
 const MetadataMandate = "mandate"
+
+// typedMetadata are the metadata keys the Client writes itself (typed
+// fields of card.Metadata); CallRequest.Metadata may not set them.
+var typedMetadata = map[string]bool{"agent_id": true, "agent_turn_id": true, "turn_epoch": true, "step_id": true,
+	"tool_call_id": true, "trace_id": true, "parent_step_id": true, "function_name": true, "role": true}
 
 // Pending identifies a dispatched call: what a runtime that parks the turn
 // keeps to match the wakeup later.
@@ -275,6 +285,18 @@ func (c *Client) prepare(ctx context.Context, req CallRequest) (*prepared, error
 		}
 		raw, _ := json.Marshal(m)
 		cc.Metadata.Extra = map[string]json.RawMessage{MetadataMandate: raw}
+	}
+	for k, v := range req.Metadata {
+		if k == MetadataMandate || typedMetadata[k] {
+			return nil, fmt.Errorf("%w: metadata key %q is written by the client; use another key", ErrInvalid, k)
+		}
+		if !json.Valid(v) {
+			return nil, fmt.Errorf("%w: metadata %q is not valid JSON", ErrInvalid, k)
+		}
+		if cc.Metadata.Extra == nil {
+			cc.Metadata.Extra = map[string]json.RawMessage{}
+		}
+		cc.Metadata.Extra[k] = v
 	}
 	if err := cc.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: tool.call card: %v", ErrInvalid, err)

@@ -1,0 +1,567 @@
+package mcpbridge_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cedar-policy/cedar-go/types"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/catalog"
+	"github.com/utpmesh/utpmesh/services/echo"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// fixture is a real mesh with the Cedar gate on, serving echo and the
+// ATLAS calendar and utility groups, with the demo mandate (every tool)
+// and a narrow one (echo only), both for agent demo-agent.
+type fixture struct {
+	m              *mesh.Mesh
+	demo, onlyEcho string
+	// callTimeout is the bridges' CallTimeout (default a minute).
+	callTimeout time.Duration
+}
+
+func startMesh(t *testing.T) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	dir := t.TempDir()
+	late := catalog.NewLate()
+	tools, err := catalog.Build([]string{"echo", "atlas.calendar", "atlas.utility"}, catalog.Deps{DataDir: dir, Context: ctx, Late: late})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools, Logger: quiet, Auth: &mesh.AuthConfig{}})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		_ = m.Stop(sctx)
+		cancel()
+	})
+	late.Set(m.Conn(), m.Cards())
+	var actions []types.EntityUID
+	for _, tl := range m.Runtime().Tools() {
+		if act, err := authz.ActionOf(tl.Entry(authz.DemoProject)); err == nil && !tl.Builtin && !slices.Contains(actions, act) {
+			actions = append(actions, act)
+		}
+	}
+	if _, err := authz.SetupDemo(ctx, m.Auth().Store, m.Auth().Keys, []string{"demo"}, actions, dir, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	demo, err := os.ReadFile(filepath.Join(dir, authz.DemoMandateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := m.Auth().Keys.Load(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	narrow, err := mandate.Issue(key, mandate.Claims{Subject: authz.DemoAgent, ExpiresAt: time.Now().Add(time.Hour).Unix(),
+		Mandate: mandate.Grant{PolicySet: `permit(principal, action == Action::"echo", resource);`}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{m: m, demo: strings.TrimSpace(string(demo)), onlyEcho: narrow}
+}
+
+func (f *fixture) bridge(t *testing.T) *mcpbridge.Bridge {
+	t.Helper()
+	ct := f.callTimeout
+	if ct == 0 {
+		ct = time.Minute
+	}
+	b, err := mcpbridge.New(mcpbridge.Config{Conn: f.m.Conn(), Project: "demo", CallTimeout: ct, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// transport is how a test client reaches the bridge.
+type transport string
+
+const (
+	stdio   transport = "stdio"
+	httpTrp transport = "http"
+)
+
+// bearer adds the mandate as the bearer token of every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// connect serves a new bridge over tr and connects an official-SDK
+// client with protocol version ver, calling as the mandate token. elicit
+// answers confirmations (nil: the client does not declare elicitation).
+func (f *fixture) connect(t *testing.T, tr transport, ver, token string, elicit func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error)) (*sdk.ClientSession, *mcpbridge.Bridge) {
+	t.Helper()
+	return f.connectWith(t, tr, ver, token, &sdk.ClientOptions{ElicitationHandler: elicit})
+}
+
+// connectWith is connect with the client's options.
+func (f *fixture) connectWith(t *testing.T, tr transport, ver, token string, opts *sdk.ClientOptions) (*sdk.ClientSession, *mcpbridge.Bridge) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	b := f.bridge(t)
+	var ct sdk.Transport
+	switch tr {
+	case stdio:
+		agentID := ""
+		if token == "" {
+			agentID = "tester" // a mesh without the gate: no mandate
+		}
+		id, err := mcpbridge.NewIdentity(agentID, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cr, sw := io.Pipe()
+		sr, cw := io.Pipe()
+		done := make(chan error, 1)
+		go func() { done <- b.ServeStdio(ctx, id, sr, sw) }()
+		t.Cleanup(func() {
+			_ = cw.Close()
+			cancel()
+			<-done
+		})
+		ct = &sdk.IOTransport{Reader: cr, Writer: cw}
+	case httpTrp:
+		hs := httptest.NewServer(b.HTTPHandler())
+		t.Cleanup(hs.Close)
+		ct = &sdk.StreamableClientTransport{Endpoint: hs.URL + mcpbridge.HTTPPath,
+			HTTPClient: &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}}, DisableStandaloneSSE: opts.ToolListChangedHandler == nil}
+	}
+	c := sdk.NewClient(&sdk.Implementation{Name: "bridge-test", Version: "1"}, opts)
+	cs, err := c.Connect(ctx, ct, &sdk.ClientSessionOptions{ProtocolVersion: ver})
+	if err != nil {
+		t.Fatalf("connect over %s with %s: %v", tr, ver, err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs, b
+}
+
+// each runs fn for both transports and both protocol versions.
+func each(t *testing.T, fn func(t *testing.T, tr transport, ver string)) {
+	for _, tr := range []transport{stdio, httpTrp} {
+		for _, ver := range []string{"2026-07-28", "2025-11-25"} {
+			t.Run(string(tr)+"/"+ver, func(t *testing.T) { fn(t, tr, ver) })
+		}
+	}
+}
+
+func toolNames(t *testing.T, cs *sdk.ClientSession) map[string]*sdk.Tool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*sdk.Tool{}
+	for _, tl := range res.Tools {
+		out[tl.Name] = tl
+	}
+	return out
+}
+
+func callTool(t *testing.T, cs *sdk.ClientSession, name string, args any) *sdk.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("call %s: %v", name, err)
+	}
+	return res
+}
+
+func text(r *sdk.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func structured(t *testing.T, r *sdk.CallToolResult) map[string]any {
+	t.Helper()
+	raw, _ := json.Marshal(r.StructuredContent)
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("structuredContent %s: %v", raw, err)
+	}
+	return m
+}
+
+// TestListFilteredByMandate: tools/list is the registry with each JSON
+// Schema as inputSchema, narrowed to what the mandate permits.
+func TestListFilteredByMandate(t *testing.T) {
+	f := startMesh(t)
+	each(t, func(t *testing.T, tr transport, ver string) {
+		cs, _ := f.connect(t, tr, ver, f.demo, nil)
+		all := toolNames(t, cs)
+		for _, want := range []string{"echo", "CALENDAR_CREATE_BLOCKS", "ATLAS_CONFIRM", "ATLAS_CANCEL"} {
+			if all[want] == nil {
+				t.Fatalf("demo mandate: %s not listed; got %v", want, keys(all))
+			}
+		}
+		schema, _ := json.Marshal(all["CALENDAR_CREATE_BLOCKS"].InputSchema)
+		if !strings.Contains(string(schema), `"blocks"`) || !strings.Contains(string(schema), `"object"`) {
+			t.Fatalf("inputSchema of CALENDAR_CREATE_BLOCKS = %s", schema)
+		}
+		cs2, _ := f.connect(t, tr, ver, f.onlyEcho, nil)
+		if got := keys(toolNames(t, cs2)); !slices.Equal(got, []string{"echo"}) {
+			t.Fatalf("echo-only mandate lists %v, want [echo]", got)
+		}
+	})
+}
+
+func keys(m map[string]*sdk.Tool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestCallIsOneUTPCall: a tools/call is one UTP call of the session's
+// turn; its result is structuredContent plus text, and the call card
+// carries the MCP request id and session.
+func TestCallIsOneUTPCall(t *testing.T) {
+	f := startMesh(t)
+	each(t, func(t *testing.T, tr transport, ver string) {
+		cs, b := f.connect(t, tr, ver, f.demo, nil)
+		res := callTool(t, cs, "echo", map[string]any{"x": 1})
+		if res.IsError || structured(t, res)["x"] != float64(1) || text(res) != `{"x":1}` {
+			t.Fatalf("echo: isError %v, structured %v, text %q", res.IsError, res.StructuredContent, text(res))
+		}
+		turn, _ := res.Meta[mcpbridge.MetaAgentTurnID].(string)
+		callID, _ := res.Meta[mcpbridge.MetaToolCallID].(string)
+		if !strings.HasPrefix(turn, "mcp-") || callID == "" {
+			t.Fatalf("_meta = %v", res.Meta)
+		}
+		if tr == stdio && turn != b.SessionTurn() {
+			t.Fatalf("stdio turn %s, want the session's %s", turn, b.SessionTurn())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cards, err := cardstore.AllTurn(ctx, f.m.Cards(), "demo", turn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var call, result *card.Card
+		for _, c := range cards {
+			if c.ToolCallID != callID {
+				continue
+			}
+			switch c.Type {
+			case card.TypeToolCall:
+				call = c
+			case card.TypeToolResult:
+				result = c
+			}
+		}
+		if call == nil || result == nil {
+			t.Fatalf("turn %s has no tool.call and tool.result for %s (%d cards)", turn, callID, len(cards))
+		}
+		var md struct {
+			SessionID, RequestID, ProtocolVersion string
+		}
+		raw := call.Metadata.Extra[mcpbridge.MetadataKey]
+		if err := json.Unmarshal(raw, &struct {
+			SessionID       *string `json:"session_id"`
+			RequestID       *string `json:"request_id"`
+			ProtocolVersion *string `json:"protocol_version"`
+		}{&md.SessionID, &md.RequestID, &md.ProtocolVersion}); err != nil {
+			t.Fatalf("metadata.mcp = %s: %v", raw, err)
+		}
+		if md.RequestID == "" || (md.SessionID == "") != (tr == httpTrp && ver == "2026-07-28") {
+			t.Fatalf("metadata.mcp = %s", raw)
+		}
+		if md.ProtocolVersion != ver {
+			t.Fatalf("metadata.mcp protocol_version = %q, want %s", md.ProtocolVersion, ver)
+		}
+	})
+}
+
+// TestFailuresAreToolErrors: a schema violation and a gate denial come
+// back as isError results with the UTP error code and message.
+func TestFailuresAreToolErrors(t *testing.T) {
+	f := startMesh(t)
+	each(t, func(t *testing.T, tr transport, ver string) {
+		cs, _ := f.connect(t, tr, ver, f.demo, nil)
+		res := callTool(t, cs, "CALENDAR_CREATE_BLOCKS", map[string]any{"date": 5})
+		e, _ := structured(t, res)["error"].(map[string]any)
+		if !res.IsError || e["code"] != string(card.CodeBadRequest) || !strings.HasPrefix(text(res), "failed: bad_request: ") {
+			t.Fatalf("schema error: isError %v, text %q, structured %v", res.IsError, text(res), res.StructuredContent)
+		}
+		res = callTool(t, cs, "echo", []int{1, 2})
+		if !res.IsError || !strings.Contains(text(res), "the arguments of echo must be a JSON object") {
+			t.Fatalf("array arguments: isError %v, text %q", res.IsError, text(res))
+		}
+		narrow, _ := f.connect(t, tr, ver, f.onlyEcho, nil)
+		res = callTool(t, narrow, "CALENDAR_CREATE_BLOCKS", blocks("09:00", "10:00"))
+		e, _ = structured(t, res)["error"].(map[string]any)
+		if !res.IsError || e["code"] != string(card.CodeAuthFailed) || !strings.Contains(text(res), "failed: auth_failed: ") || !strings.Contains(text(res), "utpmesh mandate issue") {
+			t.Fatalf("gate denial: isError %v, text %q, structured %v", res.IsError, text(res), res.StructuredContent)
+		}
+	})
+}
+
+func blocks(start, end string) map[string]any {
+	return map[string]any{"date": "2024-01-15", "blocks": []map[string]string{{"title": "Focus", "start": start, "end": end, "type": "focus"}}}
+}
+
+// TestConfirmationAsElicitation: a PENDING_CONFIRM is asked; accept runs
+// ATLAS_CONFIRM, decline runs ATLAS_CANCEL; a host without elicitation
+// gets the pending result and the confirmation id.
+func TestConfirmationAsElicitation(t *testing.T) {
+	f := startMesh(t)
+	answer := func(action string, asked *[]string) func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+		return func(_ context.Context, r *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+			*asked = append(*asked, r.Params.Message)
+			if action == "accept" {
+				return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}, nil
+			}
+			return &sdk.ElicitResult{Action: action}, nil
+		}
+	}
+	slot := 0
+	each(t, func(t *testing.T, tr transport, ver string) {
+		for _, tc := range []struct{ action, status string }{{"accept", "OK"}, {"decline", "SKIPPED"}} {
+			var asked []string
+			cs, _ := f.connect(t, tr, ver, f.demo, answer(tc.action, &asked))
+			slot++ // every proposal its own hour: no conflicts between runs
+			res := callTool(t, cs, "CALENDAR_CREATE_BLOCKS", blocks(fmt.Sprintf("%02d:00", slot), fmt.Sprintf("%02d:30", slot)))
+			s := structured(t, res)
+			if res.IsError || s["status"] != tc.status || len(asked) != 1 || !strings.Contains(asked[0], "CALENDAR_CREATE_BLOCKS waits for your confirmation") {
+				t.Fatalf("%s: isError %v, structured %v, text %q, asked %q", tc.action, res.IsError, s, text(res), asked)
+			}
+		}
+		cs, _ := f.connect(t, tr, ver, f.demo, nil)
+		slot++
+		res := callTool(t, cs, "CALENDAR_CREATE_BLOCKS", blocks(fmt.Sprintf("%02d:00", slot), fmt.Sprintf("%02d:30", slot)))
+		s := structured(t, res)
+		id, _ := s["confirmation_id"].(string)
+		if res.IsError || s["status"] != "PENDING_CONFIRM" || id == "" || !strings.Contains(text(res), `ATLAS_CONFIRM with {"confirmation_id":"`+id+`"}`) {
+			t.Fatalf("no elicitation: isError %v, structured %v, text %q", res.IsError, s, text(res))
+		}
+		res = callTool(t, cs, "ATLAS_CONFIRM", map[string]any{"confirmation_id": id})
+		if res.IsError || structured(t, res)["status"] != "OK" {
+			t.Fatalf("ATLAS_CONFIRM by the host: %q", text(res))
+		}
+	})
+}
+
+// TestHTTPNeedsBearer: an HTTP request without a mandate, or with one the
+// mesh does not accept, is refused with 401 and a body that says what to
+// send.
+func TestHTTPNeedsBearer(t *testing.T) {
+	f := startMesh(t)
+	hs := httptest.NewServer(f.bridge(t).HTTPHandler())
+	defer hs.Close()
+	other, _, err := mandate.NewKeyDir(t.TempDir()).Ensure(context.Background(), "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := mandate.Issue(other, mandate.Claims{Subject: "intruder", ExpiresAt: time.Now().Add(time.Hour).Unix(),
+		Mandate: mandate.Grant{PolicySet: `permit(principal, action == Action::"echo", resource);`}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, auth, want string }{
+		{"none", "", "Authorization: Bearer <token>"},
+		{"not a mandate", "Bearer abc", "not a mandate token"},
+		{"signed by another key", "Bearer " + forged, "mandate refused for project demo"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, hs.URL+mcpbridge.HTTPPath, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+			req.Header.Set("Content-Type", "application/json")
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), tc.want) {
+				t.Fatalf("status %d, body %s", resp.StatusCode, body)
+			}
+		})
+	}
+}
+
+// TestListChangedOnRegistryChange: a registry change the bridge sees is
+// announced with notifications/tools/list_changed, and the next list
+// shows it.
+func TestListChangedOnRegistryChange(t *testing.T) {
+	f := startMesh(t)
+	n := 0
+	each(t, func(t *testing.T, tr transport, ver string) {
+		changed := make(chan struct{}, 8)
+		cs, _ := f.connectWith(t, tr, ver, f.demo, &sdk.ClientOptions{
+			ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { changed <- struct{}{} }})
+		toolNames(t, cs) // the bridge has served the registry's tools
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		e, err := f.m.Registry().Get(ctx, "demo", "echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		e.Description = fmt.Sprintf("echo, changed %d", n)
+		if _, err := f.m.Registry().Put(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+		if got := toolNames(t, cs)["echo"].Description; got != e.Description {
+			t.Fatalf("description after the change = %q, want %q", got, e.Description)
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatal("no notifications/tools/list_changed")
+		}
+	})
+}
+
+// TestWatchAnnouncesRegistryChanges: with Watch running, a registry change
+// is announced while the host neither lists nor calls.
+func TestWatchAnnouncesRegistryChanges(t *testing.T) {
+	f := startMesh(t)
+	changed := make(chan struct{}, 8)
+	cs, b := f.connectWith(t, stdio, "2025-11-25", f.demo, &sdk.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { changed <- struct{}{} }})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go b.Watch(ctx, 10*time.Millisecond)
+	e, err := f.m.Registry().Get(ctx, "demo", "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Description = "echo, watched"
+	if _, err := f.m.Registry().Put(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("no notifications/tools/list_changed from Watch")
+	}
+	if got := toolNames(t, cs)["echo"].Description; got != "echo, watched" {
+		t.Fatalf("description = %q", got)
+	}
+}
+
+// TestMeshWithoutGate: on a mesh without the Cedar gate every registry
+// entry is listed and called, and an HTTP bearer mandate is only decoded
+// (nothing on the mesh verifies mandates).
+func TestMeshWithoutGate(t *testing.T) {
+	ctx := context.Background()
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Tools: []worker.Tool{echo.Tool()}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	key, _, err := mandate.NewKeyDir(t.TempDir()).Ensure(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := mandate.Issue(key, mandate.Claims{Subject: "someone", ExpiresAt: time.Now().Add(time.Hour).Unix(),
+		Mandate: mandate.Grant{PolicySet: `permit(principal, action == Action::"echo", resource);`}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{m: m}
+	each(t, func(t *testing.T, tr transport, ver string) {
+		cs, _ := f.connect(t, tr, ver, tok, nil)
+		if got := keys(toolNames(t, cs)); !slices.Equal(got, []string{"echo"}) {
+			t.Fatalf("tools = %v, want [echo]", got)
+		}
+		if res := callTool(t, cs, "echo", map[string]any{"y": 2}); res.IsError || text(res) != `{"y":2}` {
+			t.Fatalf("echo: %q", text(res))
+		}
+	})
+}
+
+// TestCallStillRunning: a call with no result within the bridge's call
+// timeout is answered isError naming the call, which goes on and ends
+// with its result card in the session's turn.
+func TestCallStillRunning(t *testing.T) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	slow := worker.Tool{Name: "slow", Description: "returns when the test releases it",
+		Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
+			select {
+			case <-release:
+				return worker.OK(map[string]any{"done": true}), nil
+			case <-ctx.Done():
+				return worker.Result{}, ctx.Err()
+			}
+		}}
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Tools: []worker.Tool{slow}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	defer close(release)
+	f := &fixture{m: m, callTimeout: 50 * time.Millisecond}
+	cs, _ := f.connect(t, stdio, "2025-11-25", "", nil)
+	res := callTool(t, cs, "slow", map[string]any{})
+	callID, _ := res.Meta[mcpbridge.MetaToolCallID].(string)
+	turn, _ := res.Meta[mcpbridge.MetaAgentTurnID].(string)
+	if !res.IsError || res.Meta[mcpbridge.MetaStatus] != "pending" || !strings.Contains(text(res), "still running and goes on") || callID == "" {
+		t.Fatalf("isError %v, _meta %v, text %q", res.IsError, res.Meta, text(res))
+	}
+	release <- struct{}{}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	// The same call again (same turn and tool_call_id) is idempotent: it
+	// waits for the original's result through the inbox.
+	ac, err := agent.New(m.Conn(), agent.Config{Project: "demo", AgentID: "tester", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	out, err := ac.Call(wctx, agent.CallRequest{ToolName: "slow", AgentTurnID: turn, ToolCallID: callID})
+	if err != nil || out.Result.Status != card.StatusSuccess || string(out.Result.Result) != `{"done":true}` {
+		t.Fatalf("the call's result: %v, %+v", err, out)
+	}
+}

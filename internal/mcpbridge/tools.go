@@ -1,0 +1,137 @@
+package mcpbridge
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+)
+
+// emptySchema is the inputSchema of a tool registered without parameters.
+var emptySchema = json.RawMessage(`{"type":"object"}`)
+
+// toolOf is the MCP tool of a registry entry: its name, description and
+// JSON Schema as inputSchema.
+func toolOf(e *registry.Entry) mcp.Tool {
+	schema := e.Parameters
+	if len(strings.TrimSpace(string(schema))) == 0 || string(schema) == "null" {
+		schema = emptySchema
+	}
+	t := mcp.NewToolWithRawSchema(e.ToolName, e.Description, schema)
+	return t
+}
+
+// fingerprint says whether a served tool changed.
+func fingerprint(e *registry.Entry) string {
+	return e.Description + "\x00" + string(e.Parameters)
+}
+
+// syncTools makes the server's tools the project's registry entries. The
+// server announces a change (notifications/tools/list_changed) when the
+// set changes. A registry that does not answer keeps the last set and is
+// logged.
+func (b *Bridge) syncTools(ctx context.Context) {
+	entries, err := b.reg.List(ctx, b.cfg.Project)
+	if err != nil {
+		b.log.Warn("mcp: list the registry", "project", b.cfg.Project, "err", err)
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	same := len(entries) == len(b.tools)
+	for _, e := range entries {
+		if fp, ok := b.tools[e.ToolName]; !ok || fp != fingerprint(e) {
+			same = false
+		}
+	}
+	if same {
+		return
+	}
+	tools := make([]server.ServerTool, 0, len(entries))
+	b.tools = make(map[string]string, len(entries))
+	for _, e := range entries {
+		tools = append(tools, server.ServerTool{Tool: toolOf(e), Handler: b.handleCall})
+		b.tools[e.ToolName] = fingerprint(e)
+	}
+	b.srv.SetTools(tools...)
+}
+
+// DefaultRefreshInterval is how often Watch re-reads the registry.
+const DefaultRefreshInterval = 5 * time.Second
+
+// Watch re-reads the registry every interval (DefaultRefreshInterval when
+// not positive) until ctx ends, so a registry change is announced with
+// notifications/tools/list_changed even while no host lists or calls.
+func (b *Bridge) Watch(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		interval = DefaultRefreshInterval
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			rctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+			b.syncTools(rctx)
+			cancel()
+		}
+	}
+}
+
+// filterTools keeps the tools the caller's mandate permits: the Windley
+// residual of mandate_query (permitted or conditional). A mesh without the
+// gate permits everything; any other failure lists nothing (fail closed)
+// and is logged, since a hook cannot fail the request.
+func (b *Bridge) filterTools(ctx context.Context, res *mcp.ListToolsResult) {
+	r, err := b.residual(ctx)
+	if err != nil {
+		b.log.Error("mcp: tools/list lists no tools: the mandate query failed", "project", b.cfg.Project, "err", err)
+		res.Tools = []mcp.Tool{}
+		return
+	}
+	if r == nil {
+		return
+	}
+	permitted := map[string]bool{}
+	for _, p := range r.Permitted {
+		permitted[p.ToolName] = true
+	}
+	kept := res.Tools[:0]
+	for _, t := range res.Tools {
+		if permitted[t.Name] {
+			kept = append(kept, t)
+		}
+	}
+	res.Tools = kept
+}
+
+// errNoGate is how mandate_query answers on a mesh without the gate.
+const errNoGate = "authorization is not enabled"
+
+// residual runs mandate_query for ctx's caller, as a UTP call of its
+// session's turn. It returns nil, nil on a mesh without the gate.
+func (b *Bridge) residual(ctx context.Context) (*authz.Residual, error) {
+	ci, err := b.info(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	c, err := b.client(ci.id.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	qctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+	defer cancel()
+	r, err := c.QueryMandate(qctx, ci.turn, ci.id.Mandate, nil)
+	if err != nil && strings.Contains(err.Error(), errNoGate) {
+		return nil, nil
+	}
+	return r, err
+}

@@ -1,0 +1,80 @@
+package mcpbridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// ServeStdio serves MCP on r/w (newline-delimited JSON-RPC) until ctx ends
+// or r is closed; every request calls as id. The stdio bridge is one MCP
+// session: its calls are one agent turn, SessionTurn().
+func (b *Bridge) ServeStdio(ctx context.Context, id Identity, r io.Reader, w io.Writer) error {
+	s := server.NewStdioServer(b.srv)
+	s.SetErrorLogger(slog.NewLogLogger(b.log.Handler(), slog.LevelWarn))
+	s.SetContextFunc(func(ctx context.Context) context.Context { return WithIdentity(ctx, id) })
+	err := s.Listen(ctx, r, w)
+	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// SessionTurn is the agent turn of the stdio session.
+func (b *Bridge) SessionTurn() string { return "mcp-" + b.session }
+
+// HTTPPath is the path the streamable HTTP endpoint is served on.
+const HTTPPath = "/mcp"
+
+// HTTPHandler serves MCP over streamable HTTP on HTTPPath. Every request
+// must carry the caller's mandate as "Authorization: Bearer <token>"; a
+// request without one, with a token that is not a mandate, or with a
+// mandate the mesh's policy service refuses is answered 401 with a JSON
+// body saying what to send (503 when the policy service fails otherwise).
+func (b *Bridge) HTTPHandler() http.Handler {
+	h := server.NewStreamableHTTPServer(b.srv, server.WithEndpointPath(HTTPPath), server.WithStreamableHTTPLogger(b.log),
+		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
+			if id, ok := r.Context().Value(identityKey{}).(Identity); ok {
+				return WithIdentity(ctx, id)
+			}
+			return ctx
+		}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || strings.TrimSpace(token) == "" {
+			unauthorized(w, "send the caller's mandate JWT as 'Authorization: Bearer <token>' (issue one with 'utpmesh mandate issue'; a local 'utpmesh up' writes utpmesh-data/demo-mandate.jwt)")
+			return
+		}
+		id, err := NewIdentity("", token)
+		if err != nil {
+			unauthorized(w, err.Error()+"; send a mandate JWT as 'Authorization: Bearer <token>' (issue one with 'utpmesh mandate issue')")
+			return
+		}
+		if err := b.verify(r.Context(), id.Mandate); errors.Is(err, ErrMandateRefused) {
+			unauthorized(w, err.Error()+"; send a current mandate of this mesh and project (issue one with 'utpmesh mandate issue')")
+			return
+		} else if err != nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(WithIdentity(r.Context(), id)))
+	})
+}
+
+// unauthorized answers 401 with {"error": msg}.
+func unauthorized(w http.ResponseWriter, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", `Bearer realm="utpmesh"`)
+	w.WriteHeader(http.StatusUnauthorized)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(map[string]string{"error": msg})
+}
