@@ -29,7 +29,7 @@ STRESS_PKGS  = ./pkg/inbox ./pkg/worker ./pkg/agent ./pkg/mesh ./pkg/svc ./pkg/t
 	./internal/webui/...
 STRESS_COUNT ?= 10
 
-.PHONY: all build test stress browser ui-screenshot lint fuzz bench clean
+.PHONY: all build test stress browser mcp-client ui-screenshot lint fuzz bench clean
 
 all: build test
 
@@ -42,7 +42,7 @@ build:
 ## throughout, so every package runs under -race). The UI's browser test
 ## (cmd/utpmesh TestUIBrowser) must run here: UTPMESH_REQUIRE_BROWSER=1 makes
 ## it fail, not skip, when no Chromium is found.
-test: browser
+test: browser mcp-client
 	$(GO) vet ./...
 	UTPMESH_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -timeout 12m ./...
 
@@ -55,6 +55,16 @@ browser:
 	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+
+## mcp-client: install the MCP TypeScript SDK (npm, from the committed
+## package-lock) for the MCP bridge's foreign-client test, when npm is there
+## and it is not installed yet; without Node the test skips and says why
+mcp-client:
+	@d=internal/mcpbridge/testdata/tsclient; \
+	if [ -d $$d/node_modules/@modelcontextprotocol/sdk ]; then exit 0; fi; \
+	if ! command -v npm >/dev/null 2>&1; then echo "make: no npm: the MCP foreign-client test will skip"; exit 0; fi; \
+	echo "make: installing the MCP TypeScript SDK for the foreign-client test (npm ci)"; \
+	npm ci --prefix $$d --no-audit --no-fund --loglevel=error >/dev/null
 
 ## ui-screenshot: re-take docs/img/ui-turn.png with the browser test
 ui-screenshot: browser
