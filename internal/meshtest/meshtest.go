@@ -38,3 +38,25 @@ func Conn(t testing.TB, srv *embednats.Server) *nats.Conn {
 	t.Cleanup(nc.Close)
 	return nc
 }
+
+// JSONGet walks a decoded JSON value by object keys and array indexes
+// ("a", 0, "b"); a missing key or an index out of range gives nil.
+func JSONGet(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			s, _ := v.([]any)
+			if k < 0 || k >= len(s) {
+				return nil
+			}
+			v = s[k]
+		}
+	}
+	return v
+}
+
+// JSONStr is JSONGet as a string ("" when the value is not one).
+func JSONStr(v any, path ...any) string { s, _ := JSONGet(v, path...).(string); return s }

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
@@ -200,22 +201,7 @@ func (h *Harness) Receipt(turn string) *receipts.Receipt {
 func (h *Harness) Turn() string { return fmt.Sprintf("turn-%s-%d", h.run, h.seq.Add(1)) }
 
 // Get walks a decoded JSON value by keys and indexes ("a", 0, "b").
-func Get(v any, path ...any) any {
-	for _, p := range path {
-		switch k := p.(type) {
-		case string:
-			m, _ := v.(map[string]any)
-			v = m[k]
-		case int:
-			s, _ := v.([]any)
-			if k >= len(s) {
-				return nil
-			}
-			v = s[k]
-		}
-	}
-	return v
-}
+var Get = meshtest.JSONGet
 
 // Str is Get as a string.
-func Str(v any, path ...any) string { s, _ := Get(v, path...).(string); return s }
+var Str = meshtest.JSONStr

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cedar-policy/cedar-go/types"
 
+	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -252,23 +253,8 @@ func (a *Agent) Fail(tool string, args any, code card.ErrorCode) *card.Error {
 	return r.Error
 }
 
-// Get walks a decoded JSON value by keys and indexes.
-func Get(v any, path ...any) any {
-	for _, p := range path {
-		switch k := p.(type) {
-		case string:
-			m, _ := v.(map[string]any)
-			v = m[k]
-		case int:
-			s, _ := v.([]any)
-			if k >= len(s) {
-				return nil
-			}
-			v = s[k]
-		}
-	}
-	return v
-}
+// Get walks a decoded JSON value by keys and indexes ("a", 0, "b").
+var Get = meshtest.JSONGet
 
 // Str is Get as a string.
-func Str(v any, path ...any) string { s, _ := Get(v, path...).(string); return s }
+var Str = meshtest.JSONStr

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
@@ -233,26 +234,11 @@ func (h *Harness) Audit(f audit.Filter) []audit.Record {
 	return recs
 }
 
-// Get walks a decoded JSON value by keys and indexes.
-func Get(v any, path ...any) any {
-	for _, p := range path {
-		switch k := p.(type) {
-		case string:
-			m, _ := v.(map[string]any)
-			v = m[k]
-		case int:
-			s, _ := v.([]any)
-			if k >= len(s) {
-				return nil
-			}
-			v = s[k]
-		}
-	}
-	return v
-}
+// Get walks a decoded JSON value by keys and indexes ("a", 0, "b").
+var Get = meshtest.JSONGet
 
 // Str is Get as a string.
-func Str(v any, path ...any) string { s, _ := Get(v, path...).(string); return s }
+var Str = meshtest.JSONStr
 
 // AuditRaw returns the stored audit messages of the project, as stored,
 // joined by newlines (to look for what must not be there).
