@@ -79,7 +79,7 @@ func TestWorkerSIGTERMCancelsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Stop(context.Background()) })
-	w := startProc(t, "worker", "--nats", m.ClientURL(), "--log-level", "debug", "--drain-timeout", "300ms", "--instance", "term-1", "echo")
+	w := startProc(t, "worker", "--nats", m.ClientURL(), "--no-gate", "--log-level", "debug", "--drain-timeout", "300ms", "--instance", "term-1", "echo") // the mesh has no gate
 	w.waitLine(t, "worker serving")
 
 	wake := make(chan *nats.Msg, 4)

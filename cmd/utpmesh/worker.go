@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/internal/datalock"
 	"github.com/utpmesh/utpmesh/internal/portcheck"
+	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/metrics"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
@@ -22,7 +25,7 @@ import (
 type workerCommand struct{ env env }
 
 func (c *workerCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("worker", "utpmesh worker [--nats URL] [--project P]... SERVICE... (services: "+strings.Join(catalog.Names(), ", ")+")", c.env)
+	fs := newFlagSet("worker", "utpmesh worker [--nats URL] [--project P]... [--no-gate] SERVICE... (services: "+strings.Join(catalog.Names(), ", ")+")", c.env)
 	url := fs.String("nats", natsURL(c.env), "NATS server URL (default $NATS_URL or nats://127.0.0.1:4222)")
 	var projects stringList
 	fs.Var(&projects, "project", "project to register the tools in (repeatable; default demo)")
@@ -34,6 +37,8 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "JetStream ack wait of the tool consumers (running calls keep their message alive)")
 	maxDeliver := fs.Int("max-deliveries", 5, "deliveries of one command before the call fails with internal_error")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics and /healthz on HOST:PORT, e.g. 127.0.0.1:9465 (default off)")
+	noGate := fs.Bool("no-gate", false, "run every call without the Cedar gate (logged as a warning); only for a mesh started without authorization, never for 'utpmesh up'")
+	authzTTL := fs.Duration("authz-ttl", natsauthz.DefaultRemoteTTL, "how long the gate uses the policies, configs and issuer keys it read from the mesh before reading them again")
 	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
 	var lf logFlags
 	lf.register(fs)
@@ -76,9 +81,15 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("metrics %w; pass another --metrics-addr (127.0.0.1:0 picks a free port)", err)
 		}
 	}
-	nc, err := nats.Connect(*url, nats.Name("utpmesh-worker"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))
+	if *authzTTL <= 0 {
+		return usagef("--authz-ttl must be positive, e.g. 5s")
+	}
+	nc, err := connectRetry(ctx, *url, log, nats.Name("utpmesh-worker"), nats.MaxReconnects(-1))
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w (is the mesh running? start it with 'utpmesh up')", *url, err)
+		return err
+	}
+	if nc == nil {
+		return nil // interrupted before NATS was reachable
 	}
 	defer nc.Close()
 	store, err := natsstore.NewClient(nc)
@@ -106,6 +117,17 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 		Store: store, Registry: reg, Projects: projects, InstanceID: *instance,
 		Concurrency: *concurrency, Logger: log, ClaimLease: *lease, AckWait: *ackWait, MaxDeliveries: *maxDeliver,
 		ServiceVersion: Version, TracerProvider: tp,
+	}
+	if *noGate {
+		log.Warn("--no-gate: the Cedar gate is off in this worker; every call it takes runs without authorization")
+	} else {
+		// The same gate as 'utpmesh up', reading the policies and issuer
+		// keys from the mesh (fail closed: unreachable means auth_failed).
+		g, err := natsauthz.NewRemoteGate(nc, natsauthz.RemoteConfig{TTL: *authzTTL, Logger: log.With("component", "authz")})
+		if err != nil {
+			return err
+		}
+		wcfg.Authorizer = g
 	}
 	var msrv *metrics.Server
 	if *metricsAddr != "" {
@@ -139,4 +161,40 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	}
 	stopServices()
 	return nc.Drain()
+}
+
+// Backoff of the worker's first connection: it doubles from
+// connectBackoffMin up to connectBackoffMax.
+const (
+	connectBackoffMin = 250 * time.Millisecond
+	connectBackoffMax = 5 * time.Second
+)
+
+// connectRetry connects to url, retrying with backoff (and a log line per
+// failed attempt) while the server is not reachable yet, e.g. when the
+// worker starts before 'utpmesh up'. Errors retrying cannot fix (a bad
+// URL, refused credentials) return at once. It returns a nil connection
+// and no error when ctx ends first.
+func connectRetry(ctx context.Context, url string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
+	wait := connectBackoffMin
+	for attempt := 1; ; attempt++ {
+		nc, err := nats.Connect(url, opts...)
+		if err == nil {
+			if attempt > 1 {
+				log.Info("connected to NATS", "url", url, "attempts", attempt)
+			}
+			return nc, nil
+		}
+		var nerr net.Error
+		if !errors.As(err, &nerr) && !errors.Is(err, nats.ErrNoServers) && !errors.Is(err, nats.ErrTimeout) {
+			return nil, fmt.Errorf("connect to NATS at %s: %w (check --nats, e.g. nats://127.0.0.1:4222, and the credentials)", url, err)
+		}
+		log.Warn("NATS not reachable yet, retrying (is the mesh running? start it with 'utpmesh up')", "url", url, "attempt", attempt, "retry_in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, connectBackoffMax)
+	}
 }
