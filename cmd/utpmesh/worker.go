@@ -13,6 +13,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/internal/datalock"
+	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/portcheck"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/metrics"
@@ -25,7 +26,7 @@ import (
 type workerCommand struct{ env env }
 
 func (c *workerCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("worker", "utpmesh worker [--nats URL] [--project P]... [--no-gate] SERVICE... (services: "+strings.Join(catalog.Names(), ", ")+")", c.env)
+	fs := newFlagSet("worker", "utpmesh worker [--nats URL] [--project P]... [--creds FILE] [--no-gate] SERVICE... (services: "+strings.Join(catalog.Names(), ", ")+")", c.env)
 	url := fs.String("nats", natsURL(c.env), "NATS server URL (default $NATS_URL or nats://127.0.0.1:4222)")
 	var projects stringList
 	fs.Var(&projects, "project", "project to register the tools in (repeatable; default demo)")
@@ -37,6 +38,7 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "JetStream ack wait of the tool consumers (running calls keep their message alive)")
 	maxDeliver := fs.Int("max-deliveries", 5, "deliveries of one command before the call fails with internal_error")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics and /healthz on HOST:PORT, e.g. 127.0.0.1:9465 (default off)")
+	creds := fs.String("creds", c.env.getenv("NATS_CREDS"), "NATS credentials: the worker-<service>.nk seed file 'utpmesh up' wrote under DATA/creds, or a .creds file (default $NATS_CREDS; empty: connect without)")
 	noGate := fs.Bool("no-gate", false, "run every call without the Cedar gate (logged as a warning); only for a mesh started without authorization, never for 'utpmesh up'")
 	authzTTL := fs.Duration("authz-ttl", natsauthz.DefaultRemoteTTL, "how long the gate uses the policies, configs and issuer keys it read from the mesh before reading them again")
 	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
@@ -84,7 +86,15 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	if *authzTTL <= 0 {
 		return usagef("--authz-ttl must be positive, e.g. 5s")
 	}
-	nc, err := connectRetry(ctx, *url, log, nats.Name("utpmesh-worker"), nats.MaxReconnects(-1))
+	connOpts := []nats.Option{nats.Name("utpmesh-worker"), nats.MaxReconnects(-1)}
+	if *creds != "" {
+		opt, err := meshauth.Option(*creds)
+		if err != nil {
+			return usagef("--creds: %v", err)
+		}
+		connOpts = append(connOpts, opt)
+	}
+	nc, err := connectRetry(ctx, *url, log, connOpts...)
 	if err != nil {
 		return err
 	}

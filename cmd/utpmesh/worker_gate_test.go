@@ -36,6 +36,14 @@ func signRaw(t *testing.T, priv ed25519.PrivateKey, h mandate.Header, c mandate.
 // when not "") and publishes its command on project demo.
 func sendEcho(t *testing.T, m *mesh.Mesh, mandateTok, agentID, callID, args string) {
 	t.Helper()
+	sendEchoVia(t, m.Conn(), m.Cards(), mandateTok, agentID, callID, args)
+}
+
+// sendEchoVia is sendEcho through the connection nc and CardStore put.
+func sendEchoVia(t *testing.T, nc *nats.Conn, cards interface {
+	Put(context.Context, ...*card.Card) error
+}, mandateTok, agentID, callID, args string) {
+	t.Helper()
 	ctx := context.Background()
 	subj := "cg.v1r3.demo.main.cmd.tool.echo"
 	content, _ := json.Marshal(card.ToolCallContent{ToolName: "echo", Arguments: json.RawMessage(args), TargetSubject: subj})
@@ -46,10 +54,10 @@ func sendEcho(t *testing.T, m *mesh.Mesh, mandateTok, agentID, callID, args stri
 		raw, _ := json.Marshal(mandateTok)
 		cc.Metadata.Extra = map[string]json.RawMessage{"mandate": raw}
 	}
-	if err := m.Cards().Put(ctx, cc); err != nil {
+	if err := cards.Put(ctx, cc); err != nil {
 		t.Fatal(err)
 	}
-	js, _ := jetstream.New(m.Conn())
+	js, _ := jetstream.New(nc)
 	body, _ := json.Marshal(utp.Command{AgentID: agentID, AgentTurnID: turn, TurnEpoch: 1, ToolCallID: callID,
 		AfterExecution: card.Suspend, ToolCallCardID: cc.CardID, StepID: "s1", ToolName: "echo"})
 	if _, err := js.Publish(ctx, subj, body); err != nil {

@@ -40,6 +40,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/utpmesh/utpmesh/internal/portcheck"
 )
@@ -95,6 +96,22 @@ type Config struct {
 	// ReadyTimeout bounds the wait for the server to accept connections;
 	// default 10s. A busy port or a fatal start-up error ends it at once.
 	ReadyTimeout time.Duration
+	// Users, when not empty, turns authentication on: only these nkey
+	// users may connect, each limited to its Permissions (nil: all).
+	// Empty: anyone who reaches the port may do anything.
+	Users []User
+}
+
+// User is an nkey user of the server: a client proves it holds the seed
+// of Nkey (the public key, "U…") by signing the server's nonce.
+type User struct {
+	// Nkey is the user's public nkey.
+	Nkey string
+	// Name is for logs and error messages (e.g. "agent-demo").
+	Name string
+	// Permissions limit what the user may publish and subscribe to; nil
+	// allows everything.
+	Permissions *server.Permissions
 }
 
 // Server is a running embedded nats-server.
@@ -134,6 +151,12 @@ func Start(cfg Config) (*Server, error) {
 		MaxPayload: cfg.MaxPayload,
 		NoSigs:     true,
 		JetStream:  cfg.JetStream,
+	}
+	for _, u := range cfg.Users {
+		if !nkeys.IsValidPublicUserKey(u.Nkey) {
+			return nil, fmt.Errorf("%w: user %q: %q is not a public user nkey (U…)", ErrInvalidConfig, u.Name, u.Nkey)
+		}
+		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: u.Nkey, Permissions: u.Permissions})
 	}
 	if cfg.JetStream {
 		opts.StoreDir = filepath.Join(cfg.DataDir, "jetstream")

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/internal/meshauth"
+	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// actor is a connection with one identity whose async errors (permission
+// violations) are collected.
+type actor struct {
+	nc   *nats.Conn
+	errs chan error
+}
+
+func connectAs(t *testing.T, url, creds string) (*actor, error) {
+	t.Helper()
+	a := &actor{errs: make(chan error, 64)}
+	opts := []nats.Option{nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { a.errs <- err })}
+	if creds != "" {
+		opt, err := meshauth.Option(creds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts = append(opts, opt)
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(nc.Close)
+	a.nc = nc
+	return a, nil
+}
+
+// waitViolation waits for the server's permissions violation naming subj.
+func (a *actor) waitViolation(t *testing.T, kind, subj string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case err := <-a.errs:
+			s := strings.ToLower(err.Error())
+			if strings.Contains(s, "permissions violation for "+kind) && strings.Contains(err.Error(), subj) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no permissions violation for %s %q", kind, subj)
+		}
+	}
+}
+
+// TestNATSIdentities: with identities on, each role may do exactly its
+// part. The table is actor role × forbidden action → the server's
+// permissions violation; the legitimate path (admin writes the policy, an
+// agent calls echo, an external worker with worker credentials runs it
+// behind the gate, the inbox wakes the agent) still works.
+func TestNATSIdentities(t *testing.T) {
+	ctx := context.Background()
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quietLog, Auth: &mesh.AuthConfig{},
+		Projects: []string{"demo", "other"},
+		Identities: &mesh.IdentityConfig{Workers: []meshauth.Identity{
+			{Role: meshauth.RoleWorker, Service: "echo", Tools: []meshauth.Tool{{Name: "echo", Target: "echo"}}},
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	url := m.ClientURL()
+
+	w := startProc(t, "worker", "--nats", url, "--creds", m.CredsFile("worker-echo"), "--log-level", "debug", "echo")
+	w.waitLine(t, "worker serving")
+
+	admin, err := connectAs(t, url, m.CredsFile("admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := connectAs(t, url, m.CredsFile("agent-demo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wk, err := connectAs(t, url, m.CredsFile("worker-echo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Without credentials, or with a key the mesh never minted, no
+	// connection at all.
+	if _, err := connectAs(t, url, ""); !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("connect without credentials = %v, want authorization violation", err)
+	}
+	stranger := t.TempDir()
+	if _, _, err := meshauth.Ensure(stranger, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := connectAs(t, url, meshauth.SeedPath(stranger, "admin")); !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("connect with an unknown key = %v, want authorization violation", err)
+	}
+
+	v := subjects.DefaultVersion
+	pub := func(a *actor, subj string) func() error { return func() error { return a.nc.Publish(subj, []byte("{}")) } }
+	sub := func(a *actor, subj string) func() error {
+		return func() error { _, err := a.nc.SubscribeSync(subj); return err }
+	}
+	tests := []struct {
+		actor, action string
+		a             *actor
+		do            func() error
+		kind, subj    string
+	}{
+		{"agent", "publish a wakeup", agent, pub(agent, "cg."+v+".demo.main.cmd.agent.victim.wakeup"), "publish", "cg." + v + ".demo.main.cmd.agent.victim.wakeup"},
+		{"agent", "publish a report", agent, pub(agent, "cg."+v+".demo.main.cmd.sys.inbox.report"), "publish", "cg." + v + ".demo.main.cmd.sys.inbox.report"},
+		{"agent", "put a policy", agent, pub(agent, "cg."+v+".demo.default.svc.authz.put"), "publish", "cg." + v + ".demo.default.svc.authz.put"},
+		{"agent", "switch mandates off", agent, pub(agent, "cg."+v+".demo.default.svc.authz.config_put"), "publish", "cg." + v + ".demo.default.svc.authz.config_put"},
+		{"agent", "roll a policy back", agent, pub(agent, "cg."+v+".demo.default.svc.authz.rollback"), "publish", "cg." + v + ".demo.default.svc.authz.rollback"},
+		{"agent", "write the registry", agent, pub(agent, "cg."+v+".demo.default.svc.registry.put"), "publish", "cg." + v + ".demo.default.svc.registry.put"},
+		{"agent", "fetch echo's commands", agent, pub(agent, "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_"+v+".utp_tool_echo"), "publish", "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_" + v + ".utp_tool_echo"},
+		{"agent", "read tool commands", agent, sub(agent, "cg."+v+".demo.*.cmd.tool.echo"), "subscription", "cg." + v + ".demo.*.cmd.tool.echo"},
+		{"agent", "call a tool in another project", agent, pub(agent, "cg."+v+".other.main.cmd.tool.echo"), "publish", "cg." + v + ".other.main.cmd.tool.echo"},
+		{"agent", "use another project's CardStore", agent, pub(agent, "cg."+v+".other.default.svc.cardstore.put"), "publish", "cg." + v + ".other.default.svc.cardstore.put"},
+		{"agent", "wake up as another project's agent", agent, sub(agent, "cg."+v+".other.*.cmd.agent.*.wakeup"), "subscription", "cg." + v + ".other.*.cmd.agent.*.wakeup"},
+		{"agent", "publish an audit record", agent, pub(agent, "cg."+v+".demo.main.evt.sys.authz.decision"), "publish", "cg." + v + ".demo.main.evt.sys.authz.decision"},
+		{"worker", "fetch the PMO's commands", wk, pub(wk, "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_"+v+".utp_pmo"), "publish", "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_" + v + ".utp_pmo"},
+		{"worker", "fetch another tool's commands", wk, pub(wk, "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_"+v+".utp_tool_atlas_task_list"), "publish", "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_" + v + ".utp_tool_atlas_task_list"},
+		{"worker", "publish a wakeup", wk, pub(wk, "cg."+v+".demo.main.cmd.agent.victim.wakeup"), "publish", "cg." + v + ".demo.main.cmd.agent.victim.wakeup"},
+		{"worker", "put a policy", wk, pub(wk, "cg."+v+".demo.default.svc.authz.put"), "publish", "cg." + v + ".demo.default.svc.authz.put"},
+		{"worker", "publish a tool command", wk, pub(wk, "cg."+v+".demo.main.cmd.tool.echo"), "publish", "cg." + v + ".demo.main.cmd.tool.echo"},
+		{"worker", "read agents' wakeups", wk, sub(wk, "cg."+v+".demo.*.cmd.agent.*.wakeup"), "subscription", "cg." + v + ".demo.*.cmd.agent.*.wakeup"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.actor+" may not "+tc.action, func(t *testing.T) {
+			if err := tc.do(); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.a.nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			tc.a.waitViolation(t, tc.kind, tc.subj)
+		})
+	}
+
+	// The legitimate path, each role with its own identity.
+	t.Run("admin writes the policy, an agent calls, the worker runs it", func(t *testing.T) {
+		ac, _ := natsauthz.NewClient(admin.nc, "")
+		if _, err := ac.PutPolicies(ctx, "demo", `permit(principal, action == Action::"echo", resource in Project::"demo");`); err != nil {
+			t.Fatalf("admin put policy: %v", err)
+		}
+		key, _, err := m.Auth().Keys.Ensure(ctx, "demo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := mandate.Issue(key, mandate.Claims{Subject: "agent-sec", ExpiresAt: time.Now().Add(time.Hour).Unix(),
+			Mandate: mandate.Grant{PolicySet: `permit(principal, action == Action::"echo", resource);`}}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wake := make(chan *nats.Msg, 4)
+		wsub, _ := subjects.WakeupPattern(v, "demo", "*", "agent-sec")
+		if _, err := agent.nc.ChanSubscribe(wsub, wake); err != nil {
+			t.Fatal(err)
+		}
+		cards, err := natsstore.NewClient(agent.nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sendEchoVia(t, agent.nc, cards, tok, "agent-sec", "call-sec", `{"x":1}`)
+		r := waitResults(t, m, wake, map[string]bool{"call-sec": true})["call-sec"]
+		if r.Status != card.StatusSuccess {
+			t.Fatalf("result = %+v (error %+v), want success", r, r.Error)
+		}
+	})
+}
