@@ -110,7 +110,9 @@ func TestNATSIdentities(t *testing.T) {
 	}
 
 	v := subjects.DefaultVersion
-	pub := func(a *actor, subj string) func() error { return func() error { return a.nc.Publish(subj, []byte("{}")) } }
+	pub := func(a *actor, subj string) func() error {
+		return func() error { return a.nc.Publish(subj, []byte("{}")) }
+	}
 	sub := func(a *actor, subj string) func() error {
 		return func() error { _, err := a.nc.SubscribeSync(subj); return err }
 	}
@@ -134,6 +136,8 @@ func TestNATSIdentities(t *testing.T) {
 		{"agent", "publish an audit record", agent, pub(agent, "cg."+v+".demo.main.evt.sys.authz.decision"), "publish", "cg." + v + ".demo.main.evt.sys.authz.decision"},
 		{"worker", "fetch the PMO's commands", wk, pub(wk, "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_"+v+".utp_pmo"), "publish", "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_" + v + ".utp_pmo"},
 		{"worker", "fetch another tool's commands", wk, pub(wk, "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_"+v+".utp_tool_atlas_task_list"), "publish", "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_" + v + ".utp_tool_atlas_task_list"},
+		{"worker", "widen its durable to every command", wk, pub(wk, "$JS.API.CONSUMER.CREATE.cg_cmd_"+v+".utp_tool_echo"), "publish", "$JS.API.CONSUMER.CREATE.cg_cmd_" + v + ".utp_tool_echo"},
+		{"worker", "create its durable on another filter", wk, pub(wk, "$JS.API.CONSUMER.CREATE.cg_cmd_"+v+".utp_tool_echo.cg."+v+".*.*.cmd.>"), "publish", "$JS.API.CONSUMER.CREATE.cg_cmd_" + v + ".utp_tool_echo.cg." + v + ".*.*.cmd.>"},
 		{"worker", "publish a wakeup", wk, pub(wk, "cg."+v+".demo.main.cmd.agent.victim.wakeup"), "publish", "cg." + v + ".demo.main.cmd.agent.victim.wakeup"},
 		{"worker", "put a policy", wk, pub(wk, "cg."+v+".demo.default.svc.authz.put"), "publish", "cg." + v + ".demo.default.svc.authz.put"},
 		{"worker", "publish a tool command", wk, pub(wk, "cg."+v+".demo.main.cmd.tool.echo"), "publish", "cg." + v + ".demo.main.cmd.tool.echo"},

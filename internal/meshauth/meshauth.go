@@ -152,9 +152,11 @@ func Permissions(ver string, id Identity) *server.Permissions {
 		sub := []string{"_INBOX.>", a + "evt.sys.toolcall.cancel", a + "svc.worker.*", "$SRV.>"}
 		for _, t := range id.Tools {
 			d := streams.ToolConsumer(t.Name)
+			// Create only with the tool's own filter in the subject (the
+			// server refuses a body whose filter differs): a worker cannot
+			// widen its durable to other tools' commands.
 			pub = append(pub,
-				"$JS.API.CONSUMER.CREATE."+cmd+"."+d, "$JS.API.CONSUMER.CREATE."+cmd+"."+d+".>",
-				"$JS.API.CONSUMER.DURABLE.CREATE."+cmd+"."+d,
+				"$JS.API.CONSUMER.CREATE."+cmd+"."+d+"."+a+"cmd.tool."+t.Target,
 				"$JS.API.CONSUMER.INFO."+cmd+"."+d,
 				"$JS.API.CONSUMER.MSG.NEXT."+cmd+"."+d,
 				"$JS.ACK."+cmd+"."+d+".>")
