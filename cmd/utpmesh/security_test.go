@@ -186,3 +186,32 @@ func TestNATSIdentities(t *testing.T) {
 		}
 	})
 }
+
+// TestCLICreds: against a mesh with identities the CLI needs credentials,
+// says how to pass them, and works with the admin's.
+func TestCLICreds(t *testing.T) {
+	m, err := mesh.Start(context.Background(), mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quietLog, Auth: &mesh.AuthConfig{},
+		Identities: &mesh.IdentityConfig{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no credentials", []string{"policy", "config", "--project", "demo"}, 1, "the mesh requires credentials: pass --creds FILE or set $NATS_CREDS"},
+		{"missing file", []string{"policy", "config", "--project", "demo", "--creds", "/nonexistent/admin.nk"}, 2, "--creds: meshauth: credentials"},
+		{"admin", []string{"policy", "config", "--project", "demo", "--creds", m.CredsFile("admin")}, 0, "mandate required"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, code := runCLI(m, tc.args...)
+			if code != tc.code || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d, output:\n%s\nwant exit %d and %q", code, out, tc.code, tc.want)
+			}
+		})
+	}
+}

@@ -118,6 +118,9 @@ type User struct {
 type Server struct {
 	ns  *server.Server
 	cfg Config
+
+	mu   sync.Mutex
+	opts *server.Options
 }
 
 // Start starts the server and waits until it accepts connections.
@@ -144,6 +147,7 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.JetStream && cfg.DataDir == "" {
 		return nil, fmt.Errorf("%w: JetStream needs a DataDir", ErrInvalidConfig)
 	}
+	var err error
 	opts := &server.Options{
 		ServerName: cfg.ServerName,
 		Host:       cfg.Host,
@@ -152,11 +156,8 @@ func Start(cfg Config) (*Server, error) {
 		NoSigs:     true,
 		JetStream:  cfg.JetStream,
 	}
-	for _, u := range cfg.Users {
-		if !nkeys.IsValidPublicUserKey(u.Nkey) {
-			return nil, fmt.Errorf("%w: user %q: %q is not a public user nkey (U…)", ErrInvalidConfig, u.Name, u.Nkey)
-		}
-		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: u.Nkey, Permissions: u.Permissions})
+	if opts.Nkeys, err = nkeyUsers(cfg.Users); err != nil {
+		return nil, err
 	}
 	if cfg.JetStream {
 		opts.StoreDir = filepath.Join(cfg.DataDir, "jetstream")
@@ -173,7 +174,7 @@ func Start(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	ns, err := server.NewServer(opts)
+	ns, err := server.NewServer(opts) // NewServer fills opts' defaults in: SetUsers reloads a clone
 	if err != nil {
 		return nil, fmt.Errorf("embednats: configure server: %w", err)
 	}
@@ -185,7 +186,41 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	logs.started()
-	return &Server{ns: ns, cfg: cfg}, nil
+	return &Server{ns: ns, cfg: cfg, opts: opts}, nil
+}
+
+func nkeyUsers(users []User) ([]*server.NkeyUser, error) {
+	var out []*server.NkeyUser
+	for _, u := range users {
+		if !nkeys.IsValidPublicUserKey(u.Nkey) {
+			return nil, fmt.Errorf("%w: user %q: %q is not a public user nkey (U…)", ErrInvalidConfig, u.Name, u.Nkey)
+		}
+		out = append(out, &server.NkeyUser{Nkey: u.Nkey, Permissions: u.Permissions})
+	}
+	return out, nil
+}
+
+// SetUsers replaces the nkey users of a server started with Config.Users
+// (a live configuration reload: connected clients whose user is gone are
+// disconnected, the others get the new permissions).
+func (s *Server) SetUsers(users []User) error {
+	if len(s.cfg.Users) == 0 {
+		return fmt.Errorf("%w: SetUsers on a server started without users (authentication cannot be turned on live)", ErrInvalidConfig)
+	}
+	nk, err := nkeyUsers(users)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.opts.Clone()
+	o.Nkeys = nk
+	if err := s.ns.ReloadOptions(o); err != nil {
+		return fmt.Errorf("embednats: reload users: %w", err)
+	}
+	s.opts = o
+	s.cfg.Users = users
+	return nil
 }
 
 // readyPoll is how long one readiness check waits before the start-up

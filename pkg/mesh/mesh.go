@@ -388,11 +388,26 @@ func (m *Mesh) identities() ([]embednats.User, string, error) {
 			return nil, "", err
 		}
 		if created {
-			m.cfg.Logger.Info("created NATS credentials", "identity", name, "file", meshauth.SeedPath(dir, name))
+			m.cfg.Logger.Debug("created NATS credentials", "identity", name, "file", meshauth.SeedPath(dir, name))
 		}
 		users = append(users, embednats.User{Nkey: pub, Name: name, Permissions: meshauth.Permissions(m.cfg.ProtocolVersion, id)})
 	}
 	return users, meshauth.SeedPath(dir, meshauth.RoleCore), nil
+}
+
+// AddIdentities admits more identities (e.g. worker identities for tool
+// services built after the server started) with a live reload of the
+// server's users. It needs Config.Identities.
+func (m *Mesh) AddIdentities(ids ...meshauth.Identity) error {
+	if m.cfg.Identities == nil {
+		return errors.New("mesh: AddIdentities needs Config.Identities (NATS authentication on)")
+	}
+	m.cfg.Identities.Workers = append(m.cfg.Identities.Workers, ids...)
+	users, _, err := m.identities()
+	if err != nil {
+		return err
+	}
+	return m.srv.SetUsers(users)
 }
 
 // CredsDir is where the identities' seed files live (Config.Identities).
