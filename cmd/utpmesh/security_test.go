@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -214,4 +215,73 @@ func TestCLICreds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUpExternalWorkerWithCreds is issue 12's set-up with identities on:
+// `up --services atlas.utility`, an external `utpmesh worker echo` with the
+// worker-echo seed up minted, the operator CLI with the admin seed. A call
+// without a valid mandate is refused by the external worker; one with a
+// mandate runs there; a worker without credentials cannot connect.
+func TestUpExternalWorkerWithCreds(t *testing.T) {
+	dir := t.TempDir()
+	url := "nats://127.0.0.1:" + freePort(t)
+	up := startProc(t, "up", "--data", dir, "--nats-listen", strings.TrimPrefix(url, "nats://"), "--metrics-addr", "", "--ui-listen", "",
+		"--services", "atlas.utility", "--log-level", "debug")
+	up.waitLine(t, "NATS identities ready")
+	creds := func(name string) string { return dir + "/creds/" + name + ".nk" }
+
+	if code, stderr := runProc(t, "worker", "--nats", url, "echo"); code != 1 || !strings.Contains(stderr, "Authorization Violation") {
+		t.Fatalf("worker without creds: exit %d, stderr:\n%s", code, stderr)
+	}
+	w := startProc(t, "worker", "--nats", url, "--creds", creds("worker-echo"), "--log-level", "debug", "echo")
+	w.waitLine(t, "worker serving")
+
+	cli := func(args ...string) (string, int) {
+		var out strings.Builder
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		code := runArgs(ctx, append(args, "--nats", url), &out, &out)
+		return out.String(), code
+	}
+	write := func(name, text string) string {
+		p := t.TempDir() + "/" + name
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	echo := write("echo.cedar", `permit(principal, action == Action::"echo", resource in Project::"demo");`+"\n")
+	if out, code := cli("policy", "put", "--project", "demo", "--yes", "--creds", creds("admin"), echo); code != 0 {
+		t.Fatalf("admin policy put: exit %d\n%s", code, out)
+	}
+	tok, code := runMandateIssue(t, dir, echo)
+	if code != 0 {
+		t.Fatalf("mandate issue: exit %d\n%s", code, tok)
+	}
+	own, err := mandate.GenerateKey("demo") // not the mesh's key
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := mandate.Issue(own, mandate.Claims{Subject: "a1", ExpiresAt: time.Now().Add(time.Hour).Unix(),
+		Mandate: mandate.Grant{PolicySet: `permit(principal, action == Action::"echo", resource);`}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, code := cli("call", "echo", "--args", `{"x":1}`, "--mandate", forged, "--creds", creds("admin")); code == 0 || !strings.Contains(out, "auth_failed") {
+		t.Fatalf("call with a bad mandate: exit %d\n%s", code, out)
+	}
+	if out, code := cli("call", "echo", "--args", `{"x":1}`, "--mandate", write("a1.jwt", tok), "--creds", creds("admin")); code != 0 || !strings.Contains(out, "success") {
+		t.Fatalf("call with a1's mandate: exit %d\n%s", code, out)
+	}
+	w.waitLine(t, "executing")
+}
+
+func runMandateIssue(t *testing.T, dir, policy string) (string, int) {
+	t.Helper()
+	var out, errb strings.Builder
+	code := runArgs(context.Background(), []string{"mandate", "issue", "--project", "demo", "--agent", "a1", "--policy", policy, "--data", dir}, &out, &errb)
+	if code != 0 {
+		return errb.String(), code
+	}
+	return strings.TrimSpace(out.String()), 0
 }

@@ -223,5 +223,10 @@ func setupIdentities(m *mesh.Mesh, served []string, ids []meshauth.Identity) (st
 	if err := m.AddIdentities(ids...); err != nil {
 		return "", err
 	}
+	var names []string
+	for _, id := range ids {
+		names = append(names, id.Name())
+	}
+	m.Config().Logger.Info("NATS identities ready", "dir", m.CredsDir(), "workers", strings.Join(names, ","))
 	return fmt.Sprintf("%s: hand out one file per process: admin.nk (operator CLI), agent-<project>.nk (agent runtimes), worker-<service>.nk ('utpmesh worker --creds FILE SERVICE'); docs/security.md", m.CredsDir()), nil
 }
