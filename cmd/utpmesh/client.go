@@ -36,7 +36,7 @@ type meshFlags struct {
 
 // defaultCredsPath is the admin identity a local 'utpmesh up' writes with
 // its default --data directory; the CLI uses it when no --creds is given.
-const defaultCredsPath = "./utpmesh-data/creds/admin.nk"
+const defaultCredsPath = defaultCredsDir + "/admin.nk"
 
 // register adds --nats, --protocol, --timeout and --json to fs.
 func (m *meshFlags) register(fs *flag.FlagSet, e env) {

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -223,7 +226,8 @@ func TestCLICreds(t *testing.T) {
 // without a valid mandate is refused by the external worker; one with a
 // mandate runs there; a worker without credentials cannot connect.
 func TestUpExternalWorkerWithCreds(t *testing.T) {
-	dir := t.TempDir()
+	cwd := t.TempDir()
+	dir := filepath.Join(cwd, "utpmesh-data") // the default --data, seen from cwd
 	url := "nats://127.0.0.1:" + freePort(t)
 	up := startProc(t, "up", "--data", dir, "--nats-listen", strings.TrimPrefix(url, "nats://"), "--metrics-addr", "", "--ui-listen", "",
 		"--services", "atlas.utility", "--log-level", "debug")
@@ -274,6 +278,26 @@ func TestUpExternalWorkerWithCreds(t *testing.T) {
 		t.Fatalf("call with a1's mandate: exit %d\n%s", code, out)
 	}
 	w.waitLine(t, "executing")
+
+	// On the mesh host a worker of one service finds its seed under
+	// ./utpmesh-data/creds without --creds.
+	local := exec.Command(os.Args[0], "worker", "--nats", url, "--instance", "local-echo", "echo")
+	local.Dir, local.Env = cwd, append(os.Environ(), "UTPMESH_TEST_EXEC=1", "NATS_CREDS=")
+	lerr, err := local.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := local.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = local.Process.Kill(); _ = local.Wait() })
+	sc := bufio.NewScanner(lerr)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "worker serving") {
+			return
+		}
+	}
+	t.Fatal("the local worker without --creds did not start serving")
 }
 
 func runMandateIssue(t *testing.T, dir, policy string) (string, int) {

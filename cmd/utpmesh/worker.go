@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -87,14 +88,26 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 		return usagef("--authz-ttl must be positive, e.g. 5s")
 	}
 	connOpts := []nats.Option{nats.Name("utpmesh-worker"), nats.MaxReconnects(-1)}
-	if *creds != "" {
-		opt, err := meshauth.Option(*creds)
+	credsFile, implicit := *creds, false
+	if credsFile == "" && len(services) == 1 {
+		// On the mesh host: the identity a local 'utpmesh up' minted.
+		if p := meshauth.SeedPath(defaultCredsDir, (meshauth.Identity{Role: meshauth.RoleWorker, Service: services[0]}).Name()); fileExists(p) {
+			credsFile, implicit = p, true
+		}
+	}
+	if credsFile != "" {
+		opt, err := meshauth.Option(credsFile)
 		if err != nil {
 			return usagef("--creds: %v", err)
 		}
 		connOpts = append(connOpts, opt)
 	}
 	nc, err := connectRetry(ctx, *url, log, connOpts...)
+	if implicit && errors.Is(err, nats.ErrNkeysNotSupported) {
+		// The local mesh runs --insecure: the default credentials are
+		// left over from an earlier run.
+		nc, err = connectRetry(ctx, *url, log, connOpts[:2]...)
+	}
 	if err != nil {
 		return err
 	}
@@ -196,6 +209,12 @@ func connectRetry(ctx context.Context, url string, log *slog.Logger, opts ...nat
 			return nc, nil
 		}
 		var nerr net.Error
+		if errors.Is(err, nats.ErrNkeysNotSupported) {
+			return nil, err // the caller may retry without credentials
+		}
+		if errors.Is(err, nats.ErrAuthorization) {
+			return nil, fmt.Errorf("connect to NATS at %s: %w (the mesh requires this worker's credentials: pass --creds FILE or set $NATS_CREDS, e.g. DATA/creds/worker-<service>.nk of 'utpmesh up')", url, err)
+		}
 		if !errors.As(err, &nerr) && !errors.Is(err, nats.ErrNoServers) && !errors.Is(err, nats.ErrTimeout) {
 			return nil, fmt.Errorf("connect to NATS at %s: %w (check --nats, e.g. nats://127.0.0.1:4222, and the credentials)", url, err)
 		}
@@ -207,4 +226,13 @@ func connectRetry(ctx context.Context, url string, log *slog.Logger, opts ...nat
 		}
 		wait = min(2*wait, connectBackoffMax)
 	}
+}
+
+// defaultCredsDir is where a local 'utpmesh up' with its default --data
+// writes the identities' seeds.
+const defaultCredsDir = "./utpmesh-data/creds"
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
