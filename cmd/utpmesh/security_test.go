@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -13,12 +14,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -138,6 +141,8 @@ func TestNATSIdentities(t *testing.T) {
 		{"agent", "use another project's CardStore", agent, pub(agent, "cg."+v+".other.default.svc.cardstore.put"), "publish", "cg." + v + ".other.default.svc.cardstore.put"},
 		{"agent", "wake up as another project's agent", agent, sub(agent, "cg."+v+".other.*.cmd.agent.*.wakeup"), "subscription", "cg." + v + ".other.*.cmd.agent.*.wakeup"},
 		{"agent", "publish an audit record", agent, pub(agent, "cg."+v+".demo.main.evt.sys.authz.decision"), "publish", "cg." + v + ".demo.main.evt.sys.authz.decision"},
+		{"agent", "write a tool.result (put_result)", agent, pub(agent, "cg."+v+".demo.default.svc.cardstore.put_result"), "publish", "cg." + v + ".demo.default.svc.cardstore.put_result"},
+		{"agent", "take a call's execution claim", agent, pub(agent, "cg."+v+".demo.default.svc.cardstore.claim"), "publish", "cg." + v + ".demo.default.svc.cardstore.claim"},
 		{"worker", "fetch the PMO's commands", wk, pub(wk, "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_"+v+".utp_pmo"), "publish", "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_" + v + ".utp_pmo"},
 		{"worker", "fetch another tool's commands", wk, pub(wk, "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_"+v+".utp_tool_atlas_task_list"), "publish", "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_" + v + ".utp_tool_atlas_task_list"},
 		{"worker", "widen its durable to every command", wk, pub(wk, "$JS.API.CONSUMER.CREATE.cg_cmd_"+v+".utp_tool_echo"), "publish", "$JS.API.CONSUMER.CREATE.cg_cmd_" + v + ".utp_tool_echo"},
@@ -158,6 +163,22 @@ func TestNATSIdentities(t *testing.T) {
 			tc.a.waitViolation(t, tc.kind, tc.subj)
 		})
 	}
+
+	// A tool.result sent with put (which agents may use for their own
+	// cards) is refused: results go through put_result only.
+	t.Run("agent may not forge a result with put", func(t *testing.T) {
+		forged := &card.Card{CardID: card.NewID(), ProjectID: "demo", Type: card.TypeToolResult, ToolCallID: "call-victim",
+			CreatedAt: time.Now().UTC(), Metadata: card.Metadata{AgentID: "victim", AgentTurnID: "turn-victim", TurnEpoch: 1, StepID: "s1"},
+			Content: json.RawMessage(`{"status":"success","result":{"forged":true}}`)}
+		ep := svc.NewEndpoint(agent.nc, natsstore.ServiceName, natsstore.Codes)
+		err := ep.Call(ctx, "demo", natsstore.OpPut, map[string]any{"cards": []*card.Card{forged}}, &struct{}{})
+		if !errors.Is(err, natsstore.ErrWrongOp) || !strings.Contains(err.Error(), "only workers and the mesh core") {
+			t.Fatalf("forged result via put = %v, want wrong_op", err)
+		}
+		if _, err := m.Cards().FindToolResult(ctx, "demo", "turn-victim", "call-victim"); !errors.Is(err, cardstore.ErrNotFound) {
+			t.Fatalf("the forged result was stored: %v", err)
+		}
+	})
 
 	// The legitimate path, each role with its own identity.
 	t.Run("admin writes the policy, an agent calls, the worker runs it", func(t *testing.T) {

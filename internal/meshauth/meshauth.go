@@ -121,7 +121,6 @@ func Permissions(ver string, id Identity) *server.Permissions {
 		pub := []string{
 			p + "cmd.tool.>",
 			p + "cmd.sys.pmo.internal.*",
-			p + "svc.cardstore.*",
 			p + "svc.registry.get", p + "svc.registry.list",
 			p + "svc.inbox.*",
 			p + "svc.worker.*",
@@ -130,6 +129,12 @@ func Permissions(ver string, id Identity) *server.Permissions {
 		}
 		for _, op := range []string{"get", "config_get", "test", "query", "history", "history_get", "issuer_key"} {
 			pub = append(pub, p+"svc.authz."+op)
+		}
+		// CardStore ops but put_result, claim and release: results and
+		// execution claims are the workers'.
+		for _, op := range []string{"put", "get", "get_many", "list_turn", "find_result", "box_create", "box_append", "box_get",
+			"list_turns", "get_claim"} {
+			pub = append(pub, p+"svc.cardstore."+op)
 		}
 		return &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: pub},
