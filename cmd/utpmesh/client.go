@@ -32,6 +32,7 @@ type meshFlags struct {
 	timeout time.Duration
 	json    bool
 	creds   string
+	tlsCA   string
 }
 
 // defaultCredsPath is the admin identity a local 'utpmesh up' writes with
@@ -44,6 +45,7 @@ func (m *meshFlags) register(fs *flag.FlagSet, e env) {
 	fs.StringVar(&m.version, "protocol", subjects.DefaultVersion, "UTP protocol version token of the mesh's subjects")
 	fs.DurationVar(&m.timeout, "timeout", 10*time.Second, "how long one request to the mesh may take")
 	fs.BoolVar(&m.json, "json", false, "print JSON instead of a table")
+	fs.StringVar(&m.tlsCA, "tls-ca", e.getenv("NATS_CA"), "CA certificate (PEM) that signed the mesh's --tls-cert (default $NATS_CA)")
 	fs.StringVar(&m.creds, "creds", e.getenv("NATS_CREDS"), "NATS credentials file: an nkey seed from DATA/creds or a .creds file (default $NATS_CREDS, else "+defaultCredsPath+" if it exists: the admin identity of a local 'utpmesh up')")
 }
 
@@ -56,6 +58,9 @@ func (m *meshFlags) connect(ctx context.Context, name string) (*nats.Conn, error
 		return nil, usagef("--timeout must be positive, e.g. --timeout 10s")
 	}
 	opts := []nats.Option{nats.Name("utpmesh-" + name), nats.Timeout(m.timeout), nats.RetryOnFailedConnect(false)}
+	if m.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(m.tlsCA))
+	}
 	creds, implicit := m.creds, false
 	if creds == "" {
 		if _, err := os.Stat(defaultCredsPath); err == nil {
@@ -73,7 +78,7 @@ func (m *meshFlags) connect(ctx context.Context, name string) (*nats.Conn, error
 	if implicit && errors.Is(err, nats.ErrNkeysNotSupported) {
 		// The local mesh runs --insecure: the default credentials are
 		// left over from an earlier run.
-		nc, err = nats.Connect(m.url, opts[:3]...)
+		nc, err = nats.Connect(m.url, opts[:len(opts)-1]...) // all but the credentials
 	}
 	if errors.Is(err, nats.ErrAuthorization) {
 		return nil, fmt.Errorf("connect to NATS at %s: %w (the mesh requires credentials: pass --creds FILE or set $NATS_CREDS, e.g. DATA/creds/admin.nk of 'utpmesh up')", m.url, err)

@@ -38,6 +38,8 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	uiListen := fs.String("ui-listen", "127.0.0.1:8080", "serve the web UI on HOST:PORT (empty: off; port 0 picks a free port)")
 	uiToken := fs.String("ui-token", c.env.getenv("UTPMESH_UI_TOKEN"), "the web UI's access token (default $UTPMESH_UI_TOKEN, else a random one printed in the UI's URL)")
 	uiOpen := fs.Bool("ui-open", false, "serve the web UI without an access token (logged as a warning): anyone who can reach it can confirm, cancel and replay calls")
+	tlsCert := fs.String("tls-cert", "", "require TLS on the NATS port with this certificate (PEM); clients pass --tls-ca")
+	tlsKey := fs.String("tls-key", "", "the --tls-cert certificate's private key (PEM)")
 	insecure := fs.Bool("insecure", false, "no NATS authentication: anyone who reaches the NATS port may do anything (logged as a warning; default: nkey identities under DIR/creds)")
 	var lf logFlags
 	lf.register(fs)
@@ -103,7 +105,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	}
 	m, err := mesh.Start(ctx, mesh.Config{DataDir: *data, Listen: *listen, Projects: projects, Services: build, Logger: log,
 		MetricsAddr: *metricsAddr, TracerProvider: tp, MaxPayload: int32(*maxPayload), MaxCardBytes: *maxCard,
-		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{}, Identities: ids, Command: "utpmesh up"})
+		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{}, Identities: ids, TLSCert: *tlsCert, TLSKey: *tlsKey, Command: "utpmesh up"})
 	if err != nil && ctx.Err() != nil {
 		// Interrupted while starting: Start has stopped what it started.
 		fmt.Fprintln(c.env.stdout, "stopped while starting")

@@ -39,6 +39,7 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "JetStream ack wait of the tool consumers (running calls keep their message alive)")
 	maxDeliver := fs.Int("max-deliveries", 5, "deliveries of one command before the call fails with internal_error")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics and /healthz on HOST:PORT, e.g. 127.0.0.1:9465 (default off)")
+	tlsCA := fs.String("tls-ca", c.env.getenv("NATS_CA"), "CA certificate (PEM) that signed the mesh's --tls-cert (default $NATS_CA)")
 	creds := fs.String("creds", c.env.getenv("NATS_CREDS"), "NATS credentials: the worker-<service>.nk seed file 'utpmesh up' wrote under DATA/creds, or a .creds file (default $NATS_CREDS; empty: connect without)")
 	noGate := fs.Bool("no-gate", false, "run every call without the Cedar gate (logged as a warning); only for a mesh started without authorization, never for 'utpmesh up'")
 	authzTTL := fs.Duration("authz-ttl", natsauthz.DefaultRemoteTTL, "how long the gate uses the policies, configs and issuer keys it read from the mesh before reading them again")
@@ -88,6 +89,9 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 		return usagef("--authz-ttl must be positive, e.g. 5s")
 	}
 	connOpts := []nats.Option{nats.Name("utpmesh-worker"), nats.MaxReconnects(-1)}
+	if *tlsCA != "" {
+		connOpts = append(connOpts, nats.RootCAs(*tlsCA))
+	}
 	credsFile, implicit := *creds, false
 	if credsFile == "" && len(services) == 1 {
 		// On the mesh host: the identity a local 'utpmesh up' minted.
@@ -106,7 +110,7 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	if implicit && errors.Is(err, nats.ErrNkeysNotSupported) {
 		// The local mesh runs --insecure: the default credentials are
 		// left over from an earlier run.
-		nc, err = connectRetry(ctx, *url, log, connOpts[:2]...)
+		nc, err = connectRetry(ctx, *url, log, connOpts[:len(connOpts)-1]...) // all but the credentials
 	}
 	if err != nil {
 		return err

@@ -96,6 +96,10 @@ type Config struct {
 	// ReadyTimeout bounds the wait for the server to accept connections;
 	// default 10s. A busy port or a fatal start-up error ends it at once.
 	ReadyTimeout time.Duration
+	// TLSCert and TLSKey, when set (both PEM files), make the client port
+	// require TLS with that certificate. Connect then uses an in-process
+	// connection, which needs no certificate check.
+	TLSCert, TLSKey string
 	// Users, when not empty, turns authentication on: only these nkey
 	// users may connect, each limited to its Permissions (nil: all).
 	// Empty: anyone who reaches the port may do anything.
@@ -158,6 +162,16 @@ func Start(cfg Config) (*Server, error) {
 	}
 	if opts.Nkeys, err = nkeyUsers(cfg.Users); err != nil {
 		return nil, err
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return nil, fmt.Errorf("%w: TLS needs both a certificate and its key (--tls-cert FILE --tls-key FILE)", ErrInvalidConfig)
+	}
+	if cfg.TLSCert != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey})
+		if err != nil {
+			return nil, fmt.Errorf("%w: TLS certificate %s / key %s: %v", ErrInvalidConfig, cfg.TLSCert, cfg.TLSKey, err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSTimeout = tc, true, 5
 	}
 	if cfg.JetStream {
 		opts.StoreDir = filepath.Join(cfg.DataDir, "jetstream")
@@ -252,6 +266,11 @@ func (s *Server) ClientURL() string { return s.ns.ClientURL() }
 
 // Connect opens a client connection to the server.
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	if s.cfg.TLSCert != "" {
+		// In-process: the server does not require TLS of it, and a
+		// nats:// URL keeps the client from asking for it.
+		return nats.Connect(strings.Replace(s.ClientURL(), "tls://", "nats://", 1), append(opts, nats.InProcessServer(s.ns))...)
+	}
 	return nats.Connect(s.ClientURL(), opts...)
 }
 

@@ -116,6 +116,10 @@ type Config struct {
 	// <DataDir>/policies.db, serves the authz svc, verifies every call's
 	// mandate and authorizes it, and answers mandate_query. Nil: no gate.
 	Auth *AuthConfig
+	// TLSCert and TLSKey, when set (PEM files), make the NATS client port
+	// require TLS; clients verify the certificate against their CA
+	// (nats.RootCAs). The mesh's own connection is in-process.
+	TLSCert, TLSKey string
 	// Identities, when set, turns NATS authentication on: only the
 	// identities listed (plus the mesh core and admin) may connect, each
 	// with the permissions of its role (internal/meshauth). Their nkey
@@ -240,7 +244,8 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		}
 		connOpts = append(connOpts, opt)
 	}
-	m.srv, err = embednats.Start(embednats.Config{DataDir: cfg.DataDir, Host: host, Port: port, JetStream: true, MaxPayload: cfg.MaxPayload, Logger: log.With("component", "nats"), Users: users})
+	m.srv, err = embednats.Start(embednats.Config{DataDir: cfg.DataDir, Host: host, Port: port, JetStream: true, MaxPayload: cfg.MaxPayload, Logger: log.With("component", "nats"), Users: users,
+		TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey})
 	if errors.Is(err, embednats.ErrAddrInUse) {
 		return m, fmt.Errorf("%w; is another 'utpmesh up' or nats-server running? pass --nats-listen 127.0.0.1:0 for a free port", err)
 	}
