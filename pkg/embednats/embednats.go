@@ -17,6 +17,12 @@
 //     envelope; `utpmesh up` checks that. nats-server warns above 8 MiB and
 //     clients learn the limit when they connect.
 //
+// Access: with Config.Users the server admits only those nkey users, each
+// with its permissions (SetUsers replaces them with a live reload); with
+// Config.TLSCert/TLSKey the client port requires TLS, and Connect uses an
+// in-process connection. Without either, anyone who reaches the port may
+// do anything.
+//
 // Start-up failures are reported at once, not after ReadyTimeout: a fixed
 // port that another socket holds fails before the server is created
 // (ErrAddrInUse, "listen 127.0.0.1:4222: address already in use"), and a
