@@ -122,7 +122,13 @@ func (c *Client) Put(ctx context.Context, cards ...*card.Card) error {
 	if err := card.ValidateName("project_id", cards[0].ProjectID); err != nil {
 		return fmt.Errorf("%w: %v", cardstore.ErrInvalid, err)
 	}
-	return c.call(ctx, cards[0].ProjectID, OpPut, putRequest{Cards: cards}, &putReply{})
+	op := OpPut
+	for _, cd := range cards {
+		if cd.Type == card.TypeToolResult {
+			op = OpPutResult
+		}
+	}
+	return c.call(ctx, cards[0].ProjectID, op, putRequest{Cards: cards}, &putReply{})
 }
 
 // Get implements cardstore.Store.

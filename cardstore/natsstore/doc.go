@@ -8,6 +8,12 @@
 // subject can neither read nor write project B's cards. docs/protocol.md
 // lists every operation with its request and reply bodies.
 //
+// tool.result cards are written with op put_result, never put (put
+// refuses a batch holding one with ErrWrongOp, wire code wrong_op); Client
+// picks the op by itself. The split lets NATS permissions keep agent
+// identities, which may put their own cards, from writing results
+// (internal/meshauth, docs/security.md).
+//
 // Caveats:
 //   - One Put over NATS holds the cards of one project (the subject's). The
 //     local store accepts mixed batches; the client refuses them.

@@ -15,6 +15,8 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/cardstore/storetest"
 	"github.com/utpmesh/utpmesh/internal/meshtest"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 )
 
 // serve starts a real nats-server, a bbolt store served over it, and returns
@@ -117,5 +119,58 @@ func TestUnavailable(t *testing.T) {
 	}
 	if _, err := natsstore.NewClient(meshtest.Conn(t, srv), natsstore.WithChannel("a.b")); err == nil {
 		t.Fatal("WithChannel accepted a dotted channel")
+	}
+}
+
+// TestResultsOnlyWithPutResult: put refuses a batch holding a tool.result
+// card (wrong_op, naming put_result); the client sends such batches with
+// put_result, which stores them. NATS permissions on put_result then
+// decide who may write results (internal/meshauth).
+func TestResultsOnlyWithPutResult(t *testing.T) {
+	srv := meshtest.NATS(t)
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "cards.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s, err := natsstore.NewServer(meshtest.Conn(t, srv), st, natsstore.ServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background())
+	nc := meshtest.Conn(t, srv)
+	ctx := context.Background()
+	call := storetest.ToolCallCard("p", "turn", "call")
+	res := storetest.ToolResultCard("p", "turn", "call", card.StatusSuccess)
+	ep := svc.NewEndpoint(nc, natsstore.ServiceName, natsstore.Codes)
+	tests := []struct {
+		name  string
+		op    string
+		cards []*card.Card
+		want  error
+	}{
+		{"put a tool.call", natsstore.OpPut, []*card.Card{call}, nil},
+		{"put a tool.result", natsstore.OpPut, []*card.Card{res}, natsstore.ErrWrongOp},
+		{"put a batch with a tool.result", natsstore.OpPut, []*card.Card{storetest.NoteCard("p", "turn", "n"), res}, natsstore.ErrWrongOp},
+		{"put_result a tool.result", natsstore.OpPutResult, []*card.Card{res}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ep.Call(ctx, "p", tc.op, map[string]any{"cards": tc.cards}, &struct{}{})
+			if !errors.Is(err, tc.want) || (err != nil && !strings.Contains(err.Error(), "put_result")) {
+				t.Fatalf("%s = %v, want %v naming put_result", tc.op, err, tc.want)
+			}
+		})
+	}
+	c, err := natsstore.NewClient(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res2 := storetest.ToolResultCard("p", "turn2", "call2", card.StatusSuccess)
+	if err := c.Put(ctx, storetest.ToolCallCard("p", "turn2", "call2"), res2); err != nil {
+		t.Fatalf("client Put with a result (put_result) = %v", err)
+	}
+	if got, err := c.FindToolResult(ctx, "p", "turn2", "call2"); err != nil || got.CardID != res2.CardID {
+		t.Fatalf("FindToolResult = %v, %v", got, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 )
 
@@ -30,6 +31,7 @@ type ServerConfig struct {
 type Server struct {
 	store cardstore.Store
 	srv   *svc.Server
+	log   *slog.Logger
 }
 
 // NewServer starts serving store on nc.
@@ -47,9 +49,13 @@ func NewServer(nc *nats.Conn, store cardstore.Store, cfg ServerConfig) (*Server,
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{store: store, srv: srv}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{store: store, srv: srv, log: log}
 	for op, h := range map[string]svc.HandlerFunc{
-		OpPut: s.put, OpGet: s.get, OpGetMany: s.getMany, OpListTurn: s.listTurn,
+		OpPut: s.put, OpPutResult: s.putResult, OpGet: s.get, OpGetMany: s.getMany, OpListTurn: s.listTurn,
 		OpFindResult: s.findResult, OpBoxCreate: s.boxCreate, OpBoxAppend: s.boxAppend,
 		OpBoxGet: s.boxGet, OpClaim: s.claim, OpRelease: s.release,
 		OpListTurns: s.listTurns, OpGetClaim: s.getClaim,
@@ -72,6 +78,16 @@ func (s *Server) Subject() string { return s.srv.Subject() }
 func (s *Server) Stop(ctx context.Context) error { return s.srv.Stop(ctx) }
 
 func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	return s.putCards(ctx, sc, data, false)
+}
+
+func (s *Server) putResult(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	return s.putCards(ctx, sc, data, true)
+}
+
+// putCards serves put and put_result: only put_result takes tool.result
+// cards, so a NATS permission on put_result decides who may write results.
+func (s *Server) putCards(ctx context.Context, sc svc.Scope, data []byte, results bool) (any, error) {
 	var req putRequest
 	if err := svc.Decode(data, &req); err != nil {
 		return nil, err
@@ -86,6 +102,10 @@ func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error
 		if c.ProjectID != sc.Project {
 			return nil, fmt.Errorf("%w: cards[%d] (%s) belongs to project %q, but the request was sent on project %q's subject",
 				cardstore.ErrInvalid, i, c.CardID, c.ProjectID, sc.Project)
+		}
+		if c.Type == card.TypeToolResult && !results {
+			s.log.Warn("cardstore: tool.result card refused on put", "project_id", sc.Project, "card_id", c.CardID, "tool_call_id", c.ToolCallID)
+			return nil, fmt.Errorf("%w: cards[%d] (%s) is a tool.result: results are written with %s, which only workers and the mesh core may use", ErrWrongOp, i, c.CardID, OpPutResult)
 		}
 	}
 	if err := s.store.Put(ctx, req.Cards...); err != nil {

@@ -1,6 +1,7 @@
 package natsstore
 
 import (
+	"errors"
 	"time"
 
 	"github.com/utpmesh/utpmesh/cardstore"
@@ -26,6 +27,10 @@ const (
 	OpRelease    = "release"
 	OpListTurns  = "list_turns"
 	OpGetClaim   = "get_claim"
+	// OpPutResult is put for batches that hold a tool.result card: put
+	// refuses them, so NATS permissions can keep agent identities (which
+	// may put other cards) from writing results (docs/security.md).
+	OpPutResult = "put_result"
 )
 
 // Wire error codes of the CardStore service (besides svc's common ones).
@@ -36,7 +41,14 @@ const (
 	CodeClaimHeld    = "claim_held"
 	CodeClaimLost    = "claim_lost"
 	CodeClosed       = "closed"
+	// CodeWrongOp: the operation does not take this request (a
+	// tool.result card sent with put instead of put_result).
+	CodeWrongOp = "wrong_op"
 )
+
+// ErrWrongOp matches (errors.Is) a wrong_op reply: tool.result cards
+// must be written with put_result.
+var ErrWrongOp = errors.New("natsstore: wrong operation")
 
 // Codes maps cardstore's sentinel errors to wire codes and back.
 var Codes = svc.Codes{
@@ -49,6 +61,7 @@ var Codes = svc.Codes{
 	{Err: card.ErrInvalid, Code: svc.CodeBadRequest},
 	{Err: cardstore.ErrTooLarge, Code: svc.CodeTooLarge},
 	{Err: cardstore.ErrClosed, Code: CodeClosed},
+	{Err: ErrWrongOp, Code: CodeWrongOp},
 }
 
 // Request and reply bodies, one pair per operation. See docs/protocol.md.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -29,7 +31,13 @@ type meshFlags struct {
 	version string
 	timeout time.Duration
 	json    bool
+	creds   string
+	tlsCA   string
 }
+
+// defaultCredsPath is the admin identity a local 'utpmesh up' writes with
+// its default --data directory; the CLI uses it when no --creds is given.
+const defaultCredsPath = defaultCredsDir + "/admin.nk"
 
 // register adds --nats, --protocol, --timeout and --json to fs.
 func (m *meshFlags) register(fs *flag.FlagSet, e env) {
@@ -37,6 +45,8 @@ func (m *meshFlags) register(fs *flag.FlagSet, e env) {
 	fs.StringVar(&m.version, "protocol", subjects.DefaultVersion, "UTP protocol version token of the mesh's subjects")
 	fs.DurationVar(&m.timeout, "timeout", 10*time.Second, "how long one request to the mesh may take")
 	fs.BoolVar(&m.json, "json", false, "print JSON instead of a table")
+	fs.StringVar(&m.tlsCA, "tls-ca", e.getenv("NATS_CA"), "CA certificate (PEM) that signed the mesh's --tls-cert (default $NATS_CA)")
+	fs.StringVar(&m.creds, "creds", e.getenv("NATS_CREDS"), "NATS credentials file: an nkey seed from DATA/creds or a .creds file (default $NATS_CREDS, else "+defaultCredsPath+" if it exists: the admin identity of a local 'utpmesh up')")
 }
 
 // connect dials NATS. The error says how to start a mesh when none answers.
@@ -47,7 +57,32 @@ func (m *meshFlags) connect(ctx context.Context, name string) (*nats.Conn, error
 	if m.timeout <= 0 {
 		return nil, usagef("--timeout must be positive, e.g. --timeout 10s")
 	}
-	nc, err := nats.Connect(m.url, nats.Name("utpmesh-"+name), nats.Timeout(m.timeout), nats.RetryOnFailedConnect(false))
+	opts := []nats.Option{nats.Name("utpmesh-" + name), nats.Timeout(m.timeout), nats.RetryOnFailedConnect(false)}
+	if m.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(m.tlsCA))
+	}
+	creds, implicit := m.creds, false
+	if creds == "" {
+		if _, err := os.Stat(defaultCredsPath); err == nil {
+			creds, implicit = defaultCredsPath, true
+		}
+	}
+	if creds != "" {
+		opt, err := meshauth.Option(creds)
+		if err != nil {
+			return nil, usagef("--creds: %v", err)
+		}
+		opts = append(opts, opt)
+	}
+	nc, err := nats.Connect(m.url, opts...)
+	if implicit && errors.Is(err, nats.ErrNkeysNotSupported) {
+		// The local mesh runs --insecure: the default credentials are
+		// left over from an earlier run.
+		nc, err = nats.Connect(m.url, opts[:len(opts)-1]...) // all but the credentials
+	}
+	if errors.Is(err, nats.ErrAuthorization) {
+		return nil, fmt.Errorf("connect to NATS at %s: %w (the mesh requires credentials: pass --creds FILE or set $NATS_CREDS, e.g. DATA/creds/admin.nk of 'utpmesh up')", m.url, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w (is the mesh running? start it with 'utpmesh up', or pass --nats URL)", m.url, err)
 	}

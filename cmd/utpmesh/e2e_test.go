@@ -108,7 +108,7 @@ func TestSIGKILLMidExecution(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = m.Stop(context.Background()) })
 	url := m.ClientURL()
-	workerArgs := []string{"worker", "--nats", url, "--log-level", "debug", "--claim-lease", "1s", "--ack-wait", "1s", "echo"}
+	workerArgs := []string{"worker", "--nats", url, "--no-gate", "--log-level", "debug", "--claim-lease", "1s", "--ack-wait", "1s", "echo"}
 
 	a := startProc(t, append(workerArgs, "--instance", "worker-a")...)
 	a.waitLine(t, "worker serving")

@@ -19,6 +19,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/utp"
@@ -79,7 +80,7 @@ func TestWorkerSIGTERMCancelsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Stop(context.Background()) })
-	w := startProc(t, "worker", "--nats", m.ClientURL(), "--log-level", "debug", "--drain-timeout", "300ms", "--instance", "term-1", "echo")
+	w := startProc(t, "worker", "--nats", m.ClientURL(), "--no-gate", "--log-level", "debug", "--drain-timeout", "300ms", "--instance", "term-1", "echo") // the mesh has no gate
 	w.waitLine(t, "worker serving")
 
 	wake := make(chan *nats.Msg, 4)
@@ -133,7 +134,11 @@ func TestUpSIGTERMCancelsInFlight(t *testing.T) {
 	up := startProc(t, "up", "--data", dir, "--nats-listen", "127.0.0.1:"+natsPort, "--metrics-addr", "127.0.0.1:"+metricsPort, "--ui-listen", "",
 		"--drain-timeout", "300ms", "--log-level", "debug", "--services", "echo")
 	up.waitLine(t, "worker serving")
-	nc, err := nats.Connect("nats://127.0.0.1:" + natsPort)
+	creds, err := meshauth.Option(filepath.Join(dir, "creds", "admin.nk")) // up runs with NATS identities
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect("nats://127.0.0.1:"+natsPort, creds)
 	if err != nil {
 		t.Fatal(err)
 	}

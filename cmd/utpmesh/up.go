@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/portcheck"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
@@ -40,6 +41,9 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	uiListen := fs.String("ui-listen", "127.0.0.1:8080", "serve the web UI on HOST:PORT (empty: off; port 0 picks a free port)")
 	uiToken := fs.String("ui-token", c.env.getenv("UTPMESH_UI_TOKEN"), "the web UI's access token (default $UTPMESH_UI_TOKEN, else a random one printed in the UI's URL)")
 	uiOpen := fs.Bool("ui-open", false, "serve the web UI without an access token (logged as a warning): anyone who can reach it can confirm, cancel and replay calls")
+	tlsCert := fs.String("tls-cert", "", "require TLS on the NATS port with this certificate (PEM); clients pass --tls-ca")
+	tlsKey := fs.String("tls-key", "", "the --tls-cert certificate's private key (PEM)")
+	insecure := fs.Bool("insecure", false, "no NATS authentication: anyone who reaches the NATS port may do anything (logged as a warning; default: nkey identities under DIR/creds)")
 	var lf logFlags
 	lf.register(fs)
 	pos, err := parse(fs, args)
@@ -82,19 +86,41 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	// The tool services are built by the mesh once its data directory is
 	// locked and its connection and CardStore exist; a start that fails
 	// before that opens none of their files. They stop after the drain.
+	var workerIDs []meshauth.Identity // one per tool service: what 'utpmesh worker --creds' may serve
 	build := func(sctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
-		return catalog.Build(services, catalog.Deps{NC: m.Conn(), Store: m.Cards(), Registry: m.Registry(),
-			DataDir: *data, Context: sctx, Logger: log})
+		var tools []worker.Tool
+		for _, s := range services {
+			ts, err := catalog.Build([]string{s}, catalog.Deps{NC: m.Conn(), Store: m.Cards(), Registry: m.Registry(),
+				DataDir: *data, Context: sctx, Logger: log})
+			if err != nil {
+				return nil, err
+			}
+			workerIDs = append(workerIDs, workerIdentity(s, ts))
+			tools = append(tools, ts...)
+		}
+		return tools, nil
+	}
+	var ids *mesh.IdentityConfig
+	if *insecure {
+		log.Warn("--insecure: NATS authentication is off; anyone who reaches " + *listen + " may run tools, forge results and change policies")
+	} else {
+		ids = &mesh.IdentityConfig{}
 	}
 	m, err := mesh.Start(ctx, mesh.Config{DataDir: *data, Listen: *listen, Projects: projects, Services: build, Logger: log,
 		MetricsAddr: *metricsAddr, TracerProvider: tp, MaxPayload: int32(*maxPayload), MaxCardBytes: *maxCard,
-		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{States: atp.StatesFor(*data)}, Command: "utpmesh up"})
+		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{States: atp.StatesFor(*data)},
+		Identities: ids, TLSCert: *tlsCert, TLSKey: *tlsKey, Command: "utpmesh up"})
 	if err != nil && ctx.Err() != nil {
 		// Interrupted while starting: Start has stopped what it started.
 		fmt.Fprintln(c.env.stdout, "stopped while starting")
 		return nil
 	}
 	if err != nil {
+		return err
+	}
+	credsLine, err := setupIdentities(m, services, workerIDs)
+	if err != nil {
+		_ = m.Stop(context.Background())
 		return err
 	}
 	authLine, err := setupAuth(ctx, m)
@@ -143,6 +169,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(c.env.stdout, "  tools      %s\n", strings.Join(names, ", "))
 	fmt.Fprintf(c.env.stdout, "  services   cardstore, registry, inbox, authz (svc subjects)\n")
 	fmt.Fprintf(c.env.stdout, "  auth       %s\n", authLine)
+	fmt.Fprintf(c.env.stdout, "  creds      %s\n", credsLine)
 	if atpLine != "" {
 		fmt.Fprintf(c.env.stdout, "  atp        %s\n", atpLine)
 	}
@@ -175,4 +202,50 @@ func defaultNames() []string {
 		out = append(out, s.Name)
 	}
 	return out
+}
+
+// workerIdentity is the worker identity of tool service name serving tools.
+func workerIdentity(name string, tools []worker.Tool) meshauth.Identity {
+	id := meshauth.Identity{Role: meshauth.RoleWorker, Service: name}
+	for _, t := range tools {
+		target := t.Target
+		if target == "" {
+			target = t.Name
+		}
+		id.Tools = append(id.Tools, meshauth.Tool{Name: t.Name, Target: target})
+	}
+	return id
+}
+
+// setupIdentities admits a worker identity per tool service (those up
+// serves, and the stateless ones it can describe without building them
+// against the mesh) and says where the credentials are. "" ids: --insecure.
+func setupIdentities(m *mesh.Mesh, served []string, ids []meshauth.Identity) (string, error) {
+	if m.Config().Identities == nil {
+		return "off (--insecure): anyone who reaches the NATS port may do anything", nil
+	}
+	have := map[string]bool{}
+	for _, s := range served {
+		have[s] = true
+	}
+	for _, s := range catalog.Names() {
+		svc, _ := catalog.Lookup(s)
+		if have[s] || svc.KeepsFiles {
+			continue // a stateful service not served here is built only by its own worker
+		}
+		ts, err := svc.Build(catalog.Deps{})
+		if err != nil {
+			return "", fmt.Errorf("worker identity for %s: %w", s, err)
+		}
+		ids = append(ids, workerIdentity(s, ts))
+	}
+	if err := m.AddIdentities(ids...); err != nil {
+		return "", err
+	}
+	var names []string
+	for _, id := range ids {
+		names = append(names, id.Name())
+	}
+	m.Config().Logger.Info("NATS identities ready", "dir", m.CredsDir(), "workers", strings.Join(names, ","))
+	return fmt.Sprintf("%s: hand out one file per process: admin.nk (operator CLI), agent-<project>.nk (agent runtimes), worker-<service>.nk ('utpmesh worker --creds FILE SERVICE'); docs/security.md", m.CredsDir()), nil
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -11,7 +14,9 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/internal/datalock"
+	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/portcheck"
+	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/metrics"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
@@ -22,7 +27,7 @@ import (
 type workerCommand struct{ env env }
 
 func (c *workerCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("worker", "utpmesh worker [--nats URL] [--project P]... SERVICE... (services: "+strings.Join(catalog.Names(), ", ")+")", c.env)
+	fs := newFlagSet("worker", "utpmesh worker [--nats URL] [--project P]... [--creds FILE] [--no-gate] SERVICE... (services: "+strings.Join(catalog.Names(), ", ")+")", c.env)
 	url := fs.String("nats", natsURL(c.env), "NATS server URL (default $NATS_URL or nats://127.0.0.1:4222)")
 	var projects stringList
 	fs.Var(&projects, "project", "project to register the tools in (repeatable; default demo)")
@@ -34,6 +39,10 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "JetStream ack wait of the tool consumers (running calls keep their message alive)")
 	maxDeliver := fs.Int("max-deliveries", 5, "deliveries of one command before the call fails with internal_error")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics and /healthz on HOST:PORT, e.g. 127.0.0.1:9465 (default off)")
+	tlsCA := fs.String("tls-ca", c.env.getenv("NATS_CA"), "CA certificate (PEM) that signed the mesh's --tls-cert (default $NATS_CA)")
+	creds := fs.String("creds", c.env.getenv("NATS_CREDS"), "NATS credentials: the worker-<service>.nk seed file 'utpmesh up' wrote under DATA/creds, or a .creds file (default $NATS_CREDS; empty: connect without)")
+	noGate := fs.Bool("no-gate", false, "run every call without the Cedar gate (logged as a warning); only for a mesh started without authorization, never for 'utpmesh up'")
+	authzTTL := fs.Duration("authz-ttl", natsauthz.DefaultRemoteTTL, "how long the gate uses the policies, configs and issuer keys it read from the mesh before reading them again")
 	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
 	var lf logFlags
 	lf.register(fs)
@@ -76,9 +85,38 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("metrics %w; pass another --metrics-addr (127.0.0.1:0 picks a free port)", err)
 		}
 	}
-	nc, err := nats.Connect(*url, nats.Name("utpmesh-worker"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))
+	if *authzTTL <= 0 {
+		return usagef("--authz-ttl must be positive, e.g. 5s")
+	}
+	connOpts := []nats.Option{nats.Name("utpmesh-worker"), nats.MaxReconnects(-1)}
+	if *tlsCA != "" {
+		connOpts = append(connOpts, nats.RootCAs(*tlsCA))
+	}
+	credsFile, implicit := *creds, false
+	if credsFile == "" && len(services) == 1 {
+		// On the mesh host: the identity a local 'utpmesh up' minted.
+		if p := meshauth.SeedPath(defaultCredsDir, (meshauth.Identity{Role: meshauth.RoleWorker, Service: services[0]}).Name()); fileExists(p) {
+			credsFile, implicit = p, true
+		}
+	}
+	if credsFile != "" {
+		opt, err := meshauth.Option(credsFile)
+		if err != nil {
+			return usagef("--creds: %v", err)
+		}
+		connOpts = append(connOpts, opt)
+	}
+	nc, err := connectRetry(ctx, *url, log, connOpts...)
+	if implicit && errors.Is(err, nats.ErrNkeysNotSupported) {
+		// The local mesh runs --insecure: the default credentials are
+		// left over from an earlier run.
+		nc, err = connectRetry(ctx, *url, log, connOpts[:len(connOpts)-1]...) // all but the credentials
+	}
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w (is the mesh running? start it with 'utpmesh up')", *url, err)
+		return err
+	}
+	if nc == nil {
+		return nil // interrupted before NATS was reachable
 	}
 	defer nc.Close()
 	store, err := natsstore.NewClient(nc)
@@ -106,6 +144,17 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 		Store: store, Registry: reg, Projects: projects, InstanceID: *instance,
 		Concurrency: *concurrency, Logger: log, ClaimLease: *lease, AckWait: *ackWait, MaxDeliveries: *maxDeliver,
 		ServiceVersion: Version, TracerProvider: tp,
+	}
+	if *noGate {
+		log.Warn("--no-gate: the Cedar gate is off in this worker; every call it takes runs without authorization")
+	} else {
+		// The same gate as 'utpmesh up', reading the policies and issuer
+		// keys from the mesh (fail closed: unreachable means auth_failed).
+		g, err := natsauthz.NewRemoteGate(nc, natsauthz.RemoteConfig{TTL: *authzTTL, Logger: log.With("component", "authz")})
+		if err != nil {
+			return err
+		}
+		wcfg.Authorizer = g
 	}
 	var msrv *metrics.Server
 	if *metricsAddr != "" {
@@ -139,4 +188,55 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	}
 	stopServices()
 	return nc.Drain()
+}
+
+// Backoff of the worker's first connection: it doubles from
+// connectBackoffMin up to connectBackoffMax.
+const (
+	connectBackoffMin = 250 * time.Millisecond
+	connectBackoffMax = 5 * time.Second
+)
+
+// connectRetry connects to url, retrying with backoff (and a log line per
+// failed attempt) while the server is not reachable yet, e.g. when the
+// worker starts before 'utpmesh up'. Errors retrying cannot fix (a bad
+// URL, refused credentials) return at once. It returns a nil connection
+// and no error when ctx ends first.
+func connectRetry(ctx context.Context, url string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
+	wait := connectBackoffMin
+	for attempt := 1; ; attempt++ {
+		nc, err := nats.Connect(url, opts...)
+		if err == nil {
+			if attempt > 1 {
+				log.Info("connected to NATS", "url", url, "attempts", attempt)
+			}
+			return nc, nil
+		}
+		var nerr net.Error
+		if errors.Is(err, nats.ErrNkeysNotSupported) {
+			return nil, err // the caller may retry without credentials
+		}
+		if errors.Is(err, nats.ErrAuthorization) {
+			return nil, fmt.Errorf("connect to NATS at %s: %w (the mesh requires this worker's credentials: pass --creds FILE or set $NATS_CREDS, e.g. DATA/creds/worker-<service>.nk of 'utpmesh up')", url, err)
+		}
+		if !errors.As(err, &nerr) && !errors.Is(err, nats.ErrNoServers) && !errors.Is(err, nats.ErrTimeout) {
+			return nil, fmt.Errorf("connect to NATS at %s: %w (check --nats, e.g. nats://127.0.0.1:4222, and the credentials)", url, err)
+		}
+		log.Warn("NATS not reachable yet, retrying (is the mesh running? start it with 'utpmesh up')", "url", url, "attempt", attempt, "retry_in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, connectBackoffMax)
+	}
+}
+
+// defaultCredsDir is where a local 'utpmesh up' with its default --data
+// writes the identities' seeds.
+const defaultCredsDir = "./utpmesh-data/creds"
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

@@ -85,7 +85,7 @@ func (q *Querier) Query(ctx context.Context, in QueryInput) (*Residual, error) {
 
 // IsMandateError reports whether err is a mandate verification failure.
 func IsMandateError(err error) bool {
-	for _, s := range []error{mandate.ErrMalformed, mandate.ErrExpired, mandate.ErrNotYetValid, mandate.ErrSignature, mandate.ErrWrongIssuer, mandate.ErrUnknownKey} {
+	for _, s := range []error{mandate.ErrMalformed, mandate.ErrExpired, mandate.ErrNotYetValid, mandate.ErrSignature, mandate.ErrWrongIssuer, mandate.ErrUnknownKey, mandate.ErrWildcardHEM} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -17,6 +17,12 @@
 //     envelope; `utpmesh up` checks that. nats-server warns above 8 MiB and
 //     clients learn the limit when they connect.
 //
+// Access: with Config.Users the server admits only those nkey users, each
+// with its permissions (SetUsers replaces them with a live reload); with
+// Config.TLSCert/TLSKey the client port requires TLS, and Connect uses an
+// in-process connection. Without either, anyone who reaches the port may
+// do anything.
+//
 // Start-up failures are reported at once, not after ReadyTimeout: a fixed
 // port that another socket holds fails before the server is created
 // (ErrAddrInUse, "listen 127.0.0.1:4222: address already in use"), and a
@@ -40,6 +46,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/utpmesh/utpmesh/internal/portcheck"
 )
@@ -95,12 +102,35 @@ type Config struct {
 	// ReadyTimeout bounds the wait for the server to accept connections;
 	// default 10s. A busy port or a fatal start-up error ends it at once.
 	ReadyTimeout time.Duration
+	// TLSCert and TLSKey, when set (both PEM files), make the client port
+	// require TLS with that certificate. Connect then uses an in-process
+	// connection, which needs no certificate check.
+	TLSCert, TLSKey string
+	// Users, when not empty, turns authentication on: only these nkey
+	// users may connect, each limited to its Permissions (nil: all).
+	// Empty: anyone who reaches the port may do anything.
+	Users []User
+}
+
+// User is an nkey user of the server: a client proves it holds the seed
+// of Nkey (the public key, "U…") by signing the server's nonce.
+type User struct {
+	// Nkey is the user's public nkey.
+	Nkey string
+	// Name is for logs and error messages (e.g. "agent-demo").
+	Name string
+	// Permissions limit what the user may publish and subscribe to; nil
+	// allows everything.
+	Permissions *server.Permissions
 }
 
 // Server is a running embedded nats-server.
 type Server struct {
 	ns  *server.Server
 	cfg Config
+
+	mu   sync.Mutex
+	opts *server.Options
 }
 
 // Start starts the server and waits until it accepts connections.
@@ -127,6 +157,7 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.JetStream && cfg.DataDir == "" {
 		return nil, fmt.Errorf("%w: JetStream needs a DataDir", ErrInvalidConfig)
 	}
+	var err error
 	opts := &server.Options{
 		ServerName: cfg.ServerName,
 		Host:       cfg.Host,
@@ -134,6 +165,19 @@ func Start(cfg Config) (*Server, error) {
 		MaxPayload: cfg.MaxPayload,
 		NoSigs:     true,
 		JetStream:  cfg.JetStream,
+	}
+	if opts.Nkeys, err = nkeyUsers(cfg.Users); err != nil {
+		return nil, err
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return nil, fmt.Errorf("%w: TLS needs both a certificate and its key (--tls-cert FILE --tls-key FILE)", ErrInvalidConfig)
+	}
+	if cfg.TLSCert != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey})
+		if err != nil {
+			return nil, fmt.Errorf("%w: TLS certificate %s / key %s: %v", ErrInvalidConfig, cfg.TLSCert, cfg.TLSKey, err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSTimeout = tc, true, 5
 	}
 	if cfg.JetStream {
 		opts.StoreDir = filepath.Join(cfg.DataDir, "jetstream")
@@ -150,7 +194,7 @@ func Start(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	ns, err := server.NewServer(opts)
+	ns, err := server.NewServer(opts) // NewServer fills opts' defaults in: SetUsers reloads a clone
 	if err != nil {
 		return nil, fmt.Errorf("embednats: configure server: %w", err)
 	}
@@ -162,7 +206,41 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	logs.started()
-	return &Server{ns: ns, cfg: cfg}, nil
+	return &Server{ns: ns, cfg: cfg, opts: opts}, nil
+}
+
+func nkeyUsers(users []User) ([]*server.NkeyUser, error) {
+	var out []*server.NkeyUser
+	for _, u := range users {
+		if !nkeys.IsValidPublicUserKey(u.Nkey) {
+			return nil, fmt.Errorf("%w: user %q: %q is not a public user nkey (U…)", ErrInvalidConfig, u.Name, u.Nkey)
+		}
+		out = append(out, &server.NkeyUser{Nkey: u.Nkey, Permissions: u.Permissions})
+	}
+	return out, nil
+}
+
+// SetUsers replaces the nkey users of a server started with Config.Users
+// (a live configuration reload: connected clients whose user is gone are
+// disconnected, the others get the new permissions).
+func (s *Server) SetUsers(users []User) error {
+	if len(s.cfg.Users) == 0 {
+		return fmt.Errorf("%w: SetUsers on a server started without users (authentication cannot be turned on live)", ErrInvalidConfig)
+	}
+	nk, err := nkeyUsers(users)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.opts.Clone()
+	o.Nkeys = nk
+	if err := s.ns.ReloadOptions(o); err != nil {
+		return fmt.Errorf("embednats: reload users: %w", err)
+	}
+	s.opts = o
+	s.cfg.Users = users
+	return nil
 }
 
 // readyPoll is how long one readiness check waits before the start-up
@@ -194,6 +272,11 @@ func (s *Server) ClientURL() string { return s.ns.ClientURL() }
 
 // Connect opens a client connection to the server.
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	if s.cfg.TLSCert != "" {
+		// In-process: the server does not require TLS of it, and a
+		// nats:// URL keeps the client from asking for it.
+		return nats.Connect(strings.Replace(s.ClientURL(), "tls://", "nats://", 1), append(opts, nats.InProcessServer(s.ns))...)
+	}
 	return nats.Connect(s.ClientURL(), opts...)
 }
 

@@ -13,6 +13,7 @@
 //	<DataDir>/inbox.db     inbox entries (bbolt)
 //	<DataDir>/policies.db  Cedar policy sets and auth configs (Config.Auth)
 //	<DataDir>/keys/        projects' mandate issuer keys (Config.Auth)
+//	<DataDir>/creds/       NATS identities' nkey seeds (Config.Identities)
 //
 // Start takes the data directory's lock (internal/datalock) before it opens
 // anything else, so a second mesh (or a `utpmesh worker` keeping files
@@ -56,6 +57,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/internal/datalock"
+	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/portcheck"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
@@ -114,6 +116,28 @@ type Config struct {
 	// <DataDir>/policies.db, serves the authz svc, verifies every call's
 	// mandate and authorizes it, and answers mandate_query. Nil: no gate.
 	Auth *AuthConfig
+	// TLSCert and TLSKey, when set (PEM files), make the NATS client port
+	// require TLS; clients verify the certificate against their CA
+	// (nats.RootCAs). The mesh's own connection is in-process.
+	TLSCert, TLSKey string
+	// Identities, when set, turns NATS authentication on: only the
+	// identities listed (plus the mesh core and admin) may connect, each
+	// with the permissions of its role (internal/meshauth). Their nkey
+	// seeds are created under <DataDir>/creds on first start. Nil: the
+	// NATS port is open to anyone who reaches it.
+	Identities *IdentityConfig
+}
+
+// IdentityConfig lists the identities a mesh with NATS authentication
+// admits besides its core and admin (see Config.Identities).
+type IdentityConfig struct {
+	// Dir holds the seed files; default <DataDir>/creds.
+	Dir string
+	// AgentProjects get one agent identity each (agent-<project>);
+	// default Config.Projects.
+	AgentProjects []string
+	// Workers get one worker identity each (worker-<service>).
+	Workers []meshauth.Identity
 }
 
 // AuthConfig configures the mesh's authorization (see Config.Auth).
@@ -206,7 +230,22 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		m.push(m.msrv.Shutdown) // stopped last: scrapes see the whole shutdown
 	}
 
-	m.srv, err = embednats.Start(embednats.Config{DataDir: cfg.DataDir, Host: host, Port: port, JetStream: true, MaxPayload: cfg.MaxPayload, Logger: log.With("component", "nats")})
+	var users []embednats.User
+	connOpts := []nats.Option{nats.Name("utpmesh-up"), nats.MaxReconnects(-1)}
+	if cfg.Identities != nil {
+		var coreSeed string
+		users, coreSeed, err = m.identities()
+		if err != nil {
+			return m, err
+		}
+		opt, err := meshauth.Option(coreSeed)
+		if err != nil {
+			return m, err
+		}
+		connOpts = append(connOpts, opt)
+	}
+	m.srv, err = embednats.Start(embednats.Config{DataDir: cfg.DataDir, Host: host, Port: port, JetStream: true, MaxPayload: cfg.MaxPayload, Logger: log.With("component", "nats"), Users: users,
+		TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey})
 	if errors.Is(err, embednats.ErrAddrInUse) {
 		return m, fmt.Errorf("%w; is another 'utpmesh up' or nats-server running? pass --nats-listen 127.0.0.1:0 for a free port", err)
 	}
@@ -214,7 +253,7 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		return m, err
 	}
 	m.push(m.srv.Shutdown)
-	m.nc, err = m.srv.Connect(nats.Name("utpmesh-up"), nats.MaxReconnects(-1))
+	m.nc, err = m.srv.Connect(connOpts...)
 	if err != nil {
 		return m, fmt.Errorf("mesh: connect: %w", err)
 	}
@@ -323,6 +362,70 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 }
 
 func (m *Mesh) push(f func(context.Context) error) { m.stoppers = append(m.stoppers, f) }
+
+// identities ensures the seed of every identity of Config.Identities and
+// returns the server's users and the core's seed file.
+func (m *Mesh) identities() ([]embednats.User, string, error) {
+	ic := m.cfg.Identities
+	dir := m.CredsDir()
+	ids := []meshauth.Identity{{Role: meshauth.RoleCore}, {Role: meshauth.RoleAdmin}}
+	projects := ic.AgentProjects
+	if len(projects) == 0 {
+		projects = m.cfg.Projects
+	}
+	for _, p := range projects {
+		ids = append(ids, meshauth.Identity{Role: meshauth.RoleAgent, Project: p})
+	}
+	ids = append(ids, ic.Workers...)
+	var users []embednats.User
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if err := id.Validate(); err != nil {
+			return nil, "", fmt.Errorf("mesh: identities: %w", err)
+		}
+		name := id.Name()
+		if seen[name] {
+			return nil, "", fmt.Errorf("mesh: identities: %s is listed twice", name)
+		}
+		seen[name] = true
+		pub, created, err := meshauth.Ensure(dir, name)
+		if err != nil {
+			return nil, "", err
+		}
+		if created {
+			m.cfg.Logger.Debug("created NATS credentials", "identity", name, "file", meshauth.SeedPath(dir, name))
+		}
+		users = append(users, embednats.User{Nkey: pub, Name: name, Permissions: meshauth.Permissions(m.cfg.ProtocolVersion, id)})
+	}
+	return users, meshauth.SeedPath(dir, meshauth.RoleCore), nil
+}
+
+// AddIdentities admits more identities (e.g. worker identities for tool
+// services built after the server started) with a live reload of the
+// server's users. It needs Config.Identities.
+func (m *Mesh) AddIdentities(ids ...meshauth.Identity) error {
+	if m.cfg.Identities == nil {
+		return errors.New("mesh: AddIdentities needs Config.Identities (NATS authentication on)")
+	}
+	m.cfg.Identities.Workers = append(m.cfg.Identities.Workers, ids...)
+	users, _, err := m.identities()
+	if err != nil {
+		return err
+	}
+	return m.srv.SetUsers(users)
+}
+
+// CredsDir is where the identities' seed files live (Config.Identities).
+func (m *Mesh) CredsDir() string {
+	if m.cfg.Identities != nil && m.cfg.Identities.Dir != "" {
+		return m.cfg.Identities.Dir
+	}
+	return filepath.Join(m.cfg.DataDir, "creds")
+}
+
+// CredsFile is the seed file of the identity named name (core, admin,
+// agent-<project>, worker-<service>; see meshauth.Identity.Name).
+func (m *Mesh) CredsFile(name string) string { return meshauth.SeedPath(m.CredsDir(), name) }
 
 // Auth is the mesh's authorization service (policy store, issuer keys,
 // gate), or nil when Config.Auth is nil.

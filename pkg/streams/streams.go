@@ -99,9 +99,19 @@ func safeName(s string) string {
 // while a tool runs), and maxDeliver (-1: unlimited). The worker runtime
 // uses -1 and enforces its own poison limit, so JetStream never stops
 // delivering a command that has no result yet.
+//
+// One filter is set as FilterSubject, so the create request carries it in
+// its subject ($JS.API.CONSUMER.CREATE.<stream>.<durable>.<filter>) and a
+// NATS permission can pin a worker identity to its own filter
+// (internal/meshauth).
 func ConsumerConfig(name string, filters []string, ackWait time.Duration, maxDeliver int) jetstream.ConsumerConfig {
+	var one string
+	if len(filters) == 1 {
+		one, filters = filters[0], nil
+	}
 	return jetstream.ConsumerConfig{
 		Durable:        name,
+		FilterSubject:  one,
 		FilterSubjects: filters,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        ackWait,

@@ -1,7 +1,13 @@
 // Package natsauthz serves the authorization layer over NATS: the policy
 // service on cg.<ver>.<project>.<channel>.svc.authz.<op> (put, get,
-// config_get, config_put, test, query) and the audit publisher on
+// config_get, config_put, test, query, history, history_get, rollback,
+// issuer_key) and the audit publisher on
 // cg.<ver>.<project>.<channel>.evt.sys.authz.decision.
+//
+// Remote is the gate's policy source and key resolver for a worker outside
+// the mesh process (utpmesh worker): it reads configs, policy sets and
+// issuer public keys over the service, caches them for a short TTL, and
+// NewRemoteGate fails closed (auth_failed) when it cannot get them.
 //
 // The project in the subject scopes every operation: a request may only
 // read or change its subject's project. The service has no authentication
@@ -16,6 +22,8 @@ package natsauthz
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +32,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 )
@@ -45,6 +54,10 @@ const (
 	OpHistoryGet = "history_get"
 	// OpRollback stores a kept version's text as a new version.
 	OpRollback = "rollback"
+	// OpIssuerKey returns the project's mandate issuer public key (read
+	// only; the private key never leaves the mesh core). Workers outside
+	// the mesh process verify mandates with it (Remote).
+	OpIssuerKey = "issuer_key"
 )
 
 // Wire codes besides svc's common ones.
@@ -132,6 +145,13 @@ type (
 	QueryReply struct {
 		Residual *authz.Residual `json:"residual"`
 	}
+	// IssuerKeyReply is the reply of issuer_key: the project's issuer
+	// name, key id and Ed25519 public key (base64url, no padding).
+	IssuerKeyReply struct {
+		Issuer    string `json:"issuer"`
+		KID       string `json:"kid"`
+		PublicKey string `json:"public_key"`
+	}
 )
 
 // ServerConfig configures a Server.
@@ -143,8 +163,10 @@ type ServerConfig struct {
 	Gate     *authz.Gate
 	Querier  *authz.Querier
 	Registry registry.Registry
-	Version  string
-	Logger   *slog.Logger
+	// Keys serves issuer_key; without it issuer_key replies not_found.
+	Keys    *mandate.KeyDir
+	Version string
+	Logger  *slog.Logger
 }
 
 // Server serves the policy service.
@@ -165,7 +187,7 @@ func NewServer(nc *nats.Conn, cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, srv: srv}
 	for op, h := range map[string]svc.HandlerFunc{
 		OpPut: s.put, OpGet: s.get, OpConfigGet: s.configGet, OpConfigPut: s.configPut, OpTest: s.test, OpQuery: s.query,
-		OpHistory: s.history, OpHistoryGet: s.historyGet, OpRollback: s.rollback,
+		OpHistory: s.history, OpHistoryGet: s.historyGet, OpRollback: s.rollback, OpIssuerKey: s.issuerKey,
 	} {
 		if err := srv.Handle(op, h); err != nil {
 			return nil, err
@@ -272,6 +294,20 @@ func (s *Server) rollback(ctx context.Context, sc svc.Scope, data []byte) (any, 
 		return nil, err
 	}
 	return DocReply{Doc: doc}, nil
+}
+
+func (s *Server) issuerKey(ctx context.Context, sc svc.Scope, _ []byte) (any, error) {
+	if s.cfg.Keys == nil {
+		return nil, fmt.Errorf("%w: this mesh keeps no issuer keys", authz.ErrNotFound)
+	}
+	k, err := s.cfg.Keys.Load(ctx, sc.Project)
+	if errors.Is(err, mandate.ErrNoKey) {
+		return nil, fmt.Errorf("%w: %v", authz.ErrNotFound, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return IssuerKeyReply{Issuer: k.Issuer, KID: k.KID, PublicKey: base64.RawURLEncoding.EncodeToString(k.Public)}, nil
 }
 
 func (s *Server) get(ctx context.Context, sc svc.Scope, _ []byte) (any, error) {
@@ -469,6 +505,24 @@ func (c *Client) PutConfig(ctx context.Context, project string, cfg authz.Projec
 }
 
 var _ authz.PolicyHistory = (*Client)(nil)
+
+// IssuerKey returns the project's issuer public key (Private is nil); an
+// error wrapping authz.ErrNotFound when the project has none.
+func (c *Client) IssuerKey(ctx context.Context, project string) (*mandate.IssuerKey, error) {
+	var r IssuerKeyReply
+	if err := c.ep.Call(ctx, project, OpIssuerKey, struct{}{}, &r); err != nil {
+		return nil, err
+	}
+	pub, err := base64.RawURLEncoding.DecodeString(r.PublicKey)
+	if err != nil || len(pub) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("%w: issuer_key reply: public_key is not a base64url Ed25519 key", svc.ErrBadReply)
+	}
+	k := &mandate.IssuerKey{Project: project, Issuer: r.Issuer, KID: r.KID, Public: ed25519.PublicKey(pub)}
+	if k.Issuer != mandate.IssuerName(project) || k.KID != mandate.KeyID(k.Public) {
+		return nil, fmt.Errorf("%w: issuer_key reply: issuer %q / kid %q do not match project %s's key", svc.ErrBadReply, r.Issuer, r.KID, project)
+	}
+	return k, nil
+}
 
 // Test asks one authorization question.
 func (c *Client) Test(ctx context.Context, project string, req TestRequest) (*authz.Decision, error) {

@@ -70,7 +70,7 @@ func Start(ctx context.Context, nc *nats.Conn, cfg StartConfig) (*Service, error
 		return nil, err
 	}
 	s.Querier = &authz.Querier{Policies: st, Keys: s.Keys, Registry: cfg.Registry}
-	s.srv, err = NewServer(nc, ServerConfig{Store: st, Gate: s.Gate, Querier: s.Querier, Registry: cfg.Registry, Version: cfg.Version, Logger: cfg.Logger})
+	s.srv, err = NewServer(nc, ServerConfig{Store: st, Gate: s.Gate, Querier: s.Querier, Registry: cfg.Registry, Keys: s.Keys, Version: cfg.Version, Logger: cfg.Logger})
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("natsauthz: %w", err)

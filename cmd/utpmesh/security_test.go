@@ -1,0 +1,332 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/internal/meshauth"
+	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// actor is a connection with one identity whose async errors (permission
+// violations) are collected.
+type actor struct {
+	nc   *nats.Conn
+	errs chan error
+}
+
+func connectAs(t *testing.T, url, creds string) (*actor, error) {
+	t.Helper()
+	a := &actor{errs: make(chan error, 64)}
+	opts := []nats.Option{nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { a.errs <- err })}
+	if creds != "" {
+		opt, err := meshauth.Option(creds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts = append(opts, opt)
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(nc.Close)
+	a.nc = nc
+	return a, nil
+}
+
+// waitViolation waits for the server's permissions violation naming subj.
+func (a *actor) waitViolation(t *testing.T, kind, subj string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case err := <-a.errs:
+			s := strings.ToLower(err.Error())
+			if strings.Contains(s, "permissions violation for "+kind) && strings.Contains(err.Error(), subj) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no permissions violation for %s %q", kind, subj)
+		}
+	}
+}
+
+// TestNATSIdentities: with identities on, each role may do exactly its
+// part. The table is actor role × forbidden action → the server's
+// permissions violation; the legitimate path (admin writes the policy, an
+// agent calls echo, an external worker with worker credentials runs it
+// behind the gate, the inbox wakes the agent) still works.
+func TestNATSIdentities(t *testing.T) {
+	ctx := context.Background()
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quietLog, Auth: &mesh.AuthConfig{},
+		Projects: []string{"demo", "other"},
+		Identities: &mesh.IdentityConfig{Workers: []meshauth.Identity{
+			{Role: meshauth.RoleWorker, Service: "echo", Tools: []meshauth.Tool{{Name: "echo", Target: "echo"}}},
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	url := m.ClientURL()
+
+	w := startProc(t, "worker", "--nats", url, "--creds", m.CredsFile("worker-echo"), "--log-level", "debug", "echo")
+	w.waitLine(t, "worker serving")
+
+	admin, err := connectAs(t, url, m.CredsFile("admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := connectAs(t, url, m.CredsFile("agent-demo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wk, err := connectAs(t, url, m.CredsFile("worker-echo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Without credentials, or with a key the mesh never minted, no
+	// connection at all.
+	if _, err := connectAs(t, url, ""); !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("connect without credentials = %v, want authorization violation", err)
+	}
+	stranger := t.TempDir()
+	if _, _, err := meshauth.Ensure(stranger, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := connectAs(t, url, meshauth.SeedPath(stranger, "admin")); !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("connect with an unknown key = %v, want authorization violation", err)
+	}
+
+	v := subjects.DefaultVersion
+	pub := func(a *actor, subj string) func() error {
+		return func() error { return a.nc.Publish(subj, []byte("{}")) }
+	}
+	sub := func(a *actor, subj string) func() error {
+		return func() error { _, err := a.nc.SubscribeSync(subj); return err }
+	}
+	tests := []struct {
+		actor, action string
+		a             *actor
+		do            func() error
+		kind, subj    string
+	}{
+		{"agent", "publish a wakeup", agent, pub(agent, "cg."+v+".demo.main.cmd.agent.victim.wakeup"), "publish", "cg." + v + ".demo.main.cmd.agent.victim.wakeup"},
+		{"agent", "publish a report", agent, pub(agent, "cg."+v+".demo.main.cmd.sys.inbox.report"), "publish", "cg." + v + ".demo.main.cmd.sys.inbox.report"},
+		{"agent", "put a policy", agent, pub(agent, "cg."+v+".demo.default.svc.authz.put"), "publish", "cg." + v + ".demo.default.svc.authz.put"},
+		{"agent", "switch mandates off", agent, pub(agent, "cg."+v+".demo.default.svc.authz.config_put"), "publish", "cg." + v + ".demo.default.svc.authz.config_put"},
+		{"agent", "roll a policy back", agent, pub(agent, "cg."+v+".demo.default.svc.authz.rollback"), "publish", "cg." + v + ".demo.default.svc.authz.rollback"},
+		{"agent", "write the registry", agent, pub(agent, "cg."+v+".demo.default.svc.registry.put"), "publish", "cg." + v + ".demo.default.svc.registry.put"},
+		{"agent", "fetch echo's commands", agent, pub(agent, "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_"+v+".utp_tool_echo"), "publish", "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_" + v + ".utp_tool_echo"},
+		{"agent", "read tool commands", agent, sub(agent, "cg."+v+".demo.*.cmd.tool.echo"), "subscription", "cg." + v + ".demo.*.cmd.tool.echo"},
+		{"agent", "call a tool in another project", agent, pub(agent, "cg."+v+".other.main.cmd.tool.echo"), "publish", "cg." + v + ".other.main.cmd.tool.echo"},
+		{"agent", "use another project's CardStore", agent, pub(agent, "cg."+v+".other.default.svc.cardstore.put"), "publish", "cg." + v + ".other.default.svc.cardstore.put"},
+		{"agent", "wake up as another project's agent", agent, sub(agent, "cg."+v+".other.*.cmd.agent.*.wakeup"), "subscription", "cg." + v + ".other.*.cmd.agent.*.wakeup"},
+		{"agent", "publish an audit record", agent, pub(agent, "cg."+v+".demo.main.evt.sys.authz.decision"), "publish", "cg." + v + ".demo.main.evt.sys.authz.decision"},
+		{"agent", "write a tool.result (put_result)", agent, pub(agent, "cg."+v+".demo.default.svc.cardstore.put_result"), "publish", "cg." + v + ".demo.default.svc.cardstore.put_result"},
+		{"agent", "take a call's execution claim", agent, pub(agent, "cg."+v+".demo.default.svc.cardstore.claim"), "publish", "cg." + v + ".demo.default.svc.cardstore.claim"},
+		{"worker", "fetch the PMO's commands", wk, pub(wk, "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_"+v+".utp_pmo"), "publish", "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_" + v + ".utp_pmo"},
+		{"worker", "fetch another tool's commands", wk, pub(wk, "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_"+v+".utp_tool_atlas_task_list"), "publish", "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_" + v + ".utp_tool_atlas_task_list"},
+		{"worker", "widen its durable to every command", wk, pub(wk, "$JS.API.CONSUMER.CREATE.cg_cmd_"+v+".utp_tool_echo"), "publish", "$JS.API.CONSUMER.CREATE.cg_cmd_" + v + ".utp_tool_echo"},
+		{"worker", "create its durable on another filter", wk, pub(wk, "$JS.API.CONSUMER.CREATE.cg_cmd_"+v+".utp_tool_echo.cg."+v+".*.*.cmd.>"), "publish", "$JS.API.CONSUMER.CREATE.cg_cmd_" + v + ".utp_tool_echo.cg." + v + ".*.*.cmd.>"},
+		{"worker", "publish a wakeup", wk, pub(wk, "cg."+v+".demo.main.cmd.agent.victim.wakeup"), "publish", "cg." + v + ".demo.main.cmd.agent.victim.wakeup"},
+		{"worker", "put a policy", wk, pub(wk, "cg."+v+".demo.default.svc.authz.put"), "publish", "cg." + v + ".demo.default.svc.authz.put"},
+		{"worker", "publish a tool command", wk, pub(wk, "cg."+v+".demo.main.cmd.tool.echo"), "publish", "cg." + v + ".demo.main.cmd.tool.echo"},
+		{"worker", "read agents' wakeups", wk, sub(wk, "cg."+v+".demo.*.cmd.agent.*.wakeup"), "subscription", "cg." + v + ".demo.*.cmd.agent.*.wakeup"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.actor+" may not "+tc.action, func(t *testing.T) {
+			if err := tc.do(); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.a.nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			tc.a.waitViolation(t, tc.kind, tc.subj)
+		})
+	}
+
+	// A tool.result sent with put (which agents may use for their own
+	// cards) is refused: results go through put_result only.
+	t.Run("agent may not forge a result with put", func(t *testing.T) {
+		forged := &card.Card{CardID: card.NewID(), ProjectID: "demo", Type: card.TypeToolResult, ToolCallID: "call-victim",
+			CreatedAt: time.Now().UTC(), Metadata: card.Metadata{AgentID: "victim", AgentTurnID: "turn-victim", TurnEpoch: 1, StepID: "s1"},
+			Content: json.RawMessage(`{"status":"success","result":{"forged":true}}`)}
+		ep := svc.NewEndpoint(agent.nc, natsstore.ServiceName, natsstore.Codes)
+		err := ep.Call(ctx, "demo", natsstore.OpPut, map[string]any{"cards": []*card.Card{forged}}, &struct{}{})
+		if !errors.Is(err, natsstore.ErrWrongOp) || !strings.Contains(err.Error(), "only workers and the mesh core") {
+			t.Fatalf("forged result via put = %v, want wrong_op", err)
+		}
+		if _, err := m.Cards().FindToolResult(ctx, "demo", "turn-victim", "call-victim"); !errors.Is(err, cardstore.ErrNotFound) {
+			t.Fatalf("the forged result was stored: %v", err)
+		}
+	})
+
+	// The legitimate path, each role with its own identity.
+	t.Run("admin writes the policy, an agent calls, the worker runs it", func(t *testing.T) {
+		ac, _ := natsauthz.NewClient(admin.nc, "")
+		if _, err := ac.PutPolicies(ctx, "demo", `permit(principal, action == Action::"echo", resource in Project::"demo");`); err != nil {
+			t.Fatalf("admin put policy: %v", err)
+		}
+		key, _, err := m.Auth().Keys.Ensure(ctx, "demo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := mandate.Issue(key, mandate.Claims{Subject: "agent-sec", ExpiresAt: time.Now().Add(time.Hour).Unix(),
+			Mandate: mandate.Grant{PolicySet: `permit(principal, action == Action::"echo", resource);`}}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wake := make(chan *nats.Msg, 4)
+		wsub, _ := subjects.WakeupPattern(v, "demo", "*", "agent-sec")
+		if _, err := agent.nc.ChanSubscribe(wsub, wake); err != nil {
+			t.Fatal(err)
+		}
+		cards, err := natsstore.NewClient(agent.nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sendEchoVia(t, agent.nc, cards, tok, "agent-sec", "call-sec", `{"x":1}`)
+		r := waitResults(t, m, wake, map[string]bool{"call-sec": true})["call-sec"]
+		if r.Status != card.StatusSuccess {
+			t.Fatalf("result = %+v (error %+v), want success", r, r.Error)
+		}
+	})
+}
+
+// TestCLICreds: against a mesh with identities the CLI needs credentials,
+// says how to pass them, and works with the admin's.
+func TestCLICreds(t *testing.T) {
+	m, err := mesh.Start(context.Background(), mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quietLog, Auth: &mesh.AuthConfig{},
+		Identities: &mesh.IdentityConfig{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no credentials", []string{"policy", "config", "--project", "demo"}, 1, "the mesh requires credentials: pass --creds FILE or set $NATS_CREDS"},
+		{"missing file", []string{"policy", "config", "--project", "demo", "--creds", "/nonexistent/admin.nk"}, 2, "--creds: meshauth: credentials"},
+		{"admin", []string{"policy", "config", "--project", "demo", "--creds", m.CredsFile("admin")}, 0, "mandate required"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, code := runCLI(m, tc.args...)
+			if code != tc.code || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d, output:\n%s\nwant exit %d and %q", code, out, tc.code, tc.want)
+			}
+		})
+	}
+}
+
+// TestUpExternalWorkerWithCreds is issue 12's set-up with identities on:
+// `up --services atlas.utility`, an external `utpmesh worker echo` with the
+// worker-echo seed up minted, the operator CLI with the admin seed. A call
+// without a valid mandate is refused by the external worker; one with a
+// mandate runs there; a worker without credentials cannot connect.
+func TestUpExternalWorkerWithCreds(t *testing.T) {
+	cwd := t.TempDir()
+	dir := filepath.Join(cwd, "utpmesh-data") // the default --data, seen from cwd
+	url := "nats://127.0.0.1:" + freePort(t)
+	up := startProc(t, "up", "--data", dir, "--nats-listen", strings.TrimPrefix(url, "nats://"), "--metrics-addr", "", "--ui-listen", "",
+		"--services", "atlas.utility", "--log-level", "debug")
+	up.waitLine(t, "NATS identities ready")
+	creds := func(name string) string { return dir + "/creds/" + name + ".nk" }
+
+	if code, stderr := runProc(t, "worker", "--nats", url, "echo"); code != 1 || !strings.Contains(stderr, "Authorization Violation") {
+		t.Fatalf("worker without creds: exit %d, stderr:\n%s", code, stderr)
+	}
+	w := startProc(t, "worker", "--nats", url, "--creds", creds("worker-echo"), "--log-level", "debug", "echo")
+	w.waitLine(t, "worker serving")
+
+	cli := func(args ...string) (string, int) {
+		var out strings.Builder
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		code := runArgs(ctx, append(args, "--nats", url), &out, &out)
+		return out.String(), code
+	}
+	write := func(name, text string) string {
+		p := t.TempDir() + "/" + name
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	echo := write("echo.cedar", `permit(principal, action == Action::"echo", resource in Project::"demo");`+"\n")
+	if out, code := cli("policy", "put", "--project", "demo", "--yes", "--creds", creds("admin"), echo); code != 0 {
+		t.Fatalf("admin policy put: exit %d\n%s", code, out)
+	}
+	tok, code := runMandateIssue(t, dir, echo)
+	if code != 0 {
+		t.Fatalf("mandate issue: exit %d\n%s", code, tok)
+	}
+	own, err := mandate.GenerateKey("demo") // not the mesh's key
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := mandate.Issue(own, mandate.Claims{Subject: "a1", ExpiresAt: time.Now().Add(time.Hour).Unix(),
+		Mandate: mandate.Grant{PolicySet: `permit(principal, action == Action::"echo", resource);`}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, code := cli("call", "echo", "--args", `{"x":1}`, "--mandate", forged, "--creds", creds("admin")); code == 0 || !strings.Contains(out, "auth_failed") {
+		t.Fatalf("call with a bad mandate: exit %d\n%s", code, out)
+	}
+	if out, code := cli("call", "echo", "--args", `{"x":1}`, "--mandate", write("a1.jwt", tok), "--creds", creds("admin")); code != 0 || !strings.Contains(out, "success") {
+		t.Fatalf("call with a1's mandate: exit %d\n%s", code, out)
+	}
+	w.waitLine(t, "executing")
+
+	// On the mesh host a worker of one service finds its seed under
+	// ./utpmesh-data/creds without --creds.
+	local := exec.Command(os.Args[0], "worker", "--nats", url, "--instance", "local-echo", "echo")
+	local.Dir, local.Env = cwd, append(os.Environ(), "UTPMESH_TEST_EXEC=1", "NATS_CREDS=")
+	lerr, err := local.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := local.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = local.Process.Kill(); _ = local.Wait() })
+	sc := bufio.NewScanner(lerr)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "worker serving") {
+			return
+		}
+	}
+	t.Fatal("the local worker without --creds did not start serving")
+}
+
+func runMandateIssue(t *testing.T, dir, policy string) (string, int) {
+	t.Helper()
+	var out, errb strings.Builder
+	code := runArgs(context.Background(), []string{"mandate", "issue", "--project", "demo", "--agent", "a1", "--policy", policy, "--data", dir}, &out, &errb)
+	if code != 0 {
+		return errb.String(), code
+	}
+	return strings.TrimSpace(out.String()), 0
+}

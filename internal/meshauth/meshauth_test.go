@@ -1,0 +1,67 @@
+package meshauth_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/utpmesh/utpmesh/internal/meshauth"
+)
+
+func TestEnsure(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "creds")
+	pub, created, err := meshauth.Ensure(dir, "agent-demo")
+	if err != nil || !created || !strings.HasPrefix(pub, "U") {
+		t.Fatalf("first Ensure = %q, %v, %v", pub, created, err)
+	}
+	st, err := os.Stat(meshauth.SeedPath(dir, "agent-demo"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("seed file: %v, mode %v; want 0600", err, st.Mode())
+	}
+	again, created, err := meshauth.Ensure(dir, "agent-demo")
+	if err != nil || created || again != pub {
+		t.Fatalf("second Ensure = %q, %v, %v; want the same key, not created", again, created, err)
+	}
+	if _, err := meshauth.Option(meshauth.SeedPath(dir, "agent-demo")); err != nil {
+		t.Fatalf("Option(seed) = %v", err)
+	}
+	bad := filepath.Join(dir, "bad.nk")
+	if err := os.WriteFile(bad, []byte("not a seed\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := meshauth.Ensure(dir, "bad"); !errors.Is(err, meshauth.ErrCreds) || !strings.Contains(err.Error(), "delete it") {
+		t.Fatalf("Ensure on a corrupt seed = %v", err)
+	}
+	if _, err := meshauth.Option(filepath.Join(dir, "missing.nk")); !errors.Is(err, meshauth.ErrCreds) || !strings.Contains(err.Error(), "--creds") {
+		t.Fatalf("Option(missing) = %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		id   meshauth.Identity
+		name string
+		err  string
+	}{
+		{meshauth.Identity{Role: meshauth.RoleCore}, "core", ""},
+		{meshauth.Identity{Role: meshauth.RoleAdmin}, "admin", ""},
+		{meshauth.Identity{Role: meshauth.RoleAgent, Project: "demo"}, "agent-demo", ""},
+		{meshauth.Identity{Role: meshauth.RoleAgent, Project: "a.b"}, "agent-a.b", "project_id"},
+		{meshauth.Identity{Role: meshauth.RoleWorker, Service: "atlas.tasks", Tools: []meshauth.Tool{{Name: "ATLAS_TASK_LIST", Target: "atlas_task_list"}}}, "worker-atlas_tasks", ""},
+		{meshauth.Identity{Role: meshauth.RoleWorker, Service: "echo"}, "worker-echo", "needs a service and its tools"},
+		{meshauth.Identity{Role: "root"}, "root", `unknown role "root"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.id.Name(); got != tc.name {
+				t.Errorf("Name = %q, want %q", got, tc.name)
+			}
+			err := tc.id.Validate()
+			if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("Validate = %v, want %q", err, tc.err)
+			}
+		})
+	}
+}
