@@ -146,6 +146,7 @@ func TestUpServesATP(t *testing.T) {
 	}
 	cm := &cliMesh{url: url}
 	mand := filepath.Join(dir, "demo-mandate.jwt")
+	creds := filepath.Join(dir, "creds", "admin.nk") // up's identities are on; the CLI runs elsewhere
 	for _, tc := range []struct{ tool, args, want string }{
 		{"atp_get_booking_status", `{"booking_object_id":"` + bookingID + `"}`, `"state": "PRE_JOURNEY"`},
 		{"atp_get_context_package", `{"booking_object_id":"` + bookingID + `","fields":["payment"]}`, `"currency": "JPY"`},
@@ -153,9 +154,9 @@ func TestUpServesATP(t *testing.T) {
 		{"atp_search_activities", `{"category":"SKI"}`, `"act-ski-lesson"`},
 		{"atp_record_safety_check", `{"booking_object_id":"` + bookingID + `","check_type":"SKILL_ASSESSMENT","subject":"p-ben","outcome":"PASS","checked_by":"desk"}`, `"booking_object_status_unchanged": true`},
 	} {
-		wantContains(t, tc.tool, cm.must(t, 0, "call", tc.tool, "--mandate", mand, "--json", "--args", tc.args).stdout, tc.want)
+		wantContains(t, tc.tool, cm.must(t, 0, "call", tc.tool, "--mandate", mand, "--creds", creds, "--json", "--args", tc.args).stdout, tc.want)
 	}
-	wantContains(t, "events", cm.must(t, 0, "atp", "booking", "events", bookingID, "--mandate", mand).stdout, "SAFETY_CHECK")
+	wantContains(t, "events", cm.must(t, 0, "atp", "booking", "events", bookingID, "--mandate", mand, "--creds", creds).stdout, "SAFETY_CHECK")
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("up exited %d\n%s", code, errb.String())

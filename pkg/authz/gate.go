@@ -148,6 +148,30 @@ type AuthFailedDetail struct {
 	MandateJTI      string   `json:"mandate_jti,omitempty"`
 	BookingObjectID string   `json:"booking_object_id,omitempty"`
 	Policies        []string `json:"policies"`
+
+	// The ATP catalogue's denial body (issue 13, MCP-403-SCOPE), set only
+	// for actions in the ATPAction namespace: Error repeats Reason,
+	// RequiredScope is the tool's first required scope, MandateScopes what
+	// the mandate grants (as Granted), ATPErrorCode "MCP-403-SCOPE".
+	Error         string   `json:"error,omitempty"`
+	RequiredScope string   `json:"required_scope,omitempty"`
+	MandateScopes []string `json:"mandate_scopes,omitempty"`
+	ATPErrorCode  string   `json:"atp_error_code,omitempty"`
+}
+
+// ATPErrorScope is the atp_error_code of an ATP tool call the gate denies.
+const ATPErrorScope = "MCP-403-SCOPE"
+
+// withATPBody adds the ATP denial body when the action is an ATP action.
+func (d AuthFailedDetail) withATPBody() AuthFailedDetail {
+	if !strings.HasPrefix(d.RequiredAction, "ATPAction::") {
+		return d
+	}
+	d.Error, d.ATPErrorCode, d.MandateScopes = d.Reason, ATPErrorScope, nonNil(d.Granted)
+	if len(d.RequiredScopes) > 0 {
+		d.RequiredScope = d.RequiredScopes[0]
+	}
+	return d
 }
 
 // Authorize implements worker.Authorizer.
@@ -167,7 +191,7 @@ func (g *Gate) Authorize(ctx context.Context, call *worker.Call) error {
 	return worker.FailDetail(card.CodeAuthFailed, d.Message, AuthFailedDetail{
 		Reason: d.Reason, Tool: req.ToolName, RequiredAction: d.Action, RequiredScopes: nonNil(req.Scopes),
 		Granted: nonNil(d.Granted), MandateJTI: d.MandateJTI, BookingObjectID: d.BookingObjectID, Policies: nonNil(d.Policies),
-	})
+	}.withATPBody())
 }
 
 func nonNil(s []string) []string {
