@@ -18,11 +18,13 @@ import (
 	"github.com/utpmesh/utpmesh/services/cynode/audit"
 	"github.com/utpmesh/utpmesh/services/cynode/db"
 	"github.com/utpmesh/utpmesh/services/cynode/help"
+	"github.com/utpmesh/utpmesh/services/cynode/internal/egress"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
 	"github.com/utpmesh/utpmesh/services/cynode/model"
 	"github.com/utpmesh/utpmesh/services/cynode/node"
 	"github.com/utpmesh/utpmesh/services/cynode/skills"
 	"github.com/utpmesh/utpmesh/services/cynode/store"
+	"github.com/utpmesh/utpmesh/services/cynode/web"
 )
 
 // Config is the gateway configuration (the data directory's cynode.json).
@@ -36,6 +38,14 @@ type Model = gateway.Model
 
 // Limits are the size limits of a Config.
 type Limits = gateway.Limits
+
+// WebConfig configures web.fetch and web.search; WebPolicy is one
+// project's fetch policy; SearchConfig the search provider.
+type (
+	WebConfig    = gateway.WebConfig
+	WebPolicy    = gateway.WebPolicy
+	SearchConfig = gateway.SearchConfig
+)
 
 // Agent types.
 const (
@@ -69,6 +79,11 @@ type Deps struct {
 	// Context closes the store when it ends; nil: at process exit.
 	Context context.Context
 	Logger  *slog.Logger
+	// TestEgress lets tests reach their local servers (made-up host
+	// names, exempt address:port pairs). Its type is internal to
+	// services/cynode, so only this module's tests can set it; no
+	// configuration file can.
+	TestEgress *egress.Hooks
 }
 
 // DemoConfig is the configuration `utpmesh up` writes when the data
@@ -122,14 +137,18 @@ func (s *Service) Close() error {
 	return err
 }
 
-// Specs are every tool of the catalogue.
-func Specs() []gateway.Spec {
+// Specs are every tool of the catalogue (definitions: the web tools of
+// Specs do not run; Open builds the running ones).
+func Specs() []gateway.Spec { return specs(nil) }
+
+func specs(w *web.Service) []gateway.Spec {
 	var out []gateway.Spec
 	out = append(out, artifact.Specs()...)
 	out = append(out, db.Specs()...)
 	out = append(out, model.Specs()...)
 	out = append(out, skills.Specs()...)
 	out = append(out, node.Specs()...)
+	out = append(out, web.Specs(w)...)
 	out = append(out, help.Specs(Specs)...)
 	return out
 }
@@ -199,8 +218,13 @@ func Open(d Deps) (*Service, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	w, err := web.New(cfg.Web, d.TestEgress)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	s := &Service{Store: st, gw: gw}
-	for _, sp := range Specs() {
+	for _, sp := range specs(w) {
 		s.tools = append(s.tools, gw.Tool(sp))
 	}
 	if ctx := d.Context; ctx != nil {
