@@ -15,8 +15,8 @@ import (
 
 	"github.com/utpmesh/utpmesh/services/cynode"
 	"github.com/utpmesh/utpmesh/services/cynode/audit"
-	"github.com/utpmesh/utpmesh/services/cynode/internal/egress"
 	ct "github.com/utpmesh/utpmesh/services/cynode/internal/cynodetest"
+	"github.com/utpmesh/utpmesh/services/cynode/internal/egress"
 )
 
 // resolver answers made-up host names; rebind answers alternately the
