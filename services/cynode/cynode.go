@@ -14,6 +14,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/cynode/api"
 	"github.com/utpmesh/utpmesh/services/cynode/artifact"
 	"github.com/utpmesh/utpmesh/services/cynode/audit"
 	"github.com/utpmesh/utpmesh/services/cynode/db"
@@ -45,6 +46,15 @@ type (
 	WebConfig    = gateway.WebConfig
 	WebPolicy    = gateway.WebPolicy
 	SearchConfig = gateway.SearchConfig
+)
+
+// APIConfig declares api.call's providers; APIProvider, APIOperation and
+// APICredential are its parts.
+type (
+	APIConfig     = gateway.APIConfig
+	APIProvider   = gateway.APIProvider
+	APIOperation  = gateway.APIOperation
+	APICredential = gateway.APICredential
 )
 
 // Agent types.
@@ -139,9 +149,9 @@ func (s *Service) Close() error {
 
 // Specs are every tool of the catalogue (definitions: the web tools of
 // Specs do not run; Open builds the running ones).
-func Specs() []gateway.Spec { return specs(nil) }
+func Specs() []gateway.Spec { return specs(nil, nil) }
 
-func specs(w *web.Service) []gateway.Spec {
+func specs(w *web.Service, a *api.Service) []gateway.Spec {
 	var out []gateway.Spec
 	out = append(out, artifact.Specs()...)
 	out = append(out, db.Specs()...)
@@ -149,6 +159,7 @@ func specs(w *web.Service) []gateway.Spec {
 	out = append(out, skills.Specs()...)
 	out = append(out, node.Specs()...)
 	out = append(out, web.Specs(w)...)
+	out = append(out, api.Specs(a)...)
 	out = append(out, help.Specs(Specs)...)
 	return out
 }
@@ -223,8 +234,13 @@ func Open(d Deps) (*Service, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	a, err := api.New(cfg.API, d.DataDir, d.TestEgress)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	s := &Service{Store: st, gw: gw}
-	for _, sp := range specs(w) {
+	for _, sp := range specs(w, a) {
 		s.tools = append(s.tools, gw.Tool(sp))
 	}
 	if ctx := d.Context; ctx != nil {

@@ -18,6 +18,7 @@
 //	node      node.list node.get node.refresh_config
 //	help      help.get
 //	web       web.fetch web.search
+//	api       api.call
 //
 // Commands go to cg.<ver>.<project>.<channel>.cmd.tool.cynode.<tool name>;
 // every tool registers cedar_action Action::"mcp.tool.invoke", so the
@@ -43,7 +44,7 @@
 //
 // # Egress (internal/egress, package web)
 //
-// The web tools reach the network only through internal/egress: no proxy
+// The web tools and api.call reach the network only through internal/egress: no proxy
 // from the environment, every address a name resolves to checked (public
 // unicast only: no loopback, private, link-local/metadata, CGNAT,
 // reserved or multicast), the checked address dialed and checked again at

@@ -135,6 +135,8 @@ type Config struct {
 	Seed Seed `json:"seed,omitempty"`
 	// Web configures web.fetch and web.search.
 	Web WebConfig `json:"web,omitempty"`
+	// API declares the providers of api.call.
+	API APIConfig `json:"api,omitempty"`
 }
 
 // Seed is data stored at start when absent.
@@ -163,11 +165,11 @@ func (g *Gateway) Config() *Config { return g.cfg }
 // serves. Sandbox agents get no db.*, node.*, sandbox.*, model.*; PA agents
 // read the database but write nothing.
 var DefaultAllowlists = map[AgentType][]string{
-	PM: {"artifact.*", "db.*", "node.*", "model.*", "skills.*", "help.*", "web.*"},
+	PM: {"artifact.*", "db.*", "node.*", "model.*", "skills.*", "help.*", "web.*", "api.call"},
 	PA: {"artifact.*", "help.*", "skills.list", "skills.get", "web.*",
 		"db.task.get", "db.job.get", "db.system_setting.get", "db.system_setting.list",
 		"db.preference.get", "db.preference.list", "db.preference.effective", "db.project.get", "db.project.list"},
-	Sandbox: {"artifact.*", "help.*", "skills.list", "skills.get", "web.*"},
+	Sandbox: {"artifact.*", "help.*", "skills.list", "skills.get", "web.*", "api.call"},
 }
 
 // Allows reports whether a pattern list admits tool.
@@ -214,6 +216,9 @@ func (c *Config) Validate() error {
 		seen[m.ID] = true
 	}
 	if err := c.Web.Validate(); err != nil {
+		return err
+	}
+	if err := c.API.Validate(); err != nil {
 		return err
 	}
 	for t := range c.Allowlists {

@@ -26,6 +26,13 @@ func TestLoadConfig(t *testing.T) {
 		{"web: domain with a port", `{"web":{"projects":{"p":{"domains":["a.org:80"]}}}}`, `domains has "a.org:80"`},
 		{"web: upper-case domain", `{"web":{"projects":{"p":{"domains":["A.org"]}}}}`, `domains has "A.org"`},
 		{"web: port", `{"web":{"projects":{"p":{"domains":["a.org"],"ports":[0]}}}}`, "ports has 0"},
+		{"api ok", `{"api":{"providers":{"wx":{"base_url":"https://api.example.com/v1","projects":["p"],"credential":{"header":"Authorization","prefix":"Bearer ","env":"WX"},"operations":{"get":{"method":"GET","path":"/a/{id}","params_schema":{"type":"object"}}}}}}}`, ""},
+		{"api: base url with a password", `{"api":{"providers":{"wx":{"base_url":"https://u:p@api.example.com","operations":{"get":{"method":"GET","path":"/","params_schema":{}}}}}}}`, "api.providers.wx.base_url"},
+		{"api: no operations", `{"api":{"providers":{"wx":{"base_url":"https://api.example.com"}}}}`, "api.providers.wx.operations is empty"},
+		{"api: method", `{"api":{"providers":{"wx":{"base_url":"https://a.example","operations":{"get":{"method":"TRACE","path":"/","params_schema":{}}}}}}}`, `method "TRACE"`},
+		{"api: path climbs", `{"api":{"providers":{"wx":{"base_url":"https://a.example","operations":{"get":{"method":"GET","path":"/../admin","params_schema":{}}}}}}}`, `path "/../admin"`},
+		{"api: no params schema", `{"api":{"providers":{"wx":{"base_url":"https://a.example","operations":{"get":{"method":"GET","path":"/"}}}}}}`, "params_schema is missing"},
+		{"api: credential in two places", `{"api":{"providers":{"wx":{"base_url":"https://a.example","credential":{"header":"X","env":"A","file":"f"},"operations":{"get":{"method":"GET","path":"/","params_schema":{}}}}}}}`, "exactly one of env or file"},
 		{"web: search url", `{"web":{"search":{"url":"file:///x"}}}`, `web.search.url "file:///x" is not an http(s) URL`},
 	} {
 		path := filepath.Join(t.TempDir(), "cynode.json")
