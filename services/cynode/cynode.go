@@ -18,6 +18,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/cynode/artifact"
 	"github.com/utpmesh/utpmesh/services/cynode/audit"
 	"github.com/utpmesh/utpmesh/services/cynode/db"
+	"github.com/utpmesh/utpmesh/services/cynode/git"
 	"github.com/utpmesh/utpmesh/services/cynode/help"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/egress"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
@@ -55,6 +56,12 @@ type (
 	APIProvider   = gateway.APIProvider
 	APIOperation  = gateway.APIOperation
 	APICredential = gateway.APICredential
+)
+
+// GitConfig registers git.*'s repositories; GitRepo is one of them.
+type (
+	GitConfig = gateway.GitConfig
+	GitRepo   = gateway.GitRepo
 )
 
 // Agent types.
@@ -149,9 +156,9 @@ func (s *Service) Close() error {
 
 // Specs are every tool of the catalogue (definitions: the web tools of
 // Specs do not run; Open builds the running ones).
-func Specs() []gateway.Spec { return specs(nil, nil) }
+func Specs() []gateway.Spec { return specs(nil, nil, nil) }
 
-func specs(w *web.Service, a *api.Service) []gateway.Spec {
+func specs(w *web.Service, a *api.Service, g *git.Service) []gateway.Spec {
 	var out []gateway.Spec
 	out = append(out, artifact.Specs()...)
 	out = append(out, db.Specs()...)
@@ -160,6 +167,7 @@ func specs(w *web.Service, a *api.Service) []gateway.Spec {
 	out = append(out, node.Specs()...)
 	out = append(out, web.Specs(w)...)
 	out = append(out, api.Specs(a)...)
+	out = append(out, git.Specs(g)...)
 	out = append(out, help.Specs(Specs)...)
 	return out
 }
@@ -239,8 +247,13 @@ func Open(d Deps) (*Service, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	g, err := git.New(cfg.Git, d.DataDir)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	s := &Service{Store: st, gw: gw}
-	for _, sp := range specs(w, a) {
+	for _, sp := range specs(w, a, g) {
 		s.tools = append(s.tools, gw.Tool(sp))
 	}
 	if ctx := d.Context; ctx != nil {

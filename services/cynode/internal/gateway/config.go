@@ -137,6 +137,8 @@ type Config struct {
 	Web WebConfig `json:"web,omitempty"`
 	// API declares the providers of api.call.
 	API APIConfig `json:"api,omitempty"`
+	// Git registers the repositories of git.*.
+	Git GitConfig `json:"git,omitempty"`
 }
 
 // Seed is data stored at start when absent.
@@ -219,6 +221,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.API.Validate(); err != nil {
+		return err
+	}
+	if err := c.Git.Validate(); err != nil {
 		return err
 	}
 	for t := range c.Allowlists {
