@@ -19,6 +19,8 @@
 //	help      help.get
 //	web       web.fetch web.search
 //	api       api.call
+//	git       git.repo.validate git.branch.create git.changeset.apply
+//	          git.commit.create git.push git.pr.create (default deny)
 //
 // Commands go to cg.<ver>.<project>.<channel>.cmd.tool.cynode.<tool name>;
 // every tool registers cedar_action Action::"mcp.tool.invoke", so the
