@@ -29,7 +29,7 @@ STRESS_PKGS  = ./pkg/inbox ./pkg/worker ./pkg/agent ./pkg/mesh ./pkg/svc ./pkg/t
 	./internal/webui/...
 STRESS_COUNT ?= 10
 
-.PHONY: all build test stress browser git ui-screenshot lint fuzz bench clean
+.PHONY: all build test stress browser git bwrap ui-screenshot lint fuzz bench clean
 
 all: build test
 
@@ -42,10 +42,11 @@ build:
 ## throughout, so every package runs under -race). The UI's browser test
 ## (cmd/utpmesh TestUIBrowser) must run here: UTPMESH_REQUIRE_BROWSER=1 makes
 ## it fail, not skip, when no Chromium is found; UTPMESH_REQUIRE_GIT=1 does the
-## same for the cynode git.* tests and the git binary.
-test: browser git
+## same for the cynode git.* tests and the git binary, UTPMESH_REQUIRE_BWRAP=1
+## for the cynode sandbox tests and bubblewrap.
+test: browser git bwrap
 	$(GO) vet ./...
-	UTPMESH_REQUIRE_BROWSER=1 UTPMESH_REQUIRE_GIT=1 $(GO) test -race -count=1 -timeout 12m ./...
+	UTPMESH_REQUIRE_BROWSER=1 UTPMESH_REQUIRE_GIT=1 UTPMESH_REQUIRE_BWRAP=1 $(GO) test -race -count=1 -timeout 12m ./...
 
 ## browser: install Debian's chromium for the UI's browser test, only when no
 ## browser is found (quiet, non-interactive; sudo when not root)
@@ -66,6 +67,16 @@ git:
 	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends git >/dev/null
+
+## bwrap: install Debian's bubblewrap for the cynode sandbox tests, only when
+## it is missing (quiet, non-interactive; sudo when not root)
+bwrap:
+	@if command -v bwrap >/dev/null 2>&1; then exit 0; fi; \
+	echo "make: installing bubblewrap (apt-get) for the cynode sandbox tests"; \
+	command -v apt-get >/dev/null 2>&1 || { echo "make: no bwrap and no apt-get: install bubblewrap"; exit 1; }; \
+	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null
 
 ## ui-screenshot: re-take docs/img/ui-turn.png with the browser test
 ui-screenshot: browser

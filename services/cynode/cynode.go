@@ -24,6 +24,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
 	"github.com/utpmesh/utpmesh/services/cynode/model"
 	"github.com/utpmesh/utpmesh/services/cynode/node"
+	"github.com/utpmesh/utpmesh/services/cynode/sandbox"
 	"github.com/utpmesh/utpmesh/services/cynode/skills"
 	"github.com/utpmesh/utpmesh/services/cynode/store"
 	"github.com/utpmesh/utpmesh/services/cynode/web"
@@ -57,6 +58,9 @@ type (
 	APIOperation  = gateway.APIOperation
 	APICredential = gateway.APICredential
 )
+
+// SandboxConfig configures sandbox.*.
+type SandboxConfig = gateway.SandboxConfig
 
 // GitConfig registers git.*'s repositories; GitRepo is one of them.
 type (
@@ -156,9 +160,9 @@ func (s *Service) Close() error {
 
 // Specs are every tool of the catalogue (definitions: the web tools of
 // Specs do not run; Open builds the running ones).
-func Specs() []gateway.Spec { return specs(nil, nil, nil) }
+func Specs() []gateway.Spec { return specs(nil, nil, nil, nil) }
 
-func specs(w *web.Service, a *api.Service, g *git.Service) []gateway.Spec {
+func specs(w *web.Service, a *api.Service, g *git.Service, sb *sandbox.Service) []gateway.Spec {
 	var out []gateway.Spec
 	out = append(out, artifact.Specs()...)
 	out = append(out, db.Specs()...)
@@ -168,6 +172,7 @@ func specs(w *web.Service, a *api.Service, g *git.Service) []gateway.Spec {
 	out = append(out, web.Specs(w)...)
 	out = append(out, api.Specs(a)...)
 	out = append(out, git.Specs(g)...)
+	out = append(out, sandbox.Specs(sb)...)
 	out = append(out, help.Specs(Specs)...)
 	return out
 }
@@ -252,8 +257,13 @@ func Open(d Deps) (*Service, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	sb, err := sandbox.New(cfg.Sandbox, d.DataDir)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	s := &Service{Store: st, gw: gw}
-	for _, sp := range specs(w, a, g) {
+	for _, sp := range specs(w, a, g, sb) {
 		s.tools = append(s.tools, gw.Tool(sp))
 	}
 	if ctx := d.Context; ctx != nil {

@@ -139,6 +139,8 @@ type Config struct {
 	API APIConfig `json:"api,omitempty"`
 	// Git registers the repositories of git.*.
 	Git GitConfig `json:"git,omitempty"`
+	// Sandbox configures sandbox.*.
+	Sandbox SandboxConfig `json:"sandbox,omitempty"`
 }
 
 // Seed is data stored at start when absent.
@@ -167,7 +169,7 @@ func (g *Gateway) Config() *Config { return g.cfg }
 // serves. Sandbox agents get no db.*, node.*, sandbox.*, model.*; PA agents
 // read the database but write nothing.
 var DefaultAllowlists = map[AgentType][]string{
-	PM: {"artifact.*", "db.*", "node.*", "model.*", "skills.*", "help.*", "web.*", "api.call"},
+	PM: {"artifact.*", "db.*", "node.*", "model.*", "skills.*", "help.*", "web.*", "api.call", "sandbox.*"},
 	PA: {"artifact.*", "help.*", "skills.list", "skills.get", "web.*",
 		"db.task.get", "db.job.get", "db.system_setting.get", "db.system_setting.list",
 		"db.preference.get", "db.preference.list", "db.preference.effective", "db.project.get", "db.project.list"},
@@ -224,6 +226,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Git.Validate(); err != nil {
+		return err
+	}
+	if err := c.Sandbox.Validate(); err != nil {
 		return err
 	}
 	for t := range c.Allowlists {
