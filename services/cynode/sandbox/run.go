@@ -150,17 +150,20 @@ func (s *Service) run(ctx context.Context, work string, uid int, argv []string, 
 	case errors.As(werr, &ee):
 		res.ExitCode = ee.ExitCode()
 	}
+	// One name, the cause before its symptoms: a fork bomb also floods
+	// stderr with "Cannot fork", so max_procs comes before
+	// max_output_bytes.
 	switch {
 	case ctx.Err() != nil:
 		res.LimitHit = LimitTimeout
+	case strings.Contains(res.Stderr, "Cannot fork") || strings.Contains(res.Stderr, "Resource temporarily unavailable"):
+		res.LimitHit = LimitProcs
 	case res.StdoutTruncated || res.StderrTruncated:
 		res.LimitHit = LimitOutput
 	case res.ExitCode == 128+int(syscall.SIGXCPU) || res.ExitCode == 128+int(syscall.SIGKILL) && res.DurationMS >= int64(l.CPUSeconds)*1000:
 		res.LimitHit = LimitCPU
 	case res.ExitCode == 128+int(syscall.SIGXFSZ) || strings.Contains(res.Stderr, "File size limit exceeded"):
 		res.LimitHit = LimitFile
-	case strings.Contains(res.Stderr, "Cannot fork") || strings.Contains(res.Stderr, "Resource temporarily unavailable"):
-		res.LimitHit = LimitProcs
 	case res.ExitCode == 128+int(syscall.SIGSEGV) || res.ExitCode == 128+int(syscall.SIGABRT) ||
 		strings.Contains(res.Stderr, "MemoryError") || strings.Contains(res.Stderr, "Cannot allocate memory") || strings.Contains(res.Stderr, "out of memory"):
 		res.LimitHit = LimitMemory
