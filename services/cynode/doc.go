@@ -19,6 +19,8 @@
 //	help      help.get
 //	web       web.fetch web.search
 //	api       api.call
+//	sandbox   sandbox.create|exec|put_file|get_file|stream_logs|destroy
+//	          sandbox.allowed_images.list|add
 //	git       git.repo.validate git.branch.create git.changeset.apply
 //	          git.commit.create git.push git.pr.create (default deny)
 //
