@@ -29,7 +29,7 @@ STRESS_PKGS  = ./pkg/inbox ./pkg/worker ./pkg/agent ./pkg/mesh ./pkg/svc ./pkg/t
 	./internal/webui/...
 STRESS_COUNT ?= 10
 
-.PHONY: all build test stress browser mcp-client ui-screenshot lint fuzz bench clean
+.PHONY: all build test stress browser git bwrap mcp-client ui-screenshot lint fuzz bench clean
 
 all: build test
 
@@ -41,10 +41,12 @@ build:
 ## test: go vet, then every test with the race detector (the mesh is concurrent
 ## throughout, so every package runs under -race). The UI's browser test
 ## (cmd/utpmesh TestUIBrowser) must run here: UTPMESH_REQUIRE_BROWSER=1 makes
-## it fail, not skip, when no Chromium is found.
-test: browser mcp-client
+## it fail, not skip, when no Chromium is found; UTPMESH_REQUIRE_GIT=1 does the
+## same for the cynode git.* tests and the git binary, UTPMESH_REQUIRE_BWRAP=1
+## for the cynode sandbox tests and bubblewrap.
+test: browser git bwrap mcp-client
 	$(GO) vet ./...
-	UTPMESH_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -timeout 12m ./...
+	UTPMESH_REQUIRE_BROWSER=1 UTPMESH_REQUIRE_GIT=1 UTPMESH_REQUIRE_BWRAP=1 $(GO) test -race -count=1 -timeout 12m ./...
 
 ## browser: install Debian's chromium for the UI's browser test, only when no
 ## browser is found (quiet, non-interactive; sudo when not root)
@@ -55,6 +57,26 @@ browser:
 	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+
+## git: install Debian's git for the cynode git.* tests, only when it is
+## missing (quiet, non-interactive; sudo when not root)
+git:
+	@if command -v git >/dev/null 2>&1; then exit 0; fi; \
+	echo "make: installing git (apt-get) for the cynode git.* tests"; \
+	command -v apt-get >/dev/null 2>&1 || { echo "make: no git and no apt-get: install git"; exit 1; }; \
+	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends git >/dev/null
+
+## bwrap: install Debian's bubblewrap for the cynode sandbox tests, only when
+## it is missing (quiet, non-interactive; sudo when not root)
+bwrap:
+	@if command -v bwrap >/dev/null 2>&1; then exit 0; fi; \
+	echo "make: installing bubblewrap (apt-get) for the cynode sandbox tests"; \
+	command -v apt-get >/dev/null 2>&1 || { echo "make: no bwrap and no apt-get: install bubblewrap"; exit 1; }; \
+	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null
 
 ## mcp-client: install the MCP TypeScript SDK (npm, from the committed
 ## package-lock) for the MCP bridge's foreign-client test, when npm is there

@@ -14,15 +14,20 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/cynode/api"
 	"github.com/utpmesh/utpmesh/services/cynode/artifact"
 	"github.com/utpmesh/utpmesh/services/cynode/audit"
 	"github.com/utpmesh/utpmesh/services/cynode/db"
+	"github.com/utpmesh/utpmesh/services/cynode/git"
 	"github.com/utpmesh/utpmesh/services/cynode/help"
+	"github.com/utpmesh/utpmesh/services/cynode/internal/egress"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
 	"github.com/utpmesh/utpmesh/services/cynode/model"
 	"github.com/utpmesh/utpmesh/services/cynode/node"
+	"github.com/utpmesh/utpmesh/services/cynode/sandbox"
 	"github.com/utpmesh/utpmesh/services/cynode/skills"
 	"github.com/utpmesh/utpmesh/services/cynode/store"
+	"github.com/utpmesh/utpmesh/services/cynode/web"
 )
 
 // Config is the gateway configuration (the data directory's cynode.json).
@@ -36,6 +41,32 @@ type Model = gateway.Model
 
 // Limits are the size limits of a Config.
 type Limits = gateway.Limits
+
+// WebConfig configures web.fetch and web.search; WebPolicy is one
+// project's fetch policy; SearchConfig the search provider.
+type (
+	WebConfig    = gateway.WebConfig
+	WebPolicy    = gateway.WebPolicy
+	SearchConfig = gateway.SearchConfig
+)
+
+// APIConfig declares api.call's providers; APIProvider, APIOperation and
+// APICredential are its parts.
+type (
+	APIConfig     = gateway.APIConfig
+	APIProvider   = gateway.APIProvider
+	APIOperation  = gateway.APIOperation
+	APICredential = gateway.APICredential
+)
+
+// SandboxConfig configures sandbox.*.
+type SandboxConfig = gateway.SandboxConfig
+
+// GitConfig registers git.*'s repositories; GitRepo is one of them.
+type (
+	GitConfig = gateway.GitConfig
+	GitRepo   = gateway.GitRepo
+)
 
 // Agent types.
 const (
@@ -69,6 +100,11 @@ type Deps struct {
 	// Context closes the store when it ends; nil: at process exit.
 	Context context.Context
 	Logger  *slog.Logger
+	// TestEgress lets tests reach their local servers (made-up host
+	// names, exempt address:port pairs). Its type is internal to
+	// services/cynode, so only this module's tests can set it; no
+	// configuration file can.
+	TestEgress *egress.Hooks
 }
 
 // DemoConfig is the configuration `utpmesh up` writes when the data
@@ -122,14 +158,21 @@ func (s *Service) Close() error {
 	return err
 }
 
-// Specs are every tool of the catalogue.
-func Specs() []gateway.Spec {
+// Specs are every tool of the catalogue (definitions: the web tools of
+// Specs do not run; Open builds the running ones).
+func Specs() []gateway.Spec { return specs(nil, nil, nil, nil) }
+
+func specs(w *web.Service, a *api.Service, g *git.Service, sb *sandbox.Service) []gateway.Spec {
 	var out []gateway.Spec
 	out = append(out, artifact.Specs()...)
 	out = append(out, db.Specs()...)
 	out = append(out, model.Specs()...)
 	out = append(out, skills.Specs()...)
 	out = append(out, node.Specs()...)
+	out = append(out, web.Specs(w)...)
+	out = append(out, api.Specs(a)...)
+	out = append(out, git.Specs(g)...)
+	out = append(out, sandbox.Specs(sb)...)
 	out = append(out, help.Specs(Specs)...)
 	return out
 }
@@ -199,8 +242,28 @@ func Open(d Deps) (*Service, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	w, err := web.New(cfg.Web, d.TestEgress)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	a, err := api.New(cfg.API, d.DataDir, d.TestEgress)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	g, err := git.New(cfg.Git, d.DataDir)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	sb, err := sandbox.New(cfg.Sandbox, d.DataDir)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	s := &Service{Store: st, gw: gw}
-	for _, sp := range Specs() {
+	for _, sp := range specs(w, a, g, sb) {
 		s.tools = append(s.tools, gw.Tool(sp))
 	}
 	if ctx := d.Context; ctx != nil {

@@ -17,6 +17,12 @@
 //	skills    skills.create|list|get|update|delete
 //	node      node.list node.get node.refresh_config
 //	help      help.get
+//	web       web.fetch web.search
+//	api       api.call
+//	sandbox   sandbox.create|exec|put_file|get_file|stream_logs|destroy
+//	          sandbox.allowed_images.list|add
+//	git       git.repo.validate git.branch.create git.changeset.apply
+//	          git.commit.create git.push git.pr.create (default deny)
 //
 // Commands go to cg.<ver>.<project>.<channel>.cmd.tool.cynode.<tool name>;
 // every tool registers cedar_action Action::"mcp.tool.invoke", so the
@@ -39,6 +45,17 @@
 // {"status":"error","error":{type,message,details}}. Every call leaves an
 // audit record (package audit) with ids, decision, status, duration and
 // error type, never the arguments or the result.
+//
+// # Egress (internal/egress, package web)
+//
+// The web tools and api.call reach the network only through internal/egress: no proxy
+// from the environment, every address a name resolves to checked (public
+// unicast only: no loopback, private, link-local/metadata, CGNAT,
+// reserved or multicast), the checked address dialed and checked again at
+// connect, redirects returned to the caller and followed one hop at a
+// time against the project's policy. Tests reach local servers through
+// egress.Hooks (Deps.TestEgress), a type only code under services/cynode
+// can name, so no configuration file can lift the checks.
 //
 // # Data
 //

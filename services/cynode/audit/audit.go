@@ -55,6 +55,9 @@ type Record struct {
 	Status     string    `json:"status"`
 	DurationMS int64     `json:"duration_ms"`
 	ErrorType  string    `json:"error_type,omitempty"`
+	// ChangesetHash is the sha256 of the changeset a git tool applied or
+	// committed (hex).
+	ChangesetHash string `json:"changeset_hash,omitempty"`
 }
 
 // Server is the Record.Server of every CyNodeAI tool.

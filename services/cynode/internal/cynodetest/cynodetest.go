@@ -25,6 +25,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/services/cynode"
 	"github.com/utpmesh/utpmesh/services/cynode/audit"
+	"github.com/utpmesh/utpmesh/services/cynode/internal/egress"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -74,6 +75,13 @@ type Harness struct {
 // nil); it stops when the test ends.
 func Start(t testing.TB, cfg *cynode.Config) *Harness {
 	t.Helper()
+	return StartEgress(t, cfg, nil)
+}
+
+// StartEgress is Start with test egress hooks (local servers, made-up
+// host names) for the web tools.
+func StartEgress(t testing.TB, cfg *cynode.Config, hooks *egress.Hooks) *Harness {
+	t.Helper()
 	if cfg == nil {
 		cfg = Config()
 	}
@@ -90,7 +98,7 @@ func Start(t testing.TB, cfg *cynode.Config) *Harness {
 		return nc, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := cynode.Open(cynode.Deps{Resolve: resolve, DataDir: dir, Config: cfg, Keys: mandate.StaticKeys{key}, Context: ctx, Logger: Quiet})
+	svc, err := cynode.Open(cynode.Deps{Resolve: resolve, DataDir: dir, Config: cfg, Keys: mandate.StaticKeys{key}, Context: ctx, Logger: Quiet, TestEgress: hooks})
 	if err != nil {
 		cancel()
 		t.Fatalf("cynode: %v", err)

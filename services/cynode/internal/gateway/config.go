@@ -133,6 +133,14 @@ type Config struct {
 	// starts (when they do not exist yet). Part 1 has no User API Gateway
 	// that creates tasks; this is how an operator (and the demo) gets them.
 	Seed Seed `json:"seed,omitempty"`
+	// Web configures web.fetch and web.search.
+	Web WebConfig `json:"web,omitempty"`
+	// API declares the providers of api.call.
+	API APIConfig `json:"api,omitempty"`
+	// Git registers the repositories of git.*.
+	Git GitConfig `json:"git,omitempty"`
+	// Sandbox configures sandbox.*.
+	Sandbox SandboxConfig `json:"sandbox,omitempty"`
 }
 
 // Seed is data stored at start when absent.
@@ -161,11 +169,11 @@ func (g *Gateway) Config() *Config { return g.cfg }
 // serves. Sandbox agents get no db.*, node.*, sandbox.*, model.*; PA agents
 // read the database but write nothing.
 var DefaultAllowlists = map[AgentType][]string{
-	PM: {"artifact.*", "db.*", "node.*", "model.*", "skills.*", "help.*"},
-	PA: {"artifact.*", "help.*", "skills.list", "skills.get",
+	PM: {"artifact.*", "db.*", "node.*", "model.*", "skills.*", "help.*", "web.*", "api.call", "sandbox.*"},
+	PA: {"artifact.*", "help.*", "skills.list", "skills.get", "web.*",
 		"db.task.get", "db.job.get", "db.system_setting.get", "db.system_setting.list",
 		"db.preference.get", "db.preference.list", "db.preference.effective", "db.project.get", "db.project.list"},
-	Sandbox: {"artifact.*", "help.*", "skills.list", "skills.get"},
+	Sandbox: {"artifact.*", "help.*", "skills.list", "skills.get", "web.*", "api.call"},
 }
 
 // Allows reports whether a pattern list admits tool.
@@ -210,6 +218,18 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("cynode config: model %q is listed twice", m.ID)
 		}
 		seen[m.ID] = true
+	}
+	if err := c.Web.Validate(); err != nil {
+		return err
+	}
+	if err := c.API.Validate(); err != nil {
+		return err
+	}
+	if err := c.Git.Validate(); err != nil {
+		return err
+	}
+	if err := c.Sandbox.Validate(); err != nil {
+		return err
 	}
 	for t := range c.Allowlists {
 		if !slices.Contains(AgentTypes, t) {

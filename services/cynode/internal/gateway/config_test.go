@@ -18,6 +18,22 @@ func TestLoadConfig(t *testing.T) {
 		{"model without provider", `{"models":[{"model_id":"m"}]}`, "models[0] needs model_id and provider"},
 		{"model twice", `{"models":[{"model_id":"m","provider":"p"},{"model_id":"m","provider":"p"}]}`, `model "m" is listed twice`},
 		{"not json", `agents: {}`, "invalid character"},
+		{"web ok", `{"web":{"projects":{"p":{"domains":["example.org","*.example.org","*"],"schemes":["https"],"ports":[443]}},"search":{"url":"http://127.0.0.1:8888/search"}}}`, ""},
+		{"web: no test switch in the file", `{"web":{"allow_loopback":true}}`, `unknown field "allow_loopback"`},
+		{"web: too many redirects", `{"web":{"max_redirects":6}}`, "web.max_redirects is 6; use 1..5"},
+		{"web: scheme", `{"web":{"projects":{"p":{"schemes":["ftp"],"domains":["a.org"]}}}}`, `web.projects.p.schemes has "ftp"; use http or https`},
+		{"web: no domains", `{"web":{"projects":{"p":{}}}}`, "web.projects.p.domains is empty"},
+		{"web: domain with a port", `{"web":{"projects":{"p":{"domains":["a.org:80"]}}}}`, `domains has "a.org:80"`},
+		{"web: upper-case domain", `{"web":{"projects":{"p":{"domains":["A.org"]}}}}`, `domains has "A.org"`},
+		{"web: port", `{"web":{"projects":{"p":{"domains":["a.org"],"ports":[0]}}}}`, "ports has 0"},
+		{"api ok", `{"api":{"providers":{"wx":{"base_url":"https://api.example.com/v1","projects":["p"],"credential":{"header":"Authorization","prefix":"Bearer ","env":"WX"},"operations":{"get":{"method":"GET","path":"/a/{id}","params_schema":{"type":"object"}}}}}}}`, ""},
+		{"api: base url with a password", `{"api":{"providers":{"wx":{"base_url":"https://u:p@api.example.com","operations":{"get":{"method":"GET","path":"/","params_schema":{}}}}}}}`, "api.providers.wx.base_url"},
+		{"api: no operations", `{"api":{"providers":{"wx":{"base_url":"https://api.example.com"}}}}`, "api.providers.wx.operations is empty"},
+		{"api: method", `{"api":{"providers":{"wx":{"base_url":"https://a.example","operations":{"get":{"method":"TRACE","path":"/","params_schema":{}}}}}}}`, `method "TRACE"`},
+		{"api: path climbs", `{"api":{"providers":{"wx":{"base_url":"https://a.example","operations":{"get":{"method":"GET","path":"/../admin","params_schema":{}}}}}}}`, `path "/../admin"`},
+		{"api: no params schema", `{"api":{"providers":{"wx":{"base_url":"https://a.example","operations":{"get":{"method":"GET","path":"/"}}}}}}`, "params_schema is missing"},
+		{"api: credential in two places", `{"api":{"providers":{"wx":{"base_url":"https://a.example","credential":{"header":"X","env":"A","file":"f"},"operations":{"get":{"method":"GET","path":"/","params_schema":{}}}}}}}`, "exactly one of env or file"},
+		{"web: search url", `{"web":{"search":{"url":"file:///x"}}}`, `web.search.url "file:///x" is not an http(s) URL`},
 	} {
 		path := filepath.Join(t.TempDir(), "cynode.json")
 		if err := os.WriteFile(path, []byte(tc.json), 0o600); err != nil {

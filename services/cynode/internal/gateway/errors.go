@@ -24,6 +24,7 @@ const (
 	TypeConflict         = "conflict"
 	TypePolicyViolation  = "policy_violation"
 	TypeUnavailable      = "unavailable"
+	TypeUpstream         = "upstream_error"
 	TypeInternal         = "internal"
 )
 
@@ -33,7 +34,7 @@ var codes = map[string]card.ErrorCode{
 	TypeNotAllowed: card.CodeAuthFailed, TypeAccessDenied: card.CodeAuthFailed,
 	TypeInvalidArgument: card.CodeBadRequest, TypeSizeLimit: card.CodeBadRequest, TypeResponseTooLarge: card.CodeBadRequest,
 	TypeNotFound: card.CodeBadRequest, TypeAlreadyExists: card.CodeBadRequest, TypeConflict: card.CodeBadRequest, TypePolicyViolation: card.CodeBadRequest,
-	TypeUnavailable: card.CodeUpstreamUnavailable, TypeInternal: card.CodeInternalError,
+	TypeUnavailable: card.CodeUpstreamUnavailable, TypeUpstream: card.CodeUpstreamUnavailable, TypeInternal: card.CodeInternalError,
 }
 
 // Error is the response model's error: {type, message, details}.

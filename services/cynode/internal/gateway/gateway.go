@@ -141,6 +141,8 @@ type Exec struct {
 	Config *Config
 	// Conn provides the mesh's NATS connection (nil when not configured).
 	Conn func(ctx context.Context) (*nats.Conn, error)
+	// ChangesetHash, set by a git tool, goes into the call's audit record.
+	ChangesetHash string
 }
 
 // Bind decodes the arguments.
@@ -242,7 +244,9 @@ func (g *Gateway) run(ctx context.Context, sp Spec, call *worker.Call, a ids, re
 	rec.Decision = audit.DecisionAllow
 	x := &Exec{Call: call, Identity: id, Project: call.ProjectID, TaskID: a.TaskID, RunID: a.RunID, JobID: a.JobID,
 		Args: call.Arguments, Now: g.now().UTC(), Limits: g.limits, Store: g.st, Config: g.cfg, Conn: g.conn}
-	return sp.Run(ctx, x)
+	v, err := sp.Run(ctx, x)
+	rec.ChangesetHash = x.ChangesetHash
+	return v, err
 }
 
 // identify resolves the caller from the call's mandate: the mandate must

@@ -1,0 +1,184 @@
+package cynode_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/utpmesh/utpmesh/services/cynode"
+	ct "github.com/utpmesh/utpmesh/services/cynode/internal/cynodetest"
+	"github.com/utpmesh/utpmesh/services/cynode/store"
+)
+
+// needBwrap skips without bubblewrap, unless UTPMESH_REQUIRE_BWRAP=1
+// (make test), where its absence fails the test.
+func needBwrap(t *testing.T) {
+	t.Helper()
+	for _, bin := range []string{"bwrap", "prlimit"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if os.Getenv("UTPMESH_REQUIRE_BWRAP") == "1" {
+				t.Fatalf("%s is not installed and UTPMESH_REQUIRE_BWRAP=1: run make bwrap", bin)
+			}
+			t.Skipf("%s is not installed: sandboxes run in bubblewrap with prlimit (make bwrap installs them)", bin)
+		}
+	}
+}
+
+func startSandbox(t *testing.T) *ct.Harness {
+	t.Helper()
+	needBwrap(t)
+	cfg := ct.Config()
+	cfg.Sandbox = cynode.SandboxConfig{MemoryBytes: 128 << 20, CPUSeconds: 2, MaxProcs: 32, MaxFileBytes: 1 << 20, MaxOutputBytes: 4096, TimeoutMS: 10000}
+	h := ct.Start(t, cfg)
+	seed(t, h)
+	h.OK(ct.PMAgent, "sandbox.create", map[string]any{"task_id": "t1", "job_id": "j1", "image_ref": "builtin:host-usr"})
+	return h
+}
+
+func sbExec(cmd string, argv ...string) map[string]any {
+	if argv == nil {
+		argv = []string{}
+	}
+	return map[string]any{"task_id": "t1", "job_id": "j1", "command": cmd, "argv": argv}
+}
+
+func TestSandboxLifecycle(t *testing.T) {
+	h := startSandbox(t)
+	h.OK(ct.PMAgent, "sandbox.put_file", map[string]any{"task_id": "t1", "job_id": "j1", "path": "in/hello.txt", "content_bytes_base64": b64("hello\n")})
+	r := h.OK(ct.PMAgent, "sandbox.exec", sbExec("/bin/sh", "-c", "cat in/hello.txt; echo oops >&2; pwd; id -u; tr a-z A-Z < in/hello.txt > out.txt; exit 3"))
+	if r["exit_code"] != float64(3) || !strings.HasPrefix(ct.Str(r, "stdout"), "hello\n/work\n2") || ct.Str(r, "stderr") != "oops\n" || r["limit_hit"] != nil {
+		t.Fatalf("exec = %v", r)
+	}
+	got := h.OK(ct.PMAgent, "sandbox.get_file", map[string]any{"task_id": "t1", "job_id": "j1", "path": "out.txt"})
+	if got["content_bytes_base64"] != b64("HELLO\n") {
+		t.Fatalf("get_file = %v", got)
+	}
+	logs := h.OK(ct.PMAgent, "sandbox.stream_logs", map[string]any{"task_id": "t1", "job_id": "j1", "limit_bytes": 10})
+	if logs["next_offset"] != float64(10) || logs["eof"] != false {
+		t.Fatalf("stream_logs page 1 = %v", logs)
+	}
+	rest := h.OK(ct.PMAgent, "sandbox.stream_logs", map[string]any{"task_id": "t1", "job_id": "j1", "offset": 10})
+	if all := ct.Str(logs, "data") + ct.Str(rest, "data"); !strings.Contains(all, `exec ["/bin/sh","-c"`) || !strings.Contains(all, "oops") || !strings.Contains(all, "[exit 3]") || rest["eof"] != true {
+		t.Fatalf("logs = %q", all)
+	}
+	h.Fail(ct.PMAgent, "sandbox.create", map[string]any{"task_id": "t1", "job_id": "j1", "image_ref": "builtin:host-usr"}, "already_exists")
+	h.OK(ct.PMAgent, "sandbox.destroy", map[string]any{"task_id": "t1", "job_id": "j1"})
+	h.Fail(ct.PMAgent, "sandbox.exec", sbExec("/bin/true"), "not_found")
+	h.Fail(ct.PMAgent, "sandbox.create", map[string]any{"task_id": "t1", "job_id": "j-foreign", "image_ref": "builtin:host-usr"}, "not_found")
+	h.Fail(ct.PMAgent, "sandbox.create", map[string]any{"task_id": "t1", "job_id": "j1", "image_ref": "docker.io/library/python:3.12"}, "policy_violation")
+	h.Fail(ct.SandboxAgent, "sandbox.create", map[string]any{"task_id": "t1", "job_id": "j1", "image_ref": "builtin:host-usr"}, "not_allowed")
+}
+
+// TestSandboxHostile: each attack is contained, and the result names the
+// limit that contained it.
+func TestSandboxHostile(t *testing.T) {
+	h := startSandbox(t)
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	port := srv.URL[strings.LastIndexByte(srv.URL, ':')+1:]
+	for _, tc := range []struct {
+		name  string
+		argv  []string
+		limit string
+		check func(r map[string]any) bool
+	}{
+		{"fork bomb", []string{"/bin/sh", "-c", "b() { b | b & }; b; sleep 1; echo done"}, "max_procs", nil},
+		{"memory hog", []string{"/bin/sh", "-c", `x=$(head -c 400000000 /dev/zero | tr '\0' a); echo ${#x}`}, "memory_bytes", nil},
+		{"infinite output", []string{"/usr/bin/yes", "spam"}, "max_output_bytes", func(r map[string]any) bool { return len(ct.Str(r, "stdout")) == 4096 && r["stdout_truncated"] == true }},
+		{"endless loop", []string{"/bin/sh", "-c", "while :; do :; done"}, "cpu_seconds", nil},
+		{"sleeps forever", []string{"/bin/sleep", "1000"}, "timeout_ms", nil},
+		{"huge file", []string{"/bin/sh", "-c", "head -c 5000000 /dev/zero > big"}, "max_file_bytes", nil},
+		{"network", []string{"/bin/sh", "-c", `tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; /usr/bin/perl -e 'use Socket; socket(S, PF_INET, SOCK_STREAM, 0) or die "socket: $!\n"; connect(S, pack_sockaddr_in(` + port + `, inet_aton("127.0.0.1"))) or die "connect: $!\n"; print "connected\n"'`}, "", func(r map[string]any) bool {
+			// Only its own loopback exists, and the host's server is not on it.
+			return ct.Str(r, "stdout") == "lo\n" && strings.Contains(ct.Str(r, "stderr"), "connect: Connection refused") && r["exit_code"] != float64(0)
+		}},
+		{"host files", []string{"/bin/sh", "-c", "cat /etc/passwd /etc/shadow /root/.bashrc; ls /home; touch /usr/owned"}, "", func(r map[string]any) bool {
+			e := ct.Str(r, "stderr")
+			return r["exit_code"] != float64(0) && strings.Contains(e, "/etc/passwd: No such file") && strings.Contains(e, "Read-only file system")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := sbExec(tc.argv[0], tc.argv[1:]...)
+			if tc.name == "sleeps forever" {
+				args["timeout_ms"] = 1000
+			}
+			r := h.OK(ct.PMAgent, "sandbox.exec", args)
+			if tc.limit != "" && r["limit_hit"] != tc.limit {
+				t.Fatalf("limit_hit %v, want %s: %v", r["limit_hit"], tc.limit, r)
+			}
+			if tc.check != nil && !tc.check(r) {
+				t.Fatalf("not contained: %v", r)
+			}
+		})
+	}
+	if hits.Load() != 0 {
+		t.Fatal("the sandbox reached the host's server")
+	}
+	// The sandbox's uid has no process left.
+	if out, _ := exec.Command("pgrep", "-u", fmt.Sprint(uidOf(t, h)), "-c").Output(); strings.TrimSpace(string(out)) != "0" {
+		t.Fatalf("processes left behind: %s", out)
+	}
+
+	t.Run("symlink escape", func(t *testing.T) {
+		h.OK(ct.PMAgent, "sandbox.exec", sbExec("/bin/sh", "-c", "ln -s /etc/passwd leak; ln -s / rootlink; mkdir -p d; ln -s ../../.. d/up"))
+		for _, p := range []string{"leak", "rootlink/etc/passwd", "d/up/meta.json"} {
+			h.Fail(ct.PMAgent, "sandbox.get_file", map[string]any{"task_id": "t1", "job_id": "j1", "path": p}, "policy_violation")
+			h.Fail(ct.PMAgent, "sandbox.put_file", map[string]any{"task_id": "t1", "job_id": "j1", "path": p, "content_bytes_base64": b64("pwned")}, "policy_violation")
+		}
+		for _, p := range []string{"../meta.json", "/etc/passwd"} {
+			h.Fail(ct.PMAgent, "sandbox.get_file", map[string]any{"task_id": "t1", "job_id": "j1", "path": p}, "invalid_argument")
+		}
+		if raw, err := os.ReadFile("/etc/passwd"); err != nil || strings.Contains(string(raw), "pwned") {
+			t.Fatalf("/etc/passwd: %v", err)
+		}
+	})
+}
+
+func uidOf(t *testing.T, h *ct.Harness) int {
+	t.Helper()
+	r := h.OK(ct.PMAgent, "sandbox.exec", sbExec("/usr/bin/id", "-u"))
+	var uid int
+	fmt.Sscanf(ct.Str(r, "stdout"), "%d", &uid)
+	return uid
+}
+
+func TestSandboxAllowedImages(t *testing.T) {
+	h := startSandbox(t)
+	list := h.OK(ct.PMAgent, "sandbox.allowed_images.list", map[string]any{})
+	if imgs := list["images"].([]any); len(imgs) != 1 || ct.Str(imgs[0], "image_ref") != "builtin:host-usr" {
+		t.Fatalf("list = %v", list)
+	}
+	add := map[string]any{"image_ref": "docker.io/library/python:3.12", "name": "python", "task_id": "t1"}
+	msg := h.Fail(ct.PMAgent, "sandbox.allowed_images.add", add, "access_denied")
+	if !strings.Contains(msg, "agents.project_manager.sandbox.allow_add_to_allowed_images") {
+		t.Fatalf("gate message: %s", msg)
+	}
+	h.Fail(ct.PAAgent, "sandbox.allowed_images.list", map[string]any{}, "not_allowed")
+	h.Fail(ct.SandboxAgent, "sandbox.allowed_images.add", add, "not_allowed")
+	h.OK(ct.PMAgent, "db.system_setting.create", map[string]any{"key": "agents.project_manager.sandbox.allow_add_to_allowed_images", "value": true, "value_type": "boolean"})
+	added := h.OK(ct.PMAgent, "sandbox.allowed_images.add", add)
+	if added["added_by"] != ct.PMAgent {
+		t.Fatalf("add = %v", added)
+	}
+	h.Fail(ct.PMAgent, "sandbox.allowed_images.add", add, "already_exists")
+	list = h.OK(ct.PMAgent, "sandbox.allowed_images.list", map[string]any{"limit": 1})
+	next := h.OK(ct.PMAgent, "sandbox.allowed_images.list", map[string]any{"limit": 1, "cursor": ct.Str(list, "next_cursor")})
+	if ct.Str(next, "images", 0, "image_ref") != "docker.io/library/python:3.12" || ct.Str(next, "images", 0, "added_by") != ct.PMAgent || ct.Str(next, "next_cursor") != "" {
+		t.Fatalf("list page 2 = %v", next)
+	}
+	// Allowed, but this build has no image store: said so, not faked.
+	if err := h.Service.Store.PutJob(context.Background(), store.Job{ID: "j2", TaskID: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+	msg = h.Fail(ct.PMAgent, "sandbox.create", map[string]any{"task_id": "t1", "job_id": "j2", "image_ref": "docker.io/library/python:3.12"}, "unavailable")
+	if !strings.Contains(msg, "no rootfs") {
+		t.Fatalf("unresolvable image: %s", msg)
+	}
+}
