@@ -1,6 +1,7 @@
 # utpmesh — build, test, lint, fuzz, bench.
-# Every Go tool comes through the Go toolchain; `make test` installs Debian's
-# chromium (for the web UI's browser test) with apt-get when it is missing.
+# Every Go tool comes through the Go toolchain; `make test` installs what the
+# tests need beyond Go when it is missing: Debian's chromium, git and
+# bubblewrap (apt-get) and the MCP TypeScript SDK (npm ci).
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -29,7 +30,7 @@ STRESS_PKGS  = ./pkg/inbox ./pkg/worker ./pkg/agent ./pkg/mesh ./pkg/svc ./pkg/t
 	./internal/webui/...
 STRESS_COUNT ?= 10
 
-.PHONY: all build test stress browser git bwrap mcp-client ui-screenshot lint fuzz bench clean
+.PHONY: all build test test-deps mcp-client stress ui-screenshot lint fuzz bench clean
 
 all: build test
 
@@ -44,39 +45,25 @@ build:
 ## it fail, not skip, when no Chromium is found; UTPMESH_REQUIRE_GIT=1 does the
 ## same for the cynode git.* tests and the git binary, UTPMESH_REQUIRE_BWRAP=1
 ## for the cynode sandbox tests and bubblewrap.
-test: browser git bwrap mcp-client
+test: test-deps mcp-client
 	$(GO) vet ./...
 	UTPMESH_REQUIRE_BROWSER=1 UTPMESH_REQUIRE_GIT=1 UTPMESH_REQUIRE_BWRAP=1 $(GO) test -race -count=1 -timeout 12m ./...
 
-## browser: install Debian's chromium for the UI's browser test, only when no
-## browser is found (quiet, non-interactive; sudo when not root)
-browser:
-	@if [ -n "$$UTPMESH_CHROMIUM" ] || command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1; then exit 0; fi; \
-	echo "make: installing chromium (apt-get) for the UI's browser test"; \
-	command -v apt-get >/dev/null 2>&1 || { echo "make: no chromium and no apt-get: install Chromium, or set UTPMESH_CHROMIUM=/path/to/chrome"; exit 1; }; \
+## test-deps: install, with one apt-get, the Debian packages the tests need
+## and the machine lacks: chromium (the web UI's browser test), git (cynode
+## git.*), bubblewrap (cynode sandboxes). Quiet and non-interactive; sudo
+## when not root; nothing to do when all are there.
+test-deps:
+	@pkgs=; \
+	{ [ -n "$$UTPMESH_CHROMIUM" ] || command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1; } || pkgs="$$pkgs chromium"; \
+	command -v git >/dev/null 2>&1 || pkgs="$$pkgs git"; \
+	command -v bwrap >/dev/null 2>&1 || pkgs="$$pkgs bubblewrap"; \
+	[ -n "$$pkgs" ] || exit 0; \
+	echo "make: installing$$pkgs (apt-get) for the tests"; \
+	command -v apt-get >/dev/null 2>&1 || { echo "make: missing$$pkgs and no apt-get: install them (or set UTPMESH_CHROMIUM=/path/to/chrome)"; exit 1; }; \
 	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
-	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
-
-## git: install Debian's git for the cynode git.* tests, only when it is
-## missing (quiet, non-interactive; sudo when not root)
-git:
-	@if command -v git >/dev/null 2>&1; then exit 0; fi; \
-	echo "make: installing git (apt-get) for the cynode git.* tests"; \
-	command -v apt-get >/dev/null 2>&1 || { echo "make: no git and no apt-get: install git"; exit 1; }; \
-	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
-	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends git >/dev/null
-
-## bwrap: install Debian's bubblewrap for the cynode sandbox tests, only when
-## it is missing (quiet, non-interactive; sudo when not root)
-bwrap:
-	@if command -v bwrap >/dev/null 2>&1; then exit 0; fi; \
-	echo "make: installing bubblewrap (apt-get) for the cynode sandbox tests"; \
-	command -v apt-get >/dev/null 2>&1 || { echo "make: no bwrap and no apt-get: install bubblewrap"; exit 1; }; \
-	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
-	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$pkgs >/dev/null
 
 ## mcp-client: install the MCP TypeScript SDK (npm, from the committed
 ## package-lock) for the MCP bridge's foreign-client test, when npm is there
@@ -89,7 +76,7 @@ mcp-client:
 	npm ci --prefix $$d --no-audit --no-fund --loglevel=error >/dev/null
 
 ## ui-screenshot: re-take docs/img/ui-turn.png with the browser test
-ui-screenshot: browser
+ui-screenshot: test-deps
 	UTPMESH_UI_SCREENSHOT=1 $(GO) test -count=1 -run '^TestUIBrowser$$' ./cmd/utpmesh
 
 ## stress: the timing-sensitive packages STRESS_COUNT times each under -race,

@@ -19,9 +19,9 @@ func needGit(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		if os.Getenv("UTPMESH_REQUIRE_GIT") == "1" {
-			t.Fatal("git is not installed and UTPMESH_REQUIRE_GIT=1: run make git (apt-get install -y git)")
+			t.Fatal("git is not installed and UTPMESH_REQUIRE_GIT=1: run make test-deps (apt-get install -y git)")
 		}
-		t.Skip("git is not installed: the git.* tools run the git binary (make git installs it)")
+		t.Skip("git is not installed: the git.* tools run the git binary (make test-deps installs it)")
 	}
 }
 

@@ -23,9 +23,9 @@ func needBwrap(t *testing.T) {
 	for _, bin := range []string{"bwrap", "prlimit"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			if os.Getenv("UTPMESH_REQUIRE_BWRAP") == "1" {
-				t.Fatalf("%s is not installed and UTPMESH_REQUIRE_BWRAP=1: run make bwrap", bin)
+				t.Fatalf("%s is not installed and UTPMESH_REQUIRE_BWRAP=1: run make test-deps", bin)
 			}
-			t.Skipf("%s is not installed: sandboxes run in bubblewrap with prlimit (make bwrap installs them)", bin)
+			t.Skipf("%s is not installed: sandboxes run in bubblewrap with prlimit (make test-deps installs them)", bin)
 		}
 	}
 }
