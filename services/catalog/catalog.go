@@ -92,7 +92,7 @@ func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, err
 // cynodeService adapts the CyNodeAI catalogue (one service: its tools share
 // one store and one gateway) to the catalogue.
 func cynodeService() Service {
-	return Service{Name: "cynode", Description: "CyNodeAI catalogue behind its gateway: artifact.*, db.*, model.*, skills.*, node.*, help.get", KeepsFiles: true,
+	return Service{Name: "cynode", Description: "CyNodeAI catalogue behind its gateway: artifact.*, db.*, model.*, skills.*, node.*, help.get, web.*, api.call, git.*, sandbox.*", KeepsFiles: true,
 		Build: func(d Deps) ([]worker.Tool, error) {
 			cd := cynode.Deps{NC: d.NC, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger}
 			if d.Late != nil {
