@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -18,7 +17,6 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/services/atp"
-	"github.com/utpmesh/utpmesh/services/catalog"
 )
 
 // startATPMesh starts a gated mesh serving the ATP catalogue the way
@@ -26,31 +24,9 @@ import (
 // and mandate in root/utpmesh-data).
 func startATPMesh(t *testing.T, root string) *cliMesh {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	dir := filepath.Join(root, "utpmesh-data")
-	late := catalog.NewLate()
-	tools, err := catalog.Build([]string{"atp"}, catalog.Deps{DataDir: dir, Context: ctx, Late: late})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: &mesh.AuthConfig{States: atp.StatesFor(dir)}})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		_ = m.Stop(sctx)
-		cancel()
+	return startServicesMesh(t, root, []string{"atp"}, func(dir string) *mesh.AuthConfig {
+		return &mesh.AuthConfig{States: atp.StatesFor(dir)}
 	})
-	late.Set(m.Conn(), m.Cards())
-	if _, err := setupAuth(ctx, m); err != nil {
-		t.Fatal(err)
-	}
-	return &cliMesh{m: m, url: m.ClientURL()}
 }
 
 func TestATPAndHEMCommands(t *testing.T) {

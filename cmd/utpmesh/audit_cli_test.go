@@ -1,18 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/utpmesh/utpmesh/pkg/mesh"
-	"github.com/utpmesh/utpmesh/services/catalog"
 	"github.com/utpmesh/utpmesh/services/cynode/audit"
 )
 
@@ -21,32 +16,9 @@ import (
 // mandate), calls its tools with `utpmesh call` and reads the audit trail
 // with `utpmesh audit ls`.
 func TestCynodeThroughTheCLI(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
 	root := t.TempDir()
 	dir := filepath.Join(root, "utpmesh-data")
-	late := catalog.NewLate()
-	tools, err := catalog.Build([]string{"cynode"}, catalog.Deps{DataDir: dir, Context: ctx, Late: late})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: &mesh.AuthConfig{}})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		_ = m.Stop(sctx)
-		cancel()
-	})
-	late.Set(m.Conn(), m.Cards())
-	if _, err := setupAuth(ctx, m); err != nil {
-		t.Fatal(err)
-	}
-	cm := &cliMesh{m: m, url: m.ClientURL()}
+	cm := startServicesMesh(t, root, []string{"cynode"}, nil)
 	mandate := filepath.Join(dir, "demo-mandate.jwt")
 
 	content := base64.StdEncoding.EncodeToString([]byte("hello"))

@@ -58,16 +58,28 @@ func startCLIMesh(t *testing.T) *cliMesh {
 // local 'up' would leave it run with t.Chdir(root).
 func startGatedMesh(t *testing.T, root string) *cliMesh {
 	t.Helper()
+	return startServicesMesh(t, root, []string{"echo", "atlas.calendar", "atlas.utility"}, nil)
+}
+
+// startServicesMesh is startGatedMesh serving the given catalogue
+// services; auth, when set, gives the mesh's AuthConfig for its data
+// directory (e.g. ATP's booking states).
+func startServicesMesh(t *testing.T, root string, services []string, auth func(dir string) *mesh.AuthConfig) *cliMesh {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := filepath.Join(root, "utpmesh-data")
 	late := catalog.NewLate()
-	tools, err := catalog.Build([]string{"echo", "atlas.calendar", "atlas.utility"}, catalog.Deps{DataDir: dir, Context: ctx, Late: late})
+	tools, err := catalog.Build(services, catalog.Deps{DataDir: dir, Context: ctx, Late: late})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
+	ac := &mesh.AuthConfig{}
+	if auth != nil {
+		ac = auth(dir)
+	}
 	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: &mesh.AuthConfig{}})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: ac})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
