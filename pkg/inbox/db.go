@@ -41,8 +41,6 @@ var (
 	bucketPending = []byte("pending")
 	bucketEpochs  = []byte("epochs")
 	allBuckets    = [][]byte{bucketMeta, bucketEntries, bucketCalls, bucketAgents, bucketPending, bucketEpochs}
-
-	metaSchemaVersion = []byte("schema_version")
 )
 
 const schemaVersion = "1"

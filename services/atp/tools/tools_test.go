@@ -83,11 +83,6 @@ func smtpServer(t *testing.T) (addr string, msgs chan string) {
 	return ln.Addr().String(), msgs
 }
 
-type hook struct {
-	got    chan map[string]string
-	status int
-}
-
 func webhook(t *testing.T, status int) (*httptest.Server, chan map[string]string, chan http.Header) {
 	t.Helper()
 	got := make(chan map[string]string, 10)
