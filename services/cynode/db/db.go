@@ -312,7 +312,9 @@ func newSetting(x *gateway.Exec, sc store.Scope, pref bool, a settingArgs) (stor
 	return s, nil
 }
 
-func settingCreate(pref bool) func(context.Context, *gateway.Exec) (any, error) {
+// settingPut is create or update of a setting or preference: put is
+// store.Store's CreateSetting or UpdateSetting.
+func settingPut(pref bool, put func(store.Store, context.Context, store.Scope, store.Setting, store.Write) (store.Setting, error)) func(context.Context, *gateway.Exec) (any, error) {
 	return func(ctx context.Context, x *gateway.Exec) (any, error) {
 		a, sc, err := bindSetting(ctx, x, pref)
 		if err != nil {
@@ -322,22 +324,16 @@ func settingCreate(pref bool) func(context.Context, *gateway.Exec) (any, error) 
 		if err != nil {
 			return nil, err
 		}
-		return x.Store.CreateSetting(ctx, sc, s, write(x, a))
+		return put(x.Store, ctx, sc, s, write(x, a))
 	}
 }
 
+func settingCreate(pref bool) func(context.Context, *gateway.Exec) (any, error) {
+	return settingPut(pref, store.Store.CreateSetting)
+}
+
 func settingUpdate(pref bool) func(context.Context, *gateway.Exec) (any, error) {
-	return func(ctx context.Context, x *gateway.Exec) (any, error) {
-		a, sc, err := bindSetting(ctx, x, pref)
-		if err != nil {
-			return nil, err
-		}
-		s, err := newSetting(x, sc, pref, a)
-		if err != nil {
-			return nil, err
-		}
-		return x.Store.UpdateSetting(ctx, sc, s, write(x, a))
-	}
+	return settingPut(pref, store.Store.UpdateSetting)
 }
 
 func settingDelete(pref bool) func(context.Context, *gateway.Exec) (any, error) {
