@@ -60,6 +60,14 @@ func InboxReport(ver, project, channel string) (Subject, error) {
 	})
 }
 
+// InboxReportRequest builds cg.<ver>.<project>.<channel>.svc.inbox.report,
+// where a worker sends a report as a request and the inbox answers once
+// the entry is durable (the report's other path, InboxReport, stores it in
+// the command stream first).
+func InboxReportRequest(ver, project, channel string) (Subject, error) {
+	return Service(ver, project, channel, "inbox", "report")
+}
+
 // AgentWakeup builds cg.<ver>.<project>.<channel>.cmd.agent.<agent_id>.wakeup.
 // An invalid agentID is reported with role "agent_id".
 func AgentWakeup(ver, project, channel, agentID string) (Subject, error) {

@@ -17,6 +17,32 @@ func AllCommands(ver string) (string, error) {
 	return prefix + "." + ver + ".*.*.cmd.>", nil
 }
 
+// StreamCommands returns the patterns of the command stream: every tool
+// command and every sys command (PMO built-ins, inbox reports) of version
+// ver in every project and channel:
+//
+//	cg.<ver>.*.*.cmd.tool.>
+//	cg.<ver>.*.*.cmd.sys.>
+//
+// Agent commands (wakeups) are not among them: they have a stream of their
+// own (AgentCommands), so their writes do not queue behind tool commands.
+func StreamCommands(ver string) ([]string, error) {
+	if e := checkToken("ver", ver); e != nil {
+		return nil, e
+	}
+	p := prefix + "." + ver + ".*.*.cmd."
+	return []string{p + "tool.>", p + "sys.>"}, nil
+}
+
+// AgentCommands returns cg.<ver>.*.*.cmd.agent.>, every agent command
+// (wakeup) of version ver in every project and channel.
+func AgentCommands(ver string) (string, error) {
+	if e := checkToken("ver", ver); e != nil {
+		return "", e
+	}
+	return prefix + "." + ver + ".*.*.cmd.agent.>", nil
+}
+
 // AllEvents returns cg.<ver>.*.*.evt.>, every event of version ver in every
 // project and channel.
 func AllEvents(ver string) (string, error) {

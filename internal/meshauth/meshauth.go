@@ -122,7 +122,7 @@ func Permissions(ver string, id Identity) *server.Permissions {
 			p + "cmd.tool.>",
 			p + "cmd.sys.pmo.internal.*",
 			p + "svc.registry.get", p + "svc.registry.list",
-			p + "svc.inbox.*",
+			p + "svc.inbox.list", p + "svc.inbox.get", p + "svc.inbox.ack", p + "svc.inbox.set_epoch",
 			p + "svc.worker.*",
 			"$SRV.>",
 			"$JS.API.INFO",
@@ -143,7 +143,7 @@ func Permissions(ver string, id Identity) *server.Permissions {
 	case RoleWorker:
 		a := "cg." + ver + ".*.*."
 		pub := []string{
-			a + "cmd.sys.inbox.report",
+			a + "cmd.sys.inbox.report", a + "svc.inbox.report",
 			a + "evt.sys.deadletter.command",
 			a + "evt.sys.authz.decision",
 			a + "svc.cardstore.*",
@@ -151,7 +151,7 @@ func Permissions(ver string, id Identity) *server.Permissions {
 			a + "svc.authz.get", a + "svc.authz.config_get", a + "svc.authz.issuer_key",
 			"$JS.API.INFO",
 		}
-		for _, s := range []string{cmd, evt} {
+		for _, s := range []string{cmd, streams.WakeupStream(ver), evt} {
 			pub = append(pub, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s, "$JS.API.STREAM.INFO."+s)
 		}
 		sub := []string{"_INBOX.>", a + "evt.sys.toolcall.cancel", a + "svc.worker.*", "$SRV.>"}

@@ -155,7 +155,7 @@ func (c *Client) Call(ctx context.Context, req CallRequest) (*Outcome, error) {
 	if err := c.send(ctx, p); err != nil {
 		return nil, err
 	}
-	wk, err := c.await(ctx, p.pending, w)
+	wk, err := c.await(ctx, p.pending, w, !p.freshID)
 	if err != nil {
 		return nil, err
 	}
@@ -181,6 +181,9 @@ func (c *Client) Dispatch(ctx context.Context, req CallRequest) (*Pending, error
 type prepared struct {
 	pending Pending
 	card    *card.Card
+	// freshID: the client made the tool_call_id, so no result of it can
+	// exist before the command is sent.
+	freshID bool
 }
 
 // prepare validates req, looks the tool up and builds the tool.call card.
@@ -191,7 +194,8 @@ func (c *Client) prepare(ctx context.Context, req CallRequest) (*prepared, error
 	if req.ToolName == "" {
 		return nil, fmt.Errorf("%w: tool_name is required", ErrInvalid)
 	}
-	if req.ToolCallID == "" {
+	freshID := req.ToolCallID == ""
+	if freshID {
 		req.ToolCallID = card.NewID()
 	}
 	if req.StepID == "" {
@@ -301,7 +305,7 @@ func (c *Client) prepare(ctx context.Context, req CallRequest) (*prepared, error
 	if err := cc.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: tool.call card: %v", ErrInvalid, err)
 	}
-	return &prepared{card: cc, pending: Pending{
+	return &prepared{card: cc, freshID: freshID, pending: Pending{
 		AgentTurnID: req.AgentTurnID, TurnEpoch: req.TurnEpoch, StepID: req.StepID,
 		ToolCallID: req.ToolCallID, ToolCallCardID: cc.CardID, ToolName: req.ToolName,
 		TargetSubject: subj.String(), AfterExecution: ae, Traceparent: tp,
@@ -354,13 +358,17 @@ func (c *Client) send(ctx context.Context, p *prepared) error {
 	return nil
 }
 
-// await waits for the call's wakeup. It first reads the inbox (the result
-// may already be there: a re-used tool_call_id, a wakeup that a reconnect
-// swallowed), then waits on the subscription, re-reading the inbox every
-// PollInterval.
-func (c *Client) await(ctx context.Context, pd Pending, w *waiter) (utp.Wakeup, error) {
-	if wk, ok := c.checkInbox(ctx, pd); ok {
-		return wk, nil
+// await waits for the call's wakeup. When checkFirst is set (a
+// tool_call_id the caller chose, which may have a result already) it
+// first reads the inbox; then it waits on the subscription, re-reading the
+// inbox every PollInterval (a wakeup that a reconnect swallowed). A call
+// with a fresh id needs no first read: the waiter was registered before
+// the command was sent, so its wakeup cannot pass by.
+func (c *Client) await(ctx context.Context, pd Pending, w *waiter, checkFirst bool) (utp.Wakeup, error) {
+	if checkFirst {
+		if wk, ok := c.checkInbox(ctx, pd); ok {
+			return wk, nil
+		}
 	}
 	var tick <-chan time.Time
 	if c.poll > 0 {
@@ -443,7 +451,11 @@ func (c *Client) finish(ctx context.Context, pd Pending, wk utp.Wakeup) (*Outcom
 	if wk.InboxID == "" {
 		return out, fmt.Errorf("%w: the wakeup of tool_call_id %s has no inbox_id", ErrNotAcked, pd.ToolCallID)
 	}
-	if _, err := c.inbox.Ack(ctx, c.project, wk.InboxID); err != nil {
+	// A lazy ack: the result is read, and an ack lost to an inbox crash
+	// only makes a resuming runtime see this result again, which it
+	// handles idempotently anyway. It saves the call a commit it would
+	// wait for.
+	if _, err := c.inbox.AckLazy(ctx, c.project, wk.InboxID); err != nil {
 		return out, fmt.Errorf("%w: inbox entry %s of tool_call_id %s: %w", ErrNotAcked, wk.InboxID, pd.ToolCallID, err)
 	}
 	return out, nil

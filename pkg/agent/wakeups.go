@@ -101,7 +101,7 @@ func WithSkipConsumed() WakeupsOption {
 }
 
 // Wakeups consumes the agent's wakeups durably: a JetStream durable pull
-// consumer on the command stream, filtered on the agent's wakeup subject,
+// consumer on the wakeup stream (cg_wake_<ver>), filtered on the agent's wakeup subject,
 // hands each wakeup to handler and acknowledges it once handler returns
 // nil. A handler error (or panic) makes the wakeup come back after the
 // retry delay. Wakeups published while no consumer runs wait in the stream
@@ -135,10 +135,10 @@ func (c *Client) Wakeups(ctx context.Context, handler func(Wakeup) error, opts .
 	}
 	ccfg := streams.ConsumerConfig(o.durable, []string{c.wakeSubj}, o.ackWait, -1)
 	ccfg.Description = "wakeups of agent " + c.agentID + " (" + c.project + "/" + c.channel + ")"
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, streams.CommandStream(c.ver), ccfg)
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, streams.WakeupStream(c.ver), ccfg)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, fmt.Errorf("agent: wakeup consumer %s: stream %s does not exist (is the mesh up?): %w", o.durable, streams.CommandStream(c.ver), err)
+			return nil, fmt.Errorf("agent: wakeup consumer %s: stream %s does not exist (is the mesh up?): %w", o.durable, streams.WakeupStream(c.ver), err)
 		}
 		return nil, fmt.Errorf("agent: wakeup consumer %s: %w", o.durable, err)
 	}

@@ -23,6 +23,8 @@ type (
 	}
 	ackRequest struct {
 		InboxIDs []string `json:"inbox_ids"`
+		// Lazy: reply before the ack is on disk (see API.AckLazy).
+		Lazy bool `json:"lazy,omitempty"`
 	}
 	ackReply struct {
 		Acked int `json:"acked"`
@@ -125,6 +127,17 @@ func (s *Service) Get(ctx context.Context, project, inboxID string) (*Entry, err
 // nothing and is not an error; an id with no entry in the project fails the
 // whole call with ErrNotFound naming it.
 func (s *Service) Ack(ctx context.Context, project string, inboxIDs ...string) (int, error) {
+	return s.ack(ctx, project, inboxIDs, false)
+}
+
+// AckLazy is Ack replying before the ack is on disk: the ids are checked
+// and the pending ones counted now, and the ack rides along with the
+// inbox's next transaction (see API.AckLazy).
+func (s *Service) AckLazy(ctx context.Context, project string, inboxIDs ...string) (int, error) {
+	return s.ack(ctx, project, inboxIDs, true)
+}
+
+func (s *Service) ack(ctx context.Context, project string, inboxIDs []string, lazy bool) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -147,6 +160,18 @@ func (s *Service) Ack(ctx context.Context, project string, inboxIDs ...string) (
 			seen[id] = true
 			ids = append(ids, id)
 		}
+	}
+	if lazy {
+		n, err := s.db.ackLater(project, ids, time.Now(), func(err error) {
+			if err != nil {
+				s.log.Warn("inbox: lazy ack not written; the entries stay pending", "project_id", project, "inbox_ids", listIDs(ids), "err", err)
+			}
+		})
+		if err != nil {
+			return 0, err
+		}
+		s.log.Debug("inbox: entries acked (lazy)", "project_id", project, "requested", len(ids), "pending", n)
+		return n, nil
 	}
 	n, err := s.db.ack(project, ids, time.Now())
 	if err != nil {
@@ -212,7 +237,7 @@ func (s *Service) handleAck(ctx context.Context, sc svc.Scope, data []byte) (any
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
-	n, err := s.Ack(ctx, sc.Project, req.InboxIDs...)
+	n, err := s.ack(ctx, sc.Project, req.InboxIDs, req.Lazy)
 	if err != nil {
 		return nil, err
 	}

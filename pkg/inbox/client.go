@@ -124,6 +124,18 @@ func (c *Client) Ack(ctx context.Context, project string, inboxIDs ...string) (i
 	return r.Acked, nil
 }
 
+// AckLazy is Ack replying before the ack is on disk (see API.AckLazy).
+func (c *Client) AckLazy(ctx context.Context, project string, inboxIDs ...string) (int, error) {
+	if len(inboxIDs) == 0 {
+		return 0, fmt.Errorf("%w: inbox_ids is empty", ErrInvalid)
+	}
+	var r ackReply
+	if err := c.call(ctx, project, OpAck, ackRequest{InboxIDs: inboxIDs, Lazy: true}, &r); err != nil {
+		return 0, err
+	}
+	return r.Acked, nil
+}
+
 // SetEpoch raises the turn's highest epoch to epoch (never lowers it) and
 // returns the highest epoch now.
 func (c *Client) SetEpoch(ctx context.Context, project, agentTurnID string, epoch int64) (int64, error) {

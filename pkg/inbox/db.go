@@ -62,6 +62,25 @@ type db struct {
 	path    string
 	mu      sync.RWMutex
 	closed  bool
+
+	// lazy holds the lazy acks queued but not committed yet, by
+	// string(key(project, inbox_id)), so that reads see an entry acked
+	// from the moment its ack was answered.
+	lazyMu sync.Mutex
+	lazy   map[string]time.Time
+}
+
+// overlay shows a queued lazy ack on e.
+func (d *db) overlay(project string, e *Entry) {
+	if e.State != StatePending {
+		return
+	}
+	d.lazyMu.Lock()
+	t, ok := d.lazy[string(key(project, e.InboxID))]
+	d.lazyMu.Unlock()
+	if ok {
+		e.State, e.AckedAt = StateAcked, &t
+	}
 }
 
 func openDB(path string, timeout time.Duration) (*db, error) {
@@ -71,7 +90,7 @@ func openDB(path string, timeout time.Duration) (*db, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	return &db{bolt: b, path: path, commits: boltfile.NewCommitter(b, boltfile.CommitConfig{Name: path})}, nil
+	return &db{bolt: b, path: path, commits: boltfile.NewCommitter(b, boltfile.CommitConfig{Name: path}), lazy: map[string]time.Time{}}, nil
 }
 
 // close commits every write accepted before it (wakeup-sent marks
@@ -327,6 +346,7 @@ func (d *db) get(project, id string) (*Entry, error) {
 			return fmt.Errorf("%w: inbox entry %s in project %s", ErrNotFound, id, project)
 		}
 		e = &r.Entry
+		d.overlay(project, e)
 		return nil
 	})
 	return e, err
@@ -365,6 +385,7 @@ func (d *db) list(project string, q ListQuery) ([]Entry, error) {
 			if q.AgentTurnID != "" && r.AgentTurnID != q.AgentTurnID {
 				continue
 			}
+			d.overlay(project, &r.Entry)
 			if q.State != StateAll && r.State != q.State {
 				continue
 			}
@@ -380,8 +401,24 @@ func (d *db) list(project string, q ListQuery) ([]Entry, error) {
 func (d *db) ack(project string, ids []string, now time.Time) (int, error) {
 	n := 0
 	err := d.update(func(tx *bolt.Tx) error {
-		n = 0
-		recs := make([]*record, 0, len(ids))
+		var err error
+		n, err = applyAck(tx, project, ids, now)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// ackLater checks that every id has an entry in the project and counts
+// the pending ones in a read transaction, then queues the ack itself as a
+// Later write: it rides along with the next inbox transaction (a report's
+// entry, another ack) instead of paying a commit of its own. done, when not
+// nil, is called once the ack is committed (or failed).
+func (d *db) ackLater(project string, ids []string, now time.Time, done func(error)) (int, error) {
+	n := 0
+	err := d.view(func(tx *bolt.Tx) error {
 		var missing []string
 		for _, id := range ids {
 			r, err := getRecord(tx, project, id)
@@ -392,29 +429,77 @@ func (d *db) ack(project string, ids []string, now time.Time) (int, error) {
 				missing = append(missing, id)
 				continue
 			}
-			recs = append(recs, r)
+			if r.State == StatePending {
+				n++
+			}
 		}
 		if len(missing) > 0 {
 			return fmt.Errorf("%w: inbox entries not in project %s: %s", ErrNotFound, project, listIDs(missing))
-		}
-		t := now.UTC()
-		for _, r := range recs {
-			if r.State != StatePending {
-				continue // re-ack, or a stale entry: nothing to do
-			}
-			r.State, r.AckedAt = StateAcked, &t
-			if err := putRecord(tx, r); err != nil {
-				return err
-			}
-			if err := tx.Bucket(bucketPending).Delete(seqKey(key(project, r.AgentID), r.Seq)); err != nil {
-				return err
-			}
-			n++
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, err
+	}
+	t := now.UTC()
+	d.lazyMu.Lock()
+	for _, id := range ids {
+		d.lazy[string(key(project, id))] = t
+	}
+	d.lazyMu.Unlock()
+	d.later(func(tx *bolt.Tx) error {
+		_, err := applyAck(tx, project, ids, now)
+		return err
+	}, func(err error) {
+		// Committed (reads see it in the file now) or failed (the entries
+		// are pending again, which is the truth).
+		d.lazyMu.Lock()
+		for _, id := range ids {
+			if d.lazy[string(key(project, id))] == t {
+				delete(d.lazy, string(key(project, id)))
+			}
+		}
+		d.lazyMu.Unlock()
+		if done != nil {
+			done(err)
+		}
+	})
+	return n, nil
+}
+
+// applyAck marks the pending entries among ids acked and returns how many
+// were pending; an id with no entry in the project fails with ErrNotFound.
+func applyAck(tx *bolt.Tx, project string, ids []string, now time.Time) (int, error) {
+	n := 0
+	recs := make([]*record, 0, len(ids))
+	var missing []string
+	for _, id := range ids {
+		r, err := getRecord(tx, project, id)
+		if err != nil {
+			return 0, err
+		}
+		if r == nil {
+			missing = append(missing, id)
+			continue
+		}
+		recs = append(recs, r)
+	}
+	if len(missing) > 0 {
+		return 0, fmt.Errorf("%w: inbox entries not in project %s: %s", ErrNotFound, project, listIDs(missing))
+	}
+	t := now.UTC()
+	for _, r := range recs {
+		if r.State != StatePending {
+			continue // re-ack, or a stale entry: nothing to do
+		}
+		r.State, r.AckedAt = StateAcked, &t
+		if err := putRecord(tx, r); err != nil {
+			return 0, err
+		}
+		if err := tx.Bucket(bucketPending).Delete(seqKey(key(project, r.AgentID), r.Seq)); err != nil {
+			return 0, err
+		}
+		n++
 	}
 	return n, nil
 }

@@ -88,6 +88,12 @@ type API interface {
 	// Ack marks pending entries acked and returns how many changed. Unknown
 	// ids fail the whole call with ErrNotFound; re-acking is a no-op.
 	Ack(ctx context.Context, project string, inboxIDs ...string) (int, error)
+	// AckLazy is Ack without waiting for the disk: the ids are checked and
+	// the pending ones counted at once, and the ack is written with the
+	// inbox's next transaction. A crash before that leaves the entries
+	// pending, so a runtime that resumes sees those results again (which
+	// it must handle idempotently anyway: delivery is at least once).
+	AckLazy(ctx context.Context, project string, inboxIDs ...string) (int, error)
 	// SetEpoch raises the turn's highest epoch to epoch (never lowers it)
 	// and returns the highest epoch now.
 	SetEpoch(ctx context.Context, project, agentTurnID string, epoch int64) (int64, error)

@@ -61,8 +61,17 @@ func (r *refusal) Error() string { return r.reason }
 
 func refuse(format string, args ...any) error { return &refusal{reason: fmt.Sprintf(format, args...)} }
 
-// handleReport processes one report message to its end: Ack (accepted or
-// duplicate), Term (dead-lettered) or Nak (transient failure, retried).
+// report is one report as it arrived: over the command stream (a
+// jetstream.Msg) or as a svc request (a *nats.Msg).
+type report interface {
+	Subject() string
+	Data() []byte
+	Headers() nats.Header
+}
+
+// handleReport processes one report message from the command stream to its
+// end: Ack (accepted or duplicate), Term (dead-lettered) or Nak (transient
+// failure, retried).
 func (s *Service) handleReport(m jetstream.Msg) {
 	log := s.log.With("subject", m.Subject())
 	defer func() {
@@ -76,15 +85,48 @@ func (s *Service) handleReport(m jetstream.Msg) {
 	ctx, span := s.tr.Start(telemetry.Extract(ctx, m.Headers()), telemetry.SpanWakeup, trace.WithSpanKind(trace.SpanKindConsumer))
 	defer span.End()
 
+	dlID := ""
+	if md, err := m.Metadata(); err == nil {
+		// A redelivered refusal (Term lost) publishes the same record id.
+		dlID = fmt.Sprintf("inbox-deadletter-%s-%d", md.Stream, md.Sequence.Stream)
+	}
+	_, err := s.process(ctx, log, m, subjects.KindInboxReport, dlID)
+	var ref *refusal
+	switch {
+	case errors.As(err, &ref):
+		if err := m.Term(); err != nil {
+			log.Warn("inbox: cannot terminate the refused report; it will be redelivered and refused again", "err", err)
+		}
+	case err != nil:
+		s.retry(m, span, err)
+	default:
+		// A plain Ack: the entry is durable, so an ack the server never
+		// gets only causes a redelivery, which is recognised as a
+		// duplicate. Waiting for the server's confirmation (DoubleAck)
+		// would buy nothing but a round trip per report.
+		if err := m.Ack(); err != nil {
+			log.Warn("inbox: report ack not sent; a redelivery will be treated as a duplicate", "err", err)
+		}
+	}
+}
+
+// process takes one report from its subject to a durable entry and a
+// published wakeup. kind is the subject kind the report must arrive on
+// (a stream report or a svc request). It returns the entry, a *refusal when
+// the report can never be accepted (already dead-lettered; a refusal whose
+// record could not be published is returned as a transient error), or
+// another error when it should be retried.
+func (s *Service) process(ctx context.Context, log *slog.Logger, m report, kind subjects.Kind, dlID string) (*Entry, error) {
+	span := trace.SpanFromContext(ctx)
 	project, channel := "_", "_"
 	sub, perr := subjects.Parse(m.Subject())
-	if perr == nil && sub.Kind() == subjects.KindInboxReport {
+	ok := perr == nil && sub.Kind() == kind
+	if ok {
 		project, channel = sub.Project, sub.Channel
 	}
 	log = log.With("project_id", project, "channel_id", channel)
-	if perr != nil || sub.Kind() != subjects.KindInboxReport {
-		s.deadLetter(ctx, log, m, project, channel, nil, fmt.Sprintf("subject %q is not an inbox report subject", m.Subject()))
-		return
+	if !ok {
+		return nil, s.deadLetter(ctx, log, m, dlID, project, channel, nil, fmt.Sprintf("subject %q is not an inbox report subject", m.Subject()))
 	}
 	rep, err := utp.ParseReport(m.Data())
 	if err == nil {
@@ -95,8 +137,7 @@ func (s *Service) handleReport(m jetstream.Msg) {
 		if partial != nil {
 			log = log.With("agent_id", partial.AgentID, "agent_turn_id", partial.AgentTurnID, "tool_call_id", partial.ToolCallID, "tool_name", partial.ToolName)
 		}
-		s.deadLetter(ctx, log, m, project, channel, partial, err.Error())
-		return
+		return nil, s.deadLetter(ctx, log, m, dlID, project, channel, partial, err.Error())
 	}
 	log = log.With("agent_id", rep.AgentID, "agent_turn_id", rep.AgentTurnID, "tool_call_id", rep.ToolCallID,
 		"tool_name", rep.ToolName, "turn_epoch", rep.TurnEpoch, "tool_result_card_id", rep.ToolResultCardID)
@@ -108,12 +149,10 @@ func (s *Service) handleReport(m jetstream.Msg) {
 	if err != nil {
 		var ref *refusal
 		if errors.As(err, &ref) {
-			s.deadLetter(ctx, log, m, project, channel, rep, ref.reason)
-			return
+			return nil, s.deadLetter(ctx, log, m, dlID, project, channel, rep, ref.reason)
 		}
 		log.Warn("inbox: cannot check the tool.result card; retrying", "err", err)
-		s.retry(m, span, err)
-		return
+		return nil, err
 	}
 
 	traceparent := m.Headers().Get(utp.HeaderTraceparent)
@@ -124,8 +163,7 @@ func (s *Service) handleReport(m jetstream.Msg) {
 	entry, out, err := s.db.insert(project, channel, rep, traceparent)
 	if err != nil {
 		log.Warn("inbox: cannot store the entry; retrying", "err", err)
-		s.retry(m, span, err)
-		return
+		return nil, err
 	}
 	log = log.With("inbox_id", entry.InboxID)
 	switch {
@@ -139,10 +177,9 @@ func (s *Service) handleReport(m jetstream.Msg) {
 		if out == outcomeDuplicate {
 			log.Info("inbox: duplicate report of an entry whose wakeup is not known to be published; publishing it")
 		}
-		if err := s.publishWakeup(ctx, m, entry); err != nil {
+		if err := s.publishWakeup(ctx, m.Headers(), entry); err != nil {
 			log.Warn("inbox: cannot publish the wakeup; retrying", "err", err)
-			s.retry(m, span, err)
-			return
+			return nil, err
 		}
 		now := time.Now()
 		lag := now.Sub(resultCard.CreatedAt)
@@ -168,13 +205,7 @@ func (s *Service) handleReport(m jetstream.Msg) {
 			s.observe(OutcomeAccepted)
 		}
 	}
-	// A plain Ack: the entry is durable, so an ack the server never gets
-	// only causes a redelivery, which is recognised as a duplicate. Waiting
-	// for the server's confirmation (DoubleAck) would buy nothing but a
-	// round trip per report.
-	if err := m.Ack(); err != nil {
-		log.Warn("inbox: report ack not sent; a redelivery will be treated as a duplicate", "err", err)
-	}
+	return entry, nil
 }
 
 // checkLengths bounds the free-form ids a report carries; they become bbolt
@@ -224,7 +255,7 @@ func (s *Service) retry(m jetstream.Msg, span trace.Span, err error) {
 // publishWakeup publishes the entry's wakeup with JetStream and waits for
 // the PubAck. Nats-Msg-Id makes a re-publish within the stream's duplicate
 // window a no-op.
-func (s *Service) publishWakeup(ctx context.Context, m jetstream.Msg, e *Entry) error {
+func (s *Service) publishWakeup(ctx context.Context, in nats.Header, e *Entry) error {
 	subj, err := subjects.AgentWakeup(s.cfg.Version, e.ProjectID, e.ChannelID, e.AgentID)
 	if err != nil {
 		return fmt.Errorf("wakeup subject: %w", err)
@@ -242,7 +273,7 @@ func (s *Service) publishWakeup(ctx context.Context, m jetstream.Msg, e *Entry) 
 	out.Data = body
 	h := out.Header
 	h.Set(utp.HeaderTraceparent, e.Traceparent)
-	if in := m.Headers(); in != nil {
+	if in != nil {
 		for _, k := range []string{utp.HeaderTracestate, utp.HeaderRecursionDepth} {
 			if v := in.Get(k); v != "" {
 				h.Set(k, v)
@@ -295,9 +326,12 @@ func partialReport(data []byte) *utp.Report {
 }
 
 // deadLetter publishes the dead-letter record of a refused report and
-// terminates the message. log already carries the report's ids. When the record cannot be published the report is
-// retried instead: a refused report is never dropped silently.
-func (s *Service) deadLetter(ctx context.Context, log *slog.Logger, m jetstream.Msg, project, channel string, rep *utp.Report, reason string) {
+// returns the refusal. log already carries the report's ids. When the
+// record cannot be published the publish error is returned instead, so the
+// report is retried: a refused report is never dropped silently. dlID, when
+// set, is the record's Nats-Msg-Id, so a refusal handled twice publishes
+// one record.
+func (s *Service) deadLetter(ctx context.Context, log *slog.Logger, m report, dlID, project, channel string, rep *utp.Report, reason string) error {
 	rec := DeadLetter{
 		Reason: reason, Subject: m.Subject(), Body: truncateBody(m.Data()),
 		ReceivedAt: time.Now().UTC(), Source: sender,
@@ -306,19 +340,15 @@ func (s *Service) deadLetter(ctx context.Context, log *slog.Logger, m jetstream.
 		rec.AgentID, rec.AgentTurnID, rec.ToolCallID = rep.AgentID, rep.AgentTurnID, rep.ToolCallID
 	}
 	log.Warn("inbox: report refused; dead-lettered", "reason", reason)
-	err := s.publishDeadLetter(ctx, m, project, channel, &rec)
-	if err != nil {
+	if err := s.publishDeadLetter(ctx, m.Headers(), dlID, project, channel, &rec); err != nil {
 		log.Warn("inbox: cannot publish the dead-letter record; retrying the report", "err", err)
-		s.retry(m, trace.SpanFromContext(ctx), err)
-		return
+		return err
 	}
 	s.observe(OutcomeRefused)
-	if err := m.Term(); err != nil {
-		log.Warn("inbox: cannot terminate the refused report; it will be redelivered and refused again", "err", err)
-	}
+	return &refusal{reason: reason}
 }
 
-func (s *Service) publishDeadLetter(ctx context.Context, m jetstream.Msg, project, channel string, rec *DeadLetter) error {
+func (s *Service) publishDeadLetter(ctx context.Context, in nats.Header, dlID, project, channel string, rec *DeadLetter) error {
 	subj, err := subjects.DeadLetter(s.cfg.Version, project, channel)
 	if err != nil {
 		return fmt.Errorf("dead-letter subject: %w", err)
@@ -329,14 +359,13 @@ func (s *Service) publishDeadLetter(ctx context.Context, m jetstream.Msg, projec
 	}
 	out := nats.NewMsg(subj.String())
 	out.Data = body
-	if tp := m.Headers().Get(utp.HeaderTraceparent); tp != "" {
+	if tp := in.Get(utp.HeaderTraceparent); tp != "" {
 		out.Header.Set(utp.HeaderTraceparent, tp)
 	}
 	setEnvelope(out.Header, msgTypeDeadLetter, s.cfg.Version)
 	var opts []jetstream.PublishOpt
-	if md, err := m.Metadata(); err == nil {
-		// A redelivered refusal (Term lost) publishes the same record id.
-		opts = append(opts, jetstream.WithMsgID(fmt.Sprintf("inbox-deadletter-%s-%d", md.Stream, md.Sequence.Stream)))
+	if dlID != "" {
+		opts = append(opts, jetstream.WithMsgID(dlID))
 	}
 	if _, err := s.js.PublishMsg(ctx, out, opts...); err != nil {
 		return fmt.Errorf("publish %s: %w", subj, err)

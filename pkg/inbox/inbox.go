@@ -61,6 +61,7 @@ var Codes = svc.Codes{
 	{Err: ErrNotFound, Code: svc.CodeNotFound},
 	{Err: ErrInvalid, Code: svc.CodeBadRequest},
 	{Err: ErrClosed, Code: CodeClosed},
+	{Err: ErrRefused, Code: CodeRefused},
 }
 
 // Defaults of Config.
@@ -219,6 +220,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	for op, h := range map[string]svc.HandlerFunc{
 		OpList: s.handleList, OpGet: s.handleGet, OpAck: s.handleAck, OpSetEpoch: s.handleSetEpoch,
+		OpReport: s.handleReportOp,
 	} {
 		if err := srv.Handle(op, h); err != nil {
 			return fmt.Errorf("inbox: %w", err)

@@ -10,14 +10,17 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats-server/v2/server"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/echo"
@@ -30,11 +33,19 @@ import (
 //     schema, result card put) → durable report → inbox (bbolt entry) →
 //     wakeup → result card read over NATS → inbox ack;
 //   - nats-reqrep: raw core NATS request-reply (the non-durable limit);
-//   - naive-hop: one naive durable hop: JetStream publish → pull consumer →
-//     one fsync'd bbolt write → core NATS reply.
+//   - naive-hop: the fair durable hop: JetStream publish (SyncAlways, like
+//     the mesh's streams) → pull consumer → one fsync'd bbolt write → core
+//     NATS reply;
+//   - hop-default-sync: the same hop on a second server with JetStream's
+//     default sync (a flush every 2 minutes, no fsync before the ack);
 //
-// each at concurrency 1 and 64, and prints calls/s, p50, p99 and the ratios.
-// Run it with a fixed op count, e.g. -benchtime 2000x (make bench does).
+// each at concurrency 1 and 64, and prints calls/s, p50, p99 and the ratios,
+// and, counted during the run: durable writes per call (bbolt commits of
+// cards.db, inbox.db and the hop's file — two fdatasyncs each — and
+// messages stored by JetStream streams — one fsync each with SyncAlways),
+// NATS messages per call (client messages into the server) and process CPU
+// time per call. Run it with a fixed op count, e.g. -benchtime 2000x (make
+// bench does).
 func BenchmarkRoundTrip(b *testing.B) {
 	ctx := context.Background()
 	dir := b.TempDir()
@@ -50,7 +61,21 @@ func BenchmarkRoundTrip(b *testing.B) {
 	}
 	defer nc.Close()
 
+	def, err := embednats.Start(embednats.Config{DataDir: filepath.Join(dir, "default-sync"), Port: -1, JetStream: true,
+		SyncInterval: 2 * time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer def.Shutdown(ctx)
+	ncDef, err := def.Connect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ncDef.Close()
+	meter := &costMeter{ns: m.NATS().NATS(), files: []*bolt.DB{m.Cards().DB(), m.Inbox().DB()}}
+
 	results := map[string]stats{}
+	costs := map[string]cost{}
 	for _, c := range []int{1, 64} {
 		name := fmt.Sprintf("utp/c=%d", c)
 		b.Run(name, func(b *testing.B) {
@@ -60,11 +85,13 @@ func BenchmarkRoundTrip(b *testing.B) {
 			}
 			defer ac.Close()
 			var n atomic.Int64
+			before := meter.read(b)
 			results[name] = measure(b, c, func() error {
 				i := n.Add(1)
 				_, err := ac.Call(ctx, agent.CallRequest{ToolName: "echo", AgentTurnID: fmt.Sprintf("turn-%d", i%50), Arguments: json.RawMessage(`{"i":1}`)})
 				return err
 			})
+			costs[name] = meter.read(b).since(before, b.N)
 		})
 		name = fmt.Sprintf("nats-reqrep/c=%d", c)
 		b.Run(name, func(b *testing.B) {
@@ -81,21 +108,110 @@ func BenchmarkRoundTrip(b *testing.B) {
 		})
 		name = fmt.Sprintf("naive-hop/c=%d", c)
 		b.Run(name, func(b *testing.B) {
-			results[name] = naiveHop(b, nc, filepath.Join(dir, fmt.Sprintf("hop-%d.db", c)), c)
+			results[name], costs[name] = naiveHop(b, m.NATS().NATS(), nc, filepath.Join(dir, fmt.Sprintf("hop-%d.db", c)), c, true)
+		})
+		name = fmt.Sprintf("hop-default-sync/c=%d", c)
+		b.Run(name, func(b *testing.B) {
+			results[name], costs[name] = naiveHop(b, def.NATS(), ncDef, filepath.Join(dir, fmt.Sprintf("hop-def-%d.db", c)), c, false)
 		})
 	}
-	if len(results) == 6 {
-		fmt.Fprintf(os.Stdout, "\n%-16s %12s %10s %10s\n", "round trip", "calls/s", "p50", "p99")
-		for _, k := range []string{"nats-reqrep/c=1", "naive-hop/c=1", "utp/c=1", "nats-reqrep/c=64", "naive-hop/c=64", "utp/c=64"} {
-			s := results[k]
-			fmt.Fprintf(os.Stdout, "%-16s %12.0f %10v %10v\n", k, s.rate, s.p50.Round(time.Microsecond), s.p99.Round(time.Microsecond))
+	if len(results) == 8 {
+		fmt.Fprintf(os.Stdout, "\n%-22s %9s %10s %10s %13s %11s %11s\n", "round trip", "calls/s", "p50", "p99", "fsyncs/call", "msgs/call", "cpu/call")
+		for _, c := range []string{"1", "64"} {
+			for _, k := range []string{"nats-reqrep", "hop-default-sync", "naive-hop", "utp"} {
+				k += "/c=" + c
+				s, co := results[k], costs[k]
+				fsyncs, msgs, cpu := "-", "-", "-"
+				if co.n > 0 {
+					fsyncs = fmt.Sprintf("%.2f", co.fsyncs)
+					msgs = fmt.Sprintf("%.1f", co.msgs)
+					cpu = co.cpu.Round(time.Microsecond).String()
+				}
+				fmt.Fprintf(os.Stdout, "%-22s %9.0f %10v %10v %13s %11s %11s\n", k, s.rate, s.p50.Round(time.Microsecond), s.p99.Round(time.Microsecond), fsyncs, msgs, cpu)
+			}
 		}
 		for _, c := range []string{"1", "64"} {
-			u := results["utp/c="+c]
-			fmt.Fprintf(os.Stdout, "c=%s: utp/nats-reqrep throughput %.3f, utp/naive-hop throughput %.3f\n", c,
-				u.rate/results["nats-reqrep/c="+c].rate, u.rate/results["naive-hop/c="+c].rate)
+			u, h := results["utp/c="+c], results["naive-hop/c="+c]
+			fmt.Fprintf(os.Stdout, "c=%s: utp/naive-hop throughput %.3f, p50 utp/naive-hop %.2f×, utp/nats-reqrep throughput %.3f\n", c,
+				u.rate/h.rate, float64(u.p50)/float64(h.p50), u.rate/results["nats-reqrep/c="+c].rate)
 		}
 	}
+}
+
+// cost is what one call costs on average, counted during a run.
+type cost struct {
+	n      int
+	fsyncs float64 // 2 per bbolt commit + 1 per message JetStream stored
+	msgs   float64 // client messages into the NATS server
+	cpu    time.Duration
+}
+
+// costMeter reads the counters cost is made of.
+type costMeter struct {
+	ns    *server.Server
+	files []*bolt.DB
+	// jsNoSync: the server does not fsync stored messages (default sync).
+	jsNoSync bool
+}
+
+type counters struct {
+	commits, stored, inMsgs uint64
+	cpu                     time.Duration
+}
+
+func (m *costMeter) read(b *testing.B) counters {
+	b.Helper()
+	var c counters
+	for _, db := range m.files {
+		_ = db.View(func(tx *bolt.Tx) error { c.commits += uint64(tx.ID()); return nil })
+	}
+	if !m.jsNoSync {
+		c.stored = jsStored(b, m.ns)
+	}
+	c.inMsgs = varzInMsgs(b, m.ns)
+	c.cpu = processCPU()
+	return c
+}
+
+func (c counters) since(before counters, n int) cost {
+	f := float64(n)
+	return cost{n: n,
+		fsyncs: (2*float64(c.commits-before.commits) + float64(c.stored-before.stored)) / f,
+		msgs:   float64(c.inMsgs-before.inMsgs) / f,
+		cpu:    (c.cpu - before.cpu) / time.Duration(n)}
+}
+
+// jsStored is the number of messages every stream of the server has stored
+// so far (the sum of their last sequence numbers).
+func jsStored(b *testing.B, ns *server.Server) uint64 {
+	info, err := ns.Jsz(&server.JSzOptions{Streams: true, Accounts: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n uint64
+	for _, a := range info.AccountDetails {
+		for _, st := range a.Streams {
+			n += st.State.LastSeq
+		}
+	}
+	return n
+}
+
+func varzInMsgs(b *testing.B, ns *server.Server) uint64 {
+	v, err := ns.Varz(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return uint64(v.InMsgs)
+}
+
+// processCPU is the user and system CPU time the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 type stats struct {
@@ -146,7 +262,8 @@ func measure(b *testing.B, c int, op func() error) stats {
 
 // naiveHop is the reference durable hop: JetStream publish → pull consumer →
 // one fsync'd bbolt write per message → core NATS reply.
-func naiveHop(b *testing.B, nc *nats.Conn, path string, c int) stats {
+// syncAlways says whether the server fsyncs every stored message.
+func naiveHop(b *testing.B, ns *server.Server, nc *nats.Conn, path string, c int, syncAlways bool) (stats, cost) {
 	ctx := context.Background()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -192,7 +309,9 @@ func naiveHop(b *testing.B, nc *nats.Conn, path string, c int) stats {
 		b.Fatal(err)
 	}
 	defer cc.Stop()
-	return measure(b, c, func() error {
+	meter := &costMeter{ns: ns, files: []*bolt.DB{db}, jsNoSync: !syncAlways}
+	before := meter.read(b)
+	st := measure(b, c, func() error {
 		inbox := nats.NewInbox()
 		sub, err := nc.SubscribeSync(inbox)
 		if err != nil {
@@ -208,4 +327,5 @@ func naiveHop(b *testing.B, nc *nats.Conn, path string, c int) stats {
 		_, err = sub.NextMsg(10 * time.Second)
 		return err
 	})
+	return st, meter.read(b).since(before, b.N)
 }

@@ -440,6 +440,12 @@ func (m *Mesh) Conn() *nats.Conn { return m.nc }
 // Cards is the mesh's CardStore.
 func (m *Mesh) Cards() *boltstore.Store { return m.cards }
 
+// Inbox is the mesh's inbox service.
+func (m *Mesh) Inbox() *inbox.Service { return m.inbox }
+
+// NATS is the embedded nats-server.
+func (m *Mesh) NATS() *embednats.Server { return m.srv }
+
 // Registry is the mesh's tool registry.
 func (m *Mesh) Registry() *boltreg.Store { return m.reg }
 

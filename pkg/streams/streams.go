@@ -2,12 +2,22 @@
 // the mesh. Everything is created idempotently at start: a second process
 // starting with the same settings changes nothing.
 //
-// Streams (as in CommonGround):
+// Streams:
 //
-//	cg_cmd_<ver>  subjects cg.<ver>.*.*.cmd.>  file storage, kept 24 h
-//	cg_evt_<ver>  subjects cg.<ver>.*.*.evt.>  file storage, kept 7 d
+//	cg_cmd_<ver>   subjects cg.<ver>.*.*.cmd.tool.>, cg.<ver>.*.*.cmd.sys.>  file storage, kept 24 h
+//	cg_wake_<ver>  subjects cg.<ver>.*.*.cmd.agent.>                        file storage, kept 24 h
+//	cg_evt_<ver>   subjects cg.<ver>.*.*.evt.>                              file storage, kept 7 d
 //
-// Both use limits retention, not work-queue retention, because several
+// CommonGround keeps every command in one stream; the mesh gives agent
+// commands (wakeups) a stream of their own because a stream with
+// SyncAlways fsyncs its messages one after another: with wakeups beside
+// the tool commands every call paid two writes on one chain, now it pays
+// one on each of two chains that run in parallel (docs/performance.md).
+// Publishers see no difference: the subjects are the same. Ensure moves
+// the wakeup subjects out of a command stream made by an older version
+// (messages already stored there stay there and age out).
+//
+// All use limits retention, not work-queue retention, because several
 // consumers with different filters read the command stream (one per tool,
 // the PMO built-ins, the inbox) and agents may replay wakeups. Acknowledged
 // commands are therefore kept until they age out; the consumers' ack floors,
@@ -44,12 +54,22 @@ const (
 // CommandStream and EventStream return the stream names for a version.
 func CommandStream(ver string) string { return "cg_cmd_" + ver }
 
+// WakeupStream returns the name of the stream of agent commands (wakeups).
+func WakeupStream(ver string) string { return "cg_wake_" + ver }
+
 // EventStream returns the event stream name for a version.
 func EventStream(ver string) string { return "cg_evt_" + ver }
 
-// Ensure creates or updates the command and event streams of ver.
+// Ensure creates or updates the command, wakeup and event streams of ver.
+// The command stream is updated first, so that a command stream of an
+// older version (which captured cmd.> including wakeups) gives the wakeup
+// subjects up before the wakeup stream claims them.
 func Ensure(ctx context.Context, js jetstream.JetStream, ver string) error {
-	cmdSubj, err := subjects.AllCommands(ver)
+	cmdSubj, err := subjects.StreamCommands(ver)
+	if err != nil {
+		return err
+	}
+	wakeSubj, err := subjects.AgentCommands(ver)
 	if err != nil {
 		return err
 	}
@@ -58,9 +78,12 @@ func Ensure(ctx context.Context, js jetstream.JetStream, ver string) error {
 		return err
 	}
 	for _, cfg := range []jetstream.StreamConfig{
-		{Name: CommandStream(ver), Subjects: []string{cmdSubj}, Storage: jetstream.FileStorage,
+		{Name: CommandStream(ver), Subjects: cmdSubj, Storage: jetstream.FileStorage,
 			Retention: jetstream.LimitsPolicy, MaxAge: CommandMaxAge, Duplicates: DuplicateWindow,
-			Description: "UTP commands: tool calls, PMO built-ins, inbox reports, agent wakeups"},
+			Description: "UTP commands: tool calls, PMO built-ins, inbox reports"},
+		{Name: WakeupStream(ver), Subjects: []string{wakeSubj}, Storage: jetstream.FileStorage,
+			Retention: jetstream.LimitsPolicy, MaxAge: CommandMaxAge, Duplicates: DuplicateWindow,
+			Description: "UTP agent commands: wakeups"},
 		{Name: EventStream(ver), Subjects: []string{evtSubj}, Storage: jetstream.FileStorage,
 			Retention: jetstream.LimitsPolicy, MaxAge: EventMaxAge, Duplicates: DuplicateWindow,
 			Description: "UTP events: dead letters, notifications, audit"},

@@ -24,6 +24,15 @@ func Call(ctx context.Context, nc *nats.Conn, subject string, codes Codes, req, 
 	if err != nil {
 		return fmt.Errorf("%w: encode request: %v", ErrBadRequest, err)
 	}
+	m := nats.NewMsg(subject)
+	m.Data = body
+	return CallMsg(ctx, nc, m, codes, resp)
+}
+
+// CallMsg is Call for a request already encoded into m (with headers, say:
+// a traceparent).
+func CallMsg(ctx context.Context, nc *nats.Conn, m *nats.Msg, codes Codes, resp any) error {
+	subject, body := m.Subject, m.Data
 	if max := nc.MaxPayload(); max > 0 && int64(len(body)) > max {
 		return fmt.Errorf("%w: request of %d bytes exceeds the NATS max payload of %d bytes", ErrTooLarge, len(body), max)
 	}
@@ -32,7 +41,7 @@ func Call(ctx context.Context, nc *nats.Conn, subject string, codes Codes, req, 
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
-	msg, err := nc.RequestWithContext(ctx, subject, body)
+	msg, err := nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):

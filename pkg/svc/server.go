@@ -184,6 +184,9 @@ func (s *Server) serve(m *nats.Msg) {
 	var reply any
 	if err == nil {
 		ctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.RequestTimeout)
+		if m.Header != nil {
+			ctx = context.WithValue(ctx, headerKey{}, m.Header)
+		}
 		reply, err = s.call(ctx, h, scope, m.Data)
 		cancel()
 	}
@@ -245,6 +248,15 @@ func (s *Server) call(ctx context.Context, h HandlerFunc, scope Scope, data []by
 		}
 	}()
 	return h(ctx, scope, data)
+}
+
+type headerKey struct{}
+
+// RequestHeader returns the NATS headers of the request a handler is
+// serving (traceparent and the like), or nil when it had none.
+func RequestHeader(ctx context.Context) nats.Header {
+	h, _ := ctx.Value(headerKey{}).(nats.Header)
+	return h
 }
 
 // Decode unmarshals a request body into v, reporting malformed JSON as

@@ -15,6 +15,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -125,8 +126,11 @@ func (j *job) reportExistingCtx(ctx context.Context, rc *card.Card) {
 	j.report(ctx, rc.CardID, tr.Status, tr.AfterExecution, rc.Metadata.StepID)
 }
 
-// report publishes the report durably (JetStream, waiting for the stream's
-// acknowledgement) and only then acknowledges the command. spanCtx carries
+// report hands the report to the inbox and only then acknowledges the
+// command: first as a svc request the inbox answers once its entry is on
+// disk (reportDirect); when that gets no answer, durably through the
+// command stream (JetStream, waiting for the stream's acknowledgement),
+// where the inbox picks it up whenever it runs. spanCtx carries
 // the utp.report span, whose context becomes the report's traceparent (the
 // command's trace id; with tracing off, exactly the command's traceparent).
 func (j *job) report(spanCtx context.Context, resultID string, status card.Status, ae card.AfterExecution, stepID string) {
@@ -151,17 +155,19 @@ func (j *job) report(spanCtx context.Context, resultID string, status card.Statu
 	if ts := j.msg.Headers().Get(utp.HeaderTracestate); ts != "" && m.Header.Get(utp.HeaderTracestate) == "" {
 		m.Header.Set(utp.HeaderTracestate, ts)
 	}
-	m.Header.Set(jetstream.MsgIDHeader, "report-"+resultID)
 	setContextHeaders(m.Header, j.subj, j.cmd)
 	if d := j.msg.Headers().Get(utp.HeaderRecursionDepth); d != "" {
 		m.Header.Set(utp.HeaderRecursionDepth, d)
 	}
-	ctx, cancel := context.WithTimeout(spanCtx, publishTimeout)
-	defer cancel()
-	if _, err := j.r.js.PublishMsg(ctx, m); err != nil {
-		trace.SpanFromContext(spanCtx).SetStatus(codes.Error, err.Error())
-		j.retryLater("publish report", err)
-		return
+	if !j.reportDirect(spanCtx, m) {
+		m.Header.Set(jetstream.MsgIDHeader, "report-"+resultID)
+		ctx, cancel := context.WithTimeout(spanCtx, publishTimeout)
+		defer cancel()
+		if _, err := j.r.js.PublishMsg(ctx, m); err != nil {
+			trace.SpanFromContext(spanCtx).SetStatus(codes.Error, err.Error())
+			j.retryLater("publish report", err)
+			return
+		}
 	}
 	// A plain Ack: the result card and the report are durable, so an ack
 	// the server never gets only causes a redelivery, which finds the
@@ -173,6 +179,46 @@ func (j *job) report(spanCtx context.Context, resultID string, status card.Statu
 	}
 	j.r.log.Debug("reported", append(j.logAttrs(), "tool_result_card_id", resultID, "status", status, "after_execution", ae)...)
 }
+
+// reportDirect sends the report m as a request on svc.inbox.report and
+// says whether the inbox took it: an entry is stored (new or duplicate), or
+// the report was refused and dead-lettered (nothing to retry then). Any
+// other outcome — no inbox, a timeout, the inbox failing — returns false
+// and the caller stores the report in the stream instead, so a slow or
+// absent inbox never loses a report and never blocks the worker for long.
+func (j *job) reportDirect(ctx context.Context, m *nats.Msg) bool {
+	subj, err := subjects.InboxReportRequest(j.subj.Version, j.subj.Project, j.subj.Channel)
+	if err != nil {
+		return false
+	}
+	req := nats.NewMsg(subj.String())
+	req.Data, req.Header = m.Data, m.Header
+	ctx, cancel := context.WithTimeout(ctx, directReportTimeout)
+	defer cancel()
+	var reply struct {
+		InboxID string `json:"inbox_id"`
+	}
+	err = svc.CallMsg(ctx, j.r.nc, req, nil, &reply)
+	var re *svc.RemoteError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &re) && re.Code == codeReportRefused:
+		j.r.log.Error("the inbox refused the report and dead-lettered it", append(j.logAttrs(), "err", err)...)
+		return true
+	default:
+		j.r.log.Debug("direct report not taken; storing it in the command stream", append(j.logAttrs(), "err", err)...)
+		return false
+	}
+}
+
+// codeReportRefused is the inbox's wire code for a report it refused
+// (pkg/inbox.CodeRefused).
+const codeReportRefused = "refused"
+
+// directReportTimeout bounds the wait for the inbox's answer to a direct
+// report before the report goes through the stream instead.
+const directReportTimeout = 5 * time.Second
 
 // setContextHeaders writes the CommonGround v1r4 identity headers.
 func setContextHeaders(h nats.Header, s subjects.Subject, c *utp.Command) {

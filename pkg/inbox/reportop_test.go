@@ -1,0 +1,198 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// request sends a report body as a svc.inbox.report request and returns
+// the reply or the error.
+func (e *env) request(project string, body any, traceparent string) (ReportReply, error) {
+	e.t.Helper()
+	data, ok := body.([]byte)
+	if !ok {
+		var err error
+		data, err = json.Marshal(body)
+		must(e.t, err)
+	}
+	subj, err := subjects.InboxReportRequest(ver, project, "c1")
+	must(e.t, err)
+	m := nats.NewMsg(subj.String())
+	m.Data = data
+	if traceparent != "" {
+		m.Header.Set(utp.HeaderTraceparent, traceparent)
+	}
+	var rep ReportReply
+	err = svc.CallMsg(context.Background(), e.nc, m, Codes, &rep)
+	return rep, err
+}
+
+func TestReportRequest(t *testing.T) {
+	e := newEnv(t, 4)
+	wakes := e.wakeups("p1", "agent-a")
+	dls := e.deadLetters()
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+	c := e.putResult("p1", "agent-a", "turn-1", "call-1", 0)
+	rep, err := e.request("p1", c.report(), tp)
+	must(t, err)
+	if rep.InboxID == "" || rep.State != StatePending {
+		t.Fatalf("reply = %+v, want a pending entry", rep)
+	}
+	// The reply comes after the entry is on disk and the wakeup is stored.
+	got, err := e.svc.Get(context.Background(), "p1", rep.InboxID)
+	must(t, err)
+	if got.ToolCallID != "call-1" || got.Traceparent != tp {
+		t.Fatalf("entry = %+v", got)
+	}
+	w := decodeWakeup(t, next(t, wakes))
+	if w.InboxID != rep.InboxID || w.ToolResultCardID != c.card.CardID {
+		t.Fatalf("wakeup = %+v, want inbox_id %s", w, rep.InboxID)
+	}
+	js, err := jetstream.New(e.nc)
+	must(t, err)
+	st, err := js.Stream(context.Background(), streams.WakeupStream(ver))
+	must(t, err)
+	if n := st.CachedInfo().State.Msgs; n != 1 {
+		t.Fatalf("wakeup stream holds %d messages, want 1", n)
+	}
+	// Nothing went through the command stream.
+	cmd, err := js.Stream(context.Background(), streams.CommandStream(ver))
+	must(t, err)
+	if n := cmd.CachedInfo().State.Msgs; n != 0 {
+		t.Fatalf("command stream holds %d messages, want 0 (the report was a request)", n)
+	}
+
+	// The same report again, by request or through the stream: the same
+	// entry, no second wakeup.
+	again, err := e.request("p1", c.report(), tp)
+	must(t, err)
+	if again.InboxID != rep.InboxID {
+		t.Fatalf("duplicate reply = %+v, want inbox_id %s", again, rep.InboxID)
+	}
+	e.publish("p1", c.report(), tp)
+	e.settle()
+	if n := pendingCount(t, wakes); n != 0 {
+		t.Fatalf("%d more wakeups for duplicates, want 0", n)
+	}
+
+	// A report that can never be accepted is refused (ErrRefused) and
+	// dead-lettered, naming what was wrong.
+	bad := c.report()
+	bad["tool_result_card_id"] = "01890000-0000-7000-8000-000000000000"
+	_, err = e.request("p1", bad, "")
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("refused report: err = %v, want ErrRefused", err)
+	}
+	var dl DeadLetter
+	must(t, json.Unmarshal(next(t, dls).Data, &dl))
+	if dl.ToolCallID != "call-1" || dl.Reason == "" {
+		t.Fatalf("dead letter = %+v", dl)
+	}
+	_, err = e.request("p1", []byte(`{"tool_call_id":`), "")
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("malformed report: err = %v, want ErrRefused", err)
+	}
+	_ = next(t, dls)
+}
+
+func TestReportRequestStoreUnavailable(t *testing.T) {
+	e := newEnv(t, 2)
+	c := e.putResult("p1", "agent-a", "turn-1", "call-1", 0)
+	e.stop()
+	fs := &flakyStore{Store: e.store}
+	fs.failures.Store(1 << 30)
+	e.cfg.Store = fs
+	e.start()
+	_, err := e.request("p1", c.report(), "")
+	if !errors.Is(err, svc.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable (the worker then stores the report in the stream)", err)
+	}
+	if es := e.list("p1", ListQuery{AgentID: "agent-a", State: StateAll}); len(es) != 0 {
+		t.Fatalf("entries = %+v, want none", es)
+	}
+}
+
+func TestAckLazy(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := context.Background()
+	c := e.putResult("p1", "agent-a", "turn-1", "call-1", 0)
+	rep, err := e.request("p1", c.report(), "")
+	must(t, err)
+
+	n, err := e.client.AckLazy(ctx, "p1", rep.InboxID)
+	must(t, err)
+	if n != 1 {
+		t.Fatalf("AckLazy = %d, want 1 pending entry acked", n)
+	}
+	// Reads see the ack at once, before it is committed.
+	got, err := e.client.Get(ctx, "p1", rep.InboxID)
+	must(t, err)
+	if got.State != StateAcked || got.AckedAt == nil {
+		t.Fatalf("entry after a lazy ack = %+v, want acked", got)
+	}
+	if es := e.list("p1", ListQuery{AgentID: "agent-a"}); len(es) != 0 {
+		t.Fatalf("pending entries = %+v, want none", es)
+	}
+	if _, err := e.client.AckLazy(ctx, "p1", "01890000-0000-7000-8000-000000000000"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("lazy ack of an unknown id: err = %v, want ErrNotFound", err)
+	}
+	// The next transaction carries it to disk.
+	must(t, e.svc.db.update(func(*bolt.Tx) error { return nil }))
+	e.svc.db.lazyMu.Lock()
+	left := len(e.svc.db.lazy)
+	e.svc.db.lazyMu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d lazy acks still queued after a commit", left)
+	}
+	// A restart reads it from the file.
+	e.stop()
+	e.start()
+	got, err = e.svc.Get(ctx, "p1", rep.InboxID)
+	must(t, err)
+	if got.State != StateAcked {
+		t.Fatalf("entry after restart = %+v, want acked", got)
+	}
+}
+
+// TestAckLazyCommitsAlone: with no other write coming, a lazy ack still
+// reaches the disk on its own.
+func TestAckLazyCommitsAlone(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := context.Background()
+	c := e.putResult("p1", "agent-a", "turn-1", "call-1", 0)
+	rep, err := e.request("p1", c.report(), "")
+	must(t, err)
+	_, err = e.client.AckLazy(ctx, "p1", rep.InboxID)
+	must(t, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var st State
+		must(t, e.svc.db.bolt.View(func(tx *bolt.Tx) error {
+			r, err := getRecord(tx, "p1", rep.InboxID)
+			if r != nil {
+				st = r.State
+			}
+			return err
+		}))
+		if st == StateAcked {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lazy ack not on disk after 10s (state %s)", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
