@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats-server/v2/server"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
