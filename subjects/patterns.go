@@ -79,6 +79,15 @@ func PMOInternalPattern(ver string) (string, error) {
 	return prefix + "." + ver + ".*.*.cmd.sys.pmo.internal.*", nil
 }
 
+// InboxReportRequestPattern returns cg.<ver>.*.*.svc.inbox.report, every
+// report sent to the inbox as a request.
+func InboxReportRequestPattern(ver string) (string, error) {
+	if e := checkToken("ver", ver); e != nil {
+		return "", e
+	}
+	return prefix + "." + ver + ".*.*.svc.inbox.report", nil
+}
+
 // InboxReportPattern returns cg.<ver>.*.*.cmd.sys.inbox.report.
 func InboxReportPattern(ver string) (string, error) {
 	if e := checkToken("ver", ver); e != nil {

@@ -14,8 +14,9 @@
 //
 // # Live updates
 //
-// One core NATS subscription on every command subject of the protocol
-// version (cg.<ver>.*.*.cmd.>) feeds Server-Sent Events (GET /events):
+// Core NATS subscriptions on every command subject of the protocol version
+// (cg.<ver>.*.*.cmd.>) and on the inbox's report requests
+// (cg.<ver>.*.*.svc.inbox.report) feed Server-Sent Events (GET /events):
 // tool commands and inbox reports of the project become a "turn" event
 // naming the turn. The page then re-fetches the fragment it shows (the turn
 // list, or the turn when it is the one named). Push rather than poll: an

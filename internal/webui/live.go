@@ -44,6 +44,7 @@ type hub struct {
 	project string
 	log     *slog.Logger
 	sub     *nats.Subscription
+	reports *nats.Subscription // reports sent to the inbox as requests
 	done    chan struct{}
 
 	mu      sync.Mutex
@@ -61,17 +62,30 @@ func startHub(nc *nats.Conn, version, project string, log *slog.Logger) (*hub, e
 	if err != nil {
 		return nil, fmt.Errorf("webui: subscribe the live feed on %s: %w", pattern, err)
 	}
+	// Workers report to the inbox with a request (svc.inbox.report) and
+	// use the stream only when that is not answered: a copy of either is
+	// a finished call.
+	reports, err := subjects.InboxReportRequestPattern(version)
+	if err == nil {
+		h.reports, err = nc.Subscribe(reports, h.onMsg)
+	}
+	if err != nil {
+		_ = h.sub.Unsubscribe()
+		return nil, fmt.Errorf("webui: subscribe the live feed on %s: %w", reports, err)
+	}
 	// The subscription is registered on the server before New returns, so
 	// no command published afterwards is missed.
 	if err := nc.Flush(); err != nil {
 		_ = h.sub.Unsubscribe()
+		_ = h.reports.Unsubscribe()
 		return nil, fmt.Errorf("webui: subscribe the live feed on %s: %w", pattern, err)
 	}
 	return h, nil
 }
 
-// onMsg turns a tool command or an inbox report of the project into an
-// Event. Other commands (wakeups, PMO internals) are not turn changes.
+// onMsg turns a tool command or an inbox report (through the stream or as
+// a request) of the project into an Event. Other commands (wakeups, PMO
+// internals) are not turn changes.
 func (h *hub) onMsg(m *nats.Msg) {
 	subj, err := subjects.Parse(m.Subject)
 	if err != nil || subj.Project != h.project {
@@ -81,7 +95,8 @@ func (h *hub) onMsg(m *nats.Msg) {
 	switch {
 	case subj.Component == subjects.Tool:
 		kind = "call"
-	case subj.Component == subjects.Sys && subj.Target == "inbox" && len(subj.Suffix) == 1 && subj.Suffix[0] == "report":
+	case subj.Kind() == subjects.KindInboxReport,
+		subj.Kind() == subjects.KindService && subj.Component == "inbox" && subj.Target == "report":
 		kind = "result"
 	default:
 		return
@@ -136,6 +151,7 @@ func (h *hub) close() {
 	}
 	h.closed = true
 	_ = h.sub.Unsubscribe()
+	_ = h.reports.Unsubscribe()
 	close(h.done)
 }
 

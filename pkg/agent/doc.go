@@ -41,23 +41,29 @@
 //     inline: the worker reads them from the card. The headers are listed
 //     under "Command headers" below.
 //  5. Worker. A tool service consumes the command, runs the tool, writes
-//     the tool.result card and publishes a report on
-//     cg.<ver>.<project>.<channel>.cmd.sys.inbox.report (not this
-//     package's doing; see package worker).
+//     the tool.result card and reports it to the inbox: as a request on
+//     cg.<ver>.<project>.<channel>.svc.inbox.report, or with JetStream on
+//     cg.<ver>.<project>.<channel>.cmd.sys.inbox.report when the request is
+//     not answered (not this package's doing; see package worker).
 //  6. Inbox. The inbox stores one entry per (project, agent_turn_id,
 //     tool_call_id) and publishes a utp.Wakeup with JetStream on the
-//     agent's wakeup subject (Nats-Msg-Id wakeup-<inbox_id>, the
-//     traceparent passed through).
+//     agent's wakeup subject (stream cg_wake_<ver>, Nats-Msg-Id
+//     wakeup-<inbox_id>, the traceparent passed through).
 //  7. Wakeup. Call's subscription receives it and hands it to the waiting
 //     call whose (agent_turn_id, tool_call_id) match. Right after
-//     publishing, and then every Config.PollInterval while waiting, Call
-//     also reads the inbox's pending entries of the turn: a result that
-//     was already there (a re-made call) or whose wakeup core NATS lost (a
-//     reconnect) is found that way. The inbox, not the wakeup, is the
+//     publishing (only when the caller chose the tool_call_id: a re-made
+//     call may have its result already), and then every
+//     Config.PollInterval while waiting, Call also reads the inbox's
+//     pending entries of the turn: a result that was already there or
+//     whose wakeup core NATS lost (a reconnect) is found that way. The inbox, not the wakeup, is the
 //     truth, so no result can be missed as long as the inbox keeps it.
 //  8. Result. Call reads the tool.result card the wakeup points at
 //     (tool_result_card_id), checks that it belongs to the call, and
-//     acknowledges the inbox entry (inbox "ack"). Outcome.AfterExecution
+//     acknowledges the inbox entry lazily (inbox "ack" with "lazy": the
+//     inbox answers at once, shows the entry acked to every read, and
+//     writes the ack with its next transaction; a crash before that
+//     leaves the entry pending, so Resume sees the result once more).
+//     Client.Ack stays durable. Outcome.AfterExecution
 //     is the effective value: result.__cg_control.after_execution when
 //     present and valid, else the card's after_execution.
 //

@@ -6,14 +6,21 @@
 //
 // # Flow
 //
-// A tool service publishes a report (utp.Report JSON) with JetStream on
+// A tool service sends a report (utp.Report JSON) one of two ways:
 //
-//	cg.<ver>.<project>.<channel>.cmd.sys.inbox.report
+//   - as a svc request on cg.<ver>.<project>.<channel>.svc.inbox.report
+//     (OpReport), which the inbox answers once the entry is on disk and
+//     the wakeup stored — the Go worker's way, which costs no JetStream
+//     write; an ErrRefused reply (code "refused") means dead-lettered, any
+//     other failure means "not taken: use the stream";
+//   - with JetStream on cg.<ver>.<project>.<channel>.cmd.sys.inbox.report,
+//     which the command stream cg_cmd_<ver> captures — CommonGround's way,
+//     which works while no inbox runs. The inbox reads it through one
+//     durable pull consumer, streams.InboxConsumer, filtered on
+//     cg.<ver>.*.*.cmd.sys.inbox.report.
 //
-// which the command stream cg_cmd_<ver> captures. The inbox reads it through
-// one durable pull consumer, streams.InboxConsumer, filtered on
-// cg.<ver>.*.*.cmd.sys.inbox.report, and handles up to Config.Concurrency
-// reports at once. For each report it:
+// Both are handled the same way, up to Config.Concurrency stream reports
+// at once. For each report it:
 //
 //  1. takes project and channel from the subject and parses the body with
 //     utp.ParseReport (unknown fields ignored, inline "result" refused);
@@ -24,16 +31,17 @@
 //     tool_call_id) up for a duplicate, compares turn_epoch with the turn's
 //     highest epoch, and stores a new entry, pending or stale;
 //  4. for a pending entry publishes a utp.Wakeup with JetStream on
-//     cg.<ver>.<project>.<channel>.cmd.agent.<agent_id>.wakeup, with header
+//     cg.<ver>.<project>.<channel>.cmd.agent.<agent_id>.wakeup (stream
+//     cg_wake_<ver>), with header
 //     Nats-Msg-Id "wakeup-<inbox_id>", the report's traceparent (a fresh one
 //     when it had none), tracestate and CG-Recursion-Depth passed through,
 //     and the CG-* identity and envelope headers; waits for the PubAck and
 //     queues the wakeup_sent_at mark, which rides along with the next inbox
 //     transaction (another report's entry, an ack) instead of an fsync of
 //     its own;
-//  5. acknowledges the report with a plain Ack: the entry is durable, so an
+//  5. acknowledges the report with a plain Ack (the entry is durable, so an
 //     ack the server never receives only causes a redelivery, which is a
-//     duplicate.
+//     duplicate), or replies to the request.
 //
 // The report is acknowledged only after the entry is on disk (bbolt fsyncs
 // every commit) and the wakeup is stored by JetStream. Writes of concurrent
@@ -105,6 +113,17 @@
 //     for metrics).
 //   - After wakeup_sent_at, before the ack arrives: the redelivery is a
 //     plain duplicate and is acknowledged.
+//   - A report sent as a request, the inbox gone before it replies: the
+//     worker gets no answer within 5 s and publishes the report to the
+//     stream; the inbox (restarted) finds a duplicate whose wakeup_sent_at
+//     may be unset and publishes the wakeup (same Nats-Msg-Id). A worker
+//     gone too leaves its command unacknowledged: the redelivery finds the
+//     result card and re-reports it. Either way the report is taken before
+//     the command is acknowledged (TestSIGKILLUpWithReportsInFlight in
+//     cmd/utpmesh kills a whole mesh mid-flight and counts one result, one
+//     entry and one stored wakeup per acknowledged call).
+//   - A lazy ack answered but not yet committed: the entry stays pending
+//     after a crash; the runtime sees the result once more.
 //   - A dead-letter record published but the Term lost: the redelivered
 //     report is refused again and republished with the same Nats-Msg-Id
 //     ("inbox-deadletter-<stream>-<seq>"), which JetStream de-duplicates.
@@ -120,9 +139,12 @@
 //	            "limit"? (default and max 1000), "after"? (inbox_id cursor)}
 //	           → {"entries": [Entry…]} in creation order
 //	get        {"inbox_id"} → {"entry": Entry}
-//	ack        {"inbox_ids": [...]} (1–1000) → {"acked": n}, n = entries that were pending;
+//	ack        {"inbox_ids": [...], "lazy"?} (1–1000) → {"acked": n}, n = entries that were pending;
 //	           an unknown id fails the whole call (not_found, naming it); acked or
-//	           stale entries are left as they are
+//	           stale entries are left as they are. lazy: reply before the disk
+//	           (reads show the entries acked at once; the ack is written with the
+//	           next transaction; a crash before that leaves them pending)
+//	report     a report body (see above) → {"inbox_id", "state"}
 //	set_epoch  {"agent_turn_id", "turn_epoch"} → {"turn_epoch": highest now}
 //
 // Errors are svc error replies whose codes map back to ErrNotFound
