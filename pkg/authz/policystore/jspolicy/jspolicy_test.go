@@ -2,20 +2,26 @@ package jspolicy_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/jspolicy"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/policystoretest"
+	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/registry/jsreg"
 )
 
 var _ policystoretest.Store = (*jspolicy.Store)(nil)
@@ -156,5 +162,87 @@ func TestClosedConnection(t *testing.T) {
 	}
 	if err := s.PutConfig(ctx, "demo", authz.ProjectConfig{}); !errors.Is(err, authz.ErrClosed) {
 		t.Errorf("PutConfig = %v", err)
+	}
+}
+
+var _ natsauthz.Store = (*jspolicy.Store)(nil)
+
+// TestTwoAuthzServices: two natsauthz services (two mesh nodes) on the same
+// registry and policy buckets share the svc.authz queue group; a client's
+// requests land on either, and the versions, the base checks and the
+// validation against the tools registered on the other node hold.
+func TestTwoAuthzServices(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := meshtest.NATS(t)
+	regBucket, polBucket := "reg_"+freshBucket(), freshBucket()
+	var regs []*jsreg.Store
+	for range 2 {
+		nc := meshtest.Conn(t, srv)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := jsreg.Open(ctx, js, jsreg.Config{Bucket: regBucket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		regs = append(regs, reg)
+		pol, err := jspolicy.Open(ctx, js, jspolicy.Config{Bucket: polBucket, Actions: authz.RegistryActions{Registry: reg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc, err := natsauthz.Start(ctx, nc, natsauthz.StartConfig{DataDir: t.TempDir(), Registry: reg, Store: pol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = svc.Stop(context.Background()) })
+	}
+	_, err := regs[0].Put(ctx, &registry.Entry{ProjectID: "demo", ToolName: "ATLAS_TASK_LIST", Description: "list tasks",
+		Parameters: json.RawMessage(`{"type":"object"}`), TargetSubject: "cg.{ver}.{project_id}.{channel_id}.cmd.tool.atlas_task_list",
+		AfterExecution: card.Suspend, Options: registry.Options{CedarAction: `ATLASAction::"TASK_LIST"`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := natsauthz.NewClient(meshtest.Conn(t, srv), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := func(i int) string {
+		return fmt.Sprintf("@id(\"v%d\") permit(principal, action == ATLASAction::\"TASK_LIST\", resource);\n", i)
+	}
+	const rounds = 6
+	for i := 1; i <= rounds; i++ {
+		if d, err := cl.ReplacePolicies(ctx, "demo", text(i), uint64(i-1)); err != nil || d.Version != uint64(i) {
+			t.Fatalf("replace %d = %+v, %v", i, d, err)
+		}
+	}
+	var wg sync.WaitGroup
+	var won atomic.Int32
+	for i := range 8 {
+		wg.Go(func() {
+			_, err := cl.ReplacePolicies(ctx, "demo", text(100+i), rounds)
+			switch {
+			case err == nil:
+				won.Add(1)
+			case !errors.Is(err, authz.ErrConflict):
+				t.Errorf("replace: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if won.Load() != 1 {
+		t.Fatalf("%d concurrent replacements on version %d were stored, want 1", won.Load(), rounds)
+	}
+	if h, err := cl.History(ctx, "demo"); err != nil || len(h) != rounds+1 || !h[0].Current {
+		t.Fatalf("history = %+v, %v", h, err)
+	}
+	// The tool removed on the second node: rollback (on either node)
+	// validates against the registry both share.
+	if err := regs[1].Delete(ctx, "demo", "ATLAS_TASK_LIST"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Rollback(ctx, "demo", 1, rounds+1); !errors.Is(err, authz.ErrInvalidPolicy) || !strings.Contains(err.Error(), "unknown action") {
+		t.Fatalf("rollback naming a removed tool = %v", err)
 	}
 }
