@@ -61,6 +61,9 @@ type Bucket struct {
 // exists (so raising Replicas in the configuration scales the bucket). The
 // error says what to change when the servers cannot place the replicas.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bucket, error) {
+	if cfg.Bucket == "" || strings.Trim(cfg.Bucket, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
+		return nil, fmt.Errorf("jskv: bucket name %q: use letters, digits, _ and - only", cfg.Bucket)
+	}
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
