@@ -1,19 +1,24 @@
 // Package jskv is the plumbing shared by the mesh's JetStream KV backends
 // (pkg/registry/jsreg, pkg/authz/policystore/jspolicy): it opens a bucket
-// with a replica count and a per-key history, reads a key's latest
-// revision from the stream leader, and runs compare-and-set loops.
+// with a replica count and a per-key history, reads from the stream
+// leader (Latest: one key; Scan: every kept message of matching keys),
+// and runs compare-and-set loops (CAS).
 //
 // # Why leader reads
 //
-// kv.Get is a JetStream direct get, which in a cluster any current
-// replica may answer; it can be a few milliseconds behind the leader. A
-// compare-and-set write (kv.Update with the read revision) is checked by
-// the leader, so a stale read there only costs a retry. But a write path
-// that decides NOT to write from what it read — "no such key", "the
-// stored version is not your base", "the stored text is the same" — must
-// not decide on a stale read. Latest asks the leader
-// ($JS.API.STREAM.MSG.GET, which only the stream leader answers in a
-// cluster) for exactly those decisions.
+// kv.Get is a JetStream direct get, which in a cluster the nearest
+// replica answers, and a replica can lag the leader: on a 3-node cluster a
+// direct get through one node right after a put through another returned
+// the previous value (jsreg's TestClusterReadAfterWrite, before its reads
+// moved to the leader). kv.History and watchers use an ordered consumer,
+// which JetStream places on any replica. A compare-and-set write
+// (kv.Update with the read revision) is checked by the leader, so a stale
+// read there only costs a retry, but a write path that decides NOT to
+// write from what it read — "no such key", "the stored version is not your
+// base", "the stored text is the same" — must not decide on a stale read.
+// Latest and Scan use $JS.API.STREAM.MSG.GET, which only the stream leader
+// answers in a cluster; they cost more than a direct get (see the
+// backends' benchmarks).
 package jskv
 
 import (
@@ -121,9 +126,10 @@ type msgGetResponse struct {
 		Description string `json:"description"`
 	} `json:"error,omitempty"`
 	Message *struct {
-		Seq  uint64 `json:"seq"`
-		Hdrs []byte `json:"hdrs,omitempty"`
-		Data []byte `json:"data,omitempty"`
+		Subject string `json:"subject"`
+		Seq     uint64 `json:"seq"`
+		Hdrs    []byte `json:"hdrs,omitempty"`
+		Data    []byte `json:"data,omitempty"`
 	} `json:"message,omitempty"`
 }
 
@@ -132,38 +138,67 @@ const errCodeNoMessage = 10037
 
 // Latest returns key's latest revision, read from the stream leader.
 func (b *Bucket) Latest(ctx context.Context, key string) (Entry, error) {
-	req, err := json.Marshal(map[string]string{"last_by_subj": b.keyPre + key})
-	if err != nil {
+	_, e, found, err := b.msgGet(ctx, map[string]any{"last_by_subj": b.keyPre + key})
+	if err != nil || !found {
 		return Entry{}, err
+	}
+	return e, nil
+}
+
+// Scan calls fn, in revision order, for every stored message (values and
+// delete markers) whose key matches filter (a key or a pattern with * and
+// >), read from the stream leader one message per request. A bucket with
+// a history of 1 holds one message per key, so fn sees each key once,
+// unless the key is written during the scan (then again later, newer).
+func (b *Bucket) Scan(ctx context.Context, filter string, fn func(key string, e Entry) error) error {
+	for seq := uint64(1); ; {
+		key, e, found, err := b.msgGet(ctx, map[string]any{"seq": seq, "next_by_subj": b.keyPre + filter})
+		if err != nil || !found {
+			return err
+		}
+		if err := fn(key, e); err != nil {
+			return err
+		}
+		seq = e.Revision + 1
+	}
+}
+
+// msgGet asks the stream leader for one message; found is false when no
+// message matches.
+func (b *Bucket) msgGet(ctx context.Context, body map[string]any) (key string, e Entry, found bool, err error) {
+	req, err := json.Marshal(body)
+	if err != nil {
+		return "", Entry{}, false, err
 	}
 	msg, err := b.nc.RequestWithContext(ctx, b.getSubj, req)
 	if err != nil {
-		return Entry{}, fmt.Errorf("jskv: read %s from the stream leader: %w", key, err)
+		return "", Entry{}, false, fmt.Errorf("jskv: read from the stream leader: %w", err)
 	}
 	var resp msgGetResponse
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return Entry{}, fmt.Errorf("jskv: read %s: malformed reply: %w", key, err)
+		return "", Entry{}, false, fmt.Errorf("jskv: read: malformed reply: %w", err)
 	}
 	if resp.Error != nil {
 		if resp.Error.ErrCode == errCodeNoMessage {
-			return Entry{}, nil
+			return "", Entry{}, false, nil
 		}
-		return Entry{}, fmt.Errorf("jskv: read %s: %s (code %d, err_code %d)", key, resp.Error.Description, resp.Error.Code, resp.Error.ErrCode)
+		return "", Entry{}, false, fmt.Errorf("jskv: read: %s (code %d, err_code %d)", resp.Error.Description, resp.Error.Code, resp.Error.ErrCode)
 	}
-	if resp.Message == nil {
-		return Entry{}, fmt.Errorf("jskv: read %s: reply without message", key)
+	m := resp.Message
+	if m == nil {
+		return "", Entry{}, false, errors.New("jskv: read: reply without message")
 	}
-	e := Entry{Value: resp.Message.Data, Revision: resp.Message.Seq, Exists: true}
-	if len(resp.Message.Hdrs) > 0 {
-		h, err := nats.DecodeHeadersMsg(resp.Message.Hdrs)
+	e = Entry{Value: m.Data, Revision: m.Seq, Exists: true}
+	if len(m.Hdrs) > 0 {
+		h, err := nats.DecodeHeadersMsg(m.Hdrs)
 		if err != nil {
-			return Entry{}, fmt.Errorf("jskv: read %s: headers: %w", key, err)
+			return "", Entry{}, false, fmt.Errorf("jskv: read: headers: %w", err)
 		}
 		if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
 			e.Value, e.Exists = nil, false
 		}
 	}
-	return e, nil
+	return strings.TrimPrefix(m.Subject, b.keyPre), e, true, nil
 }
 
 // MaxAttempts bounds a CAS loop.

@@ -3,6 +3,7 @@ package jskv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -100,5 +101,43 @@ func TestOpenRefuses(t *testing.T) {
 		if _, err := jskv.Open(ctx, js, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Open(%+v) = %v, want %q", tc.cfg, err, tc.want)
 		}
+	}
+}
+
+// TestScan: the leader walk sees every kept message of the matching keys
+// in revision order, delete markers included, and no other key.
+func TestScan(t *testing.T) {
+	ctx := context.Background()
+	js, err := jetstream.New(meshtest.Conn(t, meshtest.NATS(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := jskv.Open(ctx, js, jskv.Config{Bucket: "s", History: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range [][2]string{{"p.x", "1"}, {"p-1.x", "other"}, {"p.y", "1"}, {"p.x", "2"}, {"p.x", "3"}, {"px.z", "other"}} {
+		if _, err := b.KV.Put(ctx, kv[0], []byte(kv[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.KV.Delete(ctx, "p.y"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err = b.Scan(ctx, "p.>", func(key string, e jskv.Entry) error {
+		got = append(got, fmt.Sprintf("%s=%s/%v", key, e.Value, e.Exists))
+		return nil
+	})
+	// History 2: p.x keeps 2 and 3; p.y keeps its value and the marker.
+	if want := "p.y=1/true p.x=2/true p.x=3/true p.y=/false"; err != nil || strings.Join(got, " ") != want {
+		t.Fatalf("Scan = %v, %v; want %s", got, err, want)
+	}
+	if err := b.Scan(ctx, "none.>", func(string, jskv.Entry) error { return errors.New("called") }); err != nil {
+		t.Fatalf("Scan of no keys = %v", err)
+	}
+	stop := errors.New("stop")
+	if err := b.Scan(ctx, "p.>", func(string, jskv.Entry) error { return stop }); !errors.Is(err, stop) {
+		t.Fatalf("Scan with a failing fn = %v", err)
 	}
 }

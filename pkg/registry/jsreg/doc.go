@@ -36,12 +36,12 @@
 //
 // # Reads
 //
-// Get is a JetStream direct get; List replays the project's keys with a
-// short-lived ordered consumer (one round of the bucket's matching keys,
-// not one request per tool). In a cluster a direct get may be answered by
-// a replica a few milliseconds behind the leader, so a Get on one node
-// right after a Put on another can still see the old entry; write paths
-// never decide on such a read.
+// Get and List read from the stream leader (List walks the project's keys,
+// one request per entry), so they see every write acknowledged before
+// them, through any node: TestClusterReadAfterWrite puts through one node
+// of a 3-node cluster and reads through the other two at once. A
+// JetStream direct get would be cheaper but is answered by the nearest
+// replica, and there it returned the previous entry.
 //
 // # Change notification
 //

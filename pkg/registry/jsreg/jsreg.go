@@ -135,14 +135,14 @@ func (s *Store) Get(ctx context.Context, projectID, toolName string) (*registry.
 	if err := registry.CheckKey(projectID, toolName); err != nil {
 		return nil, err
 	}
-	kve, err := s.b.KV.Get(ctx, key(projectID, toolName))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, registry.NotFound(projectID, toolName)
-	}
+	cur, err := s.b.Latest(ctx, key(projectID, toolName))
 	if err != nil {
 		return nil, wrap("get", err)
 	}
-	return decode(kve.Value())
+	if !cur.Exists {
+		return nil, registry.NotFound(projectID, toolName)
+	}
+	return decode(cur.Value)
 }
 
 // List implements registry.Registry.
@@ -153,31 +153,28 @@ func (s *Store) List(ctx context.Context, projectID string) ([]*registry.Entry, 
 	if err := registry.CheckProjectID(projectID); err != nil {
 		return nil, err
 	}
-	w, err := s.b.KV.WatchFiltered(ctx, []string{projectID + ".>"}, jetstream.IgnoreDeletes())
+	byKey := map[string]*registry.Entry{}
+	err := s.b.Scan(ctx, projectID+".>", func(k string, cur jskv.Entry) error {
+		if !cur.Exists { // deleted (History 1 keeps only the marker)
+			delete(byKey, k)
+			return nil
+		}
+		e, err := decode(cur.Value)
+		if err != nil {
+			return err
+		}
+		byKey[k] = e // a key written during the scan comes again, newer
+		return nil
+	})
 	if err != nil {
 		return nil, wrap("list", err)
 	}
-	defer func() { _ = w.Stop() }()
-	out := []*registry.Entry{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case kve, ok := <-w.Updates():
-			if !ok {
-				return nil, wrap("list", fmt.Errorf("the watch of project %s ended early (connection closed?)", projectID))
-			}
-			if kve == nil { // every current entry has been delivered
-				slices.SortFunc(out, func(a, b *registry.Entry) int { return cmp.Compare(a.ToolName, b.ToolName) })
-				return out, nil
-			}
-			e, err := decode(kve.Value())
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, e)
-		}
+	out := make([]*registry.Entry, 0, len(byKey))
+	for _, e := range byKey {
+		out = append(out, e)
 	}
+	slices.SortFunc(out, func(a, b *registry.Entry) int { return cmp.Compare(a.ToolName, b.ToolName) })
+	return out, nil
 }
 
 // Delete implements registry.Registry.

@@ -12,10 +12,14 @@ import (
 )
 
 // backend opens a policy store to compare: bbolt (the embedded default) or
-// JetStream KV on a single in-process server (fsync before ack, R1).
+// JetStream KV on a single in-process server (fsync before ack, R1), with
+// leader reads or DirectReads.
 func backend(b *testing.B, name string) policystoretest.Store {
-	if name == "jspolicy" {
+	switch name {
+	case "jspolicy":
 		return open(b, meshtest.NATS(b), jspolicy.Config{Bucket: freshBucket()})
+	case "jspolicy-direct":
+		return open(b, meshtest.NATS(b), jspolicy.Config{Bucket: freshBucket(), DirectReads: true})
 	}
 	s, err := policystore.Open(filepath.Join(b.TempDir(), "policies.db"))
 	if err != nil {
@@ -31,7 +35,7 @@ func backend(b *testing.B, name string) policystoretest.Store {
 //	go test -run '^$' -bench Policies -benchtime 2s ./pkg/authz/policystore/jspolicy/
 func BenchmarkPolicies(b *testing.B) {
 	ctx := context.Background()
-	for _, name := range []string{"policystore", "jspolicy"} {
+	for _, name := range []string{"policystore", "jspolicy", "jspolicy-direct"} {
 		s := backend(b, name)
 		if _, err := s.PutPolicies(ctx, "demo", policystoretest.Policy(0)); err != nil {
 			b.Fatal(err)

@@ -41,10 +41,13 @@
 //
 // # Reads
 //
-// Policies and Config (the gate's reads) are JetStream direct gets.
-// History and PolicyVersion replay the key's revisions with a short-lived
-// ordered consumer. In a cluster a read can be a few milliseconds behind a
-// write made on another node; write paths never decide on such a read.
+// Every read goes to the stream leader: Policies and Config read the key's
+// latest revision, History and PolicyVersion walk its kept revisions. So
+// they see every write acknowledged before them, through any node
+// (TestClusterReadAfterWrite, on a 3-node cluster). Config.DirectReads
+// makes Policies and Config — the gate's two reads on every call —
+// JetStream direct gets instead: cheaper, answered by the nearest replica,
+// which in a cluster may not have a write made through another node yet.
 //
 // # Caveats
 //

@@ -45,6 +45,12 @@ type Config struct {
 	Actions authz.ActionSource
 	// Clock stamps UpdatedAt; default time.Now.
 	Clock func() time.Time
+	// DirectReads makes Policies and Config (the gate's reads on every
+	// call) JetStream direct gets, which the nearest replica answers,
+	// instead of reads from the stream leader: cheaper, but in a cluster
+	// they can miss a write made through another node for as long as
+	// that replica lags. Writes always decide on leader reads.
+	DirectReads bool
 }
 
 // Store is an authz.PolicyHistory on JetStream KV. It is safe for
@@ -54,6 +60,7 @@ type Store struct {
 	now     func() time.Time
 	actions authz.ActionSource
 	keep    int
+	direct  bool
 	closed  atomic.Bool
 }
 
@@ -78,7 +85,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("jspolicy: %w", err)
 	}
-	return &Store{b: b, now: cfg.Clock, actions: cfg.Actions, keep: cfg.HistoryLimit}, nil
+	return &Store{b: b, now: cfg.Clock, actions: cfg.Actions, keep: cfg.HistoryLimit, direct: cfg.DirectReads}, nil
 }
 
 // Close makes every later call fail with authz.ErrClosed. It does not
@@ -105,19 +112,35 @@ func (s *Store) begin(ctx context.Context, project string) error {
 	return nil
 }
 
+// read is the read of Policies and Config: from the stream leader, or a
+// direct get with Config.DirectReads.
+func (s *Store) read(ctx context.Context, key string) (jskv.Entry, error) {
+	if !s.direct {
+		return s.b.Latest(ctx, key)
+	}
+	e, err := s.b.KV.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return jskv.Entry{}, nil
+	}
+	if err != nil {
+		return jskv.Entry{}, err
+	}
+	return jskv.Entry{Value: e.Value(), Revision: e.Revision(), Exists: true}, nil
+}
+
 // Policies implements authz.PolicySource.
 func (s *Store) Policies(ctx context.Context, project string) (*authz.PolicyDoc, error) {
 	if err := s.begin(ctx, project); err != nil {
 		return nil, err
 	}
-	e, err := s.b.KV.Get(ctx, policiesKey(project))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("%w: project %s has no policy set (utpmesh policy put --project %s FILE)", authz.ErrNotFound, project, project)
-	}
+	cur, err := s.read(ctx, policiesKey(project))
 	if err != nil {
 		return nil, wrap("policies of "+project, err)
 	}
-	return decodeDoc(project, e.Value())
+	if !cur.Exists {
+		return nil, fmt.Errorf("%w: project %s has no policy set (utpmesh policy put --project %s FILE)", authz.ErrNotFound, project, project)
+	}
+	return decodeDoc(project, cur.Value)
 }
 
 // PutPolicies implements authz.PolicyStore: it validates text and stores
@@ -213,23 +236,20 @@ func (s *Store) write(ctx context.Context, project, text string, base *uint64, r
 // revisions returns the kept versions of the project's policy set, oldest
 // first (none when it has no policy set).
 func (s *Store) revisions(ctx context.Context, project string) ([]*authz.PolicyDoc, error) {
-	es, err := s.b.KV.History(ctx, policiesKey(project))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, wrap("history of "+project, err)
-	}
-	out := make([]*authz.PolicyDoc, 0, len(es))
-	for _, e := range es {
-		if e.Operation() != jetstream.KeyValuePut {
-			continue
+	var out []*authz.PolicyDoc
+	err := s.b.Scan(ctx, policiesKey(project), func(_ string, e jskv.Entry) error {
+		if !e.Exists {
+			return nil
 		}
-		d, err := decodeDoc(project, e.Value())
+		d, err := decodeDoc(project, e.Value)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		out = append(out, d)
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("history of "+project, err)
 	}
 	return out, nil
 }
@@ -278,14 +298,14 @@ func (s *Store) Config(ctx context.Context, project string) (authz.ProjectConfig
 	if err := s.begin(ctx, project); err != nil {
 		return c, err
 	}
-	e, err := s.b.KV.Get(ctx, configKey(project))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return c, nil
-	}
+	cur, err := s.read(ctx, configKey(project))
 	if err != nil {
 		return c, wrap("config of "+project, err)
 	}
-	if err := json.Unmarshal(e.Value(), &c); err != nil {
+	if !cur.Exists {
+		return c, nil
+	}
+	if err := json.Unmarshal(cur.Value, &c); err != nil {
 		return c, fmt.Errorf("jspolicy: stored config of %s: %w", project, err)
 	}
 	if c.Mandate == "" {

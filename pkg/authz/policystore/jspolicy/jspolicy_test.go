@@ -48,12 +48,16 @@ func open(t testing.TB, srv *embednats.Server, cfg jspolicy.Config) *jspolicy.St
 
 func TestConformance(t *testing.T) {
 	srv := meshtest.NATS(t)
-	policystoretest.Run(t, func(t *testing.T) policystoretest.Opener {
-		bucket := freshBucket()
-		return func(t *testing.T, cfg policystoretest.Config) policystoretest.Store {
-			return open(t, srv, jspolicy.Config{Bucket: bucket, HistoryLimit: cfg.HistoryLimit, Actions: cfg.Actions})
-		}
-	})
+	for _, direct := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DirectReads=%v", direct), func(t *testing.T) {
+			policystoretest.Run(t, func(t *testing.T) policystoretest.Opener {
+				bucket := freshBucket()
+				return func(t *testing.T, cfg policystoretest.Config) policystoretest.Store {
+					return open(t, srv, jspolicy.Config{Bucket: bucket, HistoryLimit: cfg.HistoryLimit, Actions: cfg.Actions, DirectReads: direct})
+				}
+			})
+		})
+	}
 }
 
 // TestTwoNodes: replacements confirmed against the same version on two
