@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -140,4 +141,23 @@ func TestScan(t *testing.T) {
 	if err := b.Scan(ctx, "p.>", func(string, jskv.Entry) error { return stop }); !errors.Is(err, stop) {
 		t.Fatalf("Scan with a failing fn = %v", err)
 	}
+}
+
+// TestOpenConcurrently: nodes starting at once all open the same new
+// bucket.
+func TestOpenConcurrently(t *testing.T) {
+	srv := meshtest.NATS(t)
+	var wg sync.WaitGroup
+	for range 4 {
+		js, err := jetstream.New(meshtest.Conn(t, srv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if _, err := jskv.Open(context.Background(), js, jskv.Config{Bucket: "shared", History: 5}); err != nil {
+				t.Errorf("Open: %v", err)
+			}
+		})
+	}
+	wg.Wait()
 }
