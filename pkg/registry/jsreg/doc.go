@@ -32,7 +32,7 @@
 // give one success and one ErrNotFound, and updated_at never goes back for
 // one key even when nodes' clocks disagree: Put stamps
 // max(its clock, the stored updated_at). A write that loses 50 times in a
-// row fails (jskv.ErrContention) rather than spin.
+// row fails with an error saying so, rather than spin.
 //
 // # Reads
 //
