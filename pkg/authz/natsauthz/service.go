@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
-	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 )
@@ -23,6 +22,9 @@ type StartConfig struct {
 	KeyDir string
 	// Registry lists a project's tools (queries, tests). Required.
 	Registry registry.Registry
+	// Store is the policy store to serve (cluster mode: jspolicy); nil
+	// opens <DataDir>/policies.db. Stop closes it.
+	Store Store
 	// States gives booking states to the gate; optional.
 	States authz.BookingStates
 	// Version is the protocol version token.
@@ -33,7 +35,7 @@ type StartConfig struct {
 // Service is the authorization layer of one mesh process: the policy
 // store, the gate, the querier and the svc server.
 type Service struct {
-	Store   *policystore.Store
+	Store   Store
 	Keys    *mandate.KeyDir
 	Gate    *authz.Gate
 	Querier *authz.Querier
@@ -56,7 +58,7 @@ func Start(ctx context.Context, nc *nats.Conn, cfg StartConfig) (*Service, error
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	st, err := policystore.Open(filepath.Join(cfg.DataDir, "policies.db"), policystore.WithActions(authz.RegistryActions{Registry: cfg.Registry}))
+	st, err := openStore(cfg)
 	if err != nil {
 		return nil, err
 	}

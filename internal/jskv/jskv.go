@@ -1,0 +1,239 @@
+// Package jskv is the plumbing shared by the mesh's JetStream KV backends
+// (pkg/registry/jsreg, pkg/authz/policystore/jspolicy): it opens a bucket
+// with a replica count and a per-key history, reads from the stream
+// leader (Latest: one key; Scan: every kept message of matching keys),
+// and runs compare-and-set loops (CAS).
+//
+// # Why leader reads
+//
+// kv.Get is a JetStream direct get, which in a cluster the nearest
+// replica answers, and a replica can lag the leader: on a 3-node cluster a
+// direct get through one node right after a put through another returned
+// the previous value (jsreg's TestClusterReadAfterWrite, before its reads
+// moved to the leader). kv.History and watchers use an ordered consumer,
+// which JetStream places on any replica. A compare-and-set write
+// (kv.Update with the read revision) is checked by the leader, so a stale
+// read there only costs a retry, but a write path that decides NOT to
+// write from what it read — "no such key", "the stored version is not your
+// base", "the stored text is the same" — must not decide on a stale read.
+// Latest and Scan use $JS.API.STREAM.MSG.GET, which only the stream leader
+// answers in a cluster; they cost more than a direct get (see the
+// backends' benchmarks).
+package jskv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrContention is returned by CAS when every attempt met a concurrent
+// writer.
+var ErrContention = errors.New("jskv: too many concurrent writers")
+
+// Config says how to open a bucket.
+type Config struct {
+	// Bucket is the KV bucket name ([A-Za-z0-9_-]+).
+	Bucket string
+	// Replicas is the bucket's replica count: 1 on a single server, 3 in a
+	// cluster (a write is acknowledged once a majority stored it). 0 means 1.
+	Replicas int
+	// History is how many revisions of each key are kept (1..64; 0 means 1).
+	History int
+	// Description is stored with the bucket.
+	Description string
+}
+
+// Bucket is an open KV bucket.
+type Bucket struct {
+	// KV is the bucket for ordinary reads (direct gets), watches and writes.
+	KV jetstream.KeyValue
+	nc *nats.Conn
+	// getSubj is the leader-only message-get API subject of the stream.
+	getSubj string
+	// keyPre is the subject prefix of the bucket's keys.
+	keyPre string
+}
+
+// Open creates the bucket, or updates its configuration to cfg when it
+// exists (so raising Replicas in the configuration scales the bucket). The
+// error says what to change when the servers cannot place the replicas.
+func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bucket, error) {
+	if cfg.Bucket == "" || strings.Trim(cfg.Bucket, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
+		return nil, fmt.Errorf("jskv: bucket name %q: use letters, digits, _ and - only", cfg.Bucket)
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.Replicas < 0 || cfg.Replicas > 5 {
+		return nil, fmt.Errorf("jskv: bucket %s: replicas is %d; use 1 (single server) or 3 (cluster), at most 5", cfg.Bucket, cfg.Replicas)
+	}
+	if cfg.History == 0 {
+		cfg.History = 1
+	}
+	if cfg.History < 1 || cfg.History > jetstream.KeyValueMaxHistory {
+		return nil, fmt.Errorf("jskv: bucket %s: history is %d; JetStream KV keeps 1 to %d revisions per key", cfg.Bucket, cfg.History, jetstream.KeyValueMaxHistory)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: cfg.Bucket, Description: cfg.Description, History: uint8(cfg.History),
+		Replicas: cfg.Replicas, Storage: jetstream.FileStorage,
+	})
+	if err != nil {
+		if cfg.Replicas > 1 && (strings.Contains(err.Error(), "replicas") || strings.Contains(err.Error(), "insufficient resources")) {
+			return nil, fmt.Errorf("jskv: bucket %s with %d replicas: %w (a single server or a cluster smaller than %d nodes holds only 1 replica: set replicas to 1, or add nodes)", cfg.Bucket, cfg.Replicas, err, cfg.Replicas)
+		}
+		return nil, fmt.Errorf("jskv: bucket %s: %w", cfg.Bucket, err)
+	}
+	prefix := js.Options().APIPrefix
+	if prefix == "" {
+		prefix = jetstream.DefaultAPIPrefix
+	}
+	if !strings.HasSuffix(prefix, ".") {
+		prefix += "."
+	}
+	return &Bucket{
+		KV: kv, nc: js.Conn(),
+		getSubj: prefix + "STREAM.MSG.GET.KV_" + cfg.Bucket,
+		keyPre:  "$KV." + cfg.Bucket + ".",
+	}, nil
+}
+
+// Entry is a key's latest revision as the leader has it.
+type Entry struct {
+	// Value is the stored value; nil when the key is absent or deleted.
+	Value []byte
+	// Revision is the stream sequence of the latest message on the key
+	// (a delete marker included), 0 when the key never existed or was
+	// purged: the revision a compare-and-set write must name.
+	Revision uint64
+	// Exists is false when the key is absent or its latest revision is a
+	// delete marker.
+	Exists bool
+}
+
+// msgGetResponse is the reply of $JS.API.STREAM.MSG.GET.
+type msgGetResponse struct {
+	Error *struct {
+		Code        int    `json:"code"`
+		ErrCode     int    `json:"err_code"`
+		Description string `json:"description"`
+	} `json:"error,omitempty"`
+	Message *struct {
+		Subject string `json:"subject"`
+		Seq     uint64 `json:"seq"`
+		Hdrs    []byte `json:"hdrs,omitempty"`
+		Data    []byte `json:"data,omitempty"`
+	} `json:"message,omitempty"`
+}
+
+// errCodeNoMessage is JetStream's "no message found" error code.
+const errCodeNoMessage = 10037
+
+// Latest returns key's latest revision, read from the stream leader.
+func (b *Bucket) Latest(ctx context.Context, key string) (Entry, error) {
+	_, e, found, err := b.msgGet(ctx, map[string]any{"last_by_subj": b.keyPre + key})
+	if err != nil || !found {
+		return Entry{}, err
+	}
+	return e, nil
+}
+
+// Scan calls fn, in revision order, for every stored message (values and
+// delete markers) whose key matches filter (a key or a pattern with * and
+// >), read from the stream leader one message per request. A bucket with
+// a history of 1 holds one message per key, so fn sees each key once,
+// unless the key is written during the scan (then again later, newer).
+func (b *Bucket) Scan(ctx context.Context, filter string, fn func(key string, e Entry) error) error {
+	for seq := uint64(1); ; {
+		key, e, found, err := b.msgGet(ctx, map[string]any{"seq": seq, "next_by_subj": b.keyPre + filter})
+		if err != nil || !found {
+			return err
+		}
+		if err := fn(key, e); err != nil {
+			return err
+		}
+		seq = e.Revision + 1
+	}
+}
+
+// msgGet asks the stream leader for one message; found is false when no
+// message matches.
+func (b *Bucket) msgGet(ctx context.Context, body map[string]any) (key string, e Entry, found bool, err error) {
+	req, err := json.Marshal(body)
+	if err != nil {
+		return "", Entry{}, false, err
+	}
+	msg, err := b.nc.RequestWithContext(ctx, b.getSubj, req)
+	if err != nil {
+		return "", Entry{}, false, fmt.Errorf("jskv: read from the stream leader: %w", err)
+	}
+	var resp msgGetResponse
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return "", Entry{}, false, fmt.Errorf("jskv: read: malformed reply: %w", err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrCode == errCodeNoMessage {
+			return "", Entry{}, false, nil
+		}
+		return "", Entry{}, false, fmt.Errorf("jskv: read: %s (code %d, err_code %d)", resp.Error.Description, resp.Error.Code, resp.Error.ErrCode)
+	}
+	m := resp.Message
+	if m == nil {
+		return "", Entry{}, false, errors.New("jskv: read: reply without message")
+	}
+	e = Entry{Value: m.Data, Revision: m.Seq, Exists: true}
+	if len(m.Hdrs) > 0 {
+		h, err := nats.DecodeHeadersMsg(m.Hdrs)
+		if err != nil {
+			return "", Entry{}, false, fmt.Errorf("jskv: read: headers: %w", err)
+		}
+		if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			e.Value, e.Exists = nil, false
+		}
+	}
+	return strings.TrimPrefix(m.Subject, b.keyPre), e, true, nil
+}
+
+// MaxAttempts bounds a CAS loop.
+const MaxAttempts = 50
+
+// CAS runs attempt until it returns anything but a revision mismatch (a
+// concurrent writer won the compare-and-set), waiting a little, with
+// jitter, between attempts. attempt reads with Latest and writes with
+// kv.Update / kv.Create / kv.Delete(LastRevision). After MaxAttempts it
+// returns an error matching ErrContention.
+func CAS(ctx context.Context, what string, attempt func() error) error {
+	wait := time.Millisecond
+	for range MaxAttempts {
+		err := attempt()
+		if !Conflict(err) {
+			return err
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+	return fmt.Errorf("%w: %s lost the compare-and-set %d times in a row; retry", ErrContention, what, MaxAttempts)
+}
+
+// Conflict reports whether err is a lost compare-and-set.
+func Conflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// Closed reports whether err says the NATS connection is closed.
+func Closed(err error) bool {
+	return errors.Is(err, nats.ErrConnectionClosed)
+}

@@ -1,0 +1,163 @@
+package jskv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/internal/jskv"
+	"github.com/utpmesh/utpmesh/internal/meshtest"
+)
+
+// TestLatest: the leader read reports absent keys, values and delete
+// markers with the revision a compare-and-set must name.
+func TestLatest(t *testing.T) {
+	ctx := context.Background()
+	js, err := jetstream.New(meshtest.Conn(t, meshtest.NATS(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := jskv.Open(ctx, js, jskv.Config{Bucket: "t", History: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := b.Latest(ctx, "a.b"); err != nil || e.Exists || e.Revision != 0 || e.Value != nil {
+		t.Fatalf("absent key = %+v, %v", e, err)
+	}
+	rev, err := b.KV.Update(ctx, "a.b", []byte("v1"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := b.Latest(ctx, "a.b"); err != nil || !e.Exists || e.Revision != rev || string(e.Value) != "v1" {
+		t.Fatalf("after put = %+v, %v; want v1 at %d", e, err, rev)
+	}
+	if err := b.KV.Delete(ctx, "a.b", jetstream.LastRevision(rev)); err != nil {
+		t.Fatal(err)
+	}
+	e, err := b.Latest(ctx, "a.b")
+	if err != nil || e.Exists || e.Revision <= rev || e.Value != nil {
+		t.Fatalf("after delete = %+v, %v", e, err)
+	}
+	// The delete marker's revision is what a re-create names.
+	if _, err := b.KV.Update(ctx, "a.b", []byte("v2"), e.Revision); err != nil {
+		t.Fatalf("re-create on the delete marker's revision: %v", err)
+	}
+	if _, err := b.KV.Update(ctx, "a.b", []byte("v3"), e.Revision); !jskv.Conflict(err) {
+		t.Fatalf("stale revision = %v, want a conflict", err)
+	}
+	if err := b.KV.Purge(ctx, "a.b"); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := b.Latest(ctx, "a.b"); err != nil || e.Exists {
+		t.Fatalf("after purge = %+v, %v", e, err)
+	}
+}
+
+func TestCAS(t *testing.T) {
+	ctx := context.Background()
+	n := 0
+	err := jskv.CAS(ctx, "x", func() error {
+		if n++; n < 3 {
+			return jetstream.ErrKeyRevisionMismatch
+		}
+		return nil
+	})
+	if err != nil || n != 3 {
+		t.Fatalf("CAS = %v after %d attempts, want nil after 3", err, n)
+	}
+	boom := errors.New("boom")
+	n = 0
+	if err := jskv.CAS(ctx, "x", func() error { n++; return boom }); !errors.Is(err, boom) || n != 1 {
+		t.Fatalf("CAS with a non-conflict error = %v after %d attempts", err, n)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := jskv.CAS(cctx, "x", func() error { return jetstream.ErrKeyExists }); !errors.Is(err, context.Canceled) {
+		t.Fatalf("CAS on a canceled context = %v", err)
+	}
+}
+
+func TestOpenRefuses(t *testing.T) {
+	ctx := context.Background()
+	js, err := jetstream.New(meshtest.Conn(t, meshtest.NATS(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		cfg  jskv.Config
+		want string
+	}{
+		{jskv.Config{Bucket: "a", Replicas: 3}, "set replicas to 1, or add nodes"},
+		{jskv.Config{Bucket: "a", Replicas: -1}, "use 1 (single server) or 3 (cluster)"},
+		{jskv.Config{Bucket: "a", History: 65}, "1 to 64 revisions"},
+		{jskv.Config{Bucket: "a.b"}, `bucket name "a.b": use letters, digits, _ and - only`},
+		{jskv.Config{}, `bucket name "": use letters`},
+	}
+	for _, tc := range tests {
+		if _, err := jskv.Open(ctx, js, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%+v) = %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// TestScan: the leader walk sees every kept message of the matching keys
+// in revision order, delete markers included, and no other key.
+func TestScan(t *testing.T) {
+	ctx := context.Background()
+	js, err := jetstream.New(meshtest.Conn(t, meshtest.NATS(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := jskv.Open(ctx, js, jskv.Config{Bucket: "s", History: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range [][2]string{{"p.x", "1"}, {"p-1.x", "other"}, {"p.y", "1"}, {"p.x", "2"}, {"p.x", "3"}, {"px.z", "other"}} {
+		if _, err := b.KV.Put(ctx, kv[0], []byte(kv[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.KV.Delete(ctx, "p.y"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err = b.Scan(ctx, "p.>", func(key string, e jskv.Entry) error {
+		got = append(got, fmt.Sprintf("%s=%s/%v", key, e.Value, e.Exists))
+		return nil
+	})
+	// History 2: p.x keeps 2 and 3; p.y keeps its value and the marker.
+	if want := "p.y=1/true p.x=2/true p.x=3/true p.y=/false"; err != nil || strings.Join(got, " ") != want {
+		t.Fatalf("Scan = %v, %v; want %s", got, err, want)
+	}
+	if err := b.Scan(ctx, "none.>", func(string, jskv.Entry) error { return errors.New("called") }); err != nil {
+		t.Fatalf("Scan of no keys = %v", err)
+	}
+	stop := errors.New("stop")
+	if err := b.Scan(ctx, "p.>", func(string, jskv.Entry) error { return stop }); !errors.Is(err, stop) {
+		t.Fatalf("Scan with a failing fn = %v", err)
+	}
+}
+
+// TestOpenConcurrently: nodes starting at once all open the same new
+// bucket.
+func TestOpenConcurrently(t *testing.T) {
+	srv := meshtest.NATS(t)
+	var wg sync.WaitGroup
+	for range 4 {
+		js, err := jetstream.New(meshtest.Conn(t, srv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if _, err := jskv.Open(context.Background(), js, jskv.Config{Bucket: "shared", History: 5}); err != nil {
+				t.Errorf("Open: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+}

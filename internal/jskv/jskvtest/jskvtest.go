@@ -1,0 +1,106 @@
+// Package jskvtest starts a real 3-node JetStream cluster inside the test
+// process (three nats-servers with routes on loopback, random ports, files
+// in t.TempDir, fsync before ack), so the KV backends can be tested with
+// replicated (R3) buckets and with clients on different nodes.
+package jskvtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Cluster is a running 3-node cluster.
+type Cluster struct {
+	// Servers are the nodes.
+	Servers []*server.Server
+}
+
+// Start starts the cluster and waits until its JetStream meta group has a
+// leader (a bucket can be created); everything stops when the test ends.
+func Start(t testing.TB) *Cluster {
+	t.Helper()
+	const n = 3
+	ports := make([]int, n)
+	var routes []string
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i]))
+	}
+	c := &Cluster{}
+	for i := range n {
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1,
+			JetStream: true, StoreDir: t.TempDir(), SyncAlways: true, NoLog: true, NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "jskvtest", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Start()
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("node %d not ready", i+1)
+		}
+		c.Servers = append(c.Servers, s)
+	}
+	// Wait for the meta leader: until then stream creation fails.
+	js := c.JetStream(t, 0)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if err == nil && c.hasMetaLeader() {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster: no JetStream meta leader after 30s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the cluster's state, not timing the code under test
+	}
+}
+
+func (c *Cluster) hasMetaLeader() bool {
+	for _, s := range c.Servers {
+		if s.JetStreamIsLeader() {
+			return true
+		}
+	}
+	return false
+}
+
+// Conn connects to node i; closed when the test ends.
+func (c *Cluster) Conn(t testing.TB, i int) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(c.Servers[i].ClientURL(), nats.Name(t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// JetStream returns a JetStream context on a new connection to node i.
+func (c *Cluster) JetStream(t testing.TB, i int) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(c.Conn(t, i))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
