@@ -105,7 +105,7 @@ func (s *Service) List(ctx context.Context, project string, q ListQuery) ([]Entr
 	if err != nil {
 		return nil, err
 	}
-	return s.db.list(project, q)
+	return s.st.list(project, q)
 }
 
 // Get returns the entry inboxID of the project, or ErrNotFound.
@@ -119,7 +119,7 @@ func (s *Service) Get(ctx context.Context, project, inboxID string) (*Entry, err
 	if err := checkInboxID("inbox_id", inboxID); err != nil {
 		return nil, err
 	}
-	return s.db.get(project, inboxID)
+	return s.st.get(project, inboxID)
 }
 
 // Ack marks the given entries of the project acked, atomically, and returns
@@ -162,7 +162,7 @@ func (s *Service) ack(ctx context.Context, project string, inboxIDs []string, la
 		}
 	}
 	if lazy {
-		n, err := s.db.ackLater(project, ids, time.Now(), func(err error) {
+		n, err := s.st.ackLater(project, ids, time.Now(), func(err error) {
 			if err != nil {
 				s.log.Warn("inbox: lazy ack not written; the entries stay pending", "project_id", project, "inbox_ids", listIDs(ids), "err", err)
 			}
@@ -173,7 +173,7 @@ func (s *Service) ack(ctx context.Context, project string, inboxIDs []string, la
 		s.log.Debug("inbox: entries acked (lazy)", "project_id", project, "requested", len(ids), "pending", n)
 		return n, nil
 	}
-	n, err := s.db.ack(project, ids, time.Now())
+	n, err := s.st.ack(project, ids, time.Now())
 	if err != nil {
 		return 0, err
 	}
@@ -196,7 +196,7 @@ func (s *Service) SetEpoch(ctx context.Context, project, agentTurnID string, epo
 	if err := checkTurn(agentTurnID, epoch); err != nil {
 		return 0, err
 	}
-	highest, staled, err := s.db.setEpoch(project, agentTurnID, epoch)
+	highest, staled, err := s.st.setEpoch(project, agentTurnID, epoch)
 	if err != nil {
 		return 0, err
 	}

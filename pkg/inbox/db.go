@@ -140,6 +140,18 @@ func (d *db) mapClosed(err error) error {
 	return err
 }
 
+func (d *db) pending() (int, error) {
+	n := 0
+	err := d.view(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucketPending).Stats().KeyN
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("inbox: count pending entries: %w", err)
+	}
+	return n, nil
+}
+
 func (d *db) view(fn func(tx *bolt.Tx) error) error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()

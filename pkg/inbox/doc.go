@@ -162,8 +162,26 @@
 // entries only keep "list the agent's pending entries" proportional to what
 // is pending, not to the agent's history.
 //
+// In cluster mode the entries live in a JetStream key-value bucket instead
+// (Config.Bucket, made by OpenBucket with 3 replicas in a 3-node cluster):
+// a write is acknowledged once a majority of the servers stored it, so the
+// loss of one node loses nothing, and any number of inbox processes share
+// the bucket (the svc queue group and the stream consumer spread the work).
+// The layout is in kv.go: the call's dedupe key is created first (the
+// first report of a call wins), then the entry and its indexes; a crash in
+// between is repaired by the report's redelivery. Entry changes are
+// compare-and-set updates, and every read that decides something goes to
+// the stream leader (internal/jskv), because a replica may lag. The same
+// conformance suite (backend_test.go) runs against the file, the bucket on
+// one server and the bucket on a 3-node cluster. A lazy ack is written at
+// once there (there is no transaction to ride along with).
+//
 // # Caveats
 //
+//   - The bucket keeps one delete marker per acknowledged or stale entry in
+//     the agent's pending index; listing pending entries reads them too,
+//     so its cost grows with the agent's history until markers are purged
+//     (not done yet).
 //   - One inbox file, one process. JetStream lets several processes bind
 //     the consumer, but each would keep its own file: de-duplication and
 //     the svc queries would then see only part of the entries. Run one

@@ -160,7 +160,7 @@ func (s *Service) process(ctx context.Context, log *slog.Logger, m report, kind 
 		traceparent = utp.NewTraceparent()
 		log.Debug("inbox: report has no traceparent; made one", "traceparent", traceparent)
 	}
-	entry, out, err := s.db.insert(project, channel, rep, traceparent)
+	entry, out, err := s.st.insert(project, channel, rep, traceparent)
 	if err != nil {
 		log.Warn("inbox: cannot store the entry; retrying", "err", err)
 		return nil, err
@@ -189,7 +189,7 @@ func (s *Service) process(ctx context.Context, log *slog.Logger, m report, kind 
 		// the first handler re-publishes the same wakeup (JetStream drops
 		// it by Nats-Msg-Id); only the mark that was first counts, so one
 		// entry is one wakeup.
-		s.db.markSentLater(project, entry.InboxID, now, func(first bool, err error) {
+		s.st.markSentLater(project, entry.InboxID, now, func(first bool, err error) {
 			if err != nil {
 				log.Warn("inbox: wakeup published but not recorded; a redelivered report re-publishes it", "err", err)
 				return

@@ -15,6 +15,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/internal/boltfile"
+	"github.com/utpmesh/utpmesh/internal/jskv"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
@@ -86,8 +87,12 @@ type Config struct {
 	// Required.
 	Store cardstore.Store
 	// Path is the inbox's bbolt file (created, mode 0600, if missing).
-	// Required.
+	// Required unless Bucket is set.
 	Path string
+	// Bucket, when set, keeps the entries in this JetStream key-value
+	// bucket (see OpenBucket) instead of a file: cluster mode, where the
+	// bucket is replicated (R3) and any number of inbox processes share it.
+	Bucket *jskv.Bucket
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// Concurrency bounds the reports handled at once; default 32.
@@ -114,7 +119,8 @@ type Service struct {
 	js  jetstream.JetStream
 	cfg Config
 	log *slog.Logger
-	db  *db
+	st  backend
+	db  *db // the bbolt backend, nil with Config.Bucket
 	tr  trace.Tracer
 
 	// mu guards started, stopping, cc, srv and the Add side of wg.
@@ -145,8 +151,8 @@ func New(nc *nats.Conn, cfg Config) (*Service, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("%w: inbox.New: Config.Store is required", ErrInvalid)
 	}
-	if cfg.Path == "" {
-		return nil, fmt.Errorf("%w: inbox.New: Config.Path (the inbox.db file) is required", ErrInvalid)
+	if cfg.Path == "" && cfg.Bucket == nil {
+		return nil, fmt.Errorf("%w: inbox.New: Config.Path (the inbox.db file) or Config.Bucket is required", ErrInvalid)
 	}
 	if cfg.Version == "" {
 		cfg.Version = subjects.DefaultVersion
@@ -174,13 +180,21 @@ func New(nc *nats.Conn, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: jetstream: %w", err)
 	}
-	d, err := openDB(cfg.Path, cfg.OpenTimeout)
-	if err != nil {
-		return nil, err
+	var (
+		d  *db
+		st backend
+	)
+	if cfg.Bucket != nil {
+		st = newKVBackend(cfg.Bucket)
+	} else {
+		if d, err = openDB(cfg.Path, cfg.OpenTimeout); err != nil {
+			return nil, err
+		}
+		st = d
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{
-		nc: nc, js: js, cfg: cfg, db: d,
+		nc: nc, js: js, cfg: cfg, db: d, st: st,
 		log:     cfg.Logger.With("component", "inbox"),
 		tr:      telemetry.Tracer(cfg.TracerProvider),
 		sem:     make(chan struct{}, cfg.Concurrency),
@@ -242,7 +256,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.srv, s.cc, s.started = srv, cc, true
 	s.log.Info("inbox: started", "filter", filter, "consumer", streams.InboxConsumer,
-		"service", srv.Subject(), "path", s.cfg.Path, "concurrency", s.cfg.Concurrency)
+		"service", srv.Subject(), "path", s.cfg.Path, "replicated", s.cfg.Bucket != nil, "concurrency", s.cfg.Concurrency)
 	return nil
 }
 
@@ -310,7 +324,7 @@ func (s *Service) stop(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("inbox: stopped with reports in flight (they will be redelivered): %w", ctx.Err()))
 	}
 	s.cancel()
-	if err := s.db.close(); err != nil {
+	if err := s.st.close(); err != nil {
 		errs = append(errs, err)
 	}
 	s.log.Info("inbox: stopped", "path", s.cfg.Path)
@@ -320,4 +334,10 @@ func (s *Service) stop(ctx context.Context) error {
 // DB returns the inbox's bbolt database for read-only inspection (tx.Check,
 // tx.WriteTo backups) while the service runs. Writing to it bypasses every
 // rule of the inbox; don't.
-func (s *Service) DB() *bolt.DB { return s.db.bolt }
+// It is nil when the entries live in a key-value bucket (Config.Bucket).
+func (s *Service) DB() *bolt.DB {
+	if s.db == nil {
+		return nil
+	}
+	return s.db.bolt
+}

@@ -1,10 +1,8 @@
 package inbox
 
 import (
-	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
 )
 
 // Outcomes of one report, as passed to Observer.ReportHandled.
@@ -44,13 +42,5 @@ func (s *Service) observe(outcome string) {
 // acknowledged by their agent), across every project. It reads the pending
 // index, so its cost grows with what is pending, not with history.
 func (s *Service) Pending() (int, error) {
-	n := 0
-	err := s.db.view(func(tx *bolt.Tx) error {
-		n = tx.Bucket(bucketPending).Stats().KeyN
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("inbox: count pending entries: %w", err)
-	}
-	return n, nil
+	return s.st.pending()
 }
