@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"time"
-
 )
 
 // Outcomes of one report, as passed to Observer.ReportHandled.
