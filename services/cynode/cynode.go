@@ -22,6 +22,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/cynode/help"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/egress"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
+	"github.com/utpmesh/utpmesh/services/cynode/internal/imagestore"
 	"github.com/utpmesh/utpmesh/services/cynode/model"
 	"github.com/utpmesh/utpmesh/services/cynode/node"
 	"github.com/utpmesh/utpmesh/services/cynode/sandbox"
@@ -61,6 +62,9 @@ type (
 
 // SandboxConfig configures sandbox.*.
 type SandboxConfig = gateway.SandboxConfig
+
+// SandboxImage is an image of the sandboxes' local image store.
+type SandboxImage = imagestore.Image
 
 // GitConfig registers git.*'s repositories; GitRepo is one of them.
 type (
@@ -144,6 +148,7 @@ func LoadOrInitConfig(dataDir string) (*Config, error) {
 type Service struct {
 	Store   store.Store
 	gw      *gateway.Gateway
+	sandbox *sandbox.Service
 	tools   []worker.Tool
 	closeMu sync.Once
 }
@@ -154,8 +159,19 @@ func (s *Service) Tools() []worker.Tool { return s.tools }
 // Close closes the store.
 func (s *Service) Close() error {
 	var err error
-	s.closeMu.Do(func() { err = s.Store.Close() })
+	s.closeMu.Do(func() {
+		s.sandbox.Close()
+		err = s.Store.Close()
+	})
 	return err
+}
+
+// ImportImage imports the images of an archive (a docker save tar file or
+// an OCI image layout directory) into the sandboxes' local image store,
+// <DataDir>/images; sandbox.create uses one once its ref is in the
+// allowed images. What sandbox.images in cynode.json does at start.
+func (s *Service) ImportImage(ctx context.Context, src string) ([]SandboxImage, error) {
+	return s.sandbox.ImportImage(ctx, src)
 }
 
 // Specs are every tool of the catalogue (definitions: the web tools of
@@ -257,12 +273,16 @@ func Open(d Deps) (*Service, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	sb, err := sandbox.New(cfg.Sandbox, d.DataDir)
+	ictx := d.Context
+	if ictx == nil {
+		ictx = context.Background()
+	}
+	sb, err := sandbox.New(ictx, cfg.Sandbox, d.DataDir)
 	if err != nil {
 		_ = st.Close()
 		return nil, err
 	}
-	s := &Service{Store: st, gw: gw}
+	s := &Service{Store: st, gw: gw, sandbox: sb}
 	for _, sp := range specs(w, a, g, sb) {
 		s.tools = append(s.tools, gw.Tool(sp))
 	}
