@@ -66,10 +66,12 @@ type SandboxConfig = gateway.SandboxConfig
 // SandboxImage is an image of the sandboxes' local image store.
 type SandboxImage = imagestore.Image
 
-// GitConfig registers git.*'s repositories; GitRepo is one of them.
+// GitConfig registers git.*'s repositories; GitRepo is one of them;
+// GitForge is a repository's forge (github, gitea providers).
 type (
 	GitConfig = gateway.GitConfig
 	GitRepo   = gateway.GitRepo
+	GitForge  = gateway.GitForge
 )
 
 // Agent types.
@@ -218,10 +220,11 @@ func Open(d Deps) (*Service, error) {
 	if d.Keys == nil {
 		d.Keys = mandate.NewKeyDir(filepath.Join(d.DataDir, "keys"))
 	}
-	st, err := store.OpenBolt(filepath.Join(d.DataDir, DBFile))
+	bolt, err := store.OpenBolt(filepath.Join(d.DataDir, DBFile))
 	if err != nil {
 		return nil, err
 	}
+	var st store.Store = bolt
 	conn := func(ctx context.Context) (*nats.Conn, error) {
 		if d.NC != nil {
 			return d.NC, nil
@@ -249,9 +252,26 @@ func Open(d Deps) (*Service, error) {
 		}
 		return p.Publish(ctx, ver, rec)
 	}
+	g, err := git.New(cfg.Git, d.DataDir)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	// A task that reaches a terminal status loses its git clones.
+	log := d.Logger
+	st = store.WithTaskHook(st, func(_ context.Context, t store.Task) {
+		if err := g.RemoveClones(t.ID); err != nil {
+			log.Warn("cynode: removing the git clones of a finished task", "task_id", t.ID, "err", err)
+		}
+	})
 	if err := cfg.Seed.Apply(context.Background(), st); err != nil {
 		_ = st.Close()
 		return nil, err
+	}
+	if ids, err := g.RemoveTerminalClones(context.Background(), st); err != nil {
+		log.Warn("cynode: removing the git clones of finished tasks", "err", err)
+	} else if len(ids) > 0 {
+		log.Info("cynode: removed the git clones of finished tasks", "task_ids", ids)
 	}
 	gw, err := gateway.New(gateway.Options{Config: cfg, Keys: d.Keys, Store: st, Audit: auditf, Conn: conn, Logger: d.Logger})
 	if err != nil {
@@ -264,11 +284,6 @@ func Open(d Deps) (*Service, error) {
 		return nil, err
 	}
 	a, err := api.New(cfg.API, d.DataDir, d.TestEgress)
-	if err != nil {
-		_ = st.Close()
-		return nil, err
-	}
-	g, err := git.New(cfg.Git, d.DataDir)
 	if err != nil {
 		_ = st.Close()
 		return nil, err
