@@ -3,8 +3,8 @@ package gateway
 import (
 	"fmt"
 	"net/url"
-	"regexp"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 )
