@@ -3,9 +3,12 @@ package git_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,5 +176,23 @@ func TestRemoveTerminalClones(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(data, "git", "work", "app", "t-run")); err != nil {
 		t.Fatalf("RemoveClones(\"..\") removed something: %v", err)
+	}
+}
+
+// TestForgeNoRedirect: a forge answering with a redirect is an error, and
+// the token is not carried to the redirect's target.
+func TestForgeNoRedirect(t *testing.T) {
+	var hit atomic.Bool
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hit.Store(true) }))
+	defer target.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer srv.Close()
+	t.Setenv("CYNODE_TEST_FORGE_TOKEN", token)
+	p := git.NewForge(gateway.ProviderGitHub, gateway.GitForge{APIURL: srv.URL, Owner: "acme", Repo: "app", Credential: gateway.APICredential{Env: "CYNODE_TEST_FORGE_TOKEN"}}, t.TempDir())
+	_, err := p.CreatePR(context.Background(), git.PRRequest{Repo: "app", Head: "task/t1/fix", Base: "main", Title: "T"}, now)
+	if err == nil || !strings.Contains(err.Error(), "307") || hit.Load() {
+		t.Fatalf("redirect: %v (target reached: %v)", err, hit.Load())
 	}
 }
