@@ -32,7 +32,7 @@ type E struct {
 
 // Layer builds an uncompressed layer from entries, exactly as given (no
 // cleaning: hostile names stay hostile).
-func Layer(t *testing.T, ents ...E) v1.Layer {
+func Layer(t testing.TB, ents ...E) v1.Layer {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -71,7 +71,7 @@ func Layer(t *testing.T, ents ...E) v1.Layer {
 }
 
 // Image stacks layers (first is lowest) on an empty image.
-func Image(t *testing.T, layers ...v1.Layer) v1.Image {
+func Image(t testing.TB, layers ...v1.Layer) v1.Image {
 	t.Helper()
 	img, err := mutate.AppendLayers(empty.Image, layers...)
 	if err != nil {
@@ -81,7 +81,7 @@ func Image(t *testing.T, layers ...v1.Layer) v1.Image {
 }
 
 // SaveDocker writes img as a docker save archive tagged tag.
-func SaveDocker(t *testing.T, img v1.Image, tag string) string {
+func SaveDocker(t testing.TB, img v1.Image, tag string) string {
 	t.Helper()
 	tg, err := name.NewTag(tag)
 	if err != nil {
