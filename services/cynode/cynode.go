@@ -22,6 +22,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/cynode/help"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/egress"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
+	"github.com/utpmesh/utpmesh/services/cynode/internal/imagestore"
 	"github.com/utpmesh/utpmesh/services/cynode/model"
 	"github.com/utpmesh/utpmesh/services/cynode/node"
 	"github.com/utpmesh/utpmesh/services/cynode/sandbox"
@@ -62,10 +63,15 @@ type (
 // SandboxConfig configures sandbox.*.
 type SandboxConfig = gateway.SandboxConfig
 
-// GitConfig registers git.*'s repositories; GitRepo is one of them.
+// SandboxImage is an image of the sandboxes' local image store.
+type SandboxImage = imagestore.Image
+
+// GitConfig registers git.*'s repositories; GitRepo is one of them;
+// GitForge is a repository's forge (github, gitea providers).
 type (
 	GitConfig = gateway.GitConfig
 	GitRepo   = gateway.GitRepo
+	GitForge  = gateway.GitForge
 )
 
 // Agent types.
@@ -144,6 +150,7 @@ func LoadOrInitConfig(dataDir string) (*Config, error) {
 type Service struct {
 	Store   store.Store
 	gw      *gateway.Gateway
+	sandbox *sandbox.Service
 	tools   []worker.Tool
 	closeMu sync.Once
 }
@@ -154,8 +161,19 @@ func (s *Service) Tools() []worker.Tool { return s.tools }
 // Close closes the store.
 func (s *Service) Close() error {
 	var err error
-	s.closeMu.Do(func() { err = s.Store.Close() })
+	s.closeMu.Do(func() {
+		s.sandbox.Close()
+		err = s.Store.Close()
+	})
 	return err
+}
+
+// ImportImage imports the images of an archive (a docker save tar file or
+// an OCI image layout directory) into the sandboxes' local image store,
+// <DataDir>/images; sandbox.create uses one once its ref is in the
+// allowed images. What sandbox.images in cynode.json does at start.
+func (s *Service) ImportImage(ctx context.Context, src string) ([]SandboxImage, error) {
+	return s.sandbox.ImportImage(ctx, src)
 }
 
 // Specs are every tool of the catalogue (definitions: the web tools of
@@ -202,10 +220,11 @@ func Open(d Deps) (*Service, error) {
 	if d.Keys == nil {
 		d.Keys = mandate.NewKeyDir(filepath.Join(d.DataDir, "keys"))
 	}
-	st, err := store.OpenBolt(filepath.Join(d.DataDir, DBFile))
+	bolt, err := store.OpenBolt(filepath.Join(d.DataDir, DBFile))
 	if err != nil {
 		return nil, err
 	}
+	var st store.Store = bolt
 	conn := func(ctx context.Context) (*nats.Conn, error) {
 		if d.NC != nil {
 			return d.NC, nil
@@ -233,9 +252,26 @@ func Open(d Deps) (*Service, error) {
 		}
 		return p.Publish(ctx, ver, rec)
 	}
+	g, err := git.New(cfg.Git, d.DataDir)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	// A task that reaches a terminal status loses its git clones.
+	log := d.Logger
+	st = store.WithTaskHook(st, func(_ context.Context, t store.Task) {
+		if err := g.RemoveClones(t.ID); err != nil {
+			log.Warn("cynode: removing the git clones of a finished task", "task_id", t.ID, "err", err)
+		}
+	})
 	if err := cfg.Seed.Apply(context.Background(), st); err != nil {
 		_ = st.Close()
 		return nil, err
+	}
+	if ids, err := g.RemoveTerminalClones(context.Background(), st); err != nil {
+		log.Warn("cynode: removing the git clones of finished tasks", "err", err)
+	} else if len(ids) > 0 {
+		log.Info("cynode: removed the git clones of finished tasks", "task_ids", ids)
 	}
 	gw, err := gateway.New(gateway.Options{Config: cfg, Keys: d.Keys, Store: st, Audit: auditf, Conn: conn, Logger: d.Logger})
 	if err != nil {
@@ -252,17 +288,16 @@ func Open(d Deps) (*Service, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	g, err := git.New(cfg.Git, d.DataDir)
+	ictx := d.Context
+	if ictx == nil {
+		ictx = context.Background()
+	}
+	sb, err := sandbox.New(ictx, cfg.Sandbox, d.DataDir)
 	if err != nil {
 		_ = st.Close()
 		return nil, err
 	}
-	sb, err := sandbox.New(cfg.Sandbox, d.DataDir)
-	if err != nil {
-		_ = st.Close()
-		return nil, err
-	}
-	s := &Service{Store: st, gw: gw}
+	s := &Service{Store: st, gw: gw, sandbox: sb}
 	for _, sp := range specs(w, a, g, sb) {
 		s.tools = append(s.tools, gw.Tool(sp))
 	}

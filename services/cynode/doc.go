@@ -63,6 +63,10 @@
 // PostgreSQL backend would implement) and <DataDir>/cynode.json (the
 // configuration; DemoConfig is written there when it is missing). Mandate
 // keys are read from <DataDir>/keys, where `utpmesh up` keeps them.
+// <DataDir>/images is the sandboxes' local image store (imported by
+// sandbox.images or Service.ImportImage), <DataDir>/sandboxes their work
+// dirs, <DataDir>/git the task clones (removed when the task is
+// terminal) and the local pull requests.
 //
 // # Caveats
 //

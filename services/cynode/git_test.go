@@ -42,6 +42,12 @@ func gitCmd(t *testing.T, dir string, args ...string) string {
 // for project demo, and the same one as "theirs" for another project.
 func startGit(t *testing.T) (*ct.Harness, string) {
 	t.Helper()
+	return startGitWith(t, nil)
+}
+
+// startGitWith is startGit with the repository "app" changed by mutate.
+func startGitWith(t *testing.T, mutate func(*cynode.GitRepo)) (*ct.Harness, string) {
+	t.Helper()
 	needGit(t)
 	dir := t.TempDir()
 	origin := filepath.Join(dir, "origin.git")
@@ -60,8 +66,12 @@ func startGit(t *testing.T) (*ct.Harness, string) {
 		cynode.PM:      append(append([]string{}, gateway.DefaultAllowlists[gateway.PM]...), "git.*"),
 		cynode.Sandbox: append(append([]string{}, gateway.DefaultAllowlists[gateway.Sandbox]...), "git.*"),
 	}
+	app := cynode.GitRepo{Path: origin, Project: ct.Project}
+	if mutate != nil {
+		mutate(&app)
+	}
 	cfg.Git = cynode.GitConfig{MaxPatchBytes: 4096, MaxPatchPaths: 3, Repos: map[string]cynode.GitRepo{
-		"app":    {Path: origin, Project: ct.Project},
+		"app":    app,
 		"theirs": {Path: origin, Project: ct.Other},
 	}}
 	h := ct.Start(t, cfg)

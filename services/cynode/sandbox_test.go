@@ -173,12 +173,12 @@ func TestSandboxAllowedImages(t *testing.T) {
 	if ct.Str(next, "images", 0, "image_ref") != "docker.io/library/python:3.12" || ct.Str(next, "images", 0, "added_by") != ct.PMAgent || ct.Str(next, "next_cursor") != "" {
 		t.Fatalf("list page 2 = %v", next)
 	}
-	// Allowed, but this build has no image store: said so, not faked.
+	// Allowed, but never imported: said so.
 	if err := h.Service.Store.PutJob(context.Background(), store.Job{ID: "j2", TaskID: "t1"}); err != nil {
 		t.Fatal(err)
 	}
 	msg = h.Fail(ct.PMAgent, "sandbox.create", map[string]any{"task_id": "t1", "job_id": "j2", "image_ref": "docker.io/library/python:3.12"}, "unavailable")
-	if !strings.Contains(msg, "no rootfs") {
+	if !strings.Contains(msg, "not in the local image store") {
 		t.Fatalf("unresolvable image: %s", msg)
 	}
 }

@@ -9,9 +9,13 @@
 // changesets are bounded in bytes and paths, may not touch .git, leave
 // the tree or create symlinks or submodules, and their sha256
 // (changeset_hash) goes into the audit record. Each task works in its
-// own clone under <data>/git/work/<repo>/<task_id>; push updates the
-// registered repository (never forced); pr.create goes through a
-// Provider (Local records pull requests under <data>/git/prs).
+// own clone under <data>/git/work/<repo>/<task_id>, removed when the task
+// reaches a terminal status (RemoveClones, called through
+// store.WithTaskHook; RemoveTerminalClones at start), after which the
+// task's git calls are refused; push updates the registered repository
+// (never forced); pr.create goes through a Provider: Local records pull
+// requests under <data>/git/prs, Forge opens them through a GitHub- or
+// Gitea-compatible REST API with a token the service holds.
 package git
 
 import (
@@ -27,6 +31,7 @@ import (
 	"time"
 
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
+	"github.com/utpmesh/utpmesh/services/cynode/store"
 )
 
 // Tool names.
@@ -56,7 +61,7 @@ type Service struct {
 	cfg   gateway.GitConfig
 	dir   string
 	run   *runner
-	pr    Provider
+	prs   map[string]Provider // by repository name
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
 }
@@ -68,8 +73,70 @@ func New(cfg gateway.GitConfig, dataDir string) (*Service, error) {
 		return nil, err
 	}
 	dir := filepath.Join(dataDir, "git")
-	return &Service{cfg: cfg.WithDefaults(), dir: dir, run: &runner{home: filepath.Join(dir, "home"), timeout: 60 * time.Second},
-		pr: &Local{Dir: filepath.Join(dir, "prs")}, locks: map[string]*sync.Mutex{}}, nil
+	s := &Service{cfg: cfg.WithDefaults(), dir: dir, run: &runner{home: filepath.Join(dir, "home"), timeout: 60 * time.Second},
+		prs: map[string]Provider{}, locks: map[string]*sync.Mutex{}}
+	local := &Local{Dir: filepath.Join(dir, "prs")}
+	for n, r := range s.cfg.Repos {
+		switch r.Provider {
+		case gateway.ProviderGitHub, gateway.ProviderGitea:
+			s.prs[n] = NewForge(r.Provider, *r.Forge, dataDir)
+		default:
+			s.prs[n] = local
+		}
+	}
+	return s, nil
+}
+
+// clonePath is a task's clone of a repository, or "" when the task id
+// cannot be one directory name.
+func (s *Service) clonePath(repo, taskID string) string {
+	if taskID == "" || taskID == "." || taskID == ".." || strings.ContainsAny(taskID, "/\\\x00") {
+		return ""
+	}
+	return filepath.Join(s.dir, "work", repo, taskID)
+}
+
+// RemoveClones removes the task's clones of every repository (the task
+// reached a terminal status). A call of the task in flight finishes
+// first.
+func (s *Service) RemoveClones(taskID string) error {
+	var errs []error
+	for repo := range s.cfg.Repos {
+		p := s.clonePath(repo, taskID)
+		if p == "" {
+			return nil
+		}
+		unlock := s.lock(p)
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, err)
+		}
+		unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// RemoveTerminalClones removes, when the service starts, the clones of
+// tasks that are already terminal; it returns the task ids removed.
+func (s *Service) RemoveTerminalClones(ctx context.Context, st store.Store) ([]string, error) {
+	dirs, _ := filepath.Glob(filepath.Join(s.dir, "work", "*", "*"))
+	var removed []string
+	var errs []error
+	for _, d := range dirs {
+		id := filepath.Base(d)
+		t, err := st.GetTask(ctx, id)
+		if err != nil || !store.Terminal(t.Status) {
+			continue
+		}
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !slices.Contains(removed, id) {
+			removed = append(removed, id)
+		}
+	}
+	slices.Sort(removed)
+	return removed, errors.Join(errs...)
 }
 
 // Specs are the git tools; s nil gives the definitions only (for help).
@@ -79,7 +146,7 @@ func Specs(s *Service) []gateway.Spec {
 			if s == nil {
 				return nil, gateway.Errorf(gateway.TypeUnavailable, "the git tools are not configured in this process")
 			}
-			c, err := s.open(x)
+			c, err := s.open(ctx, x)
 			if err != nil {
 				return nil, err
 			}
@@ -119,7 +186,7 @@ type call struct {
 	}
 }
 
-func (s *Service) open(x *gateway.Exec) (*call, error) {
+func (s *Service) open(ctx context.Context, x *gateway.Exec) (*call, error) {
 	var a struct {
 		Provider string `json:"provider"`
 		Repo     string `json:"repo"`
@@ -141,7 +208,14 @@ func (s *Service) open(x *gateway.Exec) (*call, error) {
 	if a.Provider != r.Provider {
 		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "repository %s uses provider %q, not %q; pass \"provider\":%q", a.Repo, r.Provider, a.Provider, r.Provider)
 	}
-	c := &call{name: a.Repo, repo: r, work: filepath.Join(s.dir, "work", a.Repo, x.TaskID)}
+	if t, err := x.Store.GetTask(ctx, x.TaskID); err == nil && store.Terminal(t.Status) {
+		return nil, gateway.Errorf(gateway.TypeConflict, "task %s is %s, and its clones are removed; the git tools work for pending and running tasks", x.TaskID, t.Status)
+	}
+	work := s.clonePath(a.Repo, x.TaskID)
+	if work == "" {
+		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "task id %q cannot name a clone directory; the git tools need task ids without '/', '\\' or NUL", x.TaskID)
+	}
+	c := &call{name: a.Repo, repo: r, work: work}
 	var wrap struct {
 		Params *struct {
 			Branch  string `json:"branch"`
@@ -489,7 +563,7 @@ func (s *Service) createPR(ctx context.Context, x *gateway.Exec, c *call) (any, 
 	if c.p.Base == c.p.Branch {
 		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "base and branch are both %s; pass the branch to merge into as base", c.p.Base)
 	}
-	pr, err := s.pr.CreatePR(ctx, PRRequest{Repo: c.name, Head: c.p.Branch, Base: c.p.Base, Title: c.p.Title, Body: c.p.Body, Author: x.Identity.AgentID, TaskID: x.TaskID}, x.Now)
+	pr, err := s.prs[c.name].CreatePR(ctx, PRRequest{Repo: c.name, Head: c.p.Branch, Base: c.p.Base, Title: c.p.Title, Body: c.p.Body, Author: x.Identity.AgentID, TaskID: x.TaskID}, x.Now)
 	if errors.Is(err, ErrPRExists) {
 		return nil, gateway.Errorf(gateway.TypeAlreadyExists, "pull request %d of %s is already open (%s)", pr.Number, c.p.Branch, pr.URL)
 	}

@@ -38,18 +38,55 @@ type PR struct {
 // ErrPRExists is returned for a second open pull request of one head.
 var ErrPRExists = errors.New("a pull request of this branch is already open")
 
-// Provider opens pull requests. A forge adapter (GitHub, GitLab,
-// Gitea) implements it with the forge's API and a credential the
-// service holds, the way api.call holds its credentials.
+// Provider opens pull requests: Local records them in a file, Forge
+// through a GitHub- or Gitea-compatible REST API with a token the service
+// holds.
 type Provider interface {
+	// CreatePR opens a pull request of req.Head into req.Base; when one
+	// of req.Head is already open it returns that one and ErrPRExists.
 	CreatePR(ctx context.Context, req PRRequest, now time.Time) (PR, error)
+	// FindOpenPR returns the open pull request of head in repo, if any.
+	FindOpenPR(ctx context.Context, repo, head string) (PR, bool, error)
 }
+
+var _ Provider = (*Local)(nil)
 
 // Local is the built-in provider: pull requests are records in a JSON
 // file per repository under its directory, numbered from 1.
 type Local struct {
 	Dir string
 	mu  sync.Mutex
+}
+
+func (l *Local) read(repo string) ([]PR, error) {
+	var prs []PR
+	raw, err := os.ReadFile(filepath.Join(l.Dir, repo+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(raw, &prs); err != nil {
+		return nil, fmt.Errorf("pull requests of %s: %w", repo, err)
+	}
+	return prs, nil
+}
+
+// FindOpenPR implements Provider.
+func (l *Local) FindOpenPR(_ context.Context, repo, head string) (PR, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prs, err := l.read(repo)
+	if err != nil {
+		return PR{}, false, err
+	}
+	for _, p := range prs {
+		if p.Head == head && p.State == "open" {
+			return p, true, nil
+		}
+	}
+	return PR{}, false, nil
 }
 
 // CreatePR records a pull request.
@@ -60,12 +97,8 @@ func (l *Local) CreatePR(_ context.Context, req PRRequest, now time.Time) (PR, e
 		return PR{}, err
 	}
 	path := filepath.Join(l.Dir, req.Repo+".json")
-	var prs []PR
-	if raw, err := os.ReadFile(path); err == nil {
-		if err := json.Unmarshal(raw, &prs); err != nil {
-			return PR{}, fmt.Errorf("pull requests of %s: %w", req.Repo, err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
+	prs, err := l.read(req.Repo)
+	if err != nil {
 		return PR{}, err
 	}
 	for _, p := range prs {

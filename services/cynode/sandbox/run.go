@@ -71,45 +71,87 @@ type ExecResult struct {
 	// them); cpu_seconds and max_file_bytes come from the signal
 	// (SIGXCPU, SIGXFSZ); max_procs and memory_bytes are inferred from a
 	// failed fork or allocation (the message or a SIGSEGV/SIGABRT).
-	LimitHit   string `json:"limit_hit,omitempty"`
-	DurationMS int64  `json:"duration_ms"`
+	LimitHit string `json:"limit_hit,omitempty"`
+	// LimitsEnforcedBy says how memory, processes and CPU were limited:
+	// "cgroup" (the exec's own cgroup v2: memory.max, pids.max, cpu.max,
+	// and an out-of-memory kill or a refused fork is then certain, read
+	// from memory.events and pids.events) or "rlimit".
+	LimitsEnforcedBy string `json:"limits_enforced_by"`
+	DurationMS       int64  `json:"duration_ms"`
 }
 
 // bwrapArgs is the isolation: PID, IPC, UTS, mount, network and cgroup
 // namespaces of its own (and, when the service is not root, a user
-// namespace), the host's /usr read-only as the only system tree, private
-// /proc, /dev and /tmp, the job's work dir at /work, a cleared
-// environment, a new session, death with the parent.
-func bwrapArgs(work string, root bool) []string {
+// namespace), private /proc, /dev and /tmp, the job's work dir at /work,
+// a cleared environment, a new session, death with the parent. The system
+// tree is the host's /usr read-only (rootfs "", the built-in image) or an
+// imported image's rootfs read-only as /.
+func bwrapArgs(work, rootfs string, root bool) []string {
 	ns := []string{"--unshare-all"}
 	if root {
 		// As root, bwrap sets the sandbox up and setpriv then drops to the
 		// sandbox's own uid: no user namespace is needed.
 		ns = []string{"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try"}
 	}
-	return append(ns, "--die-with-parent", "--new-session",
-		"--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-		"--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
-		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+	args := append(ns, "--die-with-parent", "--new-session")
+	if rootfs == "" {
+		args = append(args, "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+			"--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin")
+	} else {
+		args = append(args, "--ro-bind", rootfs, "/")
+	}
+	return append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 		"--bind", work, "/work", "--chdir", "/work", "--hostname", "sandbox",
-		"--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8",
-		"--")
+		"--clearenv", "--setenv", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8")
 }
 
-// run executes argv in the sandbox of work as uid with the limits.
-func (s *Service) run(ctx context.Context, work string, uid int, argv []string, timeout time.Duration) (ExecResult, error) {
+// dropArgs are setpriv's: the sandbox's uid and gid, no groups, no
+// capabilities, no_new_privs.
+func dropArgs(uid int) []string {
+	id := strconv.Itoa(uid)
+	return []string{"--reuid=" + id, "--regid=" + id, "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"}
+}
+
+// job is what one exec runs in.
+type job struct {
+	work   string
+	rootfs string // "" for the built-in image
+	uid    int
+}
+
+// run executes argv in the sandbox of j with the limits.
+func (s *Service) run(ctx context.Context, j job, argv []string, timeout time.Duration) (ExecResult, error) {
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
 		return ExecResult{}, ErrNoBwrap
 	}
 	l := s.cfg
-	args := []string{"--nproc=" + strconv.Itoa(l.MaxProcs), "--as=" + strconv.FormatInt(l.MemoryBytes, 10), "--cpu=" + strconv.Itoa(l.CPUSeconds),
-		"--fsize=" + strconv.FormatInt(l.MaxFileBytes, 10), "--nofile=256", "--core=0", "--"}
+	var cg *execCgroup
+	if s.cgroups != nil {
+		if cg, err = s.cgroups.newExec(l.MemoryBytes, l.MaxProcs, l.CPUs); err != nil {
+			return ExecResult{}, err
+		}
+		defer cg.killAll()
+	}
+	args := []string{"--cpu=" + strconv.Itoa(l.CPUSeconds), "--fsize=" + strconv.FormatInt(l.MaxFileBytes, 10), "--nofile=256", "--core=0"}
+	if cg == nil {
+		args = append(args, "--nproc="+strconv.Itoa(l.MaxProcs), "--as="+strconv.FormatInt(l.MemoryBytes, 10))
+	}
 	root := os.Geteuid() == 0
-	args = append(append(args, bwrap), bwrapArgs(work, root)...)
+	args = append(append(args, "--", bwrap), bwrapArgs(j.work, j.rootfs, root)...)
 	if root {
-		id := strconv.Itoa(uid)
-		args = append(args, "/usr/bin/setpriv", "--reuid="+id, "--regid="+id, "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--")
+		switch {
+		case j.rootfs == "":
+			args = append(append(args, "--", "/usr/bin/setpriv"), dropArgs(j.uid)...)
+		default:
+			h, err := s.helper()
+			if err != nil {
+				return ExecResult{}, err
+			}
+			args = append(append(append(args, h.bwrapArgs()...), "--"), append(h.command(), dropArgs(j.uid)...)...)
+		}
+	} else {
+		args = append(args, "--")
 	}
 	args = append(args, argv...)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -117,6 +159,9 @@ func (s *Service) run(ctx context.Context, work string, uid int, argv []string, 
 	cmd := exec.CommandContext(ctx, "prlimit", args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if cg != nil {
+		cg.attach(cmd.SysProcAttr)
+	}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 2 * time.Second
 	outCtx, outCancel := context.WithCancel(ctx)
@@ -137,7 +182,12 @@ func (s *Service) run(ctx context.Context, work string, uid int, argv []string, 
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		werr = <-done
 	}
-	res := ExecResult{DurationMS: time.Since(start).Milliseconds()}
+	res := ExecResult{DurationMS: time.Since(start).Milliseconds(), LimitsEnforcedBy: EnforcedByRlimit}
+	var oomKills, pidsMax int64
+	if cg != nil {
+		res.LimitsEnforcedBy = EnforcedByCgroup
+		oomKills, pidsMax = cg.event("memory.events", "oom_kill"), cg.event("pids.events", "max")
+	}
 	var ob, eb []byte
 	ob, res.StdoutTruncated = stdout.bytes()
 	eb, res.StderrTruncated = stderr.bytes()
@@ -156,6 +206,10 @@ func (s *Service) run(ctx context.Context, work string, uid int, argv []string, 
 	switch {
 	case ctx.Err() != nil:
 		res.LimitHit = LimitTimeout
+	case oomKills > 0:
+		res.LimitHit = LimitMemory
+	case pidsMax > 0:
+		res.LimitHit = LimitProcs
 	case strings.Contains(res.Stderr, "Cannot fork") || strings.Contains(res.Stderr, "Resource temporarily unavailable"):
 		res.LimitHit = LimitProcs
 	case res.StdoutTruncated || res.StderrTruncated:

@@ -4,14 +4,22 @@
 // (job_id must be a job of task_id); it is a work directory and a user id
 // of its own, and every exec runs in a fresh bubblewrap (bwrap)
 // container: all namespaces unshared (no network: only its own loopback),
-// the host's /usr read-only as the only system tree (the built-in image,
-// builtin:host-usr: an MVP stand-in for an unpacked OCI rootfs), private
-// /proc, /dev and /tmp, the work dir at /work, a cleared environment; the
-// process runs as the sandbox's own unprivileged uid (200000-299999,
-// derived from task and job) with rlimits on address space, CPU time,
-// processes, file size and open files, a wall-clock timeout and an
-// output cap, and dies with the service. Sandbox directories left behind
-// by a crash are removed when the service starts. The tools have scope pm
+// private /proc, /dev and /tmp, the work dir at /work, a cleared
+// environment. The system tree is either the host's /usr read-only (the
+// built-in image, builtin:host-usr) or an image the operator imported
+// into the local image store (internal/imagestore: a docker save archive
+// or an OCI image layout, unpacked to <data>/images/<image id>/rootfs)
+// bound read-only as /; either way the image must be in the allowed
+// images. The process runs as the sandbox's own unprivileged uid
+// (200000-299999, derived from task and job; with an imported image the
+// host's setpriv is bound in at /.cynode to drop to it). Memory,
+// processes and CPU are limited by a cgroup v2 of the exec's own
+// (memory.max, pids.max, cpu.max; killed whole at the end) where the
+// service can delegate those controllers, otherwise by rlimits; each
+// result says which (limits_enforced_by). CPU time, file size, open
+// files, a wall-clock timeout and an output cap apply either way, and
+// the container dies with the service. Sandbox directories left behind by
+// a crash are removed when the service starts. The tools have scope pm
 // (sandbox agents never get them).
 package sandbox
 
@@ -35,6 +43,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/services/cynode/artifact"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
+	"github.com/utpmesh/utpmesh/services/cynode/internal/imagestore"
 	"github.com/utpmesh/utpmesh/services/cynode/store"
 )
 
@@ -64,18 +73,28 @@ var (
 
 // Service runs the sandboxes under <data>/sandboxes.
 type Service struct {
-	cfg  gateway.SandboxConfig
-	root string
-	mu   sync.Mutex
-	jobs map[string]*sync.Mutex
+	cfg    gateway.SandboxConfig
+	root   string
+	images *imagestore.Store
+	// cgroups is nil when execs are limited by rlimits; noCgroup says why.
+	cgroups  *cgroups
+	noCgroup string
+	mu       sync.Mutex
+	jobs     map[string]*sync.Mutex
+
+	helperOnce sync.Once
+	hostHelper *hostHelper
+	helperErr  error
 }
 
-// New reaps what an earlier process left under <dataDir>/sandboxes and
-// returns the service.
-func New(cfg gateway.SandboxConfig, dataDir string) (*Service, error) {
+// New reaps what an earlier process left under <dataDir>/sandboxes,
+// imports the configured images into <dataDir>/images and returns the
+// service.
+func New(ctx context.Context, cfg gateway.SandboxConfig, dataDir string) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.WithDefaults()
 	root := filepath.Join(dataDir, "sandboxes")
 	if err := os.RemoveAll(root); err != nil {
 		return nil, fmt.Errorf("cynode sandbox: reap %s: %w", root, err)
@@ -83,7 +102,51 @@ func New(cfg gateway.SandboxConfig, dataDir string) (*Service, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("cynode sandbox: %w", err)
 	}
-	return &Service{cfg: cfg.WithDefaults(), root: root, jobs: map[string]*sync.Mutex{}}, nil
+	images, err := imagestore.Open(filepath.Join(dataDir, "images"), imagestore.Limits{MaxBytes: cfg.ImageMaxBytes, MaxFiles: cfg.ImageMaxFiles})
+	if err != nil {
+		return nil, fmt.Errorf("cynode sandbox: %w", err)
+	}
+	s := &Service{cfg: cfg, root: root, images: images, jobs: map[string]*sync.Mutex{}}
+	for i, src := range cfg.Images {
+		if !filepath.IsAbs(src) {
+			src = filepath.Join(dataDir, src)
+		}
+		if _, err := s.ImportImage(ctx, src); err != nil {
+			return nil, fmt.Errorf("cynode sandbox: sandbox.images[%d]: %w", i, err)
+		}
+	}
+	s.cgroups, s.noCgroup = setupCgroups(cfg.Cgroup)
+	return s, nil
+}
+
+// ImportImage imports the images of an archive (a docker save tar file or
+// an OCI image layout directory) into the local image store. They are
+// usable once their ref is in the allowed images.
+func (s *Service) ImportImage(ctx context.Context, src string) ([]imagestore.Image, error) {
+	return s.images.Import(ctx, src, time.Now())
+}
+
+// Images lists the local image store.
+func (s *Service) Images() ([]imagestore.Image, error) { return s.images.List() }
+
+// LimitsEnforcedBy says how execs are limited ("cgroup" or "rlimit") and,
+// for rlimits, why cgroups are not used.
+func (s *Service) LimitsEnforcedBy() (string, string) {
+	if s.cgroups != nil {
+		return EnforcedByCgroup, ""
+	}
+	return EnforcedByRlimit, s.noCgroup
+}
+
+// Close removes the service's cgroup sub-tree.
+func (s *Service) Close() { s.cgroups.close() }
+
+func (s *Service) helper() (*hostHelper, error) {
+	s.helperOnce.Do(func() { s.hostHelper, s.helperErr = findHelper() })
+	if s.helperErr != nil {
+		return nil, fmt.Errorf("image sandboxes need the host's setpriv to drop to the sandbox's uid: %w", s.helperErr)
+	}
+	return s.hostHelper, nil
 }
 
 // Specs are the sandbox tools; s nil gives the definitions only.
@@ -127,6 +190,8 @@ type meta struct {
 	TaskID    string    `json:"task_id"`
 	JobID     string    `json:"job_id"`
 	ImageRef  string    `json:"image_ref"`
+	ImageID   string    `json:"image_id,omitempty"`
+	Rootfs    string    `json:"rootfs,omitempty"`
 	UID       int       `json:"uid"`
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy string    `json:"created_by"`
@@ -217,11 +282,18 @@ func (s *Service) create(ctx context.Context, x *gateway.Exec) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(imgs, func(m map[string]any) bool { return m["image_ref"] == a.ImageRef }) {
+	if !slices.ContainsFunc(imgs, func(m map[string]any) bool { return sameRef(m["image_ref"], a.ImageRef) }) {
 		return nil, gateway.Errorf(gateway.TypePolicyViolation, "image %q is not in the allowed images (sandbox.allowed_images.list); use %s or ask a PM agent to add it", a.ImageRef, gateway.BuiltinImage)
 	}
+	var img imagestore.Image
 	if a.ImageRef != gateway.BuiltinImage {
-		return nil, gateway.Errorf(gateway.TypeUnavailable, "image %q is allowed but the local image store has no rootfs for it (this build runs only %s)", a.ImageRef, gateway.BuiltinImage)
+		img, err = s.images.Resolve(a.ImageRef)
+		if errors.Is(err, imagestore.ErrNotFound) {
+			return nil, gateway.Errorf(gateway.TypeUnavailable, "image %q is allowed but not in the local image store; the operator imports it (sandbox.images in cynode.json: a docker save archive or an OCI image layout)", a.ImageRef)
+		}
+		if err != nil {
+			return nil, gateway.Errorf(gateway.TypeInvalidArgument, "image_ref: %v", err)
+		}
 	}
 	b := s.box(x)
 	defer s.lock(b.dir)()
@@ -236,15 +308,24 @@ func (s *Service) create(ctx context.Context, x *gateway.Exec) (any, error) {
 			return nil, gateway.Errorf(gateway.TypeInternal, "sandbox dir: %v", err)
 		}
 	}
-	m := meta{TaskID: x.TaskID, JobID: x.JobID, ImageRef: a.ImageRef, UID: b.uid, CreatedAt: x.Now, CreatedBy: x.Identity.AgentID}
+	m := meta{TaskID: x.TaskID, JobID: x.JobID, ImageRef: a.ImageRef, ImageID: img.ID, Rootfs: img.Rootfs, UID: b.uid, CreatedAt: x.Now, CreatedBy: x.Identity.AgentID}
 	raw, _ := json.Marshal(m)
 	if err := os.WriteFile(filepath.Join(b.dir, "meta.json"), raw, 0o600); err != nil {
 		return nil, gateway.Errorf(gateway.TypeInternal, "sandbox meta: %v", err)
 	}
 	l := s.cfg
-	return map[string]any{"task_id": x.TaskID, "job_id": x.JobID, "image_ref": a.ImageRef, "workdir": "/work", "uid": b.uid, "network": "none",
+	out := map[string]any{"task_id": x.TaskID, "job_id": x.JobID, "image_ref": a.ImageRef, "workdir": "/work", "uid": b.uid, "network": "none",
 		"limits": map[string]any{"memory_bytes": l.MemoryBytes, "cpu_seconds": l.CPUSeconds, "max_procs": l.MaxProcs, "max_file_bytes": l.MaxFileBytes,
-			"max_output_bytes": l.MaxOutputBytes, "timeout_ms": l.TimeoutMS}}, nil
+			"max_output_bytes": l.MaxOutputBytes, "timeout_ms": l.TimeoutMS}}
+	if img.ID != "" {
+		out["image_id"] = img.ID
+	}
+	by, why := s.LimitsEnforcedBy()
+	out["limits_enforced_by"] = by
+	if why != "" {
+		out["cgroup_unavailable"] = why
+	}
+	return out, nil
 }
 
 func (s *Service) exec(ctx context.Context, x *gateway.Exec) (any, error) {
@@ -268,7 +349,20 @@ func (s *Service) exec(ctx context.Context, x *gateway.Exec) (any, error) {
 		return nil, err
 	}
 	defer s.lock(b.dir)()
-	res, err := s.run(ctx, b.work, b.uid, append([]string{a.Command}, a.Argv...), time.Duration(timeout)*time.Millisecond)
+	raw, err := os.ReadFile(filepath.Join(b.dir, "meta.json"))
+	var m meta
+	if err == nil {
+		err = json.Unmarshal(raw, &m)
+	}
+	if err != nil {
+		return nil, gateway.Errorf(gateway.TypeInternal, "sandbox meta: %v", err)
+	}
+	if m.Rootfs != "" {
+		if _, err := os.Stat(m.Rootfs); err != nil {
+			return nil, gateway.Errorf(gateway.TypeUnavailable, "the image %s (%s) of this sandbox is no longer in the local image store; destroy the sandbox and create it again", m.ImageRef, m.ImageID)
+		}
+	}
+	res, err := s.run(ctx, job{work: b.work, rootfs: m.Rootfs, uid: b.uid}, append([]string{a.Command}, a.Argv...), time.Duration(timeout)*time.Millisecond)
 	if errors.Is(err, ErrNoBwrap) {
 		return nil, gateway.Errorf(gateway.TypeUnavailable, "%v", err)
 	}
@@ -507,4 +601,20 @@ func (s *Service) addImage(ctx context.Context, x *gateway.Exec) (any, error) {
 		return nil, err
 	}
 	return map[string]any{"image_ref": a.ImageRef, "name": a.Name, "added_by": out.UpdatedBy, "added_at": out.UpdatedAt}, nil
+}
+
+// sameRef: an allowed image names the requested one, literally or in the
+// image store's normalized form (python:3.12 is
+// docker.io/library/python:3.12).
+func sameRef(allowed any, ref string) bool {
+	a, _ := allowed.(string)
+	if a == ref {
+		return true
+	}
+	if a == gateway.BuiltinImage || ref == gateway.BuiltinImage {
+		return false
+	}
+	na, err1 := imagestore.Normalize(a)
+	nr, err2 := imagestore.Normalize(ref)
+	return err1 == nil && err2 == nil && na == nr
 }

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,7 +20,7 @@ func TestReapAtStart(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(left, "f"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(gateway.SandboxConfig{}, dir); err != nil {
+	if _, err := New(context.Background(), gateway.SandboxConfig{}, dir); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "sandboxes", "deadbeef")); !os.IsNotExist(err) {

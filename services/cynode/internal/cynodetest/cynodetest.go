@@ -66,6 +66,8 @@ type Harness struct {
 	Mesh    *mesh.Mesh
 	Service *cynode.Service
 	Key     *mandate.IssuerKey
+	// DataDir is the service's and the mesh's data directory.
+	DataDir string
 	agents  map[string]*agent.Client
 	mu      sync.Mutex
 	seq     atomic.Int64
@@ -109,7 +111,7 @@ func StartEgress(t testing.TB, cfg *cynode.Config, hooks *egress.Hooks) *Harness
 		t.Fatalf("mesh: %v", err)
 	}
 	ready <- m.Conn()
-	h := &Harness{T: t, Mesh: m, Service: svc, Key: key, agents: map[string]*agent.Client{}}
+	h := &Harness{T: t, Mesh: m, Service: svc, Key: key, DataDir: dir, agents: map[string]*agent.Client{}}
 	t.Cleanup(func() {
 		h.mu.Lock()
 		for _, a := range h.agents {

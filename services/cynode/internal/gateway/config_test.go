@@ -34,6 +34,15 @@ func TestLoadConfig(t *testing.T) {
 		{"api: no params schema", `{"api":{"providers":{"wx":{"base_url":"https://a.example","operations":{"get":{"method":"GET","path":"/"}}}}}}`, "params_schema is missing"},
 		{"api: credential in two places", `{"api":{"providers":{"wx":{"base_url":"https://a.example","credential":{"header":"X","env":"A","file":"f"},"operations":{"get":{"method":"GET","path":"/","params_schema":{}}}}}}}`, "exactly one of env or file"},
 		{"web: search url", `{"web":{"search":{"url":"file:///x"}}}`, `web.search.url "file:///x" is not an http(s) URL`},
+		{"git: forge ok", `{"git":{"repos":{"app":{"path":"/srv/app.git","project":"p","provider":"gitea","forge":{"api_url":"https://gitea.example.org/api/v1","owner":"acme","repo":"app","credential":{"env":"GITEA_TOKEN"}}}}}}`, ""},
+		{"git: unknown provider", `{"git":{"repos":{"app":{"path":"/srv/app.git","project":"p","provider":"gitlab"}}}}`, `provider "gitlab": use local, github or gitea`},
+		{"git: forge missing", `{"git":{"repos":{"app":{"path":"/srv/app.git","project":"p","provider":"github"}}}}`, "git.repos.app.forge is missing"},
+		{"git: forge on local", `{"git":{"repos":{"app":{"path":"/srv/app.git","project":"p","forge":{"api_url":"https://api.github.com","owner":"a","repo":"b","credential":{"env":"T"}}}}}}`, "provider is local"},
+		{"git: forge url with a password", `{"git":{"repos":{"app":{"path":"/srv/app.git","project":"p","provider":"github","forge":{"api_url":"https://u:p@api.github.com","owner":"a","repo":"b","credential":{"env":"T"}}}}}}`, "forge.api_url"},
+		{"git: forge owner", `{"git":{"repos":{"app":{"path":"/srv/app.git","project":"p","provider":"github","forge":{"api_url":"https://api.github.com","owner":"a/../b","repo":"b","credential":{"env":"T"}}}}}}`, "must be the forge's names"},
+		{"git: forge token twice", `{"git":{"repos":{"app":{"path":"/srv/app.git","project":"p","provider":"github","forge":{"api_url":"https://api.github.com","owner":"a","repo":"b","credential":{"env":"T","file":"t"}}}}}}`, "exactly one of env or file"},
+		{"sandbox: cgroup relative", `{"sandbox":{"cgroup":"cynode"}}`, `sandbox.cgroup "cynode"`},
+		{"sandbox: empty image", `{"sandbox":{"images":[""]}}`, "sandbox.images[0] is empty"},
 	} {
 		path := filepath.Join(t.TempDir(), "cynode.json")
 		if err := os.WriteFile(path, []byte(tc.json), 0o600); err != nil {
