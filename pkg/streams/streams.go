@@ -64,7 +64,17 @@ func EventStream(ver string) string { return "cg_evt_" + ver }
 // The command stream is updated first, so that a command stream of an
 // older version (which captured cmd.> including wakeups) gives the wakeup
 // subjects up before the wakeup stream claims them.
-func Ensure(ctx context.Context, js jetstream.JetStream, ver string) error {
+//
+// Replicas: a stream is created with WithReplicas' count (default 1), and an
+// existing stream keeps its count unless WithReplicas is given — so a
+// worker started without the option never shrinks a cluster's R3 streams.
+func Ensure(ctx context.Context, js jetstream.JetStream, ver string, opts ...Option) error {
+	var o options
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return err
+		}
+	}
 	cmdSubj, err := subjects.StreamCommands(ver)
 	if err != nil {
 		return err
@@ -88,11 +98,42 @@ func Ensure(ctx context.Context, js jetstream.JetStream, ver string) error {
 			Retention: jetstream.LimitsPolicy, MaxAge: EventMaxAge, Duplicates: DuplicateWindow,
 			Description: "UTP events: dead letters, notifications, audit"},
 	} {
+		cfg.Replicas = o.replicas
+		if cfg.Replicas == 0 {
+			cfg.Replicas = 1
+			if st, err := js.Stream(ctx, cfg.Name); err == nil {
+				cfg.Replicas = st.CachedInfo().Config.Replicas
+			} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("streams: %s: %w", cfg.Name, err)
+			}
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			if cfg.Replicas > 1 && strings.Contains(err.Error(), "insufficient resources") {
+				return fmt.Errorf("streams: create %s with %d replicas: %w (a cluster smaller than %d JetStream servers cannot hold them)", cfg.Name, cfg.Replicas, err, cfg.Replicas)
+			}
 			return fmt.Errorf("streams: create %s: %w", cfg.Name, err)
 		}
 	}
 	return nil
+}
+
+// Option configures Ensure.
+type Option func(*options) error
+
+type options struct{ replicas int }
+
+// WithReplicas sets the streams' replica count: 1 on a single server, 3
+// in a 3-node cluster (a message is acknowledged once a majority stored
+// it, so the loss of one node loses nothing). Existing streams are scaled
+// to it.
+func WithReplicas(n int) Option {
+	return func(o *options) error {
+		if n < 1 || n > 5 {
+			return fmt.Errorf("streams: WithReplicas(%d): use 1 (single server) or 3 (cluster), at most 5", n)
+		}
+		o.replicas = n
+		return nil
+	}
 }
 
 // ToolConsumer returns the durable consumer name of a tool. Consumer names

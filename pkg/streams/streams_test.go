@@ -1,0 +1,95 @@
+package streams_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/internal/jskv/jskvtest"
+	"github.com/utpmesh/utpmesh/internal/meshtest"
+	"github.com/utpmesh/utpmesh/pkg/streams"
+)
+
+const ver = "v1r3"
+
+func TestEnsureCreatesAndMigrates(t *testing.T) {
+	ctx := context.Background()
+	js, err := jetstream.New(meshtest.Conn(t, meshtest.NATS(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A command stream made by an older version captured every command,
+	// wakeups included.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: streams.CommandStream(ver), Subjects: []string{"cg." + ver + ".*.*.cmd.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "cg."+ver+".p.c.cmd.agent.a.wakeup", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, js, ver); err != nil {
+		t.Fatalf("Ensure over an older command stream: %v", err)
+	}
+	want := map[string][]string{
+		streams.CommandStream(ver): {"cg." + ver + ".*.*.cmd.tool.>", "cg." + ver + ".*.*.cmd.sys.>"},
+		streams.WakeupStream(ver):  {"cg." + ver + ".*.*.cmd.agent.>"},
+		streams.EventStream(ver):   {"cg." + ver + ".*.*.evt.>"},
+	}
+	for name, subj := range want {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.CachedInfo().Config.Subjects; !slices.Equal(got, subj) {
+			t.Errorf("%s subjects = %v, want %v", name, got, subj)
+		}
+		if r := st.CachedInfo().Config.Replicas; r != 1 {
+			t.Errorf("%s replicas = %d, want 1", name, r)
+		}
+	}
+	// New wakeups go to the wakeup stream; the old one stays where it was.
+	ack, err := js.Publish(ctx, "cg."+ver+".p.c.cmd.agent.a.wakeup", []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack.Stream != streams.WakeupStream(ver) {
+		t.Fatalf("a wakeup is stored by %s, want %s", ack.Stream, streams.WakeupStream(ver))
+	}
+	// Idempotent.
+	if err := streams.Ensure(ctx, js, ver); err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, js, ver, streams.WithReplicas(0)); err == nil {
+		t.Fatal("WithReplicas(0) accepted")
+	}
+	if err := streams.Ensure(ctx, js, ver, streams.WithReplicas(3)); err == nil {
+		t.Fatal("3 replicas on a single server accepted")
+	}
+}
+
+// TestEnsureKeepsReplicas: in a cluster the mesh makes R3 streams; a worker
+// that calls Ensure without WithReplicas must not shrink them.
+func TestEnsureKeepsReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	ctx := context.Background()
+	c := jskvtest.Start(t)
+	if err := streams.Ensure(ctx, c.JetStream(t, 0), ver, streams.WithReplicas(3)); err != nil {
+		t.Fatal(err)
+	}
+	js := c.JetStream(t, 1)
+	if err := streams.Ensure(ctx, js, ver); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{streams.CommandStream(ver), streams.WakeupStream(ver), streams.EventStream(ver)} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := st.CachedInfo().Config.Replicas; r != 3 {
+			t.Errorf("%s has %d replicas after a plain Ensure, want 3", name, r)
+		}
+	}
+}
