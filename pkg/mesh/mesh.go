@@ -51,6 +51,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	bolt "go.etcd.io/bbolt"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
@@ -64,6 +65,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/metrics"
+	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/streams"
@@ -162,8 +164,9 @@ type Mesh struct {
 	cfg      Config
 	srv      *embednats.Server
 	nc       *nats.Conn
-	cards    *boltstore.Store
-	reg      *boltreg.Store
+	cards    cardstore.Store
+	reg      registry.Registry
+	boltDB   *bolt.DB // cards.db, nil when the cards are replicated
 	cardSrv  *natsstore.Server
 	regSrv   *natsreg.Server
 	auth     *natsauthz.Service
@@ -273,16 +276,18 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	if m.metrics != nil {
 		storeOpts = append(storeOpts, boltstore.WithCommitObserver(m.metrics.CardStore()))
 	}
-	m.cards, err = boltstore.Open(filepath.Join(cfg.DataDir, "cards.db"), storeOpts...)
+	cards, err := boltstore.Open(filepath.Join(cfg.DataDir, "cards.db"), storeOpts...)
 	if err != nil {
 		return m, err
 	}
-	m.push(func(context.Context) error { return m.cards.Close() })
-	m.reg, err = boltreg.Open(filepath.Join(cfg.DataDir, "registry.db"))
+	m.cards, m.boltDB = cards, cards.DB()
+	m.push(func(context.Context) error { return cards.Close() })
+	reg, err := boltreg.Open(filepath.Join(cfg.DataDir, "registry.db"))
 	if err != nil {
 		return m, err
 	}
-	m.push(func(context.Context) error { return m.reg.Close() })
+	m.reg = reg
+	m.push(func(context.Context) error { return reg.Close() })
 
 	m.cardSrv, err = natsstore.NewServer(m.nc, m.cards, natsstore.ServerConfig{Version: cfg.ProtocolVersion, Logger: log.With("component", "cardstore")})
 	if err != nil {
@@ -438,7 +443,11 @@ func (m *Mesh) ClientURL() string { return m.srv.ClientURL() }
 func (m *Mesh) Conn() *nats.Conn { return m.nc }
 
 // Cards is the mesh's CardStore.
-func (m *Mesh) Cards() *boltstore.Store { return m.cards }
+func (m *Mesh) Cards() cardstore.Store { return m.cards }
+
+// CardsDB is the CardStore's bbolt file (for inspection and benchmarks),
+// nil when the cards are not in a local file.
+func (m *Mesh) CardsDB() *bolt.DB { return m.boltDB }
 
 // Inbox is the mesh's inbox service.
 func (m *Mesh) Inbox() *inbox.Service { return m.inbox }
@@ -447,7 +456,7 @@ func (m *Mesh) Inbox() *inbox.Service { return m.inbox }
 func (m *Mesh) NATS() *embednats.Server { return m.srv }
 
 // Registry is the mesh's tool registry.
-func (m *Mesh) Registry() *boltreg.Store { return m.reg }
+func (m *Mesh) Registry() registry.Registry { return m.reg }
 
 // Runtime is the mesh's worker runtime.
 func (m *Mesh) Runtime() *worker.Runtime { return m.rt }
