@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -465,4 +466,42 @@ func (c *Cluster) MoveStreamLeader(stream string, i int) {
 	if err != nil {
 		c.t.Fatalf("meshtest: move leader of %s to %s: %v", stream, NodeName(i), err)
 	}
+}
+
+// AddNode starts one more node that routes to every node of the cluster
+// (the running nodes keep their route lists: the cluster tells them of
+// the newcomer), waits until it reaches the JetStream meta leader, and
+// returns its index once an R<running nodes> stream can be placed (the
+// newcomer is a JetStream peer); at most 5 nodes may run. New streams may
+// be placed on it; existing streams stay where they are.
+func (c *Cluster) AddNode() int {
+	c.t.Helper()
+	running := 0
+	for j := range c.nodes {
+		if c.Running(j) {
+			running++
+		}
+	}
+	if running >= 5 {
+		c.t.Fatalf("meshtest: add node: %d nodes run already; the formation check places an R<running> stream, at most R5", running)
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		c.t.Fatalf("meshtest: add node: %v", err)
+	}
+	i := len(c.nodes)
+	routes := append(slices.Clone(c.nodes[i-1].spec.Routes), "nats-route://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])))
+	c.nodes = append(c.nodes, &node{spec: nodeSpec{
+		Name: NodeName(i), Dir: c.t.TempDir(), ClientPort: ports[0], RoutePort: ports[1], Routes: routes,
+	}})
+	if err := c.start(i); err != nil {
+		c.t.Fatalf("meshtest: add node: %v", err)
+	}
+	if err := c.waitJetStream(i); err != nil {
+		c.t.Fatalf("meshtest: add node: %v", err)
+	}
+	if err := c.waitFormed(running + 1); err != nil {
+		c.t.Fatalf("meshtest: add node %s: %v", NodeName(i), err)
+	}
+	return i
 }

@@ -252,3 +252,45 @@ func (w *writes) check(t *testing.T) {
 		t.Fatal("check ran out of time")
 	}
 }
+
+// A node added to a running cluster becomes a JetStream peer: with one
+// original node gone, a new R3 stream is placed on the other two and the
+// newcomer, and takes writes.
+func TestClusterAddNode(t *testing.T) {
+	t.Parallel()
+	c := meshtest.StartCluster(t, 3)
+	added := c.AddNode()
+	c.Kill(0)
+	js := jetStream(t, c.Connect())
+	ctx, cancel := context.WithTimeout(context.Background(), meshtest.ClusterWait)
+	defer cancel()
+	var err error
+	for {
+		// The meta leader places it once it counts n0 out and n3 in.
+		if _, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: "orders", Subjects: []string{"orders.>"}, Replicas: 3, Storage: jetstream.FileStorage,
+		}); err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("R3 stream with n0 gone and %s added: %v", meshtest.NodeName(added), err)
+	}
+	c.WaitStreamCurrent("orders")
+	si, err := mustStream(t, js, "orders").Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := []string{si.Cluster.Leader}
+	for _, p := range si.Cluster.Replicas {
+		on = append(on, p.Name)
+	}
+	slices.Sort(on)
+	if want := []string{"n1", "n2", "n3"}; !slices.Equal(on, want) {
+		t.Fatalf("R3 stream is on %v, want %v", on, want)
+	}
+	w := &writes{js: js, acked: map[string]uint64{}}
+	w.write(t, 0, 5)
+	w.check(t)
+}

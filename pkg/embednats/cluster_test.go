@@ -356,3 +356,19 @@ func writePEM(t *testing.T, file, typ string, der []byte) {
 		t.Fatal(fmt.Errorf("write %s: %w", file, err))
 	}
 }
+
+// A route port another socket holds fails the start at once, naming it.
+func TestClusterPortInUse(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+	_, err = embednats.Start(embednats.Config{Port: -1, ServerName: "n1", ReadyTimeout: 10 * time.Minute, Cluster: &embednats.Cluster{
+		Name: "mesh", Listen: addr, Routes: threeRoutes,
+	}})
+	if want := "cluster: listen " + addr + ": address already in use"; !errors.Is(err, embednats.ErrAddrInUse) || err.Error() != want {
+		t.Fatalf("Start = %v, want %q", err, want)
+	}
+}
