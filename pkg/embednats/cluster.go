@@ -94,7 +94,7 @@ func clusterOptions(cfg Config, opts *server.Options) error {
 		return bad("CA %s without a certificate: routes use TLS only with TLSCert and TLSKey (--tls-cert, --tls-key) too", c.CA)
 	}
 	if len(cfg.Users) > 0 && c.Secret == "" && c.CA == "" {
-		return bad("a cluster whose clients authenticate needs authenticated routes too, or anyone who reaches the route port joins the cluster and bypasses the users: set Secret (--cluster-secret) or TLS with a CA (--tls-cert, --tls-key, --cluster-ca)")
+		return bad("a cluster whose clients authenticate needs authenticated routes too, or anyone who reaches the route port joins the cluster and bypasses the users: set Secret (--cluster-secret-file) or TLS with a CA (--tls-cert, --tls-key, --cluster-ca)")
 	}
 	opts.Cluster.Name = c.Name
 	opts.Cluster.Host = host
