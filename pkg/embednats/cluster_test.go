@@ -23,6 +23,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/utpmesh/utpmesh/pkg/embednats"
@@ -370,5 +371,30 @@ func TestClusterPortInUse(t *testing.T) {
 	}})
 	if want := "cluster: listen " + addr + ": address already in use"; !errors.Is(err, embednats.ErrAddrInUse) || err.Error() != want {
 		t.Fatalf("Start = %v, want %q", err, want)
+	}
+}
+
+// JetStreamDomain names the domain clients see in their account info.
+func TestJetStreamDomain(t *testing.T) {
+	srv, err := embednats.Start(embednats.Config{Port: -1, JetStream: true, DataDir: t.TempDir(), JetStreamDomain: "hub"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ai, err := js.AccountInfo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ai.Domain != "hub" {
+		t.Fatalf("account info domain %q, want hub", ai.Domain)
 	}
 }
