@@ -23,6 +23,26 @@
 // in-process connection. Without either, anyone who reaches the port may
 // do anything.
 //
+// Cluster: with Config.Cluster the server is one node of a NATS cluster:
+// it listens for routes on Cluster.Listen, dials every node in
+// Cluster.Routes, and runs clustered JetStream (Config.ServerName names it,
+// Config.DataDir holds its own store). Why at least 3 nodes: JetStream
+// keeps its metadata and every replicated stream in RAFT groups, and a
+// group accepts a write only when a majority of its members (2 of 3) has
+// stored it. With 2 nodes the majority is both, so the loss of either
+// stops every write: two nodes are less available than one, and Start
+// refuses fewer than MinClusterSize routes. What R3 means for writes: a
+// stream or KV bucket with Replicas 3 has a copy on three nodes; its
+// leader acknowledges a publish once 2 of the 3 copies have it, so with
+// one node down writes go on (after a new leader is elected, if the lost
+// node led) and every acknowledged write is still there when the node
+// comes back; with two of three down the stream takes no writes.
+// Routes are as open as the client port unless Cluster.Secret (a shared
+// route password) or mutual TLS (Config.TLSCert/TLSKey with Cluster.CA) is
+// set; a node with Config.Users requires one of them, since an open route
+// port would let anyone join the cluster and bypass the users. Every
+// node must be given the same Users (they are per node, not replicated).
+//
 // Start-up failures are reported at once, not after ReadyTimeout: a fixed
 // port that another socket holds fails before the server is created
 // (ErrAddrInUse, "listen 127.0.0.1:4222: address already in use"), and a
@@ -95,8 +115,16 @@ type Config struct {
 	// MaxPayload is the largest message in bytes, between MinMaxPayload and
 	// MaxMaxPayload; 0 means DefaultMaxPayload.
 	MaxPayload int32
-	// ServerName; default "utpmesh".
+	// ServerName; default "utpmesh". A cluster node needs its own,
+	// unique in the cluster.
 	ServerName string
+	// Cluster, when set, makes the server a node of a NATS cluster (see
+	// Cluster); nil runs a single server.
+	Cluster *Cluster
+	// JetStreamDomain, when set, names the JetStream domain (the same on
+	// every node of a cluster; letters, digits, '-', '_'). Clients of
+	// another domain (leaf nodes) address this JetStream by it.
+	JetStreamDomain string
 	// Logger receives the server's notices and errors; nil keeps it quiet.
 	Logger *slog.Logger
 	// ReadyTimeout bounds the wait for the server to accept connections;
@@ -148,6 +176,18 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: MaxPayload %d bytes: use %d (64 KiB) to %d (64 MiB); the default is %d (8 MiB)",
 			ErrInvalidConfig, cfg.MaxPayload, MinMaxPayload, MaxMaxPayload, DefaultMaxPayload)
 	}
+	if cfg.ServerName != "" && !tokenRE.MatchString(cfg.ServerName) {
+		return nil, fmt.Errorf("%w: ServerName %q: use letters, digits, '-' or '_' (e.g. n1)", ErrInvalidConfig, cfg.ServerName)
+	}
+	if cfg.JetStreamDomain != "" && (!cfg.JetStream || !tokenRE.MatchString(cfg.JetStreamDomain)) {
+		return nil, fmt.Errorf("%w: JetStreamDomain %q: needs JetStream on and a name of letters, digits, '-' or '_'", ErrInvalidConfig, cfg.JetStreamDomain)
+	}
+	var clusterOpts server.Options
+	if cfg.Cluster != nil {
+		if err := clusterOptions(cfg, &clusterOpts); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.ServerName == "" {
 		cfg.ServerName = "utpmesh"
 	}
@@ -165,6 +205,10 @@ func Start(cfg Config) (*Server, error) {
 		MaxPayload: cfg.MaxPayload,
 		NoSigs:     true,
 		JetStream:  cfg.JetStream,
+		Cluster:    clusterOpts.Cluster,
+		Routes:     clusterOpts.Routes,
+
+		JetStreamDomain: cfg.JetStreamDomain,
 	}
 	if opts.Nkeys, err = nkeyUsers(cfg.Users); err != nil {
 		return nil, err
@@ -192,6 +236,11 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.Port > 0 {
 		if err := portcheck.Free(addr); err != nil {
 			return nil, err
+		}
+	}
+	if opts.Cluster.Port > 0 {
+		if err := portcheck.Free(net.JoinHostPort(opts.Cluster.Host, strconv.Itoa(opts.Cluster.Port))); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
 	ns, err := server.NewServer(opts) // NewServer fills opts' defaults in: SetUsers reloads a clone
@@ -254,6 +303,9 @@ func waitReady(ns *server.Server, logs *slogAdapter, addr string, timeout time.D
 	for !ns.ReadyForConnections(readyPoll) {
 		select {
 		case msg := <-logs.fatal:
+			if strings.Contains(msg, "address already in use") && strings.Contains(msg, "router") {
+				return fmt.Errorf("cluster: %w: %s", ErrAddrInUse, msg)
+			}
 			if strings.Contains(msg, "address already in use") {
 				return fmt.Errorf("listen %s: %w", addr, ErrAddrInUse)
 			}
