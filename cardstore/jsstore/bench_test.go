@@ -16,9 +16,11 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 )
 
-// The benchmarks run every operation against jsstore on a single-node
-// nats-server (R1, fsync before every acknowledgement) and, beside it,
-// against boltstore on the same disk, so that one run compares the two:
+// The benchmarks run every operation against boltstore, against jsstore on
+// a single-node nats-server (R1) and against jsstore with three replicas
+// on a 3-node cluster in this process (R3, the client on one node; every
+// server fsyncs before it acknowledges), all on the same disk, so that one
+// run compares them:
 //
 //	go test -run '^$' -bench . -benchtime 2s ./cardstore/jsstore/
 
@@ -56,7 +58,7 @@ func backends(b *testing.B) []struct {
 	return []struct {
 		name string
 		s    cardstore.Store
-	}{{"bolt", bs}, {"js-R1", open(b, nc, jsstore.Config{})}}
+	}{{"bolt", bs}, {"js-R1", open(b, nc, jsstore.Config{})}, {"js-R3", openR3(b, startCluster(b, 3), 0, newStream())}}
 }
 
 // BenchmarkPut measures durable single-card puts from 1, 16 and 64

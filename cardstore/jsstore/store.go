@@ -186,8 +186,12 @@ func (s *Store) ensureStream(ctx context.Context) error {
 	defer cancel()
 	st, err := s.js.CreateOrUpdateStream(ctx, StreamConfig(s.cfg.Stream, s.cfg.Replicas))
 	if err != nil {
-		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
-			return fmt.Errorf("%w: %w (start nats-server with JetStream: -js, or jetstream {} in its configuration)", ErrUnsupported, err)
+		switch {
+		case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
+			errors.Is(err, nats.ErrNoResponders):
+			return fmt.Errorf("%w: no JetStream answered: %w (start nats-server with JetStream: -js, or jetstream {} in its configuration)", ErrUnsupported, err)
+		case s.cfg.Replicas > 1:
+			return fmt.Errorf("jsstore: create stream %s with %d replicas: %w (a replicated stream needs a JetStream cluster of at least %d servers)", s.cfg.Stream, s.cfg.Replicas, err, s.cfg.Replicas)
 		}
 		return fmt.Errorf("jsstore: create stream %s: %w", s.cfg.Stream, err)
 	}
