@@ -38,7 +38,7 @@ func (s *Store) cardsExist(ctx context.Context, projectID string, cardIDs []stri
 			subjects = append(subjects, s.lay.card(projectID, id))
 		}
 	}
-	stored, err := s.lastMany(ctx, subjects)
+	stored, err := s.lastMany(ctx, subjects, true)
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,9 @@ func (s *Store) Put(ctx context.Context, cards ...*card.Card) error {
 	if err != nil {
 		return err
 	}
+	if n := cardBytes(pcs); n > MaxPutBytes {
+		return fmt.Errorf("%w: put of %d cards is %d bytes encoded, more than the limit of %d for one put; put them in several", cardstore.ErrTooLarge, len(pcs), n, MaxPutBytes)
+	}
 	return s.commit(ctx, pcs)
 }
 
@@ -179,7 +182,7 @@ func (s *Store) GetMany(ctx context.Context, projectID string, cardIDs []string)
 	for i, id := range ids {
 		subjects[i] = s.lay.card(projectID, id)
 	}
-	stored, err := s.lastMany(ctx, subjects)
+	stored, err := s.lastMany(ctx, subjects, true)
 	if err != nil {
 		return nil, err
 	}

@@ -33,12 +33,17 @@ import (
 // large that would fit alone.
 const groupBudget = 900
 
+// groupBytes bounds the card bytes of one group's batch, as boltstore
+// bounds a commit: a group of big Puts is split, a single Put is never.
+const groupBytes = 16 << 20
+
 // putReq is one Put waiting for its group.
 type putReq struct {
-	ctx  context.Context
-	pcs  []putCard
-	size int // estimated messages
-	done chan error
+	ctx   context.Context
+	pcs   []putCard
+	size  int // estimated messages
+	bytes int // card bytes
+	done  chan error
 }
 
 // committer is the queue of Puts.
@@ -63,9 +68,18 @@ func estimate(pcs []putCard) int {
 	return n
 }
 
+// cardBytes adds up the encoded sizes of the cards.
+func cardBytes(pcs []putCard) int {
+	n := 0
+	for i := range pcs {
+		n += len(pcs[i].data)
+	}
+	return n
+}
+
 // commit runs a Put through the group committer and returns its outcome.
 func (s *Store) commit(ctx context.Context, pcs []putCard) error {
-	r := &putReq{ctx: ctx, pcs: pcs, size: estimate(pcs), done: make(chan error, 1)}
+	r := &putReq{ctx: ctx, pcs: pcs, size: estimate(pcs), bytes: cardBytes(pcs), done: make(chan error, 1)}
 	s.cm.mu.Lock()
 	if s.cm.busy {
 		s.cm.queue = append(s.cm.queue, r)
@@ -98,14 +112,14 @@ func (s *Store) drain() {
 	for {
 		s.cm.mu.Lock()
 		var group []*putReq
-		size := 0
+		size, bytes := 0, 0
 		for len(s.cm.queue) > 0 {
 			r := s.cm.queue[0]
-			if len(group) > 0 && size+r.size > groupBudget {
+			if len(group) > 0 && (size+r.size > groupBudget || bytes+r.bytes > groupBytes) {
 				break
 			}
 			group = append(group, r)
-			size += r.size
+			size, bytes = size+r.size, bytes+r.bytes
 			s.cm.queue = s.cm.queue[1:]
 		}
 		s.cm.mu.Unlock()
@@ -155,7 +169,7 @@ func (s *Store) commitGroup(group []*putReq) {
 				}
 				return
 			}
-		case len(p.included) > 1:
+		case count(p.included) > 1:
 			// Retry each Put alone, so that its error is its own.
 			for i, r := range live {
 				if p.outcome[i] != nil || !p.included[i] {
@@ -172,6 +186,17 @@ func (s *Store) commitGroup(group []*putReq) {
 			return
 		}
 	}
+}
+
+// count counts the true values.
+func count(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 // plan is the batch of a group and the outcome of each of its Puts.
@@ -212,6 +237,9 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 			}
 		}
 	}
+	// A record a lagging replica does not show yet is no risk here: the
+	// batch expects it to be absent, so the server refuses the batch and
+	// the group is planned again.
 	cards, err := s.readMap(ctx, cardSubj)
 	if err != nil {
 		return nil, err
@@ -365,7 +393,7 @@ func (s *Store) readMap(ctx context.Context, subjects []string) (map[string][]by
 	if len(subjects) == 0 {
 		return out, nil
 	}
-	stored, err := s.lastMany(ctx, subjects)
+	stored, err := s.lastMany(ctx, subjects, false)
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,7 @@ const (
 // uses.
 type directReq struct {
 	Seq       uint64   `json:"seq,omitempty"`
+	MaxBytes  int      `json:"max_bytes,omitempty"`
 	NextFor   string   `json:"next_by_subj,omitempty"`
 	Batch     int      `json:"batch,omitempty"`
 	MultiLast []string `json:"multi_last,omitempty"`
@@ -117,11 +118,14 @@ func (s *Store) parseDirect(reply *nats.Msg) (*msg, bool, error) {
 func (s *Store) direct(ctx context.Context, req directReq) (out []*msg, pending uint64, err error) {
 	ctx, cancel := s.reqCtx(ctx)
 	defer cancel()
+	single := req.Batch == 0 && len(req.MultiLast) == 0
+	if !single {
+		req.MaxBytes = maxReplyBytes
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, 0, fmt.Errorf("jsstore: encode direct get: %w", err)
 	}
-	single := req.Batch == 0 && len(req.MultiLast) == 0
 	if single {
 		reply, err := s.nc.RequestWithContext(ctx, apiDirectGet+s.cfg.Stream, body)
 		if err != nil {
@@ -226,8 +230,9 @@ func (s *Store) requestErr(err error) error {
 
 // lastMany returns the last message of each subject (nil for a subject
 // with none), in the order of subjects. Subjects must be distinct
-// immutable records.
-func (s *Store) lastMany(ctx context.Context, subjects []string) ([]*msg, error) {
+// immutable records. With confirm, a subject a (possibly lagging) replica
+// has no message for is asked again at the leader of a replicated stream.
+func (s *Store) lastMany(ctx context.Context, subjects []string, confirm bool) ([]*msg, error) {
 	out := make([]*msg, len(subjects))
 	idx := make(map[string]int, len(subjects))
 	for i, sub := range subjects {
@@ -259,7 +264,7 @@ func (s *Store) lastMany(ctx context.Context, subjects []string) ([]*msg, error)
 			want = rest
 		}
 	}
-	if s.leaderReads {
+	if s.leaderReads && confirm {
 		for i, m := range out {
 			if m != nil {
 				continue
@@ -272,6 +277,11 @@ func (s *Store) lastMany(ctx context.Context, subjects []string) ([]*msg, error)
 	}
 	return out, nil
 }
+
+// maxReplyBytes caps the bytes of one batched direct get reply (the
+// server cuts it after the message that crosses it; the store asks again
+// for the rest), well below a subscription's default pending limit.
+const maxReplyBytes = 16 << 20
 
 // maxMulti is the most subjects one multi_last request names (nats-server
 // answers at most 1024 messages).

@@ -45,6 +45,10 @@ const (
 	// must be at least this; its default, 1000, takes a Put of up to 996
 	// cards of one turn, and a bigger Put fails with cardstore.ErrTooLarge.
 	MaxBatchMessages = 6*cardstore.MaxBatch + 1
+	// MaxPutBytes bounds the encoded cards of one Put: a Put is one atomic
+	// batch, which the server stages whole before it commits it. (A Put
+	// over NATS is bounded by the max payload, 8 MiB in `utpmesh up`.)
+	MaxPutBytes = 64 << 20
 )
 
 // Config configures Open. The zero value is a single-replica store in the

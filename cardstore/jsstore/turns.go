@@ -157,7 +157,7 @@ func (s *Store) ListTurn(ctx context.Context, req cardstore.ListTurnRequest) (*c
 	for i, id := range ids {
 		subjects[i] = s.lay.card(req.ProjectID, id)
 	}
-	stored, err := s.lastMany(ctx, subjects)
+	stored, err := s.lastMany(ctx, subjects, true)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +321,7 @@ func (s *Store) summaries(ctx context.Context, project string, turns []string) (
 		}
 	} else {
 		var err error
-		if stored, err = s.lastMany(ctx, subjects); err != nil {
+		if stored, err = s.lastMany(ctx, subjects, true); err != nil {
 			return nil, err
 		}
 	}
