@@ -6,16 +6,20 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/jsstore"
 	"github.com/utpmesh/utpmesh/cardstore/storetest"
+	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 )
 
@@ -121,4 +125,120 @@ func TestConformanceR3(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) cardstore.Store {
 		return openR3(t, servers, int(next.Add(1)%3), newStream())
 	})
+}
+
+// TestLeaderLoss: with three replicas, losing the server that leads the
+// stream loses nothing acknowledged. Writers put calls and their results
+// while the leader is shut down; once a new leader is elected, every
+// acknowledged card is there, every call has exactly one result, and the
+// store takes new writes. Writes that fail during the election were not
+// acknowledged; the writers retry them, as the worker runtime does.
+func TestLeaderLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	servers := startCluster(t, 3)
+	stream := newStream()
+	urls := make([]string, len(servers))
+	for i, ns := range servers {
+		urls[i] = ns.ClientURL()
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	var s *jsstore.Store
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if s, err = jsstore.Open(t.Context(), nc, jsstore.Config{Stream: stream, Replicas: 3, RequestTimeout: 2 * time.Second}); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ctx := t.Context()
+	const p, writers, perWriter = "proj-loss", 8, 40
+	acked := make([][]*card.Card, writers)
+	var wg sync.WaitGroup
+	var written, failed atomic.Int64
+	for w := range writers {
+		wg.Go(func() {
+			for i := range perWriter {
+				turn, call := fmt.Sprintf("turn-%d-%d", w, i), "call"
+				cards := []*card.Card{storetest.ToolCallCard(p, turn, call), storetest.ToolResultCard(p, turn, call, card.StatusSuccess)}
+				for attempt := 0; ; attempt++ {
+					err := s.Put(ctx, cards...)
+					if err == nil {
+						break
+					}
+					failed.Add(1)
+					if attempt > 200 || ctx.Err() != nil {
+						t.Errorf("writer %d, %s: still failing after the election: %v", w, turn, err)
+						return
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				acked[w] = append(acked[w], cards...)
+				written.Add(1)
+			}
+		})
+	}
+	// Shut the stream leader down once the writers are well under way.
+	for written.Load() < writers*perWriter/4 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := info.CachedInfo().Cluster.Leader
+	before := written.Load()
+	for _, ns := range servers {
+		if ns.Name() == leader {
+			ns.Shutdown()
+		}
+	}
+	wg.Wait()
+	if before == writers*perWriter {
+		t.Fatalf("every put was acknowledged before leader %s was shut down: the test proves nothing", leader)
+	}
+	t.Logf("leader %s shut down after %d of %d puts; %d attempts failed during the election and were retried", leader, before, writers*perWriter, failed.Load())
+	if t.Failed() {
+		t.FailNow()
+	}
+	if n := written.Load(); n != writers*perWriter {
+		t.Fatalf("%d of %d puts acknowledged", n, writers*perWriter)
+	}
+	for w := range writers {
+		for i := 0; i < len(acked[w]); i += 2 {
+			call, res := acked[w][i], acked[w][i+1]
+			all, err := cardstore.AllTurn(ctx, s, p, call.Metadata.AgentTurnID)
+			if err != nil || len(all) != 2 || all[0].CardID != call.CardID || all[1].CardID != res.CardID {
+				t.Fatalf("turn %s after losing leader %s: %v, %v; want its call and its one result", call.Metadata.AgentTurnID, leader, ids(all), err)
+			}
+			got, err := s.FindToolResult(ctx, p, call.Metadata.AgentTurnID, "call")
+			if err != nil || got.CardID != res.CardID {
+				t.Fatalf("result of %s: %v, %v", call.Metadata.AgentTurnID, got, err)
+			}
+		}
+	}
+	if n := len(listTurns(t, s, p)); n != writers*perWriter {
+		t.Fatalf("%d turns listed after the leader loss, want %d", n, writers*perWriter)
+	}
+}
+
+// ids lists card ids.
+func ids(cards []*card.Card) []string {
+	out := make([]string, len(cards))
+	for i, c := range cards {
+		out[i] = c.CardID
+	}
+	return out
 }
