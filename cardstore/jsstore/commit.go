@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -143,9 +144,26 @@ func (s *Store) commitGroup(group []*putReq) {
 	if len(live) == 0 {
 		return
 	}
-	// The batch belongs to the whole group: bound it by the request
-	// timeout, not by any one caller's context.
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	// The batch belongs to the whole group, so no one caller's context
+	// may cancel it: bound it by the request timeout, or by the latest
+	// deadline of the group's callers when every one has an earlier one.
+	deadline := time.Now().Add(s.cfg.RequestTimeout)
+	var latest time.Time
+	all := true
+	for _, r := range live {
+		d, ok := r.ctx.Deadline()
+		if !ok {
+			all = false
+			break
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	if all && latest.Before(deadline) {
+		deadline = latest
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
 		p, err := s.plan(ctx, live)
