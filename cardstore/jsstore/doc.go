@@ -16,7 +16,10 @@
 // reads, on a single server with the read paths of a replicated stream
 // forced on, and on a 3-node cluster with three replicas. Any number of
 // Stores, in any processes, may share one stream: they are one CardStore.
-// Serve one to processes without JetStream access with cardstore/natsstore.
+// Serve it to processes without JetStream access with cardstore/natsstore:
+// several CardStore servers, each with a Store of its own on the one
+// stream, share the requests in natsstore's queue group, and the suite
+// passes through them too.
 //
 // # Why JetStream, not PostgreSQL
 //
