@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite of cardstore.Store: the one set
-// of tests that every implementation (cardstore/boltstore, the
-// cardstore/natsstore client) must pass, so that code using a Store cannot
-// tell them apart.
+// of tests that every implementation (cardstore/boltstore,
+// cardstore/jsstore, the cardstore/natsstore client) must pass, so that
+// code using a Store cannot tell them apart.
 //
 // An implementation's test calls Run with a factory:
 //

@@ -1,0 +1,178 @@
+package jsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/card"
+)
+
+// errCAS reports that a compare-and-set expectation of a write failed: a
+// concurrent writer changed one of the records it read. Nothing of the
+// write was stored; the caller reads again and retries.
+var errCAS = errors.New("jsstore: a record changed since it was read")
+
+// JetStream error codes the store reacts to.
+const (
+	errCodeWrongLastSeq         = 10071
+	errCodeWrongLastSeqConstant = 10164 // replicated streams, and atomic batches touching a subject twice
+	errCodeMsgTooLarge          = 10054
+	errCodeAtomicDisabled       = 10174
+	errCodeBatchIncomplete      = 10176
+	errCodeBatchTooLarge        = 10199
+	errCodeBatchTooManyInflight = 10210
+)
+
+// Headers of the writes.
+const (
+	hdrExpectLastSubjSeq = "Nats-Expected-Last-Subject-Sequence"
+	hdrRollup            = "Nats-Rollup"
+	hdrBatchID           = "Nats-Batch-Id"
+	hdrBatchSeq          = "Nats-Batch-Sequence"
+	hdrBatchCommit       = "Nats-Batch-Commit"
+)
+
+// record is one message of a write.
+func record(subject string, data []byte) *nats.Msg {
+	return &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+}
+
+// expect makes m a compare-and-set: it is stored only if the last message
+// on its subject has sequence seq (0: the subject has no message).
+func expect(m *nats.Msg, seq uint64) *nats.Msg {
+	m.Header.Set(hdrExpectLastSubjSeq, strconv.FormatUint(seq, 10))
+	return m
+}
+
+// rollup makes m replace every earlier message on its subject.
+func rollup(m *nats.Msg) *nats.Msg {
+	m.Header.Set(hdrRollup, "sub")
+	return m
+}
+
+// maxTransient bounds the retries of a write that the server refused for
+// a passing reason (too many open batches, a batch cut short).
+const maxTransient = 50
+
+// publish stores msgs, all of them or none: one message is a plain
+// publish, several are one atomic batch (ADR-50). It returns the sequence
+// of the last message. A failed expectation is errCAS.
+func (s *Store) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	for attempt := 0; ; attempt++ {
+		seq, err := s.publishOnce(ctx, msgs)
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) {
+			return seq, err
+		}
+		switch apiErr.ErrorCode {
+		case errCodeWrongLastSeq, errCodeWrongLastSeqConstant:
+			return 0, fmt.Errorf("%w: %w", errCAS, err)
+		case errCodeBatchTooLarge:
+			return 0, fmt.Errorf("%w: this write needs %d messages in one atomic batch, more than the server allows (%s); write fewer cards at once, or raise jetstream { limits { max_batch_size } } on every nats-server",
+				cardstore.ErrTooLarge, len(msgs), apiErr.Description)
+		case errCodeMsgTooLarge:
+			return 0, fmt.Errorf("%w: a record is larger than the stream's or server's max message size (%s); raise max_payload", cardstore.ErrTooLarge, apiErr.Description)
+		case errCodeAtomicDisabled:
+			return 0, fmt.Errorf("%w: stream %s refuses atomic batches: %w", ErrUnsupported, s.cfg.Stream, err)
+		case errCodeBatchTooManyInflight, errCodeBatchIncomplete:
+			if attempt >= maxTransient {
+				return 0, fmt.Errorf("jsstore: write to stream %s still refused after %d attempts: %w", s.cfg.Stream, attempt+1, err)
+			}
+			if err := backoff(ctx, attempt); err != nil {
+				return 0, err
+			}
+		default:
+			return 0, fmt.Errorf("jsstore: write to stream %s: %w", s.cfg.Stream, err)
+		}
+	}
+}
+
+// publishOnce makes one attempt of publish.
+func (s *Store) publishOnce(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
+	ctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	if len(msgs) == 1 {
+		ack, err := s.js.PublishMsg(ctx, msgs[0])
+		if err != nil {
+			return 0, s.publishErr(err)
+		}
+		return ack.Sequence, nil
+	}
+	select {
+	case s.batches <- struct{}{}:
+		defer func() { <-s.batches }()
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	id := card.NewID() // at most 64 bytes
+	for i, m := range msgs {
+		m.Header.Set(hdrBatchID, id)
+		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		if i < len(msgs)-1 {
+			m.Header.Del(hdrBatchCommit)
+			if err := s.nc.PublishMsg(m); err != nil {
+				return 0, s.publishErr(err)
+			}
+			continue
+		}
+		m.Header.Set(hdrBatchCommit, "1")
+	}
+	ack, err := s.js.PublishMsg(ctx, msgs[len(msgs)-1])
+	if err != nil {
+		return 0, s.publishErr(err)
+	}
+	return ack.Sequence, nil
+}
+
+// publishErr keeps API errors as they are (publish classifies them) and
+// maps the rest like requestErr.
+func (s *Store) publishErr(err error) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &apiErr):
+		return err
+	case errors.Is(err, jetstream.ErrNoStreamResponse):
+		return fmt.Errorf("%w: stream %s did not acknowledge (is JetStream up, does the stream exist?): %w", ErrUnavailable, s.cfg.Stream, err)
+	}
+	return s.requestErr(err)
+}
+
+// backoff waits a little before a retry: up to 1 ms on the first, growing
+// to 50 ms, with jitter so that writers that collided spread out.
+func backoff(ctx context.Context, attempt int) error {
+	limit := time.Millisecond << min(attempt, 6)
+	limit = min(limit, 50*time.Millisecond)
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(limit))) + 50*time.Microsecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retryCAS runs fn until it does not fail with errCAS, backing off
+// between attempts, until ctx ends.
+func retryCAS(ctx context.Context, fn func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := fn()
+		if !errors.Is(err, errCAS) {
+			return err
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return fmt.Errorf("%w (after %d attempts lost to concurrent writers)", err, attempt+1)
+		}
+	}
+}

@@ -1,0 +1,204 @@
+package jsstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/card"
+)
+
+// checkBoxCards validates the card ids of a box operation (not that they
+// exist: that needs a read).
+func checkBoxCards(cardIDs []string) error {
+	if len(cardIDs) > cardstore.MaxBatch {
+		return fmt.Errorf("%w: box operation with %d card ids exceeds the batch limit of %d", cardstore.ErrTooLarge, len(cardIDs), cardstore.MaxBatch)
+	}
+	for i, id := range cardIDs {
+		if err := checkCardID(fmt.Sprintf("card_ids[%d]", i), id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cardsExist checks that every id names a card of the project. Cards are
+// immutable, so a card that exists now exists when the box is written.
+func (s *Store) cardsExist(ctx context.Context, projectID string, cardIDs []string) error {
+	var ids, subjects []string
+	first := make(map[string]int)
+	for i, id := range cardIDs {
+		if _, ok := first[id]; !ok {
+			first[id] = i
+			ids = append(ids, id)
+			subjects = append(subjects, s.lay.card(projectID, id))
+		}
+	}
+	stored, err := s.lastMany(ctx, subjects, true)
+	if err != nil {
+		return err
+	}
+	for i, m := range stored {
+		if m == nil {
+			return fmt.Errorf("%w: card %s (card_ids[%d]) in project %s", cardstore.ErrNotFound, ids[i], first[ids[i]], projectID)
+		}
+	}
+	return nil
+}
+
+// loadBox reads a box: the message (for the compare-and-set) and the box,
+// both nil when there is none.
+func (s *Store) loadBox(ctx context.Context, projectID, boxID string) (*msg, *card.Box, error) {
+	m, err := s.readLast(ctx, s.lay.box(projectID, boxID), true)
+	if err != nil || m == nil {
+		return nil, nil, err
+	}
+	var box card.Box
+	if err := json.Unmarshal(m.data, &box); err != nil {
+		return nil, nil, fmt.Errorf("jsstore: stored box %s in project %s is corrupt: %w", boxID, projectID, err)
+	}
+	if box.CardIDs == nil {
+		box.CardIDs = []string{}
+	}
+	return m, &box, nil
+}
+
+// writeBox stores box as the version after seq (0: a new box).
+func (s *Store) writeBox(ctx context.Context, box *card.Box, seq uint64) error {
+	data, err := json.Marshal(box)
+	if err != nil {
+		return fmt.Errorf("jsstore: encode box %s: %w", box.BoxID, err)
+	}
+	_, err = s.publish(ctx, []*nats.Msg{rollup(expect(record(s.lay.box(box.ProjectID, box.BoxID), data), seq))})
+	return err
+}
+
+// CreateBox creates a box of existing cards; see cardstore.Store. An empty
+// boxID gets card.NewID(). created_at and updated_at are the store clock.
+func (s *Store) CreateBox(ctx context.Context, projectID, boxID string, cardIDs []string) (*card.Box, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkProject(projectID); err != nil {
+		return nil, err
+	}
+	if boxID == "" {
+		boxID = card.NewID()
+	}
+	if err := card.ValidateBoxID(boxID); err != nil {
+		return nil, fmt.Errorf("%w: %w", cardstore.ErrInvalid, err)
+	}
+	if err := checkBoxCards(cardIDs); err != nil {
+		return nil, err
+	}
+	leave, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	ids := append(make([]string, 0, len(cardIDs)), cardIDs...)
+	if err := s.cardsExist(ctx, projectID, ids); err != nil {
+		return nil, err
+	}
+	now := s.cfg.Clock().UTC()
+	box := &card.Box{BoxID: boxID, ProjectID: projectID, CardIDs: ids, CreatedAt: now, UpdatedAt: now}
+	if err := s.writeBox(ctx, box, 0); err != nil {
+		if errors.Is(err, errCAS) {
+			return nil, fmt.Errorf("%w: box %s already exists in project %s", cardstore.ErrConflict, boxID, projectID)
+		}
+		return nil, err
+	}
+	return cloneBox(box), nil
+}
+
+// AppendBox appends existing cards to an existing box; see
+// cardstore.Store. Appending no cards returns the box unchanged.
+func (s *Store) AppendBox(ctx context.Context, projectID, boxID string, cardIDs []string) (*card.Box, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkProject(projectID); err != nil {
+		return nil, err
+	}
+	if err := card.ValidateBoxID(boxID); err != nil {
+		return nil, fmt.Errorf("%w: %w", cardstore.ErrInvalid, err)
+	}
+	if err := checkBoxCards(cardIDs); err != nil {
+		return nil, err
+	}
+	leave, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	var out *card.Box
+	err = retryCAS(ctx, func() error {
+		m, box, err := s.loadBox(ctx, projectID, boxID)
+		if err != nil {
+			return err
+		}
+		if box == nil {
+			return fmt.Errorf("%w: box %s in project %s", cardstore.ErrNotFound, boxID, projectID)
+		}
+		if len(cardIDs) == 0 {
+			out = box
+			return nil
+		}
+		if n := len(box.CardIDs) + len(cardIDs); n > cardstore.MaxBoxCards {
+			return fmt.Errorf("%w: box %s in project %s holds %d cards; appending %d would make %d, more than %d",
+				cardstore.ErrTooLarge, boxID, projectID, len(box.CardIDs), len(cardIDs), n, cardstore.MaxBoxCards)
+		}
+		if err := s.cardsExist(ctx, projectID, cardIDs); err != nil {
+			return err
+		}
+		box.CardIDs = append(box.CardIDs, cardIDs...)
+		box.UpdatedAt = s.cfg.Clock().UTC()
+		if err := s.writeBox(ctx, box, m.seq); err != nil {
+			return err
+		}
+		out = box
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cloneBox(out), nil
+}
+
+// GetBox returns a box of the project, or an error wrapping
+// cardstore.ErrNotFound.
+func (s *Store) GetBox(ctx context.Context, projectID, boxID string) (*card.Box, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkProject(projectID); err != nil {
+		return nil, err
+	}
+	if err := card.ValidateBoxID(boxID); err != nil {
+		return nil, fmt.Errorf("%w: %w", cardstore.ErrInvalid, err)
+	}
+	leave, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	_, box, err := s.loadBox(ctx, projectID, boxID)
+	if err != nil {
+		return nil, err
+	}
+	if box == nil {
+		return nil, fmt.Errorf("%w: box %s in project %s", cardstore.ErrNotFound, boxID, projectID)
+	}
+	return box, nil
+}
+
+// cloneBox copies a box so the caller owns its card id slice.
+func cloneBox(b *card.Box) *card.Box {
+	c := *b
+	c.CardIDs = append(make([]string, 0, len(b.CardIDs)), b.CardIDs...)
+	return &c
+}

@@ -1,0 +1,179 @@
+package jsstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+)
+
+// claimRecord is a claim as stored on its subject (latest version only).
+// A released record is no claim: a tombstone written with a call's result
+// keeps the last fencing token, so that the key's next claim gets a larger
+// one; Release writes one with token 0, so that the next claim starts at
+// 1 again.
+type claimRecord struct {
+	Holder    string    `json:"holder,omitempty"`
+	Token     uint64    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	Released  bool      `json:"released,omitempty"`
+}
+
+// loadClaim reads the claim record on subject: the message (for the
+// compare-and-set) and the record, both nil when the key was never
+// claimed.
+func (s *Store) loadClaim(ctx context.Context, subject, project, key string) (*msg, *claimRecord, error) {
+	m, err := s.readLast(ctx, subject, true)
+	if err != nil || m == nil {
+		return nil, nil, err
+	}
+	var rec claimRecord
+	if err := json.Unmarshal(m.data, &rec); err != nil {
+		return nil, nil, fmt.Errorf("jsstore: stored claim %s (key %q in project %s) is corrupt: %w", subject, key, project, err)
+	}
+	return m, &rec, nil
+}
+
+// checkClaimArgs validates the arguments every claim method shares.
+func checkClaimArgs(projectID, key string) error {
+	if err := checkProject(projectID); err != nil {
+		return err
+	}
+	return checkClaimString("key", key)
+}
+
+// Claim acquires, renews or takes over a lease; see cardstore.ClaimRequest.
+// Expiry is judged by the store clock (Config.Clock) when the claim record
+// has been read; the write is a compare-and-set on that record, so a
+// concurrent change makes Claim read and judge again. When another live
+// holder has the claim the error wraps a *cardstore.ClaimHeldError.
+func (s *Store) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardstore.Claim, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkClaimArgs(req.ProjectID, req.Key); err != nil {
+		return nil, err
+	}
+	if err := checkClaimString("holder", req.Holder); err != nil {
+		return nil, err
+	}
+	if req.Lease < cardstore.MinLease || req.Lease > cardstore.MaxLease {
+		return nil, invalid("lease %v is outside %v..%v", req.Lease, cardstore.MinLease, cardstore.MaxLease)
+	}
+	leave, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	subject := s.lay.claim(req.ProjectID, req.Key)
+	var out *cardstore.Claim
+	err = retryCAS(ctx, func() error {
+		m, rec, err := s.loadClaim(ctx, subject, req.ProjectID, req.Key)
+		if err != nil {
+			return err
+		}
+		now := s.cfg.Clock().UTC()
+		c := &cardstore.Claim{ProjectID: req.ProjectID, Key: req.Key, Holder: req.Holder, ExpiresAt: now.Add(req.Lease)}
+		var seq uint64
+		if m != nil {
+			seq = m.seq
+		}
+		switch {
+		case rec == nil:
+			c.Token = 1
+		case rec.Released:
+			c.Token = rec.Token + 1 // fencing tokens never go back
+		case rec.Holder == req.Holder:
+			c.Token = rec.Token // renewal (even of a lapsed lease nobody took)
+		case now.Before(rec.ExpiresAt):
+			return fmt.Errorf("%w: key %q in project %s", &cardstore.ClaimHeldError{Holder: rec.Holder, ExpiresAt: rec.ExpiresAt}, req.Key, req.ProjectID)
+		default:
+			c.Token, c.TakenOver, c.PreviousHolder = rec.Token+1, true, rec.Holder
+		}
+		data, err := json.Marshal(&claimRecord{Holder: c.Holder, Token: c.Token, ExpiresAt: c.ExpiresAt})
+		if err != nil {
+			return fmt.Errorf("jsstore: encode claim: %w", err)
+		}
+		if _, err := s.publish(ctx, []*nats.Msg{rollup(expect(record(subject, data), seq))}); err != nil {
+			return err
+		}
+		out = c
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Release ends the claim if holder holds it, expired or not; otherwise it
+// fails with an error wrapping cardstore.ErrClaimLost.
+func (s *Store) Release(ctx context.Context, projectID, key, holder string) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if err := checkClaimArgs(projectID, key); err != nil {
+		return err
+	}
+	if err := checkClaimString("holder", holder); err != nil {
+		return err
+	}
+	leave, err := s.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	subject := s.lay.claim(projectID, key)
+	name := fmt.Sprintf("on key %q in project %s", key, projectID)
+	return retryCAS(ctx, func() error {
+		m, rec, err := s.loadClaim(ctx, subject, projectID, key)
+		if err != nil {
+			return err
+		}
+		if rec == nil || rec.Released {
+			return fmt.Errorf("%w: %s has no claim %s", cardstore.ErrClaimLost, holder, name)
+		}
+		if rec.Holder != holder {
+			return fmt.Errorf("%w: the claim %s belongs to %s, not %s", cardstore.ErrClaimLost, name, rec.Holder, holder)
+		}
+		data, err := json.Marshal(&claimRecord{Released: true})
+		if err != nil {
+			return fmt.Errorf("jsstore: encode claim release: %w", err)
+		}
+		_, err = s.publish(ctx, []*nats.Msg{rollup(expect(record(subject, data), m.seq))})
+		return err
+	})
+}
+
+// GetClaim returns the claim on key without changing it, with Expired
+// judged by the store clock at the time of the read; no claim is an error
+// wrapping cardstore.ErrNotFound.
+func (s *Store) GetClaim(ctx context.Context, projectID, key string) (*cardstore.Claim, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkClaimArgs(projectID, key); err != nil {
+		return nil, err
+	}
+	leave, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	_, rec, err := s.loadClaim(ctx, s.lay.claim(projectID, key), projectID, key)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil || rec.Released {
+		return nil, fmt.Errorf("%w: no claim on key %q in project %s", cardstore.ErrNotFound, key, projectID)
+	}
+	now := s.cfg.Clock().UTC()
+	return &cardstore.Claim{
+		ProjectID: projectID, Key: key, Holder: rec.Holder, Token: rec.Token,
+		ExpiresAt: rec.ExpiresAt, Expired: !now.Before(rec.ExpiresAt),
+	}, nil
+}

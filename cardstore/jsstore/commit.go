@@ -1,0 +1,441 @@
+package jsstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+)
+
+// Group commit. An atomic batch costs the server far more than its
+// messages (on a single-replica file stream it stages the batch in a store
+// of its own and fsyncs it before the commit), so the Puts of one Store
+// share batches: a Put that finds the store idle commits at once, in its
+// own goroutine; Puts that arrive while a batch is in flight queue, and
+// when it ends one goroutine commits everything queued (up to groupBudget
+// messages) as one batch, and repeats until the queue is empty.
+//
+// Puts that share a batch stay independent: the planner checks each one
+// against the stored records and the Puts before it in the queue, so a Put
+// that fails (ErrConflict, ErrResultExists) is left out and the others go
+// ahead. When the batch itself fails with a compare-and-set (a writer in
+// another process got in between), the whole group is planned again; when
+// it fails otherwise, each Put is retried alone, so that one Put's error
+// is never another's.
+
+// groupBudget bounds the messages of one group's batch: below nats-server's
+// default max_batch_size (1000), so that grouping never makes a batch too
+// large that would fit alone.
+const groupBudget = 900
+
+// groupBytes bounds the card bytes of one group's batch, as boltstore
+// bounds a commit: a group of big Puts is split, a single Put is never.
+const groupBytes = 16 << 20
+
+// putReq is one Put waiting for its group.
+type putReq struct {
+	ctx   context.Context
+	pcs   []putCard
+	size  int // estimated messages
+	bytes int // card bytes
+	done  chan error
+}
+
+// committer is the queue of Puts.
+type committer struct {
+	mu    sync.Mutex
+	busy  bool
+	queue []*putReq
+}
+
+// estimate is an upper bound of the messages a Put writes.
+func estimate(pcs []putCard) int {
+	n := 1 // turn list
+	for i := range pcs {
+		n += 2 // card, index or summary share
+		if pcs[i].turn != "" {
+			n += 2 // summary, agent list
+		}
+		if pcs[i].call != "" {
+			n += 2 // result, claim tombstone
+		}
+	}
+	return n
+}
+
+// cardBytes adds up the encoded sizes of the cards.
+func cardBytes(pcs []putCard) int {
+	n := 0
+	for i := range pcs {
+		n += len(pcs[i].data)
+	}
+	return n
+}
+
+// commit runs a Put through the group committer and returns its outcome.
+func (s *Store) commit(ctx context.Context, pcs []putCard) error {
+	r := &putReq{ctx: ctx, pcs: pcs, size: estimate(pcs), bytes: cardBytes(pcs), done: make(chan error, 1)}
+	s.cm.mu.Lock()
+	if s.cm.busy {
+		s.cm.queue = append(s.cm.queue, r)
+		s.cm.mu.Unlock()
+		return <-r.done
+	}
+	s.cm.busy = true
+	s.cm.mu.Unlock()
+	s.commitGroup([]*putReq{r})
+	if s.next() {
+		go s.drain()
+	}
+	return <-r.done
+}
+
+// next reports whether requests are queued; when none are, it marks the
+// committer idle.
+func (s *Store) next() bool {
+	s.cm.mu.Lock()
+	defer s.cm.mu.Unlock()
+	if len(s.cm.queue) == 0 {
+		s.cm.busy = false
+		return false
+	}
+	return true
+}
+
+// drain commits queued groups until the queue is empty.
+func (s *Store) drain() {
+	for {
+		s.cm.mu.Lock()
+		var group []*putReq
+		size, bytes := 0, 0
+		for len(s.cm.queue) > 0 {
+			r := s.cm.queue[0]
+			if len(group) > 0 && (size+r.size > groupBudget || bytes+r.bytes > groupBytes) {
+				break
+			}
+			group = append(group, r)
+			size, bytes = size+r.size, bytes+r.bytes
+			s.cm.queue = s.cm.queue[1:]
+		}
+		s.cm.mu.Unlock()
+		s.commitGroup(group)
+		if !s.next() {
+			return
+		}
+	}
+}
+
+// commitGroup writes the Puts of group in one batch and answers each.
+func (s *Store) commitGroup(group []*putReq) {
+	live := group[:0:0]
+	for _, r := range group {
+		if err := r.ctx.Err(); err != nil {
+			r.done <- err // ended while queued: skipped
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	// The batch belongs to the whole group, so no one caller's context
+	// may cancel it: bound it by the request timeout, or by the latest
+	// deadline of the group's callers when every one has an earlier one.
+	deadline := time.Now().Add(s.cfg.RequestTimeout)
+	var latest time.Time
+	all := true
+	for _, r := range live {
+		d, ok := r.ctx.Deadline()
+		if !ok {
+			all = false
+			break
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	if all && latest.Before(deadline) {
+		deadline = latest
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		p, err := s.plan(ctx, live)
+		if err != nil {
+			for _, r := range live {
+				r.done <- err
+			}
+			return
+		}
+		if _, err = s.publish(ctx, p.msgs); err == nil {
+			for i, r := range live {
+				r.done <- p.outcome[i]
+			}
+			return
+		}
+		switch {
+		case errors.Is(err, errCAS):
+			if err := backoff(ctx, attempt); err != nil {
+				for _, r := range live {
+					r.done <- fmt.Errorf("%w (after %d attempts lost to writers in other processes)", err, attempt+1)
+				}
+				return
+			}
+		case count(p.included) > 1:
+			// Retry each Put alone, so that its error is its own.
+			for i, r := range live {
+				if p.outcome[i] != nil || !p.included[i] {
+					r.done <- p.outcome[i]
+					continue
+				}
+				s.commitGroup([]*putReq{r})
+			}
+			return
+		default:
+			for _, r := range live {
+				r.done <- err
+			}
+			return
+		}
+	}
+}
+
+// count counts the true values.
+func count(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+// plan is the batch of a group and the outcome of each of its Puts.
+type plan struct {
+	msgs     []*nats.Msg
+	outcome  []error
+	included []bool // the Put wrote something
+}
+
+// turnUpdate is the change of one turn's summary within a group.
+type turnUpdate struct {
+	project, turn string
+	rec           turnRecord
+	seq           uint64 // of the summary read; 0 for a new turn
+	newTurn       bool
+	touched       bool
+}
+
+// plan reads what the group depends on and checks every Put against it
+// and against the Puts before it, in queue order.
+func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
+	p := &plan{outcome: make([]error, len(group)), included: make([]bool, len(group))}
+	// Read every card and result the group names.
+	var cardSubj, resSubj []string
+	seen := make(map[string]bool)
+	for _, r := range group {
+		for i := range r.pcs {
+			pc := &r.pcs[i]
+			if sub := s.lay.card(pc.project, pc.id); !seen[sub] {
+				seen[sub] = true
+				cardSubj = append(cardSubj, sub)
+			}
+			if pc.call != "" {
+				if sub := s.lay.result(pc.project, pc.turn, pc.call); !seen[sub] {
+					seen[sub] = true
+					resSubj = append(resSubj, sub)
+				}
+			}
+		}
+	}
+	// A record a lagging replica does not show yet is no risk here: the
+	// batch expects it to be absent, so the server refuses the batch and
+	// the group is planned again.
+	cards, err := s.readMap(ctx, cardSubj)
+	if err != nil {
+		return nil, err
+	}
+	results, err := s.readMap(ctx, resSubj)
+	if err != nil {
+		return nil, err
+	}
+	turns := make(map[string]*turnUpdate) // by summary subject
+	var turnOrder []*turnUpdate
+	claims := make(map[string]bool) // claim subjects to end
+	var claimOrder []string
+	var newTurns []string
+	newTurnsOf := make(map[string][]string) // project -> turns
+	var agents []string
+	agentTurns := make(map[string][]string) // agent list subject -> turns
+	for ri, r := range group {
+		// Check first: a Put that fails leaves no trace in the plan.
+		var add []*putCard
+		for i := range r.pcs {
+			pc := &r.pcs[i]
+			if pc.dup {
+				continue
+			}
+			old, ok := cards[s.lay.card(pc.project, pc.id)]
+			if ok {
+				if string(old) != string(pc.data) {
+					p.outcome[ri] = fmt.Errorf("%w: card %s already exists in project %s with other bytes (cards are immutable)", cardstore.ErrConflict, pc.id, pc.project)
+					break
+				}
+				continue // identical repeat: nothing to write
+			}
+			if pc.call != "" {
+				if old, ok := results[s.lay.result(pc.project, pc.turn, pc.call)]; ok {
+					p.outcome[ri] = fmt.Errorf("%w: agent_turn_id %q, tool_call_id %q in project %s already has result card %s; card %s refused",
+						cardstore.ErrResultExists, pc.turn, pc.call, pc.project, old, pc.id)
+					break
+				}
+			}
+			add = append(add, pc)
+		}
+		if p.outcome[ri] != nil || len(add) == 0 {
+			continue
+		}
+		p.included[ri] = true
+		// Then write: cards, the Put's turn index records, results.
+		var idxOrder []string
+		idx := make(map[string][]string)
+		for _, pc := range add {
+			sub := s.lay.card(pc.project, pc.id)
+			cards[sub] = pc.data
+			p.msgs = append(p.msgs, expect(record(sub, pc.data), 0))
+			if pc.turn == "" {
+				continue
+			}
+			ts := s.lay.turn(pc.project, pc.turn)
+			if idx[ts] == nil {
+				idxOrder = append(idxOrder, ts)
+			}
+			idx[ts] = append(idx[ts], pc.id)
+			sum := s.lay.summary(pc.project, pc.turn)
+			tu := turns[sum]
+			if tu == nil {
+				tu = &turnUpdate{project: pc.project, turn: pc.turn}
+				if err := s.loadSummary(ctx, sum, tu); err != nil {
+					return nil, err
+				}
+				turns[sum] = tu
+				turnOrder = append(turnOrder, tu)
+				if tu.newTurn {
+					if newTurnsOf[pc.project] == nil {
+						newTurns = append(newTurns, pc.project)
+					}
+					newTurnsOf[pc.project] = append(newTurnsOf[pc.project], pc.turn)
+				}
+			}
+			tu.touched = true
+			if tu.rec.add(pc) {
+				al := s.lay.agentList(pc.project, pc.agent)
+				if agentTurns[al] == nil {
+					agents = append(agents, al)
+				}
+				agentTurns[al] = append(agentTurns[al], pc.turn)
+			}
+		}
+		for _, ts := range idxOrder {
+			data, err := json.Marshal(turnIndex{IDs: idx[ts]})
+			if err != nil {
+				return nil, fmt.Errorf("jsstore: encode turn index: %w", err)
+			}
+			p.msgs = append(p.msgs, record(ts, data))
+		}
+		for _, pc := range add {
+			if pc.call == "" {
+				continue
+			}
+			sub := s.lay.result(pc.project, pc.turn, pc.call)
+			results[sub] = []byte(pc.id)
+			p.msgs = append(p.msgs, expect(record(sub, []byte(pc.id)), 0))
+			// The result ends its call's claim, whoever holds it. (Ids
+			// with "/" can make two calls one key: one tombstone.)
+			if cs := s.lay.claim(pc.project, cardstore.ToolCallKey(pc.turn, pc.call)); !claims[cs] {
+				claims[cs] = true
+				claimOrder = append(claimOrder, cs)
+			}
+		}
+	}
+	// Group-level records: claim tombstones, summaries, turn lists.
+	for _, cs := range claimOrder {
+		m, rec, err := s.loadClaim(ctx, cs, "(a result's call)", "(its tool call key)")
+		if err != nil {
+			return nil, err
+		}
+		if rec == nil || rec.Released {
+			continue
+		}
+		data, err := json.Marshal(&claimRecord{Token: rec.Token, Released: true})
+		if err != nil {
+			return nil, fmt.Errorf("jsstore: encode claim tombstone: %w", err)
+		}
+		p.msgs = append(p.msgs, rollup(expect(record(cs, data), m.seq)))
+	}
+	for _, tu := range turnOrder {
+		data, err := json.Marshal(&tu.rec)
+		if err != nil {
+			return nil, fmt.Errorf("jsstore: encode turn summary: %w", err)
+		}
+		p.msgs = append(p.msgs, rollup(expect(record(s.lay.summary(tu.project, tu.turn), data), tu.seq)))
+	}
+	for _, project := range newTurns {
+		m, err := s.listRecord(ctx, s.lay.turnList(project), newTurnsOf[project])
+		if err != nil {
+			return nil, err
+		}
+		p.msgs = append(p.msgs, m)
+	}
+	for _, al := range agents {
+		m, err := s.listRecord(ctx, al, agentTurns[al])
+		if err != nil {
+			return nil, err
+		}
+		p.msgs = append(p.msgs, m)
+	}
+	return p, nil
+}
+
+// readMap reads the last message of each subject (immutable records) and
+// returns the data of those that have one.
+func (s *Store) readMap(ctx context.Context, subjects []string) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(subjects))
+	if len(subjects) == 0 {
+		return out, nil
+	}
+	stored, err := s.lastMany(ctx, subjects, false)
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range stored {
+		if m != nil {
+			out[subjects[i]] = m.data
+		}
+	}
+	return out, nil
+}
+
+// loadSummary reads a turn's summary into tu.
+func (s *Store) loadSummary(ctx context.Context, subject string, tu *turnUpdate) error {
+	m, err := s.readLast(ctx, subject, true)
+	if err != nil {
+		return err
+	}
+	if m == nil {
+		tu.newTurn = true
+		return nil
+	}
+	tu.seq = m.seq
+	if err := json.Unmarshal(m.data, &tu.rec); err != nil {
+		return fmt.Errorf("jsstore: stored summary of turn %q in project %s is corrupt: %w", tu.turn, tu.project, err)
+	}
+	return nil
+}
