@@ -51,6 +51,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -89,6 +90,10 @@ type Config struct {
 
 // Store is a group's state in a JetStream KV bucket.
 type Store struct {
+	// wmu runs this handle's Updates one at a time, so that the writers
+	// of one process never conflict with each other; conflicts come from
+	// other processes only.
+	wmu sync.Mutex
 	nc  *nats.Conn
 	kv  jetstream.KeyValue
 	cfg Config
@@ -171,11 +176,7 @@ func (s *Store) View(ctx context.Context, fn func(state.Tx) error) error {
 // again (see the package doc).
 func (s *Store) Update(ctx context.Context, fn func(state.Tx) error) error {
 	for attempt := 1; ; attempt++ {
-		t := s.newTx(ctx, true)
-		if err := fn(t); err != nil {
-			return err
-		}
-		err := t.commit()
+		err := s.attempt(ctx, fn)
 		if !errors.Is(err, errConflict) {
 			return err
 		}
@@ -188,9 +189,21 @@ func (s *Store) Update(ctx context.Context, fn func(state.Tx) error) error {
 	}
 }
 
-// pause waits a random time that grows with the attempt (at most ~50ms).
+// attempt runs fn once and commits, holding the handle's write lock.
+func (s *Store) attempt(ctx context.Context, fn func(state.Tx) error) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	t := s.newTx(ctx, true)
+	if err := fn(t); err != nil {
+		return err
+	}
+	return t.commit()
+}
+
+// pause waits a random time up to an exponentially growing bound (1ms
+// doubling to 128ms), so that conflicting writers spread out.
 func pause(ctx context.Context, attempt int) error {
-	d := time.Duration(rand.Int64N(int64(min(attempt, 10))*int64(5*time.Millisecond))) + time.Millisecond
+	d := time.Duration(rand.Int64N(int64(time.Millisecond)<<min(attempt, 8))) + time.Millisecond/2
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
