@@ -174,7 +174,7 @@ func (b *bucket) Scan(prefix string, reverse bool, fn func(string, []byte) error
 		k, v = c.Seek(p)
 	} else if end := prefixEnd(p); end == nil {
 		k, v = c.Last()
-	} else if k, v = c.Seek(end); k == nil {
+	} else if k, _ = c.Seek(end); k == nil {
 		k, v = c.Last()
 	} else {
 		k, v = c.Prev()

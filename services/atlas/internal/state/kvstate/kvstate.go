@@ -127,10 +127,11 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, Description: cfg.Description,
 			History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas})
-		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-			return nil, fmt.Errorf("kvstate: create bucket %s (R%d): %w", cfg.Bucket, cfg.Replicas, err)
+		cerr := err
+		// Another worker may have created (and configured) it meanwhile.
+		if info, err = js.Stream(ctx, stream); err != nil && cerr != nil {
+			return nil, fmt.Errorf("kvstate: create bucket %s (R%d): %w", cfg.Bucket, cfg.Replicas, cerr)
 		}
-		info, err = js.Stream(ctx, stream)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kvstate: bucket %s: %w", cfg.Bucket, err)

@@ -266,13 +266,13 @@ func testRollback(t *testing.T, a, b state.Store) {
 func testReadOnly(t *testing.T, a, _ state.Store) {
 	err := a.View(context.Background(), func(tx state.Tx) error {
 		if tx.Writable() {
-			return errors.New("View's transaction says it is writable")
+			return errors.New("the transaction of View says it is writable")
 		}
 		if err := tx.Bucket("p", "s").Put("k", []byte("v")); !errors.Is(err, state.ErrReadOnly) {
-			return fmt.Errorf("Put in View = %v, want ErrReadOnly", err)
+			return fmt.Errorf("put in View = %v, want ErrReadOnly", err)
 		}
 		if err := tx.Bucket("p", "s").Delete("k"); !errors.Is(err, state.ErrReadOnly) {
-			return fmt.Errorf("Delete in View = %v, want ErrReadOnly", err)
+			return fmt.Errorf("delete in View = %v, want ErrReadOnly", err)
 		}
 		return nil
 	})
