@@ -130,7 +130,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		cerr := err
 		// Another worker may have created (and configured) it meanwhile.
 		if info, err = js.Stream(ctx, stream); err != nil && cerr != nil {
-			return nil, fmt.Errorf("kvstate: create bucket %s (R%d): %w", cfg.Bucket, cfg.Replicas, cerr)
+			return nil, fmt.Errorf("kvstate: create bucket %s (R%d): %w (R3 needs a NATS cluster of at least three servers; use 1 replica on a single server)", cfg.Bucket, cfg.Replicas, cerr)
 		}
 	}
 	if err != nil {
