@@ -103,7 +103,6 @@ func TestConformanceR3(t *testing.T) {
 	})
 }
 
-
 // checkStream asserts the bucket's stream has the replicas asked for,
 // takes atomic batches and serves reads from its leader only.
 func checkStream(t *testing.T, nc *nats.Conn, bucket string, replicas int) {
