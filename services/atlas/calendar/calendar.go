@@ -1,6 +1,7 @@
 // Package calendar is the atlas.calendar service: CALENDAR_GET_DAY,
 // CALENDAR_CREATE_BLOCKS and CALENDAR_DELETE_BLOCKS over time blocks kept
-// in <DataDir>/atlas-calendar.db.
+// in the group's state (<DataDir>/atlas-calendar.db, or the shared KV
+// bucket atlas_calendar; see package atlas).
 //
 // Times are "HH:MM" wall-clock times of the block's date; the service keeps
 // no time zone (the caller's calendar day is the day). free_slots are the

@@ -1,5 +1,6 @@
 // Package notes is the atlas.notes service: NOTE_CREATE, NOTE_SEARCH,
-// NOTE_GET and NOTE_DELETE over notes kept in <DataDir>/atlas-notes.db.
+// NOTE_GET and NOTE_DELETE over notes kept in the group's state
+// (<DataDir>/atlas-notes.db, or the shared KV bucket atlas_notes).
 //
 // NOTE_SEARCH ranks with BM25 (k1 1.2, b 0.75) over each note's content and
 // its title counted twice; relevance is score/(score+1) rounded to two

@@ -1,5 +1,6 @@
 // Package tasks is the atlas.tasks service: TASK_CREATE, TASK_LIST,
-// TASK_UPDATE and TASK_DELETE over tasks kept in <DataDir>/atlas-tasks.db.
+// TASK_UPDATE and TASK_DELETE over tasks kept in the group's state
+// (<DataDir>/atlas-tasks.db, or the shared KV bucket atlas_tasks).
 //
 // Ids are task_<16 hex> derived from the project and the creating call's
 // tool_call_id; created_at and updated_at are the call's time. Undo steps:

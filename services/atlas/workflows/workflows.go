@@ -1,6 +1,7 @@
 // Package workflows is the atlas.workflows service: WORKFLOW_SAVE,
 // WORKFLOW_DELETE, WORKFLOW_ENABLE, WORKFLOW_RUN and WORKFLOW_LOGS over
-// workflows kept in <DataDir>/atlas-workflows.db, and the Scheduler that
+// workflows kept in the group's state (<DataDir>/atlas-workflows.db, or the
+// shared KV bucket atlas_workflows), and the Scheduler that
 // runs enabled workflows at their cron times.
 //
 // A workflow has a trigger ({"type":"schedule","cron":"0 9 * * 1-5"}, with
@@ -13,8 +14,10 @@
 // ENABLE(!x); RUN has none (a sent notification cannot be unsent).
 //
 // Scheduling: ENABLE stores next_run, the first cron time after the call.
-// The scheduler (see Scheduler) claims each due run under a deterministic
-// run id before executing it, so a restart neither loses nor repeats a run.
+// The scheduler (see Scheduler) records each due run under a deterministic
+// run id and executes it under the run's CardStore claim, so neither a
+// restart nor a second scheduler on the shared state loses or repeats a
+// run.
 package workflows
 
 import (

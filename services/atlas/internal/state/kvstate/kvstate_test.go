@@ -2,6 +2,7 @@ package kvstate_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -50,6 +51,52 @@ func TestOpenRefusesBadConfig(t *testing.T) {
 		cancel()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Open(%+v) = %v, want an error saying %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// A commit that loses to another writer's re-runs the closure with fresh
+// reads; after MaxAttempts losses Update fails with ErrConflict.
+func TestConflictRetriesThenGivesUp(t *testing.T) {
+	srv := meshtest.NATS(t)
+	open := func(bucket string, attempts int) *kvstate.Store {
+		s, err := kvstate.Open(context.Background(), meshtest.Conn(t, srv), kvstate.Config{Bucket: bucket, MaxAttempts: attempts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		attempts, runs int
+		conflict       bool
+	}{{1, 1, true}, {2, 2, false}} {
+		bucket := fmt.Sprintf("atlas_conflict%d", tc.attempts)
+		a, b := open(bucket, tc.attempts), open(bucket, tc.attempts)
+		runs := 0
+		err := a.Update(ctx, func(tx state.Tx) error {
+			runs++
+			v, _, err := tx.Bucket("p", "k").Get("n")
+			if err != nil {
+				return err
+			}
+			if runs == 1 { // another process commits in between
+				if err := b.Update(ctx, func(tx state.Tx) error { return tx.Bucket("p", "k").Put("n", []byte("b")) }); err != nil {
+					return err
+				}
+			}
+			return tx.Bucket("p", "k").Put("n", append(v, 'a'))
+		})
+		if got := errors.Is(err, state.ErrConflict); got != tc.conflict || (!tc.conflict && err != nil) {
+			t.Fatalf("MaxAttempts %d: err %v, want conflict %v", tc.attempts, err, tc.conflict)
+		}
+		if runs != tc.runs {
+			t.Fatalf("MaxAttempts %d: closure ran %d times, want %d", tc.attempts, runs, tc.runs)
+		}
+		var final string
+		_ = a.View(ctx, func(tx state.Tx) error { v, _, err := tx.Bucket("p", "k").Get("n"); final = string(v); return err })
+		if want := map[bool]string{true: "b", false: "ba"}[tc.conflict]; final != want {
+			t.Fatalf("MaxAttempts %d: n = %q, want %q (the loser's write must not land; the retry reads the winner's)", tc.attempts, final, want)
 		}
 	}
 }
