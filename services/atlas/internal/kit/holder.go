@@ -23,6 +23,9 @@ const (
 	holderStart = 15 * time.Second
 )
 
+// holderLease is HolderLease; tests shorten it.
+var holderLease = HolderLease
+
 // HolderKey is the claim key of a group's local state.
 func HolderKey(group string) string { return "atlas/state/" + group }
 
@@ -112,7 +115,7 @@ func (s *Service) acquire(ctx context.Context, st cardstore.Store) (*holder, err
 	host, _ := os.Hostname()
 	abs, _ := filepath.Abs(s.deps.DataDir)
 	mine := holderPlace(host, abs)
-	req := cardstore.ClaimRequest{ProjectID: HolderProject, Key: HolderKey(s.group), Holder: name, Lease: HolderLease}
+	req := cardstore.ClaimRequest{ProjectID: HolderProject, Key: HolderKey(s.group), Holder: name, Lease: holderLease}
 	tookOver := false
 	for {
 		_, err := st.Claim(ctx, req)
@@ -130,7 +133,7 @@ func (s *Service) acquire(ctx context.Context, st cardstore.Store) (*holder, err
 			}
 			return nil, s.heldError(held.Holder, held.ExpiresAt)
 		}
-		if ctx.Err() != nil {
+		if errors.Is(err, cardstore.ErrInvalid) || ctx.Err() != nil {
 			return nil, fmt.Errorf("atlas.%s: could not take the holder lease of its local state in the CardStore: %w (is the mesh up?)", s.group, err)
 		}
 		select {
@@ -150,7 +153,8 @@ func (s *Service) heldError(by string, until time.Time) error {
 // refuses every later call.
 func (s *Service) renew(h *holder) {
 	defer h.wg.Done()
-	t := time.NewTicker(HolderLease / 3)
+	lease := holderLease
+	t := time.NewTicker(lease / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -158,8 +162,8 @@ func (s *Service) renew(h *holder) {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), HolderLease/3)
-		c, err := h.st.Claim(ctx, cardstore.ClaimRequest{ProjectID: HolderProject, Key: h.key, Holder: h.name, Lease: HolderLease})
+		ctx, cancel := context.WithTimeout(context.Background(), lease/3)
+		c, err := h.st.Claim(ctx, cardstore.ClaimRequest{ProjectID: HolderProject, Key: h.key, Holder: h.name, Lease: lease})
 		cancel()
 		var held *cardstore.ClaimHeldError
 		switch {
