@@ -18,11 +18,12 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/internal/state/statetest"
 )
 
-// cluster starts three routed nats-servers with JetStream on loopback and
-// returns their client URLs. A clustered JetStream server needs its routes
+// cluster starts three routed nats-servers with JetStream on loopback,
+// each fsyncing before it acknowledges (SyncAlways, as the mesh's embedded
+// server does), and returns their client URLs. A clustered JetStream server needs its routes
 // configured at start, so the route ports are picked first (free ports the
 // kernel handed out and that were closed again).
-func cluster(t *testing.T) []string {
+func cluster(t testing.TB) []string {
 	t.Helper()
 	var routes []*url.URL
 	var ports []int
@@ -38,7 +39,7 @@ func cluster(t *testing.T) []string {
 	var servers []*server.Server
 	for i := range 3 {
 		o := &server.Options{ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: -1, JetStream: true,
-			StoreDir: t.TempDir(), NoLog: true, NoSigs: true, Routes: routes,
+			StoreDir: t.TempDir(), NoLog: true, NoSigs: true, Routes: routes, SyncAlways: true,
 			Cluster: server.ClusterOpts{Name: "atlas-test", Host: "127.0.0.1", Port: ports[i]}}
 		s, err := server.NewServer(o)
 		if err != nil {
