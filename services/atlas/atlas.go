@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/services/atlas/internal/state/kvstate"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -77,6 +78,15 @@ type Deps struct {
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
+
+// KVBucket is the JetStream KV bucket of a group's replicated state:
+// atlas_<group>.
+func KVBucket(group string) string { return "atlas_" + group }
+
+// StatePublishSubjects are the subjects a worker's NATS user must be
+// allowed to publish to for the replicated state of group (besides
+// subscribing to its _INBOX.>); kvstate's tests prove they suffice.
+func StatePublishSubjects(group string) []string { return kvstate.PublishSubjects(KVBucket(group)) }
 
 // DBPath returns the bbolt file of a group: <dataDir>/atlas-<group>.db.
 func DBPath(dataDir, group string) string {

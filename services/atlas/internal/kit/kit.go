@@ -169,7 +169,7 @@ func New(group string, deps atlas.Deps) (*Service, error) {
 	s := &Service{group: group, deps: deps, log: deps.Logger, specs: map[string]*Spec{}, done: make(chan struct{})}
 	switch deps.State {
 	case atlas.StateJetStream:
-		kv := &lazyKV{deps: deps, cfg: kvstate.Config{Bucket: KVBucket(group), Replicas: deps.StateReplicas,
+		kv := &lazyKV{deps: deps, cfg: kvstate.Config{Bucket: atlas.KVBucket(group), Replicas: deps.StateReplicas,
 			Description: "ATLAS atlas." + group + " state (utpmesh)"}}
 		if deps.NC != nil {
 			if err := kv.openNow(); err != nil {
@@ -203,9 +203,6 @@ func New(group string, deps atlas.Deps) (*Service, error) {
 	}
 	return s, nil
 }
-
-// KVBucket is the JetStream KV bucket of a group's shared state.
-func KVBucket(group string) string { return "atlas_" + group }
 
 // Group is the service's group name.
 func (s *Service) Group() string { return s.group }

@@ -130,7 +130,11 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		cerr := err
 		// Another worker may have created (and configured) it meanwhile.
 		if info, err = js.Stream(ctx, stream); err != nil && cerr != nil {
-			return nil, fmt.Errorf("kvstate: create bucket %s (R%d): %w (R3 needs a NATS cluster of at least three servers; use 1 replica on a single server)", cfg.Bucket, cfg.Replicas, cerr)
+			hint := ""
+			if cfg.Replicas > 1 {
+				hint = fmt.Sprintf(" (R%d needs a NATS cluster of at least %d servers; use 1 replica on a single server)", cfg.Replicas, cfg.Replicas)
+			}
+			return nil, fmt.Errorf("kvstate: create bucket %s (R%d): %w%s", cfg.Bucket, cfg.Replicas, cerr, hint)
 		}
 	}
 	if err != nil {
@@ -148,6 +152,22 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("kvstate: bind bucket %s: %w", cfg.Bucket, err)
 	}
 	return &Store{nc: nc, kv: kv, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
+}
+
+// PublishSubjects are the subjects a NATS user must be allowed to publish
+// to for a Store on bucket to create or adopt it, read, scan and commit
+// (besides subscribing to its own _INBOX.>): what a worker identity of the
+// group needs.
+func PublishSubjects(bucket string) []string {
+	st := "KV_" + bucket
+	return []string{
+		"$JS.API.INFO",
+		"$JS.API.STREAM.INFO." + st, "$JS.API.STREAM.CREATE." + st, "$JS.API.STREAM.UPDATE." + st,
+		"$JS.API.STREAM.MSG.GET." + st,
+		"$JS.API.CONSUMER.CREATE." + st + ".>", "$JS.API.CONSUMER.DELETE." + st + ".>",
+		"$JS.FC." + st + ".>",
+		"$KV." + bucket + ".>",
+	}
 }
 
 // Close does nothing: the connection belongs to the caller.

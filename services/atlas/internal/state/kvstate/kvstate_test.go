@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/state/kvstate"
@@ -44,7 +47,7 @@ func TestOpenRefusesBadConfig(t *testing.T) {
 	}{
 		{kvstate.Config{}, "Bucket is required"},
 		{kvstate.Config{Bucket: "atlas_x", Replicas: 7}, "use 1, or 3"},
-		{kvstate.Config{Bucket: "atlas_x", Replicas: 3}, "R3"}, // one server cannot hold three replicas
+		{kvstate.Config{Bucket: "atlas_x", Replicas: 3}, "R3 needs a NATS cluster"}, // one server cannot hold three replicas
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err := kvstate.Open(ctx, nc, tc.cfg)
@@ -98,5 +101,69 @@ func TestConflictRetriesThenGivesUp(t *testing.T) {
 		if want := map[bool]string{true: "b", false: "ba"}[tc.conflict]; final != want {
 			t.Fatalf("MaxAttempts %d: n = %q, want %q (the loser's write must not land; the retry reads the winner's)", tc.attempts, final, want)
 		}
+	}
+}
+
+// A user allowed to publish to PublishSubjects only (and to receive on its
+// inbox) can create and adopt the bucket, write, read, scan and list.
+func TestPublishSubjectsSuffice(t *testing.T) {
+	const bucket = "atlas_tasks"
+	o := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "worker", Password: "pw", Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: kvstate.PublishSubjects(bucket)},
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}}}}}}
+	srv, err := server.NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server did not start")
+	}
+	denied := make(chan error, 16)
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("worker", "pw"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 2 { // create, then adopt
+		s, err := kvstate.Open(ctx, nc, kvstate.Config{Bucket: bucket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Update(ctx, func(tx state.Tx) error {
+			if err := tx.Bucket("demo", "tasks").Delete("gone"); err != nil {
+				return err
+			}
+			return tx.Bucket("demo", "tasks").Put("task_1", []byte("x"))
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		if err := s.View(ctx, func(tx state.Tx) error {
+			keys = nil
+			projects, err := tx.Projects()
+			if err != nil || len(projects) != 1 {
+				return fmt.Errorf("projects %v: %v", projects, err)
+			}
+			return tx.Bucket("demo", "tasks").Scan("", false, func(k string, _ []byte) error { keys = append(keys, k); return nil })
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) != 1 {
+			t.Fatalf("keys = %v", keys)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-denied:
+		t.Fatalf("a subject outside PublishSubjects was needed: %v", err)
+	default:
 	}
 }
