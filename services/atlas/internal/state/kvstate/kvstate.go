@@ -17,7 +17,7 @@
 //
 // A transaction reads the version key of a project before it reads
 // anything else of it, and buffers its writes. Update commits them as one
-// JetStream atomic batch (the stream allows atomic publish) whose first
+// JetStream atomic batch (the stream allows atomic publish) whose last
 // messages re-put the version key of every project the transaction
 // touched, each with Nats-Expected-Last-Subject-Sequence set to the
 // revision it read: the batch is stored whole only if no other transaction
@@ -34,10 +34,16 @@
 // leader, so a worker reads what another worker's acknowledged commit
 // wrote.
 //
-// Caveat: a Scan lists the bucket with an ordered consumer (one round trip
-// to create it, then the values), and Projects lists the version keys;
-// both suit the personal-scale data ATLAS keeps (thousands of keys per
-// bucket), not millions.
+// A Scan lists the bucket with an ordered consumer, which JetStream may
+// place on a replica that lags the leader; the consumer also reads the
+// project's version key (committed last in each batch), and a scan whose
+// replica has not reached the revision the transaction read is done again.
+//
+// Caveats: a Scan costs one round trip to create its consumer, then the
+// values, and Projects lists the version keys: both suit the
+// personal-scale data ATLAS keeps (thousands of keys per bucket), not
+// millions. Projects may miss a project created a moment ago on another
+// node (the scheduler finds it on its next pass).
 package kvstate
 
 import (
@@ -338,12 +344,9 @@ func (t *tx) commit() error {
 	sort.Strings(projects)
 	id := crand.Text()
 	msgs := make([]*nats.Msg, 0, len(projects)+len(t.order))
-	for _, p := range projects {
-		m := nats.NewMsg(t.s.prefix + encode(p) + "." + versionToken)
-		m.Data = []byte(id)
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(t.versions[p], 10))
-		msgs = append(msgs, m)
-	}
+	// The data first, the version keys last: a replica whose copy of a
+	// version key is at revision r has every write committed with it
+	// (Scan relies on that).
 	for _, k := range t.order {
 		w := t.writes[k]
 		m := nats.NewMsg(t.s.prefix + k)
@@ -352,6 +355,12 @@ func (t *tx) commit() error {
 		} else {
 			m.Data = w.value
 		}
+		msgs = append(msgs, m)
+	}
+	for _, p := range projects {
+		m := nats.NewMsg(t.s.prefix + encode(p) + "." + versionToken)
+		m.Data = []byte(id)
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(t.versions[p], 10))
 		msgs = append(msgs, m)
 	}
 	for i, m := range msgs {
@@ -442,26 +451,29 @@ func (b *bucket) Put(key string, value []byte) error {
 
 func (b *bucket) Delete(key string) error { return b.set(key, write{del: true}) }
 
+// scanTries bounds how often Scan waits for a lagging replica.
+const scanTries = 50
+
 func (b *bucket) Scan(prefix string, reverse bool, fn func(string, []byte) error) error {
 	if err := b.t.touch(b.project); err != nil {
 		return err
 	}
-	vals := map[string][]byte{}
-	w, err := b.t.s.kv.Watch(b.t.ctx, b.base+"*", jetstream.IgnoreDeletes())
-	if err != nil {
-		return fmt.Errorf("kvstate: %s: scan %s: %w", b.t.s.cfg.Bucket, b.base, err)
-	}
-	for e := range w.Updates() {
-		if e == nil {
+	var vals map[string][]byte
+	for try := 1; ; try++ {
+		var fresh bool
+		var err error
+		if vals, fresh, err = b.list(); err != nil {
+			return err
+		}
+		if fresh {
 			break
 		}
-		vals[e.Key()] = e.Value()
-	}
-	if err := w.Stop(); err != nil {
-		return fmt.Errorf("kvstate: %s: scan %s: %w", b.t.s.cfg.Bucket, b.base, err)
-	}
-	if err := b.t.ctx.Err(); err != nil {
-		return err
+		if try == scanTries {
+			return fmt.Errorf("kvstate: %s: scan %s: the replica serving it stayed behind the stream leader", b.t.s.cfg.Bucket, b.base)
+		}
+		if err := pause(b.t.ctx, 1); err != nil {
+			return err
+		}
 	}
 	for k, wr := range b.t.writes {
 		if !strings.HasPrefix(k, b.base) {
@@ -505,6 +517,38 @@ func (b *bucket) Scan(prefix string, reverse bool, fn func(string, []byte) error
 		}
 	}
 	return nil
+}
+
+// list reads the bucket's keys with an ordered consumer, which JetStream
+// may place on any replica. It watches the project's version key with
+// them: fresh is false when that replica's copy is older than the
+// revision the transaction read from the leader (the replica has not
+// applied every commit the transaction's reads rely on yet).
+func (b *bucket) list() (vals map[string][]byte, fresh bool, err error) {
+	ver := encode(b.project) + "." + versionToken
+	w, err := b.t.s.kv.WatchFiltered(b.t.ctx, []string{b.base + "*", ver}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, false, fmt.Errorf("kvstate: %s: scan %s: %w", b.t.s.cfg.Bucket, b.base, err)
+	}
+	vals = map[string][]byte{}
+	var seen uint64
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		if e.Key() == ver {
+			seen = e.Revision()
+			continue
+		}
+		vals[e.Key()] = e.Value()
+	}
+	if err := w.Stop(); err != nil {
+		return nil, false, fmt.Errorf("kvstate: %s: scan %s: %w", b.t.s.cfg.Bucket, b.base, err)
+	}
+	if err := b.t.ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	return vals, seen >= b.t.versions[b.project], nil
 }
 
 // encode makes a KV key token of s (see the package doc).
