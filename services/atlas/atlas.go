@@ -9,11 +9,13 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/services/atlas/internal/state/kvstate"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
-// Group names: each is one service of the catalogue ("atlas.<group>") and
-// one bbolt file ("atlas-<group>.db").
+// Group names: each is one service of the catalogue ("atlas.<group>"),
+// one bbolt file ("atlas-<group>.db") with the bolt state and one KV
+// bucket ("atlas_<group>") with the JetStream state.
 const (
 	GroupTasks     = "tasks"
 	GroupNotes     = "notes"
@@ -24,6 +26,22 @@ const (
 
 // Groups lists every group, in catalogue order.
 var Groups = []string{GroupTasks, GroupNotes, GroupCalendar, GroupWorkflows, GroupUtility}
+
+// The state backends of Deps.State.
+const (
+	// StateBolt keeps a group's data in its local bbolt file,
+	// <DataDir>/atlas-<group>.db: one process serves the group (a second
+	// one is refused). The default.
+	StateBolt = "bolt"
+	// StateJetStream keeps a group's data in the JetStream KV bucket
+	// atlas_<group>, shared by every worker of the group (R1, or R3 with
+	// StateReplicas 3 on a cluster).
+	StateJetStream = "jetstream"
+)
+
+// StateFlagHint is how an operator selects the replicated state; error
+// messages quote it.
+const StateFlagHint = "utpmesh worker --atlas-state jetstream [--atlas-state-replicas 3]"
 
 // ResolveFunc returns the NATS connection and CardStore of a mesh that
 // starts after the tools were built (utpmesh up builds its tools before it
@@ -39,8 +57,15 @@ type Deps struct {
 	Store cardstore.Store
 	// Resolve provides NC and Store when they are nil at build time.
 	Resolve ResolveFunc
-	// DataDir holds the service's bbolt file, atlas-<group>.db. Required.
+	// DataDir holds the service's bbolt file, atlas-<group>.db. Required
+	// with the bolt state.
 	DataDir string
+	// State is where the group keeps its data: StateBolt ("" too) or
+	// StateJetStream.
+	State string
+	// StateReplicas is the replica count of the JetStream state's bucket:
+	// 1 (default) or 3. Only with StateJetStream.
+	StateReplicas int
 	// Context bounds what the service runs besides its tool handlers (the
 	// confirmation endpoint, the workflow scheduler) and the life of its
 	// bbolt file: when it ends they stop and the file is closed. Nil: they
@@ -54,6 +79,15 @@ type Deps struct {
 	Logger *slog.Logger
 }
 
+// KVBucket is the JetStream KV bucket of a group's replicated state:
+// atlas_<group>.
+func KVBucket(group string) string { return "atlas_" + group }
+
+// StatePublishSubjects are the subjects a worker's NATS user must be
+// allowed to publish to for the replicated state of group (besides
+// subscribing to its _INBOX.>); kvstate's tests prove they suffice.
+func StatePublishSubjects(group string) []string { return kvstate.PublishSubjects(KVBucket(group)) }
+
 // DBPath returns the bbolt file of a group: <dataDir>/atlas-<group>.db.
 func DBPath(dataDir, group string) string {
 	return filepath.Join(dataDir, "atlas-"+group+".db")
@@ -61,7 +95,20 @@ func DBPath(dataDir, group string) string {
 
 // Normalize checks d and fills its defaults.
 func (d Deps) Normalize(group string) (Deps, error) {
-	if d.DataDir == "" {
+	switch d.State {
+	case "", StateBolt:
+		d.State = StateBolt
+		if d.StateReplicas > 1 {
+			return d, fmt.Errorf("atlas.%s: %d state replicas need the replicated state: pass --atlas-state jetstream (the local bbolt state has one copy)", group, d.StateReplicas)
+		}
+	case StateJetStream:
+		if d.StateReplicas != 0 && d.StateReplicas != 1 && d.StateReplicas != 3 {
+			return d, fmt.Errorf("atlas.%s: %d state replicas: use 1, or 3 on a NATS cluster of at least three servers", group, d.StateReplicas)
+		}
+	default:
+		return d, fmt.Errorf("atlas.%s: state %q: use %s (the local file, one worker per group) or %s (a JetStream KV bucket every worker shares)", group, d.State, StateBolt, StateJetStream)
+	}
+	if d.DataDir == "" && d.State == StateBolt {
 		return d, fmt.Errorf("atlas.%s: no data directory: pass --data DIR (the service keeps %s there)", group, filepath.Base(DBPath("x", group)))
 	}
 	if (d.NC == nil || d.Store == nil) && d.Resolve == nil {

@@ -22,10 +22,14 @@ import (
 
 // start runs notes, calendar, workflows (scheduler driven by hand) and
 // utility in one mesh.
-func start(t *testing.T, ctx context.Context, dir string, now func() time.Time) (*atlastest.Harness, *workflows.Service) {
+func start(t *testing.T, ctx context.Context, dir, st string, now func() time.Time) (*atlastest.Harness, *workflows.Service) {
 	var wf *workflows.Service
-	h := atlastest.StartIn(t, ctx, dir, notes.Build, calendar.Build, utility.Build,
+	with := func(b atlastest.Builder) atlastest.Builder {
+		return func(d atlas.Deps) ([]worker.Tool, error) { d.State = st; return b(d) }
+	}
+	h := atlastest.StartIn(t, ctx, dir, with(notes.Build), with(calendar.Build), with(utility.Build),
 		func(d atlas.Deps) ([]worker.Tool, error) {
+			d.State = st
 			s, err := workflows.OpenWith(d, workflows.Config{NoScheduler: true, Scheduler: workflows.SchedulerConfig{Now: now, Holder: "test"}})
 			if err != nil {
 				return nil, err
@@ -44,13 +48,22 @@ func pending(t *testing.T, v map[string]any) string {
 	return atlastest.Str(v, "confirmation_id")
 }
 
+// TestATLAS runs the catalogue through a mesh on each state: the local
+// files and the replicated (JetStream KV) one, which a restart of the mesh
+// keeps in its JetStream directory.
 func TestATLAS(t *testing.T) {
+	for _, st := range []string{atlas.StateBolt, atlas.StateJetStream} {
+		t.Run(st, func(t *testing.T) { testATLAS(t, st) })
+	}
+}
+
+func testATLAS(t *testing.T, st string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	now := time.Date(2024, 1, 15, 10, 30, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	dir := t.TempDir()
-	h, wf := start(t, ctx, dir, func() time.Time { return clock() })
+	h, wf := start(t, ctx, dir, st, func() time.Time { return clock() })
 
 	t.Run("notes", func(t *testing.T) {
 		turn := h.Turn()
@@ -280,7 +293,7 @@ func TestATLAS(t *testing.T) {
 		now = time.Date(2024, 1, 18, 12, 0, 0, 0, time.UTC)
 		ctx2, cancel2 := context.WithCancel(context.Background())
 		defer cancel2()
-		h2, wf2 := start(t, ctx2, dir, func() time.Time { return clock() })
+		h2, wf2 := start(t, ctx2, dir, st, func() time.Time { return clock() })
 		ran, err = wf2.Scheduler().RunDue(ctx2)
 		if err != nil || len(ran) != 2 {
 			t.Fatalf("after restart RunDue = %v %v", ran, err)

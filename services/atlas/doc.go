@@ -15,17 +15,38 @@
 //
 // Every tool's command subject is cg.<ver>.<project>.<channel>.cmd.tool.
 // atlas.<group>.<TOOL_NAME>. The machinery every group shares lives in
-// internal/kit: deterministic ids and times, bbolt storage scoped by project,
-// per-call idempotency, the confirmation lifecycle, undo steps and receipts.
-// docs/protocol.md ("ATLAS") is the wire contract; docs/catalogues/atlas.md
-// lists every tool with an example.
+// internal/kit: deterministic ids and times, the group's state scoped by
+// project, per-call idempotency, the confirmation lifecycle, undo steps and
+// receipts. docs/protocol.md ("ATLAS") is the wire contract;
+// docs/catalogues/atlas.md lists every tool with an example.
+//
+// # State
+//
+// Deps.State says where a group keeps its data (internal/state):
+//
+//   - StateBolt (default): the local bbolt file DBPath. One process serves
+//     the group: it holds a lease in the CardStore (project _atlas, key
+//     atlas/state/<group>, renewed every 10s, lapsing 30s after its holder
+//     died), and a second process that serves the group against the same
+//     mesh from another data directory or host refuses to start with an
+//     error naming the holder (pid, host, data directory) and saying to
+//     run one worker or use the replicated state. A restart on the same
+//     host and data directory takes the lease over at once.
+//   - StateJetStream: the JetStream KV bucket atlas_<group>, R1 or R3
+//     (Deps.StateReplicas), shared by every worker of the group: two
+//     workers of atlas.tasks serve one task list. Transactions are
+//     optimistic and serializable per project (internal/state/kvstate).
+//
+// The workflow scheduler runs each scheduled run once across all
+// schedulers that share the workflows: the run is recorded in the same
+// transaction that advances next_run, and executed under the run's
+// CardStore claim (package workflows).
 //
 // # Caveats
 //
-// Each group keeps its data in a local bbolt file (DBPath). Several workers
-// of one group must therefore share one data directory on one host, or each
-// serves a different copy of the data; bbolt's file lock lets only one
-// process open a file, so in practice run one worker per group and data
-// directory. The workflow scheduler also claims each scheduled run in the
-// CardStore, so two schedulers that do share a workflow never both run it.
+// With the bolt state, a service built before its mesh is up (Deps.Resolve)
+// takes its lease once the mesh is; if another process holds it then,
+// every call of the service fails upstream_unavailable with the holder's
+// name instead of the start failing. The lease guards processes that use
+// the same mesh's CardStore; two meshes never share a group's data anyway.
 package atlas

@@ -1,6 +1,7 @@
 // Package calendar is the atlas.calendar service: CALENDAR_GET_DAY,
 // CALENDAR_CREATE_BLOCKS and CALENDAR_DELETE_BLOCKS over time blocks kept
-// in <DataDir>/atlas-calendar.db.
+// in the group's state (<DataDir>/atlas-calendar.db, or the shared KV
+// bucket atlas_calendar; see package atlas).
 //
 // Times are "HH:MM" wall-clock times of the block's date; the service keeps
 // no time zone (the caller's calendar day is the day). free_slots are the
@@ -18,7 +19,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
@@ -146,23 +146,19 @@ func countIDs(args json.RawMessage) int {
 
 // dayBlocks returns the blocks of a date sorted by start, end, id.
 func dayBlocks(x *kit.Exec, date string) ([]Block, error) {
-	days, err := x.Bucket(bucketDays)
-	if err != nil || days == nil {
-		return []Block{}, err
-	}
-	blocks, err := x.Bucket(bucketBlocks)
+	days, blocks := x.Bucket(bucketDays), x.Bucket(bucketBlocks)
+	out := []Block{}
+	prefix := date + "\x00"
+	err := days.Scan(prefix, false, func(k string, _ []byte) error {
+		var b Block
+		found, err := kit.GetJSON(blocks, k[len(prefix):], &b)
+		if found {
+			out = append(out, b)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
-	}
-	out := []Block{}
-	prefix := []byte(date + "\x00")
-	c := days.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && strings.HasPrefix(string(k), string(prefix)); k, _ = c.Next() {
-		var b Block
-		if _, err := kit.GetJSON(blocks, string(k[len(prefix):]), &b); err != nil {
-			return nil, err
-		}
-		out = append(out, b)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Start != out[j].Start {
@@ -323,14 +319,8 @@ func (c *cal) create(x *kit.Exec) (kit.Outcome, error) {
 	if err != nil {
 		return kit.Outcome{}, err
 	}
-	bb, err := x.Bucket(bucketBlocks)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
-	days, err := x.Bucket(bucketDays)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
+	bb := x.Bucket(bucketBlocks)
+	days := x.Bucket(bucketDays)
 	created := []map[string]string{}
 	ids := []string{}
 	var changes []receipts.Change
@@ -338,7 +328,7 @@ func (c *cal) create(x *kit.Exec) (kit.Outcome, error) {
 		if _, err := kit.PutNew(bb, b.BlockID, b, x.ToolCallID); err != nil {
 			return kit.Outcome{}, err
 		}
-		if err := days.Put([]byte(b.Date+"\x00"+b.BlockID), nil); err != nil {
+		if err := days.Put(b.Date+"\x00"+b.BlockID, nil); err != nil {
 			return kit.Outcome{}, err
 		}
 		created = append(created, map[string]string{"block_id": b.BlockID, "title": b.Title, "date": b.Date, "start": b.Start, "end": b.End})
@@ -360,10 +350,7 @@ func lookup(x *kit.Exec) ([]Block, error) {
 	if err := x.Bind(&a); err != nil {
 		return nil, err
 	}
-	bb, err := x.Bucket(bucketBlocks)
-	if err != nil {
-		return nil, err
-	}
+	bb := x.Bucket(bucketBlocks)
 	var out []Block
 	for _, id := range a.BlockIDs {
 		var b Block
@@ -392,22 +379,16 @@ func (c *cal) remove(x *kit.Exec) (kit.Outcome, error) {
 	if err != nil {
 		return kit.Outcome{}, err
 	}
-	bb, err := x.Bucket(bucketBlocks)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
-	days, err := x.Bucket(bucketDays)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
+	bb := x.Bucket(bucketBlocks)
+	days := x.Bucket(bucketDays)
 	ids := []string{}
 	recreate := []newBlock{}
 	var changes []receipts.Change
 	for _, b := range blocks {
-		if err := bb.Delete([]byte(b.BlockID)); err != nil {
+		if err := bb.Delete(b.BlockID); err != nil {
 			return kit.Outcome{}, err
 		}
-		if err := days.Delete([]byte(b.Date + "\x00" + b.BlockID)); err != nil {
+		if err := days.Delete(b.Date + "\x00" + b.BlockID); err != nil {
 			return kit.Outcome{}, err
 		}
 		ids = append(ids, b.BlockID)

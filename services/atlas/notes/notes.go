@@ -1,5 +1,6 @@
 // Package notes is the atlas.notes service: NOTE_CREATE, NOTE_SEARCH,
-// NOTE_GET and NOTE_DELETE over notes kept in <DataDir>/atlas-notes.db.
+// NOTE_GET and NOTE_DELETE over notes kept in the group's state
+// (<DataDir>/atlas-notes.db, or the shared KV bucket atlas_notes).
 //
 // NOTE_SEARCH ranks with BM25 (k1 1.2, b 0.75) over each note's content and
 // its title counted twice; relevance is score/(score+1) rounded to two
@@ -99,10 +100,7 @@ func create(x *kit.Exec) (kit.Outcome, error) {
 		a.Tags = []string{}
 	}
 	n := Note{NoteID: x.ID("note", 0), Title: a.Title, Content: a.Content, Tags: a.Tags, CreatedAt: x.Now(), UpdatedAt: x.Now()}
-	b, err := x.Bucket(bucketNotes)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
+	b := x.Bucket(bucketNotes)
 	if _, err := kit.PutNew(b, n.NoteID, n, x.ToolCallID); err != nil {
 		return kit.Outcome{}, err
 	}
@@ -135,12 +133,9 @@ func search(x *kit.Exec) (kit.Outcome, error) {
 		a.Limit = 20
 	}
 	var all []Note
-	b, err := x.Bucket(bucketNotes)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
-	if b != nil {
-		if err := b.ForEach(func(_, v []byte) error {
+	b := x.Bucket(bucketNotes)
+	{
+		if err := b.Scan("", false, func(_ string, v []byte) error {
 			var n Note
 			if err := json.Unmarshal(v, &n); err != nil {
 				return err
@@ -176,10 +171,7 @@ func load(x *kit.Exec) (Note, error) {
 	if err := x.Bind(&a); err != nil {
 		return n, err
 	}
-	b, err := x.Bucket(bucketNotes)
-	if err != nil {
-		return n, err
-	}
+	b := x.Bucket(bucketNotes)
 	found, err := kit.GetJSON(b, a.NoteID, &n)
 	if err != nil {
 		return n, err
@@ -203,11 +195,8 @@ func remove(x *kit.Exec) (kit.Outcome, error) {
 	if err != nil {
 		return kit.Outcome{}, err
 	}
-	b, err := x.Bucket(bucketNotes)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
-	if err := b.Delete([]byte(n.NoteID)); err != nil {
+	b := x.Bucket(bucketNotes)
+	if err := b.Delete(n.NoteID); err != nil {
 		return kit.Outcome{}, err
 	}
 	return kit.Outcome{

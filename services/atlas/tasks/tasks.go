@@ -1,5 +1,6 @@
 // Package tasks is the atlas.tasks service: TASK_CREATE, TASK_LIST,
-// TASK_UPDATE and TASK_DELETE over tasks kept in <DataDir>/atlas-tasks.db.
+// TASK_UPDATE and TASK_DELETE over tasks kept in the group's state
+// (<DataDir>/atlas-tasks.db, or the shared KV bucket atlas_tasks).
 //
 // Ids are task_<16 hex> derived from the project and the creating call's
 // tool_call_id; created_at and updated_at are the call's time. Undo steps:
@@ -131,10 +132,7 @@ func create(x *kit.Exec) (kit.Outcome, error) {
 	}
 	t := Task{TaskID: x.ID("task", 0), Title: a.Title, Description: a.Description, DueDate: a.DueDate, Priority: a.Priority,
 		Tags: a.Tags, Status: "pending", CreatedAt: x.Now(), UpdatedAt: x.Now()}
-	b, err := x.Bucket(bucketTasks)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
+	b := x.Bucket(bucketTasks)
 	if _, err := kit.PutNew(b, t.TaskID, t, x.ToolCallID); err != nil {
 		return kit.Outcome{}, err
 	}
@@ -164,12 +162,9 @@ func list(x *kit.Exec) (kit.Outcome, error) {
 		a.Limit = 50
 	}
 	tasks := []Task{}
-	b, err := x.Bucket(bucketTasks)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
-	if b != nil {
-		err = b.ForEach(func(_, v []byte) error {
+	b := x.Bucket(bucketTasks)
+	{
+		err := b.Scan("", false, func(_ string, v []byte) error {
 			var t Task
 			if err := json.Unmarshal(v, &t); err != nil {
 				return err
@@ -215,10 +210,7 @@ func list(x *kit.Exec) (kit.Outcome, error) {
 
 func load(x *kit.Exec, id string) (Task, error) {
 	var t Task
-	b, err := x.Bucket(bucketTasks)
-	if err != nil {
-		return t, err
-	}
+	b := x.Bucket(bucketTasks)
 	found, err := kit.GetJSON(b, id, &t)
 	if err != nil {
 		return t, err
@@ -294,10 +286,7 @@ func update(x *kit.Exec) (kit.Outcome, error) {
 	if next.Tags == nil {
 		next.Tags = []string{}
 	}
-	b, err := x.Bucket(bucketTasks)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
+	b := x.Bucket(bucketTasks)
 	if err := kit.PutJSON(b, t.TaskID, next); err != nil {
 		return kit.Outcome{}, err
 	}
@@ -319,11 +308,8 @@ func remove(x *kit.Exec) (kit.Outcome, error) {
 	if err != nil {
 		return kit.Outcome{}, err
 	}
-	b, err := x.Bucket(bucketTasks)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
-	if err := b.Delete([]byte(t.TaskID)); err != nil {
+	b := x.Bucket(bucketTasks)
+	if err := b.Delete(t.TaskID); err != nil {
 		return kit.Outcome{}, err
 	}
 	undoArgs := map[string]any{"title": t.Title, "priority": t.Priority, "tags": t.Tags}

@@ -7,13 +7,24 @@ import (
 	"testing"
 
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/atlastest"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
 	"github.com/utpmesh/utpmesh/services/atlas/tasks"
 )
 
 func TestTasksThroughTheMesh(t *testing.T) {
-	h := atlastest.Start(t, context.Background(), tasks.Build)
+	for _, st := range []string{atlas.StateBolt, atlas.StateJetStream} {
+		t.Run(st, func(t *testing.T) {
+			build := func(d atlas.Deps) ([]worker.Tool, error) { d.State = st; return tasks.Build(d) }
+			testTasks(t, build)
+		})
+	}
+}
+
+func testTasks(t *testing.T, build atlastest.Builder) {
+	h := atlastest.Start(t, context.Background(), build)
 	turn := h.Turn()
 
 	created := h.OK(turn, tasks.ToolCreate, map[string]any{"title": "Buy dog food", "description": "Get the large bag from PetSmart",
@@ -103,7 +114,7 @@ func TestTasksThroughTheMesh(t *testing.T) {
 		a := h.CallID(tr, "same-call", tasks.ToolCreate, map[string]any{"title": "once"})
 		// Replaying the turn into a fresh mesh (same ids, same call time)
 		// reproduces the result byte for byte.
-		h2 := atlastest.Start(t, context.Background(), tasks.Build)
+		h2 := atlastest.Start(t, context.Background(), build)
 		h2.Time = at
 		b := h2.CallID(tr, "same-call", tasks.ToolCreate, map[string]any{"title": "once"})
 		if string(a.Raw) != string(b.Raw) {

@@ -109,10 +109,7 @@ func logEvent(x *kit.Exec) (kit.Outcome, error) {
 		a.Data = json.RawMessage("{}")
 	}
 	e := Event{EventID: x.ID("evt", 0), EventType: a.EventType, Data: a.Data, AgentTurnID: x.AgentTurnID, ToolCallID: x.ToolCallID, CreatedAt: x.Now()}
-	b, err := x.Bucket(bucketEvents)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
+	b := x.Bucket(bucketEvents)
 	if _, err := kit.PutNew(b, e.CreatedAt+"\x00"+e.EventID, e, x.ToolCallID); err != nil {
 		return kit.Outcome{}, err
 	}
@@ -138,10 +135,7 @@ func notifyUser(x *kit.Exec) (kit.Outcome, error) {
 	n := notify.Notification{NotificationID: x.ID("ntf", 0), ProjectID: x.Project, ChannelID: x.Channel, Message: a.Message,
 		Type: a.Type, Actions: a.Actions, CreatedAt: x.Now(),
 		Source: notify.Source{ToolName: ToolNotifyUser, ToolCallID: x.ToolCallID, AgentTurnID: x.AgentTurnID}}
-	b, err := x.Bucket(bucketNotes)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
+	b := x.Bucket(bucketNotes)
 	if _, err := kit.PutNew(b, n.CreatedAt+"\x00"+n.NotificationID, n, x.ToolCallID); err != nil {
 		return kit.Outcome{}, err
 	}
@@ -171,20 +165,21 @@ func notifyList(x *kit.Exec) (kit.Outcome, error) {
 	}
 	out := []notify.Notification{}
 	total := 0
-	b, err := x.Bucket(bucketNotes)
+	// Newest first (keys are created_at \x00 id); total counts them all.
+	err := x.Bucket(bucketNotes).Scan("", true, func(_ string, v []byte) error {
+		total++
+		if len(out) == a.Limit {
+			return nil
+		}
+		var n notify.Notification
+		if err := json.Unmarshal(v, &n); err != nil {
+			return err
+		}
+		out = append(out, n)
+		return nil
+	})
 	if err != nil {
 		return kit.Outcome{}, err
-	}
-	if b != nil {
-		total = b.Stats().KeyN
-		c := b.Cursor()
-		for k, v := c.Last(); k != nil && len(out) < a.Limit; k, v = c.Prev() {
-			var n notify.Notification
-			if err := json.Unmarshal(v, &n); err != nil {
-				return kit.Outcome{}, err
-			}
-			out = append(out, n)
-		}
 	}
 	return kit.Outcome{Result: map[string]any{"notifications": out, "total": total}}, nil
 }

@@ -6,16 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
+	"path/filepath"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/cron"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/determ"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/kit"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/notify"
+	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
 )
 
 // SchedulerConfig configures the Scheduler.
@@ -26,29 +26,40 @@ type SchedulerConfig struct {
 	// Cron times have minute granularity, so a run starts at most Interval
 	// late.
 	Interval time.Duration
-	// Holder names this scheduler in CardStore claims; default
-	// atlas-scheduler-<host>-<pid>.
+	// Holder names this scheduler in CardStore claims. Default: with the
+	// bolt state atlas-scheduler-<host>-<data directory>, the same after
+	// a restart, so a run a crash left unfinished is finished at once;
+	// with the jetstream state atlas-scheduler-<host>-<pid>.
 	Holder string
-	// ClaimLease is how long a claimed run stays claimed; default 1h.
+	// ClaimLease is how long a scheduler has to execute a run it claimed
+	// before another may take the run over; default 5m.
 	ClaimLease time.Duration
 }
 
-// Scheduler runs enabled workflows at their cron times.
+// Scheduler runs enabled workflows at their cron times, each scheduled run
+// once however many schedulers share the workflows (workers of
+// atlas.workflows on the jetstream state).
 //
 // For each enabled workflow whose next_run has come, RunDue:
 //
-//  1. claims the run in the CardStore (key atlas/workflows/run/<run_id>,
-//     where run_id derives from the workflow id and the scheduled time), so
-//     that two schedulers sharing a workflow never both run it;
-//  2. in one bbolt transaction records the run as "running" and advances
-//     next_run to the following cron time (missed times are caught up one
-//     by one, so a restart loses none);
+//  1. in one state transaction, advances next_run to the following cron
+//     time and records the run as "running" (run_id derives from the
+//     workflow id and the scheduled time). Missed times are caught up one
+//     by one, so a restart loses none. Of several schedulers only the one
+//     whose transaction commits first records the run: the others find
+//     next_run moved and go on;
+//  2. claims the run in the CardStore (key atlas/workflows/run/<run_id>,
+//     lease ClaimLease) and checks that it is still "running": the claim
+//     is the execution lease, so of the schedulers that see a "running"
+//     run exactly one executes it;
 //  3. executes the actions (publishes notifications with ids derived from
 //     the run id) and records the run "completed" or "failed".
 //
-// A crash between 2 and 3 leaves a "running" run, which the next RunDue
-// finishes (re-publishing its notifications under the same ids): a run is
-// never executed twice from scratch and never lost.
+// A crash between 1 and 3 leaves a "running" run, which the next RunDue
+// that can claim it finishes (re-publishing its notifications under the
+// same ids): the same scheduler at once after a restart, another one once
+// the crashed one's claim has lapsed. A run is never lost, and executed
+// twice only if its executor stalls for longer than ClaimLease.
 type Scheduler struct {
 	svc *kit.Service
 	cfg SchedulerConfig
@@ -63,10 +74,18 @@ func newScheduler(s *kit.Service, cfg SchedulerConfig) *Scheduler {
 	}
 	if cfg.Holder == "" {
 		host, _ := os.Hostname()
-		cfg.Holder = fmt.Sprintf("atlas-scheduler-%s-%d", host, os.Getpid())
+		if d := s.Deps(); d.State == atlas.StateBolt {
+			dir, err := filepath.Abs(d.DataDir)
+			if err != nil {
+				dir = d.DataDir
+			}
+			cfg.Holder = fmt.Sprintf("atlas-scheduler-%s-%s", host, dir)
+		} else {
+			cfg.Holder = fmt.Sprintf("atlas-scheduler-%s-%d", host, os.Getpid())
+		}
 	}
 	if cfg.ClaimLease <= 0 {
-		cfg.ClaimLease = time.Hour
+		cfg.ClaimLease = 5 * time.Minute
 	}
 	return &Scheduler{svc: s, cfg: cfg}
 }
@@ -98,38 +117,50 @@ type due struct {
 	wf      Workflow
 	at      string // scheduled time
 	runID   string
-	resume  bool // a "running" run left by a crash
+	resume  bool // a "running" run, recorded before
 }
 
-// RunDue executes every run due at the clock's now and returns the ids of
-// the runs it finished.
+// RunDue executes every run due at the clock's now that no other
+// scheduler executes, and returns the ids of the runs it finished.
 func (s *Scheduler) RunDue(ctx context.Context) ([]string, error) {
+	if err := s.svc.Refused(); err != nil {
+		return nil, err
+	}
 	nc, st, err := s.svc.Deps().Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	now := determ.Time(s.cfg.Now())
 	var done []string
+	seen := map[string]bool{} // runs this pass has dealt with
 	for {
-		d, err := s.next(now)
+		d, err := s.next(ctx, now, seen)
 		if err != nil || d == nil {
 			return done, err
 		}
+		seen[d.runID] = true
 		if !d.resume {
-			if _, err := st.Claim(ctx, cardstore.ClaimRequest{ProjectID: d.project, Key: "atlas/workflows/run/" + d.runID,
-				Holder: s.cfg.Holder, Lease: s.cfg.ClaimLease}); err != nil {
-				if errors.Is(err, cardstore.ErrClaimHeld) {
-					s.svc.Logger().Info("scheduled run claimed by another scheduler", "run_id", d.runID)
-					if err := s.advance(d, false); err != nil {
-						return done, err
-					}
-					continue
-				}
+			recorded, err := s.advance(ctx, d)
+			if err != nil {
 				return done, err
 			}
-			if err := s.advance(d, true); err != nil {
+			if !recorded {
+				continue // another scheduler recorded it (or the workflow changed)
+			}
+		}
+		if _, err := st.Claim(ctx, cardstore.ClaimRequest{ProjectID: d.project, Key: "atlas/workflows/run/" + d.runID,
+			Holder: s.cfg.Holder, Lease: s.cfg.ClaimLease}); err != nil {
+			if errors.Is(err, cardstore.ErrClaimHeld) {
+				s.svc.Logger().Debug("scheduled run claimed by another scheduler", "run_id", d.runID, "err", err)
+				continue
+			}
+			return done, err
+		}
+		if running, err := s.running(ctx, d); err != nil || !running {
+			if err != nil {
 				return done, err
 			}
+			continue // finished by another scheduler before this one's claim
 		}
 		run := Run{RunID: d.runID, WorkflowID: d.wf.WorkflowID, Timestamp: d.at, Trigger: "schedule", ScheduledFor: d.at}
 		notes := prepare(&run, d.wf)
@@ -148,49 +179,44 @@ func (s *Scheduler) RunDue(ctx context.Context) ([]string, error) {
 				}
 			}
 		}
-		if err := s.svc.DB().Update(func(tx *bolt.Tx) error { return putRun(tx, d.project, run) }); err != nil {
+		if err := s.svc.State().Update(ctx, func(tx state.Tx) error { return putRun(tx, d.project, run) }); err != nil {
 			return done, err
 		}
 		done = append(done, run.RunID)
 	}
 }
 
-// next finds one run due at now: first a run left "running", then the
-// earliest enabled workflow whose next_run has come.
-func (s *Scheduler) next(now time.Time) (*due, error) {
+// next finds one run due at now that seen does not hold: in the first
+// project that has one, a run left "running", else the earliest enabled
+// workflow whose next_run has come.
+func (s *Scheduler) next(ctx context.Context, now time.Time, seen map[string]bool) (*due, error) {
 	var found *due
-	err := s.svc.DB().View(func(tx *bolt.Tx) error {
-		return tx.ForEach(func(name []byte, top *bolt.Bucket) error {
-			project, ok := strings.CutPrefix(string(name), "p:")
-			if !ok || found != nil {
-				return nil
-			}
-			wfs, runs := top.Bucket([]byte(bucketWorkflows)), top.Bucket([]byte(bucketRuns))
-			if runs != nil {
-				if err := runs.ForEach(func(_, v []byte) error {
-					var r Run
-					if found != nil {
-						return nil
-					}
-					if err := json.Unmarshal(v, &r); err != nil || r.Status != "running" {
-						return err
-					}
-					var w Workflow
-					if ok, err := kit.GetJSON(wfs, r.WorkflowID, &w); err != nil || !ok {
-						return err
-					}
-					found = &due{project: project, wf: w, at: r.ScheduledFor, runID: r.RunID, resume: true}
-					return nil
-				}); err != nil || found != nil {
+	err := s.svc.State().View(ctx, func(tx state.Tx) error {
+		found = nil // a View may run its closure again
+		projects, err := tx.Projects()
+		if err != nil {
+			return err
+		}
+		for _, project := range projects {
+			wfs := tx.Bucket(project, bucketWorkflows)
+			err := tx.Bucket(project, bucketRuns).Scan("", false, func(_ string, v []byte) error {
+				var r Run
+				if err := json.Unmarshal(v, &r); err != nil || r.Status != "running" || seen[r.RunID] {
 					return err
 				}
-			}
-			if wfs == nil {
-				return nil
-			}
-			return wfs.ForEach(func(k, _ []byte) error {
 				var w Workflow
-				if _, err := kit.GetJSON(wfs, string(k), &w); err != nil {
+				if ok, err := kit.GetJSON(wfs, r.WorkflowID, &w); err != nil || !ok {
+					return err
+				}
+				found = &due{project: project, wf: w, at: r.ScheduledFor, runID: r.RunID, resume: true}
+				return state.ErrStop
+			})
+			if err != nil || found != nil {
+				return err
+			}
+			err = wfs.Scan("", false, func(_ string, v []byte) error {
+				var w Workflow
+				if err := json.Unmarshal(v, &w); err != nil {
 					return err
 				}
 				if !w.Enabled || w.NextRun == nil {
@@ -200,30 +226,44 @@ func (s *Scheduler) next(now time.Time) (*due, error) {
 				if err != nil || at.After(now) {
 					return nil
 				}
-				if found == nil || *w.NextRun < found.at {
-					found = &due{project: project, wf: w, at: *w.NextRun, runID: scheduledRunID(project, w.WorkflowID, *w.NextRun)}
+				id := scheduledRunID(project, w.WorkflowID, *w.NextRun)
+				if !seen[id] && (found == nil || *w.NextRun < found.at) {
+					found = &due{project: project, wf: w, at: *w.NextRun, runID: id}
 				}
 				return nil
 			})
-		})
+			if err != nil || found != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	return found, err
+}
+
+// running reports whether d's run is recorded and still "running".
+func (s *Scheduler) running(ctx context.Context, d *due) (bool, error) {
+	var running bool
+	err := s.svc.State().View(ctx, func(tx state.Tx) error {
+		var r Run
+		found, err := kit.GetJSON(tx.Bucket(d.project, bucketRuns), d.runID, &r)
+		running = found && r.Status == "running"
+		return err
+	})
+	return running, err
 }
 
 func scheduledRunID(project, workflowID, at string) string {
 	return determ.ID("run", project, workflowID+"@"+at, 0)
 }
 
-// advance moves the workflow's next_run past d.at and, when record is set,
-// records the run as "running" — in one transaction, so a claimed run is
-// never lost and never claimed twice.
-func (s *Scheduler) advance(d *due, record bool) error {
-	return s.svc.DB().Update(func(tx *bolt.Tx) error {
-		x := &kit.Exec{Tx: tx, Project: d.project}
-		wfs, err := x.Bucket(bucketWorkflows)
-		if err != nil {
-			return err
-		}
+// advance moves the workflow's next_run past d.at and records the run as
+// "running", in one transaction; recorded is false when the workflow is
+// no longer due at d.at (another scheduler advanced it, or it changed).
+func (s *Scheduler) advance(ctx context.Context, d *due) (recorded bool, err error) {
+	err = s.svc.State().Update(ctx, func(tx state.Tx) error {
+		recorded = false // an Update may run its closure again
+		wfs := tx.Bucket(d.project, bucketWorkflows)
 		var w Workflow
 		if ok, err := kit.GetJSON(wfs, d.wf.WorkflowID, &w); err != nil || !ok {
 			return err
@@ -252,19 +292,14 @@ func (s *Scheduler) advance(d *due, record bool) error {
 		if err := kit.PutJSON(wfs, w.WorkflowID, w); err != nil {
 			return err
 		}
-		if !record {
-			return nil
-		}
-		runs, err := x.Bucket(bucketRuns)
-		if err != nil {
+		if _, found, err := tx.Bucket(d.project, bucketRuns).Get(d.runID); err != nil || found {
 			return err
 		}
-		if runs.Get([]byte(d.runID)) != nil {
-			return nil
-		}
+		recorded = true
 		return putRun(tx, d.project, Run{RunID: d.runID, WorkflowID: w.WorkflowID, Timestamp: d.at, Status: "running",
 			Trigger: "schedule", ScheduledFor: d.at, Actions: []ActionResult{}})
 	})
+	return recorded, err
 }
 
 // publishAll publishes the notifications of a manual run.

@@ -1,6 +1,7 @@
 // Package workflows is the atlas.workflows service: WORKFLOW_SAVE,
 // WORKFLOW_DELETE, WORKFLOW_ENABLE, WORKFLOW_RUN and WORKFLOW_LOGS over
-// workflows kept in <DataDir>/atlas-workflows.db, and the Scheduler that
+// workflows kept in the group's state (<DataDir>/atlas-workflows.db, or the
+// shared KV bucket atlas_workflows), and the Scheduler that
 // runs enabled workflows at their cron times.
 //
 // A workflow has a trigger ({"type":"schedule","cron":"0 9 * * 1-5"}, with
@@ -13,8 +14,10 @@
 // ENABLE(!x); RUN has none (a sent notification cannot be unsent).
 //
 // Scheduling: ENABLE stores next_run, the first cron time after the call.
-// The scheduler (see Scheduler) claims each due run under a deterministic
-// run id before executing it, so a restart neither loses nor repeats a run.
+// The scheduler (see Scheduler) records each due run under a deterministic
+// run id and executes it under the run's CardStore claim, so neither a
+// restart nor a second scheduler on the shared state loses or repeats a
+// run.
 package workflows
 
 import (
@@ -23,8 +26,6 @@ import (
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas"
@@ -32,6 +33,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/internal/determ"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/kit"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/notify"
+	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
 )
 
@@ -237,10 +239,7 @@ func save(x *kit.Exec) (kit.Outcome, error) {
 	}
 	w := Workflow{WorkflowID: x.ID("wf", 0), Name: a.Name, Trigger: a.Trigger, Actions: a.Actions, ProjectID: x.Project,
 		ChannelID: x.Channel, Version: x.Version, CreatedAt: x.Now(), UpdatedAt: x.Now()}
-	b, err := x.Bucket(bucketWorkflows)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
+	b := x.Bucket(bucketWorkflows)
 	if _, err := kit.PutNew(b, w.WorkflowID, w, x.ToolCallID); err != nil {
 		return kit.Outcome{}, err
 	}
@@ -259,10 +258,7 @@ func load(x *kit.Exec) (Workflow, error) {
 	if err := x.Bind(&a); err != nil {
 		return w, err
 	}
-	b, err := x.Bucket(bucketWorkflows)
-	if err != nil {
-		return w, err
-	}
+	b := x.Bucket(bucketWorkflows)
 	found, err := kit.GetJSON(b, a.WorkflowID, &w)
 	if err != nil {
 		return w, err
@@ -278,11 +274,8 @@ func remove(x *kit.Exec) (kit.Outcome, error) {
 	if err != nil {
 		return kit.Outcome{}, err
 	}
-	b, err := x.Bucket(bucketWorkflows)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
-	if err := b.Delete([]byte(w.WorkflowID)); err != nil {
+	b := x.Bucket(bucketWorkflows)
+	if err := b.Delete(w.WorkflowID); err != nil {
 		return kit.Outcome{}, err
 	}
 	var warn []string
@@ -343,10 +336,7 @@ func enable(x *kit.Exec) (kit.Outcome, error) {
 		}
 	}
 	w.UpdatedAt = x.Now()
-	b, err := x.Bucket(bucketWorkflows)
-	if err != nil {
-		return kit.Outcome{}, err
-	}
+	b := x.Bucket(bucketWorkflows)
 	if err := kit.PutJSON(b, w.WorkflowID, w); err != nil {
 		return kit.Outcome{}, err
 	}
@@ -411,20 +401,11 @@ func prepare(run *Run, w Workflow) []notify.Notification {
 	return out
 }
 
-func putRun(tx *bolt.Tx, project string, run Run) error {
-	x := &kit.Exec{Tx: tx, Project: project}
-	runs, err := x.Bucket(bucketRuns)
-	if err != nil {
+func putRun(tx state.Tx, project string, run Run) error {
+	if err := kit.PutJSON(tx.Bucket(project, bucketRuns), run.RunID, run); err != nil {
 		return err
 	}
-	logb, err := x.Bucket(bucketRunLog)
-	if err != nil {
-		return err
-	}
-	if err := kit.PutJSON(runs, run.RunID, run); err != nil {
-		return err
-	}
-	return logb.Put([]byte(run.WorkflowID+"\x00"+run.Timestamp+"\x00"+run.RunID), nil)
+	return tx.Bucket(project, bucketRunLog).Put(run.WorkflowID+"\x00"+run.Timestamp+"\x00"+run.RunID, nil)
 }
 
 func logs(x *kit.Exec) (kit.Outcome, error) {
@@ -438,35 +419,30 @@ func logs(x *kit.Exec) (kit.Outcome, error) {
 	if a.Limit == 0 {
 		a.Limit = 10
 	}
-	wb, err := x.Bucket(bucketWorkflows)
+	out := []Run{}
+	runs := x.Bucket(bucketRuns)
+	// Newest first: the log keys sort by workflow, then timestamp.
+	err := x.Bucket(bucketRunLog).Scan(a.WorkflowID+"\x00", true, func(k string, _ []byte) error {
+		if len(out) == a.Limit {
+			return state.ErrStop
+		}
+		id := k[len(k)-len("run_")-16:]
+		var r Run
+		found, err := kit.GetJSON(runs, id, &r)
+		if found {
+			out = append(out, r)
+		}
+		return err
+	})
 	if err != nil {
 		return kit.Outcome{}, err
 	}
-	out := []Run{}
-	logb, _ := x.Bucket(bucketRunLog)
-	runs, _ := x.Bucket(bucketRuns)
-	if logb != nil && runs != nil {
-		prefix := a.WorkflowID + "\x00"
-		c := logb.Cursor()
-		// Newest first: seek past the prefix and walk back.
-		k, _ := c.Seek([]byte(a.WorkflowID + "\x01"))
-		if k == nil {
-			k, _ = c.Last()
-		} else {
-			k, _ = c.Prev()
+	if len(out) == 0 {
+		if _, found, err := x.Bucket(bucketWorkflows).Get(a.WorkflowID); err != nil {
+			return kit.Outcome{}, err
+		} else if !found {
+			return kit.Outcome{}, kit.BadRequest("workflow_id %q: no such workflow and no runs in project %s", a.WorkflowID, x.Project)
 		}
-		for ; k != nil && len(out) < a.Limit && len(k) > len(prefix) && string(k[:len(prefix)]) == prefix; k, _ = c.Prev() {
-			parts := string(k[len(prefix):])
-			id := parts[len(parts)-len("run_")-16:]
-			var r Run
-			if _, err := kit.GetJSON(runs, id, &r); err != nil {
-				return kit.Outcome{}, err
-			}
-			out = append(out, r)
-		}
-	}
-	if len(out) == 0 && (wb == nil || wb.Get([]byte(a.WorkflowID)) == nil) {
-		return kit.Outcome{}, kit.BadRequest("workflow_id %q: no such workflow and no runs in project %s", a.WorkflowID, x.Project)
 	}
 	return kit.Outcome{Result: map[string]any{"workflow_id": a.WorkflowID, "logs": out}}, nil
 }

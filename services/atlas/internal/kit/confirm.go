@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/determ"
+	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
 )
 
@@ -102,9 +102,9 @@ func GroupOf(confirmationID string) (string, bool) {
 }
 
 // park stores a pending confirmation instead of executing the call.
-func (s *Service) park(sp *Spec, x *Exec, entry receipts.ToolCall, hash string) (json.RawMessage, receipts.Record, error) {
+func (s *Service) park(ctx context.Context, sp *Spec, x *Exec, entry receipts.ToolCall, hash string) (json.RawMessage, receipts.Record, error) {
 	var would any
-	if err := s.db.View(func(tx *bolt.Tx) error {
+	if err := s.st.View(ctx, func(tx state.Tx) error {
 		x.Tx = tx
 		var err error
 		would, err = sp.Plan(x)
@@ -128,12 +128,9 @@ func (s *Service) park(sp *Spec, x *Exec, entry receipts.ToolCall, hash string) 
 	}
 	entry.Status, entry.Result, entry.ConfirmationID = receipts.StatusPendingConfirm, json.RawMessage("null"), p.ConfirmationID
 	rec := receipts.Record{Kind: receipts.KindCall, ToolCall: entry}
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.st.Update(ctx, func(tx state.Tx) error {
 		x.Tx = tx
-		b, err := x.Bucket(bucketPending)
-		if err != nil {
-			return err
-		}
+		b := x.Bucket(bucketPending)
 		if err := PutJSON(b, p.ConfirmationID, p); err != nil {
 			return err
 		}
@@ -224,17 +221,17 @@ func (s *Service) Resolve(ctx context.Context, project string, req ResolveReques
 	if err != nil {
 		return nil, fmt.Errorf("%w: at %q is not an RFC 3339 time", ErrNotPending, req.At)
 	}
+	if err := s.Refused(); err != nil {
+		return nil, fmt.Errorf("%w: %v", svc.ErrUnavailable, err)
+	}
 	_, st, err := s.deps.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", svc.ErrUnavailable, err)
 	}
 	var p Pending
 	var out Outcome
-	load := func(tx *bolt.Tx) (*bolt.Bucket, error) {
-		b, err := bucket(tx, project, bucketPending)
-		if err != nil {
-			return nil, err
-		}
+	load := func(tx state.Tx) (state.Bucket, error) {
+		b := tx.Bucket(project, bucketPending)
 		found, err := GetJSON(b, req.ConfirmationID, &p)
 		if err != nil {
 			return nil, err
@@ -249,7 +246,7 @@ func (s *Service) Resolve(ctx context.Context, project string, req ResolveReques
 			ByToolCallID: req.ByToolCallID, ByAgentTurnID: req.ByAgentTurnID, AtUTC: determ.Format(at)}
 	}
 	var runErr error
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.st.Update(ctx, func(tx state.Tx) error {
 		b, err := load(tx)
 		if err != nil {
 			return err
@@ -292,7 +289,7 @@ func (s *Service) Resolve(ctx context.Context, project string, req ResolveReques
 		if !errors.As(runErr, &ce) {
 			ce = &card.Error{Code: card.CodeInternalError, Message: runErr.Error()}
 		}
-		err = s.db.Update(func(tx *bolt.Tx) error {
+		err = s.st.Update(ctx, func(tx state.Tx) error {
 			b, err := load(tx)
 			if err != nil {
 				return err

@@ -1,9 +1,11 @@
 // Package kit is the machinery every ATLAS service shares, so that each
 // group (tasks, notes, calendar, workflows, utility) is only its Specs.
 //
-// A Service owns one bbolt file (atlas-<group>.db). Data is scoped by
-// project: every bucket a tool touches is nested under a top-level bucket
-// named after the call's project, so one project never sees another's data.
+// A Service owns its group's state (package state): the local bbolt file
+// atlas-<group>.db, guarded by a holder lease in the CardStore (holder.go),
+// or the shared JetStream KV bucket atlas_<group>. Data is scoped by
+// project: every bucket a tool touches belongs to the call's project, so
+// one project never sees another's data.
 //
 // Every call of a Spec goes through one path (handler.go):
 //
@@ -15,10 +17,12 @@
 //     execute. Its Plan checks the arguments against the data and describes
 //     what would happen; a Pending record is stored and the call ends UTP
 //     success with {"status":"PENDING_CONFIRM", "confirmation_id", ...}.
-//  3. Execution: Run executes inside one bbolt write transaction, together
-//     with the idempotency record, so a failed call writes nothing. Side
-//     effects outside the file (publishing a notification) run after the
-//     commit (Outcome.After).
+//  3. Execution: Run executes inside one write transaction, together with
+//     the idempotency record, so a failed call writes nothing. On the
+//     shared state a transaction may run Run more than once (a commit that
+//     conflicts with another worker's is retried), so Run has no effect
+//     outside the transaction: side effects (publishing a notification)
+//     run after the commit (Outcome.After).
 //  4. Receipt: one atlas.receipt card per call (package receipts). A
 //     receipt that cannot be written fails the call with
 //     upstream_unavailable, saying whether the change was applied.

@@ -9,12 +9,10 @@ import (
 	"errors"
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
-
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/determ"
+	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
 )
 
@@ -33,7 +31,7 @@ type callRecord struct {
 	Receipt  receipts.Record `json:"receipt"`
 }
 
-func callKey(turn, toolCallID string) []byte { return []byte(turn + "\x00" + toolCallID) }
+func callKey(turn, toolCallID string) string { return turn + "\x00" + toolCallID }
 
 func argsHash(args json.RawMessage) string {
 	var buf bytes.Buffer
@@ -55,6 +53,9 @@ func (s *Service) newExec(call *worker.Call) *Exec {
 
 func (s *Service) handler(sp *Spec) worker.HandlerFunc {
 	return func(ctx context.Context, call *worker.Call) (worker.Result, error) {
+		if err := s.Refused(); err != nil {
+			return worker.Result{}, worker.Fail(card.CodeUpstreamUnavailable, err.Error())
+		}
 		_, st, err := s.deps.Conn(ctx)
 		if err != nil {
 			return worker.Result{}, worker.Fail(card.CodeUpstreamUnavailable, "atlas."+s.group+": the CardStore is not available: "+err.Error())
@@ -99,7 +100,7 @@ func (s *Service) execute(ctx context.Context, sp *Spec, x *Exec, entry receipts
 	}
 	if sp.ReadOnly {
 		var out Outcome
-		err := s.db.View(func(tx *bolt.Tx) error {
+		err := s.st.View(ctx, func(tx state.Tx) error {
 			x.Tx = tx
 			var err error
 			out, err = sp.Run(x)
@@ -114,17 +115,15 @@ func (s *Service) execute(ctx context.Context, sp *Spec, x *Exec, entry receipts
 	// Replays answer from the call record.
 	hash := argsHash(x.Args)
 	var prev *callRecord
-	if err := s.db.View(func(tx *bolt.Tx) error {
+	if err := s.st.View(ctx, func(tx state.Tx) error {
 		x.Tx = tx
-		b, err := x.Bucket(bucketCalls)
-		if err != nil || b == nil {
+		prev = nil // a View may run its closure again
+		v, found, err := x.Bucket(bucketCalls).Get(callKey(x.AgentTurnID, x.ToolCallID))
+		if err != nil || !found {
 			return err
 		}
-		if v := b.Get(callKey(x.AgentTurnID, x.ToolCallID)); v != nil {
-			prev = &callRecord{}
-			return json.Unmarshal(v, prev)
-		}
-		return nil
+		prev = &callRecord{}
+		return json.Unmarshal(v, prev)
 	}); err != nil {
 		return nil, receipts.Record{}, s.txErr(err)
 	}
@@ -137,12 +136,12 @@ func (s *Service) execute(ctx context.Context, sp *Spec, x *Exec, entry receipts
 	}
 
 	if sp.needsConfirm(x.Args) {
-		return s.park(sp, x, entry, hash)
+		return s.park(ctx, sp, x, entry, hash)
 	}
 	var out Outcome
 	var value json.RawMessage
 	var rec receipts.Record
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.st.Update(ctx, func(tx state.Tx) error {
 		x.Tx = tx
 		var err error
 		if out, err = sp.Run(x); err != nil {
@@ -215,10 +214,7 @@ func EncodeResult(result any, withUndo bool, undo *receipts.Undo) (json.RawMessa
 }
 
 func putCall(x *Exec, rec callRecord) error {
-	b, err := x.Bucket(bucketCalls)
-	if err != nil {
-		return err
-	}
+	b := x.Bucket(bucketCalls)
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -232,7 +228,7 @@ func (s *Service) txErr(err error) error {
 	if errors.As(err, &ce) {
 		return ce
 	}
-	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
+	if errors.Is(err, state.ErrClosed) {
 		err = ErrClosed
 	}
 	return fmt.Errorf("atlas.%s: storage: %w", s.group, err)
@@ -241,39 +237,40 @@ func (s *Service) txErr(err error) error {
 // PutNew stores a new object under id in b. When id exists with the same
 // encoding it returns existed=true (a replay); with another encoding it
 // fails bad_request explaining the tool_call_id reuse.
-func PutNew(b *bolt.Bucket, id string, v any, toolCallID string) (existed bool, err error) {
+func PutNew(b state.Bucket, id string, v any, toolCallID string) (existed bool, err error) {
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return false, err
 	}
-	if old := b.Get([]byte(id)); old != nil {
+	old, found, err := b.Get(id)
+	if err != nil {
+		return false, err
+	}
+	if found {
 		if bytes.Equal(old, raw) {
 			return true, nil
 		}
 		return false, BadRequest("the id %s derived from tool_call_id %q already names another object: tool_call_id was reused with different content; give every call its own tool_call_id", id, toolCallID)
 	}
-	return false, b.Put([]byte(id), raw)
+	return false, b.Put(id, raw)
 }
 
 // GetJSON reads the JSON object under id into v; found is false when absent.
-func GetJSON(b *bolt.Bucket, id string, v any) (found bool, err error) {
-	if b == nil {
-		return false, nil
-	}
-	raw := b.Get([]byte(id))
-	if raw == nil {
-		return false, nil
+func GetJSON(b state.Bucket, id string, v any) (found bool, err error) {
+	raw, found, err := b.Get(id)
+	if err != nil || !found {
+		return false, err
 	}
 	return true, json.Unmarshal(raw, v)
 }
 
 // PutJSON writes v under id.
-func PutJSON(b *bolt.Bucket, id string, v any) error {
+func PutJSON(b state.Bucket, id string, v any) error {
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	return b.Put([]byte(id), raw)
+	return b.Put(id, raw)
 }
 
 // Raw encodes v as JSON for a receipt change (nil on error, which cannot

@@ -10,15 +10,15 @@ import (
 	"sync"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
-	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/determ"
+	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
+	"github.com/utpmesh/utpmesh/services/atlas/internal/state/boltstate"
+	"github.com/utpmesh/utpmesh/services/atlas/internal/state/kvstate"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
 )
 
@@ -29,6 +29,9 @@ var (
 	// ErrNotPending: a confirmation id names nothing pending (unknown,
 	// already used or expired). Its message says which.
 	ErrNotPending = errors.New("atlas: confirmation not pending")
+	// ErrStateHeld: another process serves the group's local (bbolt)
+	// state; its message names the holder and says what to do.
+	ErrStateHeld = errors.New("atlas: local state held by another process")
 )
 
 // PendingTTL is how long a pending confirmation may be confirmed, counted
@@ -90,7 +93,7 @@ func (s *Spec) needsConfirm(args json.RawMessage) bool {
 // Exec is one execution of a Spec.
 type Exec struct {
 	// Tx is the transaction (nil for Direct).
-	Tx *bolt.Tx
+	Tx state.Tx
 	// Project, Channel and Version scope the call.
 	Project, Channel, Version string
 	// ToolCallID is the call the ids derive from (for a confirmed call,
@@ -124,27 +127,9 @@ func (x *Exec) Bind(v any) error {
 	return nil
 }
 
-// Bucket returns the project's bucket of a name, creating it in a write
-// transaction; in a read transaction a missing bucket is nil.
-func (x *Exec) Bucket(name string) (*bolt.Bucket, error) {
-	return bucket(x.Tx, x.Project, name)
-}
-
-func bucket(tx *bolt.Tx, project, name string) (*bolt.Bucket, error) {
-	top := []byte("p:" + project)
-	if !tx.Writable() {
-		p := tx.Bucket(top)
-		if p == nil {
-			return nil, nil
-		}
-		return p.Bucket([]byte(name)), nil
-	}
-	p, err := tx.CreateBucketIfNotExists(top)
-	if err != nil {
-		return nil, err
-	}
-	return p.CreateBucketIfNotExists([]byte(name))
-}
+// Bucket returns the call's project's bucket of a name (created by its
+// first write).
+func (x *Exec) Bucket(name string) state.Bucket { return x.Tx.Bucket(x.Project, name) }
 
 // BadRequest returns a bad_request failure with a formatted message.
 func BadRequest(format string, a ...any) error {
@@ -155,7 +140,7 @@ func BadRequest(format string, a ...any) error {
 type Service struct {
 	group string
 	deps  atlas.Deps
-	db    *bolt.DB
+	st    state.Store
 	log   *slog.Logger
 	specs map[string]*Spec
 
@@ -163,26 +148,50 @@ type Service struct {
 	srv    *svc.Server
 	closed bool
 	done   chan struct{}
+	// refused is set when the service may not serve its local state
+	// (another process holds it); every call then fails with it.
+	refused error
+	holder  *holder
 }
 
-// New opens the group's data file. When deps.Context is set the file is
-// closed (and the confirmation endpoint stopped) when it ends.
+// New opens the group's state: the local bbolt file <DataDir>/atlas-
+// <group>.db (deps.State bolt, the default), guarded by a holder lease in
+// the CardStore so that a second process serving the group elsewhere is
+// refused (holder.go); or the JetStream KV bucket atlas_<group> that every
+// worker of the group shares (deps.State jetstream). When deps.Context is
+// set the state is closed (and the confirmation endpoint stopped) when it
+// ends.
 func New(group string, deps atlas.Deps) (*Service, error) {
 	deps, err := deps.Normalize(group)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(deps.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("atlas.%s: data directory: %w", group, err)
+	s := &Service{group: group, deps: deps, log: deps.Logger, specs: map[string]*Spec{}, done: make(chan struct{})}
+	switch deps.State {
+	case atlas.StateJetStream:
+		kv := &lazyKV{deps: deps, cfg: kvstate.Config{Bucket: atlas.KVBucket(group), Replicas: deps.StateReplicas,
+			Description: "ATLAS atlas." + group + " state (utpmesh)"}}
+		if deps.NC != nil {
+			if err := kv.openNow(); err != nil {
+				return nil, fmt.Errorf("atlas.%s: replicated state: %w", group, err)
+			}
+		}
+		s.st = kv
+	default:
+		if err := os.MkdirAll(deps.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("atlas.%s: data directory: %w", group, err)
+		}
+		path := atlas.DBPath(deps.DataDir, group)
+		bs, err := boltstate.Open(path, 0)
+		if err != nil {
+			return nil, fmt.Errorf("atlas.%s: open %s: %w (is another atlas.%s process using this data directory?)", group, path, err, group)
+		}
+		s.st = bs
+		if err := s.holdLocal(); err != nil {
+			_ = bs.Close()
+			return nil, err
+		}
 	}
-	path := atlas.DBPath(deps.DataDir, group)
-	// Each group creates its own buckets; the file has no schema version
-	// yet, so boltfile checks only the lock (ErrLocked after 5s).
-	db, err := boltfile.Open(path, boltfile.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("atlas.%s: open %s: %w (is another atlas.%s process using this data directory?)", group, path, err, group)
-	}
-	s := &Service{group: group, deps: deps, db: db, log: deps.Logger, specs: map[string]*Spec{}, done: make(chan struct{})}
 	if ctx := deps.Context; ctx != nil {
 		go func() {
 			select {
@@ -198,8 +207,8 @@ func New(group string, deps atlas.Deps) (*Service, error) {
 // Group is the service's group name.
 func (s *Service) Group() string { return s.group }
 
-// DB is the service's bbolt file.
-func (s *Service) DB() *bolt.DB { return s.db }
+// State is the service's state.
+func (s *Service) State() state.Store { return s.st }
 
 // Deps are the service's normalized dependencies.
 func (s *Service) Deps() atlas.Deps { return s.deps }
@@ -213,8 +222,8 @@ func (s *Service) Author() string { return "atlas." + s.group }
 // Done is closed when the service closes.
 func (s *Service) Done() <-chan struct{} { return s.done }
 
-// Close stops the confirmation endpoint and closes the data file. It is
-// idempotent.
+// Close stops the confirmation endpoint, closes the state and gives up the
+// holder lease of a local state. It is idempotent.
 func (s *Service) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -222,7 +231,7 @@ func (s *Service) Close() error {
 		return nil
 	}
 	s.closed = true
-	srv := s.srv
+	srv, h := s.srv, s.holder
 	close(s.done)
 	s.mu.Unlock()
 	if srv != nil {
@@ -230,7 +239,11 @@ func (s *Service) Close() error {
 		_ = srv.Stop(ctx)
 		cancel()
 	}
-	return s.db.Close()
+	err := s.st.Close()
+	if h != nil {
+		h.release()
+	}
+	return err
 }
 
 // Tools returns the worker tools of the specs, each on target

@@ -1,0 +1,70 @@
+package kvstate_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/internal/meshtest"
+	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
+	"github.com/utpmesh/utpmesh/services/atlas/internal/state/boltstate"
+	"github.com/utpmesh/utpmesh/services/atlas/internal/state/kvstate"
+)
+
+// BenchmarkUpdate is one write transaction (read a key, write it and an
+// index key) on each store, one writer:
+//
+//	go test -run '^$' -bench Update -benchtime 200x ./services/atlas/internal/state/kvstate/
+func BenchmarkUpdate(b *testing.B) {
+	bolt, err := boltstate.Open(filepath.Join(b.TempDir(), "atlas-bench.db"), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = bolt.Close() }()
+	r1, err := kvstate.Open(context.Background(), meshtest.Conn(b, meshtest.NATS(b)), kvstate.Config{Bucket: "atlas_bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	urls := cluster(b)
+	nc, err := nats.Connect(urls[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	var r3 *kvstate.Store
+	for deadline := time.Now().Add(30 * time.Second); r3 == nil; {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		r3, err = kvstate.Open(ctx, nc, kvstate.Config{Bucket: "atlas_bench", Replicas: 3})
+		cancel()
+		if err != nil && time.Now().After(deadline) {
+			b.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		s    state.Store
+	}{{"bolt", bolt}, {"kv-R1", r1}, {"kv-R3", r3}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for i := range b.N {
+				err := tc.s.Update(context.Background(), func(tx state.Tx) error {
+					bk := tx.Bucket("p", "t")
+					k := fmt.Sprint("task_", i)
+					if _, _, err := bk.Get(k); err != nil {
+						return err
+					}
+					if err := bk.Put(k, []byte(`{"title":"x"}`)); err != nil {
+						return err
+					}
+					return tx.Bucket("p", "idx").Put("2024-01-15\x00"+k, nil)
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

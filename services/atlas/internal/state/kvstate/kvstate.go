@@ -1,0 +1,582 @@
+// Package kvstate keeps an ATLAS group's state (package state) in a
+// JetStream KV bucket that every worker of the group shares, so that two
+// workers of atlas.tasks on two hosts serve one dataset, and the data has
+// as many replicas as the bucket (R1, or R3 on a cluster).
+//
+// # Layout
+//
+// The bucket is atlas_<group> (Config.Bucket). A value lives under the key
+// <project>.<bucket>.<key>, each token kept as it is when it consists of
+// letters, digits, '-' and '_', and written as '=' followed by its
+// unpadded base64url encoding otherwise (so "task_0a1b" stays readable in
+// "nats kv ls" and "2024-01-15\x00blk_1" becomes "=MjAy..."). Each project
+// has a version key, <project>._v, that every committed write transaction
+// of the project advances.
+//
+// # Transactions
+//
+// A transaction reads the version key of a project before it reads
+// anything else of it, and buffers its writes. Update commits them as one
+// JetStream atomic batch (the stream allows atomic publish) whose last
+// messages re-put the version key of every project the transaction
+// touched, each with Nats-Expected-Last-Subject-Sequence set to the
+// revision it read: the batch is stored whole only if no other transaction
+// committed to those projects since, and is refused whole otherwise. A
+// refused commit re-runs the closure with fresh reads, after a short
+// randomized pause, at most Config.MaxAttempts times (then
+// state.ErrConflict). So transactions are serializable per project, and a
+// crash mid-commit leaves all or nothing.
+//
+// View re-reads the version keys after its closure and runs it again when
+// one moved, so it also sees one consistent state.
+//
+// The stream's direct get is switched off: every read goes to the stream
+// leader, so a worker reads what another worker's acknowledged commit
+// wrote.
+//
+// A Scan lists the bucket with an ordered consumer, which JetStream may
+// place on a replica that lags the leader; the consumer also reads the
+// project's version key (committed last in each batch), and a scan whose
+// replica has not reached the revision the transaction read is done again.
+//
+// Caveats: a Scan costs one round trip to create its consumer, then the
+// values, and Projects lists the version keys: both suit the
+// personal-scale data ATLAS keeps (thousands of keys per bucket), not
+// millions. Projects may miss a project created a moment ago on another
+// node (the scheduler finds it on its next pass).
+package kvstate
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxAttempts = 32
+	// versionToken names a project's version key (<project>._v).
+	versionToken = "_v"
+)
+
+// JetStream error codes that mean "another transaction committed first".
+const (
+	codeWrongLastSequence      = 10071
+	codeWrongLastSequenceConst = 10164
+)
+
+// Config configures a Store.
+type Config struct {
+	// Bucket is the KV bucket name, e.g. atlas_tasks. Required.
+	Bucket string
+	// Replicas of the bucket's stream: 1 (default) or 3 on a cluster of
+	// at least three servers. An existing bucket with another count is
+	// updated to this one.
+	Replicas int
+	// MaxAttempts bounds how often Update runs its closure when commits
+	// conflict; default DefaultMaxAttempts.
+	MaxAttempts int
+	// Description is the bucket's description.
+	Description string
+}
+
+// Store is a group's state in a JetStream KV bucket.
+type Store struct {
+	// wmu runs this handle's Updates one at a time, so that the writers
+	// of one process never conflict with each other; conflicts come from
+	// other processes only.
+	wmu sync.Mutex
+	nc  *nats.Conn
+	kv  jetstream.KeyValue
+	cfg Config
+	// subject prefix of the bucket's keys: $KV.<bucket>.
+	prefix string
+}
+
+var _ state.Store = (*Store)(nil)
+
+// Open creates the bucket (or adopts an existing one) and configures its
+// stream for atomic batches and leader reads.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
+	if cfg.Bucket == "" {
+		return nil, errors.New("kvstate: Config.Bucket is required")
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.Replicas < 1 || cfg.Replicas > 5 {
+		return nil, fmt.Errorf("kvstate: %d replicas: use 1, or 3 on a cluster of at least three servers", cfg.Replicas)
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	stream := "KV_" + cfg.Bucket
+	info, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, Description: cfg.Description,
+			History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas})
+		cerr := err
+		// Another worker may have created (and configured) it meanwhile.
+		if info, err = js.Stream(ctx, stream); err != nil && cerr != nil {
+			hint := ""
+			if cfg.Replicas > 1 {
+				hint = fmt.Sprintf(" (R%d needs a NATS cluster of at least %d servers; use 1 replica on a single server)", cfg.Replicas, cfg.Replicas)
+			}
+			return nil, fmt.Errorf("kvstate: create bucket %s (R%d): %w%s", cfg.Bucket, cfg.Replicas, cerr, hint)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kvstate: bucket %s: %w", cfg.Bucket, err)
+	}
+	sc := info.CachedInfo().Config
+	if !sc.AllowAtomicPublish || sc.AllowDirect || sc.Replicas != cfg.Replicas {
+		sc.AllowAtomicPublish, sc.AllowDirect, sc.Replicas = true, false, cfg.Replicas
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			return nil, fmt.Errorf("kvstate: configure bucket %s (atomic batches, leader reads, R%d): %w (atomic batches need nats-server 2.12 or later)", cfg.Bucket, cfg.Replicas, err)
+		}
+	}
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("kvstate: bind bucket %s: %w", cfg.Bucket, err)
+	}
+	return &Store{nc: nc, kv: kv, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
+}
+
+// PublishSubjects are the subjects a NATS user must be allowed to publish
+// to for a Store on bucket to create or adopt it, read, scan and commit
+// (besides subscribing to its own _INBOX.>): what a worker identity of the
+// group needs.
+func PublishSubjects(bucket string) []string {
+	st := "KV_" + bucket
+	return []string{
+		"$JS.API.INFO",
+		"$JS.API.STREAM.INFO." + st, "$JS.API.STREAM.CREATE." + st, "$JS.API.STREAM.UPDATE." + st,
+		"$JS.API.STREAM.MSG.GET." + st,
+		"$JS.API.CONSUMER.CREATE." + st + ".>", "$JS.API.CONSUMER.DELETE." + st + ".>",
+		"$JS.FC." + st + ".>",
+		"$KV." + bucket + ".>",
+	}
+}
+
+// Close does nothing: the connection belongs to the caller.
+func (s *Store) Close() error { return nil }
+
+// View runs fn until it sees one consistent state (bounded by MaxAttempts).
+func (s *Store) View(ctx context.Context, fn func(state.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		t := s.newTx(ctx, false)
+		if err := fn(t); err != nil {
+			return err
+		}
+		same, err := t.unchanged()
+		if err != nil || same {
+			return err
+		}
+		if attempt >= s.cfg.MaxAttempts {
+			return fmt.Errorf("%w: %s kept changing while it was read (%d attempts)", state.ErrConflict, s.cfg.Bucket, attempt)
+		}
+		if err := pause(ctx, attempt); err != nil {
+			return err
+		}
+	}
+}
+
+// Update runs fn and commits its writes; a conflicting commit runs fn
+// again (see the package doc).
+func (s *Store) Update(ctx context.Context, fn func(state.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := s.attempt(ctx, fn)
+		if !errors.Is(err, errConflict) {
+			return err
+		}
+		if attempt >= s.cfg.MaxAttempts {
+			return fmt.Errorf("%w: %s: %d commits conflicted with other writers", state.ErrConflict, s.cfg.Bucket, attempt)
+		}
+		if err := pause(ctx, attempt); err != nil {
+			return err
+		}
+	}
+}
+
+// attempt runs fn once and commits, holding the handle's write lock.
+func (s *Store) attempt(ctx context.Context, fn func(state.Tx) error) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	t := s.newTx(ctx, true)
+	if err := fn(t); err != nil {
+		return err
+	}
+	return t.commit()
+}
+
+// pause waits a random time up to an exponentially growing bound (1ms
+// doubling to 128ms), so that conflicting writers spread out.
+func pause(ctx context.Context, attempt int) error {
+	d := time.Duration(rand.Int64N(int64(time.Millisecond)<<min(attempt, 8))) + time.Millisecond/2
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+var errConflict = errors.New("kvstate: commit conflict")
+
+// write is one buffered write; del marks a delete.
+type write struct {
+	value []byte
+	del   bool
+}
+
+type tx struct {
+	ctx      context.Context
+	s        *Store
+	writable bool
+	// versions holds the revision of each touched project's version key
+	// (0: absent).
+	versions map[string]uint64
+	writes   map[string]write // KV key → write
+	order    []string         // KV keys in first-write order
+}
+
+func (s *Store) newTx(ctx context.Context, writable bool) *tx {
+	return &tx{ctx: ctx, s: s, writable: writable, versions: map[string]uint64{}, writes: map[string]write{}}
+}
+
+func (t *tx) Writable() bool { return t.writable }
+
+func (t *tx) Bucket(project, name string) state.Bucket {
+	return &bucket{t: t, project: project, base: encode(project) + "." + encode(name) + "."}
+}
+
+// touch reads a project's version key once per transaction, before the
+// transaction reads anything else of the project.
+func (t *tx) touch(project string) error {
+	if _, ok := t.versions[project]; ok {
+		return nil
+	}
+	rev, err := t.version(project)
+	if err != nil {
+		return err
+	}
+	t.versions[project] = rev
+	return nil
+}
+
+func (t *tx) version(project string) (uint64, error) {
+	e, err := t.s.kv.Get(t.ctx, encode(project)+"."+versionToken)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kvstate: %s: read version of project %s: %w", t.s.cfg.Bucket, project, err)
+	}
+	return e.Revision(), nil
+}
+
+// unchanged reports whether every touched project's version key is still
+// at the revision the transaction read.
+func (t *tx) unchanged() (bool, error) {
+	for p, rev := range t.versions {
+		now, err := t.version(p)
+		if err != nil {
+			return false, err
+		}
+		if now != rev {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (t *tx) Projects() ([]string, error) {
+	l, err := t.s.kv.ListKeysFiltered(t.ctx, "*."+versionToken)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kvstate: %s: list projects: %w", t.s.cfg.Bucket, err)
+	}
+	defer func() { _ = l.Stop() }()
+	var out []string
+	for k := range l.Keys() {
+		tok, _, _ := strings.Cut(k, ".")
+		p, err := decode(tok)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// commit publishes the buffered writes as one atomic batch.
+func (t *tx) commit() error {
+	if len(t.order) == 0 {
+		return nil
+	}
+	projects := make([]string, 0, len(t.versions))
+	for p := range t.versions {
+		projects = append(projects, p)
+	}
+	sort.Strings(projects)
+	id := crand.Text()
+	msgs := make([]*nats.Msg, 0, len(projects)+len(t.order))
+	// The data first, the version keys last: a replica whose copy of a
+	// version key is at revision r has every write committed with it
+	// (Scan relies on that).
+	for _, k := range t.order {
+		w := t.writes[k]
+		m := nats.NewMsg(t.s.prefix + k)
+		if w.del {
+			m.Header.Set("KV-Operation", "DEL")
+		} else {
+			m.Data = w.value
+		}
+		msgs = append(msgs, m)
+	}
+	for _, p := range projects {
+		m := nats.NewMsg(t.s.prefix + encode(p) + "." + versionToken)
+		m.Data = []byte(id)
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(t.versions[p], 10))
+		msgs = append(msgs, m)
+	}
+	for i, m := range msgs {
+		m.Header.Set("Nats-Batch-Id", id)
+		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
+		if i < len(msgs)-1 {
+			if err := t.s.nc.PublishMsg(m); err != nil {
+				return fmt.Errorf("kvstate: %s: commit: %w", t.s.cfg.Bucket, err)
+			}
+		}
+	}
+	last := msgs[len(msgs)-1]
+	last.Header.Set("Nats-Batch-Commit", "1")
+	resp, err := t.s.nc.RequestMsgWithContext(t.ctx, last)
+	if err != nil {
+		return fmt.Errorf("kvstate: %s: commit (the transaction may or may not be stored): %w", t.s.cfg.Bucket, err)
+	}
+	var ack struct {
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &ack); err != nil {
+		return fmt.Errorf("kvstate: %s: commit: unreadable acknowledgement %q: %w", t.s.cfg.Bucket, resp.Data, err)
+	}
+	if e := ack.Error; e != nil {
+		if e.ErrorCode == codeWrongLastSequence || e.ErrorCode == codeWrongLastSequenceConst {
+			return errConflict
+		}
+		return fmt.Errorf("kvstate: %s: commit refused: %w", t.s.cfg.Bucket, e)
+	}
+	return nil
+}
+
+type bucket struct {
+	t       *tx
+	project string
+	base    string // <project>.<name>. (encoded)
+}
+
+func (b *bucket) Get(key string) ([]byte, bool, error) {
+	if err := b.t.touch(b.project); err != nil {
+		return nil, false, err
+	}
+	k := b.base + encode(key)
+	if w, ok := b.t.writes[k]; ok {
+		if w.del {
+			return nil, false, nil
+		}
+		return w.value, true, nil
+	}
+	e, err := b.t.s.kv.Get(b.t.ctx, k)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("kvstate: %s: get %s: %w", b.t.s.cfg.Bucket, k, err)
+	}
+	v := e.Value()
+	if v == nil {
+		v = []byte{}
+	}
+	return v, true, nil
+}
+
+func (b *bucket) set(key string, w write) error {
+	if !b.t.writable {
+		return state.ErrReadOnly
+	}
+	if key == "" {
+		return errors.New("atlas state: empty key")
+	}
+	if err := b.t.touch(b.project); err != nil {
+		return err
+	}
+	k := b.base + encode(key)
+	if _, ok := b.t.writes[k]; !ok {
+		b.t.order = append(b.t.order, k)
+	}
+	b.t.writes[k] = w
+	return nil
+}
+
+func (b *bucket) Put(key string, value []byte) error {
+	if value == nil {
+		value = []byte{}
+	}
+	return b.set(key, write{value: value})
+}
+
+func (b *bucket) Delete(key string) error { return b.set(key, write{del: true}) }
+
+// scanTries bounds how often Scan waits for a lagging replica.
+const scanTries = 50
+
+func (b *bucket) Scan(prefix string, reverse bool, fn func(string, []byte) error) error {
+	if err := b.t.touch(b.project); err != nil {
+		return err
+	}
+	var vals map[string][]byte
+	for try := 1; ; try++ {
+		var fresh bool
+		var err error
+		if vals, fresh, err = b.list(); err != nil {
+			return err
+		}
+		if fresh {
+			break
+		}
+		if try == scanTries {
+			return fmt.Errorf("kvstate: %s: scan %s: the replica serving it stayed behind the stream leader", b.t.s.cfg.Bucket, b.base)
+		}
+		if err := pause(b.t.ctx, 1); err != nil {
+			return err
+		}
+	}
+	for k, wr := range b.t.writes {
+		if !strings.HasPrefix(k, b.base) {
+			continue
+		}
+		if wr.del {
+			delete(vals, k)
+		} else {
+			vals[k] = wr.value
+		}
+	}
+	type kv struct {
+		key string
+		val []byte
+	}
+	var list []kv
+	for k, v := range vals {
+		key, err := decode(k[len(b.base):])
+		if err != nil {
+			return err
+		}
+		if strings.HasPrefix(key, prefix) {
+			if v == nil {
+				v = []byte{}
+			}
+			list = append(list, kv{key, v})
+		}
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if reverse {
+			return list[i].key > list[j].key
+		}
+		return list[i].key < list[j].key
+	})
+	for _, e := range list {
+		if err := fn(e.key, e.val); err != nil {
+			if errors.Is(err, state.ErrStop) {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// list reads the bucket's keys with an ordered consumer, which JetStream
+// may place on any replica. It watches the project's version key with
+// them: fresh is false when that replica's copy is older than the
+// revision the transaction read from the leader (the replica has not
+// applied every commit the transaction's reads rely on yet).
+func (b *bucket) list() (vals map[string][]byte, fresh bool, err error) {
+	ver := encode(b.project) + "." + versionToken
+	w, err := b.t.s.kv.WatchFiltered(b.t.ctx, []string{b.base + "*", ver}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, false, fmt.Errorf("kvstate: %s: scan %s: %w", b.t.s.cfg.Bucket, b.base, err)
+	}
+	vals = map[string][]byte{}
+	var seen uint64
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		if e.Key() == ver {
+			seen = e.Revision()
+			continue
+		}
+		vals[e.Key()] = e.Value()
+	}
+	if err := w.Stop(); err != nil {
+		return nil, false, fmt.Errorf("kvstate: %s: scan %s: %w", b.t.s.cfg.Bucket, b.base, err)
+	}
+	if err := b.t.ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	return vals, seen >= b.t.versions[b.project], nil
+}
+
+// encode makes a KV key token of s (see the package doc).
+func encode(s string) string {
+	if s != "" && plain(s) {
+		return s
+	}
+	return "=" + base64.RawURLEncoding.EncodeToString([]byte(s))
+}
+
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func decode(tok string) (string, error) {
+	enc, ok := strings.CutPrefix(tok, "=")
+	if !ok {
+		return tok, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil {
+		return "", fmt.Errorf("kvstate: key token %q is not '=' + base64url: %w", tok, err)
+	}
+	return string(b), nil
+}
