@@ -58,6 +58,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/internal/datalock"
+	"github.com/utpmesh/utpmesh/internal/jskv"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/portcheck"
 	"github.com/utpmesh/utpmesh/pkg/authz"
@@ -122,12 +123,35 @@ type Config struct {
 	// require TLS; clients verify the certificate against their CA
 	// (nats.RootCAs). The mesh's own connection is in-process.
 	TLSCert, TLSKey string
+	// ServerName names the embedded nats-server; unique per node in a
+	// cluster (e.g. the host name). Default "utpmesh".
+	ServerName string
+	// Cluster, when set, makes the embedded nats-server a node of a NATS
+	// cluster (routes to every node; see embednats.Cluster) and keeps the
+	// mesh's state replicated (Replicated, 3 replicas, unless set).
+	Cluster *embednats.Cluster
+	// Replicated, when set, keeps the mesh's state in JetStream instead of
+	// bbolt files: the streams with Replicas copies, the CardStore
+	// (cardstore/jsstore), the registry (jsreg), policies (jspolicy) and
+	// the inbox (a key-value bucket). Every mesh process of a cluster then
+	// serves the same state, and the loss of one node loses nothing
+	// acknowledged. Issuer keys stay files (KeyDir): give every node the
+	// same ones.
+	Replicated *ReplicatedConfig
 	// Identities, when set, turns NATS authentication on: only the
 	// identities listed (plus the mesh core and admin) may connect, each
 	// with the permissions of its role (internal/meshauth). Their nkey
 	// seeds are created under <DataDir>/creds on first start. Nil: the
 	// NATS port is open to anyone who reaches it.
 	Identities *IdentityConfig
+}
+
+// ReplicatedConfig configures the replicated state (Config.Replicated).
+type ReplicatedConfig struct {
+	// Replicas is how many servers keep each stream and bucket: 3 in a
+	// 3-node cluster (a write is acknowledged once two have it), 1 on a
+	// single server. Default 3 with Config.Cluster, else 1.
+	Replicas int
 }
 
 // IdentityConfig lists the identities a mesh with NATS authentication
@@ -161,20 +185,24 @@ const stopGrace = 10 * time.Second
 
 // Mesh is a running mesh.
 type Mesh struct {
-	cfg      Config
-	srv      *embednats.Server
-	nc       *nats.Conn
-	cards    cardstore.Store
-	reg      registry.Registry
-	boltDB   *bolt.DB // cards.db, nil when the cards are replicated
-	cardSrv  *natsstore.Server
-	regSrv   *natsreg.Server
-	auth     *natsauthz.Service
-	inbox    *inbox.Service
-	rt       *worker.Runtime
-	metrics  *metrics.Metrics
-	msrv     *metrics.Server
-	stoppers []func(context.Context) error
+	cfg    Config
+	srv    *embednats.Server
+	nc     *nats.Conn
+	cards  cardstore.Store
+	reg    registry.Registry
+	boltDB *bolt.DB // cards.db, nil when the cards are replicated
+	// Replicated state only (nil with files): the policy store and the
+	// inbox's bucket.
+	policies    natsauthz.Store
+	inboxBucket *jskv.Bucket
+	cardSrv     *natsstore.Server
+	regSrv      *natsreg.Server
+	auth        *natsauthz.Service
+	inbox       *inbox.Service
+	rt          *worker.Runtime
+	metrics     *metrics.Metrics
+	msrv        *metrics.Server
+	stoppers    []func(context.Context) error
 }
 
 // Start starts a mesh. On error everything started so far is stopped.
@@ -248,7 +276,7 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		connOpts = append(connOpts, opt)
 	}
 	m.srv, err = embednats.Start(embednats.Config{DataDir: cfg.DataDir, Host: host, Port: port, JetStream: true, MaxPayload: cfg.MaxPayload, Logger: log.With("component", "nats"), Users: users,
-		TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey})
+		TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, ServerName: cfg.ServerName, Cluster: cfg.Cluster})
 	if errors.Is(err, embednats.ErrAddrInUse) {
 		return m, fmt.Errorf("%w; is another 'utpmesh up' or nats-server running? pass --nats-listen 127.0.0.1:0 for a free port", err)
 	}
@@ -265,10 +293,23 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	if err != nil {
 		return m, fmt.Errorf("mesh: jetstream: %w", err)
 	}
-	if err = streams.Ensure(ctx, js, cfg.ProtocolVersion); err != nil {
+	if cfg.Replicated != nil {
+		if err = m.openReplicated(ctx, js); err != nil {
+			return m, err
+		}
+	} else if err = m.openFiles(ctx, js); err != nil {
 		return m, err
 	}
+	return m, m.serve(ctx)
+}
 
+// openFiles opens the single-node state: the streams with one replica and
+// the bbolt files under DataDir.
+func (m *Mesh) openFiles(ctx context.Context, js jetstream.JetStream) error {
+	cfg, log := m.cfg, m.cfg.Logger
+	if err := streams.Ensure(ctx, js, cfg.ProtocolVersion); err != nil {
+		return err
+	}
 	storeOpts := []boltstore.Option{boltstore.WithLogger(log.With("component", "cardstore"))}
 	if cfg.MaxCardBytes > 0 {
 		storeOpts = append(storeOpts, boltstore.WithMaxCardBytes(cfg.MaxCardBytes))
@@ -278,49 +319,57 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	}
 	cards, err := boltstore.Open(filepath.Join(cfg.DataDir, "cards.db"), storeOpts...)
 	if err != nil {
-		return m, err
+		return err
 	}
 	m.cards, m.boltDB = cards, cards.DB()
 	m.push(func(context.Context) error { return cards.Close() })
 	reg, err := boltreg.Open(filepath.Join(cfg.DataDir, "registry.db"))
 	if err != nil {
-		return m, err
+		return err
 	}
 	m.reg = reg
 	m.push(func(context.Context) error { return reg.Close() })
+	return nil
+}
+
+// serve starts the svc servers, the inbox and the worker runtime on the
+// state m holds.
+func (m *Mesh) serve(ctx context.Context) (err error) {
+	cfg, log := m.cfg, m.cfg.Logger
 
 	m.cardSrv, err = natsstore.NewServer(m.nc, m.cards, natsstore.ServerConfig{Version: cfg.ProtocolVersion, Logger: log.With("component", "cardstore")})
 	if err != nil {
-		return m, err
+		return err
 	}
 	m.push(m.cardSrv.Stop)
 	m.regSrv, err = natsreg.NewServer(m.nc, m.reg, natsreg.ServerConfig{Version: cfg.ProtocolVersion, Logger: log.With("component", "registry")})
 	if err != nil {
-		return m, err
+		return err
 	}
 	m.push(m.regSrv.Stop)
 	if cfg.Auth != nil {
-		m.auth, err = natsauthz.Start(ctx, m.nc, natsauthz.StartConfig{DataDir: cfg.DataDir, KeyDir: cfg.Auth.KeyDir, Registry: m.reg,
+		m.auth, err = natsauthz.Start(ctx, m.nc, natsauthz.StartConfig{DataDir: cfg.DataDir, KeyDir: cfg.Auth.KeyDir, Registry: m.reg, Store: m.policies,
 			States: cfg.Auth.States, Version: cfg.ProtocolVersion, Logger: log.With("component", "authz")})
 		if err != nil {
-			return m, err
+			return err
 		}
 		m.push(m.auth.Stop)
 	}
 
-	icfg := inbox.Config{Version: cfg.ProtocolVersion, Store: m.cards, Path: filepath.Join(cfg.DataDir, "inbox.db"), Logger: log, TracerProvider: cfg.TracerProvider}
+	icfg := inbox.Config{Version: cfg.ProtocolVersion, Store: m.cards, Path: filepath.Join(cfg.DataDir, "inbox.db"), Logger: log, TracerProvider: cfg.TracerProvider,
+		Bucket: m.inboxBucket}
 	if m.metrics != nil {
 		icfg.Observer = m.metrics.Inbox()
 	}
 	m.inbox, err = inbox.New(m.nc, icfg)
 	if err != nil {
-		return m, err
+		return err
 	}
 	if m.metrics != nil {
 		m.metrics.WatchPending(m.inbox.Pending)
 	}
 	if err = m.inbox.Start(ctx); err != nil {
-		return m, err
+		return err
 	}
 	m.push(m.inbox.Stop)
 
@@ -351,19 +400,19 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		m.push(func(context.Context) error { cancel(); return nil })
 		more, err := cfg.Services(sctx, m)
 		if err != nil {
-			return m, err
+			return err
 		}
 		tools = append(tools, more...)
 	}
 	m.rt, err = worker.New(m.nc, wcfg, tools...)
 	if err != nil {
-		return m, err
+		return err
 	}
 	if err = m.rt.Start(ctx); err != nil {
-		return m, err
+		return err
 	}
 	m.push(m.rt.Stop)
-	return m, nil
+	return nil
 }
 
 func (m *Mesh) push(f func(context.Context) error) { m.stoppers = append(m.stoppers, f) }
