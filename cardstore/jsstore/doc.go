@@ -86,8 +86,8 @@
 // and fsyncs it; BenchmarkServerBatch measures it), so the Puts of one
 // Store share batches: a Put that finds the store idle commits at once in
 // its goroutine; Puts that arrive meanwhile queue, and one goroutine then
-// commits them together (up to 900 messages) and repeats until none are
-// left. Each queued Put is checked against the stored records and the
+// commits them together (up to 900 messages and 16 MiB of cards; a bigger
+// Put goes alone) and repeats until none are left. Each queued Put is checked against the stored records and the
 // Puts before it, so one that fails is left out and the others commit;
 // when the batch fails for a reason that is not a compare-and-set, each
 // Put is retried alone, so that its error is its own. A Put whose context
@@ -102,7 +102,9 @@
 // records that change (summaries, list heads, claims, boxes) are read from
 // the stream leader (STREAM.MSG.GET), which has applied everything
 // acknowledged; immutable records are read directly and only a "not found"
-// is confirmed at the leader; a ListTurn page first asks the leader for
+// is confirmed at the leader (a Put's own checks skip that: its batch
+// expects those records absent, so a stale answer only makes the server
+// refuse the batch, and the Put is planned again); a ListTurn page first asks the leader for
 // the turn's newest index record and reads the page again while a
 // follower's answer stops short of it. So a read sees every write
 // acknowledged before it started, on any number of replicas.
