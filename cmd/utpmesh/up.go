@@ -22,6 +22,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atp"
 	atptools "github.com/utpmesh/utpmesh/services/atp/tools"
 	"github.com/utpmesh/utpmesh/services/catalog"
+	"github.com/utpmesh/utpmesh/subjects"
 )
 
 type upCommand struct{ env env }
@@ -44,6 +45,8 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	tlsCert := fs.String("tls-cert", "", "require TLS on the NATS port with this certificate (PEM); clients pass --tls-ca")
 	tlsKey := fs.String("tls-key", "", "the --tls-cert certificate's private key (PEM)")
 	insecure := fs.Bool("insecure", false, "no NATS authentication: anyone who reaches the NATS port may do anything (logged as a warning; default: nkey identities under DIR/creds)")
+	var cf clusterFlags
+	cf.register(fs)
 	var lf logFlags
 	lf.register(fs)
 	pos, err := parse(fs, args)
@@ -59,12 +62,20 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	}
 	if len(services) == 0 {
 		services = defaultNames()
+		if cf.state == "jetstream" || (cf.state == "" && cf.clusterName != "") {
+			services = sharedDefaultNames()
+		}
 	}
 	for _, s := range services {
 		if _, err := catalog.Lookup(s); err != nil {
 			return usagef("--services: %v", err)
 		}
 	}
+	cl, err := cf.resolve(services)
+	if err != nil {
+		return err
+	}
+	atlasState, atlasReplicas := cf.atlasState(cl)
 	if *maxPayload < embednats.MinMaxPayload || *maxPayload > embednats.MaxMaxPayload {
 		return usagef("--max-payload %d: use %d (64 KiB) to %d (64 MiB) bytes", *maxPayload, embednats.MinMaxPayload, embednats.MaxMaxPayload)
 	}
@@ -91,7 +102,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		var tools []worker.Tool
 		for _, s := range services {
 			ts, err := catalog.Build([]string{s}, catalog.Deps{NC: m.Conn(), Store: m.Cards(), Registry: m.Registry(),
-				DataDir: *data, Context: sctx, Logger: log})
+				DataDir: *data, Context: sctx, Logger: log, AtlasState: atlasState, AtlasStateReplicas: atlasReplicas})
 			if err != nil {
 				return nil, err
 			}
@@ -104,12 +115,13 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	if *insecure {
 		log.Warn("--insecure: NATS authentication is off; anyone who reaches " + *listen + " may run tools, forge results and change policies")
 	} else {
-		ids = &mesh.IdentityConfig{}
+		ids = &mesh.IdentityConfig{Dir: cf.credsDir}
 	}
 	m, err := mesh.Start(ctx, mesh.Config{DataDir: *data, Listen: *listen, Projects: projects, Services: build, Logger: log,
 		MetricsAddr: *metricsAddr, TracerProvider: tp, MaxPayload: int32(*maxPayload), MaxCardBytes: *maxCard,
-		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{States: atp.StatesFor(*data)},
-		Identities: ids, TLSCert: *tlsCert, TLSKey: *tlsKey, Command: "utpmesh up"})
+		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{States: atp.StatesFor(*data), KeyDir: cf.keysDir},
+		Identities: ids, TLSCert: *tlsCert, TLSKey: *tlsKey, Command: "utpmesh up",
+		ServerName: cl.serverName, Cluster: cl.cluster, Replicated: cl.replicated})
 	if err != nil && ctx.Err() != nil {
 		// Interrupted while starting: Start has stopped what it started.
 		fmt.Fprintln(c.env.stdout, "stopped while starting")
@@ -196,6 +208,18 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
+// sharedDefaultNames are the default services whose state every node of a
+// cluster can share (or that keep none).
+func sharedDefaultNames() []string {
+	var out []string
+	for _, s := range catalog.Default() {
+		if !s.KeepsFiles || s.SharedState {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
 func defaultNames() []string {
 	var out []string
 	for _, s := range catalog.Default() {
@@ -207,6 +231,14 @@ func defaultNames() []string {
 // workerIdentity is the worker identity of tool service name serving tools.
 func workerIdentity(name string, tools []worker.Tool) meshauth.Identity {
 	id := meshauth.Identity{Role: meshauth.RoleWorker, Service: name}
+	if svc, err := catalog.Lookup(name); err == nil {
+		if svc.StatePublish != nil {
+			id.Publish = svc.StatePublish()
+		}
+		if svc.Subscribe != nil {
+			id.Subscribe = svc.Subscribe(subjects.DefaultVersion)
+		}
+	}
 	for _, t := range tools {
 		target := t.Target
 		if target == "" {

@@ -44,6 +44,8 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	noGate := fs.Bool("no-gate", false, "run every call without the Cedar gate (logged as a warning); only for a mesh started without authorization, never for 'utpmesh up'")
 	authzTTL := fs.Duration("authz-ttl", natsauthz.DefaultRemoteTTL, "how long the gate uses the policies, configs and issuer keys it read from the mesh before reading them again")
 	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
+	atlasState := fs.String("atlas-state", "bolt", "where ATLAS groups keep their data: bolt (a file under --data; one worker per group) or jetstream (a key-value bucket every worker of the group shares)")
+	atlasReplicas := fs.Int("atlas-state-replicas", 1, "with --atlas-state jetstream: copies of the bucket (3 on a 3-node cluster)")
 	var lf logFlags
 	lf.register(fs)
 	services, err := parse(fs, args)
@@ -55,6 +57,12 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	}
 	if *concurrency < 1 {
 		return usagef("--concurrency must be at least 1")
+	}
+	if *atlasState != "bolt" && *atlasState != "jetstream" {
+		return usagef("--atlas-state %q: use bolt or jetstream", *atlasState)
+	}
+	if *atlasReplicas < 1 || *atlasReplicas > 5 {
+		return usagef("--atlas-state-replicas %d: use 1 (one server) or 3 (a 3-node cluster)", *atlasReplicas)
 	}
 	for _, s := range services {
 		if _, err := catalog.Lookup(s); err != nil {
@@ -70,7 +78,12 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	}
 	// Services that keep files own the data directory: lock it before
 	// anything opens a file there (see docs/operations.md, data directory).
-	if catalog.KeepFiles(services) {
+	keepsFiles := false
+	for _, s := range services {
+		svc, _ := catalog.Lookup(s)
+		keepsFiles = keepsFiles || (svc.KeepsFiles && !(svc.SharedState && *atlasState == "jetstream"))
+	}
+	if keepsFiles {
 		lock, err := datalock.Acquire(*data, "utpmesh worker "+strings.Join(services, " "))
 		if errors.Is(err, datalock.ErrInUse) {
 			return fmt.Errorf("%w; stop it, or give this worker its own --data DIR", err)
@@ -131,7 +144,8 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	// the signal: they stop after the drain, when svcCtx ends.
 	svcCtx, stopServices := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServices()
-	tools, err := catalog.Build(services, catalog.Deps{NC: nc, Store: store, Registry: reg, DataDir: *data, Context: svcCtx, Logger: log})
+	tools, err := catalog.Build(services, catalog.Deps{NC: nc, Store: store, Registry: reg, DataDir: *data, Context: svcCtx, Logger: log,
+		AtlasState: *atlasState, AtlasStateReplicas: *atlasReplicas})
 	if err != nil {
 		return err
 	}

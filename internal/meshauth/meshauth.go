@@ -73,6 +73,10 @@ type Identity struct {
 	// Service names a worker identity; Tools are what it may serve.
 	Service string
 	Tools   []Tool
+	// Publish and Subscribe are further subjects a worker identity may
+	// use: its service's own (the shared state's JetStream subjects, the
+	// endpoints it serves), as the service declares them.
+	Publish, Subscribe []string
 }
 
 // Name is the identity's file and user name: core, admin,
@@ -166,6 +170,7 @@ func Permissions(ver string, id Identity) *server.Permissions {
 				"$JS.API.CONSUMER.MSG.NEXT."+cmd+"."+d,
 				"$JS.ACK."+cmd+"."+d+".>")
 		}
+		pub, sub = append(pub, id.Publish...), append(sub, id.Subscribe...)
 		return &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: pub},
 			Subscribe: &server.SubjectPermission{Allow: sub},

@@ -40,47 +40,80 @@ func (m *Mesh) openReplicated(ctx context.Context, js jetstream.JetStream) error
 	wctx, cancel := context.WithTimeout(ctx, clusterWait)
 	defer cancel()
 	start := time.Now()
-	for attempt := 0; ; attempt++ {
-		actx, acancel := context.WithTimeout(wctx, 5*time.Second)
-		err := streams.Ensure(actx, js, cfg.ProtocolVersion, streams.WithReplicas(r))
-		acancel()
-		if err == nil {
-			break
-		}
-		if wctx.Err() != nil || ctx.Err() != nil {
-			return fmt.Errorf("mesh: the JetStream cluster did not accept %d-replica streams within %v (are %d nodes up and routed to each other?): %w", r, clusterWait, r, err)
-		}
-		if attempt%3 == 0 {
-			log.Info("waiting for the JetStream cluster to form", "replicas", r, "waited", time.Since(start).Round(time.Second), "err", err)
-		}
-		select {
-		case <-wctx.Done():
-		case <-time.After(time.Second):
+	// retry runs one step until it succeeds: while the cluster forms (or
+	// on a loaded machine) creating a replicated stream can time out;
+	// a retry finds what the last attempt made.
+	retry := func(what string, step func(context.Context) error) error {
+		// A request sent before the cluster has a meta leader gets no
+		// answer: try again soon, then with more patience (a loaded
+		// machine creates a replicated stream slowly).
+		patience := 3 * time.Second
+		for attempt := 0; ; attempt++ {
+			actx, acancel := context.WithTimeout(wctx, patience)
+			patience = min(2*patience, 30*time.Second)
+			err := step(actx)
+			acancel()
+			if err == nil {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if wctx.Err() != nil {
+				return fmt.Errorf("mesh: %s: the JetStream cluster did not accept %d-replica streams within %v (are %d nodes up and routed to each other?): %w", what, r, clusterWait, r, err)
+			}
+			log.Info("waiting for the JetStream cluster", "step", what, "replicas", r, "waited", time.Since(start).Round(time.Second), "err", err)
+			select {
+			case <-wctx.Done():
+			case <-time.After(time.Second):
+			}
 		}
 	}
-	cards, err := jsstore.Open(ctx, m.nc, jsstore.Config{Replicas: r, MaxCardBytes: cfg.MaxCardBytes})
-	if err != nil {
-		return fmt.Errorf("mesh: replicated CardStore: %w", err)
+	if err := retry("streams", func(c context.Context) error {
+		return streams.Ensure(c, js, cfg.ProtocolVersion, streams.WithReplicas(r))
+	}); err != nil {
+		return err
 	}
-	m.cards = cards
-	m.push(func(context.Context) error { return cards.Close() })
-	reg, err := jsreg.Open(ctx, js, jsreg.Config{Replicas: r})
-	if err != nil {
-		return fmt.Errorf("mesh: replicated registry: %w", err)
-	}
-	m.reg = reg
-	m.push(func(context.Context) error { return reg.Close() })
-	if cfg.Auth != nil {
-		pol, err := jspolicy.Open(ctx, js, jspolicy.Config{Replicas: r})
+	if err := retry("CardStore", func(c context.Context) error {
+		cards, err := jsstore.Open(c, m.nc, jsstore.Config{Replicas: r, MaxCardBytes: cfg.MaxCardBytes})
 		if err != nil {
-			return fmt.Errorf("mesh: replicated policies: %w", err)
+			return err
 		}
-		m.policies = pol // natsauthz closes it
+		m.cards = cards
+		m.push(func(context.Context) error { return cards.Close() })
+		return nil
+	}); err != nil {
+		return err
 	}
-	m.inboxBucket, err = inbox.OpenBucket(ctx, js, "", r)
-	if err != nil {
-		return fmt.Errorf("mesh: replicated inbox: %w", err)
+	if err := retry("registry", func(c context.Context) error {
+		reg, err := jsreg.Open(c, js, jsreg.Config{Replicas: r})
+		if err != nil {
+			return err
+		}
+		m.reg = reg
+		m.push(func(context.Context) error { return reg.Close() })
+		return nil
+	}); err != nil {
+		return err
 	}
-	log.Info("mesh state is replicated in JetStream", "replicas", r)
+	if cfg.Auth != nil {
+		if err := retry("policies", func(c context.Context) error {
+			pol, err := jspolicy.Open(c, js, jspolicy.Config{Replicas: r})
+			if err != nil {
+				return err
+			}
+			m.policies = pol // natsauthz closes it
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if err := retry("inbox", func(c context.Context) (err error) {
+		m.inboxBucket, err = inbox.OpenBucket(c, js, "", r)
+		return err
+	}); err != nil {
+		return err
+	}
+	log.Info("mesh state is replicated in JetStream", "replicas", r, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }

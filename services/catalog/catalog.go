@@ -48,6 +48,14 @@ type Deps struct {
 	// Logger is the process's logger, which services log to; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// AtlasState is where the ATLAS groups keep their data: "bolt" (or
+	// "": a file under DataDir, one worker per group) or "jetstream" (a
+	// key-value bucket every worker of the group shares); see
+	// atlas.Deps.State.
+	AtlasState string
+	// AtlasStateReplicas is the replica count of that bucket (3 on a
+	// cluster).
+	AtlasStateReplicas int
 }
 
 // Late hands a mesh's NATS connection and CardStore to services built
@@ -79,9 +87,10 @@ func (l *Late) Resolve(ctx context.Context) (*nats.Conn, cardstore.Store, error)
 
 // atlasService adapts an ATLAS group's factory to the catalogue.
 func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, error)) Service {
-	return Service{Name: "atlas." + group, Description: desc, InUp: true, KeepsFiles: true,
+	return Service{Name: "atlas." + group, Description: desc, InUp: true, KeepsFiles: true, SharedState: true,
 		Build: func(d Deps) ([]worker.Tool, error) {
-			ad := atlas.Deps{NC: d.NC, Store: d.Store, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger}
+			ad := atlas.Deps{NC: d.NC, Store: d.Store, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger,
+				State: d.AtlasState, StateReplicas: d.AtlasStateReplicas}
 			if d.Late != nil {
 				ad.Resolve = d.Late.Resolve
 			}
@@ -121,6 +130,19 @@ type Service struct {
 	// KeepsFiles reports whether the service keeps its own files under
 	// Deps.DataDir (then `utpmesh worker` locks that directory).
 	KeepsFiles bool
+	// SharedState reports whether the service can keep its state where
+	// every worker of it sees it (Deps.AtlasState "jetstream"), so that
+	// it may run on every node of a cluster. A service that keeps files
+	// without it runs as one worker only.
+	SharedState bool
+	// StatePublish lists the subjects a worker of the service publishes
+	// to reach its shared state (JetStream API and KV subjects), for its
+	// NATS identity's permissions.
+	StatePublish func() []string
+	// Subscribe lists further subjects a worker of the service serves
+	// (e.g. the ATLAS confirmation endpoints), with * for project and
+	// channel, for its NATS identity's permissions.
+	Subscribe func(ver string) []string
 }
 
 var services = map[string]Service{

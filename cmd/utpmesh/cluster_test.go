@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/meshauth"
+	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// meshCluster is three `utpmesh up` processes forming one mesh: each
+// embeds a nats-server node of one NATS cluster, and the mesh state is
+// replicated (R3) in JetStream.
+type meshCluster struct {
+	t                 *testing.T
+	root, creds, keys string
+	natsAddr, args    []string
+	nodes             []*proc
+	mandate           string
+}
+
+func startMeshCluster(t *testing.T) *meshCluster {
+	t.Helper()
+	root := t.TempDir()
+	mc := &meshCluster{t: t, root: root, creds: filepath.Join(root, "creds"), keys: filepath.Join(root, "keys")}
+	secret := filepath.Join(root, "route-secret")
+	if err := os.WriteFile(secret, []byte("a-route-secret-for-the-test\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The issuer key every node signs and verifies mandates with.
+	if _, _, err := mandate.NewKeyDir(mc.keys).Ensure(context.Background(), authz.DemoProject); err != nil {
+		t.Fatal(err)
+	}
+	var routes []string
+	var routeAddr []string
+	for range 3 {
+		mc.natsAddr = append(mc.natsAddr, freeAddr(t))
+		a := freeAddr(t)
+		routeAddr = append(routeAddr, a)
+		routes = append(routes, "nats-route://"+a)
+	}
+	for i := range 3 {
+		mc.args = append(mc.args, strings.Join([]string{"up", "--data", filepath.Join(root, fmt.Sprintf("n%d", i)),
+			"--nats-listen", mc.natsAddr[i], "--metrics-addr", "", "--ui-listen", "", "--services", "echo,atlas.tasks",
+			"--cluster-name", "test", "--server-name", fmt.Sprintf("n%d", i), "--cluster-listen", routeAddr[i],
+			"--routes", strings.Join(routes, ","), "--cluster-secret-file", secret,
+			"--creds-dir", mc.creds, "--keys-dir", mc.keys}, "\x00"))
+	}
+	// The first node makes the shared credentials; then the others join.
+	mc.nodes = make([]*proc, 3)
+	t.Logf("node argv: %q", mc.argv(0))
+	mc.nodes[0] = startProc(t, mc.argv(0)...)
+	waitFile(t, meshauth.SeedPath(mc.creds, meshauth.RoleAdmin))
+	mc.nodes[1] = startProc(t, mc.argv(1)...)
+	mc.nodes[2] = startProc(t, mc.argv(2)...)
+	for i := range 3 {
+		mc.waitUp(i)
+	}
+	tok, err := os.ReadFile(filepath.Join(root, "n0", authz.DemoMandateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.mandate = strings.TrimSpace(string(tok))
+	return mc
+}
+
+func (mc *meshCluster) argv(i int) []string { return strings.Split(mc.args[i], "\x00") }
+
+func (mc *meshCluster) waitUp(i int) {
+	mc.t.Helper()
+	deadline := time.After(3 * time.Minute)
+	for {
+		select {
+		case l := <-mc.nodes[i].seen:
+			if strings.Contains(l, "worker serving") {
+				return
+			}
+		case <-deadline:
+			var out []string
+			for j, n := range mc.nodes {
+				if n == nil {
+					continue
+				}
+				n.mu.Lock()
+				out = append(out, fmt.Sprintf("--- node %d:\n%s", j, strings.Join(n.lines, "\n")))
+				n.mu.Unlock()
+			}
+			mc.t.Fatalf("node %d not serving after 3 minutes; output:\n%s", i, strings.Join(out, "\n"))
+		}
+	}
+}
+
+func (mc *meshCluster) kill(i int) {
+	mc.t.Helper()
+	if err := mc.nodes[i].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		mc.t.Fatal(err)
+	}
+	_ = mc.nodes[i].cmd.Wait()
+}
+
+func (mc *meshCluster) restart(i int) {
+	mc.t.Helper()
+	mc.nodes[i] = startProc(mc.t, mc.argv(i)...)
+	mc.waitUp(i)
+}
+
+// connect connects as admin to every node (the client fails over).
+func (mc *meshCluster) connect() *nats.Conn {
+	mc.t.Helper()
+	opt, err := meshauth.Option(meshauth.SeedPath(mc.creds, meshauth.RoleAdmin))
+	if err != nil {
+		mc.t.Fatal(err)
+	}
+	var urls []string
+	for _, a := range mc.natsAddr {
+		urls = append(urls, "nats://"+a)
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), opt, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		mc.t.Fatal(err)
+	}
+	mc.t.Cleanup(nc.Close)
+	return nc
+}
+
+// leaderOf returns the index of the node leading a stream.
+func (mc *meshCluster) leaderOf(nc *nats.Conn, stream string) int {
+	mc.t.Helper()
+	js, _ := jetstream.New(nc)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := js.Stream(ctx, stream)
+		cancel()
+		if err == nil && st.CachedInfo().Cluster != nil {
+			var n int
+			if _, err := fmt.Sscanf(st.CachedInfo().Cluster.Leader, "n%d", &n); err == nil {
+				return n
+			}
+		}
+	}
+	mc.t.Fatalf("no leader for stream %s", stream)
+	return -1
+}
+
+// TestClusterNodeLoss runs calls at concurrency 32 against a 3-node mesh
+// while a node is SIGKILLed and restarted — first a node that leads
+// neither the command stream nor the CardStore's, then the command
+// stream's leader — and checks every call whose command was acknowledged:
+// exactly one tool.result card, one inbox entry, one stored wakeup. Then a
+// stateful service served on every node (atlas.tasks, replicated state)
+// shows one dataset whichever node's worker answers.
+func TestClusterNodeLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster of real processes")
+	}
+	mc := startMeshCluster(t)
+	nc := mc.connect()
+	ac, err := agent.New(nc, agent.Config{Project: "demo", Channel: "main", AgentID: authz.DemoAgent, Mandate: mc.mandate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	ctx := context.Background()
+	ver := subjects.DefaultVersion
+
+	var (
+		mu    sync.Mutex
+		acked []string
+		stop  = make(chan struct{})
+		wg    sync.WaitGroup
+	)
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("c-%d-%d", g, i)
+				cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				_, err := ac.Dispatch(cctx, agent.CallRequest{ToolName: "echo", AgentTurnID: "cluster-turn", ToolCallID: id,
+					Arguments: json.RawMessage(`{"i":1}`)})
+				cancel()
+				if err != nil {
+					time.Sleep(50 * time.Millisecond) // a node is down: the client fails over
+					continue
+				}
+				mu.Lock()
+				acked = append(acked, id)
+				mu.Unlock()
+			}
+		}()
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
+	waitMore := func(n int) {
+		t.Helper()
+		target := count() + n
+		for deadline := time.Now().Add(2 * time.Minute); count() < target; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("calls stalled at %d (want %d)", count(), target)
+			}
+		}
+	}
+	waitMore(40)
+	cmdLeader := mc.leaderOf(nc, streams.CommandStream(ver))
+	cardsLeader := mc.leaderOf(nc, "utpmesh_cards")
+	follower := 0
+	for follower == cmdLeader || follower == cardsLeader {
+		follower++
+	}
+	t.Logf("killing follower n%d (cg_cmd leader n%d, cards leader n%d)", follower, cmdLeader, cardsLeader)
+	mc.kill(follower)
+	waitMore(40)
+	mc.restart(follower)
+	waitMore(40)
+	leader := mc.leaderOf(nc, streams.CommandStream(ver))
+	t.Logf("killing the command stream's leader n%d", leader)
+	mc.kill(leader)
+	waitMore(40)
+	mc.restart(leader)
+	waitMore(40)
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	calls := append([]string(nil), acked...)
+	mu.Unlock()
+	t.Logf("%d commands acknowledged", len(calls))
+
+	// Every acknowledged call: one entry, one result card, one wakeup.
+	ic, err := inbox.NewClient(nc, inbox.WithChannel("main"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := map[string]int{}
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		entries = map[string]int{}
+		q := inbox.ListQuery{AgentID: authz.DemoAgent, AgentTurnID: "cluster-turn", State: inbox.StateAll}
+		for {
+			page, err := ic.List(ctx, "demo", q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range page {
+				entries[e.ToolCallID]++
+			}
+			if len(page) < inbox.MaxList {
+				break
+			}
+			q.After = page[len(page)-1].InboxID
+		}
+		wakes := countWakeups(t, nc, authz.DemoAgent)
+		missing := 0
+		for _, id := range calls {
+			if entries[id] == 0 || wakes[id] == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			for _, id := range calls {
+				if wakes[id] != 1 {
+					t.Errorf("call %s woken %d times, want once", id, wakes[id])
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d acknowledged calls without an entry or a wakeup after 3 minutes", missing, len(calls))
+		}
+	}
+	cards, err := cardstore.AllTurn(ctx, ac.Store(), "demo", "cluster-turn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]int{}
+	for _, c := range cards {
+		if c.Type == card.TypeToolResult {
+			results[c.ToolCallID]++
+		}
+	}
+	for _, id := range calls {
+		if entries[id] != 1 || results[id] != 1 {
+			t.Errorf("call %s: %d inbox entries, %d result cards; want 1 and 1", id, entries[id], results[id])
+		}
+	}
+
+	// atlas.tasks runs on every node with one shared dataset.
+	for i := range 9 {
+		raw, _ := json.Marshal(map[string]any{"title": fmt.Sprintf("task %d", i)})
+		out, err := ac.Call(ctx, agent.CallRequest{ToolName: "TASK_CREATE", AgentTurnID: "tasks-turn", Arguments: raw})
+		if err != nil || out.Result.Status != card.StatusSuccess {
+			t.Fatalf("TASK_CREATE %d: %v %+v", i, err, out)
+		}
+	}
+	for i := range 6 {
+		out, err := ac.Call(ctx, agent.CallRequest{ToolName: "TASK_LIST", AgentTurnID: "tasks-turn", Arguments: json.RawMessage(`{}`)})
+		if err != nil || out.Result.Status != card.StatusSuccess {
+			t.Fatalf("TASK_LIST %d: %v %+v", i, err, out)
+		}
+		var list struct {
+			Tasks []json.RawMessage `json:"tasks"`
+		}
+		if err := json.Unmarshal(out.Result.Result, &list); err != nil || len(list.Tasks) != 9 {
+			t.Fatalf("TASK_LIST %d (worker %s) = %s, want the 9 tasks", i, out.ResultCard.AuthorID, out.Result.Result)
+		}
+	}
+}
