@@ -13,6 +13,7 @@ FUZZ_TARGETS = \
 	./subjects:FuzzParse \
 	./subjects:FuzzTemplate \
 	./pkg/card:FuzzDecode \
+	./pkg/card:FuzzFastDecode \
 	./pkg/utp:FuzzParseCommand \
 	./pkg/registry:FuzzParseYAML \
 	./pkg/telemetry:FuzzExtractTraceparent \
