@@ -1,6 +1,7 @@
 package turn
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"sort"
@@ -26,7 +27,18 @@ const MaxInline = 160
 //
 // Long values are cut at MaxInline bytes; see ExampleWriteTimeline.
 func WriteTimeline(w io.Writer, t *Turn) error {
-	ew := &errWriter{w: w}
+	// A turn of 10,000 calls is ~50,000 lines: one write each would be
+	// one system call each on an unbuffered file such as os.Stdout.
+	bw := bufio.NewWriterSize(w, 64<<10)
+	ew := &errWriter{w: bw}
+	writeTimeline(ew, t)
+	if ew.err == nil {
+		ew.err = bw.Flush()
+	}
+	return ew.err
+}
+
+func writeTimeline(ew *errWriter, t *Turn) {
 	ew.printf("turn %s · project %s", t.AgentTurnID, t.ProjectID)
 	if t.AgentID != "" {
 		ew.printf(" · agent %s", t.AgentID)
@@ -56,7 +68,6 @@ func WriteTimeline(w io.Writer, t *Turn) error {
 	for _, p := range t.Problems {
 		ew.printf("problem: %s\n", p)
 	}
-	return ew.err
 }
 
 func writeCall(ew *errWriter, c *Call) {
@@ -127,7 +138,9 @@ func clock(t time.Time) string {
 // inline returns s on one line, cut to MaxInline bytes (on a rune
 // boundary) with "…".
 func inline(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
+	if !oneLine(s) {
+		s = strings.Join(strings.Fields(s), " ")
+	}
 	if len(s) <= MaxInline {
 		return s
 	}
@@ -136,6 +149,23 @@ func inline(s string) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// oneLine reports whether strings.Join(strings.Fields(s), " ") is s: no
+// white space but single inner ASCII spaces (non-ASCII bytes may be
+// Unicode spaces: those strings take the long way).
+func oneLine(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == ' ':
+			if i == 0 || i == len(s)-1 || s[i+1] == ' ' {
+				return false
+			}
+		case c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r' || c >= utf8.RuneSelf:
+			return false
+		}
+	}
+	return true
 }
 
 func joinInts(v []int64) string {
