@@ -173,29 +173,15 @@ func applyPut(b *buckets, pcs []putCard) error {
 
 // decodeCard parses a stored card. Stored cards were validated when
 // written and are canonical JSON, so this only parses, in one pass
-// (card.Parse).
+// (card.Parse). The card copies what it keeps from data, so reads decode
+// inside their transaction: copying the bytes out first would cost a
+// second copy (and allocation) of every card.
 func decodeCard(data []byte) (*card.Card, error) {
 	c, err := card.Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: stored card is corrupt: %w", err)
 	}
 	return c, nil
-}
-
-// decodeAll decodes cards copied out of a read transaction. Decoding
-// after the transaction keeps it short: JSON decoding, not bbolt, is what
-// a big ListTurn spends its time on, and a long read transaction would
-// hold up a writer that needs to grow the memory map.
-func decodeAll(raw [][]byte, ids []string) ([]*card.Card, error) {
-	out := make([]*card.Card, len(raw))
-	for i, data := range raw {
-		c, err := decodeCard(data)
-		if err != nil {
-			return nil, fmt.Errorf("card %s: %w", ids[i], err)
-		}
-		out[i] = c
-	}
-	return out, nil
 }
 
 // cardLookup reads cards of one project within a read transaction with
@@ -218,6 +204,16 @@ func newCardLookup(b *buckets, projectID string) *cardLookup {
 // ends), or nil.
 func (l *cardLookup) get(cardID string) []byte {
 	l.key = append(l.key[:l.n], cardID...)
+	return l.seek()
+}
+
+// getID is get for an id read from an index (no string conversion).
+func (l *cardLookup) getID(cardID []byte) []byte {
+	l.key = append(l.key[:l.n], cardID...)
+	return l.seek()
+}
+
+func (l *cardLookup) seek() []byte {
 	k, v := l.cur.Seek(l.key)
 	if !bytes.Equal(k, l.key) {
 		return nil
@@ -277,9 +273,7 @@ func (s *Store) GetMany(ctx context.Context, projectID string, cardIDs []string)
 			ids = append(ids, id)
 		}
 	}
-	res := &cardstore.GetManyResult{Missing: []string{}}
-	found := make([]string, 0, len(ids))
-	raw := make([][]byte, 0, len(ids))
+	res := &cardstore.GetManyResult{Missing: []string{}, Cards: make([]*card.Card, 0, len(ids))}
 	err := s.view(func(b *buckets) error {
 		cards := newCardLookup(b, projectID)
 		for _, id := range ids {
@@ -288,15 +282,15 @@ func (s *Store) GetMany(ctx context.Context, projectID string, cardIDs []string)
 				res.Missing = append(res.Missing, id)
 				continue
 			}
-			found = append(found, id)
-			raw = append(raw, bytes.Clone(data)) // data lives only as long as the tx
+			c, err := decodeCard(data) // copies what it keeps: data lives only as long as the tx
+			if err != nil {
+				return fmt.Errorf("card %s: %w", id, err)
+			}
+			res.Cards = append(res.Cards, c)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
-	}
-	if res.Cards, err = decodeAll(raw, found); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -325,8 +319,6 @@ func (s *Store) ListTurn(ctx context.Context, req cardstore.ListTurnRequest) (*c
 	}
 	res := &cardstore.ListTurnResult{}
 	prefix := turnPrefix(req.ProjectID, req.AgentTurnID)
-	var found []string
-	var raw [][]byte
 	err := s.view(func(b *buckets) error {
 		cards := newCardLookup(b, req.ProjectID)
 		cur := b.turns.Cursor()
@@ -340,25 +332,24 @@ func (s *Store) ListTurn(ctx context.Context, req cardstore.ListTurnRequest) (*c
 			if len(k) != len(prefix)+8 {
 				continue // cannot happen: turn ids hold no NUL
 			}
-			if len(raw) == limit {
+			if len(res.Cards) == limit {
 				res.Next = last // more follow
 				return nil
 			}
-			id := string(v)
-			data := cards.get(id)
+			data := cards.getID(v)
 			if data == nil {
-				return fmt.Errorf("boltstore: turns index of agent_turn_id %q in project %s names card %s, which is missing", req.AgentTurnID, req.ProjectID, id)
+				return fmt.Errorf("boltstore: turns index of agent_turn_id %q in project %s names card %s, which is missing", req.AgentTurnID, req.ProjectID, v)
 			}
-			found = append(found, id)
-			raw = append(raw, bytes.Clone(data)) // data lives only as long as the tx
+			c, err := decodeCard(data) // copies what it keeps: data lives only as long as the tx
+			if err != nil {
+				return fmt.Errorf("card %s: %w", v, err)
+			}
+			res.Cards = append(res.Cards, c)
 			last = binary.BigEndian.Uint64(k[len(prefix):])
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
-	}
-	if res.Cards, err = decodeAll(raw, found); err != nil {
 		return nil, err
 	}
 	return res, nil
