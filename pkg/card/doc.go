@@ -52,4 +52,7 @@
 //     lost reply must be byte-identical to be accepted as a repeat.
 //   - Decode validates shape and limits but not semantics that need the store
 //     (that the card a box points to exists, for example).
+//   - Card has its own UnmarshalJSON, so a json.Decoder's options
+//     (DisallowUnknownFields, UseNumber) do not reach a card's fields:
+//     unknown keys are skipped, as they are without those options.
 package card
