@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -70,56 +71,86 @@ func writeTimeline(ew *errWriter, t *Turn) {
 	}
 }
 
+// writeCall writes one call: the timeline's bulk, so it appends to a
+// scratch buffer instead of formatting with fmt (TestWriteCallFormat holds
+// it to the fmt-based version).
 func writeCall(ew *errWriter, c *Call) {
 	when := c.CalledAt
 	if when.IsZero() {
 		when = c.FinishedAt
 	}
-	ew.printf("#%-4d %s  %s  %s", c.Seq, clock(when), c.ToolName, c.ToolCallID)
+	b := append(ew.buf[:0], '#')
+	n := len(b)
+	b = strconv.AppendInt(b, int64(c.Seq), 10)
+	for len(b)-n < 4 { // %-4d
+		b = append(b, ' ')
+	}
+	b = append(b, ' ')
+	b = appendClock(b, when)
+	b = append(append(append(append(b, "  "...), c.ToolName...), "  "...), c.ToolCallID...)
 	if c.StepID != "" {
-		ew.printf("  step %s", c.StepID)
+		b = append(append(b, "  step "...), c.StepID...)
 	}
 	if c.ParentStepID != "" {
-		ew.printf(" (parent %s)", c.ParentStepID)
+		b = append(append(append(b, " (parent "...), c.ParentStepID...), ')')
 	}
-	ew.printf("  epoch %d", c.TurnEpoch)
+	b = strconv.AppendInt(append(b, "  epoch "...), c.TurnEpoch, 10)
 	if c.Dispatches > 1 {
-		ew.printf("  dispatched %d×", c.Dispatches)
+		b = append(strconv.AppendInt(append(b, "  dispatched "...), int64(c.Dispatches), 10), "×"...)
 	}
 	if c.HasMandate {
-		ew.printf("  mandate")
+		b = append(b, "  mandate"...)
 	}
-	ew.printf("\n")
+	b = append(b, '\n')
 	if c.CallCard != nil {
-		ew.printf("      args    %s\n", inline(string(c.Arguments)))
+		b = append(append(append(b, "      args    "...), inline(string(c.Arguments))...), '\n')
 	}
 	if c.ResultCard == nil {
-		ew.printf("      result  %s (no tool.result card yet)\n", c.Status)
+		b = append(append(append(b, "      result  "...), c.Status...), " (no tool.result card yet)\n"...)
+		ew.write(b)
 		return
 	}
-	ew.printf("      result  %s · %s", c.Status, c.AfterExecution)
+	b = append(append(append(append(b, "      result  "...), c.Status...), " · "...), c.AfterExecution...)
 	if c.RecordedAfterExecution != "" && c.RecordedAfterExecution != c.AfterExecution {
-		ew.printf(" (recorded %s, overridden by __cg_control)", c.RecordedAfterExecution)
+		b = append(append(append(b, " (recorded "...), c.RecordedAfterExecution...), ", overridden by __cg_control)"...)
 	}
 	if c.CallCard != nil {
-		ew.printf(" · %s", c.Duration.Round(time.Microsecond))
+		b = append(append(b, " · "...), c.Duration.Round(time.Microsecond).String()...)
 	}
-	ew.printf(" · epoch %d", c.ResultEpoch)
+	b = strconv.AppendInt(append(b, " · epoch "...), c.ResultEpoch, 10)
 	if c.Worker != "" {
-		ew.printf(" · by %s", c.Worker)
+		b = append(append(b, " · by "...), c.Worker...)
 	}
-	ew.printf("\n")
+	b = append(b, '\n')
 	if c.Error != nil {
-		ew.printf("      error   %s: %s\n", c.Error.Code, inline(c.Error.Message))
+		b = append(append(append(append(append(b, "      error   "...), c.Error.Code...), ": "...), inline(c.Error.Message)...), '\n')
 	} else if len(c.Result) > 0 {
-		ew.printf("      value   %s\n", inline(string(c.Result)))
+		b = append(append(append(b, "      value   "...), inline(string(c.Result))...), '\n')
 	}
+	ew.write(b)
+}
+
+// appendClock appends clock(t) without allocating.
+func appendClock(b []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return append(b, "--:--:--.---"...)
+	}
+	return t.UTC().AppendFormat(b, "15:04:05.000")
 }
 
 // errWriter keeps the first write error.
 type errWriter struct {
 	w   io.Writer
 	err error
+	buf []byte // writeCall's scratch line buffer
+}
+
+// write writes b unless a write failed before; ew keeps b for reuse.
+func (e *errWriter) write(b []byte) {
+	e.buf = b
+	if e.err == nil {
+		_, e.err = e.w.Write(b)
+	}
 }
 
 func (e *errWriter) printf(format string, a ...any) {
