@@ -13,6 +13,7 @@ FUZZ_TARGETS = \
 	./subjects:FuzzParse \
 	./subjects:FuzzTemplate \
 	./pkg/card:FuzzDecode \
+	./pkg/card:FuzzFastDecode \
 	./pkg/utp:FuzzParseCommand \
 	./pkg/registry:FuzzParseYAML \
 	./pkg/telemetry:FuzzExtractTraceparent \
@@ -104,6 +105,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'Put' -benchtime 2000x ./cardstore/boltstore
 	$(GO) test -run '^$$' -bench 'ListTurn' -benchtime 10x ./cardstore/boltstore
 	$(GO) test -run '^$$' -bench 'TurnShow' -benchtime 10x ./pkg/turn
+	$(GO) test -run '^$$' -bench 'Decode' -benchtime 20000x ./pkg/card
 	$(GO) test -run '^$$' -bench . -benchmem ./subjects
 	$(GO) test -run '^$$' -bench 'Gate' -benchtime 2000x ./pkg/authz
 	$(GO) test -run '^$$' -bench 'RoundTripGate' -benchtime 1000x -count 2 ./pkg/authz/natsauthz

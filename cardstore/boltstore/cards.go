@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -171,29 +172,53 @@ func applyPut(b *buckets, pcs []putCard) error {
 }
 
 // decodeCard parses a stored card. Stored cards were validated when
-// written, so this only parses.
+// written and are canonical JSON, so this only parses, in one pass
+// (card.Parse). The card copies what it keeps from data, so reads decode
+// inside their transaction: copying the bytes out first would cost a
+// second copy (and allocation) of every card.
 func decodeCard(data []byte) (*card.Card, error) {
-	var c card.Card
-	if err := json.Unmarshal(data, &c); err != nil {
+	c, err := card.Parse(data)
+	if err != nil {
 		return nil, fmt.Errorf("boltstore: stored card is corrupt: %w", err)
 	}
-	return &c, nil
+	return c, nil
 }
 
-// decodeAll decodes cards copied out of a read transaction. Decoding
-// after the transaction keeps it short: JSON decoding, not bbolt, is what
-// a big ListTurn spends its time on, and a long read transaction would
-// hold up a writer that needs to grow the memory map.
-func decodeAll(raw [][]byte, ids []string) ([]*card.Card, error) {
-	out := make([]*card.Card, len(raw))
-	for i, data := range raw {
-		c, err := decodeCard(data)
-		if err != nil {
-			return nil, fmt.Errorf("card %s: %w", ids[i], err)
-		}
-		out[i] = c
+// cardLookup reads cards of one project within a read transaction with
+// one cursor and one key buffer: Bucket.Get allocates a cursor (and its
+// stack) and a key per card, which a read of a 10,000-call turn pays
+// 20,000 times.
+type cardLookup struct {
+	cur *bolt.Cursor
+	key []byte // project 0x00 card_id
+	n   int    // length of the project 0x00 prefix
+}
+
+func newCardLookup(b *buckets, projectID string) *cardLookup {
+	key := make([]byte, 0, len(projectID)+1+36)
+	key = append(append(key, projectID...), sep)
+	return &cardLookup{cur: b.cards.Cursor(), key: key, n: len(key)}
+}
+
+// get returns the stored bytes of a card (valid until the transaction
+// ends), or nil.
+func (l *cardLookup) get(cardID string) []byte {
+	l.key = append(l.key[:l.n], cardID...)
+	return l.seek()
+}
+
+// getID is get for an id read from an index (no string conversion).
+func (l *cardLookup) getID(cardID []byte) []byte {
+	l.key = append(l.key[:l.n], cardID...)
+	return l.seek()
+}
+
+func (l *cardLookup) seek() []byte {
+	k, v := l.cur.Seek(l.key)
+	if !bytes.Equal(k, l.key) {
+		return nil
 	}
-	return out, nil
+	return v
 }
 
 // Get returns one card of the project, or an error wrapping
@@ -248,25 +273,24 @@ func (s *Store) GetMany(ctx context.Context, projectID string, cardIDs []string)
 			ids = append(ids, id)
 		}
 	}
-	res := &cardstore.GetManyResult{Missing: []string{}}
-	found := make([]string, 0, len(ids))
-	raw := make([][]byte, 0, len(ids))
+	res := &cardstore.GetManyResult{Missing: []string{}, Cards: make([]*card.Card, 0, len(ids))}
 	err := s.view(func(b *buckets) error {
+		cards := newCardLookup(b, projectID)
 		for _, id := range ids {
-			data := b.cards.Get(cardKey(projectID, id))
+			data := cards.get(id)
 			if data == nil {
 				res.Missing = append(res.Missing, id)
 				continue
 			}
-			found = append(found, id)
-			raw = append(raw, bytes.Clone(data)) // data lives only as long as the tx
+			c, err := decodeCard(data) // copies what it keeps: data lives only as long as the tx
+			if err != nil {
+				return fmt.Errorf("card %s: %w", id, err)
+			}
+			res.Cards = append(res.Cards, c)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
-	}
-	if res.Cards, err = decodeAll(raw, found); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -295,9 +319,8 @@ func (s *Store) ListTurn(ctx context.Context, req cardstore.ListTurnRequest) (*c
 	}
 	res := &cardstore.ListTurnResult{}
 	prefix := turnPrefix(req.ProjectID, req.AgentTurnID)
-	var found []string
-	var raw [][]byte
 	err := s.view(func(b *buckets) error {
+		cards := newCardLookup(b, req.ProjectID)
 		cur := b.turns.Cursor()
 		start := turnKey(prefix, req.After)
 		k, v := cur.Seek(start)
@@ -309,25 +332,24 @@ func (s *Store) ListTurn(ctx context.Context, req cardstore.ListTurnRequest) (*c
 			if len(k) != len(prefix)+8 {
 				continue // cannot happen: turn ids hold no NUL
 			}
-			if len(raw) == limit {
+			if len(res.Cards) == limit {
 				res.Next = last // more follow
 				return nil
 			}
-			id := string(v)
-			data := b.cards.Get(cardKey(req.ProjectID, id))
+			data := cards.getID(v)
 			if data == nil {
-				return fmt.Errorf("boltstore: turns index of agent_turn_id %q in project %s names card %s, which is missing", req.AgentTurnID, req.ProjectID, id)
+				return fmt.Errorf("boltstore: turns index of agent_turn_id %q in project %s names card %s, which is missing", req.AgentTurnID, req.ProjectID, v)
 			}
-			found = append(found, id)
-			raw = append(raw, bytes.Clone(data)) // data lives only as long as the tx
+			c, err := decodeCard(data) // copies what it keeps: data lives only as long as the tx
+			if err != nil {
+				return fmt.Errorf("card %s: %w", v, err)
+			}
+			res.Cards = append(res.Cards, c)
 			last = binary.BigEndian.Uint64(k[len(prefix):])
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
-	}
-	if res.Cards, err = decodeAll(raw, found); err != nil {
 		return nil, err
 	}
 	return res, nil

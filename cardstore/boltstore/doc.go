@@ -62,8 +62,9 @@
 //
 // Reads (Get, GetMany, ListTurn, ListTurns, FindToolResult, GetBox,
 // GetClaim) run in bbolt read transactions, concurrently with each other
-// and with the writer. They copy the stored bytes out and decode after the
-// transaction ends, which keeps read transactions short.
+// and with the writer. Cards are decoded inside the transaction in one
+// pass (card.Parse), which copies what it keeps, so nothing returned
+// refers to the file's memory map.
 //
 // # File layout (schema version 2)
 //

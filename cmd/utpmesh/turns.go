@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -106,10 +107,16 @@ func (c *turnsCommand) show(ctx context.Context, args []string) error {
 	if mf.json {
 		return writeJSON(c.env.stdout, t)
 	}
-	if err := turn.WriteTimeline(c.env.stdout, t); err != nil {
+	// One buffer for both parts: the call table's tabwriter writes every
+	// cell on its own, a system call each on an unbuffered stdout.
+	bw := bufio.NewWriterSize(c.env.stdout, 64<<10)
+	if err := turn.WriteTimeline(bw, t); err != nil {
 		return err
 	}
-	return writeCallCards(c.env.stdout, t)
+	if err := writeCallCards(bw, t); err != nil {
+		return err
+	}
+	return bw.Flush()
 }
 
 // writeCallCards prints, for each call of the turn, the ids of its

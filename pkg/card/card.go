@@ -195,12 +195,12 @@ func Encode(c *Card) ([]byte, error) {
 // Decode parses and validates one card. It never panics on any input; the
 // error wraps ErrInvalid and names what is wrong.
 func Decode(data []byte) (*Card, error) {
-	var c Card
-	if err := json.Unmarshal(data, &c); err != nil {
+	c, err := Parse(data)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	return &c, nil
+	return c, nil
 }

@@ -128,9 +128,12 @@ func (c *Card) ToolCall() (*ToolCallContent, error) {
 	if c.Type != TypeToolCall {
 		return nil, fmt.Errorf("%w: card %s is %q, not %q", ErrWrongType, c.CardID, c.Type, TypeToolCall)
 	}
-	var tc ToolCallContent
-	if err := json.Unmarshal(c.Content, &tc); err != nil {
-		return nil, fmt.Errorf("%w: tool.call content: %v", ErrInvalid, err)
+	tc, ok := parseToolCall(c.Content)
+	if !ok {
+		tc = ToolCallContent{}
+		if err := json.Unmarshal(c.Content, &tc); err != nil {
+			return nil, fmt.Errorf("%w: tool.call content: %v", ErrInvalid, err)
+		}
 	}
 	if tc.ToolName == "" {
 		return nil, fmt.Errorf("%w: tool.call content.tool_name is required", ErrInvalid)
@@ -147,9 +150,12 @@ func (c *Card) ToolResult() (*ToolResultContent, error) {
 	if c.Type != TypeToolResult {
 		return nil, fmt.Errorf("%w: card %s is %q, not %q", ErrWrongType, c.CardID, c.Type, TypeToolResult)
 	}
-	var tr ToolResultContent
-	if err := json.Unmarshal(c.Content, &tr); err != nil {
-		return nil, fmt.Errorf("%w: tool.result content: %v", ErrInvalid, err)
+	tr, ok := parseToolResult(c.Content)
+	if !ok {
+		tr = ToolResultContent{}
+		if err := json.Unmarshal(c.Content, &tr); err != nil {
+			return nil, fmt.Errorf("%w: tool.result content: %v", ErrInvalid, err)
+		}
 	}
 	if !tr.Status.Valid() {
 		return nil, fmt.Errorf("%w: tool.result content.status %q is not one of success|failed|canceled|timeout|partial", ErrInvalid, tr.Status)

@@ -30,6 +30,20 @@
 // encodings to decide whether a second put of the same card_id is an
 // idempotent repeat (same bytes: success) or a conflict (other bytes).
 //
+// # Decoding
+//
+// Decode (parse and validate), Parse (parse only, for bytes already
+// trusted, such as a CardStore's own), Card.UnmarshalJSON,
+// Metadata.UnmarshalJSON, ToolCall and ToolResult read JSON in one pass
+// with a small reader of this package, without encoding/json's separate
+// validation pass and reflection; a card's strings share one copy of its
+// bytes. They give exactly encoding/json's result: input the reader does
+// not reproduce — a key in another case or with escapes, a duplicate key,
+// null for a string, invalid JSON, nesting deeper than 512 — is decoded by
+// encoding/json instead, which also words the errors. FuzzFastDecode holds
+// the two paths to the same result; TestFastDecodeCanonical checks that
+// canonical cards take the one-pass path.
+//
 // # Caveats
 //
 //   - Metadata keeps unknown keys (Extra) so that cards written by other
@@ -38,4 +52,7 @@
 //     lost reply must be byte-identical to be accepted as a repeat.
 //   - Decode validates shape and limits but not semantics that need the store
 //     (that the card a box points to exists, for example).
+//   - Card has its own UnmarshalJSON, so a json.Decoder's options
+//     (DisallowUnknownFields, UseNumber) do not reach a card's fields:
+//     unknown keys are skipped, as they are without those options.
 package card

@@ -69,19 +69,37 @@ func (m Metadata) MarshalJSON() ([]byte, error) {
 	return json.Marshal(all)
 }
 
-// UnmarshalJSON reads the typed fields and keeps every other key in Extra.
+// UnmarshalJSON reads the typed fields and keeps every other key in Extra,
+// in one pass over data (see decode.go); input the one-pass reader does
+// not handle is decoded by unmarshalTwoPass, with the same result.
 func (m *Metadata) UnmarshalJSON(data []byte) error {
+	r := reader{data: data}
+	if r.peek() == 'n' && r.literal("null") && r.end() {
+		*m = Metadata{}
+		return nil
+	}
+	r.pos = 0
+	if md, ok := parseMetadata(&r, string(data)); ok && r.end() {
+		*m = md
+		return nil
+	}
+	return m.unmarshalTwoPass(data)
+}
+
+// unmarshalTwoPass decodes metadata with encoding/json: the typed fields,
+// then every key into a map for Extra.
+func (m *Metadata) unmarshalTwoPass(data []byte) error {
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		*m = Metadata{}
 		return nil
 	}
 	var f metadataFields
 	if err := json.Unmarshal(data, &f); err != nil {
-		return fmt.Errorf("metadata: %w", err)
+		return metadataJSON(err)
 	}
 	var all map[string]json.RawMessage
 	if err := json.Unmarshal(data, &all); err != nil {
-		return fmt.Errorf("metadata: %w", err)
+		return metadataJSON(err)
 	}
 	*m = Metadata(f)
 	for k, v := range all {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
+	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/turn"
 )
@@ -96,31 +98,69 @@ func showStore(b *testing.B) *boltstore.Store {
 // BenchmarkTurnShow measures `utpmesh turns show` of a turn of 10,000 calls
 // (20,000 cards) in a store of over a million cards: Load (every page of
 // the turn, decoded and paired) plus rendering the timeline or the JSON.
+// "bolt" reads the store in-process; "nats" reads it through a
+// natsstore client and server on an embedded nats-server, as the CLI does
+// (both ends in this process). cpu-ms/turn is the process's CPU time per
+// turn (all threads, GC included): on a busy machine it says more than the
+// wall clock.
 func BenchmarkTurnShow(b *testing.B) {
 	s := showStore(b)
+	srv := meshtest.NATS(b)
+	ns, err := natsstore.NewServer(meshtest.Conn(b, srv), s, natsstore.ServerConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = ns.Stop(ctx)
+	})
+	client, err := natsstore.NewClient(meshtest.Conn(b, srv), natsstore.WithTimeout(time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Render to a file, as the CLI does to its standard output, so that the
+	// cost of the writes (system calls) counts.
+	out, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = out.Close() })
 	ctx := context.Background()
-	for _, r := range []struct {
-		name   string
-		render func(io.Writer, *turn.Turn) error
-	}{
-		{"timeline", turn.WriteTimeline},
-		{"json", func(w io.Writer, t *turn.Turn) error { return json.NewEncoder(w).Encode(t) }},
-	} {
-		b.Run(r.name, func(b *testing.B) {
-			for b.Loop() {
-				t, err := turn.Load(ctx, s, "demo", benchTurn)
-				if err != nil {
-					b.Fatal(err)
+	for _, st := range []struct {
+		name  string
+		store cardstore.Store
+	}{{"bolt", s}, {"nats", client}} {
+		for _, r := range []struct {
+			name   string
+			render func(io.Writer, *turn.Turn) error
+		}{
+			{"timeline", turn.WriteTimeline},
+			{"json", func(w io.Writer, t *turn.Turn) error { return json.NewEncoder(w).Encode(t) }},
+		} {
+			b.Run(st.name+"/"+r.name, func(b *testing.B) {
+				b.ReportAllocs()
+				cpu0, cpuOK := cpuTime()
+				for b.Loop() {
+					t, err := turn.Load(ctx, st.store, "demo", benchTurn)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if len(t.Calls) != benchCalls || t.Counts["success"] != benchCalls || len(t.Problems) != 0 {
+						b.Fatalf("turn has %d calls (%v, problems %q), want %d successful", len(t.Calls), t.Counts, t.Problems, benchCalls)
+					}
+					if err := r.render(out, t); err != nil {
+						b.Fatal(err)
+					}
 				}
-				if len(t.Calls) != benchCalls || t.Counts["success"] != benchCalls {
-					b.Fatalf("turn has %d calls (%v), want %d successful", len(t.Calls), t.Counts, benchCalls)
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/turn")
+				if cpu1, ok := cpuTime(); ok && cpuOK {
+					// Every thread of the process: the loop, the GC and,
+					// for "nats", the server and the broker.
+					b.ReportMetric(float64((cpu1-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/turn")
 				}
-				if err := r.render(io.Discard, t); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/turn")
-		})
+			})
+		}
 	}
 }
 

@@ -1,9 +1,11 @@
 package turn
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -26,7 +28,18 @@ const MaxInline = 160
 //
 // Long values are cut at MaxInline bytes; see ExampleWriteTimeline.
 func WriteTimeline(w io.Writer, t *Turn) error {
-	ew := &errWriter{w: w}
+	// A turn of 10,000 calls is ~50,000 lines: one write each would be
+	// one system call each on an unbuffered file such as os.Stdout.
+	bw := bufio.NewWriterSize(w, 64<<10)
+	ew := &errWriter{w: bw}
+	writeTimeline(ew, t)
+	if ew.err == nil {
+		ew.err = bw.Flush()
+	}
+	return ew.err
+}
+
+func writeTimeline(ew *errWriter, t *Turn) {
 	ew.printf("turn %s · project %s", t.AgentTurnID, t.ProjectID)
 	if t.AgentID != "" {
 		ew.printf(" · agent %s", t.AgentID)
@@ -56,59 +69,88 @@ func WriteTimeline(w io.Writer, t *Turn) error {
 	for _, p := range t.Problems {
 		ew.printf("problem: %s\n", p)
 	}
-	return ew.err
 }
 
+// writeCall writes one call: the timeline's bulk, so it appends to a
+// scratch buffer instead of formatting with fmt (TestWriteCallFormat holds
+// it to the fmt-based version).
 func writeCall(ew *errWriter, c *Call) {
 	when := c.CalledAt
 	if when.IsZero() {
 		when = c.FinishedAt
 	}
-	ew.printf("#%-4d %s  %s  %s", c.Seq, clock(when), c.ToolName, c.ToolCallID)
+	b := append(ew.buf[:0], '#')
+	n := len(b)
+	b = strconv.AppendInt(b, int64(c.Seq), 10)
+	for len(b)-n < 4 { // %-4d
+		b = append(b, ' ')
+	}
+	b = append(b, ' ')
+	b = appendClock(b, when)
+	b = append(append(append(append(b, "  "...), c.ToolName...), "  "...), c.ToolCallID...)
 	if c.StepID != "" {
-		ew.printf("  step %s", c.StepID)
+		b = append(append(b, "  step "...), c.StepID...)
 	}
 	if c.ParentStepID != "" {
-		ew.printf(" (parent %s)", c.ParentStepID)
+		b = append(append(append(b, " (parent "...), c.ParentStepID...), ')')
 	}
-	ew.printf("  epoch %d", c.TurnEpoch)
+	b = strconv.AppendInt(append(b, "  epoch "...), c.TurnEpoch, 10)
 	if c.Dispatches > 1 {
-		ew.printf("  dispatched %d×", c.Dispatches)
+		b = append(strconv.AppendInt(append(b, "  dispatched "...), int64(c.Dispatches), 10), "×"...)
 	}
 	if c.HasMandate {
-		ew.printf("  mandate")
+		b = append(b, "  mandate"...)
 	}
-	ew.printf("\n")
+	b = append(b, '\n')
 	if c.CallCard != nil {
-		ew.printf("      args    %s\n", inline(string(c.Arguments)))
+		b = append(append(append(b, "      args    "...), inline(string(c.Arguments))...), '\n')
 	}
 	if c.ResultCard == nil {
-		ew.printf("      result  %s (no tool.result card yet)\n", c.Status)
+		b = append(append(append(b, "      result  "...), c.Status...), " (no tool.result card yet)\n"...)
+		ew.write(b)
 		return
 	}
-	ew.printf("      result  %s · %s", c.Status, c.AfterExecution)
+	b = append(append(append(append(b, "      result  "...), c.Status...), " · "...), c.AfterExecution...)
 	if c.RecordedAfterExecution != "" && c.RecordedAfterExecution != c.AfterExecution {
-		ew.printf(" (recorded %s, overridden by __cg_control)", c.RecordedAfterExecution)
+		b = append(append(append(b, " (recorded "...), c.RecordedAfterExecution...), ", overridden by __cg_control)"...)
 	}
 	if c.CallCard != nil {
-		ew.printf(" · %s", c.Duration.Round(time.Microsecond))
+		b = append(append(b, " · "...), c.Duration.Round(time.Microsecond).String()...)
 	}
-	ew.printf(" · epoch %d", c.ResultEpoch)
+	b = strconv.AppendInt(append(b, " · epoch "...), c.ResultEpoch, 10)
 	if c.Worker != "" {
-		ew.printf(" · by %s", c.Worker)
+		b = append(append(b, " · by "...), c.Worker...)
 	}
-	ew.printf("\n")
+	b = append(b, '\n')
 	if c.Error != nil {
-		ew.printf("      error   %s: %s\n", c.Error.Code, inline(c.Error.Message))
+		b = append(append(append(append(append(b, "      error   "...), c.Error.Code...), ": "...), inline(c.Error.Message)...), '\n')
 	} else if len(c.Result) > 0 {
-		ew.printf("      value   %s\n", inline(string(c.Result)))
+		b = append(append(append(b, "      value   "...), inline(string(c.Result))...), '\n')
 	}
+	ew.write(b)
+}
+
+// appendClock appends clock(t) without allocating.
+func appendClock(b []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return append(b, "--:--:--.---"...)
+	}
+	return t.UTC().AppendFormat(b, "15:04:05.000")
 }
 
 // errWriter keeps the first write error.
 type errWriter struct {
 	w   io.Writer
 	err error
+	buf []byte // writeCall's scratch line buffer
+}
+
+// write writes b unless a write failed before; ew keeps b for reuse.
+func (e *errWriter) write(b []byte) {
+	e.buf = b
+	if e.err == nil {
+		_, e.err = e.w.Write(b)
+	}
 }
 
 func (e *errWriter) printf(format string, a ...any) {
@@ -127,7 +169,9 @@ func clock(t time.Time) string {
 // inline returns s on one line, cut to MaxInline bytes (on a rune
 // boundary) with "…".
 func inline(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
+	if !oneLine(s) {
+		s = strings.Join(strings.Fields(s), " ")
+	}
 	if len(s) <= MaxInline {
 		return s
 	}
@@ -136,6 +180,23 @@ func inline(s string) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// oneLine reports whether strings.Join(strings.Fields(s), " ") is s: no
+// white space but single inner ASCII spaces (non-ASCII bytes may be
+// Unicode spaces: those strings take the long way).
+func oneLine(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == ' ':
+			if i == 0 || i == len(s)-1 || s[i+1] == ' ' {
+				return false
+			}
+		case c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r' || c >= utf8.RuneSelf:
+			return false
+		}
+	}
+	return true
 }
 
 func joinInts(v []int64) string {

@@ -172,8 +172,16 @@ func checkArgs(project, agentTurnID string) error {
 // noted in Problems. It never fails: what does not add up is reported in
 // Problems.
 func FromCards(project, agentTurnID string, cards []*card.Card) *Turn {
-	t := &Turn{ProjectID: project, AgentTurnID: agentTurnID, Calls: []Call{}, Others: []Other{}, Epochs: []int64{}, Counts: map[string]int{}}
-	idx := make(map[string]int) // tool_call_id → index in t.Calls
+	// Size Calls and the index once: a Call is a few hundred bytes, and
+	// growing a slice of 10,000 of them by appending copies it ~20 times.
+	ncalls := 0
+	for _, c := range cards {
+		if c != nil && c.Type == card.TypeToolCall {
+			ncalls++
+		}
+	}
+	t := &Turn{ProjectID: project, AgentTurnID: agentTurnID, Calls: make([]Call, 0, ncalls), Others: []Other{}, Epochs: []int64{}, Counts: map[string]int{}}
+	idx := make(map[string]int, ncalls) // tool_call_id → index in t.Calls
 	epochs := make(map[int64]bool)
 	for i, c := range cards {
 		seq := i + 1
