@@ -80,8 +80,14 @@ type taskBridge struct {
 // as the agent of token. stop ends both (a bridge restart).
 func (tm *taskMesh) serve(t *testing.T, tr transport, token string) *taskBridge {
 	t.Helper()
+	return serveTasks(t, tm.m, tr, token)
+}
+
+// serveTasks is taskMesh.serve on any mesh.
+func serveTasks(t *testing.T, m *mesh.Mesh, tr transport, token string) *taskBridge {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	b, err := mcpbridge.New(mcpbridge.Config{Conn: tm.m.Conn(), Project: "demo", CallTimeout: time.Minute, Logger: quiet})
+	b, err := mcpbridge.New(mcpbridge.Config{Conn: m.Conn(), Project: "demo", CallTimeout: time.Minute, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +166,13 @@ func (tb *taskBridge) rpcErr(t *testing.T, method string, params any) (json.RawM
 // startTask calls slow as a task and returns the task.
 func (tb *taskBridge) startTask(t *testing.T) mcp.Task {
 	t.Helper()
-	raw := tb.rpc(t, "tools/call", map[string]any{"name": "slow", "arguments": map[string]any{}, "task": map[string]any{"ttl": 60000}})
+	return tb.startTaskOf(t, "slow", map[string]any{})
+}
+
+// startTaskOf calls a tool as a task and returns the task.
+func (tb *taskBridge) startTaskOf(t *testing.T, tool string, args any) mcp.Task {
+	t.Helper()
+	raw := tb.rpc(t, "tools/call", map[string]any{"name": tool, "arguments": args, "task": map[string]any{"ttl": 60000}})
 	var r mcp.CreateTaskResult
 	if err := json.Unmarshal(raw, &r); err != nil || !strings.HasPrefix(r.Task.TaskId, "utp1.") || r.Task.Status != mcp.TaskStatusWorking {
 		t.Fatalf("tools/call as a task = %s (%v)", raw, err)
