@@ -136,6 +136,9 @@ func TestHEMTaskThroughToResult(t *testing.T) {
 		if g.Status != mcp.TaskStatusWorking || !strings.HasPrefix(hemTask, "hem_") {
 			t.Fatalf("tasks/get while PENDING = %+v", g)
 		}
+		if _, rerr := tb.rpcErr(t, "tasks/cancel", map[string]any{"taskId": task.TaskId}); rerr == nil || !strings.Contains(rerr.Message, "only an operator ends it") {
+			t.Fatalf("tasks/cancel of a HEM task waiting for an operator: %+v", rerr)
+		}
 		tb.stop()
 		second := serveTasks(t, f.m, tr, tok)
 		r := second.awaitResult(t, task.TaskId, func() {

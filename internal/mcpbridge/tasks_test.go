@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/utpmesh/utpmesh/internal/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/registry"
@@ -265,6 +267,20 @@ func TestTaskThroughToResult(t *testing.T) {
 		if g := tb.get(t, task.TaskId); g.Status != mcp.TaskStatusCompleted {
 			t.Fatalf("tasks/get after the result = %+v", g)
 		}
+		// tasks/result consumed the result: its inbox entry is acknowledged.
+		turn, callID, err := mcpbridge.ParseTaskID(task.TaskId)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ac, err := agent.New(tm.m.Conn(), agent.Config{Project: "demo", AgentID: "tester", Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ac.Close()
+		st, err := ac.Resume(ctx, turn)
+		if err != nil || !slices.ContainsFunc(st.Finished, func(c agent.CallState) bool { return c.ToolCallID == callID }) {
+			t.Fatalf("the turn after tasks/result: %+v, %v", st, err)
+		}
 		// Another agent does not see the task.
 		other := tm.serve(t, tr, tm.another)
 		if _, rerr := other.rpcErr(t, "tasks/get", map[string]any{"taskId": task.TaskId}); rerr == nil || !strings.Contains(rerr.Message, "task not found") {
@@ -288,6 +304,11 @@ func TestTaskSurvivesBridgeRestart(t *testing.T) {
 		second := tm.serve(t, tr, tm.tester)
 		if g := second.get(t, task.TaskId); g.Status != mcp.TaskStatusWorking {
 			t.Fatalf("tasks/get on the new bridge = %+v", g)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if lt, err := second.c.ListTasks(ctx, mcp.ListTasksRequest{}); err != nil || len(lt.Tasks) != 0 {
+			t.Fatalf("tasks/list of the new session = %+v, %v; want none (the old session's task is not its)", lt, err)
 		}
 		if r := second.awaitResult(t, task.TaskId, func() { tm.release <- "after restart" }); r.IsError || !strings.Contains(textContent(r.Content), `"done":"after restart"`) {
 			t.Fatalf("tasks/result on the new bridge = %+v", r)
