@@ -31,6 +31,13 @@ var (
 	// ErrNoIdentity is returned when a request carries no caller identity
 	// (an HTTP request without a bearer token).
 	ErrNoIdentity = errors.New("mcpbridge: no caller identity")
+	// ErrTaskID is returned for a task id this bridge did not issue.
+	ErrTaskID = errors.New("mcpbridge: not a task id of this bridge")
+	// ErrTaskNotFound is returned for a task whose UTP call the caller
+	// cannot see (no such call, or another agent's).
+	ErrTaskNotFound = errors.New("mcpbridge: task not found")
+	// ErrTaskTerminal is returned by tasks/cancel for a task that ended.
+	ErrTaskTerminal = errors.New("mcpbridge: task already ended")
 )
 
 // DefaultCallTimeout bounds how long one tools/call waits for its UTP

@@ -19,17 +19,6 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/utp"
 )
 
-// Errors of the tasks/* methods.
-var (
-	// ErrTaskID is returned for a task id this bridge did not issue.
-	ErrTaskID = errors.New("mcpbridge: not a task id of this bridge")
-	// ErrTaskNotFound is returned for a task whose UTP call the caller
-	// cannot see (no such call, or another agent's).
-	ErrTaskNotFound = errors.New("mcpbridge: task not found")
-	// ErrTaskTerminal is returned by tasks/cancel for a task that ended.
-	ErrTaskTerminal = errors.New("mcpbridge: task already ended")
-)
-
 // AsyncOption is the registry option (an unknown key of Options, kept in
 // Options.Extra) that marks a tool async: "async": true. Async tools are
 // offered as MCP tasks (execution.taskSupport "optional").
