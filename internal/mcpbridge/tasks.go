@@ -223,10 +223,15 @@ func stateOf(turn string, call agent.CallState, hemRes *agent.CallState) *taskSt
 // the server.
 const flushTimeout = 10 * time.Second
 
-// waitTask returns the task's state once it ended, or ctx's error. It
-// listens for the agent's wakeups of the call (or its .hem-result) and
-// re-reads the store every taskPollInterval, since a core NATS wakeup can
-// be lost while the inbox keeps the result.
+// entryGrace is how long waitTask waits for the inbox entry of a result
+// it already read.
+const entryGrace = 5 * time.Second
+
+// waitTask returns the task's state once it ended (and its result's inbox
+// entry is stored), or ctx's error. It listens for the agent's wakeups of
+// the call (or its .hem-result) and re-reads the store every
+// taskPollInterval, since a core NATS wakeup can be lost while the inbox
+// keeps the result.
 func (b *Bridge) waitTask(ctx context.Context, ci callInfo, turn, callID string) (*taskState, error) {
 	c, err := b.client(ci.id.AgentID)
 	if err != nil {
@@ -253,10 +258,24 @@ func (b *Bridge) waitTask(ctx context.Context, ci callInfo, turn, callID string)
 	}
 	tick := time.NewTicker(taskPollInterval)
 	defer tick.Stop()
+	var ended time.Time
 	for {
 		st, err := b.taskOf(ctx, ci, turn, callID)
-		if err != nil || st.task.Status.IsTerminal() {
-			return st, err
+		if err != nil {
+			return nil, err
+		}
+		if st.task.Status.IsTerminal() {
+			// The result card is written before the inbox stores its entry
+			// (and wakes the agent): wait for the entry, so that the caller
+			// can acknowledge it; a result that is never reported (a call
+			// canceled before its command was published) ends the wait
+			// after entryGrace.
+			if st.final.Entry != nil || (!ended.IsZero() && time.Since(ended) >= entryGrace) {
+				return st, nil
+			}
+			if ended.IsZero() {
+				ended = time.Now()
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -143,7 +143,10 @@ func serveTasks(t *testing.T, m *mesh.Mesh, tr transport, token string) *taskBri
 }
 
 // rpc sends a raw request (the typed client cannot send a task-augmented
-// tools/call) and returns its result, or fails the test on an error.
+// tools/call) and returns its result, or fails the test on an error. Its
+// ids are strings, apart from the client's numbers: the stdio transport
+// forgets an id's waiter after delivering its response, and would forget
+// a new request's waiter if that reused the id.
 func (tb *taskBridge) rpc(t *testing.T, method string, params any) json.RawMessage {
 	t.Helper()
 	res, rerr := tb.rpcErr(t, method, params)
@@ -158,7 +161,7 @@ func (tb *taskBridge) rpcErr(t *testing.T, method string, params any) (json.RawM
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	resp, err := tb.c.GetTransport().SendRequest(ctx, mcptransport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION,
-		ID: mcp.NewRequestId(tb.seq.Add(1)), Method: method, Params: params})
+		ID: mcp.NewRequestId(fmt.Sprintf("raw-%d", tb.seq.Add(1))), Method: method, Params: params})
 	if err != nil {
 		t.Fatalf("%s: %v", method, err)
 	}
