@@ -31,6 +31,13 @@ var (
 	// ErrNoIdentity is returned when a request carries no caller identity
 	// (an HTTP request without a bearer token).
 	ErrNoIdentity = errors.New("mcpbridge: no caller identity")
+	// ErrTaskID is returned for a task id this bridge did not issue.
+	ErrTaskID = errors.New("mcpbridge: not a task id of this bridge")
+	// ErrTaskNotFound is returned for a task whose UTP call the caller
+	// cannot see (no such call, or another agent's).
+	ErrTaskNotFound = errors.New("mcpbridge: task not found")
+	// ErrTaskTerminal is returned by tasks/cancel for a task that ended.
+	ErrTaskTerminal = errors.New("mcpbridge: task already ended")
 )
 
 // DefaultCallTimeout bounds how long one tools/call waits for its UTP
@@ -119,6 +126,7 @@ type Bridge struct {
 	mu       sync.Mutex
 	clients  map[string]*agent.Client
 	tools    map[string]string    // tool name → fingerprint of what was served
+	async    map[string]bool      // served tools that run as MCP tasks
 	verified map[string]time.Time // verified bearer token → its expiry
 	closed   bool
 }
@@ -159,7 +167,7 @@ func New(cfg Config) (*Bridge, error) {
 		return nil, fmt.Errorf("%w: policy client: %v", ErrConfig, err)
 	}
 	b := &Bridge{cfg: cfg, log: log, reg: reg, authz: az, session: card.NewID(),
-		clients: map[string]*agent.Client{}, tools: map[string]string{}, verified: map[string]time.Time{}}
+		clients: map[string]*agent.Client{}, tools: map[string]string{}, async: map[string]bool{}, verified: map[string]time.Time{}}
 	hooks := &server.Hooks{}
 	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { b.syncTools(ctx) })
 	hooks.AddAfterListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest, res *mcp.ListToolsResult) {
@@ -178,6 +186,9 @@ func New(cfg Config) (*Bridge, error) {
 	})
 	b.srv = server.NewMCPServer("utpmesh", cfg.ServerVersion,
 		server.WithToolCapabilities(true),
+		// Announces tasks (list, cancel, tools/call); the bridge answers
+		// them itself (intercept.go), so mcp-go's own task store stays empty.
+		server.WithTaskCapabilities(true, true, true),
 		server.WithHooks(hooks),
 		server.WithRecovery(),
 		server.WithInstructions("The tools of utpmesh project "+cfg.Project+". Every call is a UTP call recorded in the mesh's card store (replay it with 'utpmesh turns show TURN')."),
@@ -257,7 +268,12 @@ func (b *Bridge) sessionOf(ctx context.Context) string {
 // stateless caller mcp-<mandate jti> (mcp-<agent>-<bridge session> when it
 // has no mandate).
 func (b *Bridge) turnOf(ctx context.Context, id Identity) string {
-	if sid := b.sessionOf(ctx); sid != "" {
+	return b.turnFor(b.sessionOf(ctx), id)
+}
+
+// turnFor is turnOf for a session id ("" for a stateless request).
+func (b *Bridge) turnFor(sid string, id Identity) string {
+	if sid != "" {
 		if strings.HasPrefix(sid, "mcp-") { // mcp-go's HTTP sessions: mcp-session-<uuid>
 			return sid
 		}

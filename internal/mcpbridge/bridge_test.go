@@ -26,6 +26,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/catalog"
 	"github.com/utpmesh/utpmesh/services/echo"
 )
@@ -42,17 +43,21 @@ type fixture struct {
 	callTimeout time.Duration
 }
 
-func startMesh(t *testing.T) *fixture {
+func startMesh(t *testing.T, services ...string) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
 	late := catalog.NewLate()
-	tools, err := catalog.Build([]string{"echo", "atlas.calendar", "atlas.utility"}, catalog.Deps{DataDir: dir, Context: ctx, Late: late})
+	tools, err := catalog.Build(append([]string{"echo", "atlas.calendar", "atlas.utility"}, services...), catalog.Deps{DataDir: dir, Context: ctx, Late: late})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools, Logger: quiet, Auth: &mesh.AuthConfig{}})
+	auth := &mesh.AuthConfig{}
+	if slices.Contains(services, "atp") {
+		auth.States = atp.StatesFor(dir) // the gate reads ATP booking states
+	}
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools, Logger: quiet, Auth: auth})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -23,7 +23,8 @@ const (
 
 // handleCall is the tools/call handler of every mesh tool: one UTP call,
 // or — on the retry of a confirmation — the ATLAS_CONFIRM or ATLAS_CANCEL
-// call the answer asks for.
+// call (atp_hem_confirm or atp_hem_decline for a HEM task) the answer asks
+// for.
 func (b *Bridge) handleCall(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	ci, err := b.info(ctx, req.Header.Get(requestIDHeader))
 	if err != nil {
@@ -42,6 +43,9 @@ func (b *Bridge) handleCall(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	}
 	if p, ok := pendingConfirm(out.Result.Result); ok {
 		return b.askConfirmation(ctx, ci, out, p)
+	}
+	if p, ok := pendingHEM(out); ok {
+		return b.askOperator(ctx, ci, out, p)
 	}
 	return resultOf(out), nil
 }

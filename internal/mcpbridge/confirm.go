@@ -27,9 +27,12 @@ var confirmSchema = map[string]any{
 // pendingState is the request state of a confirmation round trip: what a
 // 2026-07-28 client echoes back with its answer.
 type pendingState struct {
-	ConfirmationID string `json:"confirmation_id"`
-	ToolName       string `json:"tool_name"`
-	ToolCallID     string `json:"tool_call_id"`
+	ConfirmationID string `json:"confirmation_id,omitempty"`
+	// HEMTaskID is set instead of ConfirmationID for an ATP HEM task
+	// waiting for an operator.
+	HEMTaskID  string `json:"hem_task_id,omitempty"`
+	ToolName   string `json:"tool_name"`
+	ToolCallID string `json:"tool_call_id"`
 }
 
 // pendingConfirm reports whether a tool result is an ATLAS PENDING_CONFIRM.
@@ -83,10 +86,17 @@ func (b *Bridge) askConfirmation(ctx context.Context, ci callInfo, out *agent.Ou
 // answer to a confirmation.
 func (b *Bridge) answerConfirmation(ctx context.Context, ci callInfo, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	var st pendingState
-	if err := json.Unmarshal([]byte(req.Params.RequestState), &st); err != nil || st.ConfirmationID == "" {
+	if err := json.Unmarshal([]byte(req.Params.RequestState), &st); err != nil || (st.ConfirmationID == "" && st.HEMTaskID == "") {
 		return errorResult("requestState is not one this bridge issued (want the JSON state of a confirmation); call the tool again without it"), nil
 	}
 	ans := server.ElicitationResponse(req.Params.InputResponses, confirmInputID)
+	if st.HEMTaskID != "" {
+		if ans == nil {
+			return errorResult(fmt.Sprintf("no answer to input request %q for HEM task %s: retry with inputResponses.%s, or call %s / %s with {\"task_id\":%q}",
+				confirmInputID, st.HEMTaskID, confirmInputID, toolHEMConfirm, toolHEMDecline, st.HEMTaskID)), nil
+		}
+		return b.resolveHEM(ctx, ci, st.HEMTaskID, ans), nil
+	}
 	if ans == nil {
 		return errorResult(fmt.Sprintf("no answer to input request %q for confirmation %s: retry with inputResponses.%s, or call %s / %s with {\"confirmation_id\":%q}",
 			confirmInputID, st.ConfirmationID, confirmInputID, utility.ToolConfirm, utility.ToolCancel, st.ConfirmationID)), nil

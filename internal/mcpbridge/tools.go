@@ -3,6 +3,7 @@ package mcpbridge
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -29,7 +30,7 @@ func toolOf(e *registry.Entry) mcp.Tool {
 
 // fingerprint says whether a served tool changed.
 func fingerprint(e *registry.Entry) string {
-	return e.Description + "\x00" + string(e.Parameters)
+	return fmt.Sprintf("%s\x00%s\x00%v", e.Description, e.Parameters, isAsync(e))
 }
 
 // syncTools makes the server's tools the project's registry entries. The
@@ -55,9 +56,11 @@ func (b *Bridge) syncTools(ctx context.Context) {
 	}
 	tools := make([]server.ServerTool, 0, len(entries))
 	b.tools = make(map[string]string, len(entries))
+	b.async = map[string]bool{}
 	for _, e := range entries {
 		tools = append(tools, server.ServerTool{Tool: toolOf(e), Handler: b.handleCall})
 		b.tools[e.ToolName] = fingerprint(e)
+		b.async[e.ToolName] = isAsync(e)
 	}
 	b.srv.SetTools(tools...)
 }
@@ -91,6 +94,7 @@ func (b *Bridge) Watch(ctx context.Context, interval time.Duration) {
 // gate permits everything; any other failure lists nothing (fail closed)
 // and is logged, since a hook cannot fail the request.
 func (b *Bridge) filterTools(ctx context.Context, res *mcp.ListToolsResult) {
+	b.markAsync(ctx, res)
 	r, err := b.residual(ctx)
 	if err != nil {
 		b.log.Error("mcp: tools/list lists no tools: the mandate query failed", "project", b.cfg.Project, "err", err)
@@ -111,6 +115,22 @@ func (b *Bridge) filterTools(ctx context.Context, res *mcp.ListToolsResult) {
 		}
 	}
 	res.Tools = kept
+}
+
+// markAsync offers the async tools as tasks (execution.taskSupport
+// "optional") to clients of the pre-2026-07-28 era, whose task requests
+// the bridge serves (intercept.go).
+func (b *Bridge) markAsync(ctx context.Context, res *mcp.ListToolsResult) {
+	if server.IsModernRequest(ctx) {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range res.Tools {
+		if b.async[res.Tools[i].Name] {
+			res.Tools[i].Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
+		}
+	}
 }
 
 // errNoGate is how mandate_query answers on a mesh without the gate.

@@ -1,6 +1,7 @@
 package mcpbridge
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,12 +16,24 @@ import (
 // ServeStdio serves MCP on r/w (newline-delimited JSON-RPC) until ctx ends
 // or r is closed; every request calls as id. The stdio bridge is one MCP
 // session: its calls are one agent turn, SessionTurn().
+//
+// Task requests (tasks/*, task-augmented tools/call of async tools) are
+// answered by the bridge before mcp-go sees them (intercept.go).
 func (b *Bridge) ServeStdio(ctx context.Context, id Identity, r io.Reader, w io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := &lockedWriter{w: w}
+	f := &stdioFilter{b: b, id: id, out: out}
+	pr, pw := io.Pipe()
+	go func() { _ = pw.CloseWithError(f.run(ctx, r, pw)) }()
 	s := server.NewStdioServer(b.srv)
 	s.SetErrorLogger(slog.NewLogLogger(b.log.Handler(), slog.LevelWarn))
 	s.SetContextFunc(func(ctx context.Context) context.Context { return WithIdentity(ctx, id) })
-	err := s.Listen(ctx, r, w)
-	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+	err := s.Listen(ctx, pr, out)
+	cancel()
+	_ = pr.Close()
+	f.stop()
+	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || errors.Is(err, io.ErrClosedPipe) {
 		return nil
 	}
 	return err
@@ -65,9 +78,36 @@ func (b *Bridge) HTTPHandler() http.Handler {
 			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
 			return
 		}
+		if r.Method == http.MethodPost {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, "read the request: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if req, ok := b.intercepted(r.Context(), body); ok {
+				b.answerHTTP(w, r, id, req)
+				return
+			}
+		}
 		h.ServeHTTP(w, r.WithContext(WithIdentity(r.Context(), id)))
 	})
 }
+
+// answerHTTP answers a request the bridge serves itself (intercept.go) as
+// a JSON response, for the session the request names.
+func (b *Bridge) answerHTTP(w http.ResponseWriter, r *http.Request, id Identity, req *rpcRequest) {
+	session := r.Header.Get(server.HeaderKeySessionID)
+	resp := b.answer(r.Context(), id, session, r.Header.Get(mcpProtocolVersionHeader), req)
+	w.Header().Set("Content-Type", "application/json")
+	if session != "" {
+		w.Header().Set(server.HeaderKeySessionID, session)
+	}
+	_, _ = w.Write(resp)
+}
+
+// mcpProtocolVersionHeader is the HTTP header of the negotiated version.
+const mcpProtocolVersionHeader = "Mcp-Protocol-Version"
 
 // unauthorized answers 401 with {"error": msg}.
 func unauthorized(w http.ResponseWriter, msg string) {

@@ -1,0 +1,389 @@
+package mcpbridge
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+)
+
+// AsyncOption is the registry option (an unknown key of Options, kept in
+// Options.Extra) that marks a tool async: "async": true. Async tools are
+// offered as MCP tasks (execution.taskSupport "optional").
+const AsyncOption = "async"
+
+// The ATP tools the bridge knows by name (services/atp/tools; not
+// imported, so the bridge does not link the ATP service): atp_invoke_hem
+// is async even without AsyncOption, and its result is the second call
+// "<tool_call_id>.hem-result" the service writes into the turn.
+const (
+	toolInvokeHEM    = "atp_invoke_hem"
+	toolHEMList      = "atp_hem_list"
+	toolHEMConfirm   = "atp_hem_confirm"
+	toolHEMDecline   = "atp_hem_decline"
+	hemResultSuffix  = ".hem-result"
+	hemStatusPending = "PENDING"
+)
+
+// isAsync reports whether a registry entry is served as an MCP task.
+func isAsync(e *registry.Entry) bool {
+	if e.ToolName == toolInvokeHEM {
+		return true
+	}
+	var v bool
+	return json.Unmarshal(e.Options.Extra[AsyncOption], &v) == nil && v
+}
+
+// taskPollInterval is the poll interval a task suggests to the client, and
+// how often a waiting tasks/result re-reads the card store besides
+// listening for the agent's wakeups.
+const taskPollInterval = time.Second
+
+// taskIDPrefix starts every task id the bridge issues.
+const taskIDPrefix = "utp1."
+
+// TaskID is the MCP task id of the UTP call (agentTurnID, toolCallID):
+// "utp1.<base64url turn>.<base64url tool_call_id>". Any bridge of the
+// project resolves it, so a task outlives the bridge that created it.
+func TaskID(agentTurnID, toolCallID string) string {
+	enc := base64.RawURLEncoding
+	return taskIDPrefix + enc.EncodeToString([]byte(agentTurnID)) + "." + enc.EncodeToString([]byte(toolCallID))
+}
+
+// ParseTaskID returns the UTP call of a task id made by TaskID.
+func ParseTaskID(id string) (agentTurnID, toolCallID string, err error) {
+	rest, ok := strings.CutPrefix(id, taskIDPrefix)
+	t, c, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return "", "", fmt.Errorf("%w: %q (task ids look like %s…, from the tools/call that created the task)", ErrTaskID, id, taskIDPrefix)
+	}
+	enc := base64.RawURLEncoding
+	tb, err1 := enc.DecodeString(t)
+	cb, err2 := enc.DecodeString(c)
+	if err1 != nil || err2 != nil || len(tb) == 0 || len(cb) == 0 {
+		return "", "", fmt.Errorf("%w: %q is damaged (task ids look like %s…, from the tools/call that created the task)", ErrTaskID, id, taskIDPrefix)
+	}
+	return string(tb), string(cb), nil
+}
+
+// taskState is where a task's UTP call stands, read from the card store
+// and the inbox.
+type taskState struct {
+	task mcp.Task
+	// final is the call whose result is the task's result (the call
+	// itself, or its .hem-result call); nil while the task runs.
+	final *agent.CallState
+	// call is the task's own call.
+	call agent.CallState
+	// hemTaskID is the ATP task id of a pending atp_invoke_hem.
+	hemTaskID string
+}
+
+// createTask runs a task-augmented tools/call of an async tool: it
+// dispatches the UTP call (card and command) and answers with the task at
+// once. The call's card carries "task": true in its "mcp" metadata, which
+// is how tasks/list finds it.
+func (b *Bridge) createTask(ctx context.Context, ci callInfo, tool string, args json.RawMessage, ttl *int64) (*mcp.CreateTaskResult, error) {
+	c, err := b.client(ci.id.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	md, err := withTaskFlag(ci.metadata)
+	if err != nil {
+		return nil, err
+	}
+	callID := card.NewID()
+	pd, err := c.Dispatch(ctx, agent.CallRequest{ToolName: tool, Arguments: args, AgentTurnID: ci.turn, ToolCallID: callID,
+		Mandate: ci.id.Mandate, Metadata: map[string]json.RawMessage{MetadataKey: md}})
+	if errors.Is(err, agent.ErrUnknownTool) {
+		return nil, fmt.Errorf("%w (tools/list shows the tools)", err)
+	} else if err != nil {
+		return nil, fmt.Errorf("the call of %s failed before it reached a tool: %w", tool, err)
+	}
+	opts := []mcp.TaskOption{mcp.WithTaskPollInterval(taskPollInterval.Milliseconds()),
+		mcp.WithTaskStatusMessage(fmt.Sprintf("%s runs as tool_call_id %s of turn %s", tool, pd.ToolCallID, pd.AgentTurnID))}
+	if ttl != nil {
+		opts = append(opts, mcp.WithTaskTTL(*ttl))
+	}
+	task := mcp.NewTask(TaskID(pd.AgentTurnID, pd.ToolCallID), opts...)
+	meta := mcp.WithRelatedTask(task.TaskId)
+	meta.AdditionalFields[MetaToolCallID] = pd.ToolCallID
+	meta.AdditionalFields[MetaAgentTurnID] = pd.AgentTurnID
+	return &mcp.CreateTaskResult{Result: mcp.Result{Meta: meta}, Task: task}, nil
+}
+
+// withTaskFlag adds "task": true to the "mcp" metadata object.
+func withTaskFlag(md json.RawMessage) (json.RawMessage, error) {
+	m := map[string]any{}
+	if err := json.Unmarshal(md, &m); err != nil {
+		return nil, fmt.Errorf("mcp metadata: %w", err)
+	}
+	m["task"] = true
+	return json.Marshal(m)
+}
+
+// isTaskCall reports whether a tool.call card was made as an MCP task.
+func isTaskCall(c *card.Card) bool {
+	var md struct {
+		Task bool `json:"task"`
+	}
+	return c != nil && json.Unmarshal(c.Metadata.Extra[MetadataKey], &md) == nil && md.Task
+}
+
+// taskOf reads the task (turn, callID) for ci's agent: the call's cards
+// and inbox entries (agent.Client.Resume). Another agent's call is not
+// found.
+func (b *Bridge) taskOf(ctx context.Context, ci callInfo, turn, callID string) (*taskState, error) {
+	c, err := b.client(ci.id.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := c.Resume(ctx, turn)
+	if err != nil {
+		return nil, fmt.Errorf("read task %s: %w", TaskID(turn, callID), err)
+	}
+	var call, hemRes *agent.CallState
+	for i := range ts.Calls {
+		switch cs := &ts.Calls[i]; cs.ToolCallID {
+		case callID:
+			call = cs
+		case callID + hemResultSuffix:
+			hemRes = cs
+		}
+	}
+	if call == nil || call.CallCard == nil || call.CallCard.Metadata.AgentID != ci.id.AgentID {
+		return nil, fmt.Errorf("%w: %s (no call %s in turn %s made by agent %s)", ErrTaskNotFound, TaskID(turn, callID), callID, turn, ci.id.AgentID)
+	}
+	return stateOf(turn, *call, hemRes), nil
+}
+
+// stateOf maps a call (and the .hem-result call of an atp_invoke_hem) to
+// an MCP task: no result yet → working; a success or partial result →
+// completed; failed or timeout → failed; canceled → cancelled. An
+// atp_invoke_hem whose result is PENDING works until its .hem-result.
+func stateOf(turn string, call agent.CallState, hemRes *agent.CallState) *taskState {
+	st := &taskState{call: call}
+	t := mcp.NewTask(TaskID(turn, call.ToolCallID), mcp.WithTaskPollInterval(taskPollInterval.Milliseconds()))
+	t.CreatedAt = call.CallCard.CreatedAt.UTC().Format(time.RFC3339)
+	t.LastUpdatedAt = t.CreatedAt
+	final := &call
+	if call.ToolName == toolInvokeHEM && call.Result != nil && call.Result.Status == card.StatusSuccess {
+		var p struct {
+			TaskID string `json:"task_id"`
+			Status string `json:"status"`
+		}
+		if json.Unmarshal(call.Result.Result, &p) == nil && p.Status == hemStatusPending {
+			st.hemTaskID = p.TaskID
+			final = hemRes
+			if final != nil && final.Result == nil {
+				final = nil
+			}
+		}
+	}
+	switch {
+	case final == nil || final.Result == nil:
+		t.Status = mcp.TaskStatusWorking
+		if st.hemTaskID != "" {
+			t.StatusMessage = fmt.Sprintf("HEM task %s waits for an operator: atp_hem_confirm or atp_hem_decline with {\"task_id\":%q} (utpmesh hem confirm %s)", st.hemTaskID, st.hemTaskID, st.hemTaskID)
+		} else {
+			t.StatusMessage = fmt.Sprintf("%s runs as tool_call_id %s of turn %s", call.ToolName, call.ToolCallID, turn)
+		}
+	default:
+		st.final = final
+		t.LastUpdatedAt = final.ResultCard.CreatedAt.UTC().Format(time.RFC3339)
+		switch final.Result.Status {
+		case card.StatusSuccess, card.StatusPartial:
+			t.Status = mcp.TaskStatusCompleted
+		case card.StatusCanceled:
+			t.Status = mcp.TaskStatusCancelled
+		default:
+			t.Status = mcp.TaskStatusFailed
+		}
+		if e := final.Result.Error; e != nil {
+			t.StatusMessage = fmt.Sprintf("%s: %s: %s", final.Result.Status, e.Code, e.Message)
+		}
+	}
+	st.task = t
+	return st
+}
+
+// flushTimeout bounds the round trip that makes a subscription known to
+// the server.
+const flushTimeout = 10 * time.Second
+
+// entryGrace is how long waitTask waits for the inbox entry of a result
+// it already read.
+const entryGrace = 5 * time.Second
+
+// waitTask returns the task's state once it ended (and its result's inbox
+// entry is stored), or ctx's error. It listens for the agent's wakeups of
+// the call (or its .hem-result) and re-reads the store every
+// taskPollInterval, since a core NATS wakeup can be lost while the inbox
+// keeps the result.
+func (b *Bridge) waitTask(ctx context.Context, ci callInfo, turn, callID string) (*taskState, error) {
+	c, err := b.client(ci.id.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	woken := make(chan struct{}, 1)
+	sub, err := b.cfg.Conn.Subscribe(c.WakeupSubject(), func(m *nats.Msg) {
+		var w utp.Wakeup
+		if json.Unmarshal(m.Data, &w) == nil && w.AgentTurnID == turn && (w.ToolCallID == callID || w.ToolCallID == callID+hemResultSuffix) {
+			select {
+			case woken <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listen for the wakeups of agent %s: %w", ci.id.AgentID, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	fctx, fcancel := context.WithTimeout(ctx, flushTimeout)
+	defer fcancel()
+	if err := b.cfg.Conn.FlushWithContext(fctx); err != nil {
+		return nil, fmt.Errorf("listen for the wakeups of agent %s: %w", ci.id.AgentID, err)
+	}
+	tick := time.NewTicker(taskPollInterval)
+	defer tick.Stop()
+	var ended time.Time
+	for {
+		st, err := b.taskOf(ctx, ci, turn, callID)
+		if err != nil {
+			return nil, err
+		}
+		if st.task.Status.IsTerminal() {
+			// The result card is written before the inbox stores its entry
+			// (and wakes the agent): wait for the entry, so that the caller
+			// can acknowledge it; a result that is never reported (a call
+			// canceled before its command was published) ends the wait
+			// after entryGrace.
+			if st.final.Entry != nil || (!ended.IsZero() && time.Since(ended) >= entryGrace) {
+				return st, nil
+			}
+			if ended.IsZero() {
+				ended = time.Now()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-woken:
+		case <-tick.C:
+		}
+	}
+}
+
+// taskResult is the tasks/result answer of an ended task: the MCP result
+// of its final call (as tools/call maps it), related to the task. The
+// result's inbox entry is acknowledged: the host has consumed it.
+func (b *Bridge) taskResult(ctx context.Context, ci callInfo, st *taskState) *mcp.TaskResultResult {
+	f := st.final
+	out := &agent.Outcome{Call: agent.Pending{AgentTurnID: f.ResultCard.Metadata.AgentTurnID, ToolCallID: f.ToolCallID, ToolName: f.ToolName},
+		ResultCard: f.ResultCard, Result: f.Result}
+	r := resultOf(out)
+	if st.final.ToolCallID != st.call.ToolCallID {
+		// The .hem-result's call is not the task's; say both.
+		r.Meta.AdditionalFields[MetaToolCallID] = st.call.ToolCallID
+		r.Meta.AdditionalFields["utpmesh/result_tool_call_id"] = f.ToolCallID
+	}
+	res := &mcp.TaskResultResult{Result: mcp.Result{Meta: mcp.WithRelatedTask(st.task.TaskId)},
+		Content: r.Content, StructuredContent: r.StructuredContent, IsError: r.IsError}
+	for k, v := range r.Meta.AdditionalFields {
+		res.Meta.AdditionalFields[k] = v
+	}
+	if f.Entry != nil && f.Entry.InboxID != "" {
+		if c, err := b.client(ci.id.AgentID); err == nil {
+			if _, err := c.Ack(ctx, f.Entry.InboxID); err != nil {
+				b.log.Warn("mcp: task result read but its inbox entry not acknowledged", "task", st.task.TaskId, "err", err)
+			}
+		}
+	}
+	return res
+}
+
+// listTasks lists the tasks of ci's session: the calls of its turn made
+// as tasks.
+func (b *Bridge) listTasks(ctx context.Context, ci callInfo) ([]mcp.Task, error) {
+	c, err := b.client(ci.id.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := c.Resume(ctx, ci.turn)
+	if err != nil {
+		return nil, fmt.Errorf("read the session's turn %s: %w", ci.turn, err)
+	}
+	byID := map[string]*agent.CallState{}
+	for i := range ts.Calls {
+		byID[ts.Calls[i].ToolCallID] = &ts.Calls[i]
+	}
+	tasks := []mcp.Task{}
+	for _, cs := range ts.Calls {
+		if !isTaskCall(cs.CallCard) || cs.CallCard.Metadata.AgentID != ci.id.AgentID {
+			continue
+		}
+		tasks = append(tasks, stateOf(ci.turn, cs, byID[cs.ToolCallID+hemResultSuffix]).task)
+	}
+	return tasks, nil
+}
+
+// cancelTimeout bounds how long tasks/cancel waits for the canceled
+// result after cancel_tool_call asked a running worker to stop.
+const cancelTimeout = 10 * time.Second
+
+// cancelTask cancels a running task with the PMO built-in
+// cancel_tool_call (a UTP call of ci's turn) and returns the task's state
+// afterwards.
+func (b *Bridge) cancelTask(ctx context.Context, ci callInfo, turn, callID string) (*taskState, error) {
+	st, err := b.taskOf(ctx, ci, turn, callID)
+	if err != nil {
+		return nil, err
+	}
+	if st.task.Status.IsTerminal() {
+		return nil, fmt.Errorf("%w: task %s is %s", ErrTaskTerminal, st.task.TaskId, st.task.Status)
+	}
+	if st.hemTaskID != "" {
+		return nil, fmt.Errorf("task %s: its call ended (HEM task %s is PENDING); only an operator ends it: atp_hem_decline with {\"task_id\":%q, \"reason\":…} (utpmesh hem decline %s --reason …)",
+			st.task.TaskId, st.hemTaskID, st.hemTaskID, st.hemTaskID)
+	}
+	args, _ := json.Marshal(map[string]string{"tool_call_id": callID, "agent_turn_id": turn, "reason": "tasks/cancel of MCP task " + st.task.TaskId})
+	out, res := b.call(ctx, ci, registry.BuiltinCancelToolCall, args)
+	if res != nil {
+		return nil, fmt.Errorf("cancel_tool_call: %s", textOf(res))
+	}
+	if out.Result.Status != card.StatusSuccess {
+		return nil, fmt.Errorf("cancel_tool_call: %s", textOf(resultOf(out)))
+	}
+	wctx, cancel := context.WithTimeout(ctx, cancelTimeout)
+	defer cancel()
+	if end, err := b.waitTask(wctx, ci, turn, callID); err == nil {
+		return end, nil
+	}
+	// The worker has not stopped yet; the call ends canceled when it does.
+	st.task.Status = mcp.TaskStatusCancelled
+	st.task.StatusMessage = "cancel requested with cancel_tool_call; the call ends canceled when its worker stops it"
+	return st, nil
+}
+
+// textOf is the text content of a result.
+func textOf(r *mcp.CallToolResult) string {
+	var buf bytes.Buffer
+	for _, c := range r.Content {
+		if t, ok := c.(mcp.TextContent); ok {
+			buf.WriteString(t.Text)
+		}
+	}
+	return buf.String()
+}
