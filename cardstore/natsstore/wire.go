@@ -44,6 +44,10 @@ const (
 	// CodeWrongOp: the operation does not take this request (a
 	// tool.result card sent with put instead of put_result).
 	CodeWrongOp = "wrong_op"
+	// CodeForbidden: a tool-scoped write the writer may not make
+	// (cardstore.ErrForbidden): a claim or result for another tool's
+	// call, or a result written without the call's claim.
+	CodeForbidden = svc.CodeForbidden
 )
 
 // ErrWrongOp matches (errors.Is) a wrong_op reply: tool.result cards
@@ -62,12 +66,19 @@ var Codes = svc.Codes{
 	{Err: cardstore.ErrTooLarge, Code: svc.CodeTooLarge},
 	{Err: cardstore.ErrClosed, Code: CodeClosed},
 	{Err: ErrWrongOp, Code: CodeWrongOp},
+	{Err: cardstore.ErrForbidden, Code: CodeForbidden},
 }
 
 // Request and reply bodies, one pair per operation. See docs/protocol.md.
 type (
 	putRequest struct {
 		Cards []*card.Card `json:"cards"`
+		// Claim is the claim a tool-scoped put_result is written under.
+		Claim *claimRef `json:"claim,omitempty"`
+	}
+	claimRef struct {
+		Holder string `json:"holder"`
+		Token  uint64 `json:"token"`
 	}
 	putReply struct {
 		Count int `json:"count"`

@@ -16,6 +16,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/internal/audit"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -151,6 +152,13 @@ func TestNATSIdentities(t *testing.T) {
 		{"worker", "put a policy", wk, pub(wk, "cg."+v+".demo.default.svc.authz.put"), "publish", "cg." + v + ".demo.default.svc.authz.put"},
 		{"worker", "publish a tool command", wk, pub(wk, "cg."+v+".demo.main.cmd.tool.echo"), "publish", "cg." + v + ".demo.main.cmd.tool.echo"},
 		{"worker", "read agents' wakeups", wk, sub(wk, "cg."+v+".demo.*.cmd.agent.*.wakeup"), "subscription", "cg." + v + ".demo.*.cmd.agent.*.wakeup"},
+		{"worker", "write a result on the core's put_result", wk, pub(wk, "cg."+v+".demo.default.svc.cardstore.put_result"), "publish", "cg." + v + ".demo.default.svc.cardstore.put_result"},
+		{"worker", "claim on the core's claim", wk, pub(wk, "cg."+v+".demo.default.svc.cardstore.claim"), "publish", "cg." + v + ".demo.default.svc.cardstore.claim"},
+		{"worker", "release on the core's release", wk, pub(wk, "cg."+v+".demo.default.svc.cardstore.release"), "publish", "cg." + v + ".demo.default.svc.cardstore.release"},
+		{"worker", "write another tool's result", wk, pub(wk, "cg."+v+".demo.default.svc.cardstore.put_result.atlas_task_list"), "publish", "cg." + v + ".demo.default.svc.cardstore.put_result.atlas_task_list"},
+		{"worker", "claim another tool's call", wk, pub(wk, "cg."+v+".demo.default.svc.cardstore.claim.atlas_task_list"), "publish", "cg." + v + ".demo.default.svc.cardstore.claim.atlas_task_list"},
+		{"agent", "write a result on a tool's subject", agent, pub(agent, "cg."+v+".demo.default.svc.cardstore.put_result.echo"), "publish", "cg." + v + ".demo.default.svc.cardstore.put_result.echo"},
+		{"agent", "claim on a tool's subject", agent, pub(agent, "cg."+v+".demo.default.svc.cardstore.claim.echo"), "publish", "cg." + v + ".demo.default.svc.cardstore.claim.echo"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.actor+" may not "+tc.action, func(t *testing.T) {
@@ -177,6 +185,57 @@ func TestNATSIdentities(t *testing.T) {
 		}
 		if _, err := m.Cards().FindToolResult(ctx, "demo", "turn-victim", "call-victim"); !errors.Is(err, cardstore.ErrNotFound) {
 			t.Fatalf("the forged result was stored: %v", err)
+		}
+	})
+
+	// A worker of echo, on its own tool's subjects, may not claim or
+	// answer a call of another tool: refused (forbidden) and audited.
+	t.Run("worker may not forge another tool's result on its own subject", func(t *testing.T) {
+		audits := make(chan audit.Record, 16)
+		ap, _ := subjects.AuditPattern(v)
+		if _, err := admin.nc.Subscribe(ap, func(msg *nats.Msg) {
+			var r audit.Record
+			if json.Unmarshal(msg.Data, &r) == nil {
+				audits <- r
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		callContent, _ := json.Marshal(card.ToolCallContent{ToolName: "ATLAS_TASK_LIST", Arguments: json.RawMessage(`{}`), TargetSubject: "cg." + v + ".demo.main.cmd.tool.atlas_task_list"})
+		victim := &card.Card{CardID: card.NewID(), ProjectID: "demo", Type: card.TypeToolCall, ToolCallID: "call-atlas", Content: callContent,
+			CreatedAt: time.Now().UTC(), Metadata: card.Metadata{AgentID: "victim", AgentTurnID: "turn-atlas", TurnEpoch: 1, StepID: "s1", ToolCallID: "call-atlas"}}
+		if err := m.Cards().Put(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		forged := &card.Card{CardID: card.NewID(), ProjectID: "demo", Type: card.TypeToolResult, ToolCallID: "call-atlas", CreatedAt: time.Now().UTC(),
+			Metadata: card.Metadata{AgentTurnID: "turn-atlas", ToolCallID: "call-atlas", FunctionName: "echo"},
+			Content:  json.RawMessage(`{"status":"success","after_execution":"suspend","result":{"forged":true}}`)}
+		wcards, err := natsstore.NewClient(wk.nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx := cardstore.WithTool(ctx, "echo")
+		if _, err := wcards.Claim(wctx, cardstore.ClaimRequest{ProjectID: "demo", Key: cardstore.ToolCallKey("turn-atlas", "call-atlas"), Holder: "evil", Lease: time.Minute}); !errors.Is(err, cardstore.ErrForbidden) {
+			t.Fatalf("claim of an ATLAS call by the echo worker = %v, want forbidden", err)
+		}
+		if err := wcards.Put(wctx, forged); !errors.Is(err, cardstore.ErrForbidden) || !strings.Contains(err.Error(), `calls tool "ATLAS_TASK_LIST"`) {
+			t.Fatalf("forged ATLAS result by the echo worker = %v, want forbidden", err)
+		}
+		if _, err := m.Cards().FindToolResult(ctx, "demo", "turn-atlas", "call-atlas"); !errors.Is(err, cardstore.ErrNotFound) {
+			t.Fatalf("the forged result was stored: %v", err)
+		}
+		for seen := map[string]bool{}; !seen["claim"] || !seen["put_result"]; {
+			select {
+			case r := <-audits:
+				if r.Actor == "tool:echo" && r.Code == "forbidden" && r.Detail["key"]+r.Detail["tool_call_id"] != "" {
+					seen[r.Op] = true
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("audit records seen: %v; want the refused claim and put_result of tool:echo", seen)
+			}
 		}
 	})
 

@@ -1,0 +1,244 @@
+package natsstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/audit"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// ToolStore is what a Server needs of its store to serve the tool-scoped
+// writes of workers (cardstore/boltstore implements it). tool is a tool
+// token (subjects.ToolToken).
+type ToolStore interface {
+	// ClaimTool is Claim for a worker of tool.
+	ClaimTool(ctx context.Context, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error)
+	// ReleaseTool is Release of a claim taken for tool.
+	ReleaseTool(ctx context.Context, projectID, key, holder, tool string) error
+	// PutToolResult writes tool.result cards of tool under the claim
+	// (holder, token).
+	PutToolResult(ctx context.Context, tool, holder string, token uint64, cards ...*card.Card) error
+}
+
+// headerErrorCode is svc's error header (pkg/svc wire format).
+const headerErrorCode = "Svc-Error-Code"
+
+// toolOps serves cg.<ver>.*.*.svc.cardstore.<op>.<tool>: claim, release
+// and put_result of a tool's workers. The subject's tool is what a NATS
+// permission let the requester publish (internal/meshauth), so the store
+// can check it against the call, its card and its claim.
+type toolOps struct {
+	s   *Server
+	ts  ToolStore
+	sub *nats.Subscription
+	sem chan struct{}
+	wg  sync.WaitGroup
+}
+
+func (s *Server) startToolOps(cfg ServerConfig) error {
+	ts, _ := s.store.(ToolStore)
+	t := &toolOps{s: s, ts: ts, sem: make(chan struct{}, cfg.Concurrency)}
+	pattern, err := subjects.ToolServicePattern(s.ver, ServiceName)
+	if err != nil {
+		return err
+	}
+	sub, err := s.nc.QueueSubscribe(pattern, "utpmesh-"+ServiceName, func(m *nats.Msg) {
+		t.sem <- struct{}{}
+		t.wg.Add(1)
+		go func() {
+			defer func() { <-t.sem; t.wg.Done() }()
+			t.serve(m, cfg.RequestTimeout)
+		}()
+	})
+	if err != nil {
+		return fmt.Errorf("natsstore: subscribe %s: %w", pattern, err)
+	}
+	_ = sub.SetPendingLimits(1<<16, 256<<20)
+	if err := s.nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("natsstore: flush %s: %w", pattern, err)
+	}
+	t.sub = sub
+	s.tools = t
+	return nil
+}
+
+// stop stops taking requests and waits for the ones in flight.
+func (t *toolOps) stop(ctx context.Context) error {
+	if t.sub != nil && t.sub.IsValid() {
+		_ = t.sub.Unsubscribe()
+	}
+	done := make(chan struct{})
+	go func() { t.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("natsstore: tool-scoped requests still in flight: %w", ctx.Err())
+	}
+}
+
+func (t *toolOps) serve(m *nats.Msg, timeout time.Duration) {
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ts, err := subjects.ParseToolService(m.Subject)
+	var reply any
+	var info map[string]string
+	if err == nil {
+		reply, info, err = t.do(ctx, ts, m.Data)
+	} else {
+		err = fmt.Errorf("%w: %v", svc.ErrBadRequest, err)
+	}
+	if err != nil && errors.Is(err, cardstore.ErrForbidden) {
+		t.audit(ts, m.Subject, err, info)
+	}
+	if m.Reply == "" {
+		return
+	}
+	if err == nil {
+		body, mErr := json.Marshal(reply)
+		if mErr == nil {
+			_ = m.Respond(body)
+			return
+		}
+		err = fmt.Errorf("encode reply: %w", mErr)
+	}
+	code := codeOf(err)
+	lvl := "debug"
+	if code == CodeForbidden {
+		lvl = "warn"
+	}
+	if lvl == "warn" {
+		t.s.log.Warn("cardstore: tool-scoped write refused", "subject", m.Subject, "code", code, "err", err)
+	} else {
+		t.s.log.Debug("cardstore: tool-scoped request failed", "subject", m.Subject, "code", code, "err", err)
+	}
+	eb := svc.ErrorBody{Code: code, Message: err.Error()}
+	var de *svc.DetailError
+	if errors.As(err, &de) && de.Detail != nil {
+		eb.Detail, _ = json.Marshal(de.Detail)
+	}
+	body, _ := json.Marshal(map[string]any{"error": eb})
+	out := nats.NewMsg(m.Reply)
+	out.Header.Set(headerErrorCode, code)
+	out.Data = body
+	_ = m.RespondMsg(out)
+}
+
+// codeOf maps err to its wire code like svc's server does.
+func codeOf(err error) string {
+	for _, c := range Codes {
+		if errors.Is(err, c.Err) {
+			return c.Code
+		}
+	}
+	switch {
+	case errors.Is(err, svc.ErrBadRequest):
+		return svc.CodeBadRequest
+	case errors.Is(err, context.DeadlineExceeded):
+		return svc.CodeTimeout
+	}
+	return svc.CodeInternal
+}
+
+// do runs one tool-scoped operation; info names the call for the audit.
+func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) (any, map[string]string, error) {
+	info := map[string]string{"tool": ts.Tool}
+	if ts.Service != ServiceName {
+		return nil, info, fmt.Errorf("%w: service %q is not %s", svc.ErrBadRequest, ts.Service, ServiceName)
+	}
+	if t.ts == nil {
+		return nil, info, fmt.Errorf("natsstore: this CardStore cannot check tool-scoped writes (its store does not implement natsstore.ToolStore)")
+	}
+	switch ts.Op {
+	case OpClaim, OpRelease:
+		var req claimRequest
+		if err := svc.Decode(data, &req); err != nil {
+			return nil, info, err
+		}
+		info["key"], info["holder"] = req.Key, req.Holder
+		if ts.Op == OpRelease {
+			if err := t.ts.ReleaseTool(ctx, ts.Project, req.Key, req.Holder, ts.Tool); err != nil {
+				return nil, info, err
+			}
+			return emptyReply{}, info, nil
+		}
+		c, err := t.ts.ClaimTool(ctx, cardstore.ClaimRequest{
+			ProjectID: ts.Project, Key: req.Key, Holder: req.Holder, Lease: time.Duration(req.LeaseMS) * time.Millisecond,
+		}, ts.Tool)
+		var held *cardstore.ClaimHeldError
+		if errors.As(err, &held) {
+			return nil, info, svc.WithDetail(err, claimHeldDetail{Holder: held.Holder, ExpiresAt: held.ExpiresAt})
+		}
+		if err != nil {
+			return nil, info, err
+		}
+		return claimReply{Claim: c}, info, nil
+	case OpPutResult:
+		var req putRequest
+		if err := svc.Decode(data, &req); err != nil {
+			return nil, info, err
+		}
+		if err := checkCards(req.Cards, ts.Project); err != nil {
+			return nil, info, err
+		}
+		for _, c := range req.Cards {
+			if c.Type == card.TypeToolResult {
+				info["tool_call_id"], info["agent_turn_id"], info["card_id"] = c.ToolCallID, c.Metadata.AgentTurnID, c.CardID
+				info["function_name"] = c.Metadata.FunctionName
+			}
+		}
+		var claim claimRef // none: the store refuses after its tool checks
+		if req.Claim != nil {
+			claim = *req.Claim
+		}
+		info["holder"] = claim.Holder
+		if err := t.ts.PutToolResult(ctx, ts.Tool, claim.Holder, claim.Token, req.Cards...); err != nil {
+			return nil, info, err
+		}
+		return putReply{Count: len(req.Cards)}, info, nil
+	}
+	return nil, info, fmt.Errorf("%w: %s has no tool-scoped operation %q (want %s, %s or %s)", svc.ErrBadRequest, ServiceName, ts.Op, OpClaim, OpRelease, OpPutResult)
+}
+
+// checkCards refuses an empty batch, a null card and a card of another
+// project than the subject's.
+func checkCards(cards []*card.Card, project string) error {
+	if len(cards) == 0 {
+		return fmt.Errorf("%w: cards is empty", cardstore.ErrInvalid)
+	}
+	for i, c := range cards {
+		if c == nil {
+			return fmt.Errorf("%w: cards[%d] is null", cardstore.ErrInvalid, i)
+		}
+		if c.ProjectID != project {
+			return fmt.Errorf("%w: cards[%d] (%s) belongs to project %q, but the request was sent on project %q's subject",
+				cardstore.ErrInvalid, i, c.CardID, c.ProjectID, project)
+		}
+	}
+	return nil
+}
+
+// audit records a refused tool-scoped write on evt.sys.audit.cardstore.
+func (t *toolOps) audit(ts subjects.ToolSubject, subject string, err error, info map[string]string) {
+	rec := audit.Record{
+		Service: ServiceName, Op: ts.Op, Project: ts.Project, Channel: ts.Channel,
+		Actor: "tool:" + ts.Tool, Code: codeOf(err), Reason: err.Error(), Subject: subject, Detail: info,
+	}
+	if perr := audit.Publish(t.s.nc, t.s.ver, rec); perr != nil {
+		t.s.log.Error("cardstore: audit record not published", "subject", subject, "err", perr)
+	}
+}
