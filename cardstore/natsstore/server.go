@@ -11,6 +11,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/internal/audit"
+	"github.com/utpmesh/utpmesh/internal/toolsvc"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -36,7 +37,7 @@ type Server struct {
 	log   *slog.Logger
 	nc    *nats.Conn
 	ver   string
-	tools *toolOps
+	tools *toolsvc.Server
 }
 
 // NewServer starts serving store on nc.
@@ -88,7 +89,7 @@ func (s *Server) Subject() string { return s.srv.Subject() }
 // Stop stops serving and waits for requests in flight until ctx ends. It
 // does not close the store.
 func (s *Server) Stop(ctx context.Context) error {
-	return errors.Join(s.tools.stop(ctx), s.srv.Stop(ctx))
+	return errors.Join(s.tools.Stop(ctx), s.srv.Stop(ctx))
 }
 
 func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error) {

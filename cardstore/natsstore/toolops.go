@@ -2,16 +2,13 @@ package natsstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/internal/audit"
+	"github.com/utpmesh/utpmesh/internal/toolsvc"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -30,136 +27,40 @@ type ToolStore interface {
 	PutToolResult(ctx context.Context, tool, holder string, token uint64, cards ...*card.Card) error
 }
 
-// headerErrorCode is svc's error header (pkg/svc wire format).
-const headerErrorCode = "Svc-Error-Code"
-
 // toolOps serves cg.<ver>.*.*.svc.cardstore.<op>.<tool>: claim, release
 // and put_result of a tool's workers. The subject's tool is what a NATS
 // permission let the requester publish (internal/meshauth), so the store
 // can check it against the call, its card and its claim.
 type toolOps struct {
-	s   *Server
-	ts  ToolStore
-	sub *nats.Subscription
-	sem chan struct{}
-	wg  sync.WaitGroup
+	s  *Server
+	ts ToolStore
 }
 
 func (s *Server) startToolOps(cfg ServerConfig) error {
 	ts, _ := s.store.(ToolStore)
-	t := &toolOps{s: s, ts: ts, sem: make(chan struct{}, cfg.Concurrency)}
-	pattern, err := subjects.ToolServicePattern(s.ver, ServiceName)
+	t := &toolOps{s: s, ts: ts}
+	srv, err := toolsvc.Start(s.nc, toolsvc.Config{Version: s.ver, Service: ServiceName, Codes: Codes,
+		Concurrency: cfg.Concurrency, RequestTimeout: cfg.RequestTimeout, Logger: s.log}, t.serve)
 	if err != nil {
-		return err
+		return fmt.Errorf("natsstore: %w", err)
 	}
-	sub, err := s.nc.QueueSubscribe(pattern, "utpmesh-"+ServiceName, func(m *nats.Msg) {
-		t.sem <- struct{}{}
-		t.wg.Add(1)
-		go func() {
-			defer func() { <-t.sem; t.wg.Done() }()
-			t.serve(m, cfg.RequestTimeout)
-		}()
-	})
-	if err != nil {
-		return fmt.Errorf("natsstore: subscribe %s: %w", pattern, err)
-	}
-	_ = sub.SetPendingLimits(1<<16, 256<<20)
-	if err := s.nc.Flush(); err != nil {
-		_ = sub.Unsubscribe()
-		return fmt.Errorf("natsstore: flush %s: %w", pattern, err)
-	}
-	t.sub = sub
-	s.tools = t
+	s.tools = srv
 	return nil
 }
 
-// stop stops taking requests and waits for the ones in flight.
-func (t *toolOps) stop(ctx context.Context) error {
-	if t.sub != nil && t.sub.IsValid() {
-		_ = t.sub.Unsubscribe()
+// serve runs one request and audits a forbidden one.
+func (t *toolOps) serve(ctx context.Context, ts subjects.ToolSubject, data []byte) (any, error) {
+	reply, info, err := t.do(ctx, ts, data)
+	if errors.Is(err, cardstore.ErrForbidden) {
+		t.s.log.Warn("cardstore: tool-scoped write refused", "subject", ts.String(), "err", err)
+		t.audit(ts, err, info)
 	}
-	done := make(chan struct{})
-	go func() { t.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("natsstore: tool-scoped requests still in flight: %w", ctx.Err())
-	}
-}
-
-func (t *toolOps) serve(m *nats.Msg, timeout time.Duration) {
-	if timeout <= 0 {
-		timeout = 30 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	ts, err := subjects.ParseToolService(m.Subject)
-	var reply any
-	var info map[string]string
-	if err == nil {
-		reply, info, err = t.do(ctx, ts, m.Data)
-	} else {
-		err = fmt.Errorf("%w: %v", svc.ErrBadRequest, err)
-	}
-	if err != nil && errors.Is(err, cardstore.ErrForbidden) {
-		t.audit(ts, m.Subject, err, info)
-	}
-	if m.Reply == "" {
-		return
-	}
-	if err == nil {
-		body, mErr := json.Marshal(reply)
-		if mErr == nil {
-			_ = m.Respond(body)
-			return
-		}
-		err = fmt.Errorf("encode reply: %w", mErr)
-	}
-	code := codeOf(err)
-	lvl := "debug"
-	if code == CodeForbidden {
-		lvl = "warn"
-	}
-	if lvl == "warn" {
-		t.s.log.Warn("cardstore: tool-scoped write refused", "subject", m.Subject, "code", code, "err", err)
-	} else {
-		t.s.log.Debug("cardstore: tool-scoped request failed", "subject", m.Subject, "code", code, "err", err)
-	}
-	eb := svc.ErrorBody{Code: code, Message: err.Error()}
-	var de *svc.DetailError
-	if errors.As(err, &de) && de.Detail != nil {
-		eb.Detail, _ = json.Marshal(de.Detail)
-	}
-	body, _ := json.Marshal(map[string]any{"error": eb})
-	out := nats.NewMsg(m.Reply)
-	out.Header.Set(headerErrorCode, code)
-	out.Data = body
-	_ = m.RespondMsg(out)
-}
-
-// codeOf maps err to its wire code like svc's server does.
-func codeOf(err error) string {
-	for _, c := range Codes {
-		if errors.Is(err, c.Err) {
-			return c.Code
-		}
-	}
-	switch {
-	case errors.Is(err, svc.ErrBadRequest):
-		return svc.CodeBadRequest
-	case errors.Is(err, context.DeadlineExceeded):
-		return svc.CodeTimeout
-	}
-	return svc.CodeInternal
+	return reply, err
 }
 
 // do runs one tool-scoped operation; info names the call for the audit.
 func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) (any, map[string]string, error) {
 	info := map[string]string{"tool": ts.Tool}
-	if ts.Service != ServiceName {
-		return nil, info, fmt.Errorf("%w: service %q is not %s", svc.ErrBadRequest, ts.Service, ServiceName)
-	}
 	if t.ts == nil {
 		return nil, info, fmt.Errorf("natsstore: this CardStore cannot check tool-scoped writes (its store does not implement natsstore.ToolStore)")
 	}
@@ -233,12 +134,12 @@ func checkCards(cards []*card.Card, project string) error {
 }
 
 // audit records a refused tool-scoped write on evt.sys.audit.cardstore.
-func (t *toolOps) audit(ts subjects.ToolSubject, subject string, err error, info map[string]string) {
+func (t *toolOps) audit(ts subjects.ToolSubject, err error, info map[string]string) {
 	rec := audit.Record{
 		Service: ServiceName, Op: ts.Op, Project: ts.Project, Channel: ts.Channel,
-		Actor: "tool:" + ts.Tool, Code: codeOf(err), Reason: err.Error(), Subject: subject, Detail: info,
+		Actor: "tool:" + ts.Tool, Code: toolsvc.CodeOf(Codes, err), Reason: err.Error(), Subject: ts.String(), Detail: info,
 	}
 	if perr := audit.Publish(t.s.nc, t.s.ver, rec); perr != nil {
-		t.s.log.Error("cardstore: audit record not published", "subject", subject, "err", perr)
+		t.s.log.Error("cardstore: audit record not published", "subject", ts.String(), "err", perr)
 	}
 }

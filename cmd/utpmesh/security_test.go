@@ -13,15 +13,19 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/internal/audit"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
+	"github.com/utpmesh/utpmesh/internal/reqsign"
+	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -159,6 +163,11 @@ func TestNATSIdentities(t *testing.T) {
 		{"worker", "claim another tool's call", wk, pub(wk, "cg."+v+".demo.default.svc.cardstore.claim.atlas_task_list"), "publish", "cg." + v + ".demo.default.svc.cardstore.claim.atlas_task_list"},
 		{"agent", "write a result on a tool's subject", agent, pub(agent, "cg."+v+".demo.default.svc.cardstore.put_result.echo"), "publish", "cg." + v + ".demo.default.svc.cardstore.put_result.echo"},
 		{"agent", "claim on a tool's subject", agent, pub(agent, "cg."+v+".demo.default.svc.cardstore.claim.echo"), "publish", "cg." + v + ".demo.default.svc.cardstore.claim.echo"},
+		{"agent", "register a tool on its subject", agent, pub(agent, "cg."+v+".demo.default.svc.registry.put.echo"), "publish", "cg." + v + ".demo.default.svc.registry.put.echo"},
+		{"worker", "register another tool", wk, pub(wk, "cg."+v+".demo.default.svc.registry.put.atlas_task_list"), "publish", "cg." + v + ".demo.default.svc.registry.put.atlas_task_list"},
+		{"worker", "write the registry on the admin's subject", wk, pub(wk, "cg."+v+".demo.default.svc.registry.put"), "publish", "cg." + v + ".demo.default.svc.registry.put"},
+		{"worker", "delete a registry entry", wk, pub(wk, "cg."+v+".demo.default.svc.registry.delete"), "publish", "cg." + v + ".demo.default.svc.registry.delete"},
+		{"worker", "switch mandates off", wk, pub(wk, "cg."+v+".demo.default.svc.authz.config_put"), "publish", "cg." + v + ".demo.default.svc.authz.config_put"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.actor+" may not "+tc.action, func(t *testing.T) {
@@ -236,6 +245,108 @@ func TestNATSIdentities(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatalf("audit records seen: %v; want the refused claim and put_result of tool:echo", seen)
 			}
+		}
+	})
+
+	// Every registry, policy and config change is audited with the
+	// identity that signed it; a change signed by a key the mesh never
+	// minted, or a worker registering another tool on its own subject, is
+	// refused and audited.
+	t.Run("admin changes are audited with who made them", func(t *testing.T) {
+		audits := make(chan audit.Record, 64)
+		ap, _ := subjects.AuditPattern(v)
+		if _, err := admin.nc.Subscribe(ap, func(msg *nats.Msg) {
+			var r audit.Record
+			if json.Unmarshal(msg.Data, &r) == nil {
+				audits <- r
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		want := func(service, op, actor string, allowed bool) audit.Record {
+			t.Helper()
+			timeout := time.After(10 * time.Second)
+			for {
+				select {
+				case r := <-audits:
+					if r.Service == service && r.Op == op && r.Actor == actor && r.Allowed == allowed {
+						return r
+					}
+				case <-timeout:
+					t.Fatalf("no audit record %s %s by %s (allowed %v)", service, op, actor, allowed)
+				}
+			}
+		}
+		ac, _ := natsauthz.NewClient(admin.nc, "")
+		if _, err := ac.PutPolicies(ctx, "demo", `permit(principal, action == Action::"echo", resource in Project::"demo");`); err != nil {
+			t.Fatal(err)
+		}
+		if r := want("authz", "put", "identity:admin", true); r.Detail["version"] == "" || r.Detail["sha256"] == "" || r.Project != "demo" {
+			t.Fatalf("policy put record = %+v", r)
+		}
+		if err := ac.PutConfig(ctx, "demo", authz.ProjectConfig{Mandate: authz.MandateRequired}); err != nil {
+			t.Fatal(err)
+		}
+		want("authz", "config_put", "identity:admin", true)
+
+		areg, _ := natsreg.NewClient(admin.nc)
+		echoEntry, err := areg.Get(ctx, "demo", "echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe := *echoEntry
+		probe.ToolName, probe.TargetSubject = "audit_probe", "cg.{ver}.{project_id}.{channel_id}.cmd.tool.audit_probe"
+		if _, err := areg.Put(ctx, &probe); err != nil {
+			t.Fatal(err)
+		}
+		want("registry", "put", "identity:admin", true)
+		if err := areg.Delete(ctx, "demo", "audit_probe"); err != nil {
+			t.Fatal(err)
+		}
+		if r := want("registry", "delete", "identity:admin", true); r.Detail["tool_name"] != "audit_probe" {
+			t.Fatalf("delete record = %+v", r)
+		}
+
+		// The echo worker registers its own tool, signed as itself.
+		wreg, _ := natsreg.NewClient(wk.nc)
+		if _, err := wreg.Put(ctx, echoEntry); err != nil {
+			t.Fatalf("worker registers echo: %v", err)
+		}
+		want("registry", "put", "identity:worker-echo", true)
+		// On its own subject, an entry of another tool is refused.
+		forgedEntry := *echoEntry
+		forgedEntry.ToolName = "audit_forged"
+		raw, _ := json.Marshal(map[string]any{"entry": &forgedEntry})
+		err = svc.Call(ctx, wk.nc, "cg."+v+".demo.default.svc.registry.put.echo", natsreg.Codes, json.RawMessage(raw), &json.RawMessage{})
+		if !errors.Is(err, natsreg.ErrForbidden) {
+			t.Fatalf("worker registers another tool on its subject = %v, want forbidden", err)
+		}
+		want("registry", "put", "unverified:tool:echo", false)
+		if _, err := m.Registry().Get(ctx, "demo", "audit_forged"); err == nil {
+			t.Fatal("the forged registry entry was stored")
+		}
+
+		// A policy put signed with a key the mesh never minted, sent
+		// over the admin's connection: refused, audited.
+		stranger, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		spub, _ := stranger.PublicKey()
+		subj := "cg." + v + ".demo.default.svc.authz.put"
+		body, _ := reqsign.Wrap(&nats.Conn{Opts: nats.Options{Nkey: spub, SignatureCB: stranger.Sign}}, subj, []byte(`{"policies":"permit(principal, action, resource);"}`))
+		err = svc.Call(ctx, admin.nc, subj, natsauthz.Codes, json.RawMessage(body), &json.RawMessage{})
+		if !errors.Is(err, natsauthz.ErrForbidden) || !strings.Contains(err.Error(), "no identity of this mesh") {
+			t.Fatalf("put signed by a stranger = %v, want forbidden", err)
+		}
+		if r := want("authz", "put", "unverified:admin-or-core", false); !strings.Contains(r.Reason, spub) {
+			t.Fatalf("refusal record does not name the key: %+v", r)
+		}
+		if doc, err := m.Auth().Store.Policies(ctx, "demo"); err != nil || strings.Contains(doc.Policies, "permit(principal, action, resource);") {
+			t.Fatalf("the stranger's policy was stored: %+v %v", doc, err)
 		}
 	})
 

@@ -146,7 +146,7 @@ func Permissions(ver string, id Identity) *server.Permissions {
 			a + "cmd.sys.inbox.report",
 			a + "evt.sys.deadletter.command",
 			a + "evt.sys.authz.decision",
-			a + "svc.registry.*",
+			a + "svc.registry.get", a + "svc.registry.list",
 			a + "svc.authz.get", a + "svc.authz.config_get", a + "svc.authz.issuer_key",
 			"$JS.API.INFO",
 		}
@@ -166,6 +166,9 @@ func Permissions(ver string, id Identity) *server.Permissions {
 				p, _ := subjects.ToolServiceAllow(ver, "cardstore", op, t.Name)
 				pub = append(pub, p)
 			}
+			// Registering its own tools at start; never another's, never delete.
+			p, _ := subjects.ToolServiceAllow(ver, "registry", "put", t.Name)
+			pub = append(pub, p)
 		}
 		for _, t := range id.Tools {
 			d := streams.ToolConsumer(t.Name)

@@ -47,6 +47,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -172,6 +173,7 @@ type Mesh struct {
 	metrics  *metrics.Metrics
 	msrv     *metrics.Server
 	stoppers []func(context.Context) error
+	names    sync.Map // public nkey → identity name (Config.Identities): signed admin requests
 }
 
 // Start starts a mesh. On error everything started so far is stopped.
@@ -289,7 +291,7 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		return m, err
 	}
 	m.push(m.cardSrv.Stop)
-	m.regSrv, err = natsreg.NewServer(m.nc, m.reg, natsreg.ServerConfig{Version: cfg.ProtocolVersion, Logger: log.With("component", "registry")})
+	m.regSrv, err = natsreg.NewServer(m.nc, m.reg, natsreg.ServerConfig{Version: cfg.ProtocolVersion, Logger: log.With("component", "registry"), Identities: m.identityNames()})
 	if err != nil {
 		return m, err
 	}
@@ -301,6 +303,7 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 			return m, err
 		}
 		m.push(m.auth.Stop)
+		m.auth.SetIdentities(m.identityNames())
 	}
 
 	icfg := inbox.Config{Version: cfg.ProtocolVersion, Store: m.cards, Path: filepath.Join(cfg.DataDir, "inbox.db"), Logger: log, TracerProvider: cfg.TracerProvider}
@@ -396,8 +399,22 @@ func (m *Mesh) identities() ([]embednats.User, string, error) {
 			m.cfg.Logger.Debug("created NATS credentials", "identity", name, "file", meshauth.SeedPath(dir, name))
 		}
 		users = append(users, embednats.User{Nkey: pub, Name: name, Permissions: meshauth.Permissions(m.cfg.ProtocolVersion, id)})
+		m.names.Store(pub, name)
 	}
 	return users, meshauth.SeedPath(dir, meshauth.RoleCore), nil
+}
+
+// identityNames resolves the public nkeys of the mesh's identities to
+// their names, for the audit of signed requests; nil without identities.
+func (m *Mesh) identityNames() func(pub string) (string, bool) {
+	if m.cfg.Identities == nil {
+		return nil
+	}
+	return func(pub string) (string, bool) {
+		v, ok := m.names.Load(pub)
+		name, _ := v.(string)
+		return name, ok
+	}
 }
 
 // AddIdentities admits more identities (e.g. worker identities for tool
