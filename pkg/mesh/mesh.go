@@ -68,6 +68,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/unrouted"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/pmo"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -127,6 +128,9 @@ type Config struct {
 	// seeds are created under <DataDir>/creds on first start. Nil: the
 	// NATS port is open to anyone who reaches it.
 	Identities *IdentityConfig
+	// Unrouted tunes the sweeper that answers tool commands no tool
+	// serves (pkg/unrouted); Version, Store and Registry are the mesh's.
+	Unrouted unrouted.Config
 }
 
 // IdentityConfig lists the identities a mesh with NATS authentication
@@ -174,6 +178,7 @@ type Mesh struct {
 	msrv     *metrics.Server
 	stoppers []func(context.Context) error
 	names    sync.Map // public nkey → identity name (Config.Identities): signed admin requests
+	unrouted *unrouted.Sweeper
 }
 
 // Start starts a mesh. On error everything started so far is stopped.
@@ -361,6 +366,16 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		return m, err
 	}
 	m.push(m.rt.Stop)
+	ucfg := cfg.Unrouted
+	ucfg.Version, ucfg.Store, ucfg.Registry = cfg.ProtocolVersion, m.cards, m.reg
+	if ucfg.Logger == nil {
+		ucfg.Logger = log.With("component", "unrouted")
+	}
+	if m.unrouted, err = unrouted.New(m.nc, ucfg); err != nil {
+		return m, err
+	}
+	m.unrouted.Start()
+	m.push(m.unrouted.Stop)
 	return m, nil
 }
 
@@ -459,6 +474,9 @@ func (m *Mesh) Cards() *boltstore.Store { return m.cards }
 
 // Registry is the mesh's tool registry.
 func (m *Mesh) Registry() *boltreg.Store { return m.reg }
+
+// Unrouted is the sweeper answering tool commands no tool serves.
+func (m *Mesh) Unrouted() *unrouted.Sweeper { return m.unrouted }
 
 // Runtime is the mesh's worker runtime.
 func (m *Mesh) Runtime() *worker.Runtime { return m.rt }
