@@ -122,7 +122,8 @@ func TestToolScopedWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.client.Put(ctx, resultCard("p", "t1", "c1", "echo")); err != nil {
+	r1 := resultCard("p", "t1", "c1", "echo")
+	if err := m.client.Put(ctx, r1); err != nil {
 		t.Fatalf("legitimate result: %v", err)
 	}
 	if _, err := m.store.FindToolResult(ctx, "p", "t1", "c1"); err != nil {
@@ -141,6 +142,9 @@ func TestToolScopedWrites(t *testing.T) {
 	}
 	held, err := m.store.ClaimTool(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.ToolCallKey("t3", "c3"), Holder: "w2/1", Lease: lease}, "echo")
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.store.ClaimTool(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: "toolcall/t8/c8", Holder: "w8/1", Lease: lease}, "echo"); err != nil {
 		t.Fatal(err)
 	}
 	put := func(project, turn, call, fn string, claim any) map[string]any {
@@ -173,6 +177,8 @@ func TestToolScopedWrites(t *testing.T) {
 		{"second result of an answered call", natsstore.OpPutResult, "echo",
 			put("p", "t1", "c1", "echo", map[string]any{"holder": cl.Holder, "token": cl.Token}), natsstore.CodeResultExists, ""},
 		{"unknown tool-scoped op", "get", "echo", map[string]any{}, svc.CodeBadRequest, ""},
+		{"holder renews its claim for another tool", natsstore.OpClaim, "atlas_task_list",
+			map[string]any{"key": "toolcall/t8/c8", "holder": "w8/1", "lease_ms": 1000}, natsstore.CodeForbidden, `taken for tool "echo"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -183,7 +189,7 @@ func TestToolScopedWrites(t *testing.T) {
 			}
 			if tc.audited != "" {
 				r := m.waitAudit(t, tc.op, tc.audited)
-				if r.Actor != "tool:echo" || r.Code != natsstore.CodeForbidden || r.Project != "p" || r.Service != "cardstore" {
+				if r.Actor != "tool:"+tc.tool || r.Code != natsstore.CodeForbidden || r.Project != "p" || r.Service != "cardstore" {
 					t.Fatalf("audit record = %+v", r)
 				}
 			}
@@ -195,6 +201,10 @@ func TestToolScopedWrites(t *testing.T) {
 		}
 	}
 
+	// Re-sending the stored result is a no-op success, as with put.
+	if err := m.call(t, "p", natsstore.OpPutResult, "echo", map[string]any{"cards": []*card.Card{r1}, "claim": map[string]any{"holder": "x", "token": 9}}); err != nil {
+		t.Fatalf("identical result again: %v", err)
+	}
 	// The holder of t3's claim still writes its result.
 	if err := m.call(t, "p", natsstore.OpPutResult, "echo", put("p", "t3", "c3", "echo", map[string]any{"holder": "w2/1", "token": held.Token})); err != nil {
 		t.Fatalf("the claim holder's result: %v", err)

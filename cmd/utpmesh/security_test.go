@@ -345,6 +345,16 @@ func TestNATSIdentities(t *testing.T) {
 		if r := want("authz", "put", "unverified:admin-or-core", false); !strings.Contains(r.Reason, spub) {
 			t.Fatalf("refusal record does not name the key: %+v", r)
 		}
+		dsubj := "cg." + v + ".demo.default.svc.registry.delete"
+		dbody, _ := reqsign.Wrap(&nats.Conn{Opts: nats.Options{Nkey: spub, SignatureCB: stranger.Sign}}, dsubj, []byte(`{"tool_name":"echo"}`))
+		err = svc.Call(ctx, admin.nc, dsubj, natsreg.Codes, json.RawMessage(dbody), &json.RawMessage{})
+		if !errors.Is(err, natsreg.ErrForbidden) {
+			t.Fatalf("registry delete signed by a stranger = %v, want forbidden", err)
+		}
+		want("registry", "delete", "unverified:admin-or-core", false)
+		if _, err := m.Registry().Get(ctx, "demo", "echo"); err != nil {
+			t.Fatalf("echo's entry is gone after the stranger's delete: %v", err)
+		}
 		if doc, err := m.Auth().Store.Policies(ctx, "demo"); err != nil || strings.Contains(doc.Policies, "permit(principal, action, resource);") {
 			t.Fatalf("the stranger's policy was stored: %+v %v", doc, err)
 		}

@@ -14,7 +14,9 @@
 //     of that project only; its wakeups as a core subscription.
 //   - worker-<service>: a tool worker serving the given tools in every
 //     project: only its tools' durable consumers, reports, dead letters,
-//     audit records, the CardStore, the registry and authz reads.
+//     authz decision records, the CardStore but claims and results, the
+//     registry and authz reads; claims, releases, results and its own
+//     registry entries only on its tools' subjects (svc.<service>.<op>.<tool>).
 //
 // Why nkey users rather than accounts/JWT: a mesh is one trust domain
 // with one JetStream account, and every identity is minted by `utpmesh up`
