@@ -34,7 +34,7 @@ type toolMesh struct {
 	audits chan audit.Record
 }
 
-func serveTools(t *testing.T) *toolMesh {
+func serveTools(t testing.TB) *toolMesh {
 	t.Helper()
 	srv := meshtest.NATS(t)
 	st, err := boltstore.Open(t.TempDir() + "/cards.db")
