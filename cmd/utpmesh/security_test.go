@@ -27,6 +27,8 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -357,6 +359,43 @@ func TestNATSIdentities(t *testing.T) {
 		}
 		if doc, err := m.Auth().Store.Policies(ctx, "demo"); err != nil || strings.Contains(doc.Policies, "permit(principal, action, resource);") {
 			t.Fatalf("the stranger's policy was stored: %+v %v", doc, err)
+		}
+	})
+
+	// A command on echo's subject for a call of another tool: the echo
+	// worker may not answer it (the CardStore refuses its claim), so it
+	// dead-letters the command instead of retrying for ever.
+	t.Run("worker dead-letters a call of another tool sent to it", func(t *testing.T) {
+		dead := make(chan *nats.Msg, 8)
+		if _, err := admin.nc.ChanSubscribe("cg."+v+".demo.main.evt.sys.deadletter.command", dead); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		callContent, _ := json.Marshal(card.ToolCallContent{ToolName: "ATLAS_TASK_LIST", Arguments: json.RawMessage(`{}`), TargetSubject: "cg." + v + ".demo.main.cmd.tool.echo"})
+		cc := &card.Card{CardID: card.NewID(), ProjectID: "demo", Type: card.TypeToolCall, ToolCallID: "call-misrouted", Content: callContent,
+			CreatedAt: time.Now().UTC(), Metadata: card.Metadata{AgentID: "a1", AgentTurnID: "turn-misrouted", TurnEpoch: 1, StepID: "s1", ToolCallID: "call-misrouted"}}
+		acards, _ := natsstore.NewClient(agent.nc)
+		if err := acards.Put(ctx, cc); err != nil {
+			t.Fatal(err)
+		}
+		body, _ := json.Marshal(utp.Command{AgentID: "a1", AgentTurnID: "turn-misrouted", TurnEpoch: 1, ToolCallID: "call-misrouted",
+			AfterExecution: card.Suspend, ToolCallCardID: cc.CardID, StepID: "s1"})
+		if err := agent.nc.Publish("cg."+v+".demo.main.cmd.tool.echo", body); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case d := <-dead:
+			var dl worker.DeadLetter
+			if json.Unmarshal(d.Data, &dl) != nil || dl.Source != "worker:echo" || !strings.Contains(dl.Reason, `calls tool "ATLAS_TASK_LIST"`) {
+				t.Fatalf("dead letter = %s", d.Data)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the misrouted command was not dead-lettered")
+		}
+		if _, err := m.Cards().FindToolResult(ctx, "demo", "turn-misrouted", "call-misrouted"); !errors.Is(err, cardstore.ErrNotFound) {
+			t.Fatalf("the echo worker wrote a result for an ATLAS call: %v", err)
 		}
 	})
 

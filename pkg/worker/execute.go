@@ -155,6 +155,12 @@ func (j *job) run() {
 		r.log.Debug("call is being executed by another worker", append(j.logAttrs(), "holder", held.Holder)...)
 		_ = j.msg.NakWithDelay(wait)
 		return
+	case errors.Is(err, cardstore.ErrForbidden):
+		// A remote CardStore refuses this tool's claim: the call is
+		// another tool's (its tool.call card says so), so there is no
+		// result this worker may write. Retrying cannot help.
+		r.deadLetter(j.msg, j.subj, j.tool.Name, "tool_call_card_id", err.Error())
+		return
 	case err != nil:
 		j.retryLater("claim", err)
 		return
@@ -373,6 +379,9 @@ func (j *job) refuse(msg string) {
 	})
 	if errors.Is(err, cardstore.ErrClaimHeld) {
 		_ = j.msg.NakWithDelay(j.r.cfg.ClaimLease)
+		return
+	} else if errors.Is(err, cardstore.ErrForbidden) {
+		j.r.deadLetter(j.msg, j.subj, j.tool.Name, "tool_call_card_id", err.Error())
 		return
 	} else if err != nil {
 		j.retryLater("claim", err)
