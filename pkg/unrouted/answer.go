@@ -80,8 +80,9 @@ func (s *Sweeper) answer(ctx context.Context, msg jetstream.Msg, sub subjects.Su
 	return true, nil
 }
 
-// report publishes the report of result card rc on the inbox report
-// subject (JetStream, acknowledged), as a worker does.
+// report sends the report of result card rc to the inbox (Config.Report;
+// default: JetStream on the inbox report subject, acknowledged, as a
+// worker does).
 func (s *Sweeper) report(ctx context.Context, msg jetstream.Msg, sub subjects.Subject, cmd *utp.Command, rc *card.Card) error {
 	tr, err := rc.ToolResult()
 	if err != nil {
@@ -107,7 +108,12 @@ func (s *Sweeper) report(ctx context.Context, msg jetstream.Msg, sub subjects.Su
 	m.Header.Set(utp.HeaderAgentTurnID, cmd.AgentTurnID)
 	m.Header.Set(utp.HeaderTurnEpoch, strconv.FormatInt(cmd.TurnEpoch, 10))
 	m.Header.Set(utp.HeaderToolCallID, cmd.ToolCallID)
-	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+	if s.cfg.Report != nil {
+		err = s.cfg.Report(ctx, m)
+	} else {
+		_, err = s.js.PublishMsg(ctx, m)
+	}
+	if err != nil {
 		return fmt.Errorf("unrouted: report: %w", err)
 	}
 	return nil

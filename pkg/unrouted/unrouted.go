@@ -60,6 +60,11 @@ type Config struct {
 	// Grace is how old a command must be before it is answered; default
 	// DefaultGrace. Negative means 0 (tests).
 	Grace time.Duration
+	// Report delivers the report of an answered call to the inbox;
+	// default: a JetStream publish on cmd.sys.inbox.report of the call's
+	// project and channel (what workers do), with msg the report message
+	// (body and headers) to send there.
+	Report func(ctx context.Context, msg *nats.Msg) error
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
