@@ -3,6 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -179,14 +180,23 @@ func (s *Store) FindToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 			if data == nil || !bytes.Contains(data, []byte(card.TypeToolCall)) {
 				continue
 			}
+			// Read the two fields first; decode (and validate) only the match.
+			var head struct {
+				Type       string `json:"type"`
+				ToolCallID string `json:"tool_call_id"`
+			}
+			if err := json.Unmarshal(data, &head); err != nil {
+				return fmt.Errorf("boltstore: stored card %s is corrupt: %w", v, err)
+			}
+			if head.Type != card.TypeToolCall || head.ToolCallID != toolCallID {
+				continue
+			}
 			c, err := card.Decode(data)
 			if err != nil {
 				return fmt.Errorf("boltstore: stored card %s is corrupt: %w", v, err)
 			}
-			if c.Type == card.TypeToolCall && c.ToolCallID == toolCallID {
-				found = c
-				return nil
-			}
+			found = c
+			return nil
 		}
 		return nil
 	})
