@@ -303,7 +303,7 @@ func (c *Client) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardst
 	wire := claimRequest{Key: req.Key, Holder: req.Holder, LeaseMS: req.Lease.Milliseconds()}
 	tool := cardstore.ToolFrom(ctx)
 	if tool == "" {
-		if err := c.call(ctx, req.ProjectID, OpClaim, wire, &r); err != nil {
+		if err := c.call(ctx, req.ProjectID, plainOp(req.Key, OpClaim, OpClaimKey), wire, &r); err != nil {
 			return nil, err
 		}
 		return r.Claim, nil
@@ -323,13 +323,23 @@ func (c *Client) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardst
 func (c *Client) Release(ctx context.Context, projectID, key, holder string) error {
 	tool := cardstore.ToolFrom(ctx)
 	if tool == "" {
-		return c.call(ctx, projectID, OpRelease, claimRequest{Key: key, Holder: holder}, &emptyReply{})
+		return c.call(ctx, projectID, plainOp(key, OpRelease, OpReleaseKey), claimRequest{Key: key, Holder: holder}, &emptyReply{})
 	}
 	err := c.callTool(ctx, projectID, OpRelease, tool, claimRequest{Key: key, Holder: holder}, &emptyReply{})
 	if err == nil || errors.Is(err, cardstore.ErrClaimLost) {
 		c.forget(claimID{projectID, key})
 	}
 	return err
+}
+
+// plainOp is the op of a claim or release without a tool: callOp for a
+// tool call's key (the core's and admin's), keyOp for any other key (which
+// worker identities may use too).
+func plainOp(key, callOp, keyOp string) string {
+	if isToolCallKey(key) {
+		return callOp
+	}
+	return keyOp
 }
 
 // GetClaim implements cardstore.Store.

@@ -26,7 +26,10 @@
 // forbidden one is published as an audit record (internal/audit). Client
 // uses these subjects when the context names the tool
 // (cardstore.WithTool) or it holds the call's tool-scoped claim; the
-// plain claim, release and put_result are the core's and admin's.
+// plain claim, release and put_result are the core's and admin's. Leases
+// on other keys (a service's own: ATLAS's scheduler, state holders) use
+// claim_key and release_key, which refuse a tool call's key; Client picks
+// them for any key not of the form toolcall/….
 //
 // Caveats:
 //   - One Put over NATS holds the cards of one project (the subject's). The

@@ -68,6 +68,7 @@ func NewServer(nc *nats.Conn, store cardstore.Store, cfg ServerConfig) (*Server,
 		OpFindResult: s.findResult, OpBoxCreate: s.boxCreate, OpBoxAppend: s.boxAppend,
 		OpBoxGet: s.boxGet, OpClaim: s.claim, OpRelease: s.release,
 		OpListTurns: s.listTurns, OpGetClaim: s.getClaim,
+		OpClaimKey: notToolCall(s.claim), OpReleaseKey: notToolCall(s.release),
 	} {
 		if err := srv.Handle(op, h); err != nil {
 			return nil, err

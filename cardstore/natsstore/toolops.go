@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/utpmesh/utpmesh/cardstore"
@@ -114,6 +115,28 @@ func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) 
 	}
 	return nil, info, fmt.Errorf("%w: %s has no tool-scoped operation %q (want %s, %s or %s)", svc.ErrBadRequest, ServiceName, ts.Op, OpClaim, OpRelease, OpPutResult)
 }
+
+// notToolCall refuses a request whose key is a tool call's: claim_key and
+// release_key are for other leases.
+func notToolCall(h svc.HandlerFunc) svc.HandlerFunc {
+	return func(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+		var req claimRequest
+		if err := svc.Decode(data, &req); err != nil {
+			return nil, err
+		}
+		if isToolCallKey(req.Key) {
+			return nil, fmt.Errorf("%w: key %q is a tool call's: claim and release it on the tool's subject (svc.cardstore.%s.<tool>), not with %s",
+				cardstore.ErrForbidden, req.Key, OpClaim, sc.Op)
+		}
+		return h(ctx, sc, data)
+	}
+}
+
+// isToolCallKey reports whether key has the form of cardstore.ToolCallKey.
+func isToolCallKey(key string) bool { return strings.HasPrefix(key, toolCallPrefix) }
+
+// toolCallPrefix starts every cardstore.ToolCallKey.
+const toolCallPrefix = "toolcall/"
 
 // checkCards refuses an empty batch, a null card and a card of another
 // project than the subject's.

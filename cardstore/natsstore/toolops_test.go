@@ -201,6 +201,21 @@ func TestToolScopedWrites(t *testing.T) {
 		}
 	}
 
+	// Leases on other keys go through claim_key/release_key, which refuse
+	// a tool call's key.
+	if _, err := m.client.Claim(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: "atlas/workflows/run/r1", Holder: "sched", Lease: lease}); err != nil {
+		t.Fatalf("service lease via claim_key: %v", err)
+	}
+	if err := m.client.Release(ctx, "p", "atlas/workflows/run/r1", "sched"); err != nil {
+		t.Fatalf("service lease release via release_key: %v", err)
+	}
+	for _, op := range []string{natsstore.OpClaimKey, natsstore.OpReleaseKey} {
+		err := svc.Call(ctx, m.nc, "cg.v1r3.p.default.svc.cardstore."+op, natsstore.Codes,
+			map[string]any{"key": cardstore.ToolCallKey("t3", "c3"), "holder": "evil", "lease_ms": 1000}, &json.RawMessage{})
+		if !errors.Is(err, cardstore.ErrForbidden) || !strings.Contains(err.Error(), "on the tool's subject") {
+			t.Fatalf("%s of a tool call's key = %v, want forbidden", op, err)
+		}
+	}
 	// Re-sending the stored result is a no-op success, as with put.
 	if err := m.call(t, "p", natsstore.OpPutResult, "echo", map[string]any{"cards": []*card.Card{r1}, "claim": map[string]any{"holder": "x", "token": 9}}); err != nil {
 		t.Fatalf("identical result again: %v", err)

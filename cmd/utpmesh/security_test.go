@@ -229,6 +229,13 @@ func TestNATSIdentities(t *testing.T) {
 			t.Fatal(err)
 		}
 		wctx := cardstore.WithTool(ctx, "echo")
+		// A service's own lease (not a call's) is a worker's to take.
+		if _, err := wcards.Claim(ctx, cardstore.ClaimRequest{ProjectID: "demo", Key: "echo/lease", Holder: "w", Lease: time.Minute}); err != nil {
+			t.Fatalf("service lease by the echo worker: %v", err)
+		}
+		if err := wcards.Release(ctx, "demo", "echo/lease", "w"); err != nil {
+			t.Fatalf("service lease release by the echo worker: %v", err)
+		}
 		if _, err := wcards.Claim(wctx, cardstore.ClaimRequest{ProjectID: "demo", Key: cardstore.ToolCallKey("turn-atlas", "call-atlas"), Holder: "evil", Lease: time.Minute}); !errors.Is(err, cardstore.ErrForbidden) {
 			t.Fatalf("claim of an ATLAS call by the echo worker = %v, want forbidden", err)
 		}

@@ -160,7 +160,7 @@ func Permissions(ver string, id Identity) *server.Permissions {
 		// does only on its own tools' subjects (below): the server checks
 		// the call and its claim against the subject's tool.
 		for _, op := range []string{"put", "get", "get_many", "list_turn", "find_result", "box_create", "box_append", "box_get",
-			"list_turns", "get_claim"} {
+			"list_turns", "get_claim", "claim_key", "release_key"} {
 			pub = append(pub, a+"svc.cardstore."+op)
 		}
 		for _, t := range id.Tools {
