@@ -16,8 +16,10 @@ import (
 )
 
 // ToolStore is what a Server needs of its store to serve the tool-scoped
-// writes of workers (cardstore/boltstore implements it). tool is a tool
-// token (subjects.ToolToken).
+// writes of workers; tool is a tool token (subjects.ToolToken).
+// cardstore/boltstore implements it with the claim check and the write in
+// one transaction; for a store that does not, the Server checks on top of
+// cardstore.Store (see genericTools: the check precedes the write).
 type ToolStore interface {
 	// ClaimTool is Claim for a worker of tool.
 	ClaimTool(ctx context.Context, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error)
@@ -38,7 +40,10 @@ type toolOps struct {
 }
 
 func (s *Server) startToolOps(cfg ServerConfig) error {
-	ts, _ := s.store.(ToolStore)
+	ts, ok := s.store.(ToolStore)
+	if !ok {
+		ts = genericTools{st: s.store}
+	}
 	t := &toolOps{s: s, ts: ts}
 	srv, err := toolsvc.Start(s.nc, toolsvc.Config{Version: s.ver, Service: ServiceName, Codes: Codes,
 		Concurrency: cfg.Concurrency, RequestTimeout: cfg.RequestTimeout, Logger: s.log}, t.serve)
@@ -62,9 +67,6 @@ func (t *toolOps) serve(ctx context.Context, ts subjects.ToolSubject, data []byt
 // do runs one tool-scoped operation; info names the call for the audit.
 func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) (any, map[string]string, error) {
 	info := map[string]string{"tool": ts.Tool}
-	if t.ts == nil {
-		return nil, info, fmt.Errorf("natsstore: this CardStore cannot check tool-scoped writes (its store does not implement natsstore.ToolStore)")
-	}
 	switch ts.Op {
 	case OpClaim, OpRelease:
 		var req claimRequest

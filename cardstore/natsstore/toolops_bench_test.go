@@ -19,7 +19,7 @@ import (
 func BenchmarkResultPath(b *testing.B) {
 	for _, mode := range []string{"plain", "tool"} {
 		b.Run(mode, func(b *testing.B) {
-			m := serveTools(b)
+			m := serveTools(b, false)
 			ctx := context.Background()
 			if mode == "tool" {
 				ctx = cardstore.WithTool(ctx, "echo")

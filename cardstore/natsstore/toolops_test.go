@@ -34,14 +34,21 @@ type toolMesh struct {
 	audits chan audit.Record
 }
 
-func serveTools(t testing.TB) *toolMesh {
+// serveTools serves a bbolt store; generic hides its natsstore.ToolStore
+// methods, so the server checks tool-scoped writes on top of
+// cardstore.Store (as for the replicated store).
+func serveTools(t testing.TB, generic bool) *toolMesh {
 	t.Helper()
 	srv := meshtest.NATS(t)
 	st, err := boltstore.Open(t.TempDir() + "/cards.db")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := natsstore.NewServer(meshtest.Conn(t, srv), st, natsstore.ServerConfig{Logger: quiet()})
+	var served cardstore.Store = st
+	if generic {
+		served = struct{ cardstore.Store }{st}
+	}
+	s, err := natsstore.NewServer(meshtest.Conn(t, srv), served, natsstore.ServerConfig{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,9 +115,17 @@ func resultCard(project, turn, call, tool string) *card.Card {
 // TestToolScopedWrites: a worker claims and writes results only on its
 // own tool's subject, for calls of its tool, under the claim it holds;
 // every forgery is refused with a wire code and (forbidden ones) audited.
+// The same table runs against a store with natsstore.ToolStore (bbolt)
+// and one without (the server's generic checks).
 func TestToolScopedWrites(t *testing.T) {
+	for _, mode := range []string{"toolstore", "generic"} {
+		t.Run(mode, func(t *testing.T) { testToolScopedWrites(t, mode == "generic") })
+	}
+}
+
+func testToolScopedWrites(t *testing.T, generic bool) {
 	ctx := context.Background()
-	m := serveTools(t)
+	m := serveTools(t, generic)
 	echo := cardstore.WithTool(ctx, "echo")
 	lease := 5 * time.Second
 
@@ -140,11 +155,11 @@ func TestToolScopedWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := m.store.ClaimTool(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.ToolCallKey("t3", "c3"), Holder: "w2/1", Lease: lease}, "echo")
+	held, err := m.client.Claim(echo, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.ToolCallKey("t3", "c3"), Holder: "w2/1", Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.store.ClaimTool(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: "toolcall/t8/c8", Holder: "w8/1", Lease: lease}, "echo"); err != nil {
+	if _, err := m.client.Claim(echo, cardstore.ClaimRequest{ProjectID: "p", Key: "toolcall/t8/c8", Holder: "w8/1", Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
 	put := func(project, turn, call, fn string, claim any) map[string]any {
@@ -243,7 +258,7 @@ func TestToolScopedWrites(t *testing.T) {
 // decides, not who writes first.
 func TestToolScopedTakeOver(t *testing.T) {
 	ctx := context.Background()
-	m := serveTools(t)
+	m := serveTools(t, false)
 	if err := m.store.Put(ctx, callCard("p", "t", "c", "echo")); err != nil {
 		t.Fatal(err)
 	}
