@@ -19,9 +19,6 @@ import (
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
-// holder is the claim holder of the calls the Sweeper answers.
-const holder = "mesh-unrouted"
-
 // answer ends one command on an unrouted subject: done is false when it
 // must wait (its call is claimed by someone).
 func (s *Sweeper) answer(ctx context.Context, msg jetstream.Msg, sub subjects.Subject, es []*registry.Entry, st *Stats) (done bool, err error) {
@@ -43,7 +40,7 @@ func (s *Sweeper) answer(ctx context.Context, msg jetstream.Msg, sub subjects.Su
 		return false, fmt.Errorf("unrouted: find result: %w", err)
 	}
 	_, err = s.cfg.Store.Claim(ctx, cardstore.ClaimRequest{ProjectID: sub.Project, Key: cardstore.ToolCallKey(cmd.AgentTurnID, cmd.ToolCallID),
-		Holder: holder, Lease: 30 * time.Second})
+		Holder: s.cfg.Holder, Lease: 30 * time.Second})
 	if errors.Is(err, cardstore.ErrClaimHeld) {
 		return false, nil
 	}

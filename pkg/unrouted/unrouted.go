@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -65,6 +66,10 @@ type Config struct {
 	// project and channel (what workers do), with msg the report message
 	// (body and headers) to send there.
 	Report func(ctx context.Context, msg *nats.Msg) error
+	// Holder names this sweeper in the claims it takes; default
+	// "unrouted-<host>-<pid>" (sweepers of several mesh nodes then never
+	// share a claim).
+	Holder string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -115,6 +120,10 @@ func New(nc *nats.Conn, cfg Config) (*Sweeper, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Holder == "" {
+		host, _ := os.Hostname()
+		cfg.Holder = fmt.Sprintf("unrouted-%s-%d", host, os.Getpid())
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
