@@ -34,7 +34,31 @@ var (
 	ErrTooLarge = errors.New("cardstore: too large")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("cardstore: closed")
+	// ErrForbidden: the writer may not do this for this call: a claim or
+	// tool.result for a call of another tool, or a tool.result written
+	// without holding the call's claim. Only tool-scoped writes
+	// (natsstore's claim, release and put_result on a tool's subject)
+	// are checked this way; the message names the rule.
+	ErrForbidden = errors.New("cardstore: forbidden")
 )
+
+// toolKey is the context key of WithTool.
+type toolKey struct{}
+
+// WithTool marks store calls made with the returned context as made on
+// behalf of tool (a tool name). A remote store (natsstore) sends the
+// claims, releases and tool.result writes of such calls on the tool's own
+// subject, which NATS permissions let only that tool's workers use; the
+// worker runtime marks every call of a job. A local store ignores it.
+func WithTool(ctx context.Context, tool string) context.Context {
+	return context.WithValue(ctx, toolKey{}, tool)
+}
+
+// ToolFrom returns the tool WithTool put in ctx, or "".
+func ToolFrom(ctx context.Context) string {
+	t, _ := ctx.Value(toolKey{}).(string)
+	return t
+}
 
 // Store is the CardStore: immutable cards, boxes, and claims, isolated by
 // project. Every method is safe for concurrent use. Every write is durable

@@ -17,6 +17,9 @@ type claimRecord struct {
 	Token     uint64    `json:"token"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	Released  bool      `json:"released,omitempty"`
+	// Tool is the tool token (subjects.ToolToken) of a claim taken with
+	// ClaimTool; "" for a claim taken with Claim (the mesh core).
+	Tool string `json:"tool,omitempty"`
 }
 
 // releaseCallClaim replaces the claim on the call's cardstore.ToolCallKey,
@@ -54,6 +57,12 @@ func loadClaim(b *buckets, key []byte, req string) (*claimRecord, error) {
 // When another live holder has the claim the error wraps a
 // *cardstore.ClaimHeldError.
 func (s *Store) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardstore.Claim, error) {
+	return s.claim(ctx, req, "")
+}
+
+// claim is Claim recording tool (a tool token, "" for the core) in the
+// claim. A holder may not renew its claim for another tool.
+func (s *Store) claim(ctx context.Context, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error) {
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
@@ -85,6 +94,8 @@ func (s *Store) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardsto
 			c.Token = 1
 		case rec.Released:
 			c.Token = rec.Token + 1 // fencing tokens never go back
+		case rec.Holder == req.Holder && rec.Tool != tool:
+			return fmt.Errorf("%w: the claim %s of holder %s was taken for tool %q, not %q", cardstore.ErrForbidden, name, req.Holder, rec.Tool, tool)
 		case rec.Holder == req.Holder:
 			c.Token = rec.Token // renewal (even of a lapsed lease nobody took)
 		case now.Before(rec.ExpiresAt):
@@ -92,7 +103,7 @@ func (s *Store) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardsto
 		default:
 			c.Token, c.TakenOver, c.PreviousHolder = rec.Token+1, true, rec.Holder
 		}
-		data, err := json.Marshal(&claimRecord{Holder: c.Holder, Token: c.Token, ExpiresAt: c.ExpiresAt})
+		data, err := json.Marshal(&claimRecord{Holder: c.Holder, Token: c.Token, ExpiresAt: c.ExpiresAt, Tool: tool})
 		if err != nil {
 			return fmt.Errorf("boltstore: encode claim %s: %w", name, err)
 		}
@@ -111,6 +122,12 @@ func (s *Store) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardsto
 // Release deletes the claim if holder holds it, expired or not; otherwise
 // it fails with an error wrapping cardstore.ErrClaimLost.
 func (s *Store) Release(ctx context.Context, projectID, key, holder string) error {
+	return s.release(ctx, projectID, key, holder, "", false)
+}
+
+// release is Release; with checkTool it refuses (ErrForbidden) a claim
+// taken for another tool than tool.
+func (s *Store) release(ctx context.Context, projectID, key, holder, tool string, checkTool bool) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
@@ -132,6 +149,9 @@ func (s *Store) Release(ctx context.Context, projectID, key, holder string) erro
 		}
 		if rec == nil || rec.Released {
 			return fmt.Errorf("%w: %s has no claim %s", cardstore.ErrClaimLost, holder, name)
+		}
+		if checkTool && rec.Tool != tool {
+			return fmt.Errorf("%w: the claim %s was taken for tool %q, not %q", cardstore.ErrForbidden, name, rec.Tool, tool)
 		}
 		if rec.Holder != holder {
 			return fmt.Errorf("%w: the claim %s belongs to %s, not %s", cardstore.ErrClaimLost, name, rec.Holder, holder)

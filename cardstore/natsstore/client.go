@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -57,9 +58,34 @@ func WithTimeout(d time.Duration) ClientOption {
 }
 
 // Client is a cardstore.Store that talks to a Server over NATS.
+//
+// Calls whose context names a tool (cardstore.WithTool, which the worker
+// runtime sets) claim and release on the tool's own subject
+// (svc.cardstore.claim.<tool>, release.<tool>). A tool.result card with
+// metadata.function_name is written with put_result.<tool of the card>,
+// carrying the claim (holder, fencing token) this client took for the
+// call, which the server checks. Other writes use the plain subjects,
+// which only the mesh core and admin may publish for claims and results.
 type Client struct {
 	ep svc.Endpoint
+
+	mu     sync.Mutex
+	claims map[claimID]heldClaim // tool-scoped claims this client holds
 }
+
+// claimID names a claim: project and key.
+type claimID struct{ project, key string }
+
+// heldClaim is a claim this client took: what a result is written under.
+type heldClaim struct {
+	holder  string
+	token   uint64
+	expires time.Time
+}
+
+// maxHeld bounds the remembered claims: beyond it, those whose lease ended
+// over a minute ago are forgotten (their holder gave up or died).
+const maxHeld = 4096
 
 var _ cardstore.Store = (*Client)(nil)
 
@@ -68,7 +94,7 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 	if nc == nil {
 		return nil, errors.New("natsstore: nil NATS connection")
 	}
-	c := &Client{ep: svc.NewEndpoint(nc, ServiceName, Codes)}
+	c := &Client{ep: svc.NewEndpoint(nc, ServiceName, Codes), claims: map[claimID]heldClaim{}}
 	for _, o := range opts {
 		if err := o(c); err != nil {
 			return nil, err
@@ -78,7 +104,11 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 }
 
 func (c *Client) call(ctx context.Context, project, op string, req, resp any) error {
-	err := c.ep.Call(ctx, project, op, req, resp)
+	return c.mapErr(c.ep.Call(ctx, project, op, req, resp))
+}
+
+// mapErr turns a svc error into the cardstore errors callers expect.
+func (c *Client) mapErr(err error) error {
 	var re *svc.RemoteError
 	if errors.As(err, &re) && re.Code == CodeClaimHeld {
 		var d claimHeldDetail
@@ -122,13 +152,73 @@ func (c *Client) Put(ctx context.Context, cards ...*card.Card) error {
 	if err := card.ValidateName("project_id", cards[0].ProjectID); err != nil {
 		return fmt.Errorf("%w: %v", cardstore.ErrInvalid, err)
 	}
-	op := OpPut
+	op, tool := OpPut, ""
+	var result *card.Card
 	for _, cd := range cards {
 		if cd.Type == card.TypeToolResult {
-			op = OpPutResult
+			op, result = OpPutResult, cd
+			if tool == "" {
+				tool = cd.Metadata.FunctionName
+			}
 		}
 	}
-	return c.call(ctx, cards[0].ProjectID, op, putRequest{Cards: cards}, &putReply{})
+	if result == nil || tool == "" {
+		return c.call(ctx, cards[0].ProjectID, op, putRequest{Cards: cards}, &putReply{})
+	}
+	id := claimID{cards[0].ProjectID, cardstore.ToolCallKey(result.Metadata.AgentTurnID, result.ToolCallID)}
+	req := putRequest{Cards: cards}
+	c.mu.Lock()
+	if h, ok := c.claims[id]; ok {
+		req.Claim = &claimRef{Holder: h.holder, Token: h.token}
+	}
+	c.mu.Unlock()
+	if req.Claim == nil && cardstore.ToolFrom(ctx) == "" {
+		// Not a worker's result (no tool-scoped claim, no tool in ctx):
+		// the core's or admin's plain put_result.
+		return c.call(ctx, cards[0].ProjectID, op, req, &putReply{})
+	}
+	err := c.callTool(ctx, cards[0].ProjectID, op, tool, req, &putReply{})
+	if err == nil || errors.Is(err, cardstore.ErrResultExists) || errors.Is(err, cardstore.ErrClaimLost) {
+		c.forget(id) // the result ended the claim, or another holder owns it
+	}
+	return err
+}
+
+// callTool sends one request on the tool-scoped subject of op.
+func (c *Client) callTool(ctx context.Context, project, op, tool string, req, resp any) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	subj, err := subjects.ToolService(c.ep.Version, project, c.ep.Channel, ServiceName, op, tool)
+	if err != nil {
+		return fmt.Errorf("%w: %v", cardstore.ErrInvalid, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.ep.Timeout)
+		defer cancel()
+	}
+	return c.mapErr(svc.Call(ctx, c.ep.NC, subj.String(), Codes, req, resp))
+}
+
+func (c *Client) forget(id claimID) {
+	c.mu.Lock()
+	delete(c.claims, id)
+	c.mu.Unlock()
+}
+
+func (c *Client) remember(id claimID, cl *cardstore.Claim) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.claims) >= maxHeld {
+		old := time.Now().Add(-time.Minute)
+		for k, h := range c.claims {
+			if h.expires.Before(old) {
+				delete(c.claims, k)
+			}
+		}
+	}
+	c.claims[id] = heldClaim{holder: cl.Holder, token: cl.Token, expires: cl.ExpiresAt}
 }
 
 // Get implements cardstore.Store.
@@ -205,19 +295,51 @@ func (c *Client) box(ctx context.Context, projectID, op string, req boxRequest) 
 	return r.Box, nil
 }
 
-// Claim implements cardstore.Store. The lease travels in whole milliseconds.
+// Claim implements cardstore.Store. The lease travels in whole
+// milliseconds. With a tool in ctx (cardstore.WithTool) the claim is taken
+// on the tool's subject and remembered for the call's result.
 func (c *Client) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardstore.Claim, error) {
 	var r claimReply
 	wire := claimRequest{Key: req.Key, Holder: req.Holder, LeaseMS: req.Lease.Milliseconds()}
-	if err := c.call(ctx, req.ProjectID, OpClaim, wire, &r); err != nil {
+	tool := cardstore.ToolFrom(ctx)
+	if tool == "" {
+		if err := c.call(ctx, req.ProjectID, plainOp(req.Key, OpClaim, OpClaimKey), wire, &r); err != nil {
+			return nil, err
+		}
+		return r.Claim, nil
+	}
+	if err := c.callTool(ctx, req.ProjectID, OpClaim, tool, wire, &r); err != nil {
 		return nil, err
 	}
+	if r.Claim == nil {
+		return nil, fmt.Errorf("%w: claim reply without a claim", svc.ErrBadReply)
+	}
+	c.remember(claimID{req.ProjectID, req.Key}, r.Claim)
 	return r.Claim, nil
 }
 
-// Release implements cardstore.Store.
+// Release implements cardstore.Store; with a tool in ctx it releases on
+// the tool's subject.
 func (c *Client) Release(ctx context.Context, projectID, key, holder string) error {
-	return c.call(ctx, projectID, OpRelease, claimRequest{Key: key, Holder: holder}, &emptyReply{})
+	tool := cardstore.ToolFrom(ctx)
+	if tool == "" {
+		return c.call(ctx, projectID, plainOp(key, OpRelease, OpReleaseKey), claimRequest{Key: key, Holder: holder}, &emptyReply{})
+	}
+	err := c.callTool(ctx, projectID, OpRelease, tool, claimRequest{Key: key, Holder: holder}, &emptyReply{})
+	if err == nil || errors.Is(err, cardstore.ErrClaimLost) {
+		c.forget(claimID{projectID, key})
+	}
+	return err
+}
+
+// plainOp is the op of a claim or release without a tool: callOp for a
+// tool call's key (the core's and admin's), keyOp for any other key (which
+// worker identities may use too).
+func plainOp(key, callOp, keyOp string) string {
+	if isToolCallKey(key) {
+		return callOp
+	}
+	return keyOp
 }
 
 // GetClaim implements cardstore.Store.

@@ -14,6 +14,23 @@
 // identities, which may put their own cards, from writing results
 // (internal/meshauth, docs/security.md).
 //
+// Tool workers claim, release and write results on their tool's own
+// subjects, cg.<ver>.<project_id>.<channel_id>.svc.cardstore.<op>.<tool>
+// (subjects.ToolService), which NATS lets only that tool's worker
+// identity (and the core, admin) publish. The server checks such a write
+// against the store (ToolStore): the call's tool.call card and the result
+// must be of the subject's tool, and a result must be written under the
+// call's claim (holder and fencing token, sent in "claim"), taken on the
+// same tool's subject. Refusals are cardstore.ErrForbidden (wire code
+// forbidden), or cardstore.ErrClaimLost for a claim taken over, and each
+// forbidden one is published as an audit record (internal/audit). Client
+// uses these subjects when the context names the tool
+// (cardstore.WithTool) or it holds the call's tool-scoped claim; the
+// plain claim, release and put_result are the core's and admin's. Leases
+// on other keys (a service's own: ATLAS's scheduler, state holders) use
+// claim_key and release_key, which refuse a tool call's key; Client picks
+// them for any key not of the form toolcall/….
+//
 // Caveats:
 //   - One Put over NATS holds the cards of one project (the subject's). The
 //     local store accepts mixed batches; the client refuses them.

@@ -10,8 +10,11 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/audit"
+	"github.com/utpmesh/utpmesh/internal/toolsvc"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // ServerConfig configures a Server.
@@ -32,6 +35,9 @@ type Server struct {
 	store cardstore.Store
 	srv   *svc.Server
 	log   *slog.Logger
+	nc    *nats.Conn
+	ver   string
+	tools *toolsvc.Server
 }
 
 // NewServer starts serving store on nc.
@@ -53,18 +59,26 @@ func NewServer(nc *nats.Conn, store cardstore.Store, cfg ServerConfig) (*Server,
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{store: store, srv: srv, log: log}
+	if cfg.Version == "" {
+		cfg.Version = subjects.DefaultVersion
+	}
+	s := &Server{store: store, srv: srv, log: log, nc: nc, ver: cfg.Version}
 	for op, h := range map[string]svc.HandlerFunc{
 		OpPut: s.put, OpPutResult: s.putResult, OpGet: s.get, OpGetMany: s.getMany, OpListTurn: s.listTurn,
 		OpFindResult: s.findResult, OpBoxCreate: s.boxCreate, OpBoxAppend: s.boxAppend,
 		OpBoxGet: s.boxGet, OpClaim: s.claim, OpRelease: s.release,
 		OpListTurns: s.listTurns, OpGetClaim: s.getClaim,
+		OpClaimKey: notToolCall(s.claim), OpReleaseKey: notToolCall(s.release),
 	} {
 		if err := srv.Handle(op, h); err != nil {
 			return nil, err
 		}
 	}
 	if err := srv.Start(); err != nil {
+		return nil, err
+	}
+	if err := s.startToolOps(cfg); err != nil {
+		_ = srv.Stop(context.Background())
 		return nil, err
 	}
 	return s, nil
@@ -75,7 +89,9 @@ func (s *Server) Subject() string { return s.srv.Subject() }
 
 // Stop stops serving and waits for requests in flight until ctx ends. It
 // does not close the store.
-func (s *Server) Stop(ctx context.Context) error { return s.srv.Stop(ctx) }
+func (s *Server) Stop(ctx context.Context) error {
+	return errors.Join(s.tools.Stop(ctx), s.srv.Stop(ctx))
+}
 
 func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	return s.putCards(ctx, sc, data, false)
@@ -105,7 +121,15 @@ func (s *Server) putCards(ctx context.Context, sc svc.Scope, data []byte, result
 		}
 		if c.Type == card.TypeToolResult && !results {
 			s.log.Warn("cardstore: tool.result card refused on put", "project_id", sc.Project, "card_id", c.CardID, "tool_call_id", c.ToolCallID)
-			return nil, fmt.Errorf("%w: cards[%d] (%s) is a tool.result: results are written with %s, which only workers and the mesh core may use", ErrWrongOp, i, c.CardID, OpPutResult)
+			err := fmt.Errorf("%w: cards[%d] (%s) is a tool.result: results are written with %s, which only workers and the mesh core may use", ErrWrongOp, i, c.CardID, OpPutResult)
+			subj, _ := subjects.Service(sc.Version, sc.Project, sc.Channel, ServiceName, OpPut)
+			if perr := audit.Publish(s.nc, s.ver, audit.Record{Service: ServiceName, Op: OpPut, Project: sc.Project, Channel: sc.Channel,
+				Actor: "unverified:any identity that may use svc.cardstore.put of project " + sc.Project + " (its agents, workers, core, admin)",
+				Code:  CodeWrongOp, Reason: err.Error(), Subject: subj.String(),
+				Detail: map[string]string{"card_id": c.CardID, "tool_call_id": c.ToolCallID, "agent_turn_id": c.Metadata.AgentTurnID}}); perr != nil {
+				s.log.Error("cardstore: audit record not published", "err", perr)
+			}
+			return nil, err
 		}
 	}
 	if err := s.store.Put(ctx, req.Cards...); err != nil {

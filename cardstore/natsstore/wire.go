@@ -31,6 +31,13 @@ const (
 	// refuses them, so NATS permissions can keep agent identities (which
 	// may put other cards) from writing results (docs/security.md).
 	OpPutResult = "put_result"
+	// OpClaimKey and OpReleaseKey are claim and release of a key that is
+	// not a tool call's (cardstore.ToolCallKey): a service's own leases
+	// (ATLAS's scheduler, state holders). Worker identities may use them
+	// but not claim and release, so a tool call's claim is taken only on
+	// its tool's subject (svc.cardstore.claim.<tool>).
+	OpClaimKey   = "claim_key"
+	OpReleaseKey = "release_key"
 )
 
 // Wire error codes of the CardStore service (besides svc's common ones).
@@ -44,6 +51,10 @@ const (
 	// CodeWrongOp: the operation does not take this request (a
 	// tool.result card sent with put instead of put_result).
 	CodeWrongOp = "wrong_op"
+	// CodeForbidden: a tool-scoped write the writer may not make
+	// (cardstore.ErrForbidden): a claim or result for another tool's
+	// call, or a result written without the call's claim.
+	CodeForbidden = svc.CodeForbidden
 )
 
 // ErrWrongOp matches (errors.Is) a wrong_op reply: tool.result cards
@@ -62,12 +73,19 @@ var Codes = svc.Codes{
 	{Err: cardstore.ErrTooLarge, Code: svc.CodeTooLarge},
 	{Err: cardstore.ErrClosed, Code: CodeClosed},
 	{Err: ErrWrongOp, Code: CodeWrongOp},
+	{Err: cardstore.ErrForbidden, Code: CodeForbidden},
 }
 
 // Request and reply bodies, one pair per operation. See docs/protocol.md.
 type (
 	putRequest struct {
 		Cards []*card.Card `json:"cards"`
+		// Claim is the claim a tool-scoped put_result is written under.
+		Claim *claimRef `json:"claim,omitempty"`
+	}
+	claimRef struct {
+		Holder string `json:"holder"`
+		Token  uint64 `json:"token"`
 	}
 	putReply struct {
 		Count int `json:"count"`

@@ -13,15 +13,22 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/internal/audit"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
+	"github.com/utpmesh/utpmesh/internal/reqsign"
+	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -151,6 +158,18 @@ func TestNATSIdentities(t *testing.T) {
 		{"worker", "put a policy", wk, pub(wk, "cg."+v+".demo.default.svc.authz.put"), "publish", "cg." + v + ".demo.default.svc.authz.put"},
 		{"worker", "publish a tool command", wk, pub(wk, "cg."+v+".demo.main.cmd.tool.echo"), "publish", "cg." + v + ".demo.main.cmd.tool.echo"},
 		{"worker", "read agents' wakeups", wk, sub(wk, "cg."+v+".demo.*.cmd.agent.*.wakeup"), "subscription", "cg." + v + ".demo.*.cmd.agent.*.wakeup"},
+		{"worker", "write a result on the core's put_result", wk, pub(wk, "cg."+v+".demo.default.svc.cardstore.put_result"), "publish", "cg." + v + ".demo.default.svc.cardstore.put_result"},
+		{"worker", "claim on the core's claim", wk, pub(wk, "cg."+v+".demo.default.svc.cardstore.claim"), "publish", "cg." + v + ".demo.default.svc.cardstore.claim"},
+		{"worker", "release on the core's release", wk, pub(wk, "cg."+v+".demo.default.svc.cardstore.release"), "publish", "cg." + v + ".demo.default.svc.cardstore.release"},
+		{"worker", "write another tool's result", wk, pub(wk, "cg."+v+".demo.default.svc.cardstore.put_result.atlas_task_list"), "publish", "cg." + v + ".demo.default.svc.cardstore.put_result.atlas_task_list"},
+		{"worker", "claim another tool's call", wk, pub(wk, "cg."+v+".demo.default.svc.cardstore.claim.atlas_task_list"), "publish", "cg." + v + ".demo.default.svc.cardstore.claim.atlas_task_list"},
+		{"agent", "write a result on a tool's subject", agent, pub(agent, "cg."+v+".demo.default.svc.cardstore.put_result.echo"), "publish", "cg." + v + ".demo.default.svc.cardstore.put_result.echo"},
+		{"agent", "claim on a tool's subject", agent, pub(agent, "cg."+v+".demo.default.svc.cardstore.claim.echo"), "publish", "cg." + v + ".demo.default.svc.cardstore.claim.echo"},
+		{"agent", "register a tool on its subject", agent, pub(agent, "cg."+v+".demo.default.svc.registry.put.echo"), "publish", "cg." + v + ".demo.default.svc.registry.put.echo"},
+		{"worker", "register another tool", wk, pub(wk, "cg."+v+".demo.default.svc.registry.put.atlas_task_list"), "publish", "cg." + v + ".demo.default.svc.registry.put.atlas_task_list"},
+		{"worker", "write the registry on the admin's subject", wk, pub(wk, "cg."+v+".demo.default.svc.registry.put"), "publish", "cg." + v + ".demo.default.svc.registry.put"},
+		{"worker", "delete a registry entry", wk, pub(wk, "cg."+v+".demo.default.svc.registry.delete"), "publish", "cg." + v + ".demo.default.svc.registry.delete"},
+		{"worker", "switch mandates off", wk, pub(wk, "cg."+v+".demo.default.svc.authz.config_put"), "publish", "cg." + v + ".demo.default.svc.authz.config_put"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.actor+" may not "+tc.action, func(t *testing.T) {
@@ -167,16 +186,248 @@ func TestNATSIdentities(t *testing.T) {
 	// A tool.result sent with put (which agents may use for their own
 	// cards) is refused: results go through put_result only.
 	t.Run("agent may not forge a result with put", func(t *testing.T) {
+		audits := make(chan audit.Record, 16)
+		ap, _ := subjects.AuditPattern(v)
+		asub, err := admin.nc.Subscribe(ap, func(msg *nats.Msg) {
+			var r audit.Record
+			if json.Unmarshal(msg.Data, &r) == nil {
+				audits <- r
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = asub.Unsubscribe() }()
+		if err := admin.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
 		forged := &card.Card{CardID: card.NewID(), ProjectID: "demo", Type: card.TypeToolResult, ToolCallID: "call-victim",
 			CreatedAt: time.Now().UTC(), Metadata: card.Metadata{AgentID: "victim", AgentTurnID: "turn-victim", TurnEpoch: 1, StepID: "s1"},
 			Content: json.RawMessage(`{"status":"success","result":{"forged":true}}`)}
 		ep := svc.NewEndpoint(agent.nc, natsstore.ServiceName, natsstore.Codes)
-		err := ep.Call(ctx, "demo", natsstore.OpPut, map[string]any{"cards": []*card.Card{forged}}, &struct{}{})
+		err = ep.Call(ctx, "demo", natsstore.OpPut, map[string]any{"cards": []*card.Card{forged}}, &struct{}{})
 		if !errors.Is(err, natsstore.ErrWrongOp) || !strings.Contains(err.Error(), "only workers and the mesh core") {
 			t.Fatalf("forged result via put = %v, want wrong_op", err)
 		}
 		if _, err := m.Cards().FindToolResult(ctx, "demo", "turn-victim", "call-victim"); !errors.Is(err, cardstore.ErrNotFound) {
 			t.Fatalf("the forged result was stored: %v", err)
+		}
+		for {
+			select {
+			case r := <-audits:
+				if r.Service == "cardstore" && r.Op == "put" && r.Code == "wrong_op" && r.Detail["tool_call_id"] == "call-victim" {
+					return
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no audit record of the forged result sent with put")
+			}
+		}
+	})
+
+	// A worker of echo, on its own tool's subjects, may not claim or
+	// answer a call of another tool: refused (forbidden) and audited.
+	t.Run("worker may not forge another tool's result on its own subject", func(t *testing.T) {
+		audits := make(chan audit.Record, 16)
+		ap, _ := subjects.AuditPattern(v)
+		if _, err := admin.nc.Subscribe(ap, func(msg *nats.Msg) {
+			var r audit.Record
+			if json.Unmarshal(msg.Data, &r) == nil {
+				audits <- r
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		callContent, _ := json.Marshal(card.ToolCallContent{ToolName: "ATLAS_TASK_LIST", Arguments: json.RawMessage(`{}`), TargetSubject: "cg." + v + ".demo.main.cmd.tool.atlas_task_list"})
+		victim := &card.Card{CardID: card.NewID(), ProjectID: "demo", Type: card.TypeToolCall, ToolCallID: "call-atlas", Content: callContent,
+			CreatedAt: time.Now().UTC(), Metadata: card.Metadata{AgentID: "victim", AgentTurnID: "turn-atlas", TurnEpoch: 1, StepID: "s1", ToolCallID: "call-atlas"}}
+		if err := m.Cards().Put(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		forged := &card.Card{CardID: card.NewID(), ProjectID: "demo", Type: card.TypeToolResult, ToolCallID: "call-atlas", CreatedAt: time.Now().UTC(),
+			Metadata: card.Metadata{AgentTurnID: "turn-atlas", ToolCallID: "call-atlas", FunctionName: "echo"},
+			Content:  json.RawMessage(`{"status":"success","after_execution":"suspend","result":{"forged":true}}`)}
+		wcards, err := natsstore.NewClient(wk.nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx := cardstore.WithTool(ctx, "echo")
+		// A service's own lease (not a call's) is a worker's to take.
+		if _, err := wcards.Claim(ctx, cardstore.ClaimRequest{ProjectID: "demo", Key: "echo/lease", Holder: "w", Lease: time.Minute}); err != nil {
+			t.Fatalf("service lease by the echo worker: %v", err)
+		}
+		if err := wcards.Release(ctx, "demo", "echo/lease", "w"); err != nil {
+			t.Fatalf("service lease release by the echo worker: %v", err)
+		}
+		if _, err := wcards.Claim(wctx, cardstore.ClaimRequest{ProjectID: "demo", Key: cardstore.ToolCallKey("turn-atlas", "call-atlas"), Holder: "evil", Lease: time.Minute}); !errors.Is(err, cardstore.ErrForbidden) {
+			t.Fatalf("claim of an ATLAS call by the echo worker = %v, want forbidden", err)
+		}
+		if err := wcards.Put(wctx, forged); !errors.Is(err, cardstore.ErrForbidden) || !strings.Contains(err.Error(), `calls tool "ATLAS_TASK_LIST"`) {
+			t.Fatalf("forged ATLAS result by the echo worker = %v, want forbidden", err)
+		}
+		if _, err := m.Cards().FindToolResult(ctx, "demo", "turn-atlas", "call-atlas"); !errors.Is(err, cardstore.ErrNotFound) {
+			t.Fatalf("the forged result was stored: %v", err)
+		}
+		for seen := map[string]bool{}; !seen["claim"] || !seen["put_result"]; {
+			select {
+			case r := <-audits:
+				if r.Actor == "tool:echo" && r.Code == "forbidden" && r.Detail["key"]+r.Detail["tool_call_id"] != "" {
+					seen[r.Op] = true
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("audit records seen: %v; want the refused claim and put_result of tool:echo", seen)
+			}
+		}
+	})
+
+	// Every registry, policy and config change is audited with the
+	// identity that signed it; a change signed by a key the mesh never
+	// minted, or a worker registering another tool on its own subject, is
+	// refused and audited.
+	t.Run("admin changes are audited with who made them", func(t *testing.T) {
+		audits := make(chan audit.Record, 64)
+		ap, _ := subjects.AuditPattern(v)
+		if _, err := admin.nc.Subscribe(ap, func(msg *nats.Msg) {
+			var r audit.Record
+			if json.Unmarshal(msg.Data, &r) == nil {
+				audits <- r
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		want := func(service, op, actor string, allowed bool) audit.Record {
+			t.Helper()
+			timeout := time.After(10 * time.Second)
+			for {
+				select {
+				case r := <-audits:
+					if r.Service == service && r.Op == op && r.Actor == actor && r.Allowed == allowed {
+						return r
+					}
+				case <-timeout:
+					t.Fatalf("no audit record %s %s by %s (allowed %v)", service, op, actor, allowed)
+				}
+			}
+		}
+		ac, _ := natsauthz.NewClient(admin.nc, "")
+		if _, err := ac.PutPolicies(ctx, "demo", `permit(principal, action == Action::"echo", resource in Project::"demo");`); err != nil {
+			t.Fatal(err)
+		}
+		if r := want("authz", "put", "identity:admin", true); r.Detail["version"] == "" || r.Detail["sha256"] == "" || r.Project != "demo" {
+			t.Fatalf("policy put record = %+v", r)
+		}
+		if err := ac.PutConfig(ctx, "demo", authz.ProjectConfig{Mandate: authz.MandateRequired}); err != nil {
+			t.Fatal(err)
+		}
+		want("authz", "config_put", "identity:admin", true)
+
+		areg, _ := natsreg.NewClient(admin.nc)
+		echoEntry, err := areg.Get(ctx, "demo", "echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe := *echoEntry
+		probe.ToolName, probe.TargetSubject = "audit_probe", "cg.{ver}.{project_id}.{channel_id}.cmd.tool.audit_probe"
+		if _, err := areg.Put(ctx, &probe); err != nil {
+			t.Fatal(err)
+		}
+		want("registry", "put", "identity:admin", true)
+		if err := areg.Delete(ctx, "demo", "audit_probe"); err != nil {
+			t.Fatal(err)
+		}
+		if r := want("registry", "delete", "identity:admin", true); r.Detail["tool_name"] != "audit_probe" {
+			t.Fatalf("delete record = %+v", r)
+		}
+
+		// The echo worker registers its own tool, signed as itself.
+		wreg, _ := natsreg.NewClient(wk.nc)
+		if _, err := wreg.Put(ctx, echoEntry); err != nil {
+			t.Fatalf("worker registers echo: %v", err)
+		}
+		want("registry", "put", "identity:worker-echo", true)
+		// On its own subject, an entry of another tool is refused.
+		forgedEntry := *echoEntry
+		forgedEntry.ToolName = "audit_forged"
+		raw, _ := json.Marshal(map[string]any{"entry": &forgedEntry})
+		err = svc.Call(ctx, wk.nc, "cg."+v+".demo.default.svc.registry.put.echo", natsreg.Codes, json.RawMessage(raw), &json.RawMessage{})
+		if !errors.Is(err, natsreg.ErrForbidden) {
+			t.Fatalf("worker registers another tool on its subject = %v, want forbidden", err)
+		}
+		want("registry", "put", "unverified:tool:echo", false)
+		if _, err := m.Registry().Get(ctx, "demo", "audit_forged"); err == nil {
+			t.Fatal("the forged registry entry was stored")
+		}
+
+		// A policy put signed with a key the mesh never minted, sent
+		// over the admin's connection: refused, audited.
+		stranger, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		spub, _ := stranger.PublicKey()
+		subj := "cg." + v + ".demo.default.svc.authz.put"
+		body, _ := reqsign.Wrap(&nats.Conn{Opts: nats.Options{Nkey: spub, SignatureCB: stranger.Sign}}, subj, []byte(`{"policies":"permit(principal, action, resource);"}`))
+		err = svc.Call(ctx, admin.nc, subj, natsauthz.Codes, json.RawMessage(body), &json.RawMessage{})
+		if !errors.Is(err, natsauthz.ErrForbidden) || !strings.Contains(err.Error(), "no identity of this mesh") {
+			t.Fatalf("put signed by a stranger = %v, want forbidden", err)
+		}
+		if r := want("authz", "put", "unverified:admin-or-core", false); !strings.Contains(r.Reason, spub) {
+			t.Fatalf("refusal record does not name the key: %+v", r)
+		}
+		dsubj := "cg." + v + ".demo.default.svc.registry.delete"
+		dbody, _ := reqsign.Wrap(&nats.Conn{Opts: nats.Options{Nkey: spub, SignatureCB: stranger.Sign}}, dsubj, []byte(`{"tool_name":"echo"}`))
+		err = svc.Call(ctx, admin.nc, dsubj, natsreg.Codes, json.RawMessage(dbody), &json.RawMessage{})
+		if !errors.Is(err, natsreg.ErrForbidden) {
+			t.Fatalf("registry delete signed by a stranger = %v, want forbidden", err)
+		}
+		want("registry", "delete", "unverified:admin-or-core", false)
+		if _, err := m.Registry().Get(ctx, "demo", "echo"); err != nil {
+			t.Fatalf("echo's entry is gone after the stranger's delete: %v", err)
+		}
+		if doc, err := m.Auth().Store.Policies(ctx, "demo"); err != nil || strings.Contains(doc.Policies, "permit(principal, action, resource);") {
+			t.Fatalf("the stranger's policy was stored: %+v %v", doc, err)
+		}
+	})
+
+	// A command on echo's subject for a call of another tool: the echo
+	// worker may not answer it (the CardStore refuses its claim), so it
+	// dead-letters the command instead of retrying for ever.
+	t.Run("worker dead-letters a call of another tool sent to it", func(t *testing.T) {
+		dead := make(chan *nats.Msg, 8)
+		if _, err := admin.nc.ChanSubscribe("cg."+v+".demo.main.evt.sys.deadletter.command", dead); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		callContent, _ := json.Marshal(card.ToolCallContent{ToolName: "ATLAS_TASK_LIST", Arguments: json.RawMessage(`{}`), TargetSubject: "cg." + v + ".demo.main.cmd.tool.echo"})
+		cc := &card.Card{CardID: card.NewID(), ProjectID: "demo", Type: card.TypeToolCall, ToolCallID: "call-misrouted", Content: callContent,
+			CreatedAt: time.Now().UTC(), Metadata: card.Metadata{AgentID: "a1", AgentTurnID: "turn-misrouted", TurnEpoch: 1, StepID: "s1", ToolCallID: "call-misrouted"}}
+		acards, _ := natsstore.NewClient(agent.nc)
+		if err := acards.Put(ctx, cc); err != nil {
+			t.Fatal(err)
+		}
+		body, _ := json.Marshal(utp.Command{AgentID: "a1", AgentTurnID: "turn-misrouted", TurnEpoch: 1, ToolCallID: "call-misrouted",
+			AfterExecution: card.Suspend, ToolCallCardID: cc.CardID, StepID: "s1"})
+		if err := agent.nc.Publish("cg."+v+".demo.main.cmd.tool.echo", body); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case d := <-dead:
+			var dl worker.DeadLetter
+			if json.Unmarshal(d.Data, &dl) != nil || dl.Source != "worker:echo" || !strings.Contains(dl.Reason, `calls tool "ATLAS_TASK_LIST"`) {
+				t.Fatalf("dead letter = %s", d.Data)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the misrouted command was not dead-lettered")
+		}
+		if _, err := m.Cards().FindToolResult(ctx, "demo", "turn-misrouted", "call-misrouted"); !errors.Is(err, cardstore.ErrNotFound) {
+			t.Fatalf("the echo worker wrote a result for an ATLAS call: %v", err)
 		}
 	})
 

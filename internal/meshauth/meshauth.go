@@ -14,7 +14,9 @@
 //     of that project only; its wakeups as a core subscription.
 //   - worker-<service>: a tool worker serving the given tools in every
 //     project: only its tools' durable consumers, reports, dead letters,
-//     audit records, the CardStore, the registry and authz reads.
+//     authz decision records, the CardStore but claims and results, the
+//     registry and authz reads; claims, releases, results and its own
+//     registry entries only on its tools' subjects (svc.<service>.<op>.<tool>).
 //
 // Why nkey users rather than accounts/JWT: a mesh is one trust domain
 // with one JetStream account, and every identity is minted by `utpmesh up`
@@ -150,8 +152,7 @@ func Permissions(ver string, id Identity) *server.Permissions {
 			a + "cmd.sys.inbox.report", a + "svc.inbox.report",
 			a + "evt.sys.deadletter.command",
 			a + "evt.sys.authz.decision",
-			a + "svc.cardstore.*",
-			a + "svc.registry.*",
+			a + "svc.registry.get", a + "svc.registry.list",
 			a + "svc.authz.get", a + "svc.authz.config_get", a + "svc.authz.issuer_key",
 			"$JS.API.INFO",
 		}
@@ -159,6 +160,22 @@ func Permissions(ver string, id Identity) *server.Permissions {
 			pub = append(pub, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s, "$JS.API.STREAM.INFO."+s)
 		}
 		sub := []string{"_INBOX.>", a + "evt.sys.toolcall.cancel", a + "svc.worker.*", "$SRV.>"}
+		// The CardStore but claim, release and put_result, which a worker
+		// does only on its own tools' subjects (below): the server checks
+		// the call and its claim against the subject's tool.
+		for _, op := range []string{"put", "get", "get_many", "list_turn", "find_result", "box_create", "box_append", "box_get",
+			"list_turns", "get_claim", "claim_key", "release_key"} {
+			pub = append(pub, a+"svc.cardstore."+op)
+		}
+		for _, t := range id.Tools {
+			for _, op := range []string{"claim", "release", "put_result"} {
+				p, _ := subjects.ToolServiceAllow(ver, "cardstore", op, t.Name)
+				pub = append(pub, p)
+			}
+			// Registering its own tools at start; never another's, never delete.
+			p, _ := subjects.ToolServiceAllow(ver, "registry", "put", t.Name)
+			pub = append(pub, p)
+		}
 		for _, t := range id.Tools {
 			d := streams.ToolConsumer(t.Name)
 			// Create only with the tool's own filter in the subject (the

@@ -47,6 +47,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -70,6 +71,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/unrouted"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/pmo"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -144,6 +146,9 @@ type Config struct {
 	// seeds are created under <DataDir>/creds on first start. Nil: the
 	// NATS port is open to anyone who reaches it.
 	Identities *IdentityConfig
+	// Unrouted tunes the sweeper that answers tool commands no tool
+	// serves (pkg/unrouted); Version, Store and Registry are the mesh's.
+	Unrouted unrouted.Config
 }
 
 // ReplicatedConfig configures the replicated state (Config.Replicated).
@@ -203,6 +208,8 @@ type Mesh struct {
 	metrics     *metrics.Metrics
 	msrv        *metrics.Server
 	stoppers    []func(context.Context) error
+	names       sync.Map // public nkey → identity name (Config.Identities): signed admin requests
+	unrouted    *unrouted.Sweeper
 }
 
 // Start starts a mesh. On error everything started so far is stopped.
@@ -342,7 +349,7 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 		return err
 	}
 	m.push(m.cardSrv.Stop)
-	m.regSrv, err = natsreg.NewServer(m.nc, m.reg, natsreg.ServerConfig{Version: cfg.ProtocolVersion, Logger: log.With("component", "registry")})
+	m.regSrv, err = natsreg.NewServer(m.nc, m.reg, natsreg.ServerConfig{Version: cfg.ProtocolVersion, Logger: log.With("component", "registry"), Identities: m.identityNames()})
 	if err != nil {
 		return err
 	}
@@ -354,6 +361,7 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 			return err
 		}
 		m.push(m.auth.Stop)
+		m.auth.SetIdentities(m.identityNames())
 	}
 
 	icfg := inbox.Config{Version: cfg.ProtocolVersion, Store: m.cards, Path: filepath.Join(cfg.DataDir, "inbox.db"), Logger: log, TracerProvider: cfg.TracerProvider,
@@ -412,6 +420,16 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 		return err
 	}
 	m.push(m.rt.Stop)
+	ucfg := cfg.Unrouted
+	ucfg.Version, ucfg.Store, ucfg.Registry = cfg.ProtocolVersion, m.cards, m.reg
+	if ucfg.Logger == nil {
+		ucfg.Logger = log.With("component", "unrouted")
+	}
+	if m.unrouted, err = unrouted.New(m.nc, ucfg); err != nil {
+		return err
+	}
+	m.unrouted.Start()
+	m.push(m.unrouted.Stop)
 	return nil
 }
 
@@ -450,8 +468,22 @@ func (m *Mesh) identities() ([]embednats.User, string, error) {
 			m.cfg.Logger.Debug("created NATS credentials", "identity", name, "file", meshauth.SeedPath(dir, name))
 		}
 		users = append(users, embednats.User{Nkey: pub, Name: name, Permissions: meshauth.Permissions(m.cfg.ProtocolVersion, id)})
+		m.names.Store(pub, name)
 	}
 	return users, meshauth.SeedPath(dir, meshauth.RoleCore), nil
+}
+
+// identityNames resolves the public nkeys of the mesh's identities to
+// their names, for the audit of signed requests; nil without identities.
+func (m *Mesh) identityNames() func(pub string) (string, bool) {
+	if m.cfg.Identities == nil {
+		return nil
+	}
+	return func(pub string) (string, bool) {
+		v, ok := m.names.Load(pub)
+		name, _ := v.(string)
+		return name, ok
+	}
 }
 
 // AddIdentities admits more identities (e.g. worker identities for tool
@@ -506,6 +538,9 @@ func (m *Mesh) NATS() *embednats.Server { return m.srv }
 
 // Registry is the mesh's tool registry.
 func (m *Mesh) Registry() registry.Registry { return m.reg }
+
+// Unrouted is the sweeper answering tool commands no tool serves.
+func (m *Mesh) Unrouted() *unrouted.Sweeper { return m.unrouted }
 
 // Runtime is the mesh's worker runtime.
 func (m *Mesh) Runtime() *worker.Runtime { return m.rt }

@@ -116,7 +116,9 @@ func (j *job) logAttrs() []any {
 
 func (j *job) run() {
 	r, st := j.r, j.r.cfg.Store
-	ctx := r.baseCtx
+	// Store calls on behalf of this tool: a remote CardStore claims and
+	// writes the result on the tool's own subject (docs/security.md).
+	ctx := cardstore.WithTool(r.baseCtx, j.tool.Name)
 	project := j.subj.Project
 
 	// 1. A call that already has a result is answered with that result.
@@ -152,6 +154,12 @@ func (j *job) run() {
 		}
 		r.log.Debug("call is being executed by another worker", append(j.logAttrs(), "holder", held.Holder)...)
 		_ = j.msg.NakWithDelay(wait)
+		return
+	case errors.Is(err, cardstore.ErrForbidden):
+		// A remote CardStore refuses this tool's claim: the call is
+		// another tool's (its tool.call card says so), so there is no
+		// result this worker may write. Retrying cannot help.
+		r.deadLetter(j.msg, j.subj, j.tool.Name, "tool_call_card_id", err.Error())
 		return
 	case err != nil:
 		j.retryLater("claim", err)
@@ -352,7 +360,7 @@ func (j *job) fail(status card.Status, code card.ErrorCode, msg string, detail j
 // result, unless the call already has a result (re-reported) or a live
 // worker is running it (the malformed copy must not win the one result).
 func (j *job) refuse(msg string) {
-	st, ctx := j.r.cfg.Store, j.r.baseCtx
+	st, ctx := j.r.cfg.Store, cardstore.WithTool(j.r.baseCtx, j.tool.Name)
 	key := utp.Ref(j.subj.Project, j.cmd.AgentTurnID, j.cmd.ToolCallID).Key()
 	if j.r.running(key) {
 		_ = j.msg.NakWithDelay(j.r.cfg.ClaimLease)
@@ -372,6 +380,9 @@ func (j *job) refuse(msg string) {
 	if errors.Is(err, cardstore.ErrClaimHeld) {
 		_ = j.msg.NakWithDelay(j.r.cfg.ClaimLease)
 		return
+	} else if errors.Is(err, cardstore.ErrForbidden) {
+		j.r.deadLetter(j.msg, j.subj, j.tool.Name, "tool_call_card_id", err.Error())
+		return
 	} else if err != nil {
 		j.retryLater("claim", err)
 		return
@@ -388,7 +399,7 @@ func (j *job) refuse(msg string) {
 func (j *job) retryLater(what string, err error) {
 	j.r.log.Warn("transient failure; the command will be redelivered", append(j.logAttrs(), "step", what, "err", err)...)
 	if j.claimed {
-		ctx, cancel := context.WithTimeout(j.r.baseCtx, releaseTimeout)
+		ctx, cancel := context.WithTimeout(cardstore.WithTool(j.r.baseCtx, j.tool.Name), releaseTimeout)
 		rerr := j.r.cfg.Store.Release(ctx, j.subj.Project, cardstore.ToolCallKey(j.cmd.AgentTurnID, j.cmd.ToolCallID), j.holder)
 		cancel()
 		if rerr != nil {

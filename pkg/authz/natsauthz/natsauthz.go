@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 
@@ -78,6 +79,7 @@ var Codes = svc.Codes{
 	{Err: authz.ErrClosed, Code: CodeClosed},
 	{Err: authz.ErrConflict, Code: svc.CodeConflict},
 	{Err: errMandate, Code: CodeMandateInvalid},
+	{Err: ErrForbidden, Code: svc.CodeForbidden},
 }
 
 // ErrMandate matches (errors.Is) a mandate_invalid reply.
@@ -171,8 +173,10 @@ type ServerConfig struct {
 
 // Server serves the policy service.
 type Server struct {
-	cfg ServerConfig
-	srv *svc.Server
+	cfg   ServerConfig
+	srv   *svc.Server
+	nc    *nats.Conn            // audit records
+	names atomic.Pointer[Names] // SetIdentities
 }
 
 // NewServer starts serving on nc.
@@ -184,10 +188,10 @@ func NewServer(nc *nats.Conn, cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, srv: srv}
+	s := &Server{cfg: cfg, srv: srv, nc: nc}
 	for op, h := range map[string]svc.HandlerFunc{
-		OpPut: s.put, OpGet: s.get, OpConfigGet: s.configGet, OpConfigPut: s.configPut, OpTest: s.test, OpQuery: s.query,
-		OpHistory: s.history, OpHistoryGet: s.historyGet, OpRollback: s.rollback, OpIssuerKey: s.issuerKey,
+		OpPut: s.signed(s.put), OpGet: s.get, OpConfigGet: s.configGet, OpConfigPut: s.signed(s.configPut), OpTest: s.test, OpQuery: s.query,
+		OpHistory: s.history, OpHistoryGet: s.historyGet, OpRollback: s.signed(s.rollback), OpIssuerKey: s.issuerKey,
 	} {
 		if err := srv.Handle(op, h); err != nil {
 			return nil, err
@@ -235,6 +239,7 @@ func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error
 	if err != nil {
 		return nil, err
 	}
+	s.auditChange(ctx, sc, docDetail(doc))
 	return DocReply{Doc: doc}, nil
 }
 
@@ -293,6 +298,7 @@ func (s *Server) rollback(ctx context.Context, sc svc.Scope, data []byte) (any, 
 	if err != nil {
 		return nil, err
 	}
+	s.auditChange(ctx, sc, docDetail(doc))
 	return DocReply{Doc: doc}, nil
 }
 
@@ -338,6 +344,7 @@ func (s *Server) configPut(ctx context.Context, sc svc.Scope, data []byte) (any,
 	if err != nil {
 		return nil, err
 	}
+	s.auditChange(ctx, sc, map[string]string{"mandate": string(c.Mandate)})
 	return ConfigReply{Config: c}, nil
 }
 
@@ -425,7 +432,7 @@ func NewClient(nc *nats.Conn, ver string) (*Client, error) {
 // PutPolicies validates and stores the project's policy set.
 func (c *Client) PutPolicies(ctx context.Context, project, text string) (*authz.PolicyDoc, error) {
 	var r DocReply
-	if err := c.ep.Call(ctx, project, OpPut, PutRequest{Policies: text}, &r); err != nil {
+	if err := c.signedCall(ctx, project, OpPut, PutRequest{Policies: text}, &r); err != nil {
 		return nil, err
 	}
 	return r.Doc, nil
@@ -436,7 +443,7 @@ func (c *Client) PutPolicies(ctx context.Context, project, text string) (*authz.
 // authz.ErrConflict.
 func (c *Client) ReplacePolicies(ctx context.Context, project, text string, base uint64) (*authz.PolicyDoc, error) {
 	var r DocReply
-	if err := c.ep.Call(ctx, project, OpPut, PutRequest{Policies: text, BaseVersion: &base}, &r); err != nil {
+	if err := c.signedCall(ctx, project, OpPut, PutRequest{Policies: text, BaseVersion: &base}, &r); err != nil {
 		return nil, err
 	}
 	if r.Doc == nil {
@@ -471,7 +478,7 @@ func (c *Client) PolicyVersion(ctx context.Context, project string, version uint
 // version is still base.
 func (c *Client) Rollback(ctx context.Context, project string, version, base uint64) (*authz.PolicyDoc, error) {
 	var r DocReply
-	if err := c.ep.Call(ctx, project, OpRollback, RollbackRequest{Version: version, BaseVersion: base}, &r); err != nil {
+	if err := c.signedCall(ctx, project, OpRollback, RollbackRequest{Version: version, BaseVersion: base}, &r); err != nil {
 		return nil, err
 	}
 	if r.Doc == nil {
@@ -501,7 +508,7 @@ func (c *Client) Config(ctx context.Context, project string) (authz.ProjectConfi
 
 // PutConfig stores the project's config.
 func (c *Client) PutConfig(ctx context.Context, project string, cfg authz.ProjectConfig) error {
-	return c.ep.Call(ctx, project, OpConfigPut, cfg, &ConfigReply{})
+	return c.signedCall(ctx, project, OpConfigPut, cfg, &ConfigReply{})
 }
 
 var _ authz.PolicyHistory = (*Client)(nil)

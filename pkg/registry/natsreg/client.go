@@ -106,8 +106,13 @@ func (c *Client) Put(ctx context.Context, e *registry.Entry) (*registry.Entry, e
 	if err != nil {
 		return nil, err
 	}
+	if e.ToolName == "" {
+		return nil, registry.Validate(e)
+	}
+	// On the tool's own subject: a worker identity may register only its
+	// own tools (docs/security.md); core and admin may publish any.
 	var r entryReply
-	if err := c.call(ctx, e.ProjectID, OpPut, putRequestWire{Entry: data}, &r); err != nil {
+	if err := c.callTool(ctx, e.ProjectID, OpPut, e.ToolName, putRequestWire{Entry: data}, &r); err != nil {
 		return nil, err
 	}
 	return replyEntry(r)
@@ -183,7 +188,7 @@ func (c *Client) Delete(ctx context.Context, projectID, toolName string) error {
 	if err := registry.CheckProjectID(projectID); err != nil {
 		return err
 	}
-	return c.call(ctx, projectID, OpDelete, keyRequest{ToolName: toolName}, &emptyReply{})
+	return c.signedCall(ctx, projectID, OpDelete, keyRequest{ToolName: toolName}, &emptyReply{})
 }
 
 func replyEntry(r entryReply) (*registry.Entry, error) {

@@ -16,6 +16,14 @@
 // DefaultChannel unless WithChannel says otherwise). Server subscribes to
 // cg.<ver>.*.*.svc.registry.* in the queue group "utpmesh-registry".
 //
+// Client.Put sends on cg.<ver>.<project_id>.<channel_id>.svc.registry.put.<tool>
+// (subjects.ToolService, tool = the entry's tool_name as a token), which
+// NATS lets a worker identity publish for its own tools only; the server
+// refuses an entry of another tool there (forbidden, ErrForbidden). Writes
+// are signed with the connection's nkey when it has one
+// (internal/reqsign), and every change, and every refusal, is published
+// as an audit record naming the signer (internal/audit, docs/security.md).
+//
 // # Operations
 //
 // Bodies are JSON objects; an entry is a registry.Entry in its JSON form

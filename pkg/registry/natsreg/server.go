@@ -10,8 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/utpmesh/utpmesh/internal/toolsvc"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // ServerConfig configures a Server.
@@ -24,12 +26,22 @@ type ServerConfig struct {
 	RequestTimeout time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Identities, when set, names the signer of every registry change by
+	// its mesh identity (the public nkeys of <data>/creds); a signed write
+	// by a key it does not know is refused (forbidden). See
+	// internal/reqsign and docs/security.md ("Audit").
+	Identities func(pub string) (name string, ok bool)
 }
 
 // Server serves a registry.Registry on cg.<ver>.*.*.svc.registry.<op>.
 type Server struct {
-	reg registry.Registry
-	srv *svc.Server
+	reg   registry.Registry
+	srv   *svc.Server
+	tools *toolsvc.Server
+	nc    *nats.Conn
+	ver   string
+	log   *slog.Logger
+	names func(pub string) (name string, ok bool)
 }
 
 // NewServer starts serving reg on nc. When it returns, the subscription is
@@ -45,9 +57,15 @@ func NewServer(nc *nats.Conn, reg registry.Registry, cfg ServerConfig) (*Server,
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{reg: reg, srv: srv}
+	if cfg.Version == "" {
+		cfg.Version = subjects.DefaultVersion
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{reg: reg, srv: srv, nc: nc, ver: cfg.Version, log: cfg.Logger, names: cfg.Identities}
 	for op, h := range map[string]svc.HandlerFunc{
-		OpPut: s.put, OpGet: s.get, OpList: s.list, OpDelete: s.delete,
+		OpPut: s.signed(s.put), OpGet: s.get, OpList: s.list, OpDelete: s.signed(s.delete),
 	} {
 		if err := srv.Handle(op, fieldDetails(h)); err != nil {
 			return nil, err
@@ -62,6 +80,10 @@ func NewServer(nc *nats.Conn, reg registry.Registry, cfg ServerConfig) (*Server,
 		_ = srv.Stop(context.Background())
 		return nil, fmt.Errorf("natsreg: flush subscription: %w", err)
 	}
+	if err := s.startToolPut(cfg); err != nil {
+		_ = srv.Stop(context.Background())
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -70,7 +92,9 @@ func (s *Server) Subject() string { return s.srv.Subject() }
 
 // Stop stops serving and waits for requests in flight until ctx ends. It
 // does not close the registry.
-func (s *Server) Stop(ctx context.Context) error { return s.srv.Stop(ctx) }
+func (s *Server) Stop(ctx context.Context) error {
+	return errors.Join(s.tools.Stop(ctx), s.srv.Stop(ctx))
+}
 
 // fieldDetails attaches {"field", "reason"} to the error reply of a
 // *registry.FieldError, so that the client can rebuild it.
@@ -107,6 +131,12 @@ func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
+	subj, _ := subjects.Service(sc.Version, sc.Project, sc.Channel, ServiceName, sc.Op)
+	return s.putEntry(ctx, sc, req, subj.String())
+}
+
+// putEntry stores the entry of a put and audits the change.
+func (s *Server) putEntry(ctx context.Context, sc svc.Scope, req putRequest, subject string) (any, error) {
 	e := req.Entry
 	if e != nil {
 		switch e.ProjectID {
@@ -123,6 +153,7 @@ func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error
 	if err != nil {
 		return nil, err
 	}
+	s.audit(ctx, sc, subject, true, nil, map[string]string{"tool_name": out.ToolName, "target_subject": out.TargetSubject})
 	return entryReply{Entry: out}, nil
 }
 
@@ -161,5 +192,7 @@ func (s *Server) delete(ctx context.Context, sc svc.Scope, data []byte) (any, er
 	if err := s.reg.Delete(ctx, sc.Project, req.ToolName); err != nil {
 		return nil, err
 	}
+	subj, _ := subjects.Service(sc.Version, sc.Project, sc.Channel, ServiceName, sc.Op)
+	s.audit(ctx, sc, subj.String(), true, nil, map[string]string{"tool_name": req.ToolName})
 	return emptyReply{}, nil
 }

@@ -40,6 +40,7 @@ var Codes = svc.Codes{
 	{Err: registry.ErrNotFound, Code: CodeNotFound},
 	{Err: registry.ErrInvalid, Code: svc.CodeBadRequest},
 	{Err: registry.ErrClosed, Code: CodeClosed},
+	{Err: ErrForbidden, Code: svc.CodeForbidden},
 }
 
 // errReserved is the client-side sentinel of CodeReserved.

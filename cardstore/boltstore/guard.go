@@ -1,0 +1,210 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// Tool-scoped writes: what natsstore serves on a tool's own subjects
+// (svc.cardstore.<op>.<tool>), where a NATS permission proves the
+// requester may act for that tool. tool is always a tool token
+// (subjects.ToolToken of a tool name). See docs/security.md, "Results
+// only from the tool that ran".
+
+// ClaimTool is Claim for a worker of tool: when the call's tool.call card
+// exists (the key is a cardstore.ToolCallKey) it must call tool, else the
+// claim fails with cardstore.ErrForbidden; the claim records tool, so only
+// a worker of the same tool may renew or release it, or write the call's
+// result under it (PutToolResult).
+func (s *Store) ClaimTool(ctx context.Context, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error) {
+	if err := checkProject(req.ProjectID); err != nil {
+		return nil, err
+	}
+	// Turn and call ids may both hold '/': try every split of the key.
+	const p = "toolcall/"
+	if rest, ok := strings.CutPrefix(req.Key, p); ok {
+		for i := strings.IndexByte(rest, '/'); i > 0 && i < len(rest)-1; {
+			if checkKeyPart("agent_turn_id", rest[:i]) == nil {
+				if err := s.checkCallTool(ctx, req.ProjectID, rest[:i], rest[i+1:], tool); err != nil {
+					return nil, err
+				}
+			}
+			j := strings.IndexByte(rest[i+1:], '/')
+			if j < 0 {
+				break
+			}
+			i += j + 1
+		}
+	}
+	return s.claim(ctx, req, tool)
+}
+
+// ReleaseTool is Release of a claim taken with ClaimTool for tool; a claim
+// of another tool (or of the core) is cardstore.ErrForbidden.
+func (s *Store) ReleaseTool(ctx context.Context, projectID, key, holder, tool string) error {
+	return s.release(ctx, projectID, key, holder, tool, true)
+}
+
+// PutToolResult is Put for a worker of tool writing a call's tool.result
+// under the claim (holder, token) it holds. Each tool.result card of the
+// batch must name tool in metadata.function_name, the call's tool.call
+// card (when it exists) must call tool, and, unless the call already has
+// a result (then Put's rules apply: an identical card is a no-op, another
+// one ErrResultExists), the call's claim must be held by holder with the
+// fencing token token and have been taken for tool (ClaimTool). A claim
+// of another tool, or none, is cardstore.ErrForbidden; the same tool's
+// claim under another holder or token (taken over) is
+// cardstore.ErrClaimLost. The claim check and the write are one
+// transaction. A lapsed lease nobody took over still counts as held, as
+// for a renewal.
+func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token uint64, cards ...*card.Card) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if len(cards) == 0 {
+		return nil
+	}
+	if len(cards) > cardstore.MaxBatch {
+		return fmt.Errorf("%w: put of %d cards exceeds the batch limit of %d", cardstore.ErrTooLarge, len(cards), cardstore.MaxBatch)
+	}
+	pcs, size, err := s.preparePut(cards)
+	if err != nil {
+		return err
+	}
+	type fence struct {
+		pc   int    // index in pcs
+		key  []byte // claims bucket key
+		name string // for messages
+	}
+	var fences []fence
+	for i, c := range cards {
+		if c.Type != card.TypeToolResult {
+			continue
+		}
+		if got := subjects.ToolToken(c.Metadata.FunctionName); c.Metadata.FunctionName == "" || got != tool {
+			return fmt.Errorf("%w: tool.result card %s names tool %q in metadata.function_name; this subject writes results of tool %q only",
+				cardstore.ErrForbidden, c.CardID, c.Metadata.FunctionName, tool)
+		}
+		if err := s.checkCallTool(ctx, c.ProjectID, c.Metadata.AgentTurnID, c.ToolCallID, tool); err != nil {
+			return err
+		}
+		key := cardstore.ToolCallKey(c.Metadata.AgentTurnID, c.ToolCallID)
+		fences = append(fences, fence{pc: i, key: join(0, c.ProjectID, key), name: fmt.Sprintf("%q in project %s", key, c.ProjectID)})
+	}
+	return s.write(ctx, size, func(b *buckets) error {
+		for _, f := range fences {
+			if b.results.Get(pcs[f.pc].resultKey) != nil {
+				continue // answered already: applyPut decides (no-op or ErrResultExists)
+			}
+			rec, err := loadClaim(b, f.key, f.name)
+			if err != nil {
+				return err
+			}
+			switch {
+			case holder == "":
+				return fmt.Errorf("%w: no claim given for the call %s: a worker writes a result only under the call's claim, naming its holder and fencing token",
+					cardstore.ErrForbidden, f.name)
+			case rec == nil || rec.Released:
+				return fmt.Errorf("%w: the call %s has no claim: a worker writes a result only under the call's claim (claim it on svc.cardstore.claim.%s first)",
+					cardstore.ErrForbidden, f.name, tool)
+			case rec.Tool != tool:
+				return fmt.Errorf("%w: the call %s is claimed for tool %q, not %q", cardstore.ErrForbidden, f.name, rec.Tool, tool)
+			case rec.Holder != holder || rec.Token != token:
+				return fmt.Errorf("%w: the result was written under the claim of %s with token %d, but the call %s is now held by %s with token %d",
+					cardstore.ErrClaimLost, holder, token, f.name, rec.Holder, rec.Token)
+			}
+		}
+		return applyPut(b, pcs)
+	})
+}
+
+// checkCallTool fails with ErrForbidden when the call's tool.call card
+// exists and calls another tool than tool. Cards are immutable, so a read
+// outside the write is enough.
+func (s *Store) checkCallTool(ctx context.Context, projectID, turn, call, tool string) error {
+	c, err := s.FindToolCall(ctx, projectID, turn, call)
+	if errors.Is(err, cardstore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	tc, err := c.ToolCall()
+	if err != nil {
+		return fmt.Errorf("%w: tool.call card %s: %v", cardstore.ErrInvalid, c.CardID, err)
+	}
+	if subjects.ToolToken(tc.ToolName) != tool {
+		return fmt.Errorf("%w: the call %q of turn %q in project %s calls tool %q (card %s), not %q",
+			cardstore.ErrForbidden, call, turn, projectID, tc.ToolName, c.CardID, tool)
+	}
+	return nil
+}
+
+// FindToolCall returns the tool.call card of (agent_turn_id, tool_call_id)
+// in the project, the latest one written if there are several, or an
+// error wrapping cardstore.ErrNotFound. It reads the turn's cards newest
+// first, so it costs a few card reads for a recent call.
+func (s *Store) FindToolCall(ctx context.Context, projectID, agentTurnID, toolCallID string) (*card.Card, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkProject(projectID); err != nil {
+		return nil, err
+	}
+	if err := checkKeyPart("agent_turn_id", agentTurnID); err != nil {
+		return nil, err
+	}
+	prefix := turnPrefix(projectID, agentTurnID)
+	var found *card.Card
+	err := s.view(func(b *buckets) error {
+		cur := b.turns.Cursor()
+		end := turnKey(prefix, math.MaxUint64)
+		k, v := cur.Seek(end)
+		if k == nil || !bytes.Equal(k, end) {
+			k, v = cur.Prev()
+		}
+		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = cur.Prev() {
+			if len(k) != len(prefix)+8 {
+				continue
+			}
+			data := b.cards.Get(cardKey(projectID, string(v)))
+			if data == nil || !bytes.Contains(data, []byte(card.TypeToolCall)) {
+				continue
+			}
+			// Read the two fields first; decode (and validate) only the match.
+			var head struct {
+				Type       string `json:"type"`
+				ToolCallID string `json:"tool_call_id"`
+			}
+			if err := json.Unmarshal(data, &head); err != nil {
+				return fmt.Errorf("boltstore: stored card %s is corrupt: %w", v, err)
+			}
+			if head.Type != card.TypeToolCall || head.ToolCallID != toolCallID {
+				continue
+			}
+			c, err := card.Decode(data)
+			if err != nil {
+				return fmt.Errorf("boltstore: stored card %s is corrupt: %w", v, err)
+			}
+			found = c
+			return nil
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if found == nil {
+		return nil, fmt.Errorf("%w: no tool.call card for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, agentTurnID, toolCallID, projectID)
+	}
+	return found, nil
+}

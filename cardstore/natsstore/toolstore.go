@@ -1,0 +1,174 @@
+package natsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// genericTools is ToolStore over any cardstore.Store that lacks it (the
+// replicated store, for one): the tool of a claim is kept in its holder
+// ("tool:<tool>/<holder>"), and a result's claim is checked just before
+// the write, not in the write's transaction as boltstore does, so a
+// take-over in between can let the old holder's result be the call's one
+// result. Replies show the holder without the prefix.
+type genericTools struct{ st cardstore.Store }
+
+var _ ToolStore = genericTools{}
+
+// callFinder is the fast lookup of a call's tool.call card a store may have.
+type callFinder interface {
+	FindToolCall(ctx context.Context, projectID, agentTurnID, toolCallID string) (*card.Card, error)
+}
+
+const toolHolderPrefix = "tool:"
+
+func toolHolder(tool, holder string) string { return toolHolderPrefix + tool + "/" + holder }
+
+// splitHolder returns the tool and holder of a stored holder ("" tool for
+// a claim taken without one).
+func splitHolder(stored string) (tool, holder string) {
+	if rest, ok := strings.CutPrefix(stored, toolHolderPrefix); ok {
+		if i := strings.IndexByte(rest, '/'); i > 0 {
+			return rest[:i], rest[i+1:]
+		}
+	}
+	return "", stored
+}
+
+func (g genericTools) findCall(ctx context.Context, project, turn, call string) (*card.Card, error) {
+	if f, ok := g.st.(callFinder); ok {
+		return f.FindToolCall(ctx, project, turn, call)
+	}
+	cards, err := cardstore.AllTurn(ctx, g.st, project, turn)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(cards) - 1; i >= 0; i-- {
+		if c := cards[i]; c.Type == card.TypeToolCall && c.ToolCallID == call {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: no tool.call card for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, turn, call, project)
+}
+
+// checkCallTool is boltstore's: the call's card, when it exists, calls tool.
+func (g genericTools) checkCallTool(ctx context.Context, project, turn, call, tool string) error {
+	if turn == "" {
+		return nil
+	}
+	c, err := g.findCall(ctx, project, turn, call)
+	if errors.Is(err, cardstore.ErrNotFound) || errors.Is(err, cardstore.ErrInvalid) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	tc, err := c.ToolCall()
+	if err != nil {
+		return fmt.Errorf("%w: tool.call card %s: %v", cardstore.ErrInvalid, c.CardID, err)
+	}
+	if subjects.ToolToken(tc.ToolName) != tool {
+		return fmt.Errorf("%w: the call %q of turn %q in project %s calls tool %q (card %s), not %q",
+			cardstore.ErrForbidden, call, turn, project, tc.ToolName, c.CardID, tool)
+	}
+	return nil
+}
+
+// ClaimTool implements ToolStore.
+func (g genericTools) ClaimTool(ctx context.Context, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error) {
+	if rest, ok := strings.CutPrefix(req.Key, toolCallPrefix); ok {
+		// Turn and call ids may both hold '/': try every split.
+		for i := strings.IndexByte(rest, '/'); i > 0 && i < len(rest)-1; {
+			if err := g.checkCallTool(ctx, req.ProjectID, rest[:i], rest[i+1:], tool); err != nil {
+				return nil, err
+			}
+			j := strings.IndexByte(rest[i+1:], '/')
+			if j < 0 {
+				break
+			}
+			i += j + 1
+		}
+	}
+	if cur, err := g.st.GetClaim(ctx, req.ProjectID, req.Key); err == nil {
+		if t, h := splitHolder(cur.Holder); h == req.Holder && t != tool {
+			return nil, fmt.Errorf("%w: the claim on key %q in project %s of holder %s was taken for tool %q, not %q",
+				cardstore.ErrForbidden, req.Key, req.ProjectID, req.Holder, t, tool)
+		}
+	}
+	raw := req
+	raw.Holder = toolHolder(tool, req.Holder)
+	c, err := g.st.Claim(ctx, raw)
+	var held *cardstore.ClaimHeldError
+	if errors.As(err, &held) {
+		_, h := splitHolder(held.Holder)
+		return nil, fmt.Errorf("%w: key %q in project %s", &cardstore.ClaimHeldError{Holder: h, ExpiresAt: held.ExpiresAt}, req.Key, req.ProjectID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := *c
+	_, out.Holder = splitHolder(c.Holder)
+	_, out.PreviousHolder = splitHolder(c.PreviousHolder)
+	return &out, nil
+}
+
+// ReleaseTool implements ToolStore.
+func (g genericTools) ReleaseTool(ctx context.Context, project, key, holder, tool string) error {
+	if cur, err := g.st.GetClaim(ctx, project, key); err == nil {
+		if t, _ := splitHolder(cur.Holder); t != tool {
+			return fmt.Errorf("%w: the claim on key %q in project %s was taken for tool %q, not %q", cardstore.ErrForbidden, key, project, t, tool)
+		}
+	}
+	return g.st.Release(ctx, project, key, toolHolder(tool, holder))
+}
+
+// PutToolResult implements ToolStore.
+func (g genericTools) PutToolResult(ctx context.Context, tool, holder string, token uint64, cards ...*card.Card) error {
+	for _, c := range cards {
+		if c == nil || c.Type != card.TypeToolResult {
+			continue
+		}
+		if c.Metadata.FunctionName == "" || subjects.ToolToken(c.Metadata.FunctionName) != tool {
+			return fmt.Errorf("%w: tool.result card %s names tool %q in metadata.function_name; this subject writes results of tool %q only",
+				cardstore.ErrForbidden, c.CardID, c.Metadata.FunctionName, tool)
+		}
+		turn := c.Metadata.AgentTurnID
+		if err := g.checkCallTool(ctx, c.ProjectID, turn, c.ToolCallID, tool); err != nil {
+			return err
+		}
+		if _, err := g.st.FindToolResult(ctx, c.ProjectID, turn, c.ToolCallID); err == nil {
+			continue // answered already: Put decides (no-op or ErrResultExists)
+		} else if !errors.Is(err, cardstore.ErrNotFound) && !errors.Is(err, cardstore.ErrInvalid) {
+			return err
+		}
+		key := cardstore.ToolCallKey(turn, c.ToolCallID)
+		name := fmt.Sprintf("%q in project %s", key, c.ProjectID)
+		if holder == "" {
+			return fmt.Errorf("%w: no claim given for the call %s: a worker writes a result only under the call's claim, naming its holder and fencing token",
+				cardstore.ErrForbidden, name)
+		}
+		cur, err := g.st.GetClaim(ctx, c.ProjectID, key)
+		if errors.Is(err, cardstore.ErrNotFound) {
+			return fmt.Errorf("%w: the call %s has no claim: a worker writes a result only under the call's claim (claim it on svc.cardstore.claim.%s first)",
+				cardstore.ErrForbidden, name, tool)
+		}
+		if err != nil {
+			return err
+		}
+		t, h := splitHolder(cur.Holder)
+		switch {
+		case t != tool:
+			return fmt.Errorf("%w: the call %s is claimed for tool %q, not %q", cardstore.ErrForbidden, name, t, tool)
+		case h != holder || cur.Token != token:
+			return fmt.Errorf("%w: the result was written under the claim of %s with token %d, but the call %s is now held by %s with token %d",
+				cardstore.ErrClaimLost, holder, token, name, h, cur.Token)
+		}
+	}
+	return g.st.Put(ctx, cards...)
+}
