@@ -66,7 +66,6 @@ func startMeshCluster(t *testing.T) *meshCluster {
 	}
 	// The first node makes the shared credentials; then the others join.
 	mc.nodes = make([]*proc, 3)
-	t.Logf("node argv: %q", mc.argv(0))
 	mc.nodes[0] = startProc(t, mc.argv(0)...)
 	waitFile(t, meshauth.SeedPath(mc.creds, meshauth.RoleAdmin))
 	mc.nodes[1] = startProc(t, mc.argv(1)...)

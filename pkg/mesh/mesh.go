@@ -291,6 +291,11 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		return m, err
 	}
 	m.push(m.srv.Shutdown)
+	if cfg.Cluster != nil {
+		if err := m.awaitMeta(ctx); err != nil {
+			return m, err
+		}
+	}
 	m.nc, err = m.srv.Connect(connOpts...)
 	if err != nil {
 		return m, fmt.Errorf("mesh: connect: %w", err)

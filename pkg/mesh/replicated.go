@@ -19,6 +19,35 @@ import (
 // cluster to form (enough nodes up for a quorum) before giving up.
 const clusterWait = 2 * time.Minute
 
+// awaitMeta waits (bounded by clusterWait, logging) until this cluster
+// node's JetStream knows its meta leader: the routes are up. The mesh's
+// own connection is made only then. Found the hard way: with the
+// connection (and its reply subscription) made while the nodes were still
+// dialling each other, three nodes started at the same instant lost every
+// JetStream API reply for minutes, although the requests took effect.
+func (m *Mesh) awaitMeta(ctx context.Context) error {
+	ns := m.srv.NATS()
+	start, next := time.Now(), time.Now().Add(5*time.Second)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !ns.JetStreamIsCurrent() {
+		if time.Since(start) > clusterWait {
+			return fmt.Errorf("mesh: no JetStream meta leader after %v (routes up: %d of %d): are the other nodes up and reachable on their --cluster-listen addresses?",
+				clusterWait, ns.NumRoutes(), len(m.cfg.Cluster.Routes)-1)
+		}
+		if time.Now().After(next) {
+			m.cfg.Logger.Info("waiting for the cluster's JetStream meta leader", "routes", ns.NumRoutes(), "nodes", len(m.cfg.Cluster.Routes), "waited", time.Since(start).Round(time.Second))
+			next = time.Now().Add(5 * time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
 // replicas is the replica count of the replicated state.
 func (m *Mesh) replicas() int {
 	if r := m.cfg.Replicated.Replicas; r > 0 {
@@ -47,7 +76,7 @@ func (m *Mesh) openReplicated(ctx context.Context, js jetstream.JetStream) error
 		// A request sent before the cluster has a meta leader gets no
 		// answer: try again soon, then with more patience (a loaded
 		// machine creates a replicated stream slowly).
-		patience := 3 * time.Second
+		patience := 10 * time.Second
 		for attempt := 0; ; attempt++ {
 			actx, acancel := context.WithTimeout(wctx, patience)
 			patience = min(2*patience, 30*time.Second)
