@@ -15,9 +15,9 @@ import (
 // JetStream (docs/cluster.md).
 type clusterFlags struct {
 	serverName, clusterName, clusterListen, routes, secretFile, clusterCA string
-	state                                                              string
-	replicas                                                           int
-	credsDir, keysDir                                                  string
+	state                                                                 string
+	replicas                                                              int
+	credsDir, keysDir                                                     string
 }
 
 func (f *clusterFlags) register(fs *flag.FlagSet) {
@@ -125,4 +125,3 @@ func (f *clusterFlags) atlasState(r *resolved) (string, int) {
 	}
 	return "jetstream", n
 }
-
