@@ -226,6 +226,9 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Cluster != nil && cfg.Replicated == nil {
+		cfg.Replicated = &ReplicatedConfig{}
+	}
 	host, port, err := splitListen(cfg.Listen)
 	if err != nil {
 		return nil, err
