@@ -251,7 +251,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries := map[string]int{}
+	var entries map[string]int
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		entries = map[string]int{}
 		q := inbox.ListQuery{AgentID: authz.DemoAgent, AgentTurnID: "cluster-turn", State: inbox.StateAll}

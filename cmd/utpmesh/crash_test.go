@@ -132,7 +132,7 @@ func TestSIGKILLUpWithReportsInFlight(t *testing.T) {
 	}
 
 	// Every acknowledged call gets its entry.
-	entries := map[string][]inbox.Entry{}
+	var entries map[string][]inbox.Entry
 	deadline = time.Now().Add(120 * time.Second)
 	for {
 		entries = map[string][]inbox.Entry{}
