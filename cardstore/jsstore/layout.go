@@ -2,12 +2,9 @@ package jsstore
 
 import (
 	"encoding/base64"
-	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/utpmesh/utpmesh/cardstore"
-	"github.com/utpmesh/utpmesh/pkg/card"
 )
 
 // The stream's key layout (see the package documentation). These are
@@ -82,52 +79,11 @@ const posBits = 10
 func pos(seq uint64, i int) uint64    { return seq<<posBits | uint64(i) }
 func splitPos(p uint64) (uint64, int) { return p >> posBits, int(p & (1<<posBits - 1)) }
 
-// invalid wraps cardstore.ErrInvalid with a message.
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{cardstore.ErrInvalid}, args...)...)
-}
-
-// checkProject validates a project id argument.
-func checkProject(projectID string) error {
-	if err := card.ValidateName("project_id", projectID); err != nil {
-		return fmt.Errorf("%w: %w", cardstore.ErrInvalid, err)
-	}
-	return nil
-}
-
-// checkCardID validates a card id argument.
-func checkCardID(field, id string) error {
-	if !card.ValidID(id) {
-		return invalid("%s %q is not a canonical lower-case UUID", field, id)
-	}
-	return nil
-}
-
-// checkKeyPart validates an agent_turn_id, tool_call_id or agent_id that
-// becomes part of a subject: non-empty, at most card.MaxIDLen bytes, valid
-// UTF-8 and no NUL (the same rules as boltstore, so both stores accept the
-// same requests).
-func checkKeyPart(field, s string) error {
-	switch {
-	case s == "":
-		return invalid("%s is required", field)
-	case len(s) > card.MaxIDLen:
-		return invalid("%s is longer than %d bytes", field, card.MaxIDLen)
-	case !utf8.ValidString(s):
-		return invalid("%s %q is not valid UTF-8", field, s)
-	case strings.IndexByte(s, 0) >= 0:
-		return invalid("%s %q contains a NUL character", field, s)
-	}
-	return nil
-}
-
-// checkClaimString validates a claim key or holder.
-func checkClaimString(field, s string) error {
-	if s == "" {
-		return invalid("%s is required", field)
-	}
-	if len(s) > cardstore.MaxKeyLen {
-		return invalid("%s is %d bytes, longer than %d", field, len(s), cardstore.MaxKeyLen)
-	}
-	return nil
-}
+// The argument rules are cardstore's, shared by every store.
+var (
+	invalid          = cardstore.Invalid
+	checkProject     = cardstore.CheckProject
+	checkCardID      = cardstore.CheckCardID
+	checkKeyPart     = cardstore.CheckKeyPart
+	checkClaimString = cardstore.CheckClaimString
+)

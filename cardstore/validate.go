@@ -1,0 +1,64 @@
+package cardstore
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/utpmesh/utpmesh/pkg/card"
+)
+
+// The argument rules every Store applies before it touches storage, in one
+// place so that every implementation accepts exactly the same requests
+// (the conformance suite checks the errors). Each returns an error
+// matching ErrInvalid that names the field.
+
+// Invalid returns an error matching ErrInvalid with a message.
+func Invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// CheckProject validates a project id argument.
+func CheckProject(projectID string) error {
+	if err := card.ValidateName("project_id", projectID); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// CheckCardID validates a card id argument.
+func CheckCardID(field, id string) error {
+	if !card.ValidID(id) {
+		return Invalid("%s %q is not a canonical lower-case UUID", field, id)
+	}
+	return nil
+}
+
+// CheckKeyPart validates an agent_turn_id, tool_call_id or agent_id that a
+// store makes part of a key: non-empty, at most card.MaxIDLen bytes, valid
+// UTF-8 (the canonical JSON would silently replace invalid bytes) and no
+// NUL.
+func CheckKeyPart(field, s string) error {
+	switch {
+	case s == "":
+		return Invalid("%s is required", field)
+	case len(s) > card.MaxIDLen:
+		return Invalid("%s is longer than %d bytes", field, card.MaxIDLen)
+	case !utf8.ValidString(s):
+		return Invalid("%s %q is not valid UTF-8", field, s)
+	case strings.IndexByte(s, 0) >= 0:
+		return Invalid("%s %q contains a NUL character", field, s)
+	}
+	return nil
+}
+
+// CheckClaimString validates a claim key or holder.
+func CheckClaimString(field, s string) error {
+	if s == "" {
+		return Invalid("%s is required", field)
+	}
+	if len(s) > MaxKeyLen {
+		return Invalid("%s is %d bytes, longer than %d", field, len(s), MaxKeyLen)
+	}
+	return nil
+}
