@@ -26,9 +26,9 @@ FUZZ_TARGETS = \
 
 # Packages whose tests depend on timing between goroutines or processes
 # (brokers, leases, group commit, redelivery, schedulers): `make stress`.
-STRESS_PKGS  = ./pkg/inbox ./pkg/worker ./pkg/agent ./pkg/mesh ./pkg/svc ./pkg/turn \
-	./pkg/registry/natsreg ./pkg/authz/... ./cardstore/... ./services/... ./cmd/utpmesh \
-	./internal/webui/...
+STRESS_PKGS  = ./pkg/inbox ./pkg/worker ./pkg/agent ./pkg/mesh ./pkg/svc ./pkg/turn ./pkg/streams ./pkg/unrouted \
+	./pkg/registry/... ./pkg/authz/... ./cardstore/... ./services/... ./cmd/utpmesh \
+	./internal/webui/... ./internal/meshtest ./internal/mcpbridge ./internal/jskv/...
 STRESS_COUNT ?= 10
 
 .PHONY: all build test test-deps mcp-client stress ui-screenshot lint fuzz bench clean
