@@ -42,7 +42,7 @@ var (
 )
 
 // DefaultBucket is the name of the inbox's key-value bucket in cluster mode.
-const DefaultBucket = "utp_inbox"
+const DefaultBucket = "utpmesh_inbox"
 
 // OpenBucket creates (or opens) the inbox's key-value bucket with the given
 // number of replicas (3 in a 3-node cluster, 1 on one server), for
