@@ -58,6 +58,10 @@ func rollup(m *nats.Msg) *nats.Msg {
 	return m
 }
 
+// maxNoResponders bounds the retries of a write no stream answered
+// (about 2.5 s with backoff's 50 ms cap).
+const maxNoResponders = 60
+
 // maxTransient bounds the retries of a write that the server refused for
 // a passing reason (too many open batches, a batch cut short).
 const maxTransient = 50
@@ -71,6 +75,15 @@ func (s *Store) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
 	}
 	for attempt := 0; ; attempt++ {
 		seq, err := s.publishOnce(ctx, msgs)
+		if errors.Is(err, nats.ErrNoResponders) && attempt < maxNoResponders {
+			// Nothing stored: the stream's subjects are not known to this
+			// server yet (a stream just created through another node, or a
+			// leader being elected). Ask again shortly.
+			if err := backoff(ctx, attempt); err != nil {
+				return 0, err
+			}
+			continue
+		}
 		var apiErr *jetstream.APIError
 		if err == nil || !errors.As(err, &apiErr) {
 			return seq, err

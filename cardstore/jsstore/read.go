@@ -84,7 +84,7 @@ func (s *Store) readSeq(ctx context.Context, seq uint64) (*msg, error) {
 func (s *Store) directLast(ctx context.Context, subject string) (*msg, error) {
 	ctx, cancel := s.reqCtx(ctx)
 	defer cancel()
-	reply, err := s.nc.RequestWithContext(ctx, apiDirectGet+s.cfg.Stream+"."+subject, nil)
+	reply, err := s.request(ctx, apiDirectGet+s.cfg.Stream+"."+subject, nil)
 	if err != nil {
 		return nil, s.requestErr(err)
 	}
@@ -127,7 +127,7 @@ func (s *Store) direct(ctx context.Context, req directReq) (out []*msg, pending 
 		return nil, 0, fmt.Errorf("jsstore: encode direct get: %w", err)
 	}
 	if single {
-		reply, err := s.nc.RequestWithContext(ctx, apiDirectGet+s.cfg.Stream, body)
+		reply, err := s.request(ctx, apiDirectGet+s.cfg.Stream, body)
 		if err != nil {
 			return nil, 0, s.requestErr(err)
 		}
@@ -137,6 +137,25 @@ func (s *Store) direct(ctx context.Context, req directReq) (out []*msg, pending 
 		}
 		return []*msg{m}, 0, nil
 	}
+	for attempt := 0; ; attempt++ {
+		out, pending, err := s.batchGet(ctx, body)
+		if !errors.Is(err, nats.ErrNoResponders) || attempt >= maxNoResponders {
+			if err != nil {
+				return nil, 0, s.requestErr(err)
+			}
+			return out, pending, nil
+		}
+		// No stream answered (yet): see request.
+		if err := backoff(ctx, attempt); err != nil {
+			return nil, 0, err
+		}
+	}
+}
+
+// batchGet sends one batched direct get and collects its replies. No
+// responders comes back as nats.ErrNoResponders, other request failures
+// unmapped.
+func (s *Store) batchGet(ctx context.Context, body []byte) (out []*msg, pending uint64, err error) {
 	inbox := s.nc.NewRespInbox()
 	sub, err := s.nc.SubscribeSync(inbox)
 	if err != nil {
@@ -149,10 +168,10 @@ func (s *Store) direct(ctx context.Context, req directReq) (out []*msg, pending 
 	for {
 		reply, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return nil, 0, s.requestErr(err)
+			return nil, 0, err
 		}
 		if st := reply.Header.Get(hdrStatus); st == "503" {
-			return nil, 0, s.requestErr(nats.ErrNoResponders)
+			return nil, 0, nats.ErrNoResponders
 		}
 		m, end, err := s.parseDirect(reply)
 		if err != nil {
@@ -193,7 +212,7 @@ func (s *Store) leaderGet(ctx context.Context, req map[string]any) (*msg, error)
 	if err != nil {
 		return nil, fmt.Errorf("jsstore: encode message get: %w", err)
 	}
-	reply, err := s.nc.RequestWithContext(ctx, apiMsgGet+s.cfg.Stream, body)
+	reply, err := s.request(ctx, apiMsgGet+s.cfg.Stream, body)
 	if err != nil {
 		return nil, s.requestErr(err)
 	}
@@ -213,6 +232,21 @@ func (s *Store) leaderGet(ctx context.Context, req map[string]any) (*msg, error)
 		return nil, fmt.Errorf("jsstore: message get from stream %s: reply holds no message", s.cfg.Stream)
 	}
 	return &msg{seq: resp.Message.Seq, subject: resp.Message.Subject, data: resp.Message.Data}, nil
+}
+
+// request sends a JetStream API or direct-get request and returns the
+// reply. No responders is retried briefly: a stream just created through
+// another server, or electing a leader, answers a moment later.
+func (s *Store) request(ctx context.Context, subj string, body []byte) (*nats.Msg, error) {
+	for attempt := 0; ; attempt++ {
+		reply, err := s.nc.RequestWithContext(ctx, subj, body)
+		if !errors.Is(err, nats.ErrNoResponders) || attempt >= maxNoResponders {
+			return reply, err
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // requestErr maps a failed request to the store's errors: the caller's

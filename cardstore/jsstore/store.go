@@ -203,6 +203,19 @@ func (s *Store) ensureStream(ctx context.Context) error {
 		return fmt.Errorf("%w: stream %s came back without atomic publish, rollup or direct get (allow_atomic %v, allow_rollup_hdrs %v, allow_direct %v); nats-server 2.12 or later is needed",
 			ErrUnsupported, s.cfg.Stream, c.AllowAtomicPublish, c.AllowRollup, c.AllowDirect)
 	}
+	// A replicated stream just created may have no leader yet: a write
+	// then finds no responder. Return once one is elected, so the first
+	// Put after Open does not fail with ErrUnavailable.
+	for st.CachedInfo().Cluster != nil && st.CachedInfo().Cluster.Leader == "" {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: stream %s has no leader yet: %w", ErrUnavailable, s.cfg.Stream, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if _, err := st.Info(ctx); err != nil {
+			return fmt.Errorf("%w: stream %s: %w", ErrUnavailable, s.cfg.Stream, err)
+		}
+	}
 	return nil
 }
 
