@@ -156,32 +156,42 @@ func TestInit(t *testing.T) {
 // jetstream) on utpmesh-init's files, a worker of atlas.tasks with its
 // seed from them and a call with the admin seed and the demo mandate the
 // node signs with the shared key; the node must leave the shared files
-// unchanged, so they can be mounted read-only.
+// unchanged, so they can be mounted read-only. Both layouts: creds/ and
+// keys/ apart (compose, systemd) and flat in one directory (the
+// Kubernetes Secret).
 func TestNodeOnSharedFiles(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a node and a worker")
 	}
-	dir := shared(t)
-	before := snapshot(t, dir)
-	work := t.TempDir()
-	data := filepath.Join(work, "node")
-	node := startLong(t, "up", "--data", data, "--state", "jetstream", "--nats-listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0",
-		"--ui-listen", "", "--creds-dir", filepath.Join(dir, "creds"), "--keys-dir", filepath.Join(dir, "keys"))
-	line := node.waitFor(t, "  NATS ")
-	url := strings.Fields(line)[1]
-	node.waitFor(t, " to drain and stop")
-	w := startLong(t, "worker", "--nats", url, "--creds", filepath.Join(dir, "creds", "worker-atlas_tasks.nk"),
-		"--atlas-state", "jetstream", "atlas.tasks")
-	w.waitFor(t, "serving")
-	code, out, errOut := run(t, nil, "call", "echo", "--args", `{"deploy":1}`, "--nats", url,
-		"--creds", filepath.Join(dir, "creds", "admin.nk"), "--mandate", filepath.Join(data, "demo-mandate.jwt"))
-	if code != 0 || !strings.Contains(out, "success") {
-		t.Fatalf("call echo: exit %d\n%s\n%s", code, out, errOut)
-	}
-	w.stop(t)
-	node.stop(t)
-	if after := snapshot(t, dir); after != before {
-		t.Errorf("the node changed the shared files (they could not be read-only):\nbefore:\n%s\nafter:\n%s", before, after)
+	for _, flat := range []bool{false, true} {
+		t.Run(map[bool]string{false: "split", true: "flat"}[flat], func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "shared")
+			copyTree(t, shared(t), dir, flat)
+			creds, keys := filepath.Join(dir, "creds"), filepath.Join(dir, "keys")
+			if flat {
+				creds, keys = dir, dir
+			}
+			before := snapshot(t, dir)
+			data := filepath.Join(t.TempDir(), "node")
+			node := startLong(t, "up", "--data", data, "--state", "jetstream", "--nats-listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0",
+				"--ui-listen", "", "--creds-dir", creds, "--keys-dir", keys)
+			line := node.waitFor(t, "  NATS ")
+			url := strings.Fields(line)[1]
+			node.waitFor(t, " to drain and stop")
+			w := startLong(t, "worker", "--nats", url, "--creds", filepath.Join(creds, "worker-atlas_tasks.nk"),
+				"--atlas-state", "jetstream", "atlas.tasks")
+			w.waitFor(t, "serving")
+			code, out, errOut := run(t, nil, "call", "echo", "--args", `{"deploy":1}`, "--nats", url,
+				"--creds", filepath.Join(creds, "admin.nk"), "--mandate", filepath.Join(data, "demo-mandate.jwt"))
+			if code != 0 || !strings.Contains(out, "success") {
+				t.Fatalf("call echo: exit %d\n%s\n%s", code, out, errOut)
+			}
+			w.stop(t)
+			node.stop(t)
+			if after := snapshot(t, dir); after != before {
+				t.Errorf("the node changed the shared files (they could not be read-only):\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+		})
 	}
 }
 
