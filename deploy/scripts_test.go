@@ -186,12 +186,51 @@ func TestNodeOnSharedFiles(t *testing.T) {
 			if code != 0 || !strings.Contains(out, "success") {
 				t.Fatalf("call echo: exit %d\n%s\n%s", code, out, errOut)
 			}
+			if !flat {
+				runSmokeCalls(t, url, creds, data)
+			}
 			w.stop(t)
 			node.stop(t)
 			if after := snapshot(t, dir); after != before {
 				t.Errorf("the node changed the shared files (they could not be read-only):\nbefore:\n%s\nafter:\n%s", before, after)
 			}
 		})
+	}
+}
+
+// runSmokeCalls runs smoke.sh's utpmesh command lines against a running
+// node — /shared/creds as creds, /data as the node's data directory,
+// --nats its URL — each twice, as smoke.sh's retry would.
+func runSmokeCalls(t *testing.T, url, creds, data string) {
+	t.Helper()
+	b, err := os.ReadFile("compose/smoke.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := shellCommands("compose/smoke.sh", string(b), subcommands(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range cmds {
+		argv := setFlag(c.argv, "nats", url)
+		for i, a := range argv {
+			switch {
+			case strings.HasPrefix(a, "/shared/creds/"):
+				argv[i] = filepath.Join(creds, strings.TrimPrefix(a, "/shared/creds/"))
+			case strings.HasPrefix(a, "/data/"):
+				argv[i] = filepath.Join(data, strings.TrimPrefix(a, "/data/"))
+			}
+		}
+		for range 2 {
+			n++
+			if code, out, errOut := run(t, nil, argv...); code != 0 {
+				t.Errorf("%s\n  against a node: exit %d\n%s\n%s", c, code, out, errOut)
+			}
+		}
+	}
+	if n < 8 {
+		t.Errorf("smoke.sh: ran only %d command lines", n)
 	}
 }
 

@@ -5,10 +5,11 @@
 #   deploy/compose/smoke.sh            (from anywhere; needs docker compose v2)
 #   KEEP=1 deploy/compose/smoke.sh     (leave the cluster running at the end)
 #
-# Exit status 0 when every step passed. Each call is made from inside n1
-# with the admin identity and the demo mandate n1 wrote; a call that fails
-# while the cluster elects a new leader is retried with the same
-# tool_call_id, so a retry never runs the tool twice.
+# Exit status 0 when every step passed. Each call is made from inside a
+# node with the admin identity and the demo mandate the node wrote; a call
+# that fails while the cluster elects a new leader is retried as a new
+# call (a retry of TASK_CREATE may create the task twice; the smoke test
+# does not count them).
 set -eu
 
 cd "$(dirname "$0")"
@@ -73,24 +74,24 @@ docker compose up -d --build
 wait_healthy n1 n2 n3 tasks atp
 
 step "call echo (the cluster may still be electing its leaders: up to 20 tries)"
-retry 20 docker compose exec -T n1 utpmesh call echo --args '{"smoke":1}' --turn smoke-turn --tool-call-id smoke-call-1 --nats nats://n1:4222,nats://n2:4222,nats://n3:4222 --creds /shared/creds/admin.nk --mandate /data/demo-mandate.jwt
+retry 20 docker compose exec -T n1 utpmesh call echo --args '{"smoke":1}' --turn smoke-turn --nats nats://n1:4222,nats://n2:4222,nats://n3:4222 --creds /shared/creds/admin.nk --mandate /data/demo-mandate.jwt --wait-timeout 60s
 
 step "create a task and list it (the atlas.tasks workers share one replicated bucket)"
-retry 5 docker compose exec -T n1 utpmesh call TASK_CREATE --args '{"title":"smoke task"}' --turn smoke-turn --tool-call-id smoke-task-1 --nats nats://n1:4222,nats://n2:4222,nats://n3:4222 --creds /shared/creds/admin.nk --mandate /data/demo-mandate.jwt
-retry 5 docker compose exec -T n1 utpmesh call TASK_LIST --turn smoke-turn --tool-call-id smoke-list-1 --nats nats://n1:4222,nats://n2:4222,nats://n3:4222 --creds /shared/creds/admin.nk --mandate /data/demo-mandate.jwt
+retry 5 docker compose exec -T n1 utpmesh call TASK_CREATE --args '{"title":"smoke task"}' --turn smoke-turn --nats nats://n1:4222,nats://n2:4222,nats://n3:4222 --creds /shared/creds/admin.nk --mandate /data/demo-mandate.jwt --wait-timeout 60s
+retry 5 docker compose exec -T n1 utpmesh call TASK_LIST --turn smoke-turn --nats nats://n1:4222,nats://n2:4222,nats://n3:4222 --creds /shared/creds/admin.nk --mandate /data/demo-mandate.jwt --wait-timeout 60s
 
 step "kill n2 (SIGKILL)"
 docker compose kill n2
 
 step "call echo with n2 down (a new stream leader may take ~8 s: up to 10 tries)"
-retry 10 docker compose exec -T n1 utpmesh call echo --args '{"smoke":2}' --turn smoke-turn --tool-call-id smoke-call-2 --nats nats://n1:4222,nats://n2:4222,nats://n3:4222 --creds /shared/creds/admin.nk --mandate /data/demo-mandate.jwt
+retry 10 docker compose exec -T n1 utpmesh call echo --args '{"smoke":2}' --turn smoke-turn --nats nats://n1:4222,nats://n2:4222,nats://n3:4222 --creds /shared/creds/admin.nk --mandate /data/demo-mandate.jwt --wait-timeout 60s
 
 step "restart n2; it catches up"
 docker compose start n2
 wait_healthy n2
-retry 10 docker compose exec -T n2 utpmesh call echo --args '{"smoke":3}' --turn smoke-turn --tool-call-id smoke-call-3 --nats nats://n2:4222 --creds /shared/creds/admin.nk --mandate /data/demo-mandate.jwt
+retry 10 docker compose exec -T n2 utpmesh call echo --args '{"smoke":3}' --turn smoke-turn --nats nats://n2:4222 --creds /shared/creds/admin.nk --mandate /data/demo-mandate.jwt --wait-timeout 60s
 
-step "the turn: every call once"
+step "the turn, rebuilt from its cards"
 docker compose exec -T n1 utpmesh turns show smoke-turn --nats nats://n1:4222,nats://n2:4222,nats://n3:4222 --creds /shared/creds/admin.nk
 
 step "smoke test passed"
