@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -239,6 +240,19 @@ type longRun struct {
 	cmd   *exec.Cmd
 	lines chan string
 	seen  []string
+
+	// patience is how long waitFor waits (default a minute).
+	patience time.Duration
+
+	mu  sync.Mutex
+	all []string // every line so far, for messages
+}
+
+// output is every line the process printed so far.
+func (r *longRun) output() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.all, "\n")
 }
 
 func startLong(t *testing.T, args ...string) *longRun {
@@ -254,6 +268,9 @@ func startLong(t *testing.T, args ...string) *longRun {
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
+			r.mu.Lock()
+			r.all = append(r.all, sc.Text())
+			r.mu.Unlock()
 			r.lines <- sc.Text()
 		}
 		close(r.lines)
@@ -268,10 +285,14 @@ func startLong(t *testing.T, args ...string) *longRun {
 }
 
 // waitFor returns the first output line containing s; it fails when the
-// process ends first or after a minute.
+// process ends first or after r.patience.
 func (r *longRun) waitFor(t *testing.T, s string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	patience := r.patience
+	if patience == 0 {
+		patience = time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	for {
 		select {
@@ -284,7 +305,7 @@ func (r *longRun) waitFor(t *testing.T, s string) string {
 				return l
 			}
 		case <-ctx.Done():
-			t.Fatalf("utpmesh %s: no %q after a minute:\n%s", strings.Join(r.cmd.Args[1:], " "), s, strings.Join(r.seen, "\n"))
+			t.Fatalf("utpmesh %s: no %q after %v:\n%s", strings.Join(r.cmd.Args[1:], " "), s, patience, r.output())
 		}
 	}
 }
