@@ -88,6 +88,7 @@ func (l *Late) Resolve(ctx context.Context) (*nats.Conn, cardstore.Store, error)
 // atlasService adapts an ATLAS group's factory to the catalogue.
 func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, error)) Service {
 	return Service{Name: "atlas." + group, Description: desc, InUp: true, KeepsFiles: true, SharedState: true,
+		StatePublish: func() []string { return atlas.StatePublishSubjects(group) },
 		Build: func(d Deps) ([]worker.Tool, error) {
 			ad := atlas.Deps{NC: d.NC, Store: d.Store, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger,
 				State: d.AtlasState, StateReplicas: d.AtlasStateReplicas}
