@@ -574,3 +574,31 @@ func TestCollidingCallIDs(t *testing.T) {
 		}
 	}
 }
+
+// A call re-made with the tool_call_id of one that finished (its entry
+// acked, its command now a duplicate that JetStream drops) returns that
+// result at once, with polling off (found by the deploy material's smoke
+// script: `utpmesh call --tool-call-id X` a second time waited for its
+// whole timeout).
+func TestCallRemadeAfterItFinished(t *testing.T) {
+	e := startMesh(t)
+	c, err := agent.New(e.nc, agent.Config{Project: project, Channel: channel, AgentID: "agent-remade", Logger: quiet, PollInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxT(t)
+	req := agent.CallRequest{ToolName: echo.Name, AgentTurnID: "turn-r", ToolCallID: "call-r", Arguments: json.RawMessage(`{"r":1}`)}
+	first, err := c.Call(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Call(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.ResultCard.CardID != first.ResultCard.CardID || again.Wakeup.InboxID != first.Wakeup.InboxID {
+		t.Fatalf("re-made call: card %s entry %s, want the first call's %s and %s",
+			again.ResultCard.CardID, again.Wakeup.InboxID, first.ResultCard.CardID, first.Wakeup.InboxID)
+	}
+}

@@ -366,7 +366,10 @@ func (c *Client) send(ctx context.Context, p *prepared) error {
 // the command was sent, so its wakeup cannot pass by.
 func (c *Client) await(ctx context.Context, pd Pending, w *waiter, checkFirst bool) (utp.Wakeup, error) {
 	if checkFirst {
-		if wk, ok := c.checkInbox(ctx, pd); ok {
+		// A re-made call may have finished long ago (its entry acked, its
+		// command now a duplicate JetStream drops): any entry of the call
+		// answers it.
+		if wk, ok := c.checkInboxState(ctx, pd, inbox.StateAll); ok {
 			return wk, nil
 		}
 	}
@@ -395,7 +398,12 @@ func (c *Client) await(ctx context.Context, pd Pending, w *waiter, checkFirst bo
 // checkInbox looks for the call's pending inbox entry. Errors are logged
 // and treated as "not yet": the subscription and the next poll go on.
 func (c *Client) checkInbox(ctx context.Context, pd Pending) (utp.Wakeup, bool) {
-	entries, err := c.turnEntries(ctx, pd.AgentTurnID, inbox.StatePending)
+	return c.checkInboxState(ctx, pd, inbox.StatePending)
+}
+
+// checkInboxState looks for the call's inbox entry in state st.
+func (c *Client) checkInboxState(ctx context.Context, pd Pending, st inbox.State) (utp.Wakeup, bool) {
+	entries, err := c.turnEntries(ctx, pd.AgentTurnID, st)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("agent: cannot read the inbox while waiting for a result; still waiting", "tool_call_id", pd.ToolCallID, "err", err)
