@@ -48,6 +48,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -210,6 +211,7 @@ type Mesh struct {
 	stoppers    []func(context.Context) error
 	names       sync.Map // public nkey → identity name (Config.Identities): signed admin requests
 	unrouted    *unrouted.Sweeper
+	ready       atomic.Bool // Start has finished (health)
 }
 
 // Start starts a mesh. On error everything started so far is stopped.
@@ -264,7 +266,7 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 			version = worker.DefaultServiceVersion
 		}
 		m.metrics = metrics.New(version)
-		m.msrv, err = metrics.Serve(m.metrics, metrics.ServerConfig{Addr: cfg.MetricsAddr, Logger: log.With("component", "metrics")})
+		m.msrv, err = metrics.Serve(m.metrics, metrics.ServerConfig{Addr: cfg.MetricsAddr, Logger: log.With("component", "metrics"), Health: m.health})
 		if err != nil {
 			return m, fmt.Errorf("mesh: --metrics-addr: %w", err)
 		}
@@ -315,7 +317,25 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	} else if err = m.openFiles(ctx, js); err != nil {
 		return m, err
 	}
-	return m, m.serve(ctx)
+	if err := m.serve(ctx); err != nil {
+		return m, err
+	}
+	m.ready.Store(true)
+	return m, nil
+}
+
+// health is /healthz: ready once Start has returned, and, on a cluster
+// node, while its JetStream is current with the cluster's meta leader (a
+// node that lost its peers answers 503, so a load balancer or Kubernetes
+// stops sending it clients).
+func (m *Mesh) health() error {
+	if !m.ready.Load() {
+		return errors.New("starting")
+	}
+	if m.cfg.Cluster != nil && m.srv != nil && !m.srv.NATS().JetStreamIsCurrent() {
+		return errors.New("not current with the JetStream cluster (no meta leader reachable)")
+	}
+	return nil
 }
 
 // openFiles opens the single-node state: the streams with one replica and

@@ -128,6 +128,25 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// While a cluster elects leaders (three nodes started at once) a
+	// bucket request can go unanswered and succeed when sent again:
+	// retry timeouts, with growing patience, for up to openPatience.
+	deadline, patience := time.Now().Add(openPatience), 10*time.Second
+	for {
+		actx, cancel := context.WithTimeout(ctx, patience)
+		st, err := open(actx, nc, js, cfg)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || time.Now().After(deadline) {
+			return st, err
+		}
+		patience = min(2*patience, 30*time.Second)
+	}
+}
+
+// openPatience bounds Open's retries of requests that timed out.
+const openPatience = 2 * time.Minute
+
+func open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Store, error) {
 	stream := "KV_" + cfg.Bucket
 	info, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
