@@ -244,42 +244,53 @@ func freeAddr(t *testing.T) string {
 // and counts them by tool_call_id.
 func countWakeups(t *testing.T, nc *nats.Conn, agentID string) map[string]int {
 	t.Helper()
-	ctx := context.Background()
-	js, err := jetstream.New(nc)
+	out, err := tryCountWakeups(nc, agentID)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+// tryCountWakeups is countWakeups returning its error (a cluster node that
+// just restarted may not answer in time).
+func tryCountWakeups(nc *nats.Conn, agentID string) (map[string]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
 	}
 	filter, err := subjects.WakeupPattern(subjects.DefaultVersion, "demo", "*", agentID)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cons, err := js.OrderedConsumer(ctx, streams.WakeupStream(subjects.DefaultVersion), jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	out := map[string]int{}
 	for left := info.NumPending; left > 0; {
 		batch, err := cons.Fetch(int(min(left, 500)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		n := 0
 		for m := range batch.Messages() {
 			var w utp.Wakeup
 			if err := json.Unmarshal(m.Data(), &w); err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			out[w.ToolCallID]++
 			n++
 		}
 		if n == 0 {
-			t.Fatalf("wakeup stream: %d messages announced but none fetched", left)
+			return nil, fmt.Errorf("wakeup stream: %d messages announced but none fetched", left)
 		}
 		left -= uint64(n)
 	}
-	return out
+	return out, nil
 }

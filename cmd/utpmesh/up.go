@@ -98,6 +98,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	// locked and its connection and CardStore exist; a start that fails
 	// before that opens none of their files. They stop after the drain.
 	var workerIDs []meshauth.Identity // one per tool service: what 'utpmesh worker --creds' may serve
+	var credsLine string
 	build := func(sctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
 		var tools []worker.Tool
 		for _, s := range services {
@@ -108,6 +109,15 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 			}
 			workerIDs = append(workerIDs, workerIdentity(s, ts))
 			tools = append(tools, ts...)
+		}
+		// Admit the worker identities now, before the worker runtime
+		// starts and logs "worker serving": the server reloads its users,
+		// and a client that connected during a reload after that line
+		// could be refused (found by make stress).
+		var err error
+		credsLine, err = setupIdentities(m, services, workerIDs)
+		if err != nil {
+			return nil, err
 		}
 		return tools, nil
 	}
@@ -128,11 +138,6 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		return nil
 	}
 	if err != nil {
-		return err
-	}
-	credsLine, err := setupIdentities(m, services, workerIDs)
-	if err != nil {
-		_ = m.Stop(context.Background())
 		return err
 	}
 	authLine, err := setupAuth(ctx, m)
