@@ -62,3 +62,37 @@ func CheckClaimString(field, s string) error {
 	}
 	return nil
 }
+
+// CheckBoxCards validates the card ids of a box operation: at most
+// MaxBatch, each a card id (not that the cards exist).
+func CheckBoxCards(cardIDs []string) error {
+	if len(cardIDs) > MaxBatch {
+		return fmt.Errorf("%w: box operation with %d card ids exceeds the batch limit of %d", ErrTooLarge, len(cardIDs), MaxBatch)
+	}
+	for i, id := range cardIDs {
+		if err := CheckCardID(fmt.Sprintf("card_ids[%d]", i), id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckGetMany validates the ids of a GetMany (at most MaxBatch, each a
+// card id) and returns them in request order with duplicates removed.
+func CheckGetMany(cardIDs []string) ([]string, error) {
+	if len(cardIDs) > MaxBatch {
+		return nil, fmt.Errorf("%w: get of %d cards exceeds the batch limit of %d", ErrTooLarge, len(cardIDs), MaxBatch)
+	}
+	ids := make([]string, 0, len(cardIDs))
+	seen := make(map[string]bool, len(cardIDs))
+	for i, id := range cardIDs {
+		if err := CheckCardID(fmt.Sprintf("card_ids[%d]", i), id); err != nil {
+			return nil, err
+		}
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}

@@ -259,22 +259,12 @@ func (s *Store) GetMany(ctx context.Context, projectID string, cardIDs []string)
 	if err := checkProject(projectID); err != nil {
 		return nil, err
 	}
-	if len(cardIDs) > cardstore.MaxBatch {
-		return nil, fmt.Errorf("%w: get of %d cards exceeds the batch limit of %d", cardstore.ErrTooLarge, len(cardIDs), cardstore.MaxBatch)
-	}
-	ids := make([]string, 0, len(cardIDs))
-	seen := make(map[string]bool, len(cardIDs))
-	for i, id := range cardIDs {
-		if err := checkCardID(fmt.Sprintf("card_ids[%d]", i), id); err != nil {
-			return nil, err
-		}
-		if !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
-		}
+	ids, err := cardstore.CheckGetMany(cardIDs)
+	if err != nil {
+		return nil, err
 	}
 	res := &cardstore.GetManyResult{Missing: []string{}, Cards: make([]*card.Card, 0, len(ids))}
-	err := s.view(func(b *buckets) error {
+	err = s.view(func(b *buckets) error {
 		cards := newCardLookup(b, projectID)
 		for _, id := range ids {
 			data := cards.get(id)

@@ -12,19 +12,8 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 )
 
-// checkBoxCards validates the card ids of a box operation (not that they
-// exist: that needs a read).
-func checkBoxCards(cardIDs []string) error {
-	if len(cardIDs) > cardstore.MaxBatch {
-		return fmt.Errorf("%w: box operation with %d card ids exceeds the batch limit of %d", cardstore.ErrTooLarge, len(cardIDs), cardstore.MaxBatch)
-	}
-	for i, id := range cardIDs {
-		if err := checkCardID(fmt.Sprintf("card_ids[%d]", i), id); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// checkBoxCards is cardstore's rule for a box operation's ids.
+var checkBoxCards = cardstore.CheckBoxCards
 
 // cardsExist checks that every id names a card of the project. Cards are
 // immutable, so a card that exists now exists when the box is written.

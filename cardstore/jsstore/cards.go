@@ -159,19 +159,9 @@ func (s *Store) GetMany(ctx context.Context, projectID string, cardIDs []string)
 	if err := checkProject(projectID); err != nil {
 		return nil, err
 	}
-	if len(cardIDs) > cardstore.MaxBatch {
-		return nil, fmt.Errorf("%w: get of %d cards exceeds the batch limit of %d", cardstore.ErrTooLarge, len(cardIDs), cardstore.MaxBatch)
-	}
-	ids := make([]string, 0, len(cardIDs))
-	seen := make(map[string]bool, len(cardIDs))
-	for i, id := range cardIDs {
-		if err := checkCardID(fmt.Sprintf("card_ids[%d]", i), id); err != nil {
-			return nil, err
-		}
-		if !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
-		}
+	ids, err := cardstore.CheckGetMany(cardIDs)
+	if err != nil {
+		return nil, err
 	}
 	leave, err := s.enter()
 	if err != nil {
