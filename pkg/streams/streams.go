@@ -69,6 +69,32 @@ func EventStream(ver string) string { return "cg_evt_" + ver }
 // existing stream keeps its count unless WithReplicas is given — so a
 // worker started without the option never shrinks a cluster's R3 streams.
 func Ensure(ctx context.Context, js jetstream.JetStream, ver string, opts ...Option) error {
+	return patiently(ctx, func(ctx context.Context) error { return ensure(ctx, js, ver, opts...) })
+}
+
+// Patience bounds how long Ensure and EnsureConsumer send a request
+// again that timed out: while a cluster elects leaders (nodes starting,
+// a node restarting and catching up) or on a loaded machine, a stream or
+// consumer request can go unanswered and succeed when sent again.
+const Patience = 2 * time.Minute
+
+// patiently runs step with a per-attempt timeout that grows from 10 s to
+// 30 s, again after a timeout, until Patience has passed or ctx ends. Any
+// other error is returned at once.
+func patiently(ctx context.Context, step func(context.Context) error) error {
+	deadline, wait := time.Now().Add(Patience), 10*time.Second
+	for {
+		actx, cancel := context.WithTimeout(ctx, wait)
+		err := step(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || time.Now().After(deadline) {
+			return err
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+func ensure(ctx context.Context, js jetstream.JetStream, ver string, opts ...Option) error {
 	var o options
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -185,9 +211,14 @@ func ConsumerConfig(name string, filters []string, ackWait time.Duration, maxDel
 	}
 }
 
-// EnsureConsumer creates or updates a durable consumer on the command stream.
+// EnsureConsumer creates or updates a durable consumer on the command
+// stream. A request that times out is sent again (see patiently).
 func EnsureConsumer(ctx context.Context, js jetstream.JetStream, ver string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	c, err := js.CreateOrUpdateConsumer(ctx, CommandStream(ver), cfg)
+	var c jetstream.Consumer
+	err := patiently(ctx, func(ctx context.Context) (err error) {
+		c, err = js.CreateOrUpdateConsumer(ctx, CommandStream(ver), cfg)
+		return err
+	})
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, fmt.Errorf("streams: stream %s does not exist (start the mesh with utpmesh up, or call streams.Ensure): %w", CommandStream(ver), err)

@@ -220,7 +220,7 @@ func (r *Runtime) Start(ctx context.Context) error {
 	r.mu.Unlock()
 
 	ver := r.cfg.ProtocolVersion
-	if err := r.patiently(ctx, "streams", func(c context.Context) error { return streams.Ensure(c, r.js, ver) }); err != nil {
+	if err := streams.Ensure(ctx, r.js, ver); err != nil {
 		return err
 	}
 	for _, p := range r.cfg.Projects {
@@ -287,36 +287,9 @@ func (r *Runtime) Start(ctx context.Context) error {
 	return nil
 }
 
-// startPatience bounds how long Start retries a JetStream request that got
-// no answer in time: in a cluster that is electing a leader, or on a
-// loaded machine, a stream or consumer request can time out and succeed
-// when sent again.
-const startPatience = time.Minute
-
-// patiently runs a JetStream setup step, again after a timeout (logged),
-// for up to startPatience. Any other error is returned at once.
-func (r *Runtime) patiently(ctx context.Context, what string, step func(context.Context) error) error {
-	deadline := time.Now().Add(startPatience)
-	wait := 10 * time.Second
-	for {
-		sctx, cancel := context.WithTimeout(ctx, wait)
-		err := step(sctx)
-		cancel()
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || time.Now().After(deadline) {
-			return err
-		}
-		r.log.Info("worker: JetStream did not answer in time; asking again", "step", what, "err", err)
-		wait = min(2*wait, 30*time.Second)
-	}
-}
-
 func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup func(subject string) *Tool) error {
 	cfg := streams.ConsumerConfig(durable, []string{filter}, r.cfg.AckWait, -1)
-	var cons jetstream.Consumer
-	err := r.patiently(ctx, "consumer "+durable, func(c context.Context) (err error) {
-		cons, err = streams.EnsureConsumer(c, r.js, r.cfg.ProtocolVersion, cfg)
-		return err
-	})
+	cons, err := streams.EnsureConsumer(ctx, r.js, r.cfg.ProtocolVersion, cfg)
 	if err != nil {
 		return err
 	}
