@@ -96,3 +96,27 @@ func CheckGetMany(cardIDs []string) ([]string, error) {
 	}
 	return ids, nil
 }
+
+// CheckCall validates the arguments naming one call of a project: the
+// project, agent_turn_id and tool_call_id.
+func CheckCall(projectID, agentTurnID, toolCallID string) error {
+	if err := CheckProject(projectID); err != nil {
+		return err
+	}
+	if err := CheckKeyPart("agent_turn_id", agentTurnID); err != nil {
+		return err
+	}
+	return CheckKeyPart("tool_call_id", toolCallID)
+}
+
+// CheckAppendBox validates the arguments of AppendBox: the project, the
+// box id and the card ids.
+func CheckAppendBox(projectID, boxID string, cardIDs []string) error {
+	if err := CheckProject(projectID); err != nil {
+		return err
+	}
+	if err := card.ValidateBoxID(boxID); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return CheckBoxCards(cardIDs)
+}

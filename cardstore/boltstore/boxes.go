@@ -78,13 +78,7 @@ func (s *Store) AppendBox(ctx context.Context, projectID, boxID string, cardIDs 
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(projectID); err != nil {
-		return nil, err
-	}
-	if err := card.ValidateBoxID(boxID); err != nil {
-		return nil, fmt.Errorf("%w: %w", cardstore.ErrInvalid, err)
-	}
-	if err := checkBoxCards(cardIDs); err != nil {
+	if err := cardstore.CheckAppendBox(projectID, boxID, cardIDs); err != nil {
 		return nil, err
 	}
 	if len(cardIDs) == 0 {

@@ -197,13 +197,7 @@ func (s *Store) FindToolResult(ctx context.Context, projectID, agentTurnID, tool
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(projectID); err != nil {
-		return nil, err
-	}
-	if err := checkKeyPart("agent_turn_id", agentTurnID); err != nil {
-		return nil, err
-	}
-	if err := checkKeyPart("tool_call_id", toolCallID); err != nil {
+	if err := cardstore.CheckCall(projectID, agentTurnID, toolCallID); err != nil {
 		return nil, err
 	}
 	leave, err := s.enter()

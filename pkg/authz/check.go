@@ -275,3 +275,29 @@ func (c *nameChecker) attr(m map[string]any, has bool) {
 		c.add(fmt.Sprintf("unknown attribute %s: the mesh's %s entities have no attributes; the call's attributes are context.%s", access, v, strings.Join(contextAttrs, ", context.")))
 	}
 }
+
+// MaxPolicyBytes bounds one project's stored policy text, in every policy
+// store.
+const MaxPolicyBytes = 256 << 10
+
+// ValidateStored is what a policy store checks before it stores text as a
+// project's policy set: the size limit, the schema, and, with src, the
+// actions of the project's tools (nil src: any action in a policy's scope
+// is accepted).
+func ValidateStored(ctx context.Context, src ActionSource, project, text string) error {
+	if len(text) > MaxPolicyBytes {
+		return fmt.Errorf("%w: policies are %d bytes, the limit is %d", ErrInvalidPolicy, len(text), MaxPolicyBytes)
+	}
+	var actions []types.EntityUID
+	if src != nil {
+		var err error
+		if actions, err = src.Actions(ctx, project); err != nil {
+			return err
+		}
+		if actions == nil {
+			actions = []types.EntityUID{}
+		}
+	}
+	_, err := ParseAndValidateFor("policies", text, actions)
+	return err
+}

@@ -26,7 +26,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/cedar-policy/cedar-go/types"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
@@ -45,8 +44,8 @@ var (
 	bucketHistory  = []byte("history")
 )
 
-// MaxPolicyBytes bounds one project's policy text.
-const MaxPolicyBytes = 256 << 10
+// MaxPolicyBytes bounds one project's policy text (authz.MaxPolicyBytes).
+const MaxPolicyBytes = authz.MaxPolicyBytes
 
 // HistoryLimit is how many versions of each project's policy set are kept
 // by default (the current one included).
@@ -174,21 +173,7 @@ func (s *Store) Rollback(ctx context.Context, project string, version, base uint
 // validate checks text against the schema and, with WithActions, the
 // project's tools.
 func (s *Store) validate(ctx context.Context, project, text string) error {
-	if len(text) > MaxPolicyBytes {
-		return fmt.Errorf("%w: policies are %d bytes, the limit is %d", authz.ErrInvalidPolicy, len(text), MaxPolicyBytes)
-	}
-	var actions []types.EntityUID
-	if s.actions != nil {
-		var err error
-		if actions, err = s.actions.Actions(ctx, project); err != nil {
-			return err
-		}
-		if actions == nil {
-			actions = []types.EntityUID{}
-		}
-	}
-	_, err := authz.ParseAndValidateFor("policies", text, actions)
-	return err
+	return authz.ValidateStored(ctx, s.actions, project, text)
 }
 
 // write validates text and stores it as the next version (unless it is

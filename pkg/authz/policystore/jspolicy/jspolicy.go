@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cedar-policy/cedar-go/types"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/internal/jskv"
@@ -26,8 +25,8 @@ const DefaultBucket = "utpmesh_policies"
 // by default (the current one included), as in policystore.
 const HistoryLimit = 20
 
-// MaxPolicyBytes bounds one project's policy text, as in policystore.
-const MaxPolicyBytes = 256 << 10
+// MaxPolicyBytes bounds one project's policy text (authz.MaxPolicyBytes).
+const MaxPolicyBytes = authz.MaxPolicyBytes
 
 // Config configures Open.
 type Config struct {
@@ -166,21 +165,7 @@ func (s *Store) Rollback(ctx context.Context, project string, version, base uint
 // validate checks text against the schema and, with Actions, the
 // project's tools.
 func (s *Store) validate(ctx context.Context, project, text string) error {
-	if len(text) > MaxPolicyBytes {
-		return fmt.Errorf("%w: policies are %d bytes, the limit is %d", authz.ErrInvalidPolicy, len(text), MaxPolicyBytes)
-	}
-	var actions []types.EntityUID
-	if s.actions != nil {
-		var err error
-		if actions, err = s.actions.Actions(ctx, project); err != nil {
-			return err
-		}
-		if actions == nil {
-			actions = []types.EntityUID{}
-		}
-	}
-	_, err := authz.ParseAndValidateFor("policies", text, actions)
-	return err
+	return authz.ValidateStored(ctx, s.actions, project, text)
 }
 
 // write validates text and stores it as the next version (unless it is
