@@ -46,6 +46,9 @@ type harness struct {
 	rt      *worker.Runtime
 	reports chan *nats.Msg
 	dead    chan *nats.Msg
+	// early holds reports awaitReport read while waiting for another call:
+	// reports of concurrent calls arrive in any order.
+	early map[string][]*nats.Msg
 }
 
 func newHarness(t *testing.T, cfg worker.Config, tools ...worker.Tool) *harness {
@@ -180,17 +183,29 @@ func (h *harness) publish(subject string, body any, hdr nats.Header) {
 // awaitReport waits for the report of callID.
 func (h *harness) awaitReport(callID string) (utp.Report, *nats.Msg) {
 	h.t.Helper()
+	decode := func(m *nats.Msg) utp.Report {
+		var r utp.Report
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			h.t.Fatalf("report is not JSON: %s", m.Data)
+		}
+		return r
+	}
+	if q := h.early[callID]; len(q) > 0 {
+		h.early[callID] = q[1:]
+		return decode(q[0]), q[0]
+	}
 	deadline := time.After(20 * time.Second)
 	for {
 		select {
 		case m := <-h.reports:
-			var r utp.Report
-			if err := json.Unmarshal(m.Data, &r); err != nil {
-				h.t.Fatalf("report is not JSON: %s", m.Data)
-			}
+			r := decode(m)
 			if r.ToolCallID == callID {
 				return r, m
 			}
+			if h.early == nil {
+				h.early = map[string][]*nats.Msg{}
+			}
+			h.early[r.ToolCallID] = append(h.early[r.ToolCallID], m)
 		case <-deadline:
 			h.t.Fatalf("no report for %s", callID)
 		}
