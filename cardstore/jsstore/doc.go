@@ -120,7 +120,9 @@
 // a quorum of two stored it. Lease expiry and box times use Config.Clock,
 // the clock of the process running the Store: several Stores on one stream
 // (the CardStore servers of a cluster) need clocks that agree to well
-// within the shortest lease. Releasing a claim writes a tombstone with
+// within the shortest lease. StartCall claims first and then reads the
+// call's result (see its documentation for why this order is atomic).
+// Releasing a claim writes a tombstone with
 // token 0 (the next claim starts at 1, as boltstore's delete does); a
 // result's tombstone keeps the token.
 //
