@@ -110,6 +110,51 @@ type Store interface {
 	// with Expired judged by the store's clock, or ErrNotFound when the key
 	// has no claim (never claimed, or released).
 	GetClaim(ctx context.Context, projectID, key string) (*Claim, error)
+
+	// StartCall is how a worker begins a call, in one request: when the
+	// call (ProjectID, AgentTurnID, ToolCallID) has a tool.result card it
+	// returns it in Result and takes no claim; otherwise it takes the
+	// call's claim (ToolCallKey) under ClaimRequest's rules — renewal,
+	// take-over, ErrClaimHeld — and returns it with the card named
+	// ToolCallCardID (CallCard; nil when the project has no such card, or
+	// ToolCallCardID is empty). The result check and the claim are atomic:
+	// a claim is returned only if the call had no result when the claim
+	// was taken, so a result written before StartCall always wins, and one
+	// written after it finds the claim taken (and ends it, as every new
+	// result does). A call that has a result returns it even while someone
+	// holds its claim. A remote store (natsstore) serves StartCall only on
+	// the tool's own subject: the context must name the tool (WithTool).
+	StartCall(ctx context.Context, req StartCallRequest) (*StartCallResult, error)
+}
+
+// StartCallRequest asks to begin one call: its result if it has one,
+// else its claim and its tool.call card.
+type StartCallRequest struct {
+	// ProjectID, AgentTurnID and ToolCallID name the call; the claim is
+	// taken on ToolCallKey(AgentTurnID, ToolCallID).
+	ProjectID   string `json:"project_id"`
+	AgentTurnID string `json:"agent_turn_id"`
+	ToolCallID  string `json:"tool_call_id"`
+	// ToolCallCardID names the card returned as CallCard (the command's
+	// tool_call_card_id); empty to read none.
+	ToolCallCardID string `json:"tool_call_card_id,omitempty"`
+	// Holder and Lease are the claim's, as in ClaimRequest.
+	Holder string        `json:"holder"`
+	Lease  time.Duration `json:"lease"`
+}
+
+// StartCallResult is the answer to StartCall: either Result, or Claim
+// (with CallCard when the card exists).
+type StartCallResult struct {
+	// Result is the call's tool.result card when it has one; Claim and
+	// CallCard are then nil.
+	Result *card.Card `json:"result,omitempty"`
+	// Claim is the call's claim, now held by the request's holder.
+	Claim *Claim `json:"claim,omitempty"`
+	// CallCard is the card named ToolCallCardID, nil when the project has
+	// no such card. It is returned as stored: whether it is the call's
+	// tool.call card is the caller's to check.
+	CallCard *card.Card `json:"call_card,omitempty"`
 }
 
 // GetManyResult is the answer to GetMany.

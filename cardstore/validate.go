@@ -3,6 +3,7 @@ package cardstore
 import (
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -119,4 +120,37 @@ func CheckAppendBox(projectID, boxID string, cardIDs []string) error {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return CheckBoxCards(cardIDs)
+}
+
+// CheckStartCall validates a StartCallRequest: the call, the card id when
+// one is given, the holder, the lease, and the length of the call's claim
+// key (ToolCallKey).
+func CheckStartCall(req StartCallRequest) error {
+	if err := CheckCall(req.ProjectID, req.AgentTurnID, req.ToolCallID); err != nil {
+		return err
+	}
+	if req.ToolCallCardID != "" {
+		if err := CheckCardID("tool_call_card_id", req.ToolCallCardID); err != nil {
+			return err
+		}
+	}
+	if err := CheckClaimString("holder", req.Holder); err != nil {
+		return err
+	}
+	if err := CheckLease(req.Lease); err != nil {
+		return err
+	}
+	if k := ToolCallKey(req.AgentTurnID, req.ToolCallID); len(k) > MaxKeyLen {
+		return Invalid("the claim key %q of agent_turn_id and tool_call_id is %d bytes, longer than %d: use shorter ids", k[:32]+"…", len(k), MaxKeyLen)
+	}
+	return nil
+}
+
+// CheckLease validates a claim's lease: at least MinLease, at most
+// MaxLease.
+func CheckLease(lease time.Duration) error {
+	if lease < MinLease || lease > MaxLease {
+		return Invalid("lease %v is outside %v..%v", lease, MinLease, MaxLease)
+	}
+	return nil
 }

@@ -356,20 +356,29 @@ func (s *Store) FindToolResult(ctx context.Context, projectID, agentTurnID, tool
 	}
 	var c *card.Card
 	err := s.view(func(b *buckets) error {
-		id := b.results.Get(resultKey(projectID, agentTurnID, toolCallID))
-		if id == nil {
-			return fmt.Errorf("%w: no tool.result for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, agentTurnID, toolCallID, projectID)
-		}
-		data := b.cards.Get(cardKey(projectID, string(id)))
-		if data == nil {
-			return fmt.Errorf("boltstore: results index names card %s in project %s, which is missing", id, projectID)
-		}
 		var err error
-		c, err = decodeCard(data)
+		c, err = findResult(b, projectID, agentTurnID, toolCallID)
+		if err == nil && c == nil {
+			err = fmt.Errorf("%w: no tool.result for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, agentTurnID, toolCallID, projectID)
+		}
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// findResult reads the tool.result card of a call within a transaction,
+// or returns nil when the call has none.
+func findResult(b *buckets, projectID, agentTurnID, toolCallID string) (*card.Card, error) {
+	id := b.results.Get(resultKey(projectID, agentTurnID, toolCallID))
+	if id == nil {
+		return nil, nil
+	}
+	data := b.cards.Get(cardKey(projectID, string(id)))
+	if data == nil {
+		return nil, fmt.Errorf("boltstore: results index names card %s in project %s, which is missing", id, projectID)
+	}
+	return decodeCard(data)
 }

@@ -75,48 +75,55 @@ func (s *Store) claim(ctx context.Context, req cardstore.ClaimRequest, tool stri
 	if err := checkClaimString("holder", req.Holder); err != nil {
 		return nil, err
 	}
-	if req.Lease < cardstore.MinLease || req.Lease > cardstore.MaxLease {
-		return nil, invalid("lease %v is outside %v..%v", req.Lease, cardstore.MinLease, cardstore.MaxLease)
+	if err := cardstore.CheckLease(req.Lease); err != nil {
+		return nil, err
 	}
 	key := join(0, req.ProjectID, req.Key)
-	name := fmt.Sprintf("on key %q in project %s", req.Key, req.ProjectID)
 	var out *cardstore.Claim
 	err := s.write(ctx, 64+len(key)+len(req.Holder), func(b *buckets) error {
-		out = nil
-		rec, err := loadClaim(b, key, name)
-		if err != nil {
-			return err
-		}
-		now := s.cfg.clock().UTC()
-		c := &cardstore.Claim{ProjectID: req.ProjectID, Key: req.Key, Holder: req.Holder, ExpiresAt: now.Add(req.Lease)}
-		switch {
-		case rec == nil:
-			c.Token = 1
-		case rec.Released:
-			c.Token = rec.Token + 1 // fencing tokens never go back
-		case rec.Holder == req.Holder && rec.Tool != tool:
-			return fmt.Errorf("%w: the claim %s of holder %s was taken for tool %q, not %q", cardstore.ErrForbidden, name, req.Holder, rec.Tool, tool)
-		case rec.Holder == req.Holder:
-			c.Token = rec.Token // renewal (even of a lapsed lease nobody took)
-		case now.Before(rec.ExpiresAt):
-			return fmt.Errorf("%w: key %q in project %s", &cardstore.ClaimHeldError{Holder: rec.Holder, ExpiresAt: rec.ExpiresAt}, req.Key, req.ProjectID)
-		default:
-			c.Token, c.TakenOver, c.PreviousHolder = rec.Token+1, true, rec.Holder
-		}
-		data, err := json.Marshal(&claimRecord{Holder: c.Holder, Token: c.Token, ExpiresAt: c.ExpiresAt, Tool: tool})
-		if err != nil {
-			return fmt.Errorf("boltstore: encode claim %s: %w", name, err)
-		}
-		if err := b.claims.Put(key, data); err != nil {
-			return dirty(fmt.Errorf("boltstore: write claim %s: %w", name, err))
-		}
-		out = c
-		return nil
+		var err error
+		out, err = s.applyClaim(b, key, req, tool)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// applyClaim takes, renews or takes over the claim of req (stored under
+// key) for tool within a write transaction, by the rules of
+// cardstore.ClaimRequest, judging expiry by the store clock now.
+func (s *Store) applyClaim(b *buckets, key []byte, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error) {
+	name := fmt.Sprintf("on key %q in project %s", req.Key, req.ProjectID)
+	rec, err := loadClaim(b, key, name)
+	if err != nil {
+		return nil, err
+	}
+	now := s.cfg.clock().UTC()
+	c := &cardstore.Claim{ProjectID: req.ProjectID, Key: req.Key, Holder: req.Holder, ExpiresAt: now.Add(req.Lease)}
+	switch {
+	case rec == nil:
+		c.Token = 1
+	case rec.Released:
+		c.Token = rec.Token + 1 // fencing tokens never go back
+	case rec.Holder == req.Holder && rec.Tool != tool:
+		return nil, fmt.Errorf("%w: the claim %s of holder %s was taken for tool %q, not %q", cardstore.ErrForbidden, name, req.Holder, rec.Tool, tool)
+	case rec.Holder == req.Holder:
+		c.Token = rec.Token // renewal (even of a lapsed lease nobody took)
+	case now.Before(rec.ExpiresAt):
+		return nil, fmt.Errorf("%w: key %q in project %s", &cardstore.ClaimHeldError{Holder: rec.Holder, ExpiresAt: rec.ExpiresAt}, req.Key, req.ProjectID)
+	default:
+		c.Token, c.TakenOver, c.PreviousHolder = rec.Token+1, true, rec.Holder
+	}
+	data, err := json.Marshal(&claimRecord{Holder: c.Holder, Token: c.Token, ExpiresAt: c.ExpiresAt, Tool: tool})
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: encode claim %s: %w", name, err)
+	}
+	if err := b.claims.Put(key, data); err != nil {
+		return nil, dirty(fmt.Errorf("boltstore: write claim %s: %w", name, err))
+	}
+	return c, nil
 }
 
 // Release deletes the claim if holder holds it, expired or not; otherwise

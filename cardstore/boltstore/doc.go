@@ -23,7 +23,8 @@
 //
 // # Group commit
 //
-// Put, CreateBox, AppendBox, Claim and Release are write requests. A
+// Put, CreateBox, AppendBox, Claim, Release and StartCall (of a call
+// without a result) are write requests. A
 // request that finds the store idle commits at once, in the caller's
 // goroutine: there is no batching delay (bbolt's own DB.Batch waits up to
 // 10 ms for company; it is not used) and a lone writer pays no goroutine
@@ -126,6 +127,14 @@
 // made; GetClaim judges Expired by the same clock when it reads. Box created_at and updated_at come from the same clock. Boxes are
 // stored whole: an append rewrites the box, so a box near MaxBoxCards
 // costs about 600 KiB per append.
+//
+// StartCall reads first: a call that has a result returns it from a read
+// transaction (with no commit, so no fsync), and the card named
+// ToolCallCardID is read there too. Otherwise one write request checks
+// the results index again and takes the claim in the same transaction,
+// so a result and a claim taken after it never coexist.
+// StartCallTool (natsstore's tool-scoped start_call) adds ClaimTool's
+// rules to the claim.
 //
 // Putting a new tool.result card ends the claim on its call's
 // cardstore.ToolCallKey(agent_turn_id, tool_call_id), whoever holds it, in

@@ -61,17 +61,22 @@ func (s *Store) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardsto
 	if err := checkClaimString("holder", req.Holder); err != nil {
 		return nil, err
 	}
-	if req.Lease < cardstore.MinLease || req.Lease > cardstore.MaxLease {
-		return nil, invalid("lease %v is outside %v..%v", req.Lease, cardstore.MinLease, cardstore.MaxLease)
+	if err := cardstore.CheckLease(req.Lease); err != nil {
+		return nil, err
 	}
 	leave, err := s.enter()
 	if err != nil {
 		return nil, err
 	}
 	defer leave()
+	return s.claim(ctx, req)
+}
+
+// claim is Claim after its checks.
+func (s *Store) claim(ctx context.Context, req cardstore.ClaimRequest) (*cardstore.Claim, error) {
 	subject := s.lay.claim(req.ProjectID, req.Key)
 	var out *cardstore.Claim
-	err = retryCAS(ctx, func() error {
+	err := retryCAS(ctx, func() error {
 		m, rec, err := s.loadClaim(ctx, subject, req.ProjectID, req.Key)
 		if err != nil {
 			return err
@@ -127,6 +132,11 @@ func (s *Store) Release(ctx context.Context, projectID, key, holder string) erro
 		return err
 	}
 	defer leave()
+	return s.release(ctx, projectID, key, holder)
+}
+
+// release is Release after its checks.
+func (s *Store) release(ctx context.Context, projectID, key, holder string) error {
 	subject := s.lay.claim(projectID, key)
 	name := fmt.Sprintf("on key %q in project %s", key, projectID)
 	return retryCAS(ctx, func() error {

@@ -371,14 +371,21 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		if rec == nil || rec.Released {
-			continue
+		// A tombstone is written even when the key has no claim (or one
+		// already), guarded by what was read: a claim taken after this
+		// read (StartCall's, Claim's) makes the batch fail and the Put
+		// plan again, so that it ends that claim too; without the guard
+		// the claim would outlive the result, and its holder run the call
+		// again.
+		var seq, token uint64
+		if m != nil {
+			seq, token = m.seq, rec.Token
 		}
-		data, err := json.Marshal(&claimRecord{Token: rec.Token, Released: true})
+		data, err := json.Marshal(&claimRecord{Token: token, Released: true})
 		if err != nil {
 			return nil, fmt.Errorf("jsstore: encode claim tombstone: %w", err)
 		}
-		p.msgs = append(p.msgs, rollup(expect(record(cs, data), m.seq)))
+		p.msgs = append(p.msgs, rollup(expect(record(cs, data), seq)))
 	}
 	for _, tu := range turnOrder {
 		data, err := json.Marshal(&tu.rec)

@@ -58,8 +58,11 @@
 //	<stream>.b.<project>.<box_id>        card.Box JSON                                          compare-and-set, rollup
 //
 // A Put is one atomic batch: its new cards, one turn index record per
-// turn, its results' index records, tombstones for the claims its results
-// end, the new summaries and the list records, every record that must not
+// turn, its results' index records, a tombstone on each result's claim
+// key (ending the claim; written even when the key has no live claim, so
+// that a claim taken since the Put read the key makes the batch fail and
+// the Put end that claim too), the new summaries and the list records,
+// every record that must not
 // exist (cards, results) or must not have changed since it was read
 // (summaries, list heads, claims) guarded by an expected last subject
 // sequence. The server applies the whole batch or none of it, and a
@@ -117,7 +120,9 @@
 // a quorum of two stored it. Lease expiry and box times use Config.Clock,
 // the clock of the process running the Store: several Stores on one stream
 // (the CardStore servers of a cluster) need clocks that agree to well
-// within the shortest lease. Releasing a claim writes a tombstone with
+// within the shortest lease. StartCall claims first and then reads the
+// call's result (see its documentation for why this order is atomic).
+// Releasing a claim writes a tombstone with
 // token 0 (the next claim starts at 1, as boltstore's delete does); a
 // result's tombstone keeps the token.
 //

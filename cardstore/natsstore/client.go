@@ -60,8 +60,8 @@ func WithTimeout(d time.Duration) ClientOption {
 // Client is a cardstore.Store that talks to a Server over NATS.
 //
 // Calls whose context names a tool (cardstore.WithTool, which the worker
-// runtime sets) claim and release on the tool's own subject
-// (svc.cardstore.claim.<tool>, release.<tool>). A tool.result card with
+// runtime sets) start calls, claim and release on the tool's own subject
+// (svc.cardstore.start_call.<tool>, claim.<tool>, release.<tool>). A tool.result card with
 // metadata.function_name is written with put_result.<tool of the card>,
 // carrying the claim (holder, fencing token) this client took for the
 // call, which the server checks. Other writes use the plain subjects,
@@ -349,4 +349,35 @@ func (c *Client) GetClaim(ctx context.Context, projectID, key string) (*cardstor
 		return nil, err
 	}
 	return r.Claim, nil
+}
+
+// StartCall implements cardstore.Store for a worker: it sends start_call
+// on the subject of the tool ctx names (cardstore.WithTool), and
+// remembers the claim it returns for the call's result, like Claim. The
+// lease travels in whole milliseconds. Without a tool in ctx it fails
+// with cardstore.ErrInvalid: a tool call's claim is taken on its tool's
+// subject only, which NATS permissions give that tool's workers (the core
+// and admin use FindToolResult, Claim and Get).
+func (c *Client) StartCall(ctx context.Context, req cardstore.StartCallRequest) (*cardstore.StartCallResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	tool := cardstore.ToolFrom(ctx)
+	if tool == "" {
+		return nil, cardstore.Invalid("StartCall over NATS is a worker's request on its tool's subject (svc.cardstore.%s.<tool>): pass a context from cardstore.WithTool(ctx, toolName); without a tool use FindToolResult, Claim and Get", OpStartCall)
+	}
+	wire := startCallRequest{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID, ToolCallCardID: req.ToolCallCardID,
+		Holder: req.Holder, LeaseMS: req.Lease.Milliseconds()}
+	var r cardstore.StartCallResult
+	if err := c.callTool(ctx, req.ProjectID, OpStartCall, tool, wire, &r); err != nil {
+		return nil, err
+	}
+	switch {
+	case r.Result != nil:
+		return &cardstore.StartCallResult{Result: r.Result}, nil
+	case r.Claim == nil:
+		return nil, fmt.Errorf("%w: %s reply holds neither a result nor a claim", svc.ErrBadReply, OpStartCall)
+	}
+	c.remember(claimID{req.ProjectID, cardstore.ToolCallKey(req.AgentTurnID, req.ToolCallID)}, r.Claim)
+	return &r, nil
 }

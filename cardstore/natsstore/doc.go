@@ -14,8 +14,10 @@
 // identities, which may put their own cards, from writing results
 // (internal/meshauth, docs/security.md).
 //
-// Tool workers claim, release and write results on their tool's own
-// subjects, cg.<ver>.<project_id>.<channel_id>.svc.cardstore.<op>.<tool>
+// Tool workers start calls (start_call: the call's result, or its claim
+// and tool.call card, in one request), claim, release and write results
+// on their tool's own subjects,
+// cg.<ver>.<project_id>.<channel_id>.svc.cardstore.<op>.<tool>
 // (subjects.ToolService), which NATS lets only that tool's worker
 // identity (and the core, admin) publish. The server checks such a write
 // against the store (ToolStore): the call's tool.call card and the result
@@ -26,7 +28,9 @@
 // forbidden one is published as an audit record (internal/audit). Client
 // uses these subjects when the context names the tool
 // (cardstore.WithTool) or it holds the call's tool-scoped claim; the
-// plain claim, release and put_result are the core's and admin's. Leases
+// plain claim, release and put_result are the core's and admin's.
+// start_call has no plain subject: Client.StartCall without a tool in its
+// context fails with cardstore.ErrInvalid. Leases
 // on other keys (a service's own: ATLAS's scheduler, state holders) use
 // claim_key and release_key, which refuse a tool call's key; Client picks
 // them for any key not of the form toolcall/….

@@ -23,6 +23,9 @@ import (
 type ToolStore interface {
 	// ClaimTool is Claim for a worker of tool.
 	ClaimTool(ctx context.Context, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error)
+	// StartCallTool is StartCall for a worker of tool, with ClaimTool's
+	// rules for the claim.
+	StartCallTool(ctx context.Context, req cardstore.StartCallRequest, tool string) (*cardstore.StartCallResult, error)
 	// ReleaseTool is Release of a claim taken for tool.
 	ReleaseTool(ctx context.Context, projectID, key, holder, tool string) error
 	// PutToolResult writes tool.result cards of tool under the claim
@@ -30,8 +33,8 @@ type ToolStore interface {
 	PutToolResult(ctx context.Context, tool, holder string, token uint64, cards ...*card.Card) error
 }
 
-// toolOps serves cg.<ver>.*.*.svc.cardstore.<op>.<tool>: claim, release
-// and put_result of a tool's workers. The subject's tool is what a NATS
+// toolOps serves cg.<ver>.*.*.svc.cardstore.<op>.<tool>: start_call,
+// claim, release and put_result of a tool's workers. The subject's tool is what a NATS
 // permission let the requester publish (internal/meshauth), so the store
 // can check it against the call, its card and its claim.
 type toolOps struct {
@@ -91,6 +94,25 @@ func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) 
 			return nil, info, err
 		}
 		return claimReply{Claim: c}, info, nil
+	case OpStartCall:
+		var req startCallRequest
+		if err := svc.Decode(data, &req); err != nil {
+			return nil, info, err
+		}
+		info["key"], info["holder"] = cardstore.ToolCallKey(req.AgentTurnID, req.ToolCallID), req.Holder
+		info["agent_turn_id"], info["tool_call_id"], info["card_id"] = req.AgentTurnID, req.ToolCallID, req.ToolCallCardID
+		out, err := t.ts.StartCallTool(ctx, cardstore.StartCallRequest{
+			ProjectID: ts.Project, AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID, ToolCallCardID: req.ToolCallCardID,
+			Holder: req.Holder, Lease: time.Duration(req.LeaseMS) * time.Millisecond,
+		}, ts.Tool)
+		var held *cardstore.ClaimHeldError
+		if errors.As(err, &held) {
+			return nil, info, svc.WithDetail(err, claimHeldDetail{Holder: held.Holder, ExpiresAt: held.ExpiresAt})
+		}
+		if err != nil {
+			return nil, info, err
+		}
+		return out, info, nil
 	case OpPutResult:
 		var req putRequest
 		if err := svc.Decode(data, &req); err != nil {
@@ -115,7 +137,7 @@ func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) 
 		}
 		return putReply{Count: len(req.Cards)}, info, nil
 	}
-	return nil, info, fmt.Errorf("%w: %s has no tool-scoped operation %q (want %s, %s or %s)", svc.ErrBadRequest, ServiceName, ts.Op, OpClaim, OpRelease, OpPutResult)
+	return nil, info, fmt.Errorf("%w: %s has no tool-scoped operation %q (want %s, %s, %s or %s)", svc.ErrBadRequest, ServiceName, ts.Op, OpStartCall, OpClaim, OpRelease, OpPutResult)
 }
 
 // notToolCall refuses a request whose key is a tool call's: claim_key and

@@ -165,6 +165,9 @@ func testToolScopedWrites(t *testing.T, generic bool) {
 	put := func(project, turn, call, fn string, claim any) map[string]any {
 		return map[string]any{"cards": []*card.Card{resultCard(project, turn, call, fn)}, "claim": claim}
 	}
+	start := func(turn, call, holder string) map[string]any {
+		return map[string]any{"agent_turn_id": turn, "tool_call_id": call, "holder": holder, "lease_ms": 1000}
+	}
 	tests := []struct {
 		name, op, tool string
 		req            any
@@ -194,6 +197,14 @@ func testToolScopedWrites(t *testing.T, generic bool) {
 		{"unknown tool-scoped op", "get", "echo", map[string]any{}, svc.CodeBadRequest, ""},
 		{"holder renews its claim for another tool", natsstore.OpClaim, "atlas_task_list",
 			map[string]any{"key": "toolcall/t8/c8", "holder": "w8/1", "lease_ms": 1000}, natsstore.CodeForbidden, `taken for tool "echo"`},
+		{"echo worker starts another tool's call", natsstore.OpStartCall, "echo",
+			start("t2", "c2", "evil"), natsstore.CodeForbidden, `calls tool "atlas_task_list"`},
+		{"holder starts its claimed call for another tool", natsstore.OpStartCall, "atlas_task_list",
+			start("t8", "c8", "w8/1"), natsstore.CodeForbidden, `taken for tool "echo"`},
+		{"start of a call another worker holds", natsstore.OpStartCall, "echo",
+			start("t3", "c3", "w9/1"), natsstore.CodeClaimHeld, ""},
+		{"start without a holder", natsstore.OpStartCall, "echo",
+			start("t3", "c3", ""), svc.CodeBadRequest, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -245,6 +256,30 @@ func testToolScopedWrites(t *testing.T, generic bool) {
 	}
 	if err := m.client.Release(echo, "p", "toolcall/t5/c5", "w1/5"); err != nil {
 		t.Fatalf("release on the tool's subject: %v", err)
+	}
+	// start_call: a call another worker holds names that worker; an
+	// answered call of another tool returns its result (a read any worker
+	// may make) and takes no claim; without a tool in ctx the client
+	// refuses to send it.
+	startReq := func(turn, call, holder string) cardstore.StartCallRequest {
+		return cardstore.StartCallRequest{ProjectID: "p", AgentTurnID: turn, ToolCallID: call, Holder: holder, Lease: lease}
+	}
+	if _, err := m.client.StartCall(echo, startReq("t10", "c10", "w10/1")); err != nil {
+		t.Fatal(err)
+	}
+	var heldErr *cardstore.ClaimHeldError
+	if _, err := m.client.StartCall(echo, startReq("t10", "c10", "w9/1")); !errors.As(err, &heldErr) || heldErr.Holder != "w10/1" {
+		t.Fatalf("start of a held call = %v, want a *ClaimHeldError naming w10/1", err)
+	}
+	answered := resultCard("p", "t6", "c6", "atlas_task_list")
+	if err := m.store.Put(ctx, callCard("p", "t6", "c6", "atlas_task_list"), answered); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := m.client.StartCall(echo, startReq("t6", "c6", "w6/1")); err != nil || res.Result == nil || res.Result.CardID != answered.CardID || res.Claim != nil {
+		t.Fatalf("echo starting an answered atlas call = %+v, %v; want its result and no claim", res, err)
+	}
+	if _, err := m.client.StartCall(ctx, startReq("t7", "c7", "w7/1")); !errors.Is(err, cardstore.ErrInvalid) || !strings.Contains(err.Error(), "cardstore.WithTool") {
+		t.Fatalf("start without a tool in ctx = %v, want ErrInvalid naming WithTool", err)
 	}
 	// The core's plain put_result is not checked (NATS permissions keep
 	// workers and agents off it).

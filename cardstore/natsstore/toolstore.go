@@ -95,27 +95,81 @@ func (g genericTools) ClaimTool(ctx context.Context, req cardstore.ClaimRequest,
 			i += j + 1
 		}
 	}
-	if cur, err := g.st.GetClaim(ctx, req.ProjectID, req.Key); err == nil {
-		if t, h := splitHolder(cur.Holder); h == req.Holder && t != tool {
-			return nil, fmt.Errorf("%w: the claim on key %q in project %s of holder %s was taken for tool %q, not %q",
-				cardstore.ErrForbidden, req.Key, req.ProjectID, req.Holder, t, tool)
-		}
+	if err := g.checkHolderTool(ctx, req.ProjectID, req.Key, req.Holder, tool); err != nil {
+		return nil, err
 	}
 	raw := req
 	raw.Holder = toolHolder(tool, req.Holder)
 	c, err := g.st.Claim(ctx, raw)
-	var held *cardstore.ClaimHeldError
-	if errors.As(err, &held) {
-		_, h := splitHolder(held.Holder)
-		return nil, fmt.Errorf("%w: key %q in project %s", &cardstore.ClaimHeldError{Holder: h, ExpiresAt: held.ExpiresAt}, req.Key, req.ProjectID)
+	if err != nil {
+		return nil, untoolHeld(err, req.ProjectID, req.Key)
+	}
+	return untool(c), nil
+}
+
+// StartCallTool implements ToolStore on top of the store's StartCall,
+// with ClaimTool's checks (the call's tool.call card, the holder's tool)
+// made first; a call that has a result returns it even when they refuse,
+// as boltstore's StartCallTool does.
+func (g genericTools) StartCallTool(ctx context.Context, req cardstore.StartCallRequest, tool string) (*cardstore.StartCallResult, error) {
+	if err := cardstore.CheckStartCall(req); err != nil {
+		return nil, err
+	}
+	key := cardstore.ToolCallKey(req.AgentTurnID, req.ToolCallID)
+	err := g.checkCallTool(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID, tool)
+	if err == nil {
+		err = g.checkHolderTool(ctx, req.ProjectID, key, req.Holder, tool)
+	}
+	if errors.Is(err, cardstore.ErrForbidden) {
+		if res, ferr := g.st.FindToolResult(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID); ferr == nil {
+			return &cardstore.StartCallResult{Result: res}, nil
+		}
 	}
 	if err != nil {
 		return nil, err
 	}
+	raw := req
+	raw.Holder = toolHolder(tool, req.Holder)
+	out, err := g.st.StartCall(ctx, raw)
+	if err != nil {
+		return nil, untoolHeld(err, req.ProjectID, key)
+	}
+	if out.Claim != nil {
+		out.Claim = untool(out.Claim)
+	}
+	return out, nil
+}
+
+// checkHolderTool refuses (ErrForbidden) a holder's claim for tool when
+// the same holder holds the key for another tool.
+func (g genericTools) checkHolderTool(ctx context.Context, project, key, holder, tool string) error {
+	if cur, err := g.st.GetClaim(ctx, project, key); err == nil {
+		if t, h := splitHolder(cur.Holder); h == holder && t != tool {
+			return fmt.Errorf("%w: the claim on key %q in project %s of holder %s was taken for tool %q, not %q",
+				cardstore.ErrForbidden, key, project, holder, t, tool)
+		}
+	}
+	return nil
+}
+
+// untool returns a copy of a claim with the holders shown without their
+// tool prefix.
+func untool(c *cardstore.Claim) *cardstore.Claim {
 	out := *c
 	_, out.Holder = splitHolder(c.Holder)
 	_, out.PreviousHolder = splitHolder(c.PreviousHolder)
-	return &out, nil
+	return &out
+}
+
+// untoolHeld shows the holder of a ClaimHeldError without its tool
+// prefix; other errors pass unchanged.
+func untoolHeld(err error, project, key string) error {
+	var held *cardstore.ClaimHeldError
+	if errors.As(err, &held) {
+		_, h := splitHolder(held.Holder)
+		return fmt.Errorf("%w: key %q in project %s", &cardstore.ClaimHeldError{Holder: h, ExpiresAt: held.ExpiresAt}, key, project)
+	}
+	return err
 }
 
 // ReleaseTool implements ToolStore.

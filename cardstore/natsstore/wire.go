@@ -38,6 +38,11 @@ const (
 	// its tool's subject (svc.cardstore.claim.<tool>).
 	OpClaimKey   = "claim_key"
 	OpReleaseKey = "release_key"
+	// OpStartCall is a worker's start of a call, on its tool's subject
+	// only (svc.cardstore.start_call.<tool>): the call's result if it has
+	// one, else its claim and its tool.call card (cardstore.Store's
+	// StartCall).
+	OpStartCall = "start_call"
 )
 
 // Wire error codes of the CardStore service (besides svc's common ones).
@@ -125,6 +130,15 @@ type (
 		Holder  string `json:"holder"`
 		LeaseMS int64  `json:"lease_ms,omitempty"`
 	}
+	startCallRequest struct {
+		AgentTurnID    string `json:"agent_turn_id"`
+		ToolCallID     string `json:"tool_call_id"`
+		ToolCallCardID string `json:"tool_call_card_id,omitempty"`
+		Holder         string `json:"holder"`
+		LeaseMS        int64  `json:"lease_ms,omitempty"`
+	}
+	// The start_call reply is a cardstore.StartCallResult:
+	// {"result": card} or {"claim": claim, "call_card": card}.
 	getClaimRequest struct {
 		Key string `json:"key"`
 	}

@@ -252,6 +252,8 @@ func testContext(t *testing.T, s cardstore.Store) {
 		{"GetBox", errOf(s.GetBox(ctx, p, "box"))},
 		{"Claim", errOf(s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: "k", Holder: "h", Lease: time.Minute}))},
 		{"Release", s.Release(ctx, p, "k", "h")},
+		{"StartCall", errOf(s.StartCall(cardstore.WithTool(ctx, toolName), cardstore.StartCallRequest{
+			ProjectID: p, AgentTurnID: "turn-1", ToolCallID: "call-1", Holder: "h", Lease: time.Minute}))},
 	}
 	for _, tc := range tests {
 		if !errors.Is(tc.err, context.Canceled) {

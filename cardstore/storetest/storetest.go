@@ -60,6 +60,8 @@ func Run(t *testing.T, newStore func(t *testing.T) cardstore.Store) {
 		{"ClaimTakeOver", testClaimTakeOver},
 		{"GetClaim", testGetClaim},
 		{"ResultReleasesClaim", testResultReleasesClaim},
+		{"StartCall", testStartCall},
+		{"StartCallInvalid", testStartCallInvalid},
 		{"ListTurns", testListTurns},
 		{"ListTurnsPaging", testListTurnsPaging},
 		{"ListTurnsInvalid", testListTurnsInvalid},

@@ -165,6 +165,8 @@ func TestNATSIdentities(t *testing.T) {
 		{"worker", "claim another tool's call", wk, pub(wk, "cg."+v+".demo.default.svc.cardstore.claim.atlas_task_list"), "publish", "cg." + v + ".demo.default.svc.cardstore.claim.atlas_task_list"},
 		{"agent", "write a result on a tool's subject", agent, pub(agent, "cg."+v+".demo.default.svc.cardstore.put_result.echo"), "publish", "cg." + v + ".demo.default.svc.cardstore.put_result.echo"},
 		{"agent", "claim on a tool's subject", agent, pub(agent, "cg."+v+".demo.default.svc.cardstore.claim.echo"), "publish", "cg." + v + ".demo.default.svc.cardstore.claim.echo"},
+		{"agent", "start a call on a tool's subject", agent, pub(agent, "cg."+v+".demo.default.svc.cardstore.start_call.echo"), "publish", "cg." + v + ".demo.default.svc.cardstore.start_call.echo"},
+		{"worker", "start another tool's call", wk, pub(wk, "cg."+v+".demo.default.svc.cardstore.start_call.atlas_task_list"), "publish", "cg." + v + ".demo.default.svc.cardstore.start_call.atlas_task_list"},
 		{"agent", "register a tool on its subject", agent, pub(agent, "cg."+v+".demo.default.svc.registry.put.echo"), "publish", "cg." + v + ".demo.default.svc.registry.put.echo"},
 		{"worker", "register another tool", wk, pub(wk, "cg."+v+".demo.default.svc.registry.put.atlas_task_list"), "publish", "cg." + v + ".demo.default.svc.registry.put.atlas_task_list"},
 		{"worker", "write the registry on the admin's subject", wk, pub(wk, "cg."+v+".demo.default.svc.registry.put"), "publish", "cg." + v + ".demo.default.svc.registry.put"},
@@ -264,20 +266,23 @@ func TestNATSIdentities(t *testing.T) {
 		if _, err := wcards.Claim(wctx, cardstore.ClaimRequest{ProjectID: "demo", Key: cardstore.ToolCallKey("turn-atlas", "call-atlas"), Holder: "evil", Lease: time.Minute}); !errors.Is(err, cardstore.ErrForbidden) {
 			t.Fatalf("claim of an ATLAS call by the echo worker = %v, want forbidden", err)
 		}
+		if _, err := wcards.StartCall(wctx, cardstore.StartCallRequest{ProjectID: "demo", AgentTurnID: "turn-atlas", ToolCallID: "call-atlas", ToolCallCardID: victim.CardID, Holder: "evil", Lease: time.Minute}); !errors.Is(err, cardstore.ErrForbidden) {
+			t.Fatalf("start of an ATLAS call by the echo worker = %v, want forbidden", err)
+		}
 		if err := wcards.Put(wctx, forged); !errors.Is(err, cardstore.ErrForbidden) || !strings.Contains(err.Error(), `calls tool "ATLAS_TASK_LIST"`) {
 			t.Fatalf("forged ATLAS result by the echo worker = %v, want forbidden", err)
 		}
 		if _, err := m.Cards().FindToolResult(ctx, "demo", "turn-atlas", "call-atlas"); !errors.Is(err, cardstore.ErrNotFound) {
 			t.Fatalf("the forged result was stored: %v", err)
 		}
-		for seen := map[string]bool{}; !seen["claim"] || !seen["put_result"]; {
+		for seen := map[string]bool{}; !seen["claim"] || !seen["start_call"] || !seen["put_result"]; {
 			select {
 			case r := <-audits:
 				if r.Actor == "tool:echo" && r.Code == "forbidden" && r.Detail["key"]+r.Detail["tool_call_id"] != "" {
 					seen[r.Op] = true
 				}
 			case <-time.After(10 * time.Second):
-				t.Fatalf("audit records seen: %v; want the refused claim and put_result of tool:echo", seen)
+				t.Fatalf("audit records seen: %v; want the refused claim, start_call and put_result of tool:echo", seen)
 			}
 		}
 	})

@@ -160,15 +160,15 @@ func Permissions(ver string, id Identity) *server.Permissions {
 			pub = append(pub, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s, "$JS.API.STREAM.INFO."+s)
 		}
 		sub := []string{"_INBOX.>", a + "evt.sys.toolcall.cancel", a + "svc.worker.*", "$SRV.>"}
-		// The CardStore but claim, release and put_result, which a worker
-		// does only on its own tools' subjects (below): the server checks
-		// the call and its claim against the subject's tool.
+		// The CardStore but start_call, claim, release and put_result,
+		// which a worker does only on its own tools' subjects (below): the
+		// server checks the call and its claim against the subject's tool.
 		for _, op := range []string{"put", "get", "get_many", "list_turn", "find_result", "box_create", "box_append", "box_get",
 			"list_turns", "get_claim", "claim_key", "release_key"} {
 			pub = append(pub, a+"svc.cardstore."+op)
 		}
 		for _, t := range id.Tools {
-			for _, op := range []string{"claim", "release", "put_result"} {
+			for _, op := range []string{"start_call", "claim", "release", "put_result"} {
 				p, _ := subjects.ToolServiceAllow(ver, "cardstore", op, t.Name)
 				pub = append(pub, p)
 			}

@@ -5,11 +5,13 @@
 //
 // # One command, start to end
 //
-// Runtime.handle parses the command (utp.ParseCommand), re-reports the
-// result if the call already has one, claims the call in the CardStore
-// (the claim's fencing token grows on every take-over and drives the poison
-// limit), reads the tool.call card and the registry entry (cached with its
-// compiled schema), validates the arguments, asks the Authorizer, runs the
+// Runtime.handle parses the command (utp.ParseCommand) and starts the
+// call with one CardStore request (cardstore.Store's StartCall): the
+// call's result if it already has one, which it re-reports, else the
+// call's claim (its fencing token grows on every take-over and drives the
+// poison limit) and the tool.call card, the check and the claim atomic.
+// It reads the registry entry (cached with its compiled schema),
+// validates the arguments, asks the Authorizer, runs the
 // handler under the tool's timeout while renewing the claim and keeping the
 // message alive, writes the result card and publishes the report with
 // JetStream, and only then acknowledges the command. docs/protocol.md §7

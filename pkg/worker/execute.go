@@ -121,17 +121,10 @@ func (j *job) run() {
 	ctx := cardstore.WithTool(r.baseCtx, j.tool.Name)
 	project := j.subj.Project
 
-	// 1. A call that already has a result is answered with that result.
-	if res, err := st.FindToolResult(ctx, project, j.cmd.AgentTurnID, j.cmd.ToolCallID); err == nil {
-		r.log.Debug("duplicate command: re-reporting the existing result", append(j.logAttrs(), "tool_result_card_id", res.CardID)...)
-		j.reportExisting(res)
-		return
-	} else if !errors.Is(err, cardstore.ErrNotFound) {
-		j.retryLater("find result", err)
-		return
-	}
-
-	// 2. Claim the call so that no other live worker executes it.
+	// 1. Start the call in one CardStore request: a call that already has
+	// a result is answered with that result; otherwise the request claims
+	// the call, so that no other live worker executes it, and returns its
+	// tool.call card. (The result check and the claim are atomic.)
 	callCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	f := r.track(j.key, j.tool.Name, cancel)
@@ -141,12 +134,16 @@ func (j *job) run() {
 	}
 	defer r.untrack(j.key, f)
 	j.holder = fmt.Sprintf("%s/%d", r.cfg.InstanceID, r.jobSeq.Add(1))
-	claim, err := st.Claim(ctx, cardstore.ClaimRequest{
-		ProjectID: project, Key: cardstore.ToolCallKey(j.cmd.AgentTurnID, j.cmd.ToolCallID),
-		Holder: j.holder, Lease: r.cfg.ClaimLease,
+	started, err := st.StartCall(ctx, cardstore.StartCallRequest{
+		ProjectID: project, AgentTurnID: j.cmd.AgentTurnID, ToolCallID: j.cmd.ToolCallID,
+		ToolCallCardID: j.cmd.ToolCallCardID, Holder: j.holder, Lease: r.cfg.ClaimLease,
 	})
 	var held *cardstore.ClaimHeldError
 	switch {
+	case err == nil && started.Result != nil:
+		r.log.Debug("duplicate command: re-reporting the existing result", append(j.logAttrs(), "tool_result_card_id", started.Result.CardID)...)
+		j.reportExisting(started.Result)
+		return
 	case errors.As(err, &held):
 		wait := time.Until(held.ExpiresAt) + 250*time.Millisecond
 		if wait < 500*time.Millisecond {
@@ -162,14 +159,18 @@ func (j *job) run() {
 		r.deadLetter(j.msg, j.subj, j.tool.Name, "tool_call_card_id", err.Error())
 		return
 	case err != nil:
-		j.retryLater("claim", err)
+		j.retryLater("start call", err)
+		return
+	case started.Claim == nil:
+		j.retryLater("start call", errors.New("the CardStore answered start_call with neither a result nor a claim"))
 		return
 	}
+	claim := started.Claim
 	j.claimed = true
 	if claim.TakenOver {
 		r.onTakeover(j.tool.Name)
 		r.log.Warn("took over the claim of a worker that stopped renewing it", append(j.logAttrs(), "previous_holder", claim.PreviousHolder, "token", claim.Token)...)
-		// 3. Poison commands: the claim's token grows only when a worker
+		// 2. Poison commands: the claim's token grows only when a worker
 		// died (or stalled) while executing the call. Store outages and
 		// "claim held" retries do not count.
 		if max := j.maxDeliveries(); claim.Token > uint64(max) {
@@ -186,14 +187,11 @@ func (j *job) run() {
 		cancel(errCanceledByRequest)
 	}
 
-	// 4. Read the tool.call card and the registry entry.
-	callCard, err := st.Get(ctx, project, j.cmd.ToolCallCardID)
-	if errors.Is(err, cardstore.ErrNotFound) {
+	// 3. Check the tool.call card and read the registry entry.
+	callCard := started.CallCard
+	if callCard == nil {
 		j.fail(card.StatusFailed, card.CodeBadRequest,
 			fmt.Sprintf("tool_call_card_id %s: no such card in project %s (write the tool.call card before publishing the command)", j.cmd.ToolCallCardID, project), nil, nil)
-		return
-	} else if err != nil {
-		j.retryLater("read tool.call card", err)
 		return
 	}
 	call, failMsg := j.checkCallCard(callCard)
@@ -223,7 +221,7 @@ func (j *job) run() {
 		return
 	}
 
-	// 5. Execute under the tool's timeout, keeping the message and claim alive.
+	// 4. Execute under the tool's timeout, keeping the message and claim alive.
 	c := &Call{
 		Version: j.subj.Version, ProjectID: project, ChannelID: j.subj.Channel, ToolName: j.tool.Name, Command: *j.cmd,
 		CallCard: callCard, Arguments: args, Entry: ent.entry, Traceparent: j.trace, Delivery: j.deliver,
@@ -366,25 +364,23 @@ func (j *job) refuse(msg string) {
 		_ = j.msg.NakWithDelay(j.r.cfg.ClaimLease)
 		return
 	}
-	if res, err := st.FindToolResult(ctx, j.subj.Project, j.cmd.AgentTurnID, j.cmd.ToolCallID); err == nil {
-		j.reportExisting(res)
-		return
-	} else if !errors.Is(err, cardstore.ErrNotFound) {
-		j.retryLater("find result", err)
-		return
-	}
-	_, err := st.Claim(ctx, cardstore.ClaimRequest{
-		ProjectID: j.subj.Project, Key: cardstore.ToolCallKey(j.cmd.AgentTurnID, j.cmd.ToolCallID),
+	// The command's tool_call_card_id may be what is malformed: read no card.
+	started, err := st.StartCall(ctx, cardstore.StartCallRequest{
+		ProjectID: j.subj.Project, AgentTurnID: j.cmd.AgentTurnID, ToolCallID: j.cmd.ToolCallID,
 		Holder: fmt.Sprintf("%s/%d", j.r.cfg.InstanceID, j.r.jobSeq.Add(1)), Lease: j.r.cfg.ClaimLease,
 	})
-	if errors.Is(err, cardstore.ErrClaimHeld) {
+	switch {
+	case err == nil && started.Result != nil:
+		j.reportExisting(started.Result)
+		return
+	case errors.Is(err, cardstore.ErrClaimHeld):
 		_ = j.msg.NakWithDelay(j.r.cfg.ClaimLease)
 		return
-	} else if errors.Is(err, cardstore.ErrForbidden) {
+	case errors.Is(err, cardstore.ErrForbidden):
 		j.r.deadLetter(j.msg, j.subj, j.tool.Name, "tool_call_card_id", err.Error())
 		return
-	} else if err != nil {
-		j.retryLater("claim", err)
+	case err != nil:
+		j.retryLater("start call", err)
 		return
 	}
 	j.fail(card.StatusFailed, card.CodeBadRequest, msg, nil, nil)

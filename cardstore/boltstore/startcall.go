@@ -1,0 +1,87 @@
+package boltstore
+
+import (
+	"context"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+)
+
+// StartCall begins a call in one request; see cardstore.Store. A read
+// transaction looks for the call's result and reads the card named
+// ToolCallCardID, so a call that already has a result costs no write.
+// Otherwise one write transaction (group commit, like Claim) looks for the
+// result again and, finding none, takes the claim: the check and the
+// claim are atomic. The call card is read outside the write: cards are
+// immutable. The claim is the core's (no tool), as Claim's.
+func (s *Store) StartCall(ctx context.Context, req cardstore.StartCallRequest) (*cardstore.StartCallResult, error) {
+	return s.startCall(ctx, req, "")
+}
+
+// StartCallTool is StartCall for a worker of tool (a tool token), with
+// ClaimTool's rules for the claim: when the call's tool.call card exists
+// it must call tool, else cardstore.ErrForbidden; the claim records tool.
+// A call that has a result returns it without those checks (it takes no
+// claim; any worker may read a result).
+func (s *Store) StartCallTool(ctx context.Context, req cardstore.StartCallRequest, tool string) (*cardstore.StartCallResult, error) {
+	return s.startCall(ctx, req, tool)
+}
+
+// startCall is StartCall; a non-empty tool makes it StartCallTool.
+func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, tool string) (*cardstore.StartCallResult, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := cardstore.CheckStartCall(req); err != nil {
+		return nil, err
+	}
+	out := &cardstore.StartCallResult{}
+	err := s.view(func(b *buckets) error {
+		var err error
+		if out.Result, err = findResult(b, req.ProjectID, req.AgentTurnID, req.ToolCallID); err != nil || out.Result != nil {
+			return err
+		}
+		if req.ToolCallCardID == "" {
+			return nil
+		}
+		if data := b.cards.Get(cardKey(req.ProjectID, req.ToolCallCardID)); data != nil {
+			out.CallCard, err = decodeCard(data)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out.Result != nil {
+		return out, nil
+	}
+	if tool != "" {
+		if err := s.checkCallTool(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID, tool); err != nil {
+			return nil, err
+		}
+	}
+	creq := cardstore.ClaimRequest{ProjectID: req.ProjectID, Key: cardstore.ToolCallKey(req.AgentTurnID, req.ToolCallID), Holder: req.Holder, Lease: req.Lease}
+	key := join(0, req.ProjectID, creq.Key)
+	rk := resultKey(req.ProjectID, req.AgentTurnID, req.ToolCallID)
+	answered := false
+	err = s.write(ctx, 64+len(key)+len(req.Holder), func(b *buckets) error {
+		out.Claim, answered = nil, false // a request may run more than once
+		if b.results.Get(rk) != nil {
+			answered = true // written since the read: no claim, no write
+			return nil
+		}
+		var err error
+		out.Claim, err = s.applyClaim(b, key, creq, tool)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if answered {
+		res, err := s.FindToolResult(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID)
+		if err != nil {
+			return nil, err
+		}
+		return &cardstore.StartCallResult{Result: res}, nil
+	}
+	return out, nil
+}
