@@ -53,9 +53,10 @@
 //  3. Otherwise (ErrNotFound) no worker has the call: it was not
 //     dispatched, or its command waits for a worker.
 //
-// Read the result first: the worker runtime does not release its claim
-// after writing the result (the claim lapses with its lease), so a live
-// claim on a call that has a result does not mean it is still running.
+// Read the result first: storing a call's tool.result ends its claim in
+// the same write, but a claim taken by another party afterwards (a
+// renewal racing the result, a cancel) can still be live for a call that
+// has a result, and that does not mean the call is still running.
 // Claims are also taken by other parties that need the call to stand
 // still (pmo's cancel_tool_call holds it while it writes a canceled
 // result); Holder tells them apart.
