@@ -508,7 +508,7 @@ func TestUpExternalWorkerWithCreds(t *testing.T) {
 	url := "nats://127.0.0.1:" + freePort(t)
 	up := startProc(t, "up", "--data", dir, "--nats-listen", strings.TrimPrefix(url, "nats://"), "--metrics-addr", "", "--ui-listen", "",
 		"--services", "atlas.utility", "--log-level", "debug")
-	up.waitLine(t, "NATS identities ready")
+	up.waitLine(t, "mesh ready") // identities, issuer keys and the demo policy exist
 	creds := func(name string) string { return dir + "/creds/" + name + ".nk" }
 
 	if code, stderr := runProc(t, "worker", "--nats", url, "echo"); code != 1 || !strings.Contains(stderr, "Authorization Violation") {

@@ -200,6 +200,9 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.env.stdout, "  ui         %s\n", uiURL)
 	}
 	fmt.Fprintf(c.env.stdout, "Press Ctrl-C to drain and stop.\n")
+	// For supervisors and scripts that read the log: everything above
+	// (identities, issuer keys, demo policy and mandate, fixtures) exists.
+	log.Info("mesh ready", "nats", m.ClientURL(), "data", cfg.DataDir)
 
 	<-ctx.Done()
 	stopUI()
