@@ -14,6 +14,7 @@ FUZZ_TARGETS = \
 	./subjects:FuzzTemplate \
 	./pkg/card:FuzzDecode \
 	./pkg/card:FuzzFastDecode \
+	./pkg/card:FuzzParseList \
 	./pkg/utp:FuzzParseCommand \
 	./pkg/registry:FuzzParseYAML \
 	./pkg/telemetry:FuzzExtractTraceparent \

@@ -291,23 +291,65 @@ func (s *Store) GetMany(ctx context.Context, projectID string, cardIDs []string)
 // Next is the write sequence of the page's last card when more cards
 // follow, else 0.
 func (s *Store) ListTurn(ctx context.Context, req cardstore.ListTurnRequest) (*cardstore.ListTurnResult, error) {
-	if err := checkCtx(ctx); err != nil {
+	res := &cardstore.ListTurnResult{}
+	next, err := s.listTurn(ctx, req, func(id, data []byte) error {
+		c, err := decodeCard(data) // copies what it keeps: data lives only as long as the tx
+		if err != nil {
+			return fmt.Errorf("card %s: %w", id, err)
+		}
+		res.Cards = append(res.Cards, c)
+		return nil
+	})
+	if err != nil {
 		return nil, err
+	}
+	res.Next = next
+	return res, nil
+}
+
+// ListTurnJSON is ListTurn for a server that sends the page on
+// (natsstore): it appends the page's cards to dst as a JSON array of
+// their stored canonical encodings, without decoding them, and returns
+// the extended dst and the cursor of the next page (0 on the last).
+func (s *Store) ListTurnJSON(ctx context.Context, req cardstore.ListTurnRequest, dst []byte) ([]byte, uint64, error) {
+	dst = append(dst, '[')
+	first := true
+	next, err := s.listTurn(ctx, req, func(_, data []byte) error {
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = append(dst, data...) // copied out of the tx
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return append(dst, ']'), next, nil
+}
+
+// listTurn checks req and calls visit with the id and stored bytes of
+// each card of the page, in write order, inside one read transaction
+// (data is valid only during the call). It returns the next page's
+// cursor.
+func (s *Store) listTurn(ctx context.Context, req cardstore.ListTurnRequest, visit func(id, data []byte) error) (uint64, error) {
+	if err := checkCtx(ctx); err != nil {
+		return 0, err
 	}
 	if err := checkProject(req.ProjectID); err != nil {
-		return nil, err
+		return 0, err
 	}
 	if err := checkKeyPart("agent_turn_id", req.AgentTurnID); err != nil {
-		return nil, err
+		return 0, err
 	}
 	limit := req.Limit
 	switch {
 	case limit < 0:
-		return nil, invalid("limit %d is negative", limit)
+		return 0, invalid("limit %d is negative", limit)
 	case limit == 0 || limit > cardstore.MaxPage:
 		limit = cardstore.MaxPage
 	}
-	res := &cardstore.ListTurnResult{}
+	var next uint64
 	prefix := turnPrefix(req.ProjectID, req.AgentTurnID)
 	err := s.view(func(b *buckets) error {
 		cards := newCardLookup(b, req.ProjectID)
@@ -318,31 +360,31 @@ func (s *Store) ListTurn(ctx context.Context, req cardstore.ListTurnRequest) (*c
 			k, v = cur.Next() // After is exclusive
 		}
 		var last uint64
+		n := 0
 		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = cur.Next() {
 			if len(k) != len(prefix)+8 {
 				continue // cannot happen: turn ids hold no NUL
 			}
-			if len(res.Cards) == limit {
-				res.Next = last // more follow
+			if n == limit {
+				next = last // more follow
 				return nil
 			}
 			data := cards.getID(v)
 			if data == nil {
 				return fmt.Errorf("boltstore: turns index of agent_turn_id %q in project %s names card %s, which is missing", req.AgentTurnID, req.ProjectID, v)
 			}
-			c, err := decodeCard(data) // copies what it keeps: data lives only as long as the tx
-			if err != nil {
-				return fmt.Errorf("card %s: %w", v, err)
+			if err := visit(v, data); err != nil {
+				return err
 			}
-			res.Cards = append(res.Cards, c)
+			n++
 			last = binary.BigEndian.Uint64(k[len(prefix):])
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	return res, nil
+	return next, nil
 }
 
 // FindToolResult returns the tool.result card of (agentTurnID, toolCallID)

@@ -1,10 +1,12 @@
 package natsstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -241,12 +243,48 @@ func (c *Client) GetMany(ctx context.Context, projectID string, cardIDs []string
 
 // ListTurn implements cardstore.Store.
 func (c *Client) ListTurn(ctx context.Context, req cardstore.ListTurnRequest) (*cardstore.ListTurnResult, error) {
-	var r cardstore.ListTurnResult
+	var r turnPage
 	wire := listTurnRequest{AgentTurnID: req.AgentTurnID, After: req.After, Limit: req.Limit}
 	if err := c.call(ctx, req.ProjectID, OpListTurn, wire, &r); err != nil {
 		return nil, err
 	}
-	return &r, nil
+	return (*cardstore.ListTurnResult)(&r), nil
+}
+
+// turnPage is a list_turn reply. It decodes the form the server writes
+// ({"cards":[…]} with an optional "next") in one pass (card.ParseList),
+// anything else with encoding/json.
+type turnPage cardstore.ListTurnResult
+
+// DecodeReply implements svc.ReplyDecoder.
+func (p *turnPage) DecodeReply(data []byte) error {
+	if rest, ok := bytes.CutPrefix(data, []byte(pageHead)); ok {
+		if cards, n, err := card.ParseList(rest); err == nil {
+			if next, ok := pageTail(rest[n:]); ok {
+				p.Cards, p.Next = cards, next
+				return nil
+			}
+		}
+	}
+	return json.Unmarshal(data, (*cardstore.ListTurnResult)(p))
+}
+
+// pageTail reads what follows the cards of a list_turn reply the server
+// wrote: "}" or ,"next":<n>}.
+func pageTail(b []byte) (uint64, bool) {
+	if string(b) == "}" {
+		return 0, true
+	}
+	digits, ok := bytes.CutPrefix(b, []byte(pageNext))
+	if !ok {
+		return 0, false
+	}
+	digits, ok = bytes.CutSuffix(digits, []byte("}"))
+	if !ok || len(digits) == 0 || len(digits) > 20 || digits[0] == '0' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(digits), 10, 64)
+	return n, err == nil
 }
 
 // ListTurns implements cardstore.Store.

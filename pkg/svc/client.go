@@ -65,10 +65,23 @@ func CallMsg(ctx context.Context, nc *nats.Conn, m *nats.Msg, codes Codes, resp 
 	if resp == nil {
 		return nil
 	}
-	if err := json.Unmarshal(msg.Data, resp); err != nil {
+	if d, ok := resp.(ReplyDecoder); ok {
+		err = d.DecodeReply(msg.Data)
+	} else {
+		err = json.Unmarshal(msg.Data, resp)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: reply on %s: %v", ErrBadReply, subject, err)
 	}
 	return nil
+}
+
+// ReplyDecoder is a reply value that decodes a successful reply's body
+// itself instead of through json.Unmarshal (which first scans the whole
+// body once to validate it, then again to decode). DecodeReply must
+// refuse invalid JSON as json.Unmarshal would.
+type ReplyDecoder interface {
+	DecodeReply(data []byte) error
 }
 
 // Subject builds the svc subject of one operation.

@@ -175,3 +175,38 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// rawReply is a ReplyDecoder that keeps the reply's bytes.
+type rawReply struct{ body string }
+
+func (r *rawReply) DecodeReply(data []byte) error { r.body = string(data); return nil }
+
+// TestEncodedReply checks that an Encoded reply goes out byte for byte
+// and that a ReplyDecoder gets the reply's bytes instead of json.Unmarshal.
+func TestEncodedReply(t *testing.T) {
+	srv := meshtest.NATS(t)
+	nc := meshtest.Conn(t, srv)
+	s, err := svc.NewServer(nc, svc.Config{Service: "demo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const body = `{"cards":[ {"b":1,"a":2} ],"next":7}` // not what json.Marshal would write
+	must(t, s.Handle("page", func(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+		return svc.Encoded(body), nil
+	}))
+	must(t, s.Start())
+	subj, err := svc.Subject("v1r3", "p1", "c1", "demo", "page")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw rawReply
+	if err := svc.Call(context.Background(), nc, subj, nil, struct{}{}, &raw); err != nil || raw.body != body {
+		t.Fatalf("ReplyDecoder got %q, %v; want %q", raw.body, err, body)
+	}
+	var decoded struct {
+		Next int `json:"next"`
+	}
+	if err := svc.Call(context.Background(), nc, subj, nil, struct{}{}, &decoded); err != nil || decoded.Next != 7 {
+		t.Fatalf("json reply: %+v, %v", decoded, err)
+	}
+}
