@@ -224,22 +224,8 @@ func (l *cardLookup) seek() []byte {
 // Get returns one card of the project, or an error wrapping
 // cardstore.ErrNotFound.
 func (s *Store) Get(ctx context.Context, projectID, cardID string) (*card.Card, error) {
-	if err := checkCtx(ctx); err != nil {
-		return nil, err
-	}
-	if err := checkProject(projectID); err != nil {
-		return nil, err
-	}
-	if err := checkCardID("card_id", cardID); err != nil {
-		return nil, err
-	}
 	var c *card.Card
-	err := s.view(func(b *buckets) error {
-		data := b.cards.Get(cardKey(projectID, cardID))
-		if data == nil {
-			return fmt.Errorf("%w: card %s in project %s", cardstore.ErrNotFound, cardID, projectID)
-		}
-		var err error
+	err := s.get(ctx, projectID, cardID, func(data []byte) (err error) {
 		c, err = decodeCard(data)
 		return err
 	})
@@ -247,6 +233,41 @@ func (s *Store) Get(ctx context.Context, projectID, cardID string) (*card.Card, 
 		return nil, err
 	}
 	return c, nil
+}
+
+// GetJSON is Get for a server that sends the card on (natsstore): it
+// appends the card's stored canonical encoding to dst, without decoding
+// it.
+func (s *Store) GetJSON(ctx context.Context, projectID, cardID string, dst []byte) ([]byte, error) {
+	err := s.get(ctx, projectID, cardID, func(data []byte) error {
+		dst = append(dst, data...) // copied out of the tx
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return dst, nil
+}
+
+// get checks the ids and calls found with the card's stored bytes inside
+// a read transaction (data is valid only during the call).
+func (s *Store) get(ctx context.Context, projectID, cardID string, found func(data []byte) error) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if err := checkProject(projectID); err != nil {
+		return err
+	}
+	if err := checkCardID("card_id", cardID); err != nil {
+		return err
+	}
+	return s.view(func(b *buckets) error {
+		data := b.cards.Get(cardKey(projectID, cardID))
+		if data == nil {
+			return fmt.Errorf("%w: card %s in project %s", cardstore.ErrNotFound, cardID, projectID)
+		}
+		return found(data)
+	})
 }
 
 // GetMany returns the cards of the project with the given ids, in request

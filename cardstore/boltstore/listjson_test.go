@@ -2,6 +2,7 @@ package boltstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -56,5 +57,30 @@ func TestListTurnJSON(t *testing.T) {
 	}
 	if got, next, err := s.ListTurnJSON(ctx, cardstore.ListTurnRequest{ProjectID: "p", AgentTurnID: "none"}, nil); err != nil || string(got) != "[]" || next != 0 {
 		t.Errorf("an unknown turn: %q, %d, %v; want [], 0, nil", got, next, err)
+	}
+}
+
+// TestGetJSON checks that GetJSON hands out the card Get returns, as its
+// stored bytes, and Get's errors.
+func TestGetJSON(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	c := storetest.ToolCallCard("p", "t", "1")
+	if err := s.Put(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetJSON(ctx, "p", c.CardID, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := card.Encode(c)
+	if string(got) != "x"+string(want) {
+		t.Errorf("GetJSON: %s, want x%s", got, want)
+	}
+	if _, err := s.GetJSON(ctx, "other", c.CardID, nil); !errors.Is(err, cardstore.ErrNotFound) {
+		t.Errorf("another project's card: %v, want ErrNotFound", err)
+	}
+	if _, err := s.GetJSON(ctx, "p", "not-a-uuid", nil); !errors.Is(err, cardstore.ErrInvalid) {
+		t.Errorf("a bad id: %v, want ErrInvalid", err)
 	}
 }

@@ -251,6 +251,22 @@ func (c *Client) ListTurn(ctx context.Context, req cardstore.ListTurnRequest) (*
 	return (*cardstore.ListTurnResult)(&r), nil
 }
 
+// DecodeReply implements svc.ReplyDecoder: a get or find_result reply in
+// the form the server writes ({"card":<card>}) is decoded in one pass
+// (card.Parse), anything else with encoding/json.
+func (r *cardReply) DecodeReply(data []byte) error {
+	if rest, ok := bytes.CutPrefix(data, []byte(cardHead)); ok {
+		if body, ok := bytes.CutSuffix(rest, []byte("}")); ok && len(body) > 0 && body[0] == '{' {
+			if c, err := card.Parse(body); err == nil {
+				r.Card = c
+				return nil
+			}
+		}
+	}
+	type plain cardReply // without this method
+	return json.Unmarshal(data, (*plain)(r))
+}
+
 // turnPage is a list_turn reply. It decodes the form the server writes
 // ({"cards":[…]} with an optional "next") in one pass (card.ParseList),
 // anything else with encoding/json.

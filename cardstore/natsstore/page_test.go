@@ -77,3 +77,43 @@ func TestTurnPageDecode(t *testing.T) {
 		t.Error("a failed decode changed the page")
 	}
 }
+
+var _ svc.ReplyDecoder = (*cardReply)(nil)
+
+// TestCardReplyDecode holds the get reply's one-pass decoder to
+// encoding/json.
+func TestCardReplyDecode(t *testing.T) {
+	c := &card.Card{CardID: card.NewID(), ProjectID: "p", Type: "note", AuthorID: "a", Content: json.RawMessage(`{"x":1}`)}
+	enc, err := card.Encode(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := string(enc)
+	for _, in := range []string{
+		`{"card":` + e + `}`,
+		`{"card": ` + e + ` }`,
+		`{"card":null}`,
+		`{"card":` + e + `,"other":{}}`,
+		`{"other":1,"card":` + e + `}`,
+	} {
+		var got cardReply
+		if err := got.DecodeReply([]byte(in)); err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		var want struct {
+			Card *card.Card `json:"card"`
+		}
+		if err := json.Unmarshal([]byte(in), &want); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := json.Marshal(got.Card)
+		b, _ := json.Marshal(want.Card)
+		if string(a) != string(b) {
+			t.Errorf("%s: got %s, want %s", in, a, b)
+		}
+	}
+	var bad cardReply
+	if err := bad.DecodeReply([]byte(`{"card":` + e)); err == nil {
+		t.Error("a truncated reply decoded")
+	}
+}
