@@ -69,3 +69,13 @@ func BenchmarkFindToolCall(b *testing.B) {
 		})
 	}
 }
+
+// TestToolsConformance runs the tool-scoped conformance suite, which
+// cardstore/jsstore runs too: both stores apply the same rules with the
+// same errors.
+func TestToolsConformance(t *testing.T) {
+	storetest.RunTools(t, func(t *testing.T) storetest.ToolStore {
+		st, _ := openStore(t)
+		return st
+	})
+}

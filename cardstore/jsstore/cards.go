@@ -49,7 +49,7 @@ func (s *Store) Put(ctx context.Context, cards ...*card.Card) error {
 	if n := cardBytes(pcs); n > MaxPutBytes {
 		return fmt.Errorf("%w: put of %d cards is %d bytes encoded, more than the limit of %d for one put; put them in several", cardstore.ErrTooLarge, len(pcs), n, MaxPutBytes)
 	}
-	return s.commit(ctx, pcs)
+	return s.commit(ctx, pcs, nil)
 }
 
 // preparePut validates and encodes the cards of a Put and checks them

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,11 +22,54 @@ type claimRecord struct {
 	Token     uint64    `json:"token"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	Released  bool      `json:"released,omitempty"`
+	// Tool is the tool token (subjects.ToolToken) of a claim taken with
+	// ClaimTool or StartCallTool; "" for a claim of the mesh core (Claim,
+	// StartCall).
+	Tool string `json:"tool,omitempty"`
+	// Format is claimFormat in every record this version writes. A record
+	// without it was written before the store kept Tool: see legacyHolder.
+	Format int `json:"format,omitempty"`
+}
+
+// claimFormat marks the claim records that keep the tool in Tool.
+const claimFormat = 2
+
+// legacyPrefix starts the holder of a tool's claim written before
+// claimFormat: natsstore then served a tool's claims on top of Claim and
+// kept the tool in the holder, "tool:<tool>/<holder>".
+const legacyPrefix = "tool:"
+
+// legacyHolder returns the tool and holder of a holder written in the
+// previous format, and false for any other. A stream written by an older
+// mesh keeps such claims; they are read as the claims of that tool and
+// holder, so a worker holding one when its mesh is upgraded may renew,
+// release and answer under it as before.
+func legacyHolder(stored string) (tool, holder string, ok bool) {
+	rest, ok := strings.CutPrefix(stored, legacyPrefix)
+	if !ok {
+		return "", "", false
+	}
+	i := strings.IndexByte(rest, '/')
+	if i <= 0 || i == len(rest)-1 {
+		return "", "", false
+	}
+	return rest[:i], rest[i+1:], true
+}
+
+// newClaimRecord is the record of a live claim, in the current format.
+func newClaimRecord(c *cardstore.Claim, tool string) *claimRecord {
+	return &claimRecord{Holder: c.Holder, Token: c.Token, ExpiresAt: c.ExpiresAt, Tool: tool, Format: claimFormat}
+}
+
+// tombstone is the record that ends a claim, keeping token.
+func tombstone(token uint64) *claimRecord {
+	return &claimRecord{Token: token, Released: true, Format: claimFormat}
 }
 
 // loadClaim reads the claim record on subject: the message (for the
 // compare-and-set) and the record, both nil when the key was never
-// claimed.
+// claimed. A record of the previous format comes back with its tool and
+// holder split (legacyHolder).
 func (s *Store) loadClaim(ctx context.Context, subject, project, key string) (*msg, *claimRecord, error) {
 	m, err := s.readLast(ctx, subject, true)
 	if err != nil || m == nil {
@@ -34,6 +78,11 @@ func (s *Store) loadClaim(ctx context.Context, subject, project, key string) (*m
 	var rec claimRecord
 	if err := json.Unmarshal(m.data, &rec); err != nil {
 		return nil, nil, fmt.Errorf("jsstore: stored claim %s (key %q in project %s) is corrupt: %w", subject, key, project, err)
+	}
+	if rec.Format == 0 && rec.Tool == "" {
+		if tool, holder, ok := legacyHolder(rec.Holder); ok {
+			rec.Tool, rec.Holder = tool, holder
+		}
 	}
 	return m, &rec, nil
 }
@@ -69,12 +118,15 @@ func (s *Store) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardsto
 		return nil, err
 	}
 	defer leave()
-	return s.claim(ctx, req)
+	return s.claim(ctx, req, "")
 }
 
-// claim is Claim after its checks.
-func (s *Store) claim(ctx context.Context, req cardstore.ClaimRequest) (*cardstore.Claim, error) {
+// claim is Claim after its checks, recording tool (a tool token, "" for
+// the core) in the claim. A holder may not renew its claim for another
+// tool (boltstore's rule).
+func (s *Store) claim(ctx context.Context, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error) {
 	subject := s.lay.claim(req.ProjectID, req.Key)
+	name := fmt.Sprintf("on key %q in project %s", req.Key, req.ProjectID)
 	var out *cardstore.Claim
 	err := retryCAS(ctx, func() error {
 		m, rec, err := s.loadClaim(ctx, subject, req.ProjectID, req.Key)
@@ -92,6 +144,8 @@ func (s *Store) claim(ctx context.Context, req cardstore.ClaimRequest) (*cardsto
 			c.Token = 1
 		case rec.Released:
 			c.Token = rec.Token + 1 // fencing tokens never go back
+		case rec.Holder == req.Holder && rec.Tool != tool:
+			return fmt.Errorf("%w: the claim %s of holder %s was taken for tool %q, not %q", cardstore.ErrForbidden, name, req.Holder, rec.Tool, tool)
 		case rec.Holder == req.Holder:
 			c.Token = rec.Token // renewal (even of a lapsed lease nobody took)
 		case now.Before(rec.ExpiresAt):
@@ -99,7 +153,7 @@ func (s *Store) claim(ctx context.Context, req cardstore.ClaimRequest) (*cardsto
 		default:
 			c.Token, c.TakenOver, c.PreviousHolder = rec.Token+1, true, rec.Holder
 		}
-		data, err := json.Marshal(&claimRecord{Holder: c.Holder, Token: c.Token, ExpiresAt: c.ExpiresAt})
+		data, err := json.Marshal(newClaimRecord(c, tool))
 		if err != nil {
 			return fmt.Errorf("jsstore: encode claim: %w", err)
 		}
@@ -132,11 +186,12 @@ func (s *Store) Release(ctx context.Context, projectID, key, holder string) erro
 		return err
 	}
 	defer leave()
-	return s.release(ctx, projectID, key, holder)
+	return s.release(ctx, projectID, key, holder, "", false)
 }
 
-// release is Release after its checks.
-func (s *Store) release(ctx context.Context, projectID, key, holder string) error {
+// release is Release after its checks; with checkTool it refuses
+// (ErrForbidden) a claim taken for another tool than tool.
+func (s *Store) release(ctx context.Context, projectID, key, holder, tool string, checkTool bool) error {
 	subject := s.lay.claim(projectID, key)
 	name := fmt.Sprintf("on key %q in project %s", key, projectID)
 	return retryCAS(ctx, func() error {
@@ -147,10 +202,13 @@ func (s *Store) release(ctx context.Context, projectID, key, holder string) erro
 		if rec == nil || rec.Released {
 			return fmt.Errorf("%w: %s has no claim %s", cardstore.ErrClaimLost, holder, name)
 		}
+		if checkTool && rec.Tool != tool {
+			return fmt.Errorf("%w: the claim %s was taken for tool %q, not %q", cardstore.ErrForbidden, name, rec.Tool, tool)
+		}
 		if rec.Holder != holder {
 			return fmt.Errorf("%w: the claim %s belongs to %s, not %s", cardstore.ErrClaimLost, name, rec.Holder, holder)
 		}
-		data, err := json.Marshal(&claimRecord{Released: true})
+		data, err := json.Marshal(tombstone(0))
 		if err != nil {
 			return fmt.Errorf("jsstore: encode claim release: %w", err)
 		}

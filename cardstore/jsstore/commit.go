@@ -42,9 +42,19 @@ const groupBytes = 16 << 20
 type putReq struct {
 	ctx   context.Context
 	pcs   []putCard
-	size  int // estimated messages
-	bytes int // card bytes
+	fence *fence // PutToolResult's claim, nil for Put
+	size  int    // estimated messages
+	bytes int    // card bytes
 	done  chan error
+}
+
+// fence is the claim a PutToolResult writes its results under: the
+// planner checks each new result's call claim against it and guards the
+// claim's tombstone by the sequence of the record it checked, so the
+// check and the write are one batch (see checkFence).
+type fence struct {
+	tool, holder string
+	token        uint64
 }
 
 // committer is the queue of Puts.
@@ -78,9 +88,10 @@ func cardBytes(pcs []putCard) int {
 	return n
 }
 
-// commit runs a Put through the group committer and returns its outcome.
-func (s *Store) commit(ctx context.Context, pcs []putCard) error {
-	r := &putReq{ctx: ctx, pcs: pcs, size: estimate(pcs), bytes: cardBytes(pcs), done: make(chan error, 1)}
+// commit runs a Put (a PutToolResult when f is not nil) through the group
+// committer and returns its outcome.
+func (s *Store) commit(ctx context.Context, pcs []putCard, f *fence) error {
+	r := &putReq{ctx: ctx, pcs: pcs, fence: f, size: estimate(pcs), bytes: cardBytes(pcs), done: make(chan error, 1)}
 	s.cm.mu.Lock()
 	if s.cm.busy {
 		s.cm.queue = append(s.cm.queue, r)
@@ -172,6 +183,9 @@ func (s *Store) commitGroup(group []*putReq) {
 				r.done <- err
 			}
 			return
+		}
+		if s.beforeWrite != nil {
+			s.beforeWrite()
 		}
 		if _, err = s.publish(ctx, p.msgs); err == nil {
 			for i, r := range live {
@@ -270,12 +284,20 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 	var turnOrder []*turnUpdate
 	claims := make(map[string]bool) // claim subjects to end
 	var claimOrder []string
+	read := make(map[string]claimRead) // claim records read, by subject
 	var newTurns []string
 	newTurnsOf := make(map[string][]string) // project -> turns
 	var agents []string
 	agentTurns := make(map[string][]string) // agent list subject -> turns
 	for ri, r := range group {
-		// Check first: a Put that fails leaves no trace in the plan.
+		// Check first: a Put that fails leaves no trace in the plan. A
+		// PutToolResult's claims are checked before its cards, as in
+		// boltstore.
+		if r.fence != nil {
+			if p.outcome[ri] = s.checkFence(ctx, r, results, claims, read); p.outcome[ri] != nil {
+				continue
+			}
+		}
 		var add []*putCard
 		for i := range r.pcs {
 			pc := &r.pcs[i]
@@ -367,10 +389,17 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 	}
 	// Group-level records: claim tombstones, summaries, turn lists.
 	for _, cs := range claimOrder {
-		m, rec, err := s.loadClaim(ctx, cs, "(a result's call)", "(its tool call key)")
-		if err != nil {
-			return nil, err
+		// A claim a PutToolResult checked is guarded by the very record
+		// it checked: a take-over since makes the batch fail, and the
+		// plan again refuses that Put with ErrClaimLost.
+		cr, ok := read[cs]
+		if !ok {
+			var err error
+			if cr.m, cr.rec, err = s.loadClaim(ctx, cs, "(a result's call)", "(its tool call key)"); err != nil {
+				return nil, err
+			}
 		}
+		m, rec := cr.m, cr.rec
 		// A tombstone is written even when the key has no claim (or one
 		// already), guarded by what was read: a claim taken after this
 		// read (StartCall's, Claim's) makes the batch fail and the Put
@@ -381,7 +410,7 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 		if m != nil {
 			seq, token = m.seq, rec.Token
 		}
-		data, err := json.Marshal(&claimRecord{Token: token, Released: true})
+		data, err := json.Marshal(tombstone(token))
 		if err != nil {
 			return nil, fmt.Errorf("jsstore: encode claim tombstone: %w", err)
 		}
@@ -443,6 +472,62 @@ func (s *Store) loadSummary(ctx context.Context, subject string, tu *turnUpdate)
 	tu.seq = m.seq
 	if err := json.Unmarshal(m.data, &tu.rec); err != nil {
 		return fmt.Errorf("jsstore: stored summary of turn %q in project %s is corrupt: %w", tu.turn, tu.project, err)
+	}
+	return nil
+}
+
+// claimRead is a claim record as the planner read it (both nil: never
+// claimed).
+type claimRead struct {
+	m   *msg
+	rec *claimRecord
+}
+
+// checkFence applies PutToolResult's claim rules (boltstore's) to the
+// new results of r: unless the call already has a result (then Put's
+// rules decide: an identical card is a no-op, another one
+// ErrResultExists), its claim must be held by the fence's holder with its
+// token and have been taken for its tool. The records it reads go to
+// read, so that plan guards each result's claim tombstone by the record
+// checked here; ended holds the claims an earlier Put of the group ends.
+func (s *Store) checkFence(ctx context.Context, r *putReq, results map[string][]byte, ended map[string]bool, read map[string]claimRead) error {
+	f := r.fence
+	for i := range r.pcs {
+		pc := &r.pcs[i]
+		if pc.call == "" || pc.dup {
+			continue
+		}
+		if _, ok := results[s.lay.result(pc.project, pc.turn, pc.call)]; ok {
+			continue // answered already: Put's rules decide
+		}
+		key := cardstore.ToolCallKey(pc.turn, pc.call)
+		name := fmt.Sprintf("%q in project %s", key, pc.project)
+		cs := s.lay.claim(pc.project, key)
+		cr, ok := read[cs]
+		if !ok {
+			var err error
+			if cr.m, cr.rec, err = s.loadClaim(ctx, cs, pc.project, key); err != nil {
+				return err
+			}
+			read[cs] = cr
+		}
+		rec := cr.rec
+		if ended[cs] {
+			rec = nil // an earlier Put of the group ends it
+		}
+		switch {
+		case f.holder == "":
+			return fmt.Errorf("%w: no claim given for the call %s: a worker writes a result only under the call's claim, naming its holder and fencing token",
+				cardstore.ErrForbidden, name)
+		case rec == nil || rec.Released:
+			return fmt.Errorf("%w: the call %s has no claim: a worker writes a result only under the call's claim (claim it on svc.cardstore.claim.%s first)",
+				cardstore.ErrForbidden, name, f.tool)
+		case rec.Tool != f.tool:
+			return fmt.Errorf("%w: the call %s is claimed for tool %q, not %q", cardstore.ErrForbidden, name, rec.Tool, f.tool)
+		case rec.Holder != f.holder || rec.Token != f.token:
+			return fmt.Errorf("%w: the result was written under the claim of %s with token %d, but the call %s is now held by %s with token %d",
+				cardstore.ErrClaimLost, f.holder, f.token, name, rec.Holder, rec.Token)
+		}
 	}
 	return nil
 }

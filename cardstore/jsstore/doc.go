@@ -54,7 +54,7 @@
 //	<stream>.l.<project>                 {"turns":[…],"prev":seq}: turns one Put started           compare-and-set on the newest
 //	<stream>.a.<project>.<agent>         the same, for the turns whose agent one Put learnt      compare-and-set on the newest
 //	<stream>.r.<project>.<turn>.<call>   card id of the call's tool.result                     once
-//	<stream>.k.<project>.<key>           claim {"holder","token","expires_at"} or tombstone {"token","released":true}  compare-and-set, rollup
+//	<stream>.k.<project>.<key>           claim {"holder","token","expires_at","tool","format"} or tombstone {"token","released":true}  compare-and-set, rollup
 //	<stream>.b.<project>.<box_id>        card.Box JSON                                          compare-and-set, rollup
 //
 // A Put is one atomic batch: its new cards, one turn index record per
@@ -125,6 +125,21 @@
 // Releasing a claim writes a tombstone with
 // token 0 (the next claim starts at 1, as boltstore's delete does); a
 // result's tombstone keeps the token.
+//
+// # Tool-scoped writes
+//
+// Store implements natsstore's ToolStore (ClaimTool, ReleaseTool,
+// StartCallTool, PutToolResult) with boltstore's rules and errors, so a
+// CardStore server checks a worker's writes with them; storetest.RunTools
+// is the suite both stores run. A claim keeps its tool in its record.
+// PutToolResult is a Put whose planning checks each new result's claim
+// (holder, fencing token, tool) and guards the claim's tombstone in the
+// batch by the sequence of the record it checked: the check and the write
+// are one atomic batch, and a take-over in between makes the batch fail
+// and the Put judge again (ErrClaimLost). Claim records written before
+// the tool had a field of its own (no "format"; the tool in the holder as
+// "tool:<tool>/<holder>", as natsstore's generic checks wrote them) are
+// read as that tool's and holder's.
 //
 // # Caveats
 //

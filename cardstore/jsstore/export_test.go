@@ -1,5 +1,11 @@
 package jsstore
 
+import (
+	"context"
+
+	"github.com/nats-io/nats.go"
+)
+
 // SetLeaderReads forces the read paths of a replicated stream (reads of
 // mutable records from the leader, "not found" confirmed at the leader,
 // fenced turn index reads) on any store, so that a single-server test
@@ -27,4 +33,17 @@ func ReleaseCommitter(s *Store) {
 	if s.next() {
 		s.drain()
 	}
+}
+
+// SetBeforeWrite makes fn run between the planning of every Put batch
+// (Put, PutToolResult) and its publication, in the committer: where a
+// concurrent writer makes the batch's compare-and-set fail. fn must not
+// Put through s (the committer is busy with fn's batch).
+func SetBeforeWrite(s *Store, fn func()) { s.beforeWrite = fn }
+
+// PutRawClaim stores data as the claim record of key in project, as an
+// older version of the store (or a corrupt one) would have.
+func PutRawClaim(ctx context.Context, s *Store, project, key string, data []byte) error {
+	_, err := s.publish(ctx, []*nats.Msg{rollup(record(s.lay.claim(project, key), data))})
+	return err
 }

@@ -18,7 +18,7 @@ import (
 //	<root>.l.<project>                      turn list: {"turns":[…],"prev":seq} one per Put that starts turns; compare-and-set
 //	<root>.a.<project>.<agent>              the agent's turn list, same shape as l
 //	<root>.r.<project>.<turn>.<call>        card id of the tool.result       put-if-absent
-//	<root>.k.<project>.<key>                claim record                   compare-and-set, rollup
+//	<root>.k.<project>.<key>                claim record (claimRecord)     compare-and-set, rollup
 //	<root>.b.<project>.<box_id>             card.Box JSON                  compare-and-set, rollup
 //
 // <project> is the project id itself (a subject token by card.ValidateName)

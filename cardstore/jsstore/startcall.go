@@ -52,10 +52,45 @@ func (s *Store) StartCall(ctx context.Context, req cardstore.StartCallRequest) (
 		return nil, err
 	}
 	defer leave()
+	return s.startCall(ctx, req, "")
+}
+
+// StartCallTool is StartCall for a worker of tool (a tool token), with
+// ClaimTool's rules for the claim: when the call's tool.call card exists
+// it must call tool, else cardstore.ErrForbidden; the claim records tool,
+// and a holder's claim taken for another tool is not renewed
+// (ErrForbidden). A call that has a result returns it whatever those
+// checks say (it takes no claim; any worker may read a result), as
+// boltstore's StartCallTool does.
+func (s *Store) StartCallTool(ctx context.Context, req cardstore.StartCallRequest, tool string) (*cardstore.StartCallResult, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := cardstore.CheckStartCall(req); err != nil {
+		return nil, err
+	}
+	leave, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	return s.startCall(ctx, req, tool)
+}
+
+// startCall is StartCall after its checks; a non-empty tool makes it
+// StartCallTool.
+func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, tool string) (*cardstore.StartCallResult, error) {
 	creq := cardstore.ClaimRequest{ProjectID: req.ProjectID, Key: cardstore.ToolCallKey(req.AgentTurnID, req.ToolCallID), Holder: req.Holder, Lease: req.Lease}
 	resultSubj := s.lay.result(req.ProjectID, req.AgentTurnID, req.ToolCallID)
-	c, err := s.claim(ctx, creq)
-	if errors.Is(err, cardstore.ErrClaimHeld) {
+	var c *cardstore.Claim
+	var err error
+	if tool != "" {
+		err = s.checkCallTool(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID, tool)
+	}
+	if err == nil {
+		c, err = s.claim(ctx, creq, tool)
+	}
+	if errors.Is(err, cardstore.ErrClaimHeld) || errors.Is(err, cardstore.ErrForbidden) {
 		m, rerr := s.readLast(ctx, resultSubj, false)
 		if rerr != nil || m == nil {
 			return nil, err
@@ -71,7 +106,7 @@ func (s *Store) StartCall(ctx context.Context, req cardstore.StartCallRequest) (
 	}
 	ms, err := s.lastMany(ctx, subjects, true)
 	if err != nil {
-		_ = s.release(context.WithoutCancel(ctx), req.ProjectID, creq.Key, req.Holder)
+		_ = s.release(context.WithoutCancel(ctx), req.ProjectID, creq.Key, req.Holder, "", false)
 		return nil, err
 	}
 	if ms[0] != nil {
@@ -109,7 +144,7 @@ func (s *Store) endClaim(ctx context.Context, req cardstore.ClaimRequest, token 
 		if err != nil || rec == nil || rec.Released || rec.Holder != req.Holder || rec.Token != token {
 			return err
 		}
-		data, err := json.Marshal(&claimRecord{Token: token, Released: true})
+		data, err := json.Marshal(tombstone(token))
 		if err != nil {
 			return fmt.Errorf("jsstore: encode claim tombstone: %w", err)
 		}

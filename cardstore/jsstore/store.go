@@ -95,6 +95,10 @@ type Store struct {
 
 	// cm is the group committer of Put (commit.go).
 	cm committer
+	// beforeWrite, when set (tests only), runs between the planning of a
+	// batch and its publication: the place where a concurrent writer
+	// makes a compare-and-set fail.
+	beforeWrite func()
 
 	// mu guards closed; every method holds it for reading while it runs,
 	// so Close waits for them.

@@ -115,6 +115,11 @@ func (s *Store) ListTurn(ctx context.Context, req cardstore.ListTurnRequest) (*c
 		return nil, err
 	}
 	defer leave()
+	return s.listTurn(ctx, req, limit)
+}
+
+// listTurn is ListTurn after its checks, with the page limit resolved.
+func (s *Store) listTurn(ctx context.Context, req cardstore.ListTurnRequest, limit int) (*cardstore.ListTurnResult, error) {
 	subject := s.lay.turn(req.ProjectID, req.AgentTurnID)
 	// On a replicated stream, the leader's newest index record of the turn
 	// is the fence: a page read from a replica that has not reached it
@@ -132,6 +137,7 @@ func (s *Store) ListTurn(ctx context.Context, req cardstore.ListTurnRequest) (*c
 	}
 	var ids []string
 	var poss []uint64
+	var err error
 	for attempt := 0; ; attempt++ {
 		var last uint64
 		ids, poss, last, err = s.readTurnIndex(ctx, subject, req.After, limit+1)

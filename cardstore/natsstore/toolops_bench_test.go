@@ -14,31 +14,37 @@ import (
 // NATS: claim, write the result (the call card is written first, outside
 // the timer's interest only in that it is the same for both). plain uses
 // the core's subjects; tool uses the tool's own subjects, where the server
-// also finds the call card and checks the claim.
+// also finds the call card and checks the claim. Each runs on bbolt, on
+// the replicated store (one server, one replica) and on the replicated
+// store behind natsstore's generic checks.
 //
 //	go test -run '^$' -bench BenchmarkResultPath -benchtime 3s ./cardstore/natsstore/
 func BenchmarkResultPath(b *testing.B) {
-	for _, mode := range []string{"plain", "tool"} {
-		b.Run(mode, func(b *testing.B) {
-			m := serveTools(b, false)
-			ctx := context.Background()
-			if mode == "tool" {
-				ctx = cardstore.WithTool(ctx, "echo")
-			}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				turn, call := fmt.Sprintf("t%d", i), "c"
-				if err := m.client.Put(context.Background(), callCard("p", turn, call, "echo")); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := m.client.Claim(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.ToolCallKey(turn, call), Holder: "w/1", Lease: time.Minute}); err != nil {
-					b.Fatal(err)
-				}
-				if err := m.client.Put(ctx, resultCard("p", turn, call, "echo")); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+	for _, store := range []string{modeBolt, modeJS, modeJSGeneric} {
+		for _, mode := range []string{"plain", "tool"} {
+			b.Run(store+"/"+mode, func(b *testing.B) { benchResultPath(b, store, mode) })
+		}
+	}
+}
+
+func benchResultPath(b *testing.B, store, mode string) {
+	m := serveTools(b, store)
+	ctx := context.Background()
+	if mode == "tool" {
+		ctx = cardstore.WithTool(ctx, "echo")
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		turn, call := fmt.Sprintf("t%d", i), "c"
+		if err := m.client.Put(context.Background(), callCard("p", turn, call, "echo")); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := m.client.Claim(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.ToolCallKey(turn, call), Holder: "w/1", Lease: time.Minute}); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.client.Put(ctx, resultCard("p", turn, call, "echo")); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -52,7 +58,7 @@ func BenchmarkResultPath(b *testing.B) {
 func BenchmarkStartPath(b *testing.B) {
 	for _, mode := range []string{"find-claim-get", "start-call"} {
 		b.Run(mode, func(b *testing.B) {
-			m := serveTools(b, false)
+			m := serveTools(b, modeBolt)
 			ctx := cardstore.WithTool(context.Background(), "echo")
 			ids := make([]string, b.N)
 			for i := range b.N {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
+	"github.com/utpmesh/utpmesh/cardstore/jsstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/cardstore/storetest"
 	"github.com/utpmesh/utpmesh/internal/audit"
@@ -23,36 +24,61 @@ import (
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
-var _ natsstore.ToolStore = (*boltstore.Store)(nil)
+var (
+	_ natsstore.ToolStore = (*boltstore.Store)(nil)
+	_ natsstore.ToolStore = (*jsstore.Store)(nil)
+)
 
 // toolMesh is a CardStore served over a real nats-server, a client and a
 // subscription to the audit records.
 type toolMesh struct {
 	nc     *nats.Conn
 	client *natsstore.Client
-	store  *boltstore.Store
+	store  storetest.ToolStore
 	audits chan audit.Record
 }
 
-// serveTools serves a bbolt store; generic hides its natsstore.ToolStore
-// methods, so the server checks tool-scoped writes on top of
-// cardstore.Store (as for the replicated store).
-func serveTools(t testing.TB, generic bool) *toolMesh {
+// The stores serveTools serves.
+const (
+	modeBolt    = "boltstore"
+	modeGeneric = "generic"
+	modeJS      = "jsstore"
+	// modeJSGeneric is modeGeneric on the replicated store: how cluster
+	// mode served tool-scoped writes before jsstore had its own methods.
+	modeJSGeneric = "jsstore-generic"
+)
+
+// serveTools serves a store: modeBolt a bbolt store, modeJS the
+// replicated store (on the test server's JetStream), both with their own
+// natsstore.ToolStore methods; modeGeneric (modeJSGeneric) a bbolt
+// (replicated) store with those methods hidden, so the server checks
+// tool-scoped writes on top of cardstore.Store (natsstore's fallback for
+// other stores).
+func serveTools(t testing.TB, mode string) *toolMesh {
 	t.Helper()
 	srv := meshtest.NATS(t)
-	st, err := boltstore.Open(t.TempDir() + "/cards.db")
+	var st storetest.ToolStore
+	var err error
+	switch mode {
+	case modeBolt, modeGeneric:
+		st, err = boltstore.Open(t.TempDir() + "/cards.db")
+	case modeJS, modeJSGeneric:
+		st, err = jsstore.Open(context.Background(), meshtest.Conn(t, srv), jsstore.Config{})
+	default:
+		t.Fatalf("serveTools: unknown mode %q", mode)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	var served cardstore.Store = st
-	if generic {
+	if mode == modeGeneric || mode == modeJSGeneric {
 		served = struct{ cardstore.Store }{st}
 	}
 	s, err := natsstore.NewServer(meshtest.Conn(t, srv), served, natsstore.ServerConfig{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.Stop(context.Background()); _ = st.Close() })
+	t.Cleanup(func() { _ = s.Stop(context.Background()); _ = st.(io.Closer).Close() })
 	nc := meshtest.Conn(t, srv)
 	c, err := natsstore.NewClient(nc)
 	if err != nil {
@@ -115,17 +141,17 @@ func resultCard(project, turn, call, tool string) *card.Card {
 // TestToolScopedWrites: a worker claims and writes results only on its
 // own tool's subject, for calls of its tool, under the claim it holds;
 // every forgery is refused with a wire code and (forbidden ones) audited.
-// The same table runs against a store with natsstore.ToolStore (bbolt)
-// and one without (the server's generic checks).
+// The same table runs against the stores with natsstore.ToolStore (bbolt,
+// jsstore) and one without (the server's generic checks).
 func TestToolScopedWrites(t *testing.T) {
-	for _, mode := range []string{"toolstore", "generic"} {
-		t.Run(mode, func(t *testing.T) { testToolScopedWrites(t, mode == "generic") })
+	for _, mode := range []string{modeBolt, modeJS, modeGeneric} {
+		t.Run(mode, func(t *testing.T) { testToolScopedWrites(t, mode) })
 	}
 }
 
-func testToolScopedWrites(t *testing.T, generic bool) {
+func testToolScopedWrites(t *testing.T, mode string) {
 	ctx := context.Background()
-	m := serveTools(t, generic)
+	m := serveTools(t, mode)
 	echo := cardstore.WithTool(ctx, "echo")
 	lease := 5 * time.Second
 
@@ -292,8 +318,14 @@ func testToolScopedWrites(t *testing.T, generic bool) {
 // is refused (claim_lost) and the new holder's accepted: the fencing token
 // decides, not who writes first.
 func TestToolScopedTakeOver(t *testing.T) {
+	for _, mode := range []string{modeBolt, modeJS} {
+		t.Run(mode, func(t *testing.T) { testToolScopedTakeOver(t, mode) })
+	}
+}
+
+func testToolScopedTakeOver(t *testing.T, mode string) {
 	ctx := context.Background()
-	m := serveTools(t, false)
+	m := serveTools(t, mode)
 	if err := m.store.Put(ctx, callCard("p", "t", "c", "echo")); err != nil {
 		t.Fatal(err)
 	}

@@ -11,12 +11,17 @@ import (
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
-// genericTools is ToolStore over any cardstore.Store that lacks it (the
-// replicated store, for one): the tool of a claim is kept in its holder
-// ("tool:<tool>/<holder>"), and a result's claim is checked just before
-// the write, not in the write's transaction as boltstore does, so a
-// take-over in between can let the old holder's result be the call's one
-// result. Replies show the holder without the prefix.
+// genericTools is the fallback ToolStore, over a cardstore.Store that does
+// not implement ToolStore itself. The mesh's stores do (cardstore/boltstore
+// and cardstore/jsstore, the replicated store of cluster mode, each with
+// the claim check and the write in one transaction or atomic batch), so
+// it serves only other stores: a natsstore.Client served again, a store of
+// a test or of another program. The tool of a claim is kept in its holder
+// ("tool:<tool>/<holder>"; jsstore reads claims of this form, which it
+// wrote through here before it had ToolStore, as that tool's and holder's),
+// and a result's claim is checked just before the write, not in the
+// write, so a take-over in between can let the old holder's result be the
+// call's one result. Replies show the holder without the prefix.
 type genericTools struct{ st cardstore.Store }
 
 var _ ToolStore = genericTools{}

@@ -1,0 +1,207 @@
+package jsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// Tool-scoped writes: what natsstore serves on a tool's own subjects
+// (svc.cardstore.<op>.<tool>), where a NATS permission proves the
+// requester may act for that tool; tool is always a tool token
+// (subjects.ToolToken of a tool name). The rules and their errors are
+// boltstore's (cardstore/boltstore, guard.go); cardstore/storetest's
+// RunTools checks both stores against them. See docs/security.md,
+// "Results only from the tool that ran". StartCallTool is in startcall.go.
+
+// ClaimTool is Claim for a worker of tool: when the call's tool.call card
+// exists (the key is a cardstore.ToolCallKey) it must call tool, else the
+// claim fails with cardstore.ErrForbidden; the claim records tool, so only
+// a worker of the same tool may renew or release it, or write the call's
+// result under it (PutToolResult).
+func (s *Store) ClaimTool(ctx context.Context, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkClaimArgs(req.ProjectID, req.Key); err != nil {
+		return nil, err
+	}
+	if err := checkClaimString("holder", req.Holder); err != nil {
+		return nil, err
+	}
+	if err := cardstore.CheckLease(req.Lease); err != nil {
+		return nil, err
+	}
+	leave, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	// Turn and call ids may both hold '/': try every split of the key.
+	const p = "toolcall/"
+	if rest, ok := strings.CutPrefix(req.Key, p); ok {
+		for i := strings.IndexByte(rest, '/'); i > 0 && i < len(rest)-1; {
+			if checkKeyPart("agent_turn_id", rest[:i]) == nil {
+				if err := s.checkCallTool(ctx, req.ProjectID, rest[:i], rest[i+1:], tool); err != nil {
+					return nil, err
+				}
+			}
+			j := strings.IndexByte(rest[i+1:], '/')
+			if j < 0 {
+				break
+			}
+			i += j + 1
+		}
+	}
+	return s.claim(ctx, req, tool)
+}
+
+// ReleaseTool is Release of a claim taken with ClaimTool for tool; a claim
+// of another tool (or of the core) is cardstore.ErrForbidden.
+func (s *Store) ReleaseTool(ctx context.Context, projectID, key, holder, tool string) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if err := checkClaimArgs(projectID, key); err != nil {
+		return err
+	}
+	if err := checkClaimString("holder", holder); err != nil {
+		return err
+	}
+	leave, err := s.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	return s.release(ctx, projectID, key, holder, tool, true)
+}
+
+// PutToolResult is Put for a worker of tool writing a call's tool.result
+// under the claim (holder, token) it holds. Each tool.result card of the
+// batch must name tool in metadata.function_name, the call's tool.call
+// card (when it exists) must call tool, and, unless the call already has
+// a result (then Put's rules apply: an identical card is a no-op, another
+// one ErrResultExists), the call's claim must be held by holder with the
+// fencing token token and have been taken for tool (ClaimTool). A claim
+// of another tool, or none, is cardstore.ErrForbidden; the same tool's
+// claim under another holder or token (taken over) is
+// cardstore.ErrClaimLost. A lapsed lease nobody took over still counts as
+// held, as for a renewal.
+//
+// The claim check and the write are one atomic batch: the tombstone that
+// ends the claim with the result is guarded by the sequence of the claim
+// record that was checked, so a take-over (or any change of the claim)
+// between the check and the write makes the batch fail; the Put then
+// reads the claim again and is refused with ErrClaimLost, and the new
+// holder keeps its claim. The same read decides whether the call already
+// has a result: the batch expects the result record absent.
+func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token uint64, cards ...*card.Card) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	leave, err := s.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	if len(cards) > cardstore.MaxBatch {
+		return fmt.Errorf("%w: put of %d cards exceeds the batch limit of %d", cardstore.ErrTooLarge, len(cards), cardstore.MaxBatch)
+	}
+	if len(cards) == 0 {
+		return nil
+	}
+	pcs, err := s.preparePut(cards)
+	if err != nil {
+		return err
+	}
+	if n := cardBytes(pcs); n > MaxPutBytes {
+		return fmt.Errorf("%w: put of %d cards is %d bytes encoded, more than the limit of %d for one put; put them in several", cardstore.ErrTooLarge, len(pcs), n, MaxPutBytes)
+	}
+	for _, c := range cards {
+		if c.Type != card.TypeToolResult {
+			continue
+		}
+		if got := subjects.ToolToken(c.Metadata.FunctionName); c.Metadata.FunctionName == "" || got != tool {
+			return fmt.Errorf("%w: tool.result card %s names tool %q in metadata.function_name; this subject writes results of tool %q only",
+				cardstore.ErrForbidden, c.CardID, c.Metadata.FunctionName, tool)
+		}
+		if err := s.checkCallTool(ctx, c.ProjectID, c.Metadata.AgentTurnID, c.ToolCallID, tool); err != nil {
+			return err
+		}
+	}
+	return s.commit(ctx, pcs, &fence{tool: tool, holder: holder, token: token})
+}
+
+// checkCallTool fails with ErrForbidden when the call's tool.call card
+// exists and calls another tool than tool. Cards are immutable, so a read
+// outside the write is enough.
+func (s *Store) checkCallTool(ctx context.Context, projectID, turn, call, tool string) error {
+	c, err := s.findToolCall(ctx, projectID, turn, call)
+	if errors.Is(err, cardstore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	tc, err := c.ToolCall()
+	if err != nil {
+		return fmt.Errorf("%w: tool.call card %s: %v", cardstore.ErrInvalid, c.CardID, err)
+	}
+	if subjects.ToolToken(tc.ToolName) != tool {
+		return fmt.Errorf("%w: the call %q of turn %q in project %s calls tool %q (card %s), not %q",
+			cardstore.ErrForbidden, call, turn, projectID, tc.ToolName, c.CardID, tool)
+	}
+	return nil
+}
+
+// FindToolCall returns the tool.call card of (agent_turn_id, tool_call_id)
+// in the project, the latest one written if there are several, or an
+// error wrapping cardstore.ErrNotFound. The stream has no reverse scan:
+// it reads the whole turn, oldest first, so its cost grows with the turn.
+func (s *Store) FindToolCall(ctx context.Context, projectID, agentTurnID, toolCallID string) (*card.Card, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkProject(projectID); err != nil {
+		return nil, err
+	}
+	if err := checkKeyPart("agent_turn_id", agentTurnID); err != nil {
+		return nil, err
+	}
+	leave, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	return s.findToolCall(ctx, projectID, agentTurnID, toolCallID)
+}
+
+// findToolCall is FindToolCall after its checks.
+func (s *Store) findToolCall(ctx context.Context, projectID, agentTurnID, toolCallID string) (*card.Card, error) {
+	var found *card.Card
+	req := cardstore.ListTurnRequest{ProjectID: projectID, AgentTurnID: agentTurnID, Limit: cardstore.MaxPage}
+	for {
+		page, err := s.listTurn(ctx, req, cardstore.MaxPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range page.Cards {
+			if c.Type == card.TypeToolCall && c.ToolCallID == toolCallID {
+				found = c
+			}
+		}
+		if page.Next == 0 {
+			break
+		}
+		req.After = page.Next
+	}
+	if found == nil {
+		return nil, fmt.Errorf("%w: no tool.call card for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, agentTurnID, toolCallID, projectID)
+	}
+	return found, nil
+}
