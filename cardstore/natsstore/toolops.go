@@ -17,9 +17,10 @@ import (
 
 // ToolStore is what a Server needs of its store to serve the tool-scoped
 // writes of workers; tool is a tool token (subjects.ToolToken).
-// cardstore/boltstore implements it with the claim check and the write in
-// one transaction; for a store that does not, the Server checks on top of
-// cardstore.Store (see genericTools: the check precedes the write).
+// cardstore/boltstore and cardstore/jsstore implement it with the claim
+// check and the write in one transaction (jsstore: one atomic batch); for
+// a store that does not, the Server checks on top of cardstore.Store (see
+// genericTools: the check precedes the write).
 type ToolStore interface {
 	// ClaimTool is Claim for a worker of tool.
 	ClaimTool(ctx context.Context, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error)
