@@ -2,13 +2,11 @@ package jsstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
-	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // Tool-scoped writes: what natsstore serves on a tool's own subjects
@@ -126,9 +124,8 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 		if c.Type != card.TypeToolResult {
 			continue
 		}
-		if got := subjects.ToolToken(c.Metadata.FunctionName); c.Metadata.FunctionName == "" || got != tool {
-			return fmt.Errorf("%w: tool.result card %s names tool %q in metadata.function_name; this subject writes results of tool %q only",
-				cardstore.ErrForbidden, c.CardID, c.Metadata.FunctionName, tool)
+		if err := cardstore.CheckResultTool(c, tool); err != nil {
+			return err
 		}
 		if err := s.checkCallTool(ctx, c.ProjectID, c.Metadata.AgentTurnID, c.ToolCallID, tool); err != nil {
 			return err
@@ -142,21 +139,7 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 // outside the write is enough.
 func (s *Store) checkCallTool(ctx context.Context, projectID, turn, call, tool string) error {
 	c, err := s.findToolCall(ctx, projectID, turn, call)
-	if errors.Is(err, cardstore.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	tc, err := c.ToolCall()
-	if err != nil {
-		return fmt.Errorf("%w: tool.call card %s: %v", cardstore.ErrInvalid, c.CardID, err)
-	}
-	if subjects.ToolToken(tc.ToolName) != tool {
-		return fmt.Errorf("%w: the call %q of turn %q in project %s calls tool %q (card %s), not %q",
-			cardstore.ErrForbidden, call, turn, projectID, tc.ToolName, c.CardID, tool)
-	}
-	return nil
+	return cardstore.CheckCallCardTool(c, err, projectID, turn, call, tool)
 }
 
 // FindToolCall returns the tool.call card of (agent_turn_id, tool_call_id)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
-	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // genericTools is the fallback ToolStore, over a cardstore.Store that does
@@ -68,21 +67,10 @@ func (g genericTools) checkCallTool(ctx context.Context, project, turn, call, to
 		return nil
 	}
 	c, err := g.findCall(ctx, project, turn, call)
-	if errors.Is(err, cardstore.ErrNotFound) || errors.Is(err, cardstore.ErrInvalid) {
+	if errors.Is(err, cardstore.ErrInvalid) {
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	tc, err := c.ToolCall()
-	if err != nil {
-		return fmt.Errorf("%w: tool.call card %s: %v", cardstore.ErrInvalid, c.CardID, err)
-	}
-	if subjects.ToolToken(tc.ToolName) != tool {
-		return fmt.Errorf("%w: the call %q of turn %q in project %s calls tool %q (card %s), not %q",
-			cardstore.ErrForbidden, call, turn, project, tc.ToolName, c.CardID, tool)
-	}
-	return nil
+	return cardstore.CheckCallCardTool(c, err, project, turn, call, tool)
 }
 
 // ClaimTool implements ToolStore.
@@ -193,9 +181,8 @@ func (g genericTools) PutToolResult(ctx context.Context, tool, holder string, to
 		if c == nil || c.Type != card.TypeToolResult {
 			continue
 		}
-		if c.Metadata.FunctionName == "" || subjects.ToolToken(c.Metadata.FunctionName) != tool {
-			return fmt.Errorf("%w: tool.result card %s names tool %q in metadata.function_name; this subject writes results of tool %q only",
-				cardstore.ErrForbidden, c.CardID, c.Metadata.FunctionName, tool)
+		if err := cardstore.CheckResultTool(c, tool); err != nil {
+			return err
 		}
 		turn := c.Metadata.AgentTurnID
 		if err := g.checkCallTool(ctx, c.ProjectID, turn, c.ToolCallID, tool); err != nil {
