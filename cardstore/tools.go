@@ -3,6 +3,7 @@ package cardstore
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -46,6 +47,32 @@ func CheckCallCardTool(c *card.Card, err error, projectID, turn, call, tool stri
 	if subjects.ToolToken(tc.ToolName) != tool {
 		return fmt.Errorf("%w: the call %q of turn %q in project %s calls tool %q (card %s), not %q",
 			ErrForbidden, call, turn, projectID, tc.ToolName, c.CardID, tool)
+	}
+	return nil
+}
+
+// CheckKeyCallsTool applies CheckCallCardTool to every call key could be
+// the ToolCallKey of, looking each call's tool.call card up with find: ids
+// may hold '/', so a key has one reading per '/' after "toolcall/" (the
+// readings whose agent_turn_id is not a valid id are skipped). A key that
+// is not a tool call's passes.
+func CheckKeyCallsTool(key, projectID, tool string, find func(turn, call string) (*card.Card, error)) error {
+	rest, ok := strings.CutPrefix(key, "toolcall/")
+	if !ok {
+		return nil
+	}
+	for i := strings.IndexByte(rest, '/'); i > 0 && i < len(rest)-1; {
+		if turn, call := rest[:i], rest[i+1:]; CheckKeyPart("agent_turn_id", turn) == nil {
+			c, err := find(turn, call)
+			if err := CheckCallCardTool(c, err, projectID, turn, call, tool); err != nil {
+				return err
+			}
+		}
+		j := strings.IndexByte(rest[i+1:], '/')
+		if j < 0 {
+			break
+		}
+		i += j + 1
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package jsstore
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -40,21 +39,10 @@ func (s *Store) ClaimTool(ctx context.Context, req cardstore.ClaimRequest, tool 
 		return nil, err
 	}
 	defer leave()
-	// Turn and call ids may both hold '/': try every split of the key.
-	const p = "toolcall/"
-	if rest, ok := strings.CutPrefix(req.Key, p); ok {
-		for i := strings.IndexByte(rest, '/'); i > 0 && i < len(rest)-1; {
-			if checkKeyPart("agent_turn_id", rest[:i]) == nil {
-				if err := s.checkCallTool(ctx, req.ProjectID, rest[:i], rest[i+1:], tool); err != nil {
-					return nil, err
-				}
-			}
-			j := strings.IndexByte(rest[i+1:], '/')
-			if j < 0 {
-				break
-			}
-			i += j + 1
-		}
+	if err := cardstore.CheckKeyCallsTool(req.Key, req.ProjectID, tool, func(turn, call string) (*card.Card, error) {
+		return s.findToolCall(ctx, req.ProjectID, turn, call)
+	}); err != nil {
+		return nil, err
 	}
 	return s.claim(ctx, req, tool)
 }

@@ -75,18 +75,10 @@ func (g genericTools) checkCallTool(ctx context.Context, project, turn, call, to
 
 // ClaimTool implements ToolStore.
 func (g genericTools) ClaimTool(ctx context.Context, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error) {
-	if rest, ok := strings.CutPrefix(req.Key, toolCallPrefix); ok {
-		// Turn and call ids may both hold '/': try every split.
-		for i := strings.IndexByte(rest, '/'); i > 0 && i < len(rest)-1; {
-			if err := g.checkCallTool(ctx, req.ProjectID, rest[:i], rest[i+1:], tool); err != nil {
-				return nil, err
-			}
-			j := strings.IndexByte(rest[i+1:], '/')
-			if j < 0 {
-				break
-			}
-			i += j + 1
-		}
+	if err := cardstore.CheckKeyCallsTool(req.Key, req.ProjectID, tool, func(turn, call string) (*card.Card, error) {
+		return g.findCall(ctx, req.ProjectID, turn, call)
+	}); err != nil {
+		return nil, err
 	}
 	if err := g.checkHolderTool(ctx, req.ProjectID, req.Key, req.Holder, tool); err != nil {
 		return nil, err
