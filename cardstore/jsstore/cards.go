@@ -28,6 +28,12 @@ type putCard struct {
 // results, each guarded by a compare-and-set on what was read; when a
 // concurrent writer wins one of them, the Put reads again and retries.
 func (s *Store) Put(ctx context.Context, cards ...*card.Card) error {
+	return s.put(ctx, cards, nil, nil)
+}
+
+// put is Put with check, when not nil, run on the validated cards before
+// the batch, and the fence of a tool-scoped result write (nil for Put).
+func (s *Store) put(ctx context.Context, cards []*card.Card, check func() error, f *fence) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
@@ -49,7 +55,12 @@ func (s *Store) Put(ctx context.Context, cards ...*card.Card) error {
 	if n := cardBytes(pcs); n > MaxPutBytes {
 		return fmt.Errorf("%w: put of %d cards is %d bytes encoded, more than the limit of %d for one put; put them in several", cardstore.ErrTooLarge, len(pcs), n, MaxPutBytes)
 	}
-	return s.commit(ctx, pcs, nil)
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return s.commit(ctx, pcs, f)
 }
 
 // preparePut validates and encodes the cards of a Put and checks them

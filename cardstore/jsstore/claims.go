@@ -101,6 +101,12 @@ func checkClaimArgs(projectID, key string) error {
 // concurrent change makes Claim read and judge again. When another live
 // holder has the claim the error wraps a *cardstore.ClaimHeldError.
 func (s *Store) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardstore.Claim, error) {
+	return s.checkedClaim(ctx, req, "", nil)
+}
+
+// checkedClaim checks req, runs check (when not nil) and claims for tool
+// ("" for the core).
+func (s *Store) checkedClaim(ctx context.Context, req cardstore.ClaimRequest, tool string, check func() error) (*cardstore.Claim, error) {
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
@@ -118,7 +124,12 @@ func (s *Store) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardsto
 		return nil, err
 	}
 	defer leave()
-	return s.claim(ctx, req, "")
+	if check != nil {
+		if err := check(); err != nil {
+			return nil, err
+		}
+	}
+	return s.claim(ctx, req, tool)
 }
 
 // claim is Claim after its checks, recording tool (a tool token, "" for

@@ -22,29 +22,11 @@ import (
 // a worker of the same tool may renew or release it, or write the call's
 // result under it (PutToolResult).
 func (s *Store) ClaimTool(ctx context.Context, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error) {
-	if err := checkCtx(ctx); err != nil {
-		return nil, err
-	}
-	if err := checkClaimArgs(req.ProjectID, req.Key); err != nil {
-		return nil, err
-	}
-	if err := checkClaimString("holder", req.Holder); err != nil {
-		return nil, err
-	}
-	if err := cardstore.CheckLease(req.Lease); err != nil {
-		return nil, err
-	}
-	leave, err := s.enter()
-	if err != nil {
-		return nil, err
-	}
-	defer leave()
-	if err := cardstore.CheckKeyCallsTool(req.Key, req.ProjectID, tool, func(turn, call string) (*card.Card, error) {
-		return s.findToolCall(ctx, req.ProjectID, turn, call)
-	}); err != nil {
-		return nil, err
-	}
-	return s.claim(ctx, req, tool)
+	return s.checkedClaim(ctx, req, tool, func() error {
+		return cardstore.CheckKeyCallsTool(req.Key, req.ProjectID, tool, func(turn, call string) (*card.Card, error) {
+			return s.findToolCall(ctx, req.ProjectID, turn, call)
+		})
+	})
 }
 
 // ReleaseTool is Release of a claim taken with ClaimTool for tool; a claim
@@ -87,39 +69,20 @@ func (s *Store) ReleaseTool(ctx context.Context, projectID, key, holder, tool st
 // holder keeps its claim. The same read decides whether the call already
 // has a result: the batch expects the result record absent.
 func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token uint64, cards ...*card.Card) error {
-	if err := checkCtx(ctx); err != nil {
-		return err
-	}
-	leave, err := s.enter()
-	if err != nil {
-		return err
-	}
-	defer leave()
-	if len(cards) > cardstore.MaxBatch {
-		return fmt.Errorf("%w: put of %d cards exceeds the batch limit of %d", cardstore.ErrTooLarge, len(cards), cardstore.MaxBatch)
-	}
-	if len(cards) == 0 {
+	return s.put(ctx, cards, func() error {
+		for _, c := range cards {
+			if c.Type != card.TypeToolResult {
+				continue
+			}
+			if err := cardstore.CheckResultTool(c, tool); err != nil {
+				return err
+			}
+			if err := s.checkCallTool(ctx, c.ProjectID, c.Metadata.AgentTurnID, c.ToolCallID, tool); err != nil {
+				return err
+			}
+		}
 		return nil
-	}
-	pcs, err := s.preparePut(cards)
-	if err != nil {
-		return err
-	}
-	if n := cardBytes(pcs); n > MaxPutBytes {
-		return fmt.Errorf("%w: put of %d cards is %d bytes encoded, more than the limit of %d for one put; put them in several", cardstore.ErrTooLarge, len(pcs), n, MaxPutBytes)
-	}
-	for _, c := range cards {
-		if c.Type != card.TypeToolResult {
-			continue
-		}
-		if err := cardstore.CheckResultTool(c, tool); err != nil {
-			return err
-		}
-		if err := s.checkCallTool(ctx, c.ProjectID, c.Metadata.AgentTurnID, c.ToolCallID, tool); err != nil {
-			return err
-		}
-	}
-	return s.commit(ctx, pcs, &fence{tool: tool, holder: holder, token: token})
+	}, &fence{tool: tool, holder: holder, token: token})
 }
 
 // checkCallTool fails with ErrForbidden when the call's tool.call card
