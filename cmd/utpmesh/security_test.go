@@ -229,19 +229,7 @@ func TestNATSIdentities(t *testing.T) {
 	// A worker of echo, on its own tool's subjects, may not claim or
 	// answer a call of another tool: refused (forbidden) and audited.
 	t.Run("worker may not forge another tool's result on its own subject", func(t *testing.T) {
-		audits := make(chan audit.Record, 16)
-		ap, _ := subjects.AuditPattern(v)
-		if _, err := admin.nc.Subscribe(ap, func(msg *nats.Msg) {
-			var r audit.Record
-			if json.Unmarshal(msg.Data, &r) == nil {
-				audits <- r
-			}
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if err := admin.nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		audits := subscribeAudits(t, admin.nc, v, 16)
 		callContent, _ := json.Marshal(card.ToolCallContent{ToolName: "ATLAS_TASK_LIST", Arguments: json.RawMessage(`{}`), TargetSubject: "cg." + v + ".demo.main.cmd.tool.atlas_task_list"})
 		victim := &card.Card{CardID: card.NewID(), ProjectID: "demo", Type: card.TypeToolCall, ToolCallID: "call-atlas", Content: callContent,
 			CreatedAt: time.Now().UTC(), Metadata: card.Metadata{AgentID: "victim", AgentTurnID: "turn-atlas", TurnEpoch: 1, StepID: "s1", ToolCallID: "call-atlas"}}
@@ -292,19 +280,7 @@ func TestNATSIdentities(t *testing.T) {
 	// minted, or a worker registering another tool on its own subject, is
 	// refused and audited.
 	t.Run("admin changes are audited with who made them", func(t *testing.T) {
-		audits := make(chan audit.Record, 64)
-		ap, _ := subjects.AuditPattern(v)
-		if _, err := admin.nc.Subscribe(ap, func(msg *nats.Msg) {
-			var r audit.Record
-			if json.Unmarshal(msg.Data, &r) == nil {
-				audits <- r
-			}
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if err := admin.nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		audits := subscribeAudits(t, admin.nc, v, 64)
 		want := func(service, op, actor string, allowed bool) audit.Record {
 			t.Helper()
 			timeout := time.After(10 * time.Second)
@@ -585,4 +561,24 @@ func runMandateIssue(t *testing.T, dir, policy string) (string, int) {
 		return errb.String(), code
 	}
 	return strings.TrimSpace(out.String()), 0
+}
+
+// subscribeAudits collects the mesh's audit records (evt.sys.audit.>)
+// from now on, in a channel of capacity n.
+func subscribeAudits(t *testing.T, nc *nats.Conn, v string, n int) chan audit.Record {
+	t.Helper()
+	audits := make(chan audit.Record, n)
+	ap, _ := subjects.AuditPattern(v)
+	if _, err := nc.Subscribe(ap, func(msg *nats.Msg) {
+		var r audit.Record
+		if json.Unmarshal(msg.Data, &r) == nil {
+			audits <- r
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return audits
 }
