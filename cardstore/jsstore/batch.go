@@ -58,9 +58,25 @@ func rollup(m *nats.Msg) *nats.Msg {
 	return m
 }
 
-// maxNoResponders bounds the retries of a write no stream answered
-// (about 2.5 s with backoff's 50 ms cap).
-const maxNoResponders = 60
+// noRespondersWindow bounds how long a request that no server answered
+// is asked again: a stream just created through another server, or one
+// electing a leader, answers a moment later, but on a loaded machine
+// (CI's two cores under -race) that moment has exceeded half a second.
+// Nothing was stored by a request nobody took, so repeating it is safe.
+const noRespondersWindow = 10 * time.Second
+
+// askAgain waits before the next attempt of a request that no server
+// answered, and reports false once the window since first is over (the
+// caller then returns the error). It returns ctx's error if ctx ends.
+func askAgain(ctx context.Context, first time.Time, attempt int) (bool, error) {
+	if time.Since(first) >= noRespondersWindow {
+		return false, nil
+	}
+	if err := backoff(ctx, attempt); err != nil {
+		return false, err
+	}
+	return true, nil
+}
 
 // maxTransient bounds the retries of a write that the server refused for
 // a passing reason (too many open batches, a batch cut short).
@@ -73,16 +89,20 @@ func (s *Store) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
+	first := time.Now()
 	for attempt := 0; ; attempt++ {
 		seq, err := s.publishOnce(ctx, msgs)
-		if errors.Is(err, nats.ErrNoResponders) && attempt < maxNoResponders {
+		if noResponders(err) {
 			// Nothing stored: the stream's subjects are not known to this
 			// server yet (a stream just created through another node, or a
 			// leader being elected). Ask again shortly.
-			if err := backoff(ctx, attempt); err != nil {
-				return 0, err
+			again, werr := askAgain(ctx, first, attempt)
+			if werr != nil {
+				return 0, werr
 			}
-			continue
+			if again {
+				continue
+			}
 		}
 		var apiErr *jetstream.APIError
 		if err == nil || !errors.As(err, &apiErr) {
@@ -111,12 +131,24 @@ func (s *Store) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
 	}
 }
 
+// noResponders reports a write that no server took: core NATS's
+// ErrNoResponders from a plain request, or, from a JetStream publish,
+// jetstream.ErrNoStreamResponse, which is how nats.go reports no
+// responders to a publish (its own retries are turned off: publish does
+// them, for as long as noRespondersWindow). It is not a wrapper of
+// nats.ErrNoResponders, so both are checked: without the second, a write
+// to a stream this server has not learned yet failed ErrUnavailable after
+// half a second instead of being asked again.
+func noResponders(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
 // publishOnce makes one attempt of publish.
 func (s *Store) publishOnce(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
 	ctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	if len(msgs) == 1 {
-		ack, err := s.js.PublishMsg(ctx, msgs[0])
+		ack, err := s.js.PublishMsg(ctx, msgs[0], jetstream.WithRetryAttempts(0))
 		if err != nil {
 			return 0, s.publishErr(err)
 		}
@@ -141,7 +173,7 @@ func (s *Store) publishOnce(ctx context.Context, msgs []*nats.Msg) (uint64, erro
 		}
 		m.Header.Set(hdrBatchCommit, "1")
 	}
-	ack, err := s.js.PublishMsg(ctx, msgs[len(msgs)-1])
+	ack, err := s.js.PublishMsg(ctx, msgs[len(msgs)-1], jetstream.WithRetryAttempts(0))
 	if err != nil {
 		return 0, s.publishErr(err)
 	}

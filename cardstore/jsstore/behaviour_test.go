@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/jsstore"
@@ -376,5 +377,48 @@ func TestClosed(t *testing.T) {
 		if !errors.Is(err, cardstore.ErrClosed) {
 			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
 		}
+	}
+}
+
+// TestStreamAnswersLate: a write or read that no server answers at first
+// (the stream is not known to the connection's server yet, as right after
+// it was created through another node of a cluster) is asked again, and
+// succeeds once the stream answers, even after more than nats.go's own
+// half-second of publish retries. CI once failed TestConformanceR3 with
+// "no response from stream" on every racing claim this way.
+func TestStreamAnswersLate(t *testing.T) {
+	ns := startServer(t, "")
+	nc := connect(t, ns)
+	stream := newStream()
+	s := open(t, nc, jsstore.Config{Stream: stream})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := js.DeleteStream(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	recreated := make(chan error, 1)
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		_, err := js.CreateStream(ctx, jsstore.StreamConfig(stream, 1))
+		recreated <- err
+	}()
+
+	const p = "proj-late"
+	call := storetest.ToolCallCard(p, "turn-1", "call-1")
+	if err := s.Put(ctx, call); err != nil {
+		t.Fatalf("put while the stream is away for 1.5 s: %v", err)
+	}
+	if err := <-recreated; err != nil {
+		t.Fatal(err)
+	}
+	claim, err := s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: cardstore.ToolCallKey("turn-1", "call-1"), Holder: "w1", Lease: time.Minute})
+	if err != nil || claim.Token != 1 {
+		t.Fatalf("claim after the stream came back = %+v, %v", claim, err)
+	}
+	if got, err := s.Get(ctx, p, call.CardID); err != nil || got.CardID != call.CardID {
+		t.Fatalf("get after the stream came back = %v, %v", got, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -137,18 +138,23 @@ func (s *Store) direct(ctx context.Context, req directReq) (out []*msg, pending 
 		}
 		return []*msg{m}, 0, nil
 	}
+	first := time.Now()
 	for attempt := 0; ; attempt++ {
 		out, pending, err := s.batchGet(ctx, body)
-		if !errors.Is(err, nats.ErrNoResponders) || attempt >= maxNoResponders {
-			if err != nil {
-				return nil, 0, s.requestErr(err)
+		if errors.Is(err, nats.ErrNoResponders) {
+			// No stream answered (yet): see request.
+			again, werr := askAgain(ctx, first, attempt)
+			if werr != nil {
+				return nil, 0, werr
 			}
-			return out, pending, nil
+			if again {
+				continue
+			}
 		}
-		// No stream answered (yet): see request.
-		if err := backoff(ctx, attempt); err != nil {
-			return nil, 0, err
+		if err != nil {
+			return nil, 0, s.requestErr(err)
 		}
+		return out, pending, nil
 	}
 }
 
@@ -238,13 +244,18 @@ func (s *Store) leaderGet(ctx context.Context, req map[string]any) (*msg, error)
 // reply. No responders is retried briefly: a stream just created through
 // another server, or electing a leader, answers a moment later.
 func (s *Store) request(ctx context.Context, subj string, body []byte) (*nats.Msg, error) {
+	first := time.Now()
 	for attempt := 0; ; attempt++ {
 		reply, err := s.nc.RequestWithContext(ctx, subj, body)
-		if !errors.Is(err, nats.ErrNoResponders) || attempt >= maxNoResponders {
+		if !errors.Is(err, nats.ErrNoResponders) {
 			return reply, err
 		}
-		if err := backoff(ctx, attempt); err != nil {
-			return nil, err
+		again, werr := askAgain(ctx, first, attempt)
+		if werr != nil {
+			return nil, werr
+		}
+		if !again {
+			return reply, err
 		}
 	}
 }
