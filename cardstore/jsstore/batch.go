@@ -22,6 +22,7 @@ var errCAS = errors.New("jsstore: a record changed since it was read")
 
 // JetStream error codes the store reacts to.
 const (
+	errCodeNoPeers              = 10005 // no suitable peers for placement (stream create)
 	errCodeWrongLastSeq         = 10071
 	errCodeWrongLastSeqConstant = 10164 // replicated streams, and atomic batches touching a subject twice
 	errCodeMsgTooLarge          = 10054

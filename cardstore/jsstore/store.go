@@ -198,6 +198,11 @@ func (s *Store) ensureStream(ctx context.Context) error {
 		case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
 			errors.Is(err, nats.ErrNoResponders):
 			return fmt.Errorf("%w: no JetStream answered: %w (start nats-server with JetStream: -js, or jetstream {} in its configuration)", ErrUnsupported, err)
+		case s.cfg.Replicas > 1 && noPeers(err):
+			// Too few servers online for the replicas right now: a cluster
+			// still forming, or a peer that missed heartbeats on a loaded
+			// machine, as well as a cluster that is too small.
+			return fmt.Errorf("%w: create stream %s with %d replicas: %w (a replicated stream needs %d JetStream servers online in one cluster; retry once they are)", ErrUnavailable, s.cfg.Stream, s.cfg.Replicas, err, s.cfg.Replicas)
 		case s.cfg.Replicas > 1:
 			return fmt.Errorf("jsstore: create stream %s with %d replicas: %w (a replicated stream needs a JetStream cluster of at least %d servers)", s.cfg.Stream, s.cfg.Replicas, err, s.cfg.Replicas)
 		}
@@ -221,6 +226,13 @@ func (s *Store) ensureStream(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// noPeers reports JetStream's refusal to place a stream's replicas: not
+// enough servers online.
+func noPeers(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
 }
 
 // Close ends the Store: it waits for the methods running, and later calls
