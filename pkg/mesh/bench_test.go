@@ -38,6 +38,9 @@ import (
 //     NATS reply;
 //   - hop-default-sync: the same hop on a second server with JetStream's
 //     default sync (a flush every 2 minutes, no fsync before the ack);
+//   - js-publish: a JetStream publish (SyncAlways) and its PubAck alone, on
+//     one stream: the ceiling of the hop and of the round trip, which each
+//     store one message per call on one stream (see jsPublish);
 //
 // each at concurrency 1 and 64, and prints calls/s, p50, p99 and the ratios,
 // and, counted during the run: durable writes per call (bbolt commits of
@@ -110,15 +113,19 @@ func BenchmarkRoundTrip(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			results[name], costs[name] = naiveHop(b, m.NATS().NATS(), nc, filepath.Join(dir, fmt.Sprintf("hop-%d.db", c)), c, true)
 		})
+		name = fmt.Sprintf("js-publish/c=%d", c)
+		b.Run(name, func(b *testing.B) {
+			results[name], costs[name] = jsPublish(b, m.NATS().NATS(), nc, c)
+		})
 		name = fmt.Sprintf("hop-default-sync/c=%d", c)
 		b.Run(name, func(b *testing.B) {
 			results[name], costs[name] = naiveHop(b, def.NATS(), ncDef, filepath.Join(dir, fmt.Sprintf("hop-def-%d.db", c)), c, false)
 		})
 	}
-	if len(results) == 8 {
+	if len(results) == 10 {
 		fmt.Fprintf(os.Stdout, "\n%-22s %9s %10s %10s %13s %11s %11s\n", "round trip", "calls/s", "p50", "p99", "fsyncs/call", "msgs/call", "cpu/call")
 		for _, c := range []string{"1", "64"} {
-			for _, k := range []string{"nats-reqrep", "hop-default-sync", "naive-hop", "utp"} {
+			for _, k := range []string{"nats-reqrep", "js-publish", "hop-default-sync", "naive-hop", "utp"} {
 				k += "/c=" + c
 				s, co := results[k], costs[k]
 				fsyncs, msgs, cpu := "-", "-", "-"
@@ -132,8 +139,9 @@ func BenchmarkRoundTrip(b *testing.B) {
 		}
 		for _, c := range []string{"1", "64"} {
 			u, h := results["utp/c="+c], results["naive-hop/c="+c]
-			fmt.Fprintf(os.Stdout, "c=%s: utp/naive-hop throughput %.3f, p50 utp/naive-hop %.2f×, utp/nats-reqrep throughput %.3f\n", c,
-				u.rate/h.rate, float64(u.p50)/float64(h.p50), u.rate/results["nats-reqrep/c="+c].rate)
+			fmt.Fprintf(os.Stdout, "c=%s: utp/naive-hop throughput %.3f, p50 utp/naive-hop %.2f×, utp/nats-reqrep throughput %.3f, utp/js-publish %.3f, naive-hop/js-publish %.3f\n", c,
+				u.rate/h.rate, float64(u.p50)/float64(h.p50), u.rate/results["nats-reqrep/c="+c].rate,
+				u.rate/results["js-publish/c="+c].rate, h.rate/results["js-publish/c="+c].rate)
 		}
 	}
 }
@@ -258,6 +266,34 @@ func measure(b *testing.B, c int, op func() error) stats {
 	b.ReportMetric(float64(s.p50.Microseconds()), "p50-µs")
 	b.ReportMetric(float64(s.p99.Microseconds()), "p99-µs")
 	return s
+}
+
+// jsPublish measures the ceiling of anything that stores one message per
+// call on one stream: a JetStream publish with SyncAlways and its PubAck,
+// nothing else. The server stores and fsyncs a stream's messages one after
+// another, so both the naive hop (one message on its stream per call) and
+// the UTP round trip (one command on the command stream per call) are
+// bounded by this rate.
+func jsPublish(b *testing.B, ns *server.Server, nc *nats.Conn, c int) (stats, cost) {
+	ctx := context.Background()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	stream := fmt.Sprintf("bench_pub_%d", c)
+	subj := fmt.Sprintf("bench.pub.%d", c)
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subj}, Storage: jetstream.FileStorage}); err != nil {
+		b.Fatal(err)
+	}
+	defer js.DeleteStream(ctx, stream)
+	meter := &costMeter{ns: ns}
+	before := meter.read(b)
+	payload := []byte(`{"i":1}`)
+	st := measure(b, c, func() error {
+		_, err := js.Publish(ctx, subj, payload)
+		return err
+	})
+	return st, meter.read(b).since(before, b.N)
 }
 
 // naiveHop is the reference durable hop: JetStream publish → pull consumer →
