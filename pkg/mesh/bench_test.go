@@ -268,6 +268,22 @@ func measure(b *testing.B, c int, op func() error) stats {
 	return s
 }
 
+// benchStream creates a file stream on subj for one benchmark row,
+// deleted when the row ends.
+func benchStream(b *testing.B, nc *nats.Conn, name, subj string) (jetstream.JetStream, jetstream.Stream) {
+	b.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := js.CreateOrUpdateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{subj}, Storage: jetstream.FileStorage})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	return js, s
+}
+
 // jsPublish measures the ceiling of anything that stores one message per
 // call on one stream: a JetStream publish with SyncAlways and its PubAck,
 // nothing else. The server stores and fsyncs a stream's messages one after
@@ -276,16 +292,8 @@ func measure(b *testing.B, c int, op func() error) stats {
 // bounded by this rate.
 func jsPublish(b *testing.B, ns *server.Server, nc *nats.Conn, c int) (stats, cost) {
 	ctx := context.Background()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	stream := fmt.Sprintf("bench_pub_%d", c)
 	subj := fmt.Sprintf("bench.pub.%d", c)
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subj}, Storage: jetstream.FileStorage}); err != nil {
-		b.Fatal(err)
-	}
-	defer js.DeleteStream(ctx, stream)
+	js, _ := benchStream(b, nc, fmt.Sprintf("bench_pub_%d", c), subj)
 	meter := &costMeter{ns: ns}
 	before := meter.read(b)
 	payload := []byte(`{"i":1}`)
@@ -301,17 +309,8 @@ func jsPublish(b *testing.B, ns *server.Server, nc *nats.Conn, c int) (stats, co
 // syncAlways says whether the server fsyncs every stored message.
 func naiveHop(b *testing.B, ns *server.Server, nc *nats.Conn, path string, c int, syncAlways bool) (stats, cost) {
 	ctx := context.Background()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	stream := fmt.Sprintf("bench_hop_%d", c)
 	subj := fmt.Sprintf("bench.hop.%d", c)
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subj}, Storage: jetstream.FileStorage})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer js.DeleteStream(ctx, stream)
+	js, s := benchStream(b, nc, fmt.Sprintf("bench_hop_%d", c), subj)
 	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "hop", AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		b.Fatal(err)
