@@ -315,7 +315,15 @@ func (j *job) finish(res Result, herr error, cause error, callCard *card.Card) {
 		case errors.Is(cause, errShutdown):
 			j.fail(card.StatusCanceled, card.CodeCanceled, "the worker shut down before the call finished", nil, callCard)
 		case errors.Is(cause, errClaimLost):
-			j.fail(card.StatusFailed, card.CodeInternalError, "this worker lost its claim on the call (it was too slow to renew); another worker owns it", nil, callCard)
+			// The call is the new holder's: its result is the call's one
+			// result. Writing one here would race it (and win on a local
+			// CardStore, which does not fence Put; a remote one refuses it,
+			// claim_lost). Leave the command for redelivery, which finds
+			// the claim held, then the new holder's result.
+			j.claimed = false
+			j.r.log.Warn("this execution lost its claim (it could not renew it in time); another worker owns the call now",
+				append(j.logAttrs(), "holder", j.holder)...)
+			_ = j.msg.NakWithDelay(transientDelay)
 		case errors.Is(cause, context.DeadlineExceeded):
 			j.fail(card.StatusTimeout, card.CodeToolTimeout, fmt.Sprintf("tool %s did not finish within its timeout of %v", j.tool.Name, j.timeout), nil, callCard)
 		case errors.As(herr, &ce):

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -60,6 +61,13 @@ func newHarness(t *testing.T, cfg worker.Config, tools ...worker.Tool) *harness 
 // size limit).
 func newHarnessStore(t *testing.T, cfg worker.Config, storeOpts []boltstore.Option, tools ...worker.Tool) *harness {
 	t.Helper()
+	return newHarnessWrapped(t, cfg, storeOpts, nil, tools...)
+}
+
+// newHarnessWrapped is newHarnessStore whose worker sees the CardStore
+// through wrap (nil: as it is), e.g. to stall or count its requests.
+func newHarnessWrapped(t *testing.T, cfg worker.Config, storeOpts []boltstore.Option, wrap func(*boltstore.Store) cardstore.Store, tools ...worker.Tool) *harness {
+	t.Helper()
 	srv := meshtest.NATS(t)
 	nc := meshtest.Conn(t, srv)
 	js, err := jetstream.New(nc)
@@ -90,6 +98,9 @@ func newHarnessStore(t *testing.T, cfg worker.Config, storeOpts []boltstore.Opti
 		t.Fatal(err)
 	}
 	cfg.Store, cfg.Registry = st, reg
+	if wrap != nil {
+		cfg.Store = wrap(st)
+	}
 	if cfg.Projects == nil {
 		cfg.Projects = []string{project}
 	}
