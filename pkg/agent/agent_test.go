@@ -602,3 +602,37 @@ func TestCallRemadeAfterItFinished(t *testing.T) {
 			again.ResultCard.CardID, again.Wakeup.InboxID, first.ResultCard.CardID, first.Wakeup.InboxID)
 	}
 }
+
+// TestCallRemadeAtNewEpoch: a runtime that restarts, declares a new epoch
+// and re-makes a call that is still running gets its result, although the
+// result lands as a stale entry (reported at the old epoch) that wakes no
+// one: the re-made command is a duplicate JetStream drops, so only the
+// inbox can answer, and a re-made call polls it for an entry in any state.
+// It used to poll pending entries only and wait until its ctx ended.
+func TestCallRemadeAtNewEpoch(t *testing.T) {
+	e := startMesh(t)
+	c := e.client(t, "agent-epoch")
+	ctx := ctxT(t)
+	req := agent.CallRequest{ToolName: echo.Name, AgentTurnID: "turn-e", ToolCallID: "call-e", TurnEpoch: 0,
+		Arguments: json.RawMessage(`{"sleep_ms":1000}`)}
+	if _, err := c.Dispatch(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	// The "restart": a new epoch, and the same call again, made at it.
+	if h, err := c.SetEpoch(ctx, "turn-e", 1); err != nil || h != 1 {
+		t.Fatalf("SetEpoch = %d, %v", h, err)
+	}
+	req.TurnEpoch = 1
+	out, err := c.Call(ctx, req)
+	if err != nil {
+		t.Fatalf("re-made call at the new epoch: %v", err)
+	}
+	if out.Result.Status != card.StatusSuccess || out.Wakeup.TurnEpoch != 0 {
+		t.Fatalf("outcome: status %s, entry epoch %d; want success from the epoch-0 execution", out.Result.Status, out.Wakeup.TurnEpoch)
+	}
+	jsonEqual(t, out.Result.Result, json.RawMessage(`{"sleep_ms":1000}`))
+	entry, err := e.m.Inbox().Get(ctx, project, out.Wakeup.InboxID)
+	if err != nil || entry.State != inbox.StateStale {
+		t.Fatalf("the call's entry = %+v, %v; want it stale (reported at epoch 0 after epoch 1 was declared)", entry, err)
+	}
+}

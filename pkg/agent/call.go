@@ -364,12 +364,18 @@ func (c *Client) send(ctx context.Context, p *prepared) error {
 // inbox every PollInterval (a wakeup that a reconnect swallowed). A call
 // with a fresh id needs no first read: the waiter was registered before
 // the command was sent, so its wakeup cannot pass by.
+//
+// A re-made call (checkFirst) accepts an entry in any state, at the first
+// read and at every poll: its command may be a duplicate JetStream drops
+// and its result an entry that wakes no one — acked long ago, or stale
+// because it was reported at the epoch before a restart while this call
+// is made at the new one. A first read that failed is made good by the
+// polls for the same reason.
 func (c *Client) await(ctx context.Context, pd Pending, w *waiter, checkFirst bool) (utp.Wakeup, error) {
+	poll := inbox.StatePending
 	if checkFirst {
-		// A re-made call may have finished long ago (its entry acked, its
-		// command now a duplicate JetStream drops): any entry of the call
-		// answers it.
-		if wk, ok := c.checkInboxState(ctx, pd, inbox.StateAll); ok {
+		poll = inbox.StateAll
+		if wk, ok := c.checkInboxState(ctx, pd, poll); ok {
 			return wk, nil
 		}
 	}
@@ -384,7 +390,7 @@ func (c *Client) await(ctx context.Context, pd Pending, w *waiter, checkFirst bo
 		case wk := <-w.ch:
 			return wk, nil
 		case <-tick:
-			if wk, ok := c.checkInbox(ctx, pd); ok {
+			if wk, ok := c.checkInboxState(ctx, pd, poll); ok {
 				return wk, nil
 			}
 		case <-ctx.Done():
@@ -395,13 +401,9 @@ func (c *Client) await(ctx context.Context, pd Pending, w *waiter, checkFirst bo
 	}
 }
 
-// checkInbox looks for the call's pending inbox entry. Errors are logged
-// and treated as "not yet": the subscription and the next poll go on.
-func (c *Client) checkInbox(ctx context.Context, pd Pending) (utp.Wakeup, bool) {
-	return c.checkInboxState(ctx, pd, inbox.StatePending)
-}
-
-// checkInboxState looks for the call's inbox entry in state st.
+// checkInboxState looks for the call's inbox entry in state st. Errors
+// are logged and treated as "not yet": the subscription and the next poll
+// go on.
 func (c *Client) checkInboxState(ctx context.Context, pd Pending, st inbox.State) (utp.Wakeup, bool) {
 	entries, err := c.turnEntries(ctx, pd.AgentTurnID, st)
 	if err != nil {

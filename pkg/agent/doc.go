@@ -134,11 +134,12 @@
 //     restart, call SetEpoch with the new epoch and dispatch with it:
 //     results of older epochs then arrive stale and wake no one, and the
 //     turn's pending entries of older epochs turn stale. A Call made with
-//     an epoch older than the turn's highest waits until its ctx ends.
+//     a new tool_call_id at an epoch older than the turn's highest waits
+//     until its ctx ends (its result is stale and wakes no one).
 //   - Re-using a tool_call_id is idempotent: the worker answers with the
-//     existing result, and Call finds it in the inbox if its entry is still
-//     pending. If that entry was already acknowledged no new wakeup comes
-//     and Call waits until ctx ends; read such a result with Resume.
+//     existing result, and Call finds the call's inbox entry in any state
+//     (pending, acked, or stale because it was reported at the epoch
+//     before a restart), at once or at its next poll (PollInterval).
 //   - Nats-Msg-Id is de-duplicated per stream, and the command stream
 //     spans every project and channel of the version: the id hashes the
 //     length-prefixed (project, turn, call), so two different calls never
