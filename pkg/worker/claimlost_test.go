@@ -52,13 +52,28 @@ func (s *stallingStore) Put(ctx context.Context, cards ...*card.Card) error {
 }
 
 // TestClaimLostWritesNoResult: an execution whose claim another holder
-// took over (its renewals stalled past the lease) stops its handler and
-// writes no result, on a local CardStore as on a remote one (where the
+// took over (its renewals stalled past the lease) cancels its handler and
+// writes no result, whatever the handler then returns, on a local CardStore as on a remote one (where the
 // result would be refused, claim_lost): the call is the new holder's, and
 // the new holder's result is its one result. The stale execution used to
 // write a failed "lost its claim" result, which won the call on a local
 // store although the new holder was running it.
 func TestClaimLostWritesNoResult(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// end is what the handler returns once its context is canceled.
+		end func(ctx context.Context) (worker.Result, error)
+	}{
+		{"handler stops", func(ctx context.Context) (worker.Result, error) { return worker.Result{}, ctx.Err() }},
+		{"handler ignores the cancel and succeeds", func(context.Context) (worker.Result, error) {
+			return worker.Result{Value: map[string]string{"by": "stale"}}, nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testClaimLost(t, tc.end) })
+	}
+}
+
+func testClaimLost(t *testing.T, end func(ctx context.Context) (worker.Result, error)) {
 	const lease = 300 * time.Millisecond
 	started := make(chan struct{}, 4)
 	stopped := make(chan error, 4)
@@ -66,7 +81,7 @@ func TestClaimLostWritesNoResult(t *testing.T) {
 		started <- struct{}{}
 		<-ctx.Done()
 		stopped <- context.Cause(ctx)
-		return worker.Result{}, ctx.Err()
+		return end(ctx)
 	}}
 	var st *stallingStore
 	h := newHarnessWrapped(t, worker.Config{ClaimLease: lease, AckWait: 10 * time.Second}, nil,
@@ -146,5 +161,63 @@ func TestClaimLostWritesNoResult(t *testing.T) {
 	}
 	if got, err := st.Store.FindToolResult(context.Background(), project, c.turn, c.id); err != nil || got.CardID != res.CardID {
 		t.Fatalf("the call's result = %v, %v; want the new holder's %s", got, err, res.CardID)
+	}
+}
+
+// flakyResultStore fails the worker's first tool.result write (as a
+// CardStore that is briefly unavailable would) and reports every Release.
+type flakyResultStore struct {
+	*boltstore.Store
+	failed   atomic.Bool
+	releases chan string // keys of the worker's Release calls
+}
+
+func (s *flakyResultStore) Put(ctx context.Context, cards ...*card.Card) error {
+	for _, c := range cards {
+		if c.Type == card.TypeToolResult && s.failed.CompareAndSwap(false, true) {
+			return errors.New("cardstore briefly unavailable")
+		}
+	}
+	return s.Store.Put(ctx, cards...)
+}
+
+func (s *flakyResultStore) Release(ctx context.Context, projectID, key, holder string) error {
+	select {
+	case s.releases <- key:
+	default:
+	}
+	return s.Store.Release(ctx, projectID, key, holder)
+}
+
+// TestMalformedCommandRetryReleasesClaim: a malformed but routable command
+// is ended with a bad_request result under a claim; when writing that
+// result fails for a passing reason, the worker gives the claim back
+// before the retry (§7.4), so the redelivery neither waits out the lease
+// nor counts as a take-over. It used to keep the claim.
+func TestMalformedCommandRetryReleasesClaim(t *testing.T) {
+	var st *flakyResultStore
+	h := newHarnessWrapped(t, worker.Config{}, nil, func(b *boltstore.Store) cardstore.Store {
+		st = &flakyResultStore{Store: b, releases: make(chan string, 8)}
+		return st
+	})
+	c := h.writeCall("echo", `{}`)
+	cmd := c.command("echo")
+	cmd["after_execution"] = "pause" // routable, malformed: a bad_request result
+	h.publish(toolSubject("echo"), cmd, nil)
+
+	select {
+	case key := <-st.releases:
+		if want := cardstore.ToolCallKey(c.turn, c.id); key != want {
+			t.Fatalf("released %q, want %q", key, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the claim was not given back after the failed result write")
+	}
+	rep, _ := h.awaitReport(c.id)
+	if _, tr := h.result(rep); tr.Error == nil || tr.Error.Code != card.CodeBadRequest {
+		t.Fatalf("result after the retry: %+v", tr)
+	}
+	if s := h.rt.Stats()["echo"]; s.ClaimTakeovers != 0 {
+		t.Fatalf("claim take-overs = %d, want 0 (nothing died)", s.ClaimTakeovers)
 	}
 }

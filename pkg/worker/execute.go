@@ -304,6 +304,19 @@ func (j *job) invoke(ctx context.Context, c *Call) (res Result, err error) {
 
 // finish maps the handler's outcome to a tool.result card and reports it.
 func (j *job) finish(res Result, herr error, cause error, callCard *card.Card) {
+	if errors.Is(cause, errClaimLost) {
+		// The call is the new holder's: its result is the call's one
+		// result. Writing one here — a failure, or what a handler that
+		// ignored the cancel returned — would race it (and win on a local
+		// CardStore, which does not fence Put; a remote one refuses it,
+		// claim_lost). Leave the command for redelivery, which finds the
+		// claim held, then the new holder's result.
+		j.claimed = false
+		j.r.log.Warn("this execution lost its claim (it could not renew it in time); another worker owns the call now",
+			append(j.logAttrs(), "holder", j.holder, "handler_err", herr)...)
+		_ = j.msg.NakWithDelay(transientDelay)
+		return
+	}
 	if herr == nil && errors.Is(cause, context.DeadlineExceeded) {
 		herr = cause // the handler ignored its deadline: the call timed out
 	}
@@ -314,16 +327,6 @@ func (j *job) finish(res Result, herr error, cause error, callCard *card.Card) {
 			j.fail(card.StatusCanceled, card.CodeCanceled, "the call was canceled by cancel_tool_call", nil, callCard)
 		case errors.Is(cause, errShutdown):
 			j.fail(card.StatusCanceled, card.CodeCanceled, "the worker shut down before the call finished", nil, callCard)
-		case errors.Is(cause, errClaimLost):
-			// The call is the new holder's: its result is the call's one
-			// result. Writing one here would race it (and win on a local
-			// CardStore, which does not fence Put; a remote one refuses it,
-			// claim_lost). Leave the command for redelivery, which finds
-			// the claim held, then the new holder's result.
-			j.claimed = false
-			j.r.log.Warn("this execution lost its claim (it could not renew it in time); another worker owns the call now",
-				append(j.logAttrs(), "holder", j.holder)...)
-			_ = j.msg.NakWithDelay(transientDelay)
 		case errors.Is(cause, context.DeadlineExceeded):
 			j.fail(card.StatusTimeout, card.CodeToolTimeout, fmt.Sprintf("tool %s did not finish within its timeout of %v", j.tool.Name, j.timeout), nil, callCard)
 		case errors.As(herr, &ce):
@@ -373,9 +376,10 @@ func (j *job) refuse(msg string) {
 		return
 	}
 	// The command's tool_call_card_id may be what is malformed: read no card.
+	j.holder = fmt.Sprintf("%s/%d", j.r.cfg.InstanceID, j.r.jobSeq.Add(1))
 	started, err := st.StartCall(ctx, cardstore.StartCallRequest{
 		ProjectID: j.subj.Project, AgentTurnID: j.cmd.AgentTurnID, ToolCallID: j.cmd.ToolCallID,
-		Holder: fmt.Sprintf("%s/%d", j.r.cfg.InstanceID, j.r.jobSeq.Add(1)), Lease: j.r.cfg.ClaimLease,
+		Holder: j.holder, Lease: j.r.cfg.ClaimLease,
 	})
 	switch {
 	case err == nil && started.Result != nil:
@@ -391,6 +395,10 @@ func (j *job) refuse(msg string) {
 		j.retryLater("start call", err)
 		return
 	}
+	// This execution holds the claim now: a transient failure writing the
+	// result gives it back (retryLater), so the next delivery neither
+	// waits out the lease nor counts as a take-over.
+	j.claimed = true
 	j.fail(card.StatusFailed, card.CodeBadRequest, msg, nil, nil)
 }
 
