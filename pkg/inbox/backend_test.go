@@ -145,6 +145,45 @@ func runBackendSuite(t *testing.T, newBackend backendFactory) {
 		}
 	})
 
+	t.Run("a lazy ack counts once", func(t *testing.T) {
+		b := newBackend(t)
+		e, _, err := b.insert("p1", "c1", rep("turn-l", "call-1", 0), "")
+		must(t, err)
+		now := time.Now()
+		for i, want := range []int{1, 0} {
+			n, err := b.ackLater("p1", []string{e.InboxID}, now, nil)
+			must(t, err)
+			if n != want {
+				t.Fatalf("lazy ack %d of one entry = %d, want %d (only the first finds it pending)", i+1, n, want)
+			}
+		}
+		if n, err := b.ack("p1", []string{e.InboxID}, now); err != nil || n != 0 {
+			t.Fatalf("ack after the lazy ack = %d, %v; want 0", n, err)
+		}
+	})
+
+	t.Run("a duplicate does not raise the epoch", func(t *testing.T) {
+		b := newBackend(t)
+		first, out, err := b.insert("p1", "c1", rep("turn-d", "call-1", 1), "")
+		must(t, err)
+		if out != outcomeNew {
+			t.Fatalf("first report: %v", out)
+		}
+		// The same call reported again at a higher epoch (a re-made call's
+		// worker re-reports the existing result with the new command's
+		// epoch): a duplicate, whatever its epoch.
+		dup, out, err := b.insert("p1", "c1", rep("turn-d", "call-1", 5), "")
+		must(t, err)
+		if out != outcomeDuplicate || dup.InboxID != first.InboxID {
+			t.Fatalf("duplicate at epoch 5: %v, %s; want the first entry %s", out, dup.InboxID, first.InboxID)
+		}
+		e, out, err := b.insert("p1", "c1", rep("turn-d", "call-2", 2), "")
+		must(t, err)
+		if out != outcomeNew || e.State != StatePending {
+			t.Fatalf("report at epoch 2 after a duplicate at 5: %v, %s; want a new pending entry (the turn's epoch is 1)", out, e.State)
+		}
+	})
+
 	t.Run("ack all or none", func(t *testing.T) {
 		b := newBackend(t)
 		e1, _, _ := b.insert("p1", "c1", rep("turn-1", "call-1", 0), "")

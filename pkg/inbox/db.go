@@ -441,6 +441,9 @@ func (d *db) ackLater(project string, ids []string, now time.Time, done func(err
 				missing = append(missing, id)
 				continue
 			}
+			// An entry acked lazily a moment ago is acked already: a
+			// second ack of it changes nothing and does not count.
+			d.overlay(project, &r.Entry)
 			if r.State == StatePending {
 				n++
 			}
@@ -525,9 +528,9 @@ func listIDs(ids []string) string {
 }
 
 // setEpoch raises the turn's highest epoch and turns the turn's pending
-// entries of older epochs stale, keeping the invariant that no pending entry
-// is older than its turn's highest epoch. It returns the highest epoch and
-// the entries it made stale.
+// entries of older epochs stale, so that after it no pending entry of the
+// turn is older than epoch. It returns the highest epoch and the entries it
+// made stale.
 func (d *db) setEpoch(project, turn string, epoch int64) (int64, []Entry, error) {
 	var (
 		highest int64

@@ -77,12 +77,14 @@
 // # Epochs and staleness
 //
 // The inbox keeps the highest turn_epoch seen per (project, agent_turn_id),
-// raised by every accepted report and by the svc operation "set_epoch",
-// which an agent runtime calls when it starts a new epoch of a turn (after a
-// restart, say). Epochs never go down. A report with an epoch lower than the
-// highest is stored stale and wakes no one; raising the epoch also turns the
-// turn's pending entries of older epochs stale, so no pending entry is ever
-// older than its turn's highest epoch.
+// raised by the report of every new entry (not by a duplicate's, whatever
+// its epoch) and by the svc operation "set_epoch", which an agent runtime
+// calls when it starts a new epoch of a turn (after a restart, say).
+// Epochs never go down. A report with an epoch lower than the highest is
+// stored stale and wakes no one. set_epoch also turns the turn's pending
+// entries of older epochs stale; a report that raises the epoch changes no
+// other entry, so a runtime declares a new epoch with set_epoch before it
+// dispatches at it.
 //
 // # De-duplication
 //

@@ -220,15 +220,6 @@ func (b *kvBackend) insert(project, channel string, rep *utp.Report, traceparent
 	turnTok := hashToken(project, rep.AgentTurnID)
 	callKey := "c." + project + "." + hashToken(project, rep.AgentTurnID, rep.ToolCallID)
 
-	// The epoch first: a report never lowers it.
-	highest, seen, err := b.raiseEpoch(ctx, project, turnTok, rep.TurnEpoch)
-	if err != nil {
-		return nil, 0, err
-	}
-	state := StatePending
-	if seen && rep.TurnEpoch < highest {
-		state = StateStale
-	}
 	id := card.NewID()
 	if _, err := b.kv.Create(ctx, callKey, []byte(id)); err != nil {
 		if !isConflict(err) {
@@ -247,11 +238,29 @@ func (b *kvBackend) insert(project, channel string, rep *utp.Report, traceparent
 			if err := b.index(ctx, r); err != nil {
 				return nil, 0, err
 			}
+			if r.State == StatePending {
+				// An ack (or set_epoch) between the read and index deleted
+				// the pending key index just wrote back: take it out again.
+				if now, _, err := b.getRecord(ctx, project, existing); err == nil && now != nil && now.State != StatePending {
+					_ = b.kv.Delete(ctx, pendingKey(r))
+				}
+			}
 			return &r.Entry, outcomeDuplicate, nil
 		}
 		// The first insert stopped after the dedupe key: finish it with
 		// the id it chose.
 		id = existing
+	}
+	// The epoch after the dedupe, as in the bbolt file: the report of a new
+	// entry raises it (never lowers it); a duplicate's does not, whatever
+	// its epoch (§9.2).
+	highest, seen, err := b.raiseEpoch(ctx, project, turnTok, rep.TurnEpoch)
+	if err != nil {
+		return nil, 0, err
+	}
+	state := StatePending
+	if seen && rep.TurnEpoch < highest {
+		state = StateStale
 	}
 	now := time.Now().UTC()
 	r := &record{Entry: Entry{
