@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,10 @@ type Cluster struct {
 	t     testing.TB
 	nodes []*node
 	proc  bool // nodes are processes (StartProcessCluster)
+	// base holds every node's directory. It is made before the cleanup
+	// that stops the nodes is registered, so (cleanups run last-in first-
+	// out) it is removed only after every node has stopped writing to it.
+	base string
 }
 
 // node is one member: its fixed configuration and what runs it now.
@@ -96,7 +101,7 @@ func startCluster(t testing.TB, n int, proc bool) *Cluster {
 	if n < embednats.MinClusterSize || n > 5 {
 		t.Fatalf("meshtest: a test cluster has 3 to 5 nodes, not %d (JetStream needs 3 for a quorum; an R5 stream bounds the formation check)", n)
 	}
-	c := &Cluster{t: t, proc: proc}
+	c := &Cluster{t: t, proc: proc, base: t.TempDir()}
 	t.Cleanup(c.stopAll)
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
@@ -129,7 +134,7 @@ func (c *Cluster) startNodes(n int) error {
 	c.nodes = make([]*node, n)
 	for i := range c.nodes {
 		c.nodes[i] = &node{spec: nodeSpec{
-			Name: NodeName(i), Dir: c.t.TempDir(), ClientPort: ports[i], RoutePort: ports[n+i], Routes: routes,
+			Name: NodeName(i), Dir: c.nodeDir(NodeName(i)), ClientPort: ports[i], RoutePort: ports[n+i], Routes: routes,
 		}}
 	}
 	errs := make([]error, n)
@@ -140,6 +145,18 @@ func (c *Cluster) startNodes(n int) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// nodeDir makes a new directory for a node's store under c.base. A
+// node's own t.TempDir would be removed before the cluster's cleanup
+// stops the node (TempDir registers its removal when first called, after
+// that cleanup), racing the server's last writes: "directory not empty".
+func (c *Cluster) nodeDir(name string) string {
+	dir, err := os.MkdirTemp(c.base, name+"-")
+	if err != nil {
+		c.t.Fatalf("meshtest: node directory: %v", err)
+	}
+	return dir
 }
 
 // freePorts returns n distinct loopback ports that were free a moment ago.
@@ -492,7 +509,7 @@ func (c *Cluster) AddNode() int {
 	i := len(c.nodes)
 	routes := append(slices.Clone(c.nodes[i-1].spec.Routes), "nats-route://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])))
 	c.nodes = append(c.nodes, &node{spec: nodeSpec{
-		Name: NodeName(i), Dir: c.t.TempDir(), ClientPort: ports[0], RoutePort: ports[1], Routes: routes,
+		Name: NodeName(i), Dir: c.nodeDir(NodeName(i)), ClientPort: ports[0], RoutePort: ports[1], Routes: routes,
 	}})
 	if err := c.start(i); err != nil {
 		c.t.Fatalf("meshtest: add node: %v", err)
