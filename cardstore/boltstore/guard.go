@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -121,9 +120,12 @@ func (s *Store) checkCallTool(ctx context.Context, projectID, turn, call, tool s
 }
 
 // FindToolCall returns the tool.call card of (agent_turn_id, tool_call_id)
-// in the project, the latest one written if there are several, or an
-// error wrapping cardstore.ErrNotFound. It reads the turn's cards newest
-// first, so it costs a few card reads for a recent call.
+// in the project, the first one written if there are several, or an error
+// wrapping cardstore.ErrNotFound. The first card is the one the call's
+// agent wrote before publishing the command; a later one (a re-dispatch,
+// or a card another tool's worker wrote to take the call over) does not
+// change which tool the call is. It reads the turn's cards oldest first,
+// up to the call's first card, and checks ctx between cards.
 func (s *Store) FindToolCall(ctx context.Context, projectID, agentTurnID, toolCallID string) (*card.Card, error) {
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
@@ -138,14 +140,12 @@ func (s *Store) FindToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 	var found *card.Card
 	err := s.view(func(b *buckets) error {
 		cur := b.turns.Cursor()
-		end := turnKey(prefix, math.MaxUint64)
-		k, v := cur.Seek(end)
-		if k == nil || !bytes.Equal(k, end) {
-			k, v = cur.Prev()
-		}
-		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = cur.Prev() {
+		for k, v := cur.Seek(turnKey(prefix, 0)); k != nil && bytes.HasPrefix(k, prefix); k, v = cur.Next() {
 			if len(k) != len(prefix)+8 {
 				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return err
 			}
 			data := b.cards.Get(cardKey(projectID, string(v)))
 			if data == nil || !bytes.Contains(data, []byte(card.TypeToolCall)) {

@@ -94,9 +94,11 @@ func (s *Store) checkCallTool(ctx context.Context, projectID, turn, call, tool s
 }
 
 // FindToolCall returns the tool.call card of (agent_turn_id, tool_call_id)
-// in the project, the latest one written if there are several, or an
-// error wrapping cardstore.ErrNotFound. The stream has no reverse scan:
-// it reads the whole turn, oldest first, so its cost grows with the turn.
+// in the project, the first one written if there are several, or an error
+// wrapping cardstore.ErrNotFound, as boltstore's: a later card (a
+// re-dispatch, or one another tool's worker wrote to take the call over)
+// does not change which tool the call is. It reads the turn oldest first
+// up to the call's first card, so its cost grows with the turn.
 func (s *Store) FindToolCall(ctx context.Context, projectID, agentTurnID, toolCallID string) (*card.Card, error) {
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
@@ -117,7 +119,6 @@ func (s *Store) FindToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 
 // findToolCall is FindToolCall after its checks.
 func (s *Store) findToolCall(ctx context.Context, projectID, agentTurnID, toolCallID string) (*card.Card, error) {
-	var found *card.Card
 	req := cardstore.ListTurnRequest{ProjectID: projectID, AgentTurnID: agentTurnID, Limit: cardstore.MaxPage}
 	for {
 		page, err := s.listTurn(ctx, req, cardstore.MaxPage)
@@ -126,7 +127,7 @@ func (s *Store) findToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 		}
 		for _, c := range page.Cards {
 			if c.Type == card.TypeToolCall && c.ToolCallID == toolCallID {
-				found = c
+				return c, nil // the first written: see FindToolCall
 			}
 		}
 		if page.Next == 0 {
@@ -134,8 +135,5 @@ func (s *Store) findToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 		}
 		req.After = page.Next
 	}
-	if found == nil {
-		return nil, fmt.Errorf("%w: no tool.call card for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, agentTurnID, toolCallID, projectID)
-	}
-	return found, nil
+	return nil, fmt.Errorf("%w: no tool.call card for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, agentTurnID, toolCallID, projectID)
 }

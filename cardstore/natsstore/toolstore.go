@@ -53,8 +53,8 @@ func (g genericTools) findCall(ctx context.Context, project, turn, call string) 
 	if err != nil {
 		return nil, err
 	}
-	for i := len(cards) - 1; i >= 0; i-- {
-		if c := cards[i]; c.Type == card.TypeToolCall && c.ToolCallID == call {
+	for _, c := range cards { // the first written, as the stores' FindToolCall
+		if c.Type == card.TypeToolCall && c.ToolCallID == call {
 			return c, nil
 		}
 	}

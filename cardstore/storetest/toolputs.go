@@ -261,3 +261,30 @@ func testTakeOverRacesPut(t *testing.T, s ToolStore) {
 		})
 	}
 }
+
+// testLaterCallCard: a second tool.call card of a call, written after the
+// first and naming another tool (as a worker of that tool could, with a
+// plain put, to take the call over), does not move the call to that tool:
+// the tool checks read the call's first card, the one its agent wrote
+// before publishing the command. The first tool keeps the call.
+func testLaterCallCard(t *testing.T, s ToolStore) {
+	const p = "proj-latercard"
+	ctx := t.Context()
+	first := callOf(p, "t1", "c1", toolBName) // the agent's: tool B
+	mustPut(t, s, first)
+	mustPut(t, s, callOf(p, "t1", "c1", toolName)) // later: tool A
+	start := func(tool, holder string) (*cardstore.StartCallResult, error) {
+		return s.StartCallTool(ctx, cardstore.StartCallRequest{ProjectID: p, AgentTurnID: "t1", ToolCallID: "c1", Holder: holder, Lease: lease}, tool)
+	}
+	_, err := start(toolA, "wa")
+	wantErr(t, "start by the tool of the later card", err, cardstore.ErrForbidden)
+	_, err = s.ClaimTool(ctx, cardstore.ClaimRequest{ProjectID: p, Key: cardstore.ToolCallKey("t1", "c1"), Holder: "wa", Lease: lease}, toolA)
+	wantErr(t, "claim by the tool of the later card", err, cardstore.ErrForbidden)
+	res, err := start(toolB, "wb")
+	wantClaim(t, "start by the tool of the first card", res, err, p, "t1", "c1", "wb", 1, "")
+	wantErr(t, "result of the later card's tool",
+		s.PutToolResult(ctx, toolA, "wb", res.Claim.Token, resultOf(p, "t1", "c1", toolName)), cardstore.ErrForbidden)
+	if err := s.PutToolResult(ctx, toolB, "wb", res.Claim.Token, resultOf(p, "t1", "c1", toolBName)); err != nil {
+		t.Fatalf("result of the first card's tool: %v", err)
+	}
+}

@@ -43,6 +43,7 @@ func RunTools(t *testing.T, newStore func(t *testing.T) ToolStore) {
 		{"PutToolResultTakenOver", testPutToolResultTakenOver},
 		{"StartCallTool", testStartCallTool},
 		{"TakeOverRacesPut", testTakeOverRacesPut},
+		{"LaterCallCard", testLaterCallCard},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
