@@ -570,3 +570,34 @@ func TestCallStillRunning(t *testing.T) {
 		t.Fatalf("the call's result: %v, %+v", err, out)
 	}
 }
+
+// TestInvalidHeaderAnnotationSkipped: a registry entry whose parameters
+// carry an x-mcp-header annotation MCP refuses (here on a property with no
+// type) is left out of the tool list and logged; the bridge goes on
+// serving the other tools. mcp-go panics on such a tool, which used to take
+// the bridge down at every start while the entry was registered.
+func TestInvalidHeaderAnnotationSkipped(t *testing.T) {
+	f := startMesh(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := f.m.Registry().Get(ctx, "demo", "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := *e
+	bad.ToolName = "echo_bad_header"
+	bad.Parameters = json.RawMessage(`{"type":"object","properties":{"q":{"x-mcp-header":"Q"}}}`)
+	if _, err := f.m.Registry().Put(ctx, &bad); err != nil {
+		t.Fatal(err)
+	}
+	each(t, func(t *testing.T, tr transport, ver string) {
+		cs, _ := f.connect(t, tr, ver, f.demo, nil)
+		names := toolNames(t, cs)
+		if _, ok := names["echo"]; !ok {
+			t.Fatalf("echo is not listed beside the invalid entry: %v", names)
+		}
+		if _, ok := names["echo_bad_header"]; ok {
+			t.Fatal("the entry with an invalid x-mcp-header annotation is listed")
+		}
+	})
+}

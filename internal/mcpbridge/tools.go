@@ -58,10 +58,28 @@ func (b *Bridge) syncTools(ctx context.Context) {
 	b.tools = make(map[string]string, len(entries))
 	b.async = map[string]bool{}
 	for _, e := range entries {
-		tools = append(tools, server.ServerTool{Tool: toolOf(e), Handler: b.handleCall})
+		// Recorded even when skipped below, so an unchanged registry is
+		// not synced (and announced) again at every refresh.
 		b.tools[e.ToolName] = fingerprint(e)
+		t := toolOf(e)
+		if err := mcp.ValidateParamHeaderAnnotations(&t); err != nil {
+			// mcp-go refuses (panics on) such a tool: leave it out rather
+			// than take the bridge down for every other tool.
+			b.log.Error("mcp: registry entry not offered: its parameters have x-mcp-header annotations MCP refuses; fix the entry",
+				"project", b.cfg.Project, "tool", e.ToolName, "err", err)
+			continue
+		}
+		tools = append(tools, server.ServerTool{Tool: t, Handler: b.handleCall})
 		b.async[e.ToolName] = isAsync(e)
 	}
+	defer func() {
+		// Any other definition mcp-go panics on: keep serving the tools
+		// it had, and say why.
+		if p := recover(); p != nil {
+			b.log.Error("mcp: the registry's tools were refused; the previous list stays", "project", b.cfg.Project, "err", p)
+			b.tools = nil
+		}
+	}()
 	b.srv.SetTools(tools...)
 }
 
