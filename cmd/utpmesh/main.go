@@ -34,6 +34,13 @@ type env struct {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// The first signal starts the drain; giving the signals back to
+		// the runtime then makes a second one end the process at once,
+		// should the drain hang.
+		<-ctx.Done()
+		stop()
+	}()
 	code := run(ctx, os.Args[1:], env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv})
 	stop()
 	os.Exit(code)

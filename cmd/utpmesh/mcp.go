@@ -94,7 +94,12 @@ func (c *mcpCommand) serveHTTP(ctx context.Context, b *mcpbridge.Bridge, addr, p
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (pick another address with --listen HOST:PORT; port 0 picks a free one)", addr, err)
 	}
-	srv := &http.Server{Handler: b.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+	// Requests live in ctx: at shutdown the hosts' open streams (the
+	// standalone GET stream, a waiting tasks/result) end with it, so
+	// Shutdown does not wait out its deadline on them. The UTP calls they
+	// wait for go on in the mesh, and a host resumes them as tasks.
+	srv := &http.Server{Handler: b.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	endpoint := "http://" + ln.Addr().String() + mcpbridge.HTTPPath

@@ -140,9 +140,17 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// stopEarly stops a mesh that failed to finish starting, with the
+	// same drain deadline as a normal stop: commands redelivered at start
+	// may already be running.
+	stopEarly := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), *drain)
+		defer cancel()
+		_ = m.Stop(sctx)
+	}
 	authLine, err := setupAuth(ctx, m)
 	if err != nil {
-		_ = m.Stop(context.Background())
+		stopEarly()
 		if ctx.Err() != nil {
 			fmt.Fprintln(c.env.stdout, "stopped while starting")
 			return nil
@@ -155,7 +163,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		// The demo project gets the ATP fixture: activities and one booking in PRE_JOURNEY.
 		b, err := s.LoadFixture(ctx, authz.DemoProject)
 		if err != nil {
-			_ = m.Stop(context.Background())
+			stopEarly()
 			return fmt.Errorf("atp demo fixture: %w", err)
 		}
 		atpLine = fmt.Sprintf("demo booking %s (%s): utpmesh atp booking get %s", b.ID, b.ToolState(), b.ID)
@@ -169,7 +177,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 			Version: cfg.ProtocolVersion, Token: *uiToken, Open: *uiOpen, Mandate: strings.TrimSpace(string(tok)),
 			Store: m.Cards(), Logger: log})
 		if err != nil {
-			_ = m.Stop(context.Background())
+			stopEarly()
 			return err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -101,7 +102,16 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	if *authzTTL <= 0 {
 		return usagef("--authz-ttl must be positive, e.g. 5s")
 	}
-	connOpts := []nats.Option{nats.Name("utpmesh-worker"), nats.MaxReconnects(-1)}
+	// The connection must never close for good while the worker runs: an
+	// 'up' restarting answers "Authorization Violation" until it admits
+	// the worker identities again, and nats.go gives up after the same
+	// auth error twice unless told not to. Should it close all the same,
+	// the worker exits non-zero, so a supervisor restarts it, instead of
+	// serving nothing.
+	connClosed := make(chan struct{})
+	var closeOnce sync.Once
+	connOpts := []nats.Option{nats.Name("utpmesh-worker"), nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(),
+		nats.ClosedHandler(func(*nats.Conn) { closeOnce.Do(func() { close(connClosed) }) })}
 	if *tlsCA != "" {
 		connOpts = append(connOpts, nats.RootCAs(*tlsCA))
 	}
@@ -194,7 +204,13 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	if msrv != nil {
 		fmt.Fprintf(c.env.stdout, "metrics at %s\n", msrv.URL())
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-connClosed:
+		log.Error("the NATS connection closed for good; exiting so that the worker is restarted")
+		stopServices()
+		return fmt.Errorf("worker: the NATS connection to %s closed and will not reconnect", *url)
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
 	if err := rt.Stop(sctx); err != nil && !errors.Is(err, worker.ErrDrainTimeout) {

@@ -401,13 +401,16 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// New has opened inbox.db: a failed Start must still close it (Stop
+	// works on a service that never started), or its file lock outlives
+	// the mesh.
+	m.push(m.inbox.Stop)
 	if m.metrics != nil {
 		m.metrics.WatchPending(m.inbox.Pending)
 	}
 	if err = m.inbox.Start(ctx); err != nil {
 		return err
 	}
-	m.push(m.inbox.Stop)
 
 	wcfg := cfg.Worker
 	wcfg.ProtocolVersion, wcfg.Store, wcfg.Registry, wcfg.Projects = cfg.ProtocolVersion, m.cards, m.reg, cfg.Projects
@@ -600,8 +603,10 @@ func (m *Mesh) Stop(ctx context.Context) error {
 		} else if err != nil {
 			errs = append(errs, err)
 			// Later stages get a fresh deadline: a slow drain must not
-			// leave files unclosed.
-			ctx = context.Background()
+			// leave files unclosed, nor may a later stage wait forever.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.Background(), stopGrace)
+			defer cancel()
 		}
 		if ctx.Err() != nil {
 			// The drain used the whole deadline (and canceled what it had
