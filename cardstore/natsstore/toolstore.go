@@ -61,16 +61,19 @@ func (g genericTools) findCall(ctx context.Context, project, turn, call string) 
 	return nil, fmt.Errorf("%w: no tool.call card for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, turn, call, project)
 }
 
-// checkCallTool is boltstore's: the call's card, when it exists, calls tool.
+// checkCallTool is boltstore's: the card of every call the call's claim
+// key could name, when it exists, calls tool.
 func (g genericTools) checkCallTool(ctx context.Context, project, turn, call, tool string) error {
 	if turn == "" {
 		return nil
 	}
-	c, err := g.findCall(ctx, project, turn, call)
-	if errors.Is(err, cardstore.ErrInvalid) {
-		return nil
-	}
-	return cardstore.CheckCallCardTool(c, err, project, turn, call, tool)
+	return cardstore.CheckKeyCallsTool(cardstore.ToolCallKey(turn, call), project, tool, func(turn, call string) (*card.Card, error) {
+		c, err := g.findCall(ctx, project, turn, call)
+		if errors.Is(err, cardstore.ErrInvalid) {
+			return nil, fmt.Errorf("%w: %w", cardstore.ErrNotFound, err) // an unreadable reading names no call
+		}
+		return c, err
+	})
 }
 
 // ClaimTool implements ToolStore.

@@ -288,3 +288,19 @@ func testLaterCallCard(t *testing.T, s ToolStore) {
 		t.Fatalf("result of the first card's tool: %v", err)
 	}
 }
+
+// testSlashReadings: ids may hold '/', so turn "t/x" with call "y" shares
+// its claim key with turn "t" and call "x/y". A worker of another tool may
+// neither start nor answer the first reading while the second is a call
+// of tool B: the claim would be B's call's claim.
+func testSlashReadings(t *testing.T, s ToolStore) {
+	const p = "proj-slash"
+	ctx := t.Context()
+	mustPut(t, s, callOf(p, "t", "x/y", toolBName)) // the victim: tool B
+	_, err := s.StartCallTool(ctx, cardstore.StartCallRequest{ProjectID: p, AgentTurnID: "t/x", ToolCallID: "y", Holder: "wa", Lease: lease}, toolA)
+	wantErr(t, "start of the other reading by another tool", err, cardstore.ErrForbidden)
+	wantErr(t, "result of the other reading by another tool",
+		s.PutToolResult(ctx, toolA, "wa", 1, resultOf(p, "t/x", "y", toolName)), cardstore.ErrForbidden)
+	res, err := s.StartCallTool(ctx, cardstore.StartCallRequest{ProjectID: p, AgentTurnID: "t", ToolCallID: "x/y", Holder: "wb", Lease: lease}, toolB)
+	wantClaim(t, "start of the call by its tool", res, err, p, "t", "x/y", "wb", 1, "")
+}

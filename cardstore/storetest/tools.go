@@ -44,6 +44,7 @@ func RunTools(t *testing.T, newStore func(t *testing.T) ToolStore) {
 		{"StartCallTool", testStartCallTool},
 		{"TakeOverRacesPut", testTakeOverRacesPut},
 		{"LaterCallCard", testLaterCallCard},
+		{"SlashReadings", testSlashReadings},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
