@@ -371,8 +371,9 @@ func (b *Bridge) cancelTask(ctx context.Context, ci callInfo, turn, callID strin
 	if end, err := b.waitTask(wctx, ci, turn, callID); err == nil {
 		return end, nil
 	}
-	// The worker has not stopped yet; the call ends canceled when it does.
-	st.task.Status = mcp.TaskStatusCancelled
+	// The worker has not stopped yet. The task stays working: the call
+	// ends canceled when its worker stops it, but a handler that does not
+	// stop may still complete it, and a terminal status must never change.
 	st.task.StatusMessage = "cancel requested with cancel_tool_call; the call ends canceled when its worker stops it"
 	return st, nil
 }
