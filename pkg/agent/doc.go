@@ -130,11 +130,12 @@
 //     WithSkipConsumed drop wakeups whose entry is no longer pending.
 //   - The inbox entry, not the wakeup, is the state: Ack is what marks a
 //     result consumed, and acking twice is harmless.
-//   - Epochs. The inbox keeps the highest turn_epoch per turn. After a
-//     restart, call SetEpoch with the new epoch and dispatch with it:
+//   - Epochs. The inbox keeps each turn's epoch, raised only by SetEpoch
+//     (a report never moves it). After a restart, call SetEpoch with the
+//     new epoch and dispatch with it:
 //     results of older epochs then arrive stale and wake no one, and the
 //     turn's pending entries of older epochs turn stale. A Call made with
-//     a new tool_call_id at an epoch older than the turn's highest waits
+//     a new tool_call_id at an epoch older than the turn's waits
 //     until its ctx ends (its result is stale and wakes no one).
 //   - Re-using a tool_call_id is idempotent: the worker answers with the
 //     existing result, and Call finds the call's inbox entry in any state

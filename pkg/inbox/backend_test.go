@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -116,19 +117,26 @@ func runBackendSuite(t *testing.T, newBackend backendFactory) {
 		b := newBackend(t)
 		old, _, err := b.insert("p1", "c1", rep("turn-1", "call-1", 1), "")
 		must(t, err)
+		// A report never raises the epoch (only set_epoch does): an entry
+		// of a lower epoch after one of epoch 3 is pending still.
 		_, _, err = b.insert("p1", "c1", rep("turn-1", "call-2", 3), "")
 		must(t, err)
-		stale, out, err := b.insert("p1", "c1", rep("turn-1", "call-3", 2), "")
+		lower, out, err := b.insert("p1", "c1", rep("turn-1", "call-3", 2), "")
 		must(t, err)
-		if out != outcomeStale || stale.State != StateStale {
-			t.Fatalf("older epoch: %+v, %v; want stale", stale, out)
+		if out != outcomeNew || lower.State != StatePending {
+			t.Fatalf("epoch 2 after a report of epoch 3 (no set_epoch): %+v, %v; want pending", lower, out)
 		}
-		// The first entry (epoch 1) was inserted before epoch 3 existed:
-		// set_epoch makes it stale, and never lowers the epoch.
+		// set_epoch makes the pending entries of older epochs stale, and
+		// never lowers the epoch.
 		h, staled, err := b.setEpoch("p1", "turn-1", 4)
 		must(t, err)
-		if h != 4 || len(staled) != 2 {
-			t.Fatalf("setEpoch 4 = %d, %d staled; want 4 and the two pending entries of older epochs", h, len(staled))
+		if h != 4 || len(staled) != 3 {
+			t.Fatalf("setEpoch 4 = %d, %d staled; want 4 and the three pending entries of older epochs", h, len(staled))
+		}
+		stale, out, err := b.insert("p1", "c1", rep("turn-1", "call-4", 2), "")
+		must(t, err)
+		if out != outcomeStale || stale.State != StateStale {
+			t.Fatalf("older epoch after set_epoch 4: %+v, %v; want stale", stale, out)
 		}
 		got, err := b.get("p1", old.InboxID)
 		must(t, err)
@@ -142,6 +150,13 @@ func runBackendSuite(t *testing.T, newBackend backendFactory) {
 		}
 		if es, _ := b.list("p1", ListQuery{AgentID: "agent-a", State: StatePending, Limit: MaxList}); len(es) != 0 {
 			t.Fatalf("pending after set_epoch = %+v", es)
+		}
+		// A report of a huge epoch (any worker may report) does not raise
+		// the turn's epoch: the turn's later results still wake.
+		_, _, err = b.insert("p1", "c1", rep("turn-1", "call-5", math.MaxInt64), "")
+		must(t, err)
+		if e, out, err := b.insert("p1", "c1", rep("turn-1", "call-6", 4), ""); err != nil || out != outcomeNew {
+			t.Fatalf("epoch 4 after a report of epoch MaxInt64: %+v, %v, %v; want a new pending entry", e, out, err)
 		}
 	})
 

@@ -244,17 +244,12 @@ func (d *db) insert(project, channel string, rep *utp.Report, traceparent string
 			out, res = outcomeDuplicate, &r.Entry
 			return nil
 		}
+		// Only set_epoch (the agent's runtime) raises a turn's epoch: a
+		// report is judged against it and never moves it, or any worker
+		// could silence a turn with one report of a huge epoch.
 		state := StatePending
-		epochs := tx.Bucket(bucketEpochs)
-		turnKey := key(project, rep.AgentTurnID)
-		highest, seen := readEpoch(epochs, turnKey)
-		switch {
-		case seen && rep.TurnEpoch < highest:
+		if highest, seen := readEpoch(tx.Bucket(bucketEpochs), key(project, rep.AgentTurnID)); seen && rep.TurnEpoch < highest {
 			state = StateStale
-		case !seen || rep.TurnEpoch > highest:
-			if err := epochs.Put(turnKey, binary.BigEndian.AppendUint64(nil, uint64(rep.TurnEpoch))); err != nil {
-				return err
-			}
 		}
 		entries := tx.Bucket(bucketEntries)
 		seq, err := entries.NextSequence()

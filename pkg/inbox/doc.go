@@ -76,15 +76,15 @@
 //
 // # Epochs and staleness
 //
-// The inbox keeps the highest turn_epoch seen per (project, agent_turn_id),
-// raised by the report of every new entry (not by a duplicate's, whatever
-// its epoch) and by the svc operation "set_epoch", which an agent runtime
-// calls when it starts a new epoch of a turn (after a restart, say).
-// Epochs never go down. A report with an epoch lower than the highest is
-// stored stale and wakes no one. set_epoch also turns the turn's pending
-// entries of older epochs stale; a report that raises the epoch changes no
-// other entry, so a runtime declares a new epoch with set_epoch before it
-// dispatches at it.
+// The inbox keeps each turn's epoch per (project, agent_turn_id), raised
+// only by the svc operation "set_epoch", which an agent runtime calls when
+// it starts a new epoch of a turn (after a restart, say). Epochs never go
+// down. A report with an epoch lower than the turn's is stored stale and
+// wakes no one; any other report is pending, and a report never moves the
+// epoch: any worker may report, and one report of a huge epoch would
+// otherwise silence every later result of the turn. set_epoch also turns
+// the turn's pending entries of older epochs stale, so a runtime declares a
+// new epoch with set_epoch before it dispatches at it.
 //
 // # De-duplication
 //

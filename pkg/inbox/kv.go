@@ -251,10 +251,9 @@ func (b *kvBackend) insert(project, channel string, rep *utp.Report, traceparent
 		// the id it chose.
 		id = existing
 	}
-	// The epoch after the dedupe, as in the bbolt file: the report of a new
-	// entry raises it (never lowers it); a duplicate's does not, whatever
-	// its epoch (§9.2).
-	highest, seen, err := b.raiseEpoch(ctx, project, turnTok, rep.TurnEpoch)
+	// Only set_epoch raises a turn's epoch, as in the bbolt file: a
+	// report is judged against it and never moves it.
+	highest, seen, err := b.readEpoch(ctx, project, turnTok)
 	if err != nil {
 		return nil, 0, err
 	}
