@@ -2,7 +2,11 @@
 // service on cg.<ver>.<project>.<channel>.svc.authz.<op> (put, get,
 // config_get, config_put, test, query, history, history_get, rollback,
 // issuer_key) and the audit publisher on
-// cg.<ver>.<project>.<channel>.evt.sys.authz.decision.
+// cg.<ver>.<project>.<channel>.evt.sys.authz.decision. The policy store's
+// operations (put, get, config_get, config_put, history, history_get,
+// rollback) are policystore/natspolicy's, registered on this package's
+// server; here are the gate's (test, query, issuer_key), Start (store,
+// gate, querier and server of one mesh process) and Remote.
 //
 // Remote is the gate's policy source and key resolver for a worker outside
 // the mesh process (utpmesh worker): it reads configs, policy sets and
