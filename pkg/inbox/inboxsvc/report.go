@@ -224,8 +224,9 @@ func checkLengths(r *utp.Report) error {
 }
 
 // checkCard accepts the report only if its tool_result_card_id names a
-// tool.result card of the project for the same call and turn, and returns
-// that card. A *refusal is permanent; any other error is transient.
+// tool.result card of the project for the same call and turn, with the
+// report's status, and returns that card. A *refusal is permanent; any
+// other error is transient.
 func (s *Service) checkCard(ctx context.Context, project string, rep *utp.Report) (*card.Card, error) {
 	c, err := s.cfg.Store.Get(ctx, project, rep.ToolResultCardID)
 	if errors.Is(err, cardstore.ErrNotFound) {
@@ -242,6 +243,16 @@ func (s *Service) checkCard(ctx context.Context, project string, rep *utp.Report
 	case c.Metadata.AgentTurnID != rep.AgentTurnID:
 		return nil, refuse("tool_result_card_id %s: card's metadata.agent_turn_id %q differs from the report's agent_turn_id %q",
 			rep.ToolResultCardID, c.Metadata.AgentTurnID, rep.AgentTurnID)
+	}
+	// The report's status is copied into the entry and the wakeup, which
+	// an agent may act on without reading the card: it must be the card's.
+	tr, err := c.ToolResult()
+	if err != nil {
+		return nil, refuse("tool_result_card_id %s: %v", rep.ToolResultCardID, err)
+	}
+	if tr.Status != rep.Status {
+		return nil, refuse("tool_result_card_id %s: card's content.status %q differs from the report's status %q",
+			rep.ToolResultCardID, tr.Status, rep.Status)
 	}
 	return c, nil
 }

@@ -234,6 +234,7 @@ func TestRefusedReportsAreDeadLettered(t *testing.T) {
 		{"tool.call card", with("tool_result_card_id", callCard.CardID), `not "tool.result"`},
 		{"other tool_call_id", with("tool_result_card_id", otherCall.card.CardID), `tool_call_id "other-call" differs`},
 		{"other turn", with("tool_result_card_id", otherTurn.card.CardID), "agent_turn_id"},
+		{"other status", with("status", "failed"), `content.status "success" differs from the report's status "failed"`},
 		{"card of another project", with("tool_result_card_id", inOtherProject.card.CardID), "no such card in project p1"},
 		{"malformed JSON", []byte(`{"tool_call_id": "k",`), "not a JSON object"},
 		{"inline result", with("result", map[string]any{"x": 1}), "inline results are not allowed"},
