@@ -95,8 +95,10 @@ type Service struct {
 	stopErr  error
 }
 
-// New validates cfg and opens the inbox file. It does not touch NATS until
-// Start.
+// New validates cfg and opens the backend: the bucket of Config.Bucket
+// (kvinbox), or the file of Config.Path (boltinbox; another process
+// holding it makes New fail with boltinbox.ErrLocked after
+// Config.OpenTimeout). It does not touch NATS until Start.
 func New(nc *nats.Conn, cfg Config) (*Service, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: inboxsvc.New: nil NATS connection", inbox.ErrInvalid)
