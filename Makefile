@@ -27,7 +27,7 @@ FUZZ_TARGETS = \
 
 # Packages whose tests depend on timing between goroutines or processes
 # (brokers, leases, group commit, redelivery, schedulers): `make stress`.
-STRESS_PKGS  = ./pkg/inbox ./pkg/worker ./pkg/agent ./pkg/mesh ./pkg/svc ./pkg/turn ./pkg/streams ./pkg/unrouted \
+STRESS_PKGS  = ./pkg/inbox/... ./pkg/worker ./pkg/agent ./pkg/mesh ./pkg/svc ./pkg/turn ./pkg/streams ./pkg/unrouted \
 	./pkg/registry/... ./pkg/authz/... ./cardstore/... ./services/... ./cmd/utpmesh \
 	./internal/webui/... ./internal/meshtest ./internal/mcpbridge ./internal/jskv/...
 STRESS_COUNT ?= 10

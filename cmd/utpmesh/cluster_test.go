@@ -21,6 +21,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -248,7 +249,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	t.Logf("%d commands acknowledged", len(calls))
 
 	// Every acknowledged call: one entry, one result card, one wakeup.
-	ic, err := inbox.NewClient(nc, inbox.WithChannel("main"))
+	ic, err := natsinbox.NewClient(nc, natsinbox.WithChannel("main"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -93,7 +94,7 @@ func TestSIGKILLUpWithReportsInFlight(t *testing.T) {
 		}(g)
 	}
 	// Kill once reports are flowing: some entries exist, more are coming.
-	ic, err := inbox.NewClient(nc, inbox.WithChannel("main"))
+	ic, err := natsinbox.NewClient(nc, natsinbox.WithChannel("main"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func TestSIGKILLUpWithReportsInFlight(t *testing.T) {
 	nc, ac = connect()
 	defer nc.Close()
 	defer ac.Close()
-	ic, err = inbox.NewClient(nc, inbox.WithChannel("main"))
+	ic, err = natsinbox.NewClient(nc, natsinbox.WithChannel("main"))
 	if err != nil {
 		t.Fatal(err)
 	}

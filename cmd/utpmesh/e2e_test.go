@@ -20,6 +20,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -165,7 +166,7 @@ func TestSIGKILLMidExecution(t *testing.T) {
 	if results != 1 {
 		t.Fatalf("tool.result cards for the call = %d, want exactly 1", results)
 	}
-	ic, err := inbox.NewClient(nc)
+	ic, err := natsinbox.NewClient(nc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 )
@@ -130,7 +131,7 @@ func (c *statusCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(agents) > 0 {
-		ic, err := inbox.NewClient(nc, inbox.WithVersion(mf.version), inbox.WithChannel(*channel), inbox.WithTimeout(mf.timeout))
+		ic, err := natsinbox.NewClient(nc, natsinbox.WithVersion(mf.version), natsinbox.WithChannel(*channel), natsinbox.WithTimeout(mf.timeout))
 		if err != nil {
 			return usagef("%v", err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/turn"
 )
 
@@ -414,7 +415,7 @@ func (c *turnsCommand) ls(ctx context.Context, args []string) error {
 // found). At most limit turns are returned, newest first; more counts the
 // turns with unconsumed results left out.
 func (c *turnsCommand) pendingTurns(ctx context.Context, nc *nats.Conn, store cardstore.Store, mf *meshFlags, pf *projectFlags, agentID string, limit int) (page *turnsPage, more int, err error) {
-	ic, err := inbox.NewClient(nc, inbox.WithVersion(mf.version), inbox.WithChannel(pf.channel), inbox.WithTimeout(mf.timeout))
+	ic, err := natsinbox.NewClient(nc, natsinbox.WithVersion(mf.version), natsinbox.WithChannel(pf.channel), natsinbox.WithTimeout(mf.timeout))
 	if err != nil {
 		return nil, 0, usagef("%v", err)
 	}
@@ -453,7 +454,7 @@ func (c *turnsCommand) pendingTurns(ctx context.Context, nc *nats.Conn, store ca
 }
 
 // listEntries follows the inbox's pages.
-func listEntries(ctx context.Context, ic *inbox.Client, project string, q inbox.ListQuery) ([]inbox.Entry, error) {
+func listEntries(ctx context.Context, ic *natsinbox.Client, project string, q inbox.ListQuery) ([]inbox.Entry, error) {
 	var out []inbox.Entry
 	q.Limit = inbox.MaxList
 	for {

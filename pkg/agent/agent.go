@@ -18,7 +18,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
-	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/svc"
@@ -79,7 +79,7 @@ type Config struct {
 	Registry registry.Registry
 	// Inbox is the inbox service client. Default: an inbox client on the
 	// same connection, version and channel.
-	Inbox *inbox.Client
+	Inbox *natsinbox.Client
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// PollInterval is how often a Call waiting for its result re-reads the
@@ -108,7 +108,7 @@ type Client struct {
 	agentID  string
 	store    cardstore.Store
 	reg      registry.Registry
-	inbox    *inbox.Client
+	inbox    *natsinbox.Client
 	log      *slog.Logger
 	poll     time.Duration
 	wakeSubj string
@@ -169,7 +169,7 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		}
 	}
 	if cfg.Inbox == nil {
-		if cfg.Inbox, err = inbox.NewClient(nc, inbox.WithVersion(cfg.Version), inbox.WithChannel(cfg.Channel)); err != nil {
+		if cfg.Inbox, err = natsinbox.NewClient(nc, natsinbox.WithVersion(cfg.Version), natsinbox.WithChannel(cfg.Channel)); err != nil {
 			return nil, fmt.Errorf("agent.New: inbox client: %w", err)
 		}
 	}
@@ -225,7 +225,7 @@ func (c *Client) Store() cardstore.Store { return c.store }
 func (c *Client) Registry() registry.Registry { return c.reg }
 
 // Inbox returns the inbox client.
-func (c *Client) Inbox() *inbox.Client { return c.inbox }
+func (c *Client) Inbox() *natsinbox.Client { return c.inbox }
 
 // Ack acknowledges inbox entries of the client's project (inbox "ack") and
 // returns how many were pending.

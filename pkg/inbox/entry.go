@@ -78,8 +78,8 @@ type ListQuery struct {
 	After string `json:"after,omitempty"`
 }
 
-// API is what both the Service (in process) and the Client (over NATS)
-// offer. project scopes every call.
+// API is what the inbox offers an agent: inboxsvc.Service in process and
+// natsinbox.Client over NATS both implement it. project scopes every call.
 type API interface {
 	// List returns the agent's entries matching q, in creation order.
 	List(ctx context.Context, project string, q ListQuery) ([]Entry, error)
@@ -98,8 +98,3 @@ type API interface {
 	// and returns the highest epoch now.
 	SetEpoch(ctx context.Context, project, agentTurnID string, epoch int64) (int64, error)
 }
-
-var (
-	_ API = (*Service)(nil)
-	_ API = (*Client)(nil)
-)

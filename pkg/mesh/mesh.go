@@ -66,7 +66,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
-	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/inboxsvc"
 	"github.com/utpmesh/utpmesh/pkg/metrics"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
@@ -204,7 +204,7 @@ type Mesh struct {
 	cardSrv     *natsstore.Server
 	regSrv      *natsreg.Server
 	auth        *natsauthz.Service
-	inbox       *inbox.Service
+	inbox       *inboxsvc.Service
 	rt          *worker.Runtime
 	metrics     *metrics.Metrics
 	msrv        *metrics.Server
@@ -392,12 +392,12 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 		m.auth.SetIdentities(m.identityNames())
 	}
 
-	icfg := inbox.Config{Version: cfg.ProtocolVersion, Store: m.cards, Path: filepath.Join(cfg.DataDir, "inbox.db"), Logger: log, TracerProvider: cfg.TracerProvider,
+	icfg := inboxsvc.Config{Version: cfg.ProtocolVersion, Store: m.cards, Path: filepath.Join(cfg.DataDir, "inbox.db"), Logger: log, TracerProvider: cfg.TracerProvider,
 		Bucket: m.inboxBucket}
 	if m.metrics != nil {
 		icfg.Observer = m.metrics.Inbox()
 	}
-	m.inbox, err = inbox.New(m.nc, icfg)
+	m.inbox, err = inboxsvc.New(m.nc, icfg)
 	if err != nil {
 		return err
 	}
@@ -562,7 +562,7 @@ func (m *Mesh) Cards() cardstore.Store { return m.cards }
 func (m *Mesh) CardsDB() *bolt.DB { return m.boltDB }
 
 // Inbox is the mesh's inbox service.
-func (m *Mesh) Inbox() *inbox.Service { return m.inbox }
+func (m *Mesh) Inbox() *inboxsvc.Service { return m.inbox }
 
 // NATS is the embedded nats-server.
 func (m *Mesh) NATS() *embednats.Server { return m.srv }

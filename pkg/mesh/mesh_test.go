@@ -16,6 +16,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
@@ -68,7 +69,7 @@ func TestRestartWithPendingCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m2.Stop(ctx)
-	ic, err := inbox.NewClient(m2.Conn())
+	ic, err := natsinbox.NewClient(m2.Conn())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore/jsstore"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/jspolicy"
-	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/kvinbox"
 	"github.com/utpmesh/utpmesh/pkg/registry/jsreg"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 )
@@ -138,7 +138,7 @@ func (m *Mesh) openReplicated(ctx context.Context, js jetstream.JetStream) error
 		}
 	}
 	if err := retry("inbox", func(c context.Context) (err error) {
-		m.inboxBucket, err = inbox.OpenBucket(c, js, "", r)
+		m.inboxBucket, err = kvinbox.OpenBucket(c, js, "", r)
 		return err
 	}); err != nil {
 		return err

@@ -13,7 +13,7 @@ import (
 )
 
 // A process creates one Metrics, hands its observers to the worker runtime
-// (worker.Config.Observer), the inbox (inbox.Config.Observer) and the
+// (worker.Config.Observer), the inbox (inboxsvc.Config.Observer) and the
 // CardStore (boltstore.WithCommitObserver), and serves them.
 func Example() {
 	m := metrics.New("0.1.0")

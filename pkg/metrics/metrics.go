@@ -10,7 +10,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
-	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/inboxsvc"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 )
 
@@ -96,15 +96,15 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // metrics.
 func (m *Metrics) Worker() worker.Observer { return (*workerObs)(m) }
 
-// Inbox returns the inbox.Observer that feeds the utpmesh_inbox_* metrics.
-func (m *Metrics) Inbox() inbox.Observer { return (*inboxObs)(m) }
+// Inbox returns the inboxsvc.Observer that feeds the utpmesh_inbox_* metrics.
+func (m *Metrics) Inbox() inboxsvc.Observer { return (*inboxObs)(m) }
 
 // CardStore returns the boltstore.CommitObserver that feeds the
 // utpmesh_cardstore_* metrics.
 func (m *Metrics) CardStore() boltstore.CommitObserver { return (*storeObs)(m) }
 
 // WatchPending makes utpmesh_inbox_pending_entries report f() at scrape
-// time (typically (*inbox.Service).Pending). Until it is called the gauge
+// time (typically (*inboxsvc.Service).Pending). Until it is called the gauge
 // reads 0.
 func (m *Metrics) WatchPending(f func() (int, error)) {
 	m.pendingM.Lock()
@@ -180,7 +180,7 @@ func (o *workerObs) Poisoned(tool string)       { o.poisoned.WithLabelValues(too
 
 type inboxObs Metrics
 
-var _ inbox.Observer = (*inboxObs)(nil)
+var _ inboxsvc.Observer = (*inboxObs)(nil)
 
 func (o *inboxObs) ReportHandled(outcome string) { o.reports.WithLabelValues(outcome).Inc() }
 

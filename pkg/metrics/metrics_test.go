@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/utpmesh/utpmesh/pkg/card"
-	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/inboxsvc"
 	"github.com/utpmesh/utpmesh/pkg/metrics"
 )
 
@@ -40,7 +40,7 @@ func TestServerExposesObservations(t *testing.T) {
 	w.ClaimTakenOver("echo")
 	w.DeadLettered("")
 	w.Poisoned("echo")
-	in.ReportHandled(inbox.OutcomeAccepted)
+	in.ReportHandled(inboxsvc.OutcomeAccepted)
 	in.WakeupSent(20 * time.Millisecond)
 	in.WakeupSent(-time.Second) // clock skew: counted as 0
 	st.Committed(4, 2*time.Millisecond)

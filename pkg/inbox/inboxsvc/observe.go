@@ -1,6 +1,7 @@
-package inbox
+package inboxsvc
 
 import (
+	"context"
 	"time"
 )
 
@@ -41,5 +42,5 @@ func (s *Service) observe(outcome string) {
 // acknowledged by their agent), across every project. It reads the pending
 // index, so its cost grows with what is pending, not with history.
 func (s *Service) Pending() (int, error) {
-	return s.st.pending()
+	return s.st.Pending(context.Background())
 }

@@ -1,6 +1,7 @@
-package inbox
+package boltinbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -12,21 +13,39 @@ import (
 
 	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 )
+
+// openTest opens a fresh inbox file and ends the test with its closing
+// and a consistency check.
+func openTest(t *testing.T) *DB {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "inbox.db")
+	d, err := Open(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := Check(path); err != nil {
+			t.Error(err)
+		}
+	})
+	return d
+}
 
 // TestMarkSentFirstWins pins what keeps the wakeup observer from counting an
 // entry twice: of concurrent markSent calls (a report and its duplicate
 // racing), exactly one says it made the mark.
 func TestMarkSentFirstWins(t *testing.T) {
-	d, err := openDB(filepath.Join(t.TempDir(), "inbox.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = d.close() }()
+	d := openTest(t)
+	ctx := context.Background()
 	rep := &utp.Report{AgentID: "a1", AgentTurnID: "t1", TurnEpoch: 1, ToolCallID: "c1",
 		ToolResultCardID: card.NewID(), Status: card.StatusSuccess, AfterExecution: card.Suspend}
-	e, _, err := d.insert("p1", "main", rep, utp.NewTraceparent())
+	e, _, err := d.Insert(ctx, "p1", "main", rep, utp.NewTraceparent())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +59,7 @@ func TestMarkSentFirstWins(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			first, err := d.markSent("p1", e.InboxID, time.Now())
+			first, err := d.markSent(ctx, "p1", e.InboxID, time.Now())
 			if err != nil {
 				t.Error(err)
 				return
@@ -56,7 +75,7 @@ func TestMarkSentFirstWins(t *testing.T) {
 	if firsts != 1 {
 		t.Fatalf("markSent said first %d times of %d, want exactly 1", firsts, n)
 	}
-	got, err := d.get("p1", e.InboxID)
+	got, err := d.Get(ctx, "p1", e.InboxID)
 	if err != nil || got.WakeupSentAt == nil {
 		t.Fatalf("entry after markSent: %+v, %v; want wakeup_sent_at set", got, err)
 	}
@@ -84,11 +103,8 @@ func (g *groupSizes) get() []int {
 // its own; it lands in the transaction of the next write (here the next
 // report's entry), and its first-wins answer arrives after that commit.
 func TestMarkSentRidesWithNextWrite(t *testing.T) {
-	d, err := openDB(filepath.Join(t.TempDir(), "inbox.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = d.close() }()
+	d := openTest(t)
+	ctx := context.Background()
 	obs := &groupSizes{}
 	d.commits.Close()
 	d.commits = boltfile.NewCommitter(d.bolt, boltfile.CommitConfig{Observer: obs, LaterDelay: time.Hour})
@@ -96,7 +112,7 @@ func TestMarkSentRidesWithNextWrite(t *testing.T) {
 		return &utp.Report{AgentID: "a1", AgentTurnID: "t1", TurnEpoch: 1, ToolCallID: call,
 			ToolResultCardID: card.NewID(), Status: card.StatusSuccess, AfterExecution: card.Suspend}
 	}
-	e1, _, err := d.insert("p1", "main", report("c1"), utp.NewTraceparent())
+	e1, _, err := d.Insert(ctx, "p1", "main", report("c1"), utp.NewTraceparent())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,11 +121,11 @@ func TestMarkSentRidesWithNextWrite(t *testing.T) {
 		err   error
 	}
 	marks := make(chan mark, 2)
-	d.markSentLater("p1", e1.InboxID, time.Now(), func(first bool, err error) { marks <- mark{first, err} })
+	d.MarkSentLater("p1", e1.InboxID, time.Now(), func(first bool, err error) { marks <- mark{first, err} })
 	if got := obs.get(); len(got) != 1 {
 		t.Fatalf("commits after markSentLater: %v, want only the first insert's", got)
 	}
-	if _, _, err := d.insert("p1", "main", report("c2"), utp.NewTraceparent()); err != nil {
+	if _, _, err := d.Insert(ctx, "p1", "main", report("c2"), utp.NewTraceparent()); err != nil {
 		t.Fatal(err)
 	}
 	if m := <-marks; !m.first || m.err != nil {
@@ -118,13 +134,13 @@ func TestMarkSentRidesWithNextWrite(t *testing.T) {
 	if got := obs.get(); len(got) != 2 || got[1] != 2 {
 		t.Fatalf("commits %v, want [1 2]: the mark shares the second insert's transaction", got)
 	}
-	got, err := d.get("p1", e1.InboxID)
+	got, err := d.Get(ctx, "p1", e1.InboxID)
 	if err != nil || got.WakeupSentAt == nil {
 		t.Fatalf("entry: %+v, %v; want wakeup_sent_at set", got, err)
 	}
-	d.markSentLater("p1", e1.InboxID, time.Now(), func(first bool, err error) { marks <- mark{first, err} })
-	d.markSentLater("p1", "no-such-entry", time.Now(), func(first bool, err error) { marks <- mark{first, err} })
-	if err := d.close(); err != nil { // close commits the waiting marks
+	d.MarkSentLater("p1", e1.InboxID, time.Now(), func(first bool, err error) { marks <- mark{first, err} })
+	d.MarkSentLater("p1", "no-such-entry", time.Now(), func(first bool, err error) { marks <- mark{first, err} })
+	if err := d.Close(); err != nil { // close commits the waiting marks
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -132,7 +148,7 @@ func TestMarkSentRidesWithNextWrite(t *testing.T) {
 		switch {
 		case m.err == nil && m.first:
 			t.Fatal("a second mark of one entry said first")
-		case m.err != nil && !errors.Is(m.err, ErrNotFound):
+		case m.err != nil && !errors.Is(m.err, inbox.ErrNotFound):
 			t.Fatalf("mark of a missing entry: %v, want ErrNotFound", m.err)
 		}
 	}
@@ -142,18 +158,15 @@ func TestMarkSentRidesWithNextWrite(t *testing.T) {
 // share the next transaction (one fsync for all of them), and each still
 // gets its own entry.
 func TestConcurrentReportsShareACommit(t *testing.T) {
-	d, err := openDB(filepath.Join(t.TempDir(), "inbox.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = d.close() }()
+	d := openTest(t)
+	ctx := context.Background()
 	obs := &groupSizes{}
 	d.commits.Close()
 	d.commits = boltfile.NewCommitter(d.bolt, boltfile.CommitConfig{Observer: obs})
 	entered, unblock := make(chan struct{}), make(chan struct{})
 	blocked := make(chan error, 1)
 	go func() {
-		blocked <- d.update(func(*bolt.Tx) error { close(entered); <-unblock; return nil })
+		blocked <- d.update(ctx, func(*bolt.Tx) error { close(entered); <-unblock; return nil })
 	}()
 	<-entered
 	const n = 8
@@ -162,9 +175,9 @@ func TestConcurrentReportsShareACommit(t *testing.T) {
 		go func() {
 			rep := &utp.Report{AgentID: "a1", AgentTurnID: "t1", TurnEpoch: 1, ToolCallID: fmt.Sprint("c", i),
 				ToolResultCardID: card.NewID(), Status: card.StatusSuccess, AfterExecution: card.Suspend}
-			e, out, err := d.insert("p1", "main", rep, utp.NewTraceparent())
-			if err != nil || out != outcomeNew {
-				t.Errorf("insert %d: %v, %v", i, out, err)
+			e, created, err := d.Insert(ctx, "p1", "main", rep, utp.NewTraceparent())
+			if err != nil || !created {
+				t.Errorf("insert %d: created %v, %v", i, created, err)
 				ids <- ""
 				return
 			}
@@ -192,4 +205,75 @@ func TestConcurrentReportsShareACommit(t *testing.T) {
 	if got := obs.get(); len(got) != 2 || got[1] != n {
 		t.Fatalf("commit group sizes %v, want [1 %d]: the %d reports share one transaction", got, n, n)
 	}
+}
+
+// TestAckLaterRidesWithNextWrite: a lazy ack reads acked at once, is
+// carried to disk by the next transaction, and leaves no overlay behind.
+func TestAckLaterRidesWithNextWrite(t *testing.T) {
+	d := openTest(t)
+	ctx := context.Background()
+	rep := &utp.Report{AgentID: "a1", AgentTurnID: "t1", TurnEpoch: 1, ToolCallID: "c1",
+		ToolResultCardID: card.NewID(), Status: card.StatusSuccess, AfterExecution: card.Suspend}
+	e, _, err := d.Insert(ctx, "p1", "main", rep, utp.NewTraceparent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	if n, err := d.AckLater(ctx, "p1", []string{e.InboxID}, time.Now(), func(err error) { done <- err }); err != nil || n != 1 {
+		t.Fatalf("AckLater = %d, %v; want 1", n, err)
+	}
+	if err := d.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	d.lazyMu.Lock()
+	left := len(d.lazy)
+	d.lazyMu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d lazy acks still queued after a commit", left)
+	}
+	if st := fileState(t, d, "p1", e.InboxID); st != inbox.StateAcked {
+		t.Fatalf("entry in the file after the commit: %s, want acked", st)
+	}
+}
+
+// TestAckLaterCommitsAlone: with no other write coming, a lazy ack still
+// reaches the disk on its own.
+func TestAckLaterCommitsAlone(t *testing.T) {
+	d := openTest(t)
+	ctx := context.Background()
+	rep := &utp.Report{AgentID: "a1", AgentTurnID: "t1", TurnEpoch: 1, ToolCallID: "c1",
+		ToolResultCardID: card.NewID(), Status: card.StatusSuccess, AfterExecution: card.Suspend}
+	e, _, err := d.Insert(ctx, "p1", "main", rep, utp.NewTraceparent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	if _, err := d.AckLater(ctx, "p1", []string{e.InboxID}, time.Now(), func(err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil { // no Flush: the committer writes it alone
+		t.Fatal(err)
+	}
+	if st := fileState(t, d, "p1", e.InboxID); st != inbox.StateAcked {
+		t.Fatalf("entry in the file: %s, want acked", st)
+	}
+}
+
+// fileState reads the entry's state from the file, past the lazy overlay.
+func fileState(t *testing.T, d *DB, project, id string) inbox.State {
+	t.Helper()
+	var st inbox.State
+	if err := d.bolt.View(func(tx *bolt.Tx) error {
+		r, err := getRecord(tx, project, id)
+		if r != nil {
+			st = r.State
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

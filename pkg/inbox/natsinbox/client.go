@@ -1,4 +1,4 @@
-package inbox
+package natsinbox
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -21,7 +22,7 @@ type ClientOption func(*Client) error
 func WithVersion(ver string) ClientOption {
 	return func(c *Client) error {
 		if err := subjects.ValidateToken("version", ver); err != nil {
-			return fmt.Errorf("%w: inbox.WithVersion: %v", ErrInvalid, err)
+			return fmt.Errorf("%w: natsinbox.WithVersion: %v", inbox.ErrInvalid, err)
 		}
 		c.ep.Version = ver
 		return nil
@@ -33,7 +34,7 @@ func WithVersion(ver string) ClientOption {
 func WithChannel(channel string) ClientOption {
 	return func(c *Client) error {
 		if err := subjects.ValidateToken("channel_id", channel); err != nil {
-			return fmt.Errorf("%w: inbox.WithChannel: %v", ErrInvalid, err)
+			return fmt.Errorf("%w: natsinbox.WithChannel: %v", inbox.ErrInvalid, err)
 		}
 		c.ep.Channel = channel
 		return nil
@@ -45,7 +46,7 @@ func WithChannel(channel string) ClientOption {
 func WithTimeout(d time.Duration) ClientOption {
 	return func(c *Client) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: inbox.WithTimeout: %v is not a positive duration", ErrInvalid, d)
+			return fmt.Errorf("%w: natsinbox.WithTimeout: %v is not a positive duration", inbox.ErrInvalid, d)
 		}
 		c.ep.Timeout = d
 		return nil
@@ -53,20 +54,22 @@ func WithTimeout(d time.Duration) ClientOption {
 }
 
 // Client talks to the inbox service over NATS. Its errors match the
-// package's sentinels (and svc's transport errors) with errors.Is.
+// sentinels of package inbox (and svc's transport errors) with errors.Is.
 type Client struct {
 	ep svc.Endpoint
 }
 
+var _ inbox.API = (*Client)(nil)
+
 // NewClient returns a client of the inbox service reachable on nc.
 func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 	if nc == nil {
-		return nil, fmt.Errorf("%w: inbox.NewClient: nil NATS connection", ErrInvalid)
+		return nil, fmt.Errorf("%w: natsinbox.NewClient: nil NATS connection", inbox.ErrInvalid)
 	}
-	c := &Client{ep: svc.NewEndpoint(nc, ServiceName, Codes)}
+	c := &Client{ep: svc.NewEndpoint(nc, inbox.ServiceName, inbox.Codes)}
 	for i, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: inbox.NewClient: option %d is nil", ErrInvalid, i)
+			return nil, fmt.Errorf("%w: natsinbox.NewClient: option %d is nil", inbox.ErrInvalid, i)
 		}
 		if err := o(c); err != nil {
 			return nil, err
@@ -79,7 +82,7 @@ func (c *Client) call(ctx context.Context, project, op string, req, resp any) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := checkProject(project); err != nil {
+	if err := inbox.CheckProject(project); err != nil {
 		return err
 	}
 	return c.ep.Call(ctx, project, op, req, resp)
@@ -87,21 +90,21 @@ func (c *Client) call(ctx context.Context, project, op string, req, resp any) er
 
 // List returns the agent's entries in the project that match q, in
 // creation order.
-func (c *Client) List(ctx context.Context, project string, q ListQuery) ([]Entry, error) {
-	var r listReply
-	if err := c.call(ctx, project, OpList, listRequest(q), &r); err != nil {
+func (c *Client) List(ctx context.Context, project string, q inbox.ListQuery) ([]inbox.Entry, error) {
+	var r inbox.ListReply
+	if err := c.call(ctx, project, inbox.OpList, q, &r); err != nil {
 		return nil, err
 	}
 	if r.Entries == nil {
-		r.Entries = []Entry{}
+		r.Entries = []inbox.Entry{}
 	}
 	return r.Entries, nil
 }
 
 // Get returns one entry of the project, or an error matching ErrNotFound.
-func (c *Client) Get(ctx context.Context, project, inboxID string) (*Entry, error) {
-	var r getReply
-	if err := c.call(ctx, project, OpGet, getRequest{InboxID: inboxID}, &r); err != nil {
+func (c *Client) Get(ctx context.Context, project, inboxID string) (*inbox.Entry, error) {
+	var r inbox.GetReply
+	if err := c.call(ctx, project, inbox.OpGet, inbox.GetRequest{InboxID: inboxID}, &r); err != nil {
 		return nil, err
 	}
 	if r.Entry == nil {
@@ -115,22 +118,22 @@ func (c *Client) Get(ctx context.Context, project, inboxID string) (*Entry, erro
 // ErrNotFound that names it.
 func (c *Client) Ack(ctx context.Context, project string, inboxIDs ...string) (int, error) {
 	if len(inboxIDs) == 0 {
-		return 0, fmt.Errorf("%w: inbox_ids is empty", ErrInvalid)
+		return 0, fmt.Errorf("%w: inbox_ids is empty", inbox.ErrInvalid)
 	}
-	var r ackReply
-	if err := c.call(ctx, project, OpAck, ackRequest{InboxIDs: inboxIDs}, &r); err != nil {
+	var r inbox.AckReply
+	if err := c.call(ctx, project, inbox.OpAck, inbox.AckRequest{InboxIDs: inboxIDs}, &r); err != nil {
 		return 0, err
 	}
 	return r.Acked, nil
 }
 
-// AckLazy is Ack replying before the ack is on disk (see API.AckLazy).
+// AckLazy is Ack replying before the ack is on disk (see inbox.API.AckLazy).
 func (c *Client) AckLazy(ctx context.Context, project string, inboxIDs ...string) (int, error) {
 	if len(inboxIDs) == 0 {
-		return 0, fmt.Errorf("%w: inbox_ids is empty", ErrInvalid)
+		return 0, fmt.Errorf("%w: inbox_ids is empty", inbox.ErrInvalid)
 	}
-	var r ackReply
-	if err := c.call(ctx, project, OpAck, ackRequest{InboxIDs: inboxIDs, Lazy: true}, &r); err != nil {
+	var r inbox.AckReply
+	if err := c.call(ctx, project, inbox.OpAck, inbox.AckRequest{InboxIDs: inboxIDs, Lazy: true}, &r); err != nil {
 		return 0, err
 	}
 	return r.Acked, nil
@@ -139,8 +142,8 @@ func (c *Client) AckLazy(ctx context.Context, project string, inboxIDs ...string
 // SetEpoch raises the turn's highest epoch to epoch (never lowers it) and
 // returns the highest epoch now.
 func (c *Client) SetEpoch(ctx context.Context, project, agentTurnID string, epoch int64) (int64, error) {
-	var r setEpochReply
-	if err := c.call(ctx, project, OpSetEpoch, setEpochRequest{AgentTurnID: agentTurnID, TurnEpoch: &epoch}, &r); err != nil {
+	var r inbox.SetEpochReply
+	if err := c.call(ctx, project, inbox.OpSetEpoch, inbox.SetEpochRequest{AgentTurnID: agentTurnID, TurnEpoch: &epoch}, &r); err != nil {
 		return 0, err
 	}
 	return r.TurnEpoch, nil

@@ -1,10 +1,9 @@
-package inbox
+package inboxsvc
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -12,11 +11,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/boltinbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -34,7 +35,7 @@ type env struct {
 	path   string
 	cfg    Config
 	svc    *Service
-	client *Client
+	client *natsinbox.Client
 }
 
 func newEnv(t *testing.T, concurrency int) *env {
@@ -48,7 +49,7 @@ func newEnv(t *testing.T, concurrency int) *env {
 	store, err := boltstore.Open(filepath.Join(t.TempDir(), "cards.db"))
 	must(t, err)
 	t.Cleanup(func() { _ = store.Close() })
-	client, err := NewClient(nc, WithChannel("c1"))
+	client, err := natsinbox.NewClient(nc, natsinbox.WithChannel("c1"))
 	must(t, err)
 	e := &env{t: t, nc: nc, js: js, store: store, path: filepath.Join(t.TempDir(), "inbox.db"), client: client}
 	e.cfg = Config{
@@ -59,7 +60,7 @@ func newEnv(t *testing.T, concurrency int) *env {
 	// Runs before the NATS server shuts down (cleanups run last-in first-out).
 	t.Cleanup(func() {
 		e.stop()
-		checkFile(t, e.path)
+		must(t, boltinbox.Check(e.path))
 	})
 	return e
 }
@@ -195,7 +196,7 @@ func (e *env) settle() {
 	must(e.t, e.nc.Flush())
 	// Wakeup-sent marks ride along with the next write: one empty write
 	// commits those queued so far (their callbacks run before it returns).
-	must(e.t, e.svc.db.update(func(*bolt.Tx) error { return nil }))
+	must(e.t, e.svc.db.Flush(context.Background()))
 }
 
 // pendingCount returns how many messages a subscription holds now.
@@ -206,79 +207,11 @@ func pendingCount(t *testing.T, sub *nats.Subscription) int {
 	return n
 }
 
-func (e *env) list(project string, q ListQuery) []Entry {
+func (e *env) list(project string, q inbox.ListQuery) []inbox.Entry {
 	e.t.Helper()
 	es, err := e.client.List(context.Background(), project, q)
 	must(e.t, err)
 	return es
-}
-
-// checkFile opens the closed inbox file read-only and fails t on any bbolt
-// consistency error (as `bbolt check` does) or any index entry that does
-// not agree with the entries bucket.
-func checkFile(t *testing.T, path string) {
-	t.Helper()
-	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, PreLoadFreelist: true, Timeout: time.Second})
-	if err != nil {
-		t.Errorf("consistency check: open %s: %v", path, err)
-		return
-	}
-	defer b.Close()
-	err = b.View(func(tx *bolt.Tx) error {
-		n := 0
-		for err := range tx.Check() {
-			t.Errorf("consistency check of %s: %v", path, err)
-			n++
-		}
-		if n > 0 {
-			return fmt.Errorf("%d bbolt errors", n)
-		}
-		entries := tx.Bucket(bucketEntries)
-		pendingSeen := 0
-		for _, name := range [][]byte{bucketCalls, bucketAgents, bucketPending} {
-			err := tx.Bucket(name).ForEach(func(k, v []byte) error {
-				found := false
-				_ = entries.ForEach(func(ek, ev []byte) error {
-					var r record
-					if json.Unmarshal(ev, &r) != nil {
-						return fmt.Errorf("entry %q is not JSON", ek)
-					}
-					if r.InboxID == string(v) {
-						found = true
-						if bytes.Equal(name, bucketPending) {
-							pendingSeen++
-							if r.State != StatePending {
-								return fmt.Errorf("pending index names %s in state %s", v, r.State)
-							}
-						}
-					}
-					return nil
-				})
-				if !found {
-					return fmt.Errorf("%s index entry %q names missing entry %s", name, k, v)
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-		pendingTotal := 0
-		_ = entries.ForEach(func(_, ev []byte) error {
-			var r record
-			if json.Unmarshal(ev, &r) == nil && r.State == StatePending {
-				pendingTotal++
-			}
-			return nil
-		})
-		if pendingTotal != pendingSeen {
-			return fmt.Errorf("%d pending entries but %d in the pending index", pendingTotal, pendingSeen)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Errorf("consistency check of %s: %v", path, err)
-	}
 }
 
 func must(t testing.TB, err error) {

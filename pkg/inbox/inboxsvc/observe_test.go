@@ -1,4 +1,4 @@
-package inbox
+package inboxsvc
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
 )
 
@@ -68,7 +69,7 @@ func TestObserverPendingAndSpan(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("Pending = %d, %v; want 1", n, err)
 	}
-	es := e.list("p1", ListQuery{AgentID: "agent-1"})
+	es := e.list("p1", inbox.ListQuery{AgentID: "agent-1"})
 	if _, err := e.svc.Ack(context.Background(), "p1", es[0].InboxID); err != nil {
 		t.Fatal(err)
 	}

@@ -1,125 +1,45 @@
-package inbox
+package inboxsvc
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 )
 
-// Request and reply bodies of the svc operations. See docs/protocol.md.
-type (
-	listRequest = ListQuery
-	listReply   struct {
-		Entries []Entry `json:"entries"`
-	}
-	getRequest struct {
-		InboxID string `json:"inbox_id"`
-	}
-	getReply struct {
-		Entry *Entry `json:"entry"`
-	}
-	ackRequest struct {
-		InboxIDs []string `json:"inbox_ids"`
-		// Lazy: reply before the ack is on disk (see API.AckLazy).
-		Lazy bool `json:"lazy,omitempty"`
-	}
-	ackReply struct {
-		Acked int `json:"acked"`
-	}
-	setEpochRequest struct {
-		AgentTurnID string `json:"agent_turn_id"`
-		TurnEpoch   *int64 `json:"turn_epoch"`
-	}
-	setEpochReply struct {
-		TurnEpoch int64 `json:"turn_epoch"`
-	}
-)
-
-func checkProject(project string) error {
-	if err := card.ValidateName("project_id", project); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	return nil
-}
-
-// normalize validates q and fills its defaults.
-func normalize(q ListQuery) (ListQuery, error) {
-	if q.AgentID == "" {
-		return q, fmt.Errorf("%w: agent_id is required", ErrInvalid)
-	}
-	if err := card.ValidateName("agent_id", q.AgentID); err != nil {
-		return q, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if q.State == "" {
-		q.State = StatePending
-	}
-	if !q.State.Valid() && q.State != StateAll {
-		return q, fmt.Errorf("%w: state %q is not pending, acked, stale or all", ErrInvalid, q.State)
-	}
-	if q.Limit < 0 {
-		return q, fmt.Errorf("%w: limit %d is negative", ErrInvalid, q.Limit)
-	}
-	if q.Limit == 0 || q.Limit > MaxList {
-		q.Limit = MaxList
-	}
-	if q.After != "" && !card.ValidID(q.After) {
-		return q, fmt.Errorf("%w: after %q is not an inbox_id (a canonical lower-case UUID)", ErrInvalid, q.After)
-	}
-	return q, nil
-}
-
-func checkInboxID(field, id string) error {
-	if !card.ValidID(id) {
-		return fmt.Errorf("%w: %s %q is not an inbox_id (a canonical lower-case UUID)", ErrInvalid, field, id)
-	}
-	return nil
-}
-
-func checkTurn(turn string, epoch int64) error {
-	if turn == "" {
-		return fmt.Errorf("%w: agent_turn_id is required", ErrInvalid)
-	}
-	if len(turn) > card.MaxIDLen {
-		return fmt.Errorf("%w: agent_turn_id is longer than %d bytes", ErrInvalid, card.MaxIDLen)
-	}
-	if epoch < 0 {
-		return fmt.Errorf("%w: turn_epoch %d is negative", ErrInvalid, epoch)
-	}
-	return nil
-}
+var _ inbox.API = (*Service)(nil)
 
 // List returns the agent's entries in the project that match q, in
 // creation order. Pending entries come from an index of their own, so
 // listing them does not read the agent's acknowledged history.
-func (s *Service) List(ctx context.Context, project string, q ListQuery) ([]Entry, error) {
+func (s *Service) List(ctx context.Context, project string, q inbox.ListQuery) ([]inbox.Entry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := checkProject(project); err != nil {
+	if err := inbox.CheckProject(project); err != nil {
 		return nil, err
 	}
-	q, err := normalize(q)
+	q, err := q.Normalize()
 	if err != nil {
 		return nil, err
 	}
-	return s.st.list(project, q)
+	return s.st.List(ctx, project, q)
 }
 
 // Get returns the entry inboxID of the project, or ErrNotFound.
-func (s *Service) Get(ctx context.Context, project, inboxID string) (*Entry, error) {
+func (s *Service) Get(ctx context.Context, project, inboxID string) (*inbox.Entry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := checkProject(project); err != nil {
+	if err := inbox.CheckProject(project); err != nil {
 		return nil, err
 	}
-	if err := checkInboxID("inbox_id", inboxID); err != nil {
+	if err := inbox.CheckInboxID("inbox_id", inboxID); err != nil {
 		return nil, err
 	}
-	return s.st.get(project, inboxID)
+	return s.st.Get(ctx, project, inboxID)
 }
 
 // Ack marks the given entries of the project acked, atomically, and returns
@@ -132,7 +52,7 @@ func (s *Service) Ack(ctx context.Context, project string, inboxIDs ...string) (
 
 // AckLazy is Ack replying before the ack is on disk: the ids are checked
 // and the pending ones counted now, and the ack rides along with the
-// inbox's next transaction (see API.AckLazy).
+// inbox's next transaction (see inbox.API.AckLazy).
 func (s *Service) AckLazy(ctx context.Context, project string, inboxIDs ...string) (int, error) {
 	return s.ack(ctx, project, inboxIDs, true)
 }
@@ -141,19 +61,19 @@ func (s *Service) ack(ctx context.Context, project string, inboxIDs []string, la
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if err := checkProject(project); err != nil {
+	if err := inbox.CheckProject(project); err != nil {
 		return 0, err
 	}
 	if len(inboxIDs) == 0 {
-		return 0, fmt.Errorf("%w: inbox_ids is empty", ErrInvalid)
+		return 0, fmt.Errorf("%w: inbox_ids is empty", inbox.ErrInvalid)
 	}
-	if len(inboxIDs) > MaxAck {
-		return 0, fmt.Errorf("%w: %d inbox_ids in one ack, the limit is %d", ErrInvalid, len(inboxIDs), MaxAck)
+	if len(inboxIDs) > inbox.MaxAck {
+		return 0, fmt.Errorf("%w: %d inbox_ids in one ack, the limit is %d", inbox.ErrInvalid, len(inboxIDs), inbox.MaxAck)
 	}
 	seen := make(map[string]bool, len(inboxIDs))
 	ids := make([]string, 0, len(inboxIDs))
 	for i, id := range inboxIDs {
-		if err := checkInboxID(fmt.Sprintf("inbox_ids[%d]", i), id); err != nil {
+		if err := inbox.CheckInboxID(fmt.Sprintf("inbox_ids[%d]", i), id); err != nil {
 			return 0, err
 		}
 		if !seen[id] {
@@ -162,9 +82,9 @@ func (s *Service) ack(ctx context.Context, project string, inboxIDs []string, la
 		}
 	}
 	if lazy {
-		n, err := s.st.ackLater(project, ids, time.Now(), func(err error) {
+		n, err := s.st.AckLater(ctx, project, ids, time.Now(), func(err error) {
 			if err != nil {
-				s.log.Warn("inbox: lazy ack not written; the entries stay pending", "project_id", project, "inbox_ids", listIDs(ids), "err", err)
+				s.log.Warn("inbox: lazy ack not written; the entries stay pending", "project_id", project, "inbox_ids", inbox.JoinIDs(ids), "err", err)
 			}
 		})
 		if err != nil {
@@ -173,7 +93,7 @@ func (s *Service) ack(ctx context.Context, project string, inboxIDs []string, la
 		s.log.Debug("inbox: entries acked (lazy)", "project_id", project, "requested", len(ids), "pending", n)
 		return n, nil
 	}
-	n, err := s.st.ack(project, ids, time.Now())
+	n, err := s.st.Ack(ctx, project, ids, time.Now())
 	if err != nil {
 		return 0, err
 	}
@@ -190,13 +110,13 @@ func (s *Service) SetEpoch(ctx context.Context, project, agentTurnID string, epo
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if err := checkProject(project); err != nil {
+	if err := inbox.CheckProject(project); err != nil {
 		return 0, err
 	}
-	if err := checkTurn(agentTurnID, epoch); err != nil {
+	if err := inbox.CheckTurn(agentTurnID, epoch); err != nil {
 		return 0, err
 	}
-	highest, staled, err := s.st.setEpoch(project, agentTurnID, epoch)
+	highest, staled, err := s.st.SetEpoch(ctx, project, agentTurnID, epoch)
 	if err != nil {
 		return 0, err
 	}
@@ -209,7 +129,7 @@ func (s *Service) SetEpoch(ctx context.Context, project, agentTurnID string, epo
 }
 
 func (s *Service) handleList(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
-	var req listRequest
+	var req inbox.ListQuery
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
@@ -217,11 +137,11 @@ func (s *Service) handleList(ctx context.Context, sc svc.Scope, data []byte) (an
 	if err != nil {
 		return nil, err
 	}
-	return listReply{Entries: es}, nil
+	return inbox.ListReply{Entries: es}, nil
 }
 
 func (s *Service) handleGet(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
-	var req getRequest
+	var req inbox.GetRequest
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
@@ -229,11 +149,11 @@ func (s *Service) handleGet(ctx context.Context, sc svc.Scope, data []byte) (any
 	if err != nil {
 		return nil, err
 	}
-	return getReply{Entry: e}, nil
+	return inbox.GetReply{Entry: e}, nil
 }
 
 func (s *Service) handleAck(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
-	var req ackRequest
+	var req inbox.AckRequest
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
@@ -241,28 +161,28 @@ func (s *Service) handleAck(ctx context.Context, sc svc.Scope, data []byte) (any
 	if err != nil {
 		return nil, err
 	}
-	return ackReply{Acked: n}, nil
+	return inbox.AckReply{Acked: n}, nil
 }
 
 func (s *Service) handleSetEpoch(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
-	var req setEpochRequest
+	var req inbox.SetEpochRequest
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	if req.TurnEpoch == nil {
-		return nil, fmt.Errorf("%w: turn_epoch is required", ErrInvalid)
+		return nil, fmt.Errorf("%w: turn_epoch is required", inbox.ErrInvalid)
 	}
 	n, err := s.SetEpoch(ctx, sc.Project, req.AgentTurnID, *req.TurnEpoch)
 	if err != nil {
 		return nil, err
 	}
-	return setEpochReply{TurnEpoch: n}, nil
+	return inbox.SetEpochReply{TurnEpoch: n}, nil
 }
 
-// decode is svc.Decode reporting a malformed body as ErrInvalid too.
+// decode is svc.Decode reporting a malformed body as inbox.ErrInvalid too.
 func decode(data []byte, v any) error {
 	if err := svc.Decode(data, v); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", inbox.ErrInvalid, err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package inbox
+package boltinbox
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,7 +14,18 @@ import (
 
 	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/utp"
+)
+
+// Errors of opening the file. They are internal/boltfile's values, shared
+// by every bbolt file of the mesh.
+var (
+	// ErrLocked: the inbox file is held open by another process (bbolt
+	// takes an exclusive file lock); Open gave up after its timeout.
+	ErrLocked = boltfile.ErrLocked
+	// ErrSchemaVersion: the inbox file has a layout this build cannot read.
+	ErrSchemaVersion = boltfile.ErrSchemaVersion
 )
 
 // The file layout (schema version 1). Every key starts with the project, so
@@ -47,21 +57,22 @@ const schemaVersion = "1"
 
 // record is what the entries bucket holds: the entry and its sequence.
 type record struct {
-	Entry
+	inbox.Entry
 	Seq uint64 `json:"seq"`
 }
 
-// db is the inbox's bbolt file. Writes go through a group committer
-// (internal/boltfile): concurrent reports, acks and epoch changes share one
-// fsync'd transaction, and the wakeup-sent mark rides along with the next
-// one. mu guards closed for the read path: every read transaction holds it
-// for reading, close for writing, so no read starts on a closed file.
-type db struct {
+// DB is the inbox's bbolt file, an inbox.Backend. Writes go through a
+// group committer (internal/boltfile): concurrent reports, acks and epoch
+// changes share one fsync'd transaction, and the wakeup-sent mark and lazy
+// acks ride along with the next one. Create it with Open.
+type DB struct {
 	bolt    *bolt.DB
 	commits *boltfile.Committer
 	path    string
-	mu      sync.RWMutex
-	closed  bool
+	// mu guards closed for the read path: every read transaction holds it
+	// for reading, Close for writing, so no read starts on a closed file.
+	mu     sync.RWMutex
+	closed bool
 
 	// lazy holds the lazy acks queued but not committed yet, by
 	// string(key(project, inbox_id)), so that reads see an entry acked
@@ -71,31 +82,37 @@ type db struct {
 }
 
 // overlay shows a queued lazy ack on e.
-func (d *db) overlay(project string, e *Entry) {
-	if e.State != StatePending {
+func (d *DB) overlay(project string, e *inbox.Entry) {
+	if e.State != inbox.StatePending {
 		return
 	}
 	d.lazyMu.Lock()
 	t, ok := d.lazy[string(key(project, e.InboxID))]
 	d.lazyMu.Unlock()
 	if ok {
-		e.State, e.AckedAt = StateAcked, &t
+		e.State, e.AckedAt = inbox.StateAcked, &t
 	}
 }
 
-func openDB(path string, timeout time.Duration) (*db, error) {
+var _ inbox.Backend = (*DB)(nil)
+
+// Open opens (creating it, mode 0600, if missing) the inbox file at path,
+// waiting up to timeout for another process's lock (then ErrLocked); 0
+// waits forever.
+func Open(path string, timeout time.Duration) (*DB, error) {
 	b, err := boltfile.Open(path, boltfile.Options{Timeout: timeout, Schema: &boltfile.Schema{
 		Kind: "inbox", Version: schemaVersion, Buckets: allBuckets,
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	return &db{bolt: b, path: path, commits: boltfile.NewCommitter(b, boltfile.CommitConfig{Name: path}), lazy: map[string]time.Time{}}, nil
+	return &DB{bolt: b, path: path, commits: boltfile.NewCommitter(b, boltfile.CommitConfig{Name: path}), lazy: map[string]time.Time{}}, nil
 }
 
-// close commits every write accepted before it (wakeup-sent marks
-// included), then closes the file.
-func (d *db) close() error {
+// Close commits every write accepted before it (wakeup-sent marks and lazy
+// acks included), then closes the file. Later calls fail with
+// inbox.ErrClosed; Close again does nothing.
+func (d *DB) Close() error {
 	d.commits.Close()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -114,13 +131,25 @@ func (d *db) close() error {
 // (boltfile.Dirty): the shared transaction is rolled back and the others
 // run again without fn, so fn may write before it checks. fn may run more
 // than once and must set its outputs anew on every run.
-func (d *db) update(fn func(tx *bolt.Tx) error) error {
-	return d.mapClosed(d.commits.Write(context.Background(), 0, dirtyOnError(fn)))
+func (d *DB) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	return d.mapClosed(d.commits.Write(ctx, 0, dirtyOnError(fn)))
 }
+
+// Flush commits every write queued so far (wakeup-sent marks and lazy acks
+// waiting for the next transaction) and returns once they are on disk and
+// their callbacks have run.
+func (d *DB) Flush(ctx context.Context) error {
+	return d.update(ctx, func(*bolt.Tx) error { return nil })
+}
+
+// Bolt returns the bbolt database for read-only inspection (tx.Check,
+// tx.WriteTo backups). Writing to it bypasses every rule of the inbox;
+// don't.
+func (d *DB) Bolt() *bolt.DB { return d.bolt }
 
 // later runs fn in the next transaction (see boltfile.Committer.Later) and
 // calls done with the outcome once it is committed.
-func (d *db) later(fn func(tx *bolt.Tx) error, done func(err error)) {
+func (d *DB) later(fn func(tx *bolt.Tx) error, done func(err error)) {
 	d.commits.Later(0, dirtyOnError(fn), func(err error) { done(d.mapClosed(err)) })
 }
 
@@ -133,16 +162,20 @@ func dirtyOnError(fn func(tx *bolt.Tx) error) boltfile.ApplyFunc {
 	}
 }
 
-func (d *db) mapClosed(err error) error {
+func (d *DB) mapClosed(err error) error {
 	if errors.Is(err, boltfile.ErrClosed) {
-		return fmt.Errorf("%w: %w", ErrClosed, err)
+		return fmt.Errorf("%w: %w", inbox.ErrClosed, err)
 	}
 	return err
 }
 
-func (d *db) pending() (int, error) {
+// Pending returns how many entries are pending, across every project.
+func (d *DB) Pending(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	n := 0
-	err := d.view(func(tx *bolt.Tx) error {
+	err := d.view(ctx, func(tx *bolt.Tx) error {
 		n = tx.Bucket(bucketPending).Stats().KeyN
 		return nil
 	})
@@ -152,11 +185,14 @@ func (d *db) pending() (int, error) {
 	return n, nil
 }
 
-func (d *db) view(fn func(tx *bolt.Tx) error) error {
+func (d *DB) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.closed {
-		return ErrClosed
+		return inbox.ErrClosed
 	}
 	return d.bolt.View(fn)
 }
@@ -199,38 +235,19 @@ func putRecord(tx *bolt.Tx, r *record) error {
 	return tx.Bucket(bucketEntries).Put(key(r.ProjectID, r.InboxID), v)
 }
 
-// outcome says what insert did with a report.
-type outcome int
-
-const (
-	outcomeNew       outcome = iota // a new pending entry
-	outcomeStale                    // a new stale entry (older epoch)
-	outcomeDuplicate                // the (project, turn, call) already had an entry
-)
-
-func (o outcome) String() string {
-	switch o {
-	case outcomeNew:
-		return "new"
-	case outcomeStale:
-		return "stale"
-	}
-	return "duplicate"
-}
-
-// insert stores the entry of an accepted report, or finds the existing one,
+// Insert stores the entry of an accepted report, or finds the existing one,
 // in one transaction: the dedupe check, the epoch check and every index
 // write commit together or not at all.
 //
 // created_at is read inside the transaction, so creation order (seq) and
 // created_at agree.
-func (d *db) insert(project, channel string, rep *utp.Report, traceparent string) (*Entry, outcome, error) {
+func (d *DB) Insert(ctx context.Context, project, channel string, rep *utp.Report, traceparent string) (*inbox.Entry, bool, error) {
 	var (
-		out outcome
-		res *Entry
+		created bool
+		res     *inbox.Entry
 	)
-	err := d.update(func(tx *bolt.Tx) error {
-		out, res = 0, nil
+	err := d.update(ctx, func(tx *bolt.Tx) error {
+		created, res = false, nil
 		calls := tx.Bucket(bucketCalls)
 		callKey := key(project, rep.AgentTurnID, rep.ToolCallID)
 		if id := calls.Get(callKey); id != nil {
@@ -241,22 +258,22 @@ func (d *db) insert(project, channel string, rep *utp.Report, traceparent string
 			if r == nil {
 				return fmt.Errorf("inbox: dedupe index names entry %s of project %s, which does not exist", id, project)
 			}
-			out, res = outcomeDuplicate, &r.Entry
+			res = &r.Entry
 			return nil
 		}
 		// Only set_epoch (the agent's runtime) raises a turn's epoch: a
 		// report is judged against it and never moves it, or any worker
 		// could silence a turn with one report of a huge epoch.
-		state := StatePending
+		state := inbox.StatePending
 		if highest, seen := readEpoch(tx.Bucket(bucketEpochs), key(project, rep.AgentTurnID)); seen && rep.TurnEpoch < highest {
-			state = StateStale
+			state = inbox.StateStale
 		}
 		entries := tx.Bucket(bucketEntries)
 		seq, err := entries.NextSequence()
 		if err != nil {
 			return err
 		}
-		r := &record{Seq: seq, Entry: Entry{
+		r := &record{Seq: seq, Entry: inbox.Entry{
 			InboxID: card.NewID(), ProjectID: project, ChannelID: channel,
 			AgentID: rep.AgentID, AgentTurnID: rep.AgentTurnID, TurnEpoch: rep.TurnEpoch,
 			ToolCallID: rep.ToolCallID, ToolResultCardID: rep.ToolResultCardID,
@@ -275,9 +292,8 @@ func (d *db) insert(project, channel string, rep *utp.Report, traceparent string
 		if err := tx.Bucket(bucketAgents).Put(agentKey, id); err != nil {
 			return err
 		}
-		out = outcomeStale
-		if state == StatePending {
-			out = outcomeNew
+		created = true
+		if state == inbox.StatePending {
 			if err := tx.Bucket(bucketPending).Put(agentKey, id); err != nil {
 				return err
 			}
@@ -286,9 +302,9 @@ func (d *db) insert(project, channel string, rep *utp.Report, traceparent string
 		return nil
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, false, err
 	}
-	return res, out, nil
+	return res, created, nil
 }
 
 func readEpoch(b *bolt.Bucket, k []byte) (int64, bool) {
@@ -301,8 +317,8 @@ func readEpoch(b *bolt.Bucket, k []byte) (int64, bool) {
 
 // markSent records that the entry's wakeup was published (first time
 // wins) and returns once that is on disk.
-func (d *db) markSent(project, id string, at time.Time) (first bool, err error) {
-	err = d.update(func(tx *bolt.Tx) error {
+func (d *DB) markSent(ctx context.Context, project, id string, at time.Time) (first bool, err error) {
+	err = d.update(ctx, func(tx *bolt.Tx) error {
 		var err error
 		first, err = applyMarkSent(tx, project, id, at)
 		return err
@@ -310,13 +326,13 @@ func (d *db) markSent(project, id string, at time.Time) (first bool, err error) 
 	return first, err
 }
 
-// markSentLater records the mark in the next transaction instead of a
+// MarkSentLater records the mark in the next transaction instead of a
 // commit of its own, and calls done once it is committed; first is true
-// for exactly one of the marks of an entry, as with markSent. Nobody waits
-// for the mark's durability: a crash before the commit leaves the entry
-// pending without it, and a redelivered report publishes the wakeup again
-// under the same Nats-Msg-Id, which JetStream drops.
-func (d *db) markSentLater(project, id string, at time.Time, done func(first bool, err error)) {
+// for exactly one of the marks of an entry. Nobody waits for the mark's
+// durability: a crash before the commit leaves the entry pending without
+// it, and a redelivered report publishes the wakeup again under the same
+// Nats-Msg-Id, which JetStream drops.
+func (d *DB) MarkSentLater(project, id string, at time.Time, done func(first bool, err error)) {
 	var first bool
 	d.later(func(tx *bolt.Tx) error {
 		var err error
@@ -332,7 +348,7 @@ func applyMarkSent(tx *bolt.Tx, project, id string, at time.Time) (bool, error) 
 		return false, err
 	}
 	if r == nil {
-		return false, fmt.Errorf("%w: inbox entry %s in project %s", ErrNotFound, id, project)
+		return false, fmt.Errorf("%w: inbox entry %s in project %s", inbox.ErrNotFound, id, project)
 	}
 	if r.WakeupSentAt != nil {
 		return false, nil
@@ -342,15 +358,16 @@ func applyMarkSent(tx *bolt.Tx, project, id string, at time.Time) (bool, error) 
 	return true, putRecord(tx, r)
 }
 
-func (d *db) get(project, id string) (*Entry, error) {
-	var e *Entry
-	err := d.view(func(tx *bolt.Tx) error {
+// Get returns the entry, or an error matching inbox.ErrNotFound.
+func (d *DB) Get(ctx context.Context, project, id string) (*inbox.Entry, error) {
+	var e *inbox.Entry
+	err := d.view(ctx, func(tx *bolt.Tx) error {
 		r, err := getRecord(tx, project, id)
 		if err != nil {
 			return err
 		}
 		if r == nil {
-			return fmt.Errorf("%w: inbox entry %s in project %s", ErrNotFound, id, project)
+			return fmt.Errorf("%w: inbox entry %s in project %s", inbox.ErrNotFound, id, project)
 		}
 		e = &r.Entry
 		d.overlay(project, e)
@@ -359,13 +376,13 @@ func (d *db) get(project, id string) (*Entry, error) {
 	return e, err
 }
 
-// list scans the agent's index (the pending one for pending entries, the
+// List scans the agent's index (the pending one for pending entries, the
 // full one otherwise) in creation order.
-func (d *db) list(project string, q ListQuery) ([]Entry, error) {
-	out := []Entry{}
-	err := d.view(func(tx *bolt.Tx) error {
+func (d *DB) List(ctx context.Context, project string, q inbox.ListQuery) ([]inbox.Entry, error) {
+	out := []inbox.Entry{}
+	err := d.view(ctx, func(tx *bolt.Tx) error {
 		idx := tx.Bucket(bucketAgents)
-		if q.State == StatePending {
+		if q.State == inbox.StatePending {
 			idx = tx.Bucket(bucketPending)
 		}
 		prefix := key(project, q.AgentID)
@@ -376,7 +393,7 @@ func (d *db) list(project string, q ListQuery) ([]Entry, error) {
 				return err
 			}
 			if r == nil || r.AgentID != q.AgentID {
-				return fmt.Errorf("%w: after: inbox entry %s of agent %s in project %s", ErrNotFound, q.After, q.AgentID, project)
+				return fmt.Errorf("%w: after: inbox entry %s of agent %s in project %s", inbox.ErrNotFound, q.After, q.AgentID, project)
 			}
 			start = seqKey(prefix, r.Seq+1)
 		}
@@ -393,7 +410,7 @@ func (d *db) list(project string, q ListQuery) ([]Entry, error) {
 				continue
 			}
 			d.overlay(project, &r.Entry)
-			if q.State != StateAll && r.State != q.State {
+			if q.State != inbox.StateAll && r.State != q.State {
 				continue
 			}
 			out = append(out, r.Entry)
@@ -403,11 +420,11 @@ func (d *db) list(project string, q ListQuery) ([]Entry, error) {
 	return out, err
 }
 
-// ack marks the pending entries among ids acked, all or none: an unknown id
+// Ack marks the pending entries among ids acked, all or none: an unknown id
 // fails the whole call.
-func (d *db) ack(project string, ids []string, now time.Time) (int, error) {
+func (d *DB) Ack(ctx context.Context, project string, ids []string, now time.Time) (int, error) {
 	n := 0
-	err := d.update(func(tx *bolt.Tx) error {
+	err := d.update(ctx, func(tx *bolt.Tx) error {
 		var err error
 		n, err = applyAck(tx, project, ids, now)
 		return err
@@ -418,14 +435,14 @@ func (d *db) ack(project string, ids []string, now time.Time) (int, error) {
 	return n, nil
 }
 
-// ackLater checks that every id has an entry in the project and counts
+// AckLater checks that every id has an entry in the project and counts
 // the pending ones in a read transaction, then queues the ack itself as a
 // Later write: it rides along with the next inbox transaction (a report's
 // entry, another ack) instead of paying a commit of its own. done, when not
 // nil, is called once the ack is committed (or failed).
-func (d *db) ackLater(project string, ids []string, now time.Time, done func(error)) (int, error) {
+func (d *DB) AckLater(ctx context.Context, project string, ids []string, now time.Time, done func(error)) (int, error) {
 	n := 0
-	err := d.view(func(tx *bolt.Tx) error {
+	err := d.view(ctx, func(tx *bolt.Tx) error {
 		var missing []string
 		for _, id := range ids {
 			r, err := getRecord(tx, project, id)
@@ -439,12 +456,12 @@ func (d *db) ackLater(project string, ids []string, now time.Time, done func(err
 			// An entry acked lazily a moment ago is acked already: a
 			// second ack of it changes nothing and does not count.
 			d.overlay(project, &r.Entry)
-			if r.State == StatePending {
+			if r.State == inbox.StatePending {
 				n++
 			}
 		}
 		if len(missing) > 0 {
-			return fmt.Errorf("%w: inbox entries not in project %s: %s", ErrNotFound, project, listIDs(missing))
+			return inbox.NotFound(project, missing)
 		}
 		return nil
 	})
@@ -495,14 +512,14 @@ func applyAck(tx *bolt.Tx, project string, ids []string, now time.Time) (int, er
 		recs = append(recs, r)
 	}
 	if len(missing) > 0 {
-		return 0, fmt.Errorf("%w: inbox entries not in project %s: %s", ErrNotFound, project, listIDs(missing))
+		return 0, inbox.NotFound(project, missing)
 	}
 	t := now.UTC()
 	for _, r := range recs {
-		if r.State != StatePending {
+		if r.State != inbox.StatePending {
 			continue // re-ack, or a stale entry: nothing to do
 		}
-		r.State, r.AckedAt = StateAcked, &t
+		r.State, r.AckedAt = inbox.StateAcked, &t
 		if err := putRecord(tx, r); err != nil {
 			return 0, err
 		}
@@ -514,24 +531,16 @@ func applyAck(tx *bolt.Tx, project string, ids []string, now time.Time) (int, er
 	return n, nil
 }
 
-func listIDs(ids []string) string {
-	const show = 10
-	if len(ids) <= show {
-		return strings.Join(ids, ", ")
-	}
-	return fmt.Sprintf("%s (and %d more)", strings.Join(ids[:show], ", "), len(ids)-show)
-}
-
-// setEpoch raises the turn's highest epoch and turns the turn's pending
+// SetEpoch raises the turn's highest epoch and turns the turn's pending
 // entries of older epochs stale, so that after it no pending entry of the
 // turn is older than epoch. It returns the highest epoch and the entries it
 // made stale.
-func (d *db) setEpoch(project, turn string, epoch int64) (int64, []Entry, error) {
+func (d *DB) SetEpoch(ctx context.Context, project, turn string, epoch int64) (int64, []inbox.Entry, error) {
 	var (
 		highest int64
-		staled  []Entry
+		staled  []inbox.Entry
 	)
-	err := d.update(func(tx *bolt.Tx) error {
+	err := d.update(ctx, func(tx *bolt.Tx) error {
 		highest, staled = 0, nil
 		epochs := tx.Bucket(bucketEpochs)
 		turnKey := key(project, turn)
@@ -552,12 +561,12 @@ func (d *db) setEpoch(project, turn string, epoch int64) (int64, []Entry, error)
 			if err != nil {
 				return err
 			}
-			if r != nil && r.State == StatePending && r.TurnEpoch < epoch {
+			if r != nil && r.State == inbox.StatePending && r.TurnEpoch < epoch {
 				toStale = append(toStale, r)
 			}
 		}
 		for _, r := range toStale {
-			r.State = StateStale
+			r.State = inbox.StateStale
 			if err := putRecord(tx, r); err != nil {
 				return err
 			}

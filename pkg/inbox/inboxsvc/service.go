@@ -1,4 +1,4 @@
-package inbox
+package inboxsvc
 
 import (
 	"context"
@@ -14,69 +14,21 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
-	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/internal/jskv"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/boltinbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/kvinbox"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
-// Sentinel errors. Every error of this package that is about the request
-// (rather than the transport) matches one of them with errors.Is, on both
-// sides of NATS: the Client maps wire codes back through Codes.
-var (
-	// ErrNotFound: no entry with this inbox_id exists in the project asked
-	// for. An entry of another project is also "not found".
-	ErrNotFound = errors.New("inbox: not found")
-	// ErrInvalid: the request breaks a rule (a missing or malformed field,
-	// an unknown state, a negative epoch). The message names what is wrong.
-	ErrInvalid = errors.New("inbox: invalid request")
-	// ErrClosed: the service has been stopped.
-	ErrClosed = errors.New("inbox: closed")
-	// ErrLocked: the inbox file is held open by another process (bbolt
-	// takes an exclusive file lock); New gave up after Config.OpenTimeout.
-	// It is internal/boltfile's value, shared by every bbolt file.
-	ErrLocked = boltfile.ErrLocked
-	// ErrSchemaVersion: the inbox file has a layout this build cannot read.
-	ErrSchemaVersion = boltfile.ErrSchemaVersion
-)
-
-// ServiceName is the service token of the inbox's svc subjects:
-// cg.<ver>.<project>.<channel>.svc.inbox.<op>.
-const ServiceName = "inbox"
-
-// The svc operations, the last token of the subject.
-const (
-	OpList     = "list"
-	OpGet      = "get"
-	OpAck      = "ack"
-	OpSetEpoch = "set_epoch"
-)
-
-// CodeClosed is the wire code of ErrClosed.
-const CodeClosed = "closed"
-
-// Codes maps the inbox's sentinel errors to svc wire codes and back.
-var Codes = svc.Codes{
-	{Err: ErrNotFound, Code: svc.CodeNotFound},
-	{Err: ErrInvalid, Code: svc.CodeBadRequest},
-	{Err: ErrClosed, Code: CodeClosed},
-	{Err: ErrRefused, Code: CodeRefused},
-}
-
 // Defaults of Config.
 const (
 	DefaultConcurrency = 32
 	DefaultAckWait     = 30 * time.Second
 	DefaultOpenTimeout = 5 * time.Second
-	// MaxList is the default and largest number of entries one List returns.
-	MaxList = 1000
-	// MaxAck is the most inbox ids one Ack takes.
-	MaxAck = 1000
-	// MaxDeadLetterBody is how much of a refused report's body a dead-letter
-	// record keeps.
-	MaxDeadLetterBody = 4096
 )
 
 // Config configures a Service.
@@ -90,7 +42,7 @@ type Config struct {
 	// Required unless Bucket is set.
 	Path string
 	// Bucket, when set, keeps the entries in this JetStream key-value
-	// bucket (see OpenBucket) instead of a file: cluster mode, where the
+	// bucket (see kvinbox.OpenBucket) instead of a file: cluster mode, where the
 	// bucket is replicated (R3) and any number of inbox processes share it.
 	Bucket *jskv.Bucket
 	// Logger; default slog.Default().
@@ -110,7 +62,8 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-// Service is the inbox: it consumes reports, keeps entries in bbolt, rings
+// Service is the inbox: it consumes reports, keeps entries (boltinbox or
+// kvinbox), rings
 // agents' wakeups and serves the svc operations. Create it with New, then
 // Start; Stop releases everything. The local methods (List, Get, Ack,
 // SetEpoch) work between New and Stop, started or not.
@@ -119,8 +72,8 @@ type Service struct {
 	js  jetstream.JetStream
 	cfg Config
 	log *slog.Logger
-	st  backend
-	db  *db // the bbolt backend, nil with Config.Bucket
+	st  inbox.Backend
+	db  *boltinbox.DB // the bbolt backend, nil with Config.Bucket
 	tr  trace.Tracer
 
 	// mu guards started, stopping, cc, srv and the Add side of wg.
@@ -142,27 +95,29 @@ type Service struct {
 	stopErr  error
 }
 
-// New validates cfg and opens the inbox file. It does not touch NATS until
-// Start.
+// New validates cfg and opens the backend: the bucket of Config.Bucket
+// (kvinbox), or the file of Config.Path (boltinbox; another process
+// holding it makes New fail with boltinbox.ErrLocked after
+// Config.OpenTimeout). It does not touch NATS until Start.
 func New(nc *nats.Conn, cfg Config) (*Service, error) {
 	if nc == nil {
-		return nil, fmt.Errorf("%w: inbox.New: nil NATS connection", ErrInvalid)
+		return nil, fmt.Errorf("%w: inboxsvc.New: nil NATS connection", inbox.ErrInvalid)
 	}
 	if cfg.Store == nil {
-		return nil, fmt.Errorf("%w: inbox.New: Config.Store is required", ErrInvalid)
+		return nil, fmt.Errorf("%w: inboxsvc.New: Config.Store is required", inbox.ErrInvalid)
 	}
 	if cfg.Path == "" && cfg.Bucket == nil {
-		return nil, fmt.Errorf("%w: inbox.New: Config.Path (the inbox.db file) or Config.Bucket is required", ErrInvalid)
+		return nil, fmt.Errorf("%w: inboxsvc.New: Config.Path (the inbox.db file) or Config.Bucket is required", inbox.ErrInvalid)
 	}
 	if cfg.Version == "" {
 		cfg.Version = subjects.DefaultVersion
 	}
 	if err := subjects.ValidateToken("version", cfg.Version); err != nil {
-		return nil, fmt.Errorf("%w: inbox.New: Config.Version: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: inboxsvc.New: Config.Version: %v", inbox.ErrInvalid, err)
 	}
 	if cfg.Concurrency < 0 || cfg.AckWait < 0 || cfg.OpenTimeout < 0 {
-		return nil, fmt.Errorf("%w: inbox.New: Concurrency (%d), AckWait (%v) and OpenTimeout (%v) must not be negative",
-			ErrInvalid, cfg.Concurrency, cfg.AckWait, cfg.OpenTimeout)
+		return nil, fmt.Errorf("%w: inboxsvc.New: Concurrency (%d), AckWait (%v) and OpenTimeout (%v) must not be negative",
+			inbox.ErrInvalid, cfg.Concurrency, cfg.AckWait, cfg.OpenTimeout)
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency
@@ -181,13 +136,13 @@ func New(nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("inbox: jetstream: %w", err)
 	}
 	var (
-		d  *db
-		st backend
+		d  *boltinbox.DB
+		st inbox.Backend
 	)
 	if cfg.Bucket != nil {
-		st = newKVBackend(cfg.Bucket)
+		st = kvinbox.New(cfg.Bucket)
 	} else {
-		if d, err = openDB(cfg.Path, cfg.OpenTimeout); err != nil {
+		if d, err = boltinbox.Open(cfg.Path, cfg.OpenTimeout); err != nil {
 			return nil, err
 		}
 		st = d
@@ -210,7 +165,7 @@ func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopping {
-		return fmt.Errorf("inbox: Start after Stop: %w", ErrClosed)
+		return fmt.Errorf("inbox: Start after Stop: %w", inbox.ErrClosed)
 	}
 	if s.started {
 		return errors.New("inbox: already started")
@@ -227,14 +182,14 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("inbox: %w", err)
 	}
 	srv, err := svc.NewServer(s.nc, svc.Config{
-		Service: ServiceName, Version: s.cfg.Version, Codes: Codes, Logger: s.cfg.Logger,
+		Service: inbox.ServiceName, Version: s.cfg.Version, Codes: inbox.Codes, Logger: s.cfg.Logger,
 	})
 	if err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}
 	for op, h := range map[string]svc.HandlerFunc{
-		OpList: s.handleList, OpGet: s.handleGet, OpAck: s.handleAck, OpSetEpoch: s.handleSetEpoch,
-		OpReport: s.handleReportOp,
+		inbox.OpList: s.handleList, inbox.OpGet: s.handleGet, inbox.OpAck: s.handleAck, inbox.OpSetEpoch: s.handleSetEpoch,
+		inbox.OpReport: s.handleReportOp,
 	} {
 		if err := srv.Handle(op, h); err != nil {
 			return fmt.Errorf("inbox: %w", err)
@@ -324,7 +279,7 @@ func (s *Service) stop(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("inbox: stopped with reports in flight (they will be redelivered): %w", ctx.Err()))
 	}
 	s.cancel()
-	if err := s.st.close(); err != nil {
+	if err := s.st.Close(); err != nil {
 		errs = append(errs, err)
 	}
 	s.log.Info("inbox: stopped", "path", s.cfg.Path)
@@ -339,5 +294,5 @@ func (s *Service) DB() *bolt.DB {
 	if s.db == nil {
 		return nil
 	}
-	return s.db.bolt
+	return s.db.Bolt()
 }

@@ -1,4 +1,4 @@
-package inbox
+package kvinbox
 
 import (
 	"context"
@@ -17,43 +17,25 @@ import (
 
 	"github.com/utpmesh/utpmesh/internal/jskv"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 )
 
-// backend is where the inbox keeps its entries: a bbolt file (db, the
-// default) or a JetStream key-value bucket (kvBackend, for a mesh whose
-// state must survive the loss of a node). Both run the same conformance
-// suite (backend_test.go).
-type backend interface {
-	insert(project, channel string, rep *utp.Report, traceparent string) (*Entry, outcome, error)
-	markSentLater(project, id string, at time.Time, done func(first bool, err error))
-	get(project, id string) (*Entry, error)
-	list(project string, q ListQuery) ([]Entry, error)
-	ack(project string, ids []string, now time.Time) (int, error)
-	ackLater(project string, ids []string, now time.Time, done func(error)) (int, error)
-	setEpoch(project, turn string, epoch int64) (int64, []Entry, error)
-	pending() (int, error)
-	close() error
-}
-
-var (
-	_ backend = (*db)(nil)
-	_ backend = (*kvBackend)(nil)
-)
+var _ inbox.Backend = (*KV)(nil)
 
 // DefaultBucket is the name of the inbox's key-value bucket in cluster mode.
 const DefaultBucket = "utpmesh_inbox"
 
 // OpenBucket creates (or opens) the inbox's key-value bucket with the given
-// number of replicas (3 in a 3-node cluster, 1 on one server), for
-// Config.Bucket.
+// number of replicas (3 in a 3-node cluster, 1 on one server), for New
+// (and inboxsvc.Config.Bucket). An empty name is DefaultBucket.
 func OpenBucket(ctx context.Context, js jetstream.JetStream, name string, replicas int) (*jskv.Bucket, error) {
 	if name == "" {
 		name = DefaultBucket
 	}
 	bk, err := jskv.Open(ctx, js, jskv.Config{Bucket: name, Replicas: replicas, History: 1, Description: "utpmesh inbox entries"})
 	if err != nil {
-		return nil, fmt.Errorf("inbox: %w", err)
+		return nil, fmt.Errorf("kvinbox: %w", err)
 	}
 	return bk, nil
 }
@@ -79,22 +61,35 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, name string, replic
 //
 // Every read that decides something goes to the stream leader
 // (jskv.Bucket.Latest, Scan): a replica may lag.
-type kvBackend struct {
+
+// record is what an e. key holds: the entry (and a seq, always 0 here,
+// kept so that the bucket's JSON matches the bbolt file's).
+type record struct {
+	inbox.Entry
+	Seq uint64 `json:"seq"`
+}
+
+// KV keeps the inbox's entries in a JetStream key-value bucket: an
+// inbox.Backend that any number of inbox processes may share. Create it
+// with New.
+type KV struct {
 	bk      *jskv.Bucket
 	kv      jetstream.KeyValue
 	timeout time.Duration
 	wg      sync.WaitGroup // background wakeup marks
 }
 
-func newKVBackend(bk *jskv.Bucket) *kvBackend {
-	return &kvBackend{bk: bk, kv: bk.KV, timeout: 10 * time.Second}
+// New returns the backend over bucket bk (see OpenBucket). Every
+// operation is bounded by 10 s on top of its context.
+func New(bk *jskv.Bucket) *KV {
+	return &KV{bk: bk, kv: bk.KV, timeout: 10 * time.Second}
 }
 
 // latest reads key from the leader; nil when it does not exist.
-func (b *kvBackend) latest(ctx context.Context, key string) (*jskv.Entry, error) {
+func (b *KV) latest(ctx context.Context, key string) (*jskv.Entry, error) {
 	e, err := b.bk.Latest(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: read %s: %w", key, err)
+		return nil, fmt.Errorf("kvinbox: read %s: %w", key, err)
 	}
 	if !e.Exists {
 		return nil, nil
@@ -105,7 +100,7 @@ func (b *kvBackend) latest(ctx context.Context, key string) (*jskv.Entry, error)
 // settled reads a key a failed Create says exists. In a cluster the
 // leader refuses a Create on a key whose first write is still being
 // replicated, before that write is readable: wait for it (briefly).
-func (b *kvBackend) settled(ctx context.Context, key string) (*jskv.Entry, error) {
+func (b *KV) settled(ctx context.Context, key string) (*jskv.Entry, error) {
 	wait := time.Millisecond
 	for range 40 {
 		v, err := b.latest(ctx, key)
@@ -122,11 +117,11 @@ func (b *kvBackend) settled(ctx context.Context, key string) (*jskv.Entry, error
 		}
 		wait = min(2*wait, 50*time.Millisecond)
 	}
-	return nil, fmt.Errorf("inbox: %s exists (a Create failed) but is not readable from the stream leader", key)
+	return nil, fmt.Errorf("kvinbox: %s exists (a Create failed) but is not readable from the stream leader", key)
 }
 
 // keys lists the keys matching prefix+"*", without the prefix.
-func (b *kvBackend) keys(ctx context.Context, prefix string) ([]string, error) {
+func (b *KV) keys(ctx context.Context, prefix string) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
 	err := b.bk.Scan(ctx, prefix+"*", func(k string, e jskv.Entry) error {
@@ -139,7 +134,7 @@ func (b *kvBackend) keys(ctx context.Context, prefix string) ([]string, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("inbox: list %s*: %w", prefix, err)
+		return nil, fmt.Errorf("kvinbox: list %s*: %w", prefix, err)
 	}
 	for id := range seen {
 		out = append(out, id)
@@ -158,27 +153,27 @@ func hashToken(parts ...string) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-func (b *kvBackend) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), b.timeout)
+func (b *KV) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.timeout)
 }
 
 func entryKey(project, id string) string { return "e." + project + "." + id }
 
-func (b *kvBackend) getRecord(ctx context.Context, project, id string) (*record, uint64, error) {
+func (b *KV) getRecord(ctx context.Context, project, id string) (*record, uint64, error) {
 	e, err := b.latest(ctx, entryKey(project, id))
 	if err != nil || e == nil {
 		return nil, 0, err
 	}
 	var r record
 	if err := json.Unmarshal(e.Value, &r); err != nil {
-		return nil, 0, fmt.Errorf("inbox: entry %s of project %s is corrupt: %w", id, project, err)
+		return nil, 0, fmt.Errorf("kvinbox: entry %s of project %s is corrupt: %w", id, project, err)
 	}
 	return &r, e.Revision, nil
 }
 
 // update applies change to the entry with compare-and-set, re-reading on
 // conflict. change returns false to leave the entry as it is.
-func (b *kvBackend) update(ctx context.Context, project, id string, change func(*record) bool) (*record, bool, error) {
+func (b *KV) update(ctx context.Context, project, id string, change func(*record) bool) (*record, bool, error) {
 	var (
 		out     *record
 		changed bool
@@ -190,7 +185,7 @@ func (b *kvBackend) update(ctx context.Context, project, id string, change func(
 			return err
 		}
 		if r == nil {
-			return fmt.Errorf("%w: inbox entry %s in project %s", ErrNotFound, id, project)
+			return fmt.Errorf("%w: inbox entry %s in project %s", inbox.ErrNotFound, id, project)
 		}
 		out = r
 		if !change(r) {
@@ -198,7 +193,7 @@ func (b *kvBackend) update(ctx context.Context, project, id string, change func(
 		}
 		v, err := json.Marshal(r)
 		if err != nil {
-			return fmt.Errorf("inbox: encode entry %s: %w", id, err)
+			return fmt.Errorf("kvinbox: encode entry %s: %w", id, err)
 		}
 		if _, err := b.kv.Update(ctx, entryKey(project, id), v, rev); err != nil {
 			return err
@@ -214,8 +209,12 @@ func (b *kvBackend) update(ctx context.Context, project, id string, change func(
 
 func isConflict(err error) bool { return jskv.Conflict(err) }
 
-func (b *kvBackend) insert(project, channel string, rep *utp.Report, traceparent string) (*Entry, outcome, error) {
-	ctx, cancel := b.ctx()
+// Insert creates the call's dedupe key first (the first report of a call
+// wins), then the entry and its indexes; a crash in between is repaired by
+// the report's redelivery, which finds the key and finishes the insert with
+// the id it names.
+func (b *KV) Insert(ctx context.Context, project, channel string, rep *utp.Report, traceparent string) (*inbox.Entry, bool, error) {
+	ctx, cancel := b.ctx(ctx)
 	defer cancel()
 	turnTok := hashToken(project, rep.AgentTurnID)
 	callKey := "c." + project + "." + hashToken(project, rep.AgentTurnID, rep.ToolCallID)
@@ -223,29 +222,29 @@ func (b *kvBackend) insert(project, channel string, rep *utp.Report, traceparent
 	id := card.NewID()
 	if _, err := b.kv.Create(ctx, callKey, []byte(id)); err != nil {
 		if !isConflict(err) {
-			return nil, 0, fmt.Errorf("inbox: dedupe key: %w", err)
+			return nil, false, fmt.Errorf("kvinbox: dedupe key: %w", err)
 		}
 		v, gerr := b.settled(ctx, callKey)
 		if gerr != nil {
-			return nil, 0, gerr
+			return nil, false, gerr
 		}
 		existing := string(v.Value)
 		r, _, err := b.getRecord(ctx, project, existing)
 		if err != nil {
-			return nil, 0, err
+			return nil, false, err
 		}
 		if r != nil {
 			if err := b.index(ctx, r); err != nil {
-				return nil, 0, err
+				return nil, false, err
 			}
-			if r.State == StatePending {
+			if r.State == inbox.StatePending {
 				// An ack (or set_epoch) between the read and index deleted
 				// the pending key index just wrote back: take it out again.
-				if now, _, err := b.getRecord(ctx, project, existing); err == nil && now != nil && now.State != StatePending {
+				if now, _, err := b.getRecord(ctx, project, existing); err == nil && now != nil && now.State != inbox.StatePending {
 					_ = b.kv.Delete(ctx, pendingKey(r))
 				}
 			}
-			return &r.Entry, outcomeDuplicate, nil
+			return &r.Entry, false, nil
 		}
 		// The first insert stopped after the dedupe key: finish it with
 		// the id it chose.
@@ -255,14 +254,14 @@ func (b *kvBackend) insert(project, channel string, rep *utp.Report, traceparent
 	// report is judged against it and never moves it.
 	highest, seen, err := b.readEpoch(ctx, project, turnTok)
 	if err != nil {
-		return nil, 0, err
+		return nil, false, err
 	}
-	state := StatePending
+	state := inbox.StatePending
 	if seen && rep.TurnEpoch < highest {
-		state = StateStale
+		state = inbox.StateStale
 	}
 	now := time.Now().UTC()
-	r := &record{Entry: Entry{
+	r := &record{Entry: inbox.Entry{
 		InboxID: id, ProjectID: project, ChannelID: channel,
 		AgentID: rep.AgentID, AgentTurnID: rep.AgentTurnID, TurnEpoch: rep.TurnEpoch,
 		ToolCallID: rep.ToolCallID, ToolResultCardID: rep.ToolResultCardID,
@@ -272,37 +271,37 @@ func (b *kvBackend) insert(project, channel string, rep *utp.Report, traceparent
 	}}
 	v, err := json.Marshal(r)
 	if err != nil {
-		return nil, 0, fmt.Errorf("inbox: encode entry %s: %w", id, err)
+		return nil, false, fmt.Errorf("kvinbox: encode entry %s: %w", id, err)
 	}
 	created := true
 	if _, err := b.kv.Create(ctx, entryKey(project, id), v); err != nil {
 		if !isConflict(err) {
-			return nil, 0, fmt.Errorf("inbox: write entry %s: %w", id, err)
+			return nil, false, fmt.Errorf("kvinbox: write entry %s: %w", id, err)
 		}
 		// Written concurrently by the first insert or another one
 		// finishing it: that one is the new entry, this a duplicate.
 		e, gerr := b.settled(ctx, entryKey(project, id))
 		if gerr != nil {
-			return nil, 0, gerr
+			return nil, false, gerr
 		}
 		var got record
 		if err := json.Unmarshal(e.Value, &got); err != nil {
-			return nil, 0, fmt.Errorf("inbox: entry %s of project %s is corrupt: %w", id, project, err)
+			return nil, false, fmt.Errorf("kvinbox: entry %s of project %s is corrupt: %w", id, project, err)
 		}
 		r, created = &got, false
 	}
 	if err := b.index(ctx, r); err != nil {
-		return nil, 0, err
+		return nil, false, err
 	}
 	// An epoch raised between our check and the insert must not leave a
 	// pending entry older than the turn's highest epoch.
-	if created && r.State == StatePending {
+	if created && r.State == inbox.StatePending {
 		if h, ok, err := b.readEpoch(ctx, project, turnTok); err == nil && ok && h > r.TurnEpoch {
 			if st, changed, err := b.update(ctx, project, id, func(x *record) bool {
-				if x.State != StatePending {
+				if x.State != inbox.StatePending {
 					return false
 				}
-				x.State = StateStale
+				x.State = inbox.StateStale
 				return true
 			}); err == nil && changed {
 				r = st
@@ -310,14 +309,7 @@ func (b *kvBackend) insert(project, channel string, rep *utp.Report, traceparent
 			}
 		}
 	}
-	out := outcomeNew
-	switch {
-	case !created:
-		out = outcomeDuplicate
-	case r.State == StateStale:
-		out = outcomeStale
-	}
-	return &r.Entry, out, nil
+	return &r.Entry, created, nil
 }
 
 func pendingKey(r *record) string { return "p." + r.ProjectID + "." + r.AgentID + "." + r.InboxID }
@@ -327,34 +319,34 @@ func turnKey(r *record) string {
 }
 
 // index writes the entry's index keys (idempotent).
-func (b *kvBackend) index(ctx context.Context, r *record) error {
+func (b *KV) index(ctx context.Context, r *record) error {
 	keys := []string{agentKey(r), turnKey(r)}
-	if r.State == StatePending {
+	if r.State == inbox.StatePending {
 		keys = append(keys, pendingKey(r))
 	}
 	for _, k := range keys {
 		if _, err := b.kv.Put(ctx, k, nil); err != nil {
-			return fmt.Errorf("inbox: index %s: %w", k, err)
+			return fmt.Errorf("kvinbox: index %s: %w", k, err)
 		}
 	}
 	return nil
 }
 
-func (b *kvBackend) readEpoch(ctx context.Context, project, turnTok string) (int64, bool, error) {
+func (b *KV) readEpoch(ctx context.Context, project, turnTok string) (int64, bool, error) {
 	v, err := b.latest(ctx, "t."+project+"."+turnTok)
 	if err != nil || v == nil {
 		return 0, false, err
 	}
 	n, err := strconv.ParseInt(string(v.Value), 10, 64)
 	if err != nil {
-		return 0, false, fmt.Errorf("inbox: epoch of turn key %s is corrupt: %w", turnTok, err)
+		return 0, false, fmt.Errorf("kvinbox: epoch of turn key %s is corrupt: %w", turnTok, err)
 	}
 	return n, true, nil
 }
 
 // raiseEpoch sets the turn's highest epoch to epoch when that is higher and
 // returns the highest epoch before the call and whether there was one.
-func (b *kvBackend) raiseEpoch(ctx context.Context, project, turnTok string, epoch int64) (int64, bool, error) {
+func (b *KV) raiseEpoch(ctx context.Context, project, turnTok string, epoch int64) (int64, bool, error) {
 	k := "t." + project + "." + turnTok
 	val := []byte(strconv.FormatInt(epoch, 10))
 	var (
@@ -365,7 +357,7 @@ func (b *kvBackend) raiseEpoch(ctx context.Context, project, turnTok string, epo
 		prev, seen = 0, false
 		v, err := b.bk.Latest(ctx, k)
 		if err != nil {
-			return fmt.Errorf("inbox: read epoch: %w", err)
+			return fmt.Errorf("kvinbox: read epoch: %w", err)
 		}
 		if !v.Exists {
 			if v.Revision == 0 {
@@ -377,7 +369,7 @@ func (b *kvBackend) raiseEpoch(ctx context.Context, project, turnTok string, epo
 		}
 		cur, perr := strconv.ParseInt(string(v.Value), 10, 64)
 		if perr != nil {
-			return fmt.Errorf("inbox: epoch of turn key %s is corrupt: %w", turnTok, perr)
+			return fmt.Errorf("kvinbox: epoch of turn key %s is corrupt: %w", turnTok, perr)
 		}
 		prev, seen = cur, true
 		if cur >= epoch {
@@ -392,11 +384,13 @@ func (b *kvBackend) raiseEpoch(ctx context.Context, project, turnTok string, epo
 	return prev, seen, nil
 }
 
-func (b *kvBackend) markSentLater(project, id string, at time.Time, done func(first bool, err error)) {
+// MarkSentLater writes the mark at once, in the background (there is no
+// transaction to ride along with), and calls done when it is written.
+func (b *KV) MarkSentLater(project, id string, at time.Time, done func(first bool, err error)) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		ctx, cancel := b.ctx()
+		ctx, cancel := b.ctx(context.Background())
 		defer cancel()
 		_, changed, err := b.update(ctx, project, id, func(r *record) bool {
 			if r.WakeupSentAt != nil {
@@ -410,27 +404,28 @@ func (b *kvBackend) markSentLater(project, id string, at time.Time, done func(fi
 	}()
 }
 
-func (b *kvBackend) get(project, id string) (*Entry, error) {
-	ctx, cancel := b.ctx()
+// Get returns the entry, or an error matching inbox.ErrNotFound.
+func (b *KV) Get(ctx context.Context, project, id string) (*inbox.Entry, error) {
+	ctx, cancel := b.ctx(ctx)
 	defer cancel()
 	r, _, err := b.getRecord(ctx, project, id)
 	if err != nil {
 		return nil, err
 	}
 	if r == nil {
-		return nil, fmt.Errorf("%w: inbox entry %s in project %s", ErrNotFound, id, project)
+		return nil, fmt.Errorf("%w: inbox entry %s in project %s", inbox.ErrNotFound, id, project)
 	}
 	return &r.Entry, nil
 }
 
-// list reads the agent's index keys (the pending ones for pending
+// List reads the agent's index keys (the pending ones for pending
 // entries), orders them by creation (inbox ids are UUIDv7, time-ordered;
 // ties by created_at), and reads the entries.
-func (b *kvBackend) list(project string, q ListQuery) ([]Entry, error) {
-	ctx, cancel := b.ctx()
+func (b *KV) List(ctx context.Context, project string, q inbox.ListQuery) ([]inbox.Entry, error) {
+	ctx, cancel := b.ctx(ctx)
 	defer cancel()
 	kind := "a."
-	if q.State == StatePending {
+	if q.State == inbox.StatePending {
 		kind = "p."
 	}
 	ids, err := b.keys(ctx, kind+project+"."+q.AgentID+".")
@@ -460,7 +455,7 @@ func (b *kvBackend) list(project string, q ListQuery) ([]Entry, error) {
 			return nil, err
 		}
 		if after == nil || after.AgentID != q.AgentID {
-			return nil, fmt.Errorf("%w: after: inbox entry %s of agent %s in project %s", ErrNotFound, q.After, q.AgentID, project)
+			return nil, fmt.Errorf("%w: after: inbox entry %s of agent %s in project %s", inbox.ErrNotFound, q.After, q.AgentID, project)
 		}
 		start = sort.Search(len(recs), func(i int) bool {
 			if !recs[i].CreatedAt.Equal(after.CreatedAt) {
@@ -469,7 +464,7 @@ func (b *kvBackend) list(project string, q ListQuery) ([]Entry, error) {
 			return recs[i].InboxID > after.InboxID
 		})
 	}
-	out := []Entry{}
+	out := []inbox.Entry{}
 	for _, r := range recs[start:] {
 		if len(out) >= q.Limit {
 			break
@@ -477,7 +472,7 @@ func (b *kvBackend) list(project string, q ListQuery) ([]Entry, error) {
 		if q.AgentTurnID != "" && r.AgentTurnID != q.AgentTurnID {
 			continue
 		}
-		if q.State != StateAll && r.State != q.State {
+		if q.State != inbox.StateAll && r.State != q.State {
 			continue
 		}
 		out = append(out, r.Entry)
@@ -485,8 +480,10 @@ func (b *kvBackend) list(project string, q ListQuery) ([]Entry, error) {
 	return out, nil
 }
 
-func (b *kvBackend) ack(project string, ids []string, now time.Time) (int, error) {
-	ctx, cancel := b.ctx()
+// Ack checks every id first (all or none for unknown ids), then acks the
+// pending entries one compare-and-set at a time.
+func (b *KV) Ack(ctx context.Context, project string, ids []string, now time.Time) (int, error) {
+	ctx, cancel := b.ctx(ctx)
 	defer cancel()
 	// All or none for unknown ids: check them first.
 	var missing []string
@@ -500,16 +497,16 @@ func (b *kvBackend) ack(project string, ids []string, now time.Time) (int, error
 		}
 	}
 	if len(missing) > 0 {
-		return 0, fmt.Errorf("%w: inbox entries not in project %s: %s", ErrNotFound, project, listIDs(missing))
+		return 0, inbox.NotFound(project, missing)
 	}
 	n := 0
 	t := now.UTC()
 	for _, id := range ids {
 		r, changed, err := b.update(ctx, project, id, func(r *record) bool {
-			if r.State != StatePending {
+			if r.State != inbox.StatePending {
 				return false
 			}
-			r.State, r.AckedAt = StateAcked, &t
+			r.State, r.AckedAt = inbox.StateAcked, &t
 			return true
 		})
 		if err != nil {
@@ -518,26 +515,28 @@ func (b *kvBackend) ack(project string, ids []string, now time.Time) (int, error
 		if changed {
 			n++
 			if err := b.kv.Delete(ctx, pendingKey(r)); err != nil {
-				return n, fmt.Errorf("inbox: pending index of %s: %w", id, err)
+				return n, fmt.Errorf("kvinbox: pending index of %s: %w", id, err)
 			}
 		}
 	}
 	return n, nil
 }
 
-// ackLater has no transaction to ride along with: the ack is written at
+// AckLater has no transaction to ride along with: the ack is written at
 // once, and the reply waits for it (every bucket write is replicated and
 // on disk before it is acknowledged).
-func (b *kvBackend) ackLater(project string, ids []string, now time.Time, done func(error)) (int, error) {
-	n, err := b.ack(project, ids, now)
+func (b *KV) AckLater(ctx context.Context, project string, ids []string, now time.Time, done func(error)) (int, error) {
+	n, err := b.Ack(ctx, project, ids, now)
 	if done != nil && err == nil {
 		done(nil)
 	}
 	return n, err
 }
 
-func (b *kvBackend) setEpoch(project, turn string, epoch int64) (int64, []Entry, error) {
-	ctx, cancel := b.ctx()
+// SetEpoch raises the turn's epoch with compare-and-set, then turns the
+// turn's pending entries of older epochs stale.
+func (b *KV) SetEpoch(ctx context.Context, project, turn string, epoch int64) (int64, []inbox.Entry, error) {
+	ctx, cancel := b.ctx(ctx)
 	defer cancel()
 	turnTok := hashToken(project, turn)
 	prev, seen, err := b.raiseEpoch(ctx, project, turnTok, epoch)
@@ -551,16 +550,16 @@ func (b *kvBackend) setEpoch(project, turn string, epoch int64) (int64, []Entry,
 	if err != nil {
 		return 0, nil, err
 	}
-	var staled []Entry
+	var staled []inbox.Entry
 	for _, id := range ids {
 		r, changed, err := b.update(ctx, project, id, func(r *record) bool {
-			if r.State != StatePending || r.TurnEpoch >= epoch {
+			if r.State != inbox.StatePending || r.TurnEpoch >= epoch {
 				return false
 			}
-			r.State = StateStale
+			r.State = inbox.StateStale
 			return true
 		})
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, inbox.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -568,7 +567,7 @@ func (b *kvBackend) setEpoch(project, turn string, epoch int64) (int64, []Entry,
 		}
 		if changed {
 			if err := b.kv.Delete(ctx, pendingKey(r)); err != nil {
-				return 0, nil, fmt.Errorf("inbox: pending index of %s: %w", id, err)
+				return 0, nil, fmt.Errorf("kvinbox: pending index of %s: %w", id, err)
 			}
 			staled = append(staled, r.Entry)
 		}
@@ -576,8 +575,9 @@ func (b *kvBackend) setEpoch(project, turn string, epoch int64) (int64, []Entry,
 	return epoch, staled, nil
 }
 
-func (b *kvBackend) pending() (int, error) {
-	ctx, cancel := b.ctx()
+// Pending counts the live keys of the pending index, across every project.
+func (b *KV) Pending(ctx context.Context) (int, error) {
+	ctx, cancel := b.ctx(ctx)
 	defer cancel()
 	live := map[string]bool{}
 	err := b.bk.Scan(ctx, "p.>", func(k string, e jskv.Entry) error {
@@ -589,12 +589,14 @@ func (b *kvBackend) pending() (int, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("inbox: count pending entries: %w", err)
+		return 0, fmt.Errorf("kvinbox: count pending entries: %w", err)
 	}
 	return len(live), nil
 }
 
-func (b *kvBackend) close() error {
+// Close waits for the wakeup marks still being written. It does not
+// touch the bucket, which the caller owns.
+func (b *KV) Close() error {
 	b.wg.Wait()
 	return nil
 }

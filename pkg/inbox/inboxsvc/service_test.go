@@ -1,4 +1,4 @@
-package inbox
+package inboxsvc
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/boltinbox"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 )
@@ -48,7 +50,7 @@ func TestHappyPath(t *testing.T) {
 	}
 	e.settle() // the report is acked only after wakeup_sent_at is recorded
 
-	es := e.list("p1", ListQuery{AgentID: "agent-1"})
+	es := e.list("p1", inbox.ListQuery{AgentID: "agent-1"})
 	if len(es) != 1 {
 		t.Fatalf("pending entries = %+v, want one", es)
 	}
@@ -56,11 +58,11 @@ func TestHappyPath(t *testing.T) {
 	if got.InboxID != w.InboxID || got.ProjectID != "p1" || got.ChannelID != "c1" || got.AgentID != "agent-1" ||
 		got.AgentTurnID != "turn-1" || got.TurnEpoch != 3 || got.ToolCallID != "call-1" ||
 		got.ToolResultCardID != c.card.CardID || got.Status != card.StatusSuccess || got.AfterExecution != card.Suspend ||
-		got.StepID != "step-1" || got.ToolName != "web_search" || got.State != StatePending ||
+		got.StepID != "step-1" || got.ToolName != "web_search" || got.State != inbox.StatePending ||
 		got.CreatedAt.IsZero() || got.AckedAt != nil || got.WakeupSentAt == nil || got.Traceparent != tp {
 		t.Fatalf("entry = %+v", got)
 	}
-	if es := e.list("p1", ListQuery{AgentID: "agent-1", AgentTurnID: "other-turn"}); len(es) != 0 {
+	if es := e.list("p1", inbox.ListQuery{AgentID: "agent-1", AgentTurnID: "other-turn"}); len(es) != 0 {
 		t.Fatalf("turn filter: %+v", es)
 	}
 
@@ -71,19 +73,19 @@ func TestHappyPath(t *testing.T) {
 	if n, err := e.client.Ack(ctx, "p1", w.InboxID, w.InboxID); err != nil || n != 0 {
 		t.Fatalf("re-ack = %d, %v; want a no-op success", n, err)
 	}
-	if es := e.list("p1", ListQuery{AgentID: "agent-1"}); len(es) != 0 {
+	if es := e.list("p1", inbox.ListQuery{AgentID: "agent-1"}); len(es) != 0 {
 		t.Fatalf("pending after ack: %+v", es)
 	}
-	acked := e.list("p1", ListQuery{AgentID: "agent-1", State: StateAcked})
-	if len(acked) != 1 || acked[0].State != StateAcked || acked[0].AckedAt == nil {
+	acked := e.list("p1", inbox.ListQuery{AgentID: "agent-1", State: inbox.StateAcked})
+	if len(acked) != 1 || acked[0].State != inbox.StateAcked || acked[0].AckedAt == nil {
 		t.Fatalf("acked entries = %+v", acked)
 	}
 	g, err := e.client.Get(ctx, "p1", w.InboxID)
-	if err != nil || g.State != StateAcked {
+	if err != nil || g.State != inbox.StateAcked {
 		t.Fatalf("get = %+v, %v", g, err)
 	}
 	// The local API sees the same.
-	if l, err := e.svc.List(ctx, "p1", ListQuery{AgentID: "agent-1", State: StateAll}); err != nil || len(l) != 1 {
+	if l, err := e.svc.List(ctx, "p1", inbox.ListQuery{AgentID: "agent-1", State: inbox.StateAll}); err != nil || len(l) != 1 {
 		t.Fatalf("local list = %+v, %v", l, err)
 	}
 }
@@ -119,7 +121,7 @@ func TestDuplicateReport(t *testing.T) {
 	if seen["call-1"] != 1 || seen["call-2"] != 1 {
 		t.Fatalf("wakeups per call = %v, want one each", seen)
 	}
-	if es := e.list("p1", ListQuery{AgentID: "a", State: StateAll}); len(es) != 2 {
+	if es := e.list("p1", inbox.ListQuery{AgentID: "a", State: inbox.StateAll}); len(es) != 2 {
 		t.Fatalf("entries = %+v, want two", es)
 	}
 }
@@ -132,9 +134,9 @@ func TestUnpublishedWakeupIsPublishedOnRedelivery(t *testing.T) {
 	// wakeup is published and the report acked.
 	rep, err := utp.ParseReport(mustJSON(t, c.report()))
 	must(t, err)
-	stored, out, err := e.svc.db.insert("p1", "c1", rep, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
-	if err != nil || out != outcomeNew {
-		t.Fatalf("insert = %v, %v", out, err)
+	stored, created, err := e.svc.db.Insert(context.Background(), "p1", "c1", rep, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	if err != nil || !created {
+		t.Fatalf("insert = created %v, %v", created, err)
 	}
 	e.publish("p1", c.report(), "") // the redelivery
 	w := decodeWakeup(t, next(t, wk))
@@ -146,7 +148,7 @@ func TestUnpublishedWakeupIsPublishedOnRedelivery(t *testing.T) {
 	if err != nil || g.WakeupSentAt == nil {
 		t.Fatalf("entry after redelivery = %+v, %v; want wakeup_sent_at set", g, err)
 	}
-	if es := e.list("p1", ListQuery{AgentID: "a", State: StateAll}); len(es) != 1 {
+	if es := e.list("p1", inbox.ListQuery{AgentID: "a", State: inbox.StateAll}); len(es) != 1 {
 		t.Fatalf("entries = %d, want 1", len(es))
 	}
 }
@@ -172,11 +174,11 @@ func TestStaleEpoch(t *testing.T) {
 	if n := pendingCount(t, wk); n != 0 {
 		t.Fatalf("%d extra wakeups", n)
 	}
-	stale := e.list("p1", ListQuery{AgentID: "a", State: StateStale})
+	stale := e.list("p1", inbox.ListQuery{AgentID: "a", State: inbox.StateStale})
 	if len(stale) != 1 || stale[0].ToolCallID != "old" || stale[0].WakeupSentAt != nil {
 		t.Fatalf("stale entries = %+v", stale)
 	}
-	pending := e.list("p1", ListQuery{AgentID: "a"})
+	pending := e.list("p1", inbox.ListQuery{AgentID: "a"})
 	if len(pending) != 1 || pending[0].ToolCallID != "cur" {
 		t.Fatalf("pending entries = %+v", pending)
 	}
@@ -188,10 +190,10 @@ func TestStaleEpoch(t *testing.T) {
 	if got, err := e.client.SetEpoch(ctx, "p1", "t", 3); err != nil || got != 3 {
 		t.Fatalf("set_epoch 3 = %d, %v", got, err)
 	}
-	if es := e.list("p1", ListQuery{AgentID: "a"}); len(es) != 0 {
+	if es := e.list("p1", inbox.ListQuery{AgentID: "a"}); len(es) != 0 {
 		t.Fatalf("pending after set_epoch 3 = %+v", es)
 	}
-	if es := e.list("p1", ListQuery{AgentID: "a", State: StateStale}); len(es) != 2 {
+	if es := e.list("p1", inbox.ListQuery{AgentID: "a", State: inbox.StateStale}); len(es) != 2 {
 		t.Fatalf("stale after set_epoch 3 = %+v", es)
 	}
 }
@@ -232,6 +234,7 @@ func TestRefusedReportsAreDeadLettered(t *testing.T) {
 		{"tool.call card", with("tool_result_card_id", callCard.CardID), `not "tool.result"`},
 		{"other tool_call_id", with("tool_result_card_id", otherCall.card.CardID), `tool_call_id "other-call" differs`},
 		{"other turn", with("tool_result_card_id", otherTurn.card.CardID), "agent_turn_id"},
+		{"other status", with("status", "failed"), `content.status "success" differs from the report's status "failed"`},
 		{"card of another project", with("tool_result_card_id", inOtherProject.card.CardID), "no such card in project p1"},
 		{"malformed JSON", []byte(`{"tool_call_id": "k",`), "not a JSON object"},
 		{"inline result", with("result", map[string]any{"x": 1}), "inline results are not allowed"},
@@ -257,7 +260,7 @@ func TestRefusedReportsAreDeadLettered(t *testing.T) {
 	if n := pendingCount(t, wk); n != 0 {
 		t.Fatalf("%d wakeups for refused reports", n)
 	}
-	if es := e.list("p1", ListQuery{AgentID: "a", State: StateAll}); len(es) != 0 {
+	if es := e.list("p1", inbox.ListQuery{AgentID: "a", State: inbox.StateAll}); len(es) != 0 {
 		t.Fatalf("entries for refused reports: %+v", es)
 	}
 }
@@ -269,8 +272,8 @@ func TestDeadLetterBodyIsTruncated(t *testing.T) {
 	e.publish("p1", big, "")
 	var rec DeadLetter
 	must(t, json.Unmarshal(next(t, dl).Data, &rec))
-	if len(rec.Body) != MaxDeadLetterBody {
-		t.Fatalf("dead-letter body is %d bytes, want %d", len(rec.Body), MaxDeadLetterBody)
+	if len(rec.Body) != inbox.MaxDeadLetterBody {
+		t.Fatalf("dead-letter body is %d bytes, want %d", len(rec.Body), inbox.MaxDeadLetterBody)
 	}
 }
 
@@ -283,20 +286,20 @@ func TestProjectIsolation(t *testing.T) {
 	w := decodeWakeup(t, next(t, wk))
 	e.settle()
 
-	if es := e.list("B", ListQuery{AgentID: "a", State: StateAll}); len(es) != 0 {
+	if es := e.list("B", inbox.ListQuery{AgentID: "a", State: inbox.StateAll}); len(es) != 0 {
 		t.Fatalf("project B lists A's entries: %+v", es)
 	}
-	if _, err := e.client.Get(ctx, "B", w.InboxID); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("get in B = %v, want ErrNotFound", err)
+	if _, err := e.client.Get(ctx, "B", w.InboxID); !errors.Is(err, inbox.ErrNotFound) {
+		t.Fatalf("get in B = %v, want inbox.ErrNotFound", err)
 	}
 	_, err := e.client.Ack(ctx, "B", w.InboxID)
-	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), w.InboxID) {
-		t.Fatalf("ack in B = %v, want ErrNotFound naming %s", err, w.InboxID)
+	if !errors.Is(err, inbox.ErrNotFound) || !strings.Contains(err.Error(), w.InboxID) {
+		t.Fatalf("ack in B = %v, want inbox.ErrNotFound naming %s", err, w.InboxID)
 	}
 	if got, err := e.client.SetEpoch(ctx, "B", "t", 9); err != nil || got != 9 {
 		t.Fatalf("set_epoch in B = %d, %v", got, err)
 	}
-	if es := e.list("A", ListQuery{AgentID: "a"}); len(es) != 1 || es[0].State != StatePending {
+	if es := e.list("A", inbox.ListQuery{AgentID: "a"}); len(es) != 1 || es[0].State != inbox.StatePending {
 		t.Fatalf("A's entry after B's calls: %+v", es)
 	}
 }
@@ -313,25 +316,25 @@ func TestRestartKeepsEntriesAndDedupe(t *testing.T) {
 	// A second process cannot open the file while the first runs.
 	cfg := e.cfg
 	cfg.OpenTimeout = 50 * time.Millisecond
-	if _, err := New(e.nc, cfg); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "locked by another process") {
-		t.Fatalf("second New = %v, want ErrLocked", err)
+	if _, err := New(e.nc, cfg); !errors.Is(err, boltinbox.ErrLocked) || !strings.Contains(err.Error(), "locked by another process") {
+		t.Fatalf("second New = %v, want boltinbox.ErrLocked", err)
 	}
 
 	e.stop()
 	must(t, e.svc.Stop(ctx)) // idempotent
-	if _, err := e.svc.List(ctx, "p1", ListQuery{AgentID: "a"}); !errors.Is(err, ErrClosed) {
-		t.Fatalf("local list after stop = %v, want ErrClosed", err)
+	if _, err := e.svc.List(ctx, "p1", inbox.ListQuery{AgentID: "a"}); !errors.Is(err, inbox.ErrClosed) {
+		t.Fatalf("local list after stop = %v, want inbox.ErrClosed", err)
 	}
-	if _, err := e.client.List(ctx, "p1", ListQuery{AgentID: "a"}); !errors.Is(err, svc.ErrUnavailable) {
+	if _, err := e.client.List(ctx, "p1", inbox.ListQuery{AgentID: "a"}); !errors.Is(err, svc.ErrUnavailable) {
 		t.Fatalf("client list after stop = %v, want svc.ErrUnavailable", err)
 	}
-	if err := e.svc.Start(ctx); !errors.Is(err, ErrClosed) {
-		t.Fatalf("start after stop = %v, want ErrClosed", err)
+	if err := e.svc.Start(ctx); !errors.Is(err, inbox.ErrClosed) {
+		t.Fatalf("start after stop = %v, want inbox.ErrClosed", err)
 	}
-	checkFile(t, e.path)
+	must(t, boltinbox.Check(e.path))
 	e.start()
 
-	es := e.list("p1", ListQuery{AgentID: "a"})
+	es := e.list("p1", inbox.ListQuery{AgentID: "a"})
 	if len(es) != 1 || es[0].InboxID != w.InboxID {
 		t.Fatalf("entries after restart = %+v", es)
 	}
@@ -345,7 +348,7 @@ func TestRestartKeepsEntriesAndDedupe(t *testing.T) {
 	if n := pendingCount(t, wk); n != 0 {
 		t.Fatalf("%d extra wakeups", n)
 	}
-	if es := e.list("p1", ListQuery{AgentID: "a", State: StateAll}); len(es) != 2 || es[0].ToolCallID != "k" || es[1].ToolCallID != "k2" {
+	if es := e.list("p1", inbox.ListQuery{AgentID: "a", State: inbox.StateAll}); len(es) != 2 || es[0].ToolCallID != "k" || es[1].ToolCallID != "k2" {
 		t.Fatalf("entries = %+v, want k then k2", es)
 	}
 }
@@ -366,17 +369,17 @@ func TestClientErrorsMapToSentinels(t *testing.T) {
 		want error
 		says string
 	}{
-		{"get unknown", second(e.client.Get(ctx, "p1", unknown)), ErrNotFound, unknown},
-		{"get malformed id", second(e.client.Get(ctx, "p1", "nope")), ErrInvalid, "inbox_id"},
-		{"list without agent", second(e.client.List(ctx, "p1", ListQuery{})), ErrInvalid, "agent_id is required"},
-		{"list bad state", second(e.client.List(ctx, "p1", ListQuery{AgentID: "a", State: "done"})), ErrInvalid, "state"},
-		{"list negative limit", second(e.client.List(ctx, "p1", ListQuery{AgentID: "a", Limit: -1})), ErrInvalid, "limit"},
-		{"list unknown cursor", second(e.client.List(ctx, "p1", ListQuery{AgentID: "a", After: unknown})), ErrNotFound, unknown},
-		{"ack unknown", second(e.client.Ack(ctx, "p1", w.InboxID, unknown)), ErrNotFound, unknown},
-		{"ack empty", second(e.client.Ack(ctx, "p1")), ErrInvalid, "empty"},
-		{"set_epoch negative", second(e.client.SetEpoch(ctx, "p1", "t", -1)), ErrInvalid, "negative"},
-		{"set_epoch no turn", second(e.client.SetEpoch(ctx, "p1", "", 1)), ErrInvalid, "agent_turn_id"},
-		{"bad project", second(e.client.List(ctx, "p.1", ListQuery{AgentID: "a"})), ErrInvalid, "project_id"},
+		{"get unknown", second(e.client.Get(ctx, "p1", unknown)), inbox.ErrNotFound, unknown},
+		{"get malformed id", second(e.client.Get(ctx, "p1", "nope")), inbox.ErrInvalid, "inbox_id"},
+		{"list without agent", second(e.client.List(ctx, "p1", inbox.ListQuery{})), inbox.ErrInvalid, "agent_id is required"},
+		{"list bad state", second(e.client.List(ctx, "p1", inbox.ListQuery{AgentID: "a", State: "done"})), inbox.ErrInvalid, "state"},
+		{"list negative limit", second(e.client.List(ctx, "p1", inbox.ListQuery{AgentID: "a", Limit: -1})), inbox.ErrInvalid, "limit"},
+		{"list unknown cursor", second(e.client.List(ctx, "p1", inbox.ListQuery{AgentID: "a", After: unknown})), inbox.ErrNotFound, unknown},
+		{"ack unknown", second(e.client.Ack(ctx, "p1", w.InboxID, unknown)), inbox.ErrNotFound, unknown},
+		{"ack empty", second(e.client.Ack(ctx, "p1")), inbox.ErrInvalid, "empty"},
+		{"set_epoch negative", second(e.client.SetEpoch(ctx, "p1", "t", -1)), inbox.ErrInvalid, "negative"},
+		{"set_epoch no turn", second(e.client.SetEpoch(ctx, "p1", "", 1)), inbox.ErrInvalid, "agent_turn_id"},
+		{"bad project", second(e.client.List(ctx, "p.1", inbox.ListQuery{AgentID: "a"})), inbox.ErrInvalid, "project_id"},
 	}
 	for _, tc := range cases {
 		if !errors.Is(tc.err, tc.want) || !strings.Contains(tc.err.Error(), tc.says) {
@@ -384,10 +387,10 @@ func TestClientErrorsMapToSentinels(t *testing.T) {
 		}
 	}
 	// A failed ack changes nothing, not even the known id.
-	if es := e.list("p1", ListQuery{AgentID: "a"}); len(es) != 1 {
+	if es := e.list("p1", inbox.ListQuery{AgentID: "a"}); len(es) != 1 {
 		t.Fatalf("pending after failed ack = %+v", es)
 	}
-	// A malformed request body is a bad request, mapped to ErrInvalid.
+	// A malformed request body is a bad request, mapped to inbox.ErrInvalid.
 	msg, err := e.nc.Request("cg."+ver+".p1.c1.svc.inbox.list", []byte("{nope"), 5*time.Second)
 	if err != nil || !strings.Contains(string(msg.Data), `"code":"bad_request"`) {
 		t.Fatalf("malformed body: %v %s", err, msg.Data)
@@ -411,12 +414,12 @@ func TestListPagesInCreationOrder(t *testing.T) {
 		next(t, wk)
 	}
 	e.settle()
-	all := e.list("p1", ListQuery{AgentID: "a"})
+	all := e.list("p1", inbox.ListQuery{AgentID: "a"})
 	if len(all) != n {
 		t.Fatalf("%d entries, want %d", len(all), n)
 	}
-	var paged []Entry
-	q := ListQuery{AgentID: "a", Limit: 10}
+	var paged []inbox.Entry
+	q := inbox.ListQuery{AgentID: "a", Limit: 10}
 	for {
 		page := e.list("p1", q)
 		if len(page) == 0 {
@@ -453,11 +456,11 @@ func TestNewValidatesConfig(t *testing.T) {
 		"bad version": {Store: e.store, Path: e.path + "y", Version: "v.1"},
 		"negative":    {Store: e.store, Path: e.path + "z", Concurrency: -1},
 	} {
-		if _, err := New(e.nc, cfg); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		if _, err := New(e.nc, cfg); !errors.Is(err, inbox.ErrInvalid) {
+			t.Errorf("%s: err = %v, want inbox.ErrInvalid", name, err)
 		}
 	}
-	if _, err := New(nil, Config{Store: e.store, Path: e.path}); !errors.Is(err, ErrInvalid) {
+	if _, err := New(nil, Config{Store: e.store, Path: e.path}); !errors.Is(err, inbox.ErrInvalid) {
 		t.Errorf("nil conn: err = %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package inbox
+package inboxsvc
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -35,7 +36,7 @@ type DeadLetter struct {
 	Reason string `json:"reason"`
 	// Subject is the report's subject.
 	Subject string `json:"subject"`
-	// Body is the report's body as a string, cut to MaxDeadLetterBody bytes.
+	// Body is the report's body as a string, cut to inbox.MaxDeadLetterBody bytes.
 	Body string `json:"body"`
 	// ReceivedAt is when the inbox handled the report (UTC).
 	ReceivedAt time.Time `json:"received_at"`
@@ -116,7 +117,7 @@ func (s *Service) handleReport(m jetstream.Msg) {
 // the report can never be accepted (already dead-lettered; a refusal whose
 // record could not be published is returned as a transient error), or
 // another error when it should be retried.
-func (s *Service) process(ctx context.Context, log *slog.Logger, m report, kind subjects.Kind, dlID string) (*Entry, error) {
+func (s *Service) process(ctx context.Context, log *slog.Logger, m report, kind subjects.Kind, dlID string) (*inbox.Entry, error) {
 	span := trace.SpanFromContext(ctx)
 	project, channel := "_", "_"
 	sub, perr := subjects.Parse(m.Subject())
@@ -160,21 +161,21 @@ func (s *Service) process(ctx context.Context, log *slog.Logger, m report, kind 
 		traceparent = utp.NewTraceparent()
 		log.Debug("inbox: report has no traceparent; made one", "traceparent", traceparent)
 	}
-	entry, out, err := s.st.insert(project, channel, rep, traceparent)
+	entry, created, err := s.st.Insert(ctx, project, channel, rep, traceparent)
 	if err != nil {
 		log.Warn("inbox: cannot store the entry; retrying", "err", err)
 		return nil, err
 	}
 	log = log.With("inbox_id", entry.InboxID)
 	switch {
-	case out == outcomeStale:
+	case created && entry.State == inbox.StateStale:
 		log.Info("inbox: stale report stored; no wakeup", "state", entry.State)
 		s.observe(OutcomeStale)
-	case out == outcomeDuplicate && (entry.State != StatePending || entry.WakeupSentAt != nil):
+	case !created && (entry.State != inbox.StatePending || entry.WakeupSentAt != nil):
 		log.Debug("inbox: duplicate report acknowledged", "state", entry.State)
 		s.observe(OutcomeDuplicate)
 	default:
-		if out == outcomeDuplicate {
+		if !created {
 			log.Info("inbox: duplicate report of an entry whose wakeup is not known to be published; publishing it")
 		}
 		if err := s.publishWakeup(ctx, m.Headers(), entry); err != nil {
@@ -189,7 +190,7 @@ func (s *Service) process(ctx context.Context, log *slog.Logger, m report, kind 
 		// the first handler re-publishes the same wakeup (JetStream drops
 		// it by Nats-Msg-Id); only the mark that was first counts, so one
 		// entry is one wakeup.
-		s.st.markSentLater(project, entry.InboxID, now, func(first bool, err error) {
+		s.st.MarkSentLater(project, entry.InboxID, now, func(first bool, err error) {
 			if err != nil {
 				log.Warn("inbox: wakeup published but not recorded; a redelivered report re-publishes it", "err", err)
 				return
@@ -199,7 +200,7 @@ func (s *Service) process(ctx context.Context, log *slog.Logger, m report, kind 
 			}
 		})
 		log.Info("inbox: report accepted; wakeup sent", "status", entry.Status, "after_execution", entry.AfterExecution, "lag", lag)
-		if out == outcomeDuplicate {
+		if !created {
 			s.observe(OutcomeDuplicate)
 		} else {
 			s.observe(OutcomeAccepted)
@@ -223,8 +224,9 @@ func checkLengths(r *utp.Report) error {
 }
 
 // checkCard accepts the report only if its tool_result_card_id names a
-// tool.result card of the project for the same call and turn, and returns
-// that card. A *refusal is permanent; any other error is transient.
+// tool.result card of the project for the same call and turn, with the
+// report's status, and returns that card. A *refusal is permanent; any
+// other error is transient.
 func (s *Service) checkCard(ctx context.Context, project string, rep *utp.Report) (*card.Card, error) {
 	c, err := s.cfg.Store.Get(ctx, project, rep.ToolResultCardID)
 	if errors.Is(err, cardstore.ErrNotFound) {
@@ -242,6 +244,16 @@ func (s *Service) checkCard(ctx context.Context, project string, rep *utp.Report
 		return nil, refuse("tool_result_card_id %s: card's metadata.agent_turn_id %q differs from the report's agent_turn_id %q",
 			rep.ToolResultCardID, c.Metadata.AgentTurnID, rep.AgentTurnID)
 	}
+	// The report's status is copied into the entry and the wakeup, which
+	// an agent may act on without reading the card: it must be the card's.
+	tr, err := c.ToolResult()
+	if err != nil {
+		return nil, refuse("tool_result_card_id %s: %v", rep.ToolResultCardID, err)
+	}
+	if tr.Status != rep.Status {
+		return nil, refuse("tool_result_card_id %s: card's content.status %q differs from the report's status %q",
+			rep.ToolResultCardID, tr.Status, rep.Status)
+	}
 	return c, nil
 }
 
@@ -255,7 +267,7 @@ func (s *Service) retry(m jetstream.Msg, span trace.Span, err error) {
 // publishWakeup publishes the entry's wakeup with JetStream and waits for
 // the PubAck. Nats-Msg-Id makes a re-publish within the stream's duplicate
 // window a no-op.
-func (s *Service) publishWakeup(ctx context.Context, in nats.Header, e *Entry) error {
+func (s *Service) publishWakeup(ctx context.Context, in nats.Header, e *inbox.Entry) error {
 	subj, err := subjects.AgentWakeup(s.cfg.Version, e.ProjectID, e.ChannelID, e.AgentID)
 	if err != nil {
 		return fmt.Errorf("wakeup subject: %w", err)
@@ -374,8 +386,8 @@ func (s *Service) publishDeadLetter(ctx context.Context, in nats.Header, dlID, p
 }
 
 func truncateBody(b []byte) string {
-	if len(b) <= MaxDeadLetterBody {
+	if len(b) <= inbox.MaxDeadLetterBody {
 		return strings.ToValidUTF8(string(b), "\uFFFD")
 	}
-	return strings.ToValidUTF8(string(b[:MaxDeadLetterBody]), "\uFFFD")
+	return strings.ToValidUTF8(string(b[:inbox.MaxDeadLetterBody]), "\uFFFD")
 }

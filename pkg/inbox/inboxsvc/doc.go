@@ -1,0 +1,128 @@
+// Package inboxsvc is the mesh's inbox service: it consumes the reports
+// tool services send once a tool.result card is written, checks each
+// against its card, keeps one entry per tool call in an inbox.Backend
+// (boltinbox, or kvinbox with Config.Bucket), rings the calling agent's
+// wakeup and serves the svc operations of package inbox (whose doc
+// describes entries, states, epochs and de-duplication).
+//
+// # Flow
+//
+// A tool service sends a report (utp.Report JSON) one of two ways:
+//
+//   - as a svc request on cg.<ver>.<project>.<channel>.svc.inbox.report
+//     (OpReport), which the inbox answers once the entry is on disk and
+//     the wakeup stored — the Go worker's way, which costs no JetStream
+//     write; an ErrRefused reply (code "refused") means dead-lettered, any
+//     other failure means "not taken: use the stream";
+//   - with JetStream on cg.<ver>.<project>.<channel>.cmd.sys.inbox.report,
+//     which the command stream cg_cmd_<ver> captures — CommonGround's way,
+//     which works while no inbox runs. The inbox reads it through one
+//     durable pull consumer, streams.InboxConsumer, filtered on
+//     cg.<ver>.*.*.cmd.sys.inbox.report.
+//
+// Both are handled the same way, up to Config.Concurrency stream reports
+// at once. For each report it:
+//
+//  1. takes project and channel from the subject and parses the body with
+//     utp.ParseReport (unknown fields ignored, inline "result" refused);
+//  2. reads the pointed card from the CardStore in that project and accepts
+//     the report only if the card exists, is a tool.result, and carries the
+//     report's tool_call_id, agent_turn_id (metadata.agent_turn_id) and
+//     status (content.status);
+//  3. in ONE backend write (Backend.Insert; one bbolt transaction): looks
+//     the (project, agent_turn_id, tool_call_id) up for a duplicate, compares turn_epoch with the turn's
+//     highest epoch, and stores a new entry, pending or stale;
+//  4. for a pending entry publishes a utp.Wakeup with JetStream on
+//     cg.<ver>.<project>.<channel>.cmd.agent.<agent_id>.wakeup (stream
+//     cg_wake_<ver>), with header
+//     Nats-Msg-Id "wakeup-<inbox_id>", the report's traceparent (a fresh one
+//     when it had none), tracestate and CG-Recursion-Depth passed through,
+//     and the CG-* identity and envelope headers; waits for the PubAck and
+//     queues the wakeup_sent_at mark, which rides along with the next inbox
+//     transaction (another report's entry, an ack) instead of an fsync of
+//     its own;
+//  5. acknowledges the report with a plain Ack (the entry is durable, so an
+//     ack the server never receives only causes a redelivery, which is a
+//     duplicate), or replies to the request.
+//
+// The report is acknowledged only after the entry is on disk (bbolt fsyncs
+// every commit) and the wakeup is stored by JetStream. Writes of concurrent
+// reports, acks and set_epoch calls share one fsync'd transaction (the
+// group committer of internal/boltfile).
+//
+// # Refused reports
+//
+// A report that can never be accepted (a body that is not a valid report,
+// an inline result, a card that does not exist in the project, is not a
+// tool.result, belongs to another call or turn, or has another status) is
+// dead-lettered: a
+// DeadLetter record
+//
+//	{"reason", "subject", "body" (≤ 4 KiB), "received_at", "source": "inbox",
+//	 "agent_id"?, "agent_turn_id"?, "tool_call_id"?}
+//
+// is published with JetStream on cg.<ver>.<project>.<channel>.evt.sys.deadletter.command
+// (stream cg_evt_<ver>), a warning naming the reason is logged, and the
+// report is terminated (Term). If the record cannot be published the report
+// is retried instead: nothing is dropped silently. Transient failures — the
+// CardStore unavailable, bbolt or JetStream failing — Nak the report with a
+// one-second delay; the consumer has no delivery limit, so it is retried
+// until it succeeds.
+//
+// # Crash windows, and why each is safe
+//
+//   - Before the entry commits: nothing is stored and the report is not
+//     acknowledged; JetStream redelivers it after AckWait.
+//   - After the entry commits, before the wakeup is published: the report
+//     is redelivered, found to be a duplicate whose wakeup_sent_at is unset,
+//     and the wakeup is published then.
+//   - After the wakeup is published, before wakeup_sent_at is recorded or
+//     the report acknowledged: the redelivered report publishes the wakeup
+//     again with the same Nats-Msg-Id; within the stream's two-minute
+//     duplicate window JetStream drops it, later the agent may see a second
+//     wakeup for the same inbox_id, which it must treat idempotently (the
+//     entry, not the wakeup, is the truth: acking twice is a no-op).
+//   - After the ack, before the queued wakeup_sent_at mark commits: the
+//     entry stays pending without the mark. The wakeup is stored in
+//     JetStream, so the agent is woken; the mark only tells a later
+//     duplicate report that it need not re-publish (and counts the wakeup
+//     for metrics).
+//   - After wakeup_sent_at, before the ack arrives: the redelivery is a
+//     plain duplicate and is acknowledged.
+//   - A report sent as a request, the inbox gone before it replies: the
+//     worker gets no answer within 5 s and publishes the report to the
+//     stream; the inbox (restarted) finds a duplicate whose wakeup_sent_at
+//     may be unset and publishes the wakeup (same Nats-Msg-Id). A worker
+//     gone too leaves its command unacknowledged: the redelivery finds the
+//     result card and re-reports it. Either way the report is taken before
+//     the command is acknowledged (TestSIGKILLUpWithReportsInFlight in
+//     cmd/utpmesh kills a whole mesh mid-flight and counts one result, one
+//     entry and one stored wakeup per acknowledged call).
+//   - A lazy ack answered but not yet committed: the entry stays pending
+//     after a crash; the runtime sees the result once more.
+//   - A dead-letter record published but the Term lost: the redelivered
+//     report is refused again and republished with the same Nats-Msg-Id
+//     ("inbox-deadletter-<stream>-<seq>"), which JetStream de-duplicates.
+//
+// # Caveats
+//
+//   - With Config.Bucket, see the caveat of package kvinbox.
+//   - One inbox file, one process. JetStream lets several processes bind
+//     the consumer, but each would keep its own file: de-duplication and
+//     the svc queries would then see only part of the entries. Run one
+//     inbox per mesh (a second one on the same file fails with
+//     boltinbox.ErrLocked,
+//     which makes it a safe standby that can be restarted once the first
+//     has gone).
+//   - Entries are kept forever; there is no purge yet. Listing acked,
+//     stale or all entries reads the agent's whole history (up to limit
+//     matches), and "agent_turn_id" filters after reading.
+//   - The card check trusts the CardStore: a report is accepted only if its
+//     card is readable at the time; a report that arrives before its card
+//     is written is dead-lettered, not retried (tool services write the card
+//     first, as the seed requires).
+//   - The card's metadata.agent_id is not compared with the report's
+//     agent_id; the wakeup goes to the report's agent_id.
+//   - The wakeup is a doorbell: the agent reads the entry (list/get) and the
+//     tool.result card, and acknowledges the entry with "ack".
+package inboxsvc

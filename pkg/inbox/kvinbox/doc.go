@@ -1,0 +1,20 @@
+// Package kvinbox keeps the inbox's entries in a JetStream key-value
+// bucket: the inbox.Backend of a clustered mesh (inboxsvc.Config.Bucket).
+//
+// The bucket (made by OpenBucket with 3 replicas in a 3-node cluster)
+// acknowledges a write once a majority of the servers stored it, so the
+// loss of one node loses nothing, and any number of inbox processes share
+// it (the svc queue group and the stream consumer spread the work). The
+// layout is at the top of kvinbox.go: the call's dedupe key is created
+// first (the first report of a call wins), then the entry and its indexes;
+// a crash in between is repaired by the report's redelivery. Entry changes
+// are compare-and-set updates, and every read that decides something goes
+// to the stream leader (internal/jskv), because a replica may lag. A lazy
+// ack is written at once (there is no transaction to ride along with), and
+// so is the wakeup-sent mark, in the background.
+//
+// Caveat: the bucket keeps one delete marker per acknowledged or stale
+// entry in the agent's pending index; listing pending entries reads them
+// too, so its cost grows with the agent's history until markers are purged
+// (not done yet).
+package kvinbox

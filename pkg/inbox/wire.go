@@ -1,0 +1,81 @@
+package inbox
+
+import "github.com/utpmesh/utpmesh/pkg/svc"
+
+// ServiceName is the service token of the inbox's svc subjects:
+// cg.<ver>.<project>.<channel>.svc.inbox.<op>.
+const ServiceName = "inbox"
+
+// The svc operations, the last token of the subject.
+const (
+	OpList     = "list"
+	OpGet      = "get"
+	OpAck      = "ack"
+	OpSetEpoch = "set_epoch"
+	// OpReport is the operation through which a tool worker reports a
+	// result and waits for the inbox's answer: the same report body and
+	// headers as on cmd.sys.inbox.report, handled the same way, but
+	// answered once the entry is on disk instead of being stored in the
+	// command stream first (docs/protocol.md §8).
+	OpReport = "report"
+)
+
+// Wire codes of the inbox's own errors (the others are svc's common codes).
+const (
+	// CodeClosed is the wire code of ErrClosed.
+	CodeClosed = "closed"
+	// CodeRefused is the wire code of ErrRefused.
+	CodeRefused = "refused"
+)
+
+// Codes maps the inbox's sentinel errors to svc wire codes and back.
+var Codes = svc.Codes{
+	{Err: ErrNotFound, Code: svc.CodeNotFound},
+	{Err: ErrInvalid, Code: svc.CodeBadRequest},
+	{Err: ErrClosed, Code: CodeClosed},
+	{Err: ErrRefused, Code: CodeRefused},
+}
+
+// Request and reply bodies of the svc operations (docs/protocol.md §9.6, §11.5).
+// The list request body is a ListQuery.
+type (
+	// ListReply is the reply of list.
+	ListReply struct {
+		Entries []Entry `json:"entries"`
+	}
+	// GetRequest is the request of get.
+	GetRequest struct {
+		InboxID string `json:"inbox_id"`
+	}
+	// GetReply is the reply of get.
+	GetReply struct {
+		Entry *Entry `json:"entry"`
+	}
+	// AckRequest is the request of ack.
+	AckRequest struct {
+		InboxIDs []string `json:"inbox_ids"`
+		// Lazy: reply before the ack is on disk (see API.AckLazy).
+		Lazy bool `json:"lazy,omitempty"`
+	}
+	// AckReply is the reply of ack: how many entries were pending.
+	AckReply struct {
+		Acked int `json:"acked"`
+	}
+	// SetEpochRequest is the request of set_epoch; TurnEpoch is required.
+	SetEpochRequest struct {
+		AgentTurnID string `json:"agent_turn_id"`
+		TurnEpoch   *int64 `json:"turn_epoch"`
+	}
+	// SetEpochReply is the reply of set_epoch: the turn's highest epoch.
+	SetEpochReply struct {
+		TurnEpoch int64 `json:"turn_epoch"`
+	}
+	// ReportReply is the reply of report.
+	ReportReply struct {
+		// InboxID is the call's entry, new or the one a duplicate found.
+		InboxID string `json:"inbox_id"`
+		// State is the entry's state after the report: pending, acked or
+		// stale.
+		State State `json:"state"`
+	}
+)
