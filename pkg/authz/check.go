@@ -96,10 +96,10 @@ func checkNames(p *cedar.Policy, frags []SchemaFragment, actions []types.EntityU
 type nameChecker struct {
 	entityTypes  []string
 	contextAttrs []string
-	actions    map[string]bool
-	actionList []string
-	errs       []string
-	seen       map[string]bool
+	actions      map[string]bool
+	actionList   []string
+	errs         []string
+	seen         map[string]bool
 }
 
 func (c *nameChecker) add(msg string) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 )
 
@@ -321,7 +322,7 @@ when { context.booking_state == "PRE_JOURNEY" };`); err != nil {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := authz.NewGate(authz.GateConfig{Policies: policies, Keys: keys, States: s})
+	gate, err := authz.NewGate(authz.GateConfig{Policies: policies, Keys: keys, Resources: []authz.ResourceResolver{atpauthz.New(s)}})
 	if err != nil {
 		t.Fatal(err)
 	}
