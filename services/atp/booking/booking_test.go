@@ -301,8 +301,9 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 // TestGateSeesBookingState: a project policy that permits a tool only in
 // PRE_JOURNEY, evaluated by the real Cedar gate with the store as its
-// BookingStates and a real mandate.
+// atpauthz.States and a real mandate.
 func TestGateSeesBookingState(t *testing.T) {
+	atpauthz.Register() // as the mesh assembly does
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := open(t, filepath.Join(dir, "atp.db"), newClock())
