@@ -16,7 +16,6 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
-	"github.com/utpmesh/utpmesh/services/atp"
 )
 
 // startATPMesh starts a gated mesh serving the ATP catalogue the way
@@ -25,7 +24,7 @@ import (
 func startATPMesh(t *testing.T, root string) *cliMesh {
 	t.Helper()
 	return startServicesMesh(t, root, []string{"atp"}, func(dir string) *mesh.AuthConfig {
-		return &mesh.AuthConfig{States: atp.StatesFor(dir)}
+		return &mesh.AuthConfig{Catalogues: authCatalogues(dir)}
 	})
 }
 

@@ -19,7 +19,6 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
-	"github.com/utpmesh/utpmesh/services/atp"
 	atptools "github.com/utpmesh/utpmesh/services/atp/tools"
 	"github.com/utpmesh/utpmesh/services/catalog"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -129,7 +128,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	}
 	m, err := mesh.Start(ctx, mesh.Config{DataDir: *data, Listen: *listen, Projects: projects, Services: build, Logger: log,
 		MetricsAddr: *metricsAddr, TracerProvider: tp, MaxPayload: int32(*maxPayload), MaxCardBytes: *maxCard,
-		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{States: atp.StatesFor(*data), KeyDir: cf.keysDir},
+		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{Catalogues: authCatalogues(*data), KeyDir: cf.keysDir},
 		Identities: ids, TLSCert: *tlsCert, TLSKey: *tlsKey, Command: "utpmesh up",
 		ServerName: cl.serverName, Cluster: cl.cluster, Replicated: cl.replicated})
 	if err != nil && ctx.Err() != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp"
+	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 	"github.com/utpmesh/utpmesh/services/catalog"
 	"github.com/utpmesh/utpmesh/services/echo"
 )
@@ -55,7 +56,7 @@ func startMesh(t *testing.T, services ...string) *fixture {
 	}
 	auth := &mesh.AuthConfig{}
 	if slices.Contains(services, "atp") {
-		auth.States = atp.StatesFor(dir) // the gate reads ATP booking states
+		auth.Catalogues = []authz.Catalogue{atpauthz.New(atp.StatesFor(dir))} // the gate reads ATP booking states
 	}
 	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools, Logger: quiet, Auth: auth})
 	if err != nil {

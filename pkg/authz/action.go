@@ -17,7 +17,6 @@ const DefaultActionType = "Action"
 const (
 	TypeAgent   = "Agent"
 	TypeProject = "Project"
-	TypeBooking = "Booking"
 	TypeTool    = "Tool"
 )
 
@@ -54,13 +53,8 @@ func AgentUID(agentID string) types.EntityUID {
 	return types.NewEntityUID(TypeAgent, types.String(agentID))
 }
 
-// ProjectUID is the resource of a call not bound to a booking.
+// ProjectUID is the resource of a call no catalogue resolves to one of
+// its entities, and the parent of every catalogue resource.
 func ProjectUID(project string) types.EntityUID {
 	return types.NewEntityUID(TypeProject, types.String(project))
-}
-
-// BookingUID is the resource of a call bound to a booking; its parent is
-// the project, so `resource in Project::"p"` matches it.
-func BookingUID(id string) types.EntityUID {
-	return types.NewEntityUID(TypeBooking, types.String(id))
 }

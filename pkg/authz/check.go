@@ -21,8 +21,8 @@ type ActionSource interface {
 }
 
 // RegistryActions is the ActionSource of a registry: the action of every
-// tool registered in the project (ActionOf). ATPActions are always known
-// besides (ValidateFor adds them).
+// tool registered in the project (ActionOf). The registered catalogues'
+// actions are always known besides (ValidateFor adds them).
 type RegistryActions struct {
 	Registry registry.Registry
 }
@@ -42,29 +42,22 @@ func (r RegistryActions) Actions(ctx context.Context, project string) ([]types.E
 	return out, nil
 }
 
-// Attribute names of the context record (SchemaText's CallContext).
-var contextAttrs = []string{"tool", "required_scopes", "booking_object_id", "booking_state", "hem_id"}
-
-// entityTypes are the entity types a policy may name outside the action
-// scope.
-var entityTypes = []string{TypeProject, TypeBooking, TypeAgent, TypeTool}
-
 // checkNames walks one policy (its Cedar JSON form) for names the schema
 // does not know, and says for each the nearest valid one. It checks:
 //   - entity types in the principal and resource scope (==, in, is) and in
-//     entity literals and `is` tests of conditions: one of Project,
-//     Booking, Agent, Tool;
+//     entity literals and `is` tests of conditions: Project, Agent, Tool
+//     or a catalogue's entity type;
 //   - actions of the action scope, when actions is not nil: one of them
-//     (the project's tools' actions and ATPActions);
-//   - attribute accesses and `has` tests on context (CallContext's five
-//     attributes) and on principal, resource and action (entities of the
-//     mesh have no attributes).
+//     (the project's tools' actions and the catalogues' actions);
+//   - attribute accesses and `has` tests on context (CallContext's
+//     attributes, the catalogues' included) and on principal, resource and
+//     action (entities of the mesh have no attributes).
 //
 // It does not check types, operators, extension calls or attributes of
 // records other than context; the cedar-go validator run after it does
 // (strict mode). An entity literal in a condition whose type ends in
 // "Action" is refused as an action outside the scope.
-func checkNames(p *cedar.Policy, actions []types.EntityUID) []string {
+func checkNames(p *cedar.Policy, frags []SchemaFragment, actions []types.EntityUID) []string {
 	raw, err := p.MarshalJSON()
 	if err != nil {
 		return nil
@@ -73,7 +66,7 @@ func checkNames(p *cedar.Policy, actions []types.EntityUID) []string {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil
 	}
-	c := &nameChecker{seen: map[string]bool{}}
+	c := &nameChecker{seen: map[string]bool{}, entityTypes: entityTypeNames(frags), contextAttrs: contextAttrNames(frags)}
 	if actions != nil {
 		c.actions = map[string]bool{}
 		for _, a := range actions {
@@ -101,10 +94,12 @@ func checkNames(p *cedar.Policy, actions []types.EntityUID) []string {
 }
 
 type nameChecker struct {
-	actions    map[string]bool
-	actionList []string
-	errs       []string
-	seen       map[string]bool
+	entityTypes  []string
+	contextAttrs []string
+	actions      map[string]bool
+	actionList   []string
+	errs         []string
+	seen         map[string]bool
 }
 
 func (c *nameChecker) add(msg string) {
@@ -115,16 +110,16 @@ func (c *nameChecker) add(msg string) {
 }
 
 func (c *nameChecker) entityType(t, where string) {
-	for _, k := range entityTypes {
+	for _, k := range c.entityTypes {
 		if t == k {
 			return
 		}
 	}
 	msg := fmt.Sprintf("unknown entity type %s %s", t, where)
-	if s := nearest(t, entityTypes); s != "" {
+	if s := nearest(t, c.entityTypes); s != "" {
 		msg += fmt.Sprintf("; did you mean %s?", s)
 	} else {
-		msg += "; the entity types are " + strings.Join(entityTypes, ", ")
+		msg += "; the entity types are " + strings.Join(c.entityTypes, ", ")
 	}
 	c.add(msg)
 }
@@ -259,20 +254,20 @@ func (c *nameChecker) attr(m map[string]any, has bool) {
 	}
 	switch v {
 	case "context":
-		for _, a := range contextAttrs {
+		for _, a := range c.contextAttrs {
 			if a == name {
 				return
 			}
 		}
 		msg := fmt.Sprintf("unknown attribute %s", access)
-		if s := nearest(name, contextAttrs); s != "" {
+		if s := nearest(name, c.contextAttrs); s != "" {
 			msg += fmt.Sprintf("; did you mean context.%s?", s)
 		} else {
-			msg += "; context has " + strings.Join(contextAttrs, ", ")
+			msg += "; context has " + strings.Join(c.contextAttrs, ", ")
 		}
 		c.add(msg)
 	case "principal", "resource", "action":
-		c.add(fmt.Sprintf("unknown attribute %s: the mesh's %s entities have no attributes; the call's attributes are context.%s", access, v, strings.Join(contextAttrs, ", context.")))
+		c.add(fmt.Sprintf("unknown attribute %s: the mesh's %s entities have no attributes; the call's attributes are context.%s", access, v, strings.Join(c.contextAttrs, ", context.")))
 	}
 }
 

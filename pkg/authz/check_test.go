@@ -25,7 +25,7 @@ func TestValidateForNames(t *testing.T) {
 			`unknown action Action::"ecoh"; did you mean Action::"echo"?`},
 		{"action far from any", `permit(principal, action == Action::"launch_rockets", resource);`,
 			`unknown action Action::"launch_rockets"; no tool of the project has it`},
-		{"ATP actions are always known", `permit(principal, action == ATPAction::"invoke_hem", resource) when { context.hem_id == "h1" };`, ""},
+		{"catalogue actions are always known", `permit(principal, action == ATPAction::"invoke_hem", resource) when { context.hem_id == "h1" };`, ""},
 		{"entity type in scope", `permit(principal == Agnet::"a", action == Action::"echo", resource);`,
 			"line 1, column 1: policy policy0: unknown entity type Agnet in the principal scope; did you mean Agent?"},
 		{"entity type in resource is", `permit(principal, action == Action::"echo", resource is Bookin);`,
@@ -76,5 +76,32 @@ func TestValidateLenientActions(t *testing.T) {
 	}
 	if _, err := ParseAndValidateFor("m", `permit(principal, action == ATLASAction::"TASK_LIST", resource);`, []types.EntityUID{}); err == nil {
 		t.Fatal("an action of no tool passed with an empty action list")
+	}
+}
+
+// TestSchemaWithoutCatalogue checks that the mesh's own schema knows no
+// catalogue's names.
+func TestSchemaWithoutCatalogue(t *testing.T) {
+	UnregisterCatalogue("fixture")
+	defer RegisterCatalogue(bookingFixture{})
+	tests := []struct{ name, text, want string }{
+		{"entity type", `permit(principal, action, resource is Booking);`, "unknown entity type Booking"},
+		{"context attribute", `permit(principal, action, resource) when { context.hem_id == "" };`, "unknown attribute context.hem_id"},
+		{"action", `permit(principal, action == ATPAction::"invoke_hem", resource);`, "unknown action"},
+		{"mesh names", `permit(principal is Agent, action == Action::"echo", resource in Project::"p") when { context.tool == "echo" };`, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseAndValidateFor("p.cedar", tc.text, []types.EntityUID{types.NewEntityUID("Action", "echo")})
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v\nwant it to contain %s", err, tc.want)
+			}
+		})
 	}
 }

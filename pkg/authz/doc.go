@@ -5,13 +5,24 @@
 //
 // A request is principal Agent::"<agent_id>", the tool's action (ActionOf:
 // the registry's cedar_action, e.g. ATPAction::"invoke_hem", or
-// Action::"<tool_name>"), resource Booking::"<id>" (parent
-// Project::"<project>") when the call is bound to a booking, else
-// Project::"<project>", and the context record CallContext: tool,
-// required_scopes, booking_object_id, booking_state, hem_id (always
-// present; "" means none). booking_object_id and hem_id come from the
-// call's top-level arguments; the mandate's binding overrides and must
-// match; booking_state comes from GateConfig.States.
+// Action::"<tool_name>"), the call's resource and the context record
+// CallContext: tool, required_scopes, and the registered catalogues'
+// String attributes (always present; "" means none).
+//
+// # Catalogues
+//
+// The core knows no catalogue. A catalogue contributes a Catalogue: its
+// SchemaFragment (entity types, children of Project; context attributes;
+// actions every project's policies may name; which attribute holds the
+// resource's state and which a Windley query enumerates) and its entity
+// loader (ResourceResolver: a call's resource, e.g. Booking::"<id>", and
+// its context values, from the call's arguments, the mandate's binding
+// and the catalogue's own state). The mesh assembly registers catalogues
+// (RegisterCatalogue; mesh.AuthConfig.Catalogues) and gives the gate its
+// resolvers (GateConfig.Resources); without one the resource is
+// Project::"<project>". Optional DenialDecorator and ContextRenderer add a
+// catalogue's denial body and Windley context block. The ATP catalogue's
+// is services/atp/atpauthz.
 //
 // # The gate
 //
@@ -29,19 +40,20 @@
 // # The Windley Loop
 //
 // Query partially evaluates both policy sets (x/exp/eval.PartialPolicy)
-// for every tool with hem_id (and an unknown booking_state) as unknowns and
-// returns the residual: permitted tools, conditions that remain, and the
-// hem_id values invoke_hem is permitted for (string literals of the
-// policies, confirmed by full authorization). RenderContext renders it as
-// the Windley context block, versioned WindleyTemplateVersion. The corpus
-// test checks that the residual agrees with the gate.
+// for every tool with the catalogues' enumerated attributes (and an
+// unknown state attribute) as unknowns and returns the residual: permitted
+// tools, conditions that remain, and the values of the enumerated
+// attribute that are permitted (string literals of the policies,
+// confirmed by full authorization). The first registered ContextRenderer
+// renders the Windley context block. The ATP corpus test
+// (services/atp/atpauthz) checks that the residual agrees with the gate.
 //
 // # Validation
 //
 // ValidateFor (ParseAndValidateFor) checks a project's policy set before
 // it is stored: syntax errors are explained in words with line and column
 // (ExplainParseError); unknown actions (not an action of the project's
-// tools, see ActionSource, nor one of ATPActions), entity types and
+// tools, see ActionSource, nor a catalogue's), entity types and
 // attributes are refused naming the nearest valid one; cedar-go's
 // validator then checks types. Validate (mandates) accepts any action.
 // DiffPolicies is the line diff the CLI shows before a replacement.

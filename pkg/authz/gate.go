@@ -33,8 +33,10 @@ type GateConfig struct {
 	Policies PolicySource
 	// Keys resolves mandate issuers' keys. Required.
 	Keys mandate.KeyResolver
-	// States gives booking states; optional (booking_state is "" without).
-	States BookingStates
+	// Resources resolve a call's resource and catalogue context
+	// attributes (the catalogues' entity loaders, asked in order);
+	// optional: without, the registered catalogues are asked.
+	Resources []ResourceResolver
 	// Audit receives every decision; optional.
 	Audit Auditor
 	// Now is the clock; default time.Now.
@@ -101,16 +103,16 @@ type Request struct {
 	Action types.EntityUID
 	// Scopes are the tool's required scopes (registry options.scopes).
 	Scopes []string
-	// Arguments are the call's arguments; booking_object_id and hem_id
-	// (top-level strings) are read from them.
+	// Arguments are the call's arguments; the catalogues' resolvers read
+	// them (ATP: booking_object_id and hem_id).
 	Arguments json.RawMessage
 	// Mandate is the compact token, or "".
 	Mandate string
 	// Builtin: a PMO built-in needs a valid mandate (unless the project
 	// opted out) but no Cedar permission.
 	Builtin bool
-	// BookingState, when set, is used instead of GateConfig.States (policy
-	// tests).
+	// BookingState, when set, is the resource's state to use instead of
+	// the catalogue's own (policy tests; ResourceRequest.State).
 	BookingState *string
 }
 
@@ -149,29 +151,13 @@ type AuthFailedDetail struct {
 	BookingObjectID string   `json:"booking_object_id,omitempty"`
 	Policies        []string `json:"policies"`
 
-	// The ATP catalogue's denial body (issue 13, MCP-403-SCOPE), set only
-	// for actions in the ATPAction namespace: Error repeats Reason,
-	// RequiredScope is the tool's first required scope, MandateScopes what
-	// the mandate grants (as Granted), ATPErrorCode "MCP-403-SCOPE".
+	// Fields a catalogue's DenialDecorator sets for its own actions (the
+	// ATP catalogue's denial body, issue 13: error, required_scope,
+	// mandate_scopes, atp_error_code).
 	Error         string   `json:"error,omitempty"`
 	RequiredScope string   `json:"required_scope,omitempty"`
 	MandateScopes []string `json:"mandate_scopes,omitempty"`
 	ATPErrorCode  string   `json:"atp_error_code,omitempty"`
-}
-
-// ATPErrorScope is the atp_error_code of an ATP tool call the gate denies.
-const ATPErrorScope = "MCP-403-SCOPE"
-
-// withATPBody adds the ATP denial body when the action is an ATP action.
-func (d AuthFailedDetail) withATPBody() AuthFailedDetail {
-	if !strings.HasPrefix(d.RequiredAction, "ATPAction::") {
-		return d
-	}
-	d.Error, d.ATPErrorCode, d.MandateScopes = d.Reason, ATPErrorScope, nonNil(d.Granted)
-	if len(d.RequiredScopes) > 0 {
-		d.RequiredScope = d.RequiredScopes[0]
-	}
-	return d
 }
 
 // Authorize implements worker.Authorizer.
@@ -188,10 +174,16 @@ func (g *Gate) Authorize(ctx context.Context, call *worker.Call) error {
 	if d.Allowed {
 		return nil
 	}
-	return worker.FailDetail(card.CodeAuthFailed, d.Message, AuthFailedDetail{
+	detail := AuthFailedDetail{
 		Reason: d.Reason, Tool: req.ToolName, RequiredAction: d.Action, RequiredScopes: nonNil(req.Scopes),
 		Granted: nonNil(d.Granted), MandateJTI: d.MandateJTI, BookingObjectID: d.BookingObjectID, Policies: nonNil(d.Policies),
-	}.withATPBody())
+	}
+	for _, r := range resolvers(g.cfg.Resources) {
+		if dd, ok := r.(DenialDecorator); ok {
+			dd.DecorateDenial(&detail)
+		}
+	}
+	return worker.FailDetail(card.CodeAuthFailed, d.Message, detail)
 }
 
 func nonNil(s []string) []string {
@@ -223,27 +215,6 @@ func RequestFromCall(call *worker.Call) (*Request, error) {
 		}
 	}
 	return req, nil
-}
-
-// callArgs are the arguments the gate reads.
-type callArgs struct {
-	BookingObjectID string
-	HEMID           string
-}
-
-func readArgs(raw json.RawMessage) callArgs {
-	var m map[string]json.RawMessage
-	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
-		return callArgs{}
-	}
-	var a callArgs
-	if v, ok := m["booking_object_id"]; ok {
-		_ = json.Unmarshal(v, &a.BookingObjectID)
-	}
-	if v, ok := m["hem_id"]; ok {
-		_ = json.Unmarshal(v, &a.HEMID)
-	}
-	return a
 }
 
 func deny(d *Decision, reason, msg string) *Decision {
@@ -282,27 +253,25 @@ func (g *Gate) Decide(ctx context.Context, req *Request) (*Decision, error) {
 		}
 		return d, nil
 	}
-	args := readArgs(req.Arguments)
-	booking := args.BookingObjectID
-	if m != nil && m.Claims.BookingObjectID != nil {
-		bound := *m.Claims.BookingObjectID
-		if booking != "" && booking != bound {
-			d.BookingObjectID = bound
-			return deny(d, ReasonBookingMismatch, fmt.Sprintf("the call names booking_object_id %q, mandate %s is bound to %q", booking, m.Claims.JTI, bound)), nil
-		}
-		booking = bound
+	rr := ResourceRequest{Project: req.Project, Tool: req.ToolName, Action: req.Action, Arguments: req.Arguments, State: req.BookingState}
+	if m != nil {
+		rr.Bound, rr.MandateJTI = m.Claims.BookingObjectID, m.Claims.JTI
 	}
-	d.BookingObjectID = booking
-	state := ""
-	if req.BookingState != nil {
-		state = *req.BookingState
-	} else if booking != "" && g.cfg.States != nil {
-		state, err = g.cfg.States.BookingState(ctx, req.Project, booking)
-		if err != nil {
-			return nil, fmt.Errorf("authz: state of booking %s: %w", booking, err)
+	res, err := resolve(ctx, resolvers(g.cfg.Resources), rr)
+	if errors.Is(err, ErrBindingMismatch) {
+		if rr.Bound != nil {
+			d.BookingObjectID = *rr.Bound
 		}
+		return deny(d, ReasonBookingMismatch, strings.TrimPrefix(err.Error(), ErrBindingMismatch.Error()+": ")), nil
 	}
-	d.BookingState = state
+	if err != nil {
+		return nil, fmt.Errorf("authz: resource of the call: %w", err)
+	}
+	if res != nil {
+		d.BookingObjectID, d.BookingState = res.ID, res.State
+	} else if rr.Bound != nil {
+		d.BookingObjectID = *rr.Bound
+	}
 	doc, err := g.cfg.Policies.Policies(ctx, req.Project)
 	if errors.Is(err, ErrNotFound) {
 		return deny(d, ReasonNoProjectPolicy, fmt.Sprintf("project %s has no policy set: put one (utpmesh policy put --project %s FILE); the default is deny", req.Project, req.Project)), nil
@@ -314,10 +283,7 @@ func (g *Gate) Decide(ctx context.Context, req *Request) (*Decision, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := Env{
-		Agent: req.AgentID, Project: req.Project, Action: req.Action, Booking: booking,
-		Context: CallContext{Tool: req.ToolName, Scopes: req.Scopes, BookingObjectID: booking, BookingState: state, HEMID: args.HEMID},
-	}
+	env := EnvFor(req.AgentID, req.Project, req.Action, req.ToolName, req.Scopes, res)
 	dec, diag := env.Authorize(pps)
 	d.Errors = append(d.Errors, diagErrors("project", diag)...)
 	if !dec {

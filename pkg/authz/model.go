@@ -106,13 +106,6 @@ type PolicyHistory interface {
 	Rollback(ctx context.Context, project string, version, base uint64) (*PolicyDoc, error)
 }
 
-// BookingStates tells the gate a booking's current state (for the context
-// attribute booking_state). The ATP catalogue provides one; without it the
-// gate sets booking_state to "".
-type BookingStates interface {
-	BookingState(ctx context.Context, project, bookingID string) (string, error)
-}
-
 // Decision values of an AuditRecord.
 const (
 	DecisionAllow = "allow"

@@ -19,6 +19,9 @@ type Querier struct {
 	Registry registry.Registry
 	// Verifier overrides the default verifier (clock); optional.
 	Verifier *mandate.Verifier
+	// Resources resolve the mandate's bound resource (QueryRequest);
+	// optional.
+	Resources []ResourceResolver
 }
 
 // QueryInput is what a caller asks.
@@ -28,8 +31,8 @@ type QueryInput struct {
 	AgentID string
 	// Mandate is the compact token; "" only when the project requires none.
 	Mandate string
-	// BookingState is the current state (from atp_get_booking_status); nil
-	// when unknown.
+	// BookingState is the current state of the bound resource (protocol
+	// §10.3 booking_state); nil when unknown.
 	BookingState *string
 }
 
@@ -80,7 +83,7 @@ func (q *Querier) Query(ctx context.Context, in QueryInput) (*Residual, error) {
 		}
 		tools = append(tools, ToolAction{ToolName: e.ToolName, Action: a, Scopes: e.Options.Scopes})
 	}
-	return Query(QueryRequest{Project: in.Project, AgentID: in.AgentID, Mandate: m, ProjectPolicies: pps, Tools: tools, BookingState: in.BookingState})
+	return Query(ctx, QueryRequest{Project: in.Project, AgentID: in.AgentID, Mandate: m, ProjectPolicies: pps, Tools: tools, BookingState: in.BookingState, Resources: q.Resources})
 }
 
 // IsMandateError reports whether err is a mandate verification failure.

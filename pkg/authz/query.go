@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sort"
@@ -35,17 +36,21 @@ type QueryRequest struct {
 	ProjectPolicies *cedar.PolicySet
 	// Tools are the project's tools (registry), with their actions.
 	Tools []ToolAction
-	// BookingState is the current state; nil when unknown (then the
-	// state-dependent conditions stay in the residual).
+	// BookingState is the current state of the mandate's bound resource;
+	// nil when unknown (then the conditions on the catalogues' state
+	// attributes stay in the residual).
 	BookingState *string
+	// Resources resolve the bound resource (GateConfig.Resources);
+	// optional: without, the registered catalogues are asked.
+	Resources []ResourceResolver
 }
 
 // PermittedTool is one tool of the residual set.
 type PermittedTool struct {
 	ToolName string `json:"tool_name"`
 	Action   string `json:"action"`
-	// Conditional: the call is permitted only when Conditions hold (or,
-	// for invoke_hem, only for HEMIDs).
+	// Conditional: the call is permitted only when Conditions hold (or
+	// only for HEMIDs, the permitted values of the enumerated attribute).
 	Conditional bool     `json:"conditional"`
 	HEMIDs      []string `json:"hem_ids,omitempty"`
 	// Conditions are the residual Cedar policies that still decide.
@@ -63,14 +68,17 @@ type Residual struct {
 	BookingState    *string         `json:"booking_state"`
 	Permitted       []PermittedTool `json:"permitted"`
 	NotPermitted    []string        `json:"not_permitted"`
-	// HEMIDs are the hem_id values invoke_hem is permitted for.
+	// HEMIDs are the permitted values of the catalogues' first enumerated
+	// context attribute (SchemaFragment.Enumerated; ATP: hem_id).
 	HEMIDs []string `json:"hem_ids"`
-	// ContextBlock is the rendered Windley context block (RenderContext).
+	// ContextBlock is the rendered Windley context block (the registered
+	// ContextRenderer's, else a plain list).
 	ContextBlock string `json:"context_block"`
 }
 
-// Allows reports whether tool is in the residual set for hemID (ignored
-// unless the tool is permitted only for listed hem_ids).
+// Allows reports whether tool is in the residual set for hemID (the value
+// of the enumerated attribute; ignored unless the tool is permitted only
+// for listed values).
 func (r *Residual) Allows(tool, hemID string) bool {
 	for _, p := range r.Permitted {
 		if p.ToolName != tool {
@@ -93,20 +101,22 @@ const (
 )
 
 // Query runs the Windley Loop query: Cedar partial evaluation of the
-// project's and the mandate's policies, for every tool, with hem_id (and
-// booking_state when unknown) left as unknowns. A tool is permitted when
-// both sets permit it; conditional when residual conditions remain; for
-// a conditional tool whose only unknown is hem_id, the hem_id values that
-// are permitted are enumerated from the policies' string literals and
-// confirmed by full authorization.
-func Query(q QueryRequest) (*Residual, error) {
+// project's and the mandate's policies, for every tool, with the
+// catalogues' enumerated context attributes (and their state attributes
+// when the state is unknown) left as unknowns; the resource is the one
+// the mandate is bound to, as the catalogues resolve it. A tool is
+// permitted when both sets permit it; conditional when residual
+// conditions remain; for a conditional tool whose only unknown is the
+// enumerated attribute, the values that are permitted are enumerated from
+// the policies' string literals and confirmed by full authorization.
+func Query(ctx context.Context, q QueryRequest) (*Residual, error) {
 	if q.ProjectPolicies == nil {
 		return nil, fmt.Errorf("%w: no project policies", ErrInvalidRequest)
 	}
 	agent := q.AgentID
-	r := &Residual{TemplateVersion: WindleyTemplateVersion, ProjectID: q.Project, BookingState: q.BookingState,
+	r := &Residual{ProjectID: q.Project, BookingState: q.BookingState,
 		Permitted: []PermittedTool{}, NotPermitted: []string{}, HEMIDs: []string{}}
-	booking := ""
+	var bound *string
 	sets := []*cedar.PolicySet{q.ProjectPolicies}
 	if m := q.Mandate; m != nil {
 		agent = m.Claims.Subject
@@ -115,7 +125,7 @@ func Query(q QueryRequest) (*Residual, error) {
 		r.ExpiresAt = &exp
 		if m.Claims.BookingObjectID != nil {
 			b := *m.Claims.BookingObjectID
-			booking, r.BookingObjectID = b, &b
+			bound, r.BookingObjectID = &b, &b
 		}
 		sets = append(sets, m.Policies)
 	}
@@ -123,19 +133,26 @@ func Query(q QueryRequest) (*Residual, error) {
 		return nil, fmt.Errorf("%w: agent_id is required without a mandate", ErrInvalidRequest)
 	}
 	r.AgentID = agent
+	frags := fragments()
+	unknown, enumAttr := queryUnknowns(frags, q.BookingState == nil)
+	state := ""
+	if q.BookingState != nil {
+		state = *q.BookingState
+	}
+	rs := resolvers(q.Resources)
 	candidates := stringLiterals(sets...)
 	hemSet := map[string]bool{}
 	tools := slices.Clone(q.Tools)
 	sort.Slice(tools, func(i, j int) bool { return tools[i].ToolName < tools[j].ToolName })
 	for _, t := range tools {
-		env := Env{Agent: agent, Project: q.Project, Action: t.Action, Booking: booking,
-			Context: CallContext{Tool: t.ToolName, Scopes: t.Scopes, BookingObjectID: booking}}
-		if q.BookingState != nil {
-			env.Context.BookingState = *q.BookingState
+		res, err := resolve(ctx, rs, ResourceRequest{Project: q.Project, Tool: t.ToolName, Action: t.Action, Bound: bound, MandateJTI: r.MandateJTI, State: &state})
+		if err != nil {
+			return nil, fmt.Errorf("authz: resource of %s: %w", t.ToolName, err)
 		}
+		env := EnvFor(agent, q.Project, t.Action, t.ToolName, t.Scopes, res)
 		st, conds := stAllow, []string(nil)
 		for _, ps := range sets {
-			s, c, err := classify(ps, env, q.BookingState == nil)
+			s, c, err := classify(ps, env, unknown)
 			if err != nil {
 				return nil, err
 			}
@@ -157,17 +174,17 @@ func Query(q QueryRequest) (*Residual, error) {
 			continue
 		}
 		pt.Conditional, pt.Conditions = true, conds
-		if q.BookingState != nil {
-			// Only hem_id is unknown: enumerate it.
+		if q.BookingState != nil && enumAttr != "" {
+			// Only the enumerated attribute is unknown: enumerate it.
 			for _, c := range candidates {
-				env.Context.HEMID = c
+				env.Context.Attrs = withAttr(env.Context.Attrs, enumAttr, c)
 				if allAllow(env, sets) {
 					pt.HEMIDs = append(pt.HEMIDs, c)
 					hemSet[c] = true
 				}
 			}
 			if len(pt.HEMIDs) == 0 {
-				env.Context.HEMID = wildcardProbe
+				env.Context.Attrs = withAttr(env.Context.Attrs, enumAttr, wildcardProbe)
 				if !allAllow(env, sets) {
 					r.NotPermitted = append(r.NotPermitted, t.ToolName)
 					continue
@@ -180,11 +197,37 @@ func Query(q QueryRequest) (*Residual, error) {
 		r.HEMIDs = append(r.HEMIDs, h)
 	}
 	sort.Strings(r.HEMIDs)
-	r.ContextBlock = RenderContext(r)
+	r.TemplateVersion, r.ContextBlock = renderContext(r)
 	return r, nil
 }
 
-const wildcardProbe = "\x00utpmesh-unlisted-hem-id"
+const wildcardProbe = "\x00utpmesh-unlisted-value"
+
+// queryUnknowns returns the context attributes a query leaves unknown (the
+// fragments' enumerated attributes, and their state attributes when
+// stateUnknown) and the first enumerated attribute.
+func queryUnknowns(frags []SchemaFragment, stateUnknown bool) (unknown []string, enum string) {
+	for _, f := range frags {
+		unknown = append(unknown, f.Enumerated...)
+		if enum == "" && len(f.Enumerated) > 0 {
+			enum = f.Enumerated[0]
+		}
+		if stateUnknown && f.State != "" {
+			unknown = append(unknown, f.State)
+		}
+	}
+	return unknown, enum
+}
+
+// withAttr returns a copy of attrs with k set to v.
+func withAttr(attrs map[string]string, k, v string) map[string]string {
+	out := make(map[string]string, len(attrs)+1)
+	for a, x := range attrs {
+		out[a] = x
+	}
+	out[k] = v
+	return out
+}
 
 func allAllow(env Env, sets []*cedar.PolicySet) bool {
 	for _, ps := range sets {
@@ -195,21 +238,20 @@ func allAllow(env Env, sets []*cedar.PolicySet) bool {
 	return true
 }
 
-// classify partially evaluates ps for env with hem_id (and, when
-// stateUnknown, booking_state) unknown.
-func classify(ps *cedar.PolicySet, env Env, stateUnknown bool) (st status, conds []string, err error) {
+// classify partially evaluates ps for env with the unknown context
+// attributes left as variables.
+func classify(ps *cedar.PolicySet, env Env, unknown []string) (st status, conds []string, err error) {
 	rec := env.Context.Record()
 	m := types.RecordMap{}
 	for k, v := range rec.All() {
 		m[k] = v
 	}
-	m["hem_id"] = eval.Variable("hem_id")
-	if stateUnknown {
-		m["booking_state"] = eval.Variable("booking_state")
+	for _, a := range unknown {
+		m[types.String(a)] = eval.Variable(types.String(a))
 	}
 	ev := eval.Env{
 		Entities: env.Entities(), Principal: AgentUID(env.Agent), Action: env.Action,
-		Resource: env.Resource(), Context: types.NewRecord(m),
+		Resource: env.ResourceUID(), Context: types.NewRecord(m),
 	}
 	var permitTrivial, permitResidual, forbidTrivial, forbidResidual bool
 	type item struct {
@@ -287,8 +329,8 @@ func oneLine(p *ast.Policy) string {
 }
 
 // stringLiterals returns the distinct string literals of the policies'
-// conditions, sorted: the only hem_id values an enumerating policy can
-// permit.
+// conditions, sorted: the only values of an enumerated attribute a
+// policy can permit.
 func stringLiterals(sets ...*cedar.PolicySet) []string {
 	seen := map[string]bool{}
 	var add func(v types.Value)

@@ -17,49 +17,96 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 )
 
-// SchemaText is the Cedar schema of the mesh's entity types and request
-// context. Every action has the same signature; ActionsSchema adds one
-// declaration per action. The context attributes are always present (an
-// empty string means "none"), so policies need no `has` guards.
+// SchemaText is the Cedar schema of the mesh's own entity types and
+// request context. SchemaFor adds the registered catalogues' fragments
+// (RegisterCatalogue); every action has the same signature, and
+// ActionsSchema adds one declaration per action. The context attributes
+// are always present (an empty string means "none"), so policies need no
+// `has` guards.
 const SchemaText = `entity Project;
-entity Booking in [Project];
 entity Agent;
 entity Tool;
 type CallContext = {
   tool: String,
   required_scopes: Set<String>,
-  booking_object_id: String,
-  booking_state: String,
-  hem_id: String,
 };
 `
 
-// ATPActions are the Cedar actions of the ATP catalogue (seed, section 4.4);
-// the schema always declares them.
-var ATPActions = []string{
-	`ATPAction::"get_context_package"`, `ATPAction::"notify_traveller"`,
-	`ATPAction::"update_pre_arrangement"`, `ATPAction::"collect_pre_arrangement_data"`,
-	`ATPAction::"invoke_hem"`, `ATPAction::"record_safety_check"`,
-	`ATPAction::"search_activities"`, `ATPAction::"get_booking_status"`,
+// SchemaFor returns the schema of the mesh and the fragments: their entity
+// types (children of Project) and context attributes.
+func SchemaFor(frags []SchemaFragment) string {
+	var b strings.Builder
+	b.WriteString("entity Project;\n")
+	for _, f := range frags {
+		for _, e := range f.Entities {
+			fmt.Fprintf(&b, "entity %s in [Project];\n", e.Type)
+		}
+	}
+	b.WriteString("entity Agent;\nentity Tool;\ntype CallContext = {\n  tool: String,\n  required_scopes: Set<String>,\n")
+	for _, a := range contextAttrNames(frags)[2:] {
+		fmt.Fprintf(&b, "  %s: String,\n", a)
+	}
+	b.WriteString("};\n")
+	return b.String()
+}
+
+// contextAttrNames are the context attributes: the mesh's, then the
+// fragments'.
+func contextAttrNames(frags []SchemaFragment) []string {
+	out := []string{"tool", "required_scopes"}
+	for _, f := range frags {
+		for _, a := range f.Context {
+			if !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// entityTypeNames are the entity types a policy may name outside the
+// action scope: the mesh's, and the fragments' after Project.
+func entityTypeNames(frags []SchemaFragment) []string {
+	out := []string{TypeProject}
+	for _, f := range frags {
+		for _, e := range f.Entities {
+			if !slices.Contains(out, e.Type) {
+				out = append(out, e.Type)
+			}
+		}
+	}
+	return append(out, TypeAgent, TypeTool)
+}
+
+// ActionsSchema returns the schema of the registered catalogues with one
+// action declaration per action.
+func ActionsSchema(actions []types.EntityUID) string {
+	return actionsSchema(fragments(), actions)
+}
+
+func actionsSchema(frags []SchemaFragment, actions []types.EntityUID) string {
+	var b strings.Builder
+	b.WriteString(SchemaFor(frags))
+	resources := []string{TypeProject}
+	for _, t := range entityTypeNames(frags)[1:] {
+		if t != TypeAgent && t != TypeTool {
+			resources = append(resources, t)
+		}
+	}
+	for _, a := range actions {
+		fmt.Fprintf(&b, "action %q appliesTo { principal: [Agent], resource: [%s], context: CallContext };\n", schemaActionID(a), strings.Join(resources, ", "))
+	}
+	return b.String()
 }
 
 // schemaActionID maps an action UID to the id it is declared under in the
 // validation schema. Cedar schemas only declare actions of type Action (or
-// NS::Action), while the mesh keeps the seed's names (ATPAction::"x"), so
-// for validation an action T::"id" is declared as Action::"T::id" and
-// policies are rewritten the same way before they are checked.
+// NS::Action), while the mesh keeps the catalogues' names (e.g.
+// ATPAction::"x"), so for validation an action T::"id" is declared as
+// Action::"T::id" and policies are rewritten the same way before they are
+// checked.
 func schemaActionID(uid types.EntityUID) string {
 	return string(uid.Type) + "::" + string(uid.ID)
-}
-
-// ActionsSchema returns SchemaText with one action declaration per action.
-func ActionsSchema(actions []types.EntityUID) string {
-	var b strings.Builder
-	b.WriteString(SchemaText)
-	for _, a := range actions {
-		fmt.Fprintf(&b, "action %q appliesTo { principal: [Agent], resource: [Project, Booking], context: CallContext };\n", schemaActionID(a))
-	}
-	return b.String()
 }
 
 // Validate checks a parsed policy set against the mesh schema (strict
@@ -68,36 +115,41 @@ func ActionsSchema(actions []types.EntityUID) string {
 // validated with ValidateFor, must permit their actions too). See
 // ValidateFor for what is checked.
 func Validate(name string, ps *cedar.PolicySet) error {
-	return validateSet(name, ps, nil)
+	return validateSet(name, ps, fragments(), nil)
 }
 
 // ValidateFor checks a parsed policy set against the mesh schema and the
-// actions a project's policies may name (its tools' actions; ATPActions
-// are always added). It reports, each with the policy's line and column
+// actions a project's policies may name (its tools' actions; the
+// registered catalogues' SchemaFragment.Actions are always added). It reports, each with the policy's line and column
 // and the nearest valid name: unknown actions, unknown entity types and
 // unknown attributes (checkNames), then runs cedar-go's validator in
 // strict mode for types and operators. Actions must be constrained in the
 // policy scope (action == T::"id" or action in [...]); an action entity in
 // a condition is refused. A nil actions behaves as Validate.
 func ValidateFor(name string, ps *cedar.PolicySet, actions []types.EntityUID) error {
+	frags := fragments()
 	if actions != nil {
-		actions = append(slices.Clone(actions), atpActionUIDs()...)
+		actions = append(slices.Clone(actions), catalogueActions(frags)...)
 	}
-	return validateSet(name, ps, actions)
+	return validateSet(name, ps, frags, actions)
 }
 
-func atpActionUIDs() []types.EntityUID {
-	out := make([]types.EntityUID, 0, len(ATPActions))
-	for _, s := range ATPActions {
-		uid, _ := ParseAction(s)
-		out = append(out, uid)
+// catalogueActions are the fragments' always-known actions.
+func catalogueActions(frags []SchemaFragment) []types.EntityUID {
+	var out []types.EntityUID
+	for _, f := range frags {
+		for _, s := range f.Actions {
+			if uid, err := ParseAction(s); err == nil {
+				out = append(out, uid)
+			}
+		}
 	}
 	return out
 }
 
-func validateSet(name string, ps *cedar.PolicySet, strictActions []types.EntityUID) error {
+func validateSet(name string, ps *cedar.PolicySet, frags []SchemaFragment, strictActions []types.EntityUID) error {
 	known := map[types.EntityUID]bool{}
-	for _, uid := range atpActionUIDs() {
+	for _, uid := range catalogueActions(frags) {
 		known[uid] = true
 	}
 	for _, uid := range strictActions {
@@ -116,7 +168,7 @@ func validateSet(name string, ps *cedar.PolicySet, strictActions []types.EntityU
 	}
 	sort.Slice(actions, func(i, j int) bool { return actions[i].String() < actions[j].String() })
 	var s schema.Schema
-	if err := s.UnmarshalCedar([]byte(ActionsSchema(actions))); err != nil {
+	if err := s.UnmarshalCedar([]byte(actionsSchema(frags, actions))); err != nil {
 		return fmt.Errorf("authz: schema: %w", err)
 	}
 	rs, err := s.Resolve()
@@ -141,7 +193,7 @@ func validateSet(name string, ps *cedar.PolicySet, strictActions []types.EntityU
 	var errs []error
 	for _, it := range items {
 		where := fmt.Sprintf("%s: line %d, column %d: policy %s", name, it.pos.Line, it.pos.Column, it.id)
-		if names := checkNames(it.p, checkActions); len(names) > 0 {
+		if names := checkNames(it.p, frags, checkActions); len(names) > 0 {
 			errs = append(errs, fmt.Errorf("%s: %s", where, strings.Join(names, "; ")))
 			continue
 		}

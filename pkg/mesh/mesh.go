@@ -176,8 +176,10 @@ type IdentityConfig struct {
 type AuthConfig struct {
 	// KeyDir holds the projects' issuer keys; default <DataDir>/keys.
 	KeyDir string
-	// States gives the gate booking states; optional.
-	States authz.BookingStates
+	// Catalogues are the catalogues the mesh serves: New registers their
+	// schema fragments (authz.RegisterCatalogue) and the gate resolves
+	// calls' resources with them. Optional.
+	Catalogues []authz.Catalogue
 }
 
 // payloadSlack is what MaxPayload must leave above the card limit for the
@@ -384,7 +386,7 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	m.push(m.regSrv.Stop)
 	if cfg.Auth != nil {
 		m.auth, err = natsauthz.Start(ctx, m.nc, natsauthz.StartConfig{DataDir: cfg.DataDir, KeyDir: cfg.Auth.KeyDir, Registry: m.reg, Store: m.policies,
-			States: cfg.Auth.States, Version: cfg.ProtocolVersion, Logger: log.With("component", "authz")})
+			Resources: resourceResolvers(cfg.Auth.Catalogues), Version: cfg.ProtocolVersion, Logger: log.With("component", "authz")})
 		if err != nil {
 			return err
 		}
@@ -662,4 +664,15 @@ func splitListen(addr string) (string, int, error) {
 		h = "127.0.0.1"
 	}
 	return h, port, nil
+}
+
+// resourceResolvers registers cs and returns them as the gate's
+// resolvers.
+func resourceResolvers(cs []authz.Catalogue) []authz.ResourceResolver {
+	out := make([]authz.ResourceResolver, len(cs))
+	for i, c := range cs {
+		authz.RegisterCatalogue(c)
+		out[i] = c
+	}
+	return out
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
-	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
 	"github.com/utpmesh/utpmesh/services/atp/octo"
@@ -123,7 +123,7 @@ type States struct {
 	store *booking.Store
 }
 
-var _ authz.BookingStates = (*States)(nil)
+var _ atpauthz.States = (*States)(nil)
 
 var (
 	statesMu sync.Mutex
@@ -154,7 +154,7 @@ func (s *States) Set(st *booking.Store) {
 	s.mu.Unlock()
 }
 
-// BookingState implements authz.BookingStates.
+// BookingState implements atpauthz.States.
 func (s *States) BookingState(ctx context.Context, project, id string) (string, error) {
 	s.mu.Lock()
 	st := s.store

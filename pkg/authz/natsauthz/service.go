@@ -25,8 +25,10 @@ type StartConfig struct {
 	// Store is the policy store to serve (cluster mode: jspolicy); nil
 	// opens <DataDir>/policies.db. Stop closes it.
 	Store Store
-	// States gives booking states to the gate; optional.
-	States authz.BookingStates
+	// Resources are the gate's and the querier's resource resolvers (the
+	// catalogues' entity loaders); optional: without, the registered
+	// catalogues are asked.
+	Resources []authz.ResourceResolver
 	// Version is the protocol version token.
 	Version string
 	Logger  *slog.Logger
@@ -44,7 +46,8 @@ type Service struct {
 
 // Start opens <DataDir>/policies.db and serves the policy service on nc.
 // Policy sets are validated against the actions of the project's tools in
-// cfg.Registry (and ATPActions), so a typo'd action is refused.
+// cfg.Registry (and the registered catalogues' actions), so a typo'd
+// action is refused.
 func Start(ctx context.Context, nc *nats.Conn, cfg StartConfig) (*Service, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -64,14 +67,14 @@ func Start(ctx context.Context, nc *nats.Conn, cfg StartConfig) (*Service, error
 	}
 	s := &Service{Store: st, Keys: mandate.NewKeyDir(cfg.KeyDir)}
 	s.Gate, err = authz.NewGate(authz.GateConfig{
-		Policies: st, Keys: s.Keys, States: cfg.States,
+		Policies: st, Keys: s.Keys, Resources: cfg.Resources,
 		Audit: &Publisher{NC: nc, Logger: cfg.Logger}, Logger: cfg.Logger,
 	})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
 	}
-	s.Querier = &authz.Querier{Policies: st, Keys: s.Keys, Registry: cfg.Registry}
+	s.Querier = &authz.Querier{Policies: st, Keys: s.Keys, Registry: cfg.Registry, Resources: cfg.Resources}
 	s.srv, err = NewServer(nc, ServerConfig{Store: st, Gate: s.Gate, Querier: s.Querier, Registry: cfg.Registry, Keys: s.Keys, Version: cfg.Version, Logger: cfg.Logger})
 	if err != nil {
 		_ = st.Close()

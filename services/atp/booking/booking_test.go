@@ -15,6 +15,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 )
 
@@ -300,8 +301,9 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 // TestGateSeesBookingState: a project policy that permits a tool only in
 // PRE_JOURNEY, evaluated by the real Cedar gate with the store as its
-// BookingStates and a real mandate.
+// atpauthz.States and a real mandate.
 func TestGateSeesBookingState(t *testing.T) {
+	atpauthz.Register() // as the mesh assembly does
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := open(t, filepath.Join(dir, "atp.db"), newClock())
@@ -321,7 +323,7 @@ when { context.booking_state == "PRE_JOURNEY" };`); err != nil {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := authz.NewGate(authz.GateConfig{Policies: policies, Keys: keys, States: s})
+	gate, err := authz.NewGate(authz.GateConfig{Policies: policies, Keys: keys, Resources: []authz.ResourceResolver{atpauthz.New(s)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@
 // which is an overlay on another state: Booking.Suspended). The ATP tool
 // catalogue names states differently (PRE_JOURNEY, JOURNEY, ...);
 // ToolState maps one to the other and is what the Cedar gate sees as
-// context.booking_state (Store implements authz.BookingStates).
+// context.booking_state (Store implements atpauthz.States).
 // docs/catalogues/atp.md has the mapping table and the transition table
 // (Transitions) with the timeouts (Timeouts).
 //

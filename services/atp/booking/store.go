@@ -13,7 +13,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/utpmesh/utpmesh/internal/boltfile"
-	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 )
 
 // Event types of the log.
@@ -51,13 +51,13 @@ type Options struct {
 }
 
 // Store keeps bookings and their logs in one bbolt file. It is safe for
-// concurrent use and implements authz.BookingStates.
+// concurrent use and implements atpauthz.States.
 type Store struct {
 	db  *bolt.DB
 	now func() time.Time
 }
 
-var _ authz.BookingStates = (*Store)(nil)
+var _ atpauthz.States = (*Store)(nil)
 
 // schemaVersion is the layout of the ATP bookings file.
 const schemaVersion = "1"
@@ -270,7 +270,7 @@ func (s *Store) List(ctx context.Context, project string) ([]*Booking, error) {
 	return out, s.err(err)
 }
 
-// BookingState implements authz.BookingStates: the booking's ToolState,
+// BookingState implements atpauthz.States: the booking's ToolState,
 // or "" when the project has no such booking (policies that test the
 // state then deny, and the tool itself says the booking is unknown).
 func (s *Store) BookingState(ctx context.Context, project, id string) (string, error) {

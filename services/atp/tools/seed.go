@@ -13,6 +13,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 )
 
@@ -98,8 +99,7 @@ func paymentAllowed(c *worker.Call, b *booking.Booking) (bool, []string) {
 		return false, nil
 	}
 	action, _ := authz.ParseAction(`ATPAction::"search_activities"`)
-	env := authz.Env{Agent: c.Command.AgentID, Project: c.ProjectID, Action: action, Booking: b.ID,
-		Context: authz.CallContext{Tool: ToolGetContextPackage, Scopes: []string{ScopeBookingRead}, BookingObjectID: b.ID, BookingState: b.ToolState()}}
+	env := authz.EnvFor(c.Command.AgentID, c.ProjectID, action, ToolGetContextPackage, []string{ScopeBookingRead}, atpauthz.Resource(b.ID, b.ToolState(), ""))
 	ok, _ := env.Authorize(m.Policies)
 	return ok, authz.Grants(m.Policies)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/services/atp/internal/atptest"
 	"github.com/utpmesh/utpmesh/services/atp/tools"
+	"github.com/utpmesh/utpmesh/services/atp/windley"
 )
 
 // TestWindleyRequeryOnTransition: the agent's Windley loop, fed the state
@@ -25,7 +26,7 @@ permit(principal, action == ATPAction::"update_pre_arrangement", resource) when 
 	status := func() string {
 		return atptest.Str(ag.OK(tools.ToolGetBookingStatus, map[string]any{"booking_object_id": b.ID}).Obj(), "state")
 	}
-	w := ag.Client().NewWindleyLoop("turn-windley", "")
+	w := windley.NewLoop(ag.Client(), "turn-windley", "")
 	st := status()
 	if _, err := w.Start(ctx, &st); err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp"
+	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
 	"github.com/utpmesh/utpmesh/services/atp/octo"
 	"github.com/utpmesh/utpmesh/services/atp/rails"
@@ -98,7 +99,7 @@ func StartIn(t testing.TB, dir string, opt Options) *Harness {
 	}
 	h := &Harness{T: t, DataDir: dir, Clock: opt.Clock}
 	m, err := mesh.Start(context.Background(), mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: Quiet,
-		Auth: &mesh.AuthConfig{States: atp.StatesFor(dir)},
+		Auth: &mesh.AuthConfig{Catalogues: []authz.Catalogue{atpauthz.New(atp.StatesFor(dir))}},
 		Services: func(ctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
 			s, err := tools.Open(atp.Deps{NC: m.Conn(), Cards: m.Cards(), DataDir: dir, Context: ctx, Now: h.Clock.Now, TickEvery: -1, Notifiers: opt.Notifiers, HEMCatalogue: opt.HEMCatalogue, RateLimits: opt.RateLimits, ContentRules: opt.ContentRules, OCTOSuppliers: opt.OCTOSuppliers, Logger: Quiet})
 			if err != nil {

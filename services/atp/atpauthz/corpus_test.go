@@ -1,4 +1,4 @@
-package authz_test
+package atpauthz_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 )
 
 type corpus struct {
@@ -183,7 +184,7 @@ func TestResidualAgreesWithGate(t *testing.T) {
 	}
 	checked := 0
 	for _, state := range f.c.States {
-		r, err := authz.Query(authz.QueryRequest{Project: f.c.Project, Mandate: f.mandate, ProjectPolicies: pps, Tools: tools, BookingState: &state})
+		r, err := authz.Query(context.Background(), authz.QueryRequest{Project: f.c.Project, Mandate: f.mandate, ProjectPolicies: pps, Tools: tools, BookingState: &state})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +210,7 @@ func TestResidualAgreesWithGate(t *testing.T) {
 func TestQueryUnknownState(t *testing.T) {
 	f := loadFixture(t)
 	pps, _ := mandate.ParsePolicies("project", f.c.ProjectPolicies)
-	r, err := authz.Query(authz.QueryRequest{Project: f.c.Project, Mandate: f.mandate, ProjectPolicies: pps,
+	r, err := authz.Query(context.Background(), authz.QueryRequest{Project: f.c.Project, Mandate: f.mandate, ProjectPolicies: pps,
 		Tools: []authz.ToolAction{f.tools["atp_update_pre_arrangement"], f.tools["atp_record_safety_check"]}})
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +221,7 @@ func TestQueryUnknownState(t *testing.T) {
 	if len(r.NotPermitted) != 1 || r.NotPermitted[0] != "atp_record_safety_check" {
 		t.Fatalf("not permitted = %v", r.NotPermitted)
 	}
-	for _, s := range []string{authz.WindleyTemplateVersion, "Bound booking_object_id: bk-1", "atp_update_pre_arrangement", "HEM-MANDATE-01"} {
+	for _, s := range []string{atpauthz.WindleyTemplateVersion, "Bound booking_object_id: bk-1", "atp_update_pre_arrangement", "HEM-MANDATE-01"} {
 		if !strings.Contains(r.ContextBlock, s) {
 			t.Errorf("context block lacks %q:\n%s", s, r.ContextBlock)
 		}

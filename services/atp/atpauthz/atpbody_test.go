@@ -1,8 +1,11 @@
-package authz
+package atpauthz_test
 
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 )
 
 // TestATPDenialBody: the gate's denial of an ATP action carries the ATP
@@ -17,8 +20,9 @@ func TestATPDenialBody(t *testing.T) {
 		{"other action", `Action::"echo"`,
 			`{"reason":"mandate_scope_violation","tool":"t","required_action":"Action::\"echo\"","required_scopes":["BOOKING_READ"],"granted":["policy0: ATPAction::\"notify_traveller\""],"policies":[]}`},
 	} {
-		d := AuthFailedDetail{Reason: ReasonScopeViolation, Tool: "t", RequiredAction: c.action, RequiredScopes: []string{"BOOKING_READ"},
-			Granted: []string{`policy0: ATPAction::"notify_traveller"`}, Policies: []string{}}.withATPBody()
+		d := authz.AuthFailedDetail{Reason: authz.ReasonScopeViolation, Tool: "t", RequiredAction: c.action, RequiredScopes: []string{"BOOKING_READ"},
+			Granted: []string{`policy0: ATPAction::"notify_traveller"`}, Policies: []string{}}
+		atpauthz.New(nil).DecorateDenial(&d)
 		got, _ := json.Marshal(d)
 		if string(got) != c.want {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)

@@ -1,8 +1,10 @@
-package authz
+package atpauthz
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/utpmesh/utpmesh/pkg/authz"
 )
 
 // WindleyTemplateVersion versions the Windley context template with the
@@ -13,7 +15,7 @@ const WindleyTemplateVersion = "atp/1.0+tooling/1.0.0"
 // RenderContext renders the Windley context block of r, the system-prompt
 // block that names the permitted tools, the booking the session is bound
 // to, the permitted hem_id values and the current booking state.
-func RenderContext(r *Residual) string {
+func RenderContext(r *authz.Residual) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Authorization context (%s)\n", WindleyTemplateVersion)
 	fmt.Fprintf(&b, "Agent: %s | Project: %s", r.AgentID, r.ProjectID)
@@ -55,3 +57,9 @@ func RenderContext(r *Residual) string {
 		"request a mandate expansion (atp_invoke_hem, hem_id HEM-MANDATE-01, trigger_reason MANDATE_GAP_DETECTED).\n")
 	return b.String()
 }
+
+// TemplateVersion implements authz.ContextRenderer.
+func (c *Catalogue) TemplateVersion() string { return WindleyTemplateVersion }
+
+// RenderContext implements authz.ContextRenderer.
+func (c *Catalogue) RenderContext(r *authz.Residual) string { return RenderContext(r) }

@@ -1,4 +1,4 @@
-package agent
+package windley
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
@@ -25,18 +26,21 @@ const (
 
 // ErrNotAGap is returned by NewMandateGap for a tool the residual set
 // already permits.
-var ErrNotAGap = errors.New("agent: not a mandate gap")
+var ErrNotAGap = errors.New("windley: not a mandate gap")
 
-// QueryMandate runs the PMO built-in mandate_query for the agent: Cedar
-// partial evaluation of mandate (default Config.Mandate) against
+// ErrInvalid: a request breaks a rule; the message says which.
+var ErrInvalid = errors.New("windley: invalid request")
+
+// QueryMandate runs the PMO built-in mandate_query for the agent c: Cedar
+// partial evaluation of mandate (default c's Config.Mandate) against
 // bookingState (nil when unknown). turnID is the turn the query belongs to.
-func (c *Client) QueryMandate(ctx context.Context, turnID, mandate string, bookingState *string) (*authz.Residual, error) {
+func QueryMandate(ctx context.Context, c *agent.Client, turnID, mandate string, bookingState *string) (*authz.Residual, error) {
 	args := map[string]any{}
 	if bookingState != nil {
 		args["booking_state"] = *bookingState
 	}
 	raw, _ := json.Marshal(args)
-	out, err := c.Call(ctx, CallRequest{ToolName: registry.BuiltinMandateQuery, Arguments: raw, AgentTurnID: turnID, Mandate: mandate})
+	out, err := c.Call(ctx, agent.CallRequest{ToolName: registry.BuiltinMandateQuery, Arguments: raw, AgentTurnID: turnID, Mandate: mandate})
 	if err != nil {
 		return nil, err
 	}
@@ -45,23 +49,23 @@ func (c *Client) QueryMandate(ctx context.Context, turnID, mandate string, booki
 		if out.Result != nil && out.Result.Error != nil {
 			msg = fmt.Sprintf("%s: %s", out.Result.Error.Code, out.Result.Error.Message)
 		}
-		return nil, fmt.Errorf("agent: mandate_query failed: %s", msg)
+		return nil, fmt.Errorf("windley: mandate_query failed: %s", msg)
 	}
 	var r authz.Residual
 	if err := json.Unmarshal(out.Result.Result, &r); err != nil {
-		return nil, fmt.Errorf("agent: mandate_query result: %w", err)
+		return nil, fmt.Errorf("windley: mandate_query result: %w", err)
 	}
 	return &r, nil
 }
 
-// WindleyLoop keeps an agent's permitted action space current (seed
+// Loop keeps an agent's permitted action space current (seed
 // decisions MCP-D13, MCP-D14): Start queries before planning; the query is
 // re-run on a booking state transition (BookingState with a new state), on
 // HEM completion (HEMCompleted, which re-queries only if the state
 // changed) and on a new mandate (NewMandate) — never on a timer. It is
 // safe for concurrent use.
-type WindleyLoop struct {
-	c    *Client
+type Loop struct {
+	c    *agent.Client
 	turn string
 
 	mu       sync.Mutex
@@ -71,17 +75,14 @@ type WindleyLoop struct {
 	queries  int
 }
 
-// NewWindleyLoop returns a loop for the agent's turn, evaluating mandate
-// (default Config.Mandate).
-func (c *Client) NewWindleyLoop(turnID, mandate string) *WindleyLoop {
-	if mandate == "" {
-		mandate = c.mandate
-	}
-	return &WindleyLoop{c: c, turn: turnID, mandate: mandate}
+// NewLoop returns a loop for agent c's turn, evaluating mandate ("": c's
+// Config.Mandate, which its calls carry too).
+func NewLoop(c *agent.Client, turnID, mandate string) *Loop {
+	return &Loop{c: c, turn: turnID, mandate: mandate}
 }
 
 // Start runs the pre-planning query for bookingState (nil: unknown).
-func (w *WindleyLoop) Start(ctx context.Context, bookingState *string) (*authz.Residual, error) {
+func (w *Loop) Start(ctx context.Context, bookingState *string) (*authz.Residual, error) {
 	w.mu.Lock()
 	w.state = cloneStr(bookingState)
 	w.mu.Unlock()
@@ -91,7 +92,7 @@ func (w *WindleyLoop) Start(ctx context.Context, bookingState *string) (*authz.R
 // BookingState reports the booking's state after a tool call that may
 // have changed it; the loop re-queries when it differs from the last one.
 // requeried says whether it did.
-func (w *WindleyLoop) BookingState(ctx context.Context, state string) (r *authz.Residual, requeried bool, err error) {
+func (w *Loop) BookingState(ctx context.Context, state string) (r *authz.Residual, requeried bool, err error) {
 	w.mu.Lock()
 	same := w.state != nil && *w.state == state && w.residual != nil
 	if !same {
@@ -108,13 +109,13 @@ func (w *WindleyLoop) BookingState(ctx context.Context, state string) (r *authz.
 
 // HEMCompleted is called when an atp_invoke_hem task resolves (COMPLETE or
 // DECLINED) with the booking's state read afterwards.
-func (w *WindleyLoop) HEMCompleted(ctx context.Context, state string) (*authz.Residual, bool, error) {
+func (w *Loop) HEMCompleted(ctx context.Context, state string) (*authz.Residual, bool, error) {
 	return w.BookingState(ctx, state)
 }
 
 // NewMandate replaces the mandate (after an expansion was granted) and
 // re-queries at once.
-func (w *WindleyLoop) NewMandate(ctx context.Context, mandate string) (*authz.Residual, error) {
+func (w *Loop) NewMandate(ctx context.Context, mandate string) (*authz.Residual, error) {
 	w.mu.Lock()
 	w.mandate = mandate
 	w.mu.Unlock()
@@ -122,21 +123,22 @@ func (w *WindleyLoop) NewMandate(ctx context.Context, mandate string) (*authz.Re
 }
 
 // Residual is the current residual set (nil before Start).
-func (w *WindleyLoop) Residual() *authz.Residual {
+func (w *Loop) Residual() *authz.Residual {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.residual
 }
 
-// Mandate is the mandate the loop evaluates; calls should carry it.
-func (w *WindleyLoop) Mandate() string {
+// Mandate is the mandate the loop evaluates ("": the client's); calls
+// should carry it.
+func (w *Loop) Mandate() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.mandate
 }
 
 // Queries counts the queries run.
-func (w *WindleyLoop) Queries() int {
+func (w *Loop) Queries() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.queries
@@ -144,17 +146,17 @@ func (w *WindleyLoop) Queries() int {
 
 // Permits reports whether the residual set permits tool (for invoke_hem:
 // with hemID).
-func (w *WindleyLoop) Permits(tool, hemID string) bool {
+func (w *Loop) Permits(tool, hemID string) bool {
 	r := w.Residual()
 	return r != nil && r.Allows(tool, hemID)
 }
 
-func (w *WindleyLoop) requery(ctx context.Context) (*authz.Residual, error) {
+func (w *Loop) requery(ctx context.Context) (*authz.Residual, error) {
 	w.mu.Lock()
 	m, st := w.mandate, cloneStr(w.state)
 	w.queries++
 	w.mu.Unlock()
-	r, err := w.c.QueryMandate(ctx, w.turn, m, st)
+	r, err := QueryMandate(ctx, w.c, w.turn, m, st)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +231,7 @@ func NewMandateGap(r *authz.Residual, tool, action, hemID, assessment string) (*
 func (g *MandateGap) InvokeHEMArguments() (json.RawMessage, error) {
 	desc, err := json.Marshal(g)
 	if err != nil {
-		return nil, fmt.Errorf("agent: encode mandate gap: %w", err)
+		return nil, fmt.Errorf("windley: encode mandate gap: %w", err)
 	}
 	args := map[string]any{
 		"hem_id": HEMMandateGap,
@@ -246,12 +248,12 @@ func (g *MandateGap) InvokeHEMArguments() (json.RawMessage, error) {
 }
 
 // EscalateMandateGap calls atp_invoke_hem with the gap's arguments, under
-// mandate (default Config.Mandate). The mandate must itself permit
+// mandate (default c's Config.Mandate). The mandate must itself permit
 // invoke_hem for HEM-MANDATE-01.
-func (c *Client) EscalateMandateGap(ctx context.Context, turnID, mandate string, g *MandateGap) (*Outcome, error) {
+func EscalateMandateGap(ctx context.Context, c *agent.Client, turnID, mandate string, g *MandateGap) (*agent.Outcome, error) {
 	args, err := g.InvokeHEMArguments()
 	if err != nil {
 		return nil, err
 	}
-	return c.Call(ctx, CallRequest{ToolName: ToolInvokeHEM, Arguments: args, AgentTurnID: turnID, Mandate: mandate})
+	return c.Call(ctx, agent.CallRequest{ToolName: ToolInvokeHEM, Arguments: args, AgentTurnID: turnID, Mandate: mandate})
 }

@@ -1,0 +1,22 @@
+package main
+
+import (
+	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/services/atp"
+	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
+)
+
+// The catalogues' contributions to the core, registered where the CLI
+// selects its catalogues (services/catalog lists their tool services):
+// ATP's Cedar schema fragment (so `utpmesh policy`/`mandate` validate
+// ATP's names, as every mesh process does).
+func init() {
+	atpauthz.Register()
+}
+
+// authCatalogues are the catalogues whose entity loaders the gate of a
+// mesh with data directory dir uses: ATP's, reading the booking states of
+// the atp service of dir.
+func authCatalogues(dir string) []authz.Catalogue {
+	return []authz.Catalogue{atpauthz.New(atp.StatesFor(dir))}
+}
