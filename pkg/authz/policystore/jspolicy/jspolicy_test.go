@@ -16,6 +16,7 @@ import (
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/jspolicy"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/policystoretest"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -24,7 +25,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/registry/jsreg"
 )
 
-var _ policystoretest.Store = (*jspolicy.Store)(nil)
+var _ policystore.Store = (*jspolicy.Store)(nil)
 
 // bucketSeq names a fresh bucket per storage on a shared server.
 var bucketSeq atomic.Int64
@@ -52,7 +53,7 @@ func TestConformance(t *testing.T) {
 		t.Run(fmt.Sprintf("DirectReads=%v", direct), func(t *testing.T) {
 			policystoretest.Run(t, func(t *testing.T) policystoretest.Opener {
 				bucket := freshBucket()
-				return func(t *testing.T, cfg policystoretest.Config) policystoretest.Store {
+				return func(t *testing.T, cfg policystoretest.Config) policystore.Store {
 					return open(t, srv, jspolicy.Config{Bucket: bucket, HistoryLimit: cfg.HistoryLimit, Actions: cfg.Actions, DirectReads: direct})
 				}
 			})
@@ -169,7 +170,7 @@ func TestClosedConnection(t *testing.T) {
 	}
 }
 
-var _ natsauthz.Store = (*jspolicy.Store)(nil)
+var _ policystore.Store = (*jspolicy.Store)(nil)
 
 // TestTwoAuthzServices: two natsauthz services (two mesh nodes) on the same
 // registry and policy buckets share the svc.authz queue group; a client's

@@ -1,11 +1,12 @@
-// Package policystoretest is the conformance suite for the mesh's policy
-// stores: the bbolt policystore and the JetStream KV jspolicy. Each
+// Package policystoretest is the conformance suite of the
+// policystore.Store contract, run by both backends: the bbolt boltpolicy
+// and the JetStream KV jspolicy. Each
 // store's tests call Run:
 //
 //	func TestConformance(t *testing.T) {
 //		policystoretest.Run(t, func(t *testing.T) policystoretest.Opener {
 //			path := filepath.Join(t.TempDir(), "policies.db")
-//			return func(t *testing.T, cfg policystoretest.Config) policystoretest.Store {
+//			return func(t *testing.T, cfg policystoretest.Config) policystore.Store {
 //				return open(t, path, cfg)
 //			}
 //		})
@@ -30,20 +31,13 @@ import (
 	"github.com/cedar-policy/cedar-go/types"
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
 )
-
-// Store is a policy store under test: the policy history the authz
-// service serves, and Close.
-type Store interface {
-	authz.PolicyHistory
-	// Close releases the store; later calls fail with authz.ErrClosed.
-	Close() error
-}
 
 // Config is what the suite opens a store with.
 type Config struct {
-	// Actions, when set, is the store's action source (policystore's
-	// WithActions): policies naming other actions are refused.
+	// Actions, when set, is the store's action source (boltpolicy's
+	// WithActions, jspolicy's Config.Actions): policies naming other actions are refused.
 	Actions authz.ActionSource
 	// HistoryLimit is how many versions to keep; 0 means the store's
 	// default, which must be DefaultHistoryLimit.
@@ -52,10 +46,10 @@ type Config struct {
 
 // DefaultHistoryLimit is the number of versions every store keeps by
 // default.
-const DefaultHistoryLimit = 20
+const DefaultHistoryLimit = policystore.HistoryLimit
 
 // Opener opens the storage it was made for with cfg.
-type Opener func(t *testing.T, cfg Config) Store
+type Opener func(t *testing.T, cfg Config) policystore.Store
 
 // Policy returns a valid policy text, different for each i.
 func Policy(i int) string {
@@ -93,7 +87,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) Opener) {
 }
 
 // reopen closes s and opens the storage again.
-func reopen(t *testing.T, s Store, open Opener, cfg Config) Store {
+func reopen(t *testing.T, s policystore.Store, open Opener, cfg Config) policystore.Store {
 	t.Helper()
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
