@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -72,23 +71,11 @@ func TestTwoNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for round := uint64(1); round <= 5; round++ {
-		const n = 8
-		var wg sync.WaitGroup
-		var won atomic.Int32
-		for i := range n {
-			wg.Go(func() {
-				_, err := nodes[i%2].ReplacePolicies(ctx, "demo", policystoretest.Policy(int(round)*100+i), round)
-				switch {
-				case err == nil:
-					won.Add(1)
-				case !errors.Is(err, authz.ErrConflict):
-					t.Errorf("replace: %v", err)
-				}
-			})
-		}
-		wg.Wait()
-		if won.Load() != 1 {
-			t.Fatalf("round %d: %d replacements based on version %d were stored, want 1", round, won.Load(), round)
+		won := policystoretest.Race(t, 8, func(i int) (*authz.PolicyDoc, error) {
+			return nodes[i%2].ReplacePolicies(ctx, "demo", policystoretest.Policy(int(round)*100+i), round)
+		})
+		if len(won) != 1 {
+			t.Fatalf("round %d: %d replacements based on version %d were stored, want 1", round, len(won), round)
 		}
 	}
 	for i, s := range nodes {
@@ -222,22 +209,11 @@ func TestTwoAuthzServices(t *testing.T) {
 			t.Fatalf("replace %d = %+v, %v", i, d, err)
 		}
 	}
-	var wg sync.WaitGroup
-	var won atomic.Int32
-	for i := range 8 {
-		wg.Go(func() {
-			_, err := cl.ReplacePolicies(ctx, "demo", text(100+i), rounds)
-			switch {
-			case err == nil:
-				won.Add(1)
-			case !errors.Is(err, authz.ErrConflict):
-				t.Errorf("replace: %v", err)
-			}
-		})
-	}
-	wg.Wait()
-	if won.Load() != 1 {
-		t.Fatalf("%d concurrent replacements on version %d were stored, want 1", won.Load(), rounds)
+	won := policystoretest.Race(t, 8, func(i int) (*authz.PolicyDoc, error) {
+		return cl.ReplacePolicies(ctx, "demo", text(100+i), rounds)
+	})
+	if len(won) != 1 {
+		t.Fatalf("%d concurrent replacements on version %d were stored, want 1", len(won), rounds)
 	}
 	if h, err := cl.History(ctx, "demo"); err != nil || len(h) != rounds+1 || !h[0].Current {
 		t.Fatalf("history = %+v, %v", h, err)

@@ -25,7 +25,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/cedar-policy/cedar-go/types"
@@ -61,6 +60,39 @@ type actionList map[string][]types.EntityUID
 
 func (a actionList) Actions(_ context.Context, project string) ([]types.EntityUID, error) {
 	return a[project], nil
+}
+
+// Win is one write that Race stored: attempt I's document.
+type Win struct {
+	I   int
+	Doc *authz.PolicyDoc
+}
+
+// Race runs attempt(0) .. attempt(n-1) at once and returns the writes that
+// were stored. A write refused with authz.ErrConflict lost the race; any
+// other error fails t.
+func Race(t testing.TB, n int, attempt func(i int) (*authz.PolicyDoc, error)) []Win {
+	t.Helper()
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		won []Win
+	)
+	for i := range n {
+		wg.Go(func() {
+			doc, err := attempt(i)
+			switch {
+			case err == nil:
+				mu.Lock()
+				won = append(won, Win{I: i, Doc: doc})
+				mu.Unlock()
+			case !errors.Is(err, authz.ErrConflict):
+				t.Errorf("attempt %d: %v, want nil or ErrConflict", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	return won
 }
 
 // Run runs the suite.
@@ -281,30 +313,16 @@ func testConcurrentReplace(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	const n = 8
-	var wg sync.WaitGroup
-	var won atomic.Int32
-	var winner atomic.Int64
-	for i := 1; i <= n; i++ {
-		wg.Go(func() {
-			doc, err := s.ReplacePolicies(ctx, "demo", Policy(i), 1)
-			switch {
-			case err == nil:
-				won.Add(1)
-				winner.Store(int64(i))
-				if doc.Version != 2 {
-					t.Errorf("winner stored version %d, want 2", doc.Version)
-				}
-			case !errors.Is(err, authz.ErrConflict):
-				t.Errorf("replace %d: %v, want nil or ErrConflict", i, err)
-			}
-		})
+	won := Race(t, n, func(i int) (*authz.PolicyDoc, error) { return s.ReplacePolicies(ctx, "demo", Policy(i+1), 1) })
+	if len(won) != 1 {
+		t.Fatalf("%d of %d replacements based on version 1 were stored, want 1", len(won), n)
 	}
-	wg.Wait()
-	if won.Load() != 1 {
-		t.Fatalf("%d of %d replacements based on version 1 were stored, want 1", won.Load(), n)
+	if won[0].Doc.Version != 2 {
+		t.Errorf("winner stored version %d, want 2", won[0].Doc.Version)
 	}
+	winner := won[0].I + 1
 	cur, err := s.Policies(ctx, "demo")
-	if err != nil || cur.Version != 2 || cur.Policies != Policy(int(winner.Load())) {
+	if err != nil || cur.Version != 2 || cur.Policies != Policy(winner) {
 		t.Fatalf("current = %+v, %v; want the winner's text as version 2", cur, err)
 	}
 }
@@ -353,23 +371,10 @@ func testConcurrentRollback(t *testing.T, open Opener) {
 		}
 	}
 	const n = 6
-	var wg sync.WaitGroup
-	var won atomic.Int32
-	for i := range n {
-		wg.Go(func() {
-			_, err := s.Rollback(ctx, "demo", uint64(1+i%2), 3)
-			switch {
-			case err == nil:
-				won.Add(1)
-			case !errors.Is(err, authz.ErrConflict):
-				t.Errorf("rollback: %v", err)
-			}
-		})
-	}
-	wg.Wait()
+	won := Race(t, n, func(i int) (*authz.PolicyDoc, error) { return s.Rollback(ctx, "demo", uint64(1+i%2), 3) })
 	cur, err := s.Policies(ctx, "demo")
-	if won.Load() != 1 || err != nil || cur.Version != 4 || cur.Policies != Policy(int(cur.RolledBackFrom)) {
-		t.Fatalf("%d rollbacks won; current %+v, %v; want one, as version 4", won.Load(), cur, err)
+	if len(won) != 1 || err != nil || cur.Version != 4 || cur.Policies != Policy(int(cur.RolledBackFrom)) {
+		t.Fatalf("%d rollbacks won; current %+v, %v; want one, as version 4", len(won), cur, err)
 	}
 }
 
