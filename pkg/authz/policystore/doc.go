@@ -10,11 +10,14 @@
 //	policystore/boltpolicy      a bbolt file (<DataDir>/policies.db): the
 //	                            embedded default of a single-node mesh
 //	policystore/jspolicy        a JetStream KV bucket: cluster mode
-//	policystore/policystoretest the conformance suite both run
+//	policystore/natspolicy      the NATS server handlers and client of the
+//	                            policy operations of svc.authz
+//	policystore/policystoretest the conformance suite boltpolicy and
+//	                            jspolicy run
 //
-// Over NATS the store is served and read by pkg/authz/natsauthz (service
-// svc.authz), which also serves the gate's test, query and issuer_key on
-// the same service; see its package doc.
+// natspolicy's handlers are registered on pkg/authz/natsauthz's server,
+// which serves the gate's test, query and issuer_key on the same service
+// (one queue group, one table of wire codes).
 //
 // The documents and the read interfaces (authz.PolicyDoc,
 // authz.PolicyVersion, authz.ProjectConfig, authz.PolicySource,
