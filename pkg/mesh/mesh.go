@@ -65,6 +65,7 @@ import (
 	"github.com/utpmesh/utpmesh/internal/portcheck"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/inbox/inboxsvc"
 	"github.com/utpmesh/utpmesh/pkg/metrics"
@@ -201,7 +202,7 @@ type Mesh struct {
 	boltDB *bolt.DB // cards.db, nil when the cards are replicated
 	// Replicated state only (nil with files): the policy store and the
 	// inbox's bucket.
-	policies    natsauthz.Store
+	policies    policystore.Store
 	inboxBucket *jskv.Bucket
 	cardSrv     *natsstore.Server
 	regSrv      *natsreg.Server

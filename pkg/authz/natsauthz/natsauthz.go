@@ -32,97 +32,55 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore/natspolicy"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 )
 
 // ServiceName is the service token: cg.<ver>.<project>.<channel>.svc.authz.<op>.
-const ServiceName = "authz"
+const ServiceName = natspolicy.ServiceName
 
-// The operations.
+// The gate's operations; the policy operations (put, get, config_get,
+// config_put, history, history_get, rollback) are natspolicy's.
 const (
-	OpPut       = "put"
-	OpGet       = "get"
-	OpConfigGet = "config_get"
-	OpConfigPut = "config_put"
-	OpTest      = "test"
-	OpQuery     = "query"
-	// OpHistory lists the kept versions of the project's policy set.
-	OpHistory = "history"
-	// OpHistoryGet returns one kept version with its text.
-	OpHistoryGet = "history_get"
-	// OpRollback stores a kept version's text as a new version.
-	OpRollback = "rollback"
+	OpTest  = "test"
+	OpQuery = "query"
 	// OpIssuerKey returns the project's mandate issuer public key (read
 	// only; the private key never leaves the mesh core). Workers outside
 	// the mesh process verify mandates with it (Remote).
 	OpIssuerKey = "issuer_key"
 )
 
-// Wire codes besides svc's common ones.
-const (
-	CodeInvalidPolicy  = "invalid_policy"
-	CodeMandateInvalid = "mandate_invalid"
-	CodeClosed         = "closed"
-)
+// CodeMandateInvalid is the wire code of a refused mandate (query);
+// the policy operations' codes are natspolicy's.
+const CodeMandateInvalid = "mandate_invalid"
 
 // errMandate is the client-side sentinel of CodeMandateInvalid.
 var errMandate = errors.New("natsauthz: mandate refused")
 
-// Codes maps sentinels to wire codes and back.
-var Codes = svc.Codes{
-	{Err: authz.ErrInvalidPolicy, Code: CodeInvalidPolicy},
-	{Err: authz.ErrNotFound, Code: svc.CodeNotFound},
-	{Err: authz.ErrInvalidRequest, Code: svc.CodeBadRequest},
-	{Err: authz.ErrClosed, Code: CodeClosed},
-	{Err: authz.ErrConflict, Code: svc.CodeConflict},
-	{Err: errMandate, Code: CodeMandateInvalid},
-	{Err: ErrForbidden, Code: svc.CodeForbidden},
-}
+// Codes maps sentinels to wire codes and back: natspolicy.Codes and
+// mandate_invalid.
+var Codes = append(slices.Clone(natspolicy.Codes), svc.CodeMap{Err: errMandate, Code: CodeMandateInvalid})
+
+// ErrForbidden matches (errors.Is) a forbidden reply: a write whose
+// signature does not verify or names no identity of the mesh.
+var ErrForbidden = natspolicy.ErrForbidden
+
+// Names resolves the public nkey of a signed request to the name of the
+// mesh identity holding it (natspolicy.Names).
+type Names = natspolicy.Names
 
 // ErrMandate matches (errors.Is) a mandate_invalid reply.
 var ErrMandate = errMandate
 
 // Request and reply bodies.
 type (
-	// PutRequest is the body of put.
-	PutRequest struct {
-		Policies string `json:"policies"`
-		// BaseVersion, when set, is the version the caller reviewed (0:
-		// none stored); the put is refused with conflict if the stored
-		// version differs.
-		BaseVersion *uint64 `json:"base_version,omitempty"`
-	}
-	// HistoryReply is the reply of history: the kept versions, newest
-	// first.
-	HistoryReply struct {
-		Versions []authz.PolicyVersion `json:"versions"`
-	}
-	// HistoryGetRequest is the body of history_get.
-	HistoryGetRequest struct {
-		Version uint64 `json:"version"`
-	}
-	// RollbackRequest is the body of rollback: restore Version; the
-	// stored version must be BaseVersion.
-	RollbackRequest struct {
-		Version     uint64 `json:"version"`
-		BaseVersion uint64 `json:"base_version"`
-	}
-	// DocReply is the reply of put and get.
-	DocReply struct {
-		Doc *authz.PolicyDoc `json:"doc"`
-	}
-	// ConfigReply is the reply of config_get and config_put; the body of
-	// config_put is the config itself.
-	ConfigReply struct {
-		Config authz.ProjectConfig `json:"config"`
-	}
 	// TestRequest is the body of test: one authorization question against
 	// the stored policies (and the mandate, when given).
 	TestRequest struct {
@@ -175,12 +133,12 @@ type ServerConfig struct {
 	Logger  *slog.Logger
 }
 
-// Server serves the policy service.
+// Server serves the authz service: the gate's operations here, the
+// policy operations through natspolicy.
 type Server struct {
-	cfg   ServerConfig
-	srv   *svc.Server
-	nc    *nats.Conn            // audit records
-	names atomic.Pointer[Names] // SetIdentities
+	cfg ServerConfig
+	srv *svc.Server
+	pol *natspolicy.Server
 }
 
 // NewServer starts serving on nc.
@@ -192,11 +150,11 @@ func NewServer(nc *nats.Conn, cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, srv: srv, nc: nc}
-	for op, h := range map[string]svc.HandlerFunc{
-		OpPut: s.signed(s.put), OpGet: s.get, OpConfigGet: s.configGet, OpConfigPut: s.signed(s.configPut), OpTest: s.test, OpQuery: s.query,
-		OpHistory: s.history, OpHistoryGet: s.historyGet, OpRollback: s.signed(s.rollback), OpIssuerKey: s.issuerKey,
-	} {
+	s := &Server{cfg: cfg, srv: srv}
+	if s.pol, err = natspolicy.Register(srv, nc, natspolicy.ServerConfig{Store: cfg.Store, Version: cfg.Version, Logger: cfg.Logger}); err != nil {
+		return nil, err
+	}
+	for op, h := range map[string]svc.HandlerFunc{OpTest: s.test, OpQuery: s.query, OpIssuerKey: s.issuerKey} {
 		if err := srv.Handle(op, h); err != nil {
 			return nil, err
 		}
@@ -211,100 +169,16 @@ func NewServer(nc *nats.Conn, cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
+// SetIdentities makes the server name the signer of every policy and
+// config change by its identity; see natspolicy.Server.SetIdentities.
+func (s *Server) SetIdentities(names Names) { s.pol.SetIdentities(names) }
+
+// SetIdentities sets the identities of the service's server; see
+// Server.SetIdentities.
+func (s *Service) SetIdentities(names Names) { s.srv.SetIdentities(names) }
+
 // Stop stops serving.
 func (s *Server) Stop(ctx context.Context) error { return s.srv.Stop(ctx) }
-
-func decode(data []byte, v any) error {
-	if len(data) == 0 {
-		data = []byte("{}")
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("%w: request body: %v", authz.ErrInvalidRequest, err)
-	}
-	return nil
-}
-
-func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
-	var req PutRequest
-	if err := decode(data, &req); err != nil {
-		return nil, err
-	}
-	var doc *authz.PolicyDoc
-	var err error
-	if req.BaseVersion != nil {
-		h, herr := s.historyStore()
-		if herr != nil {
-			return nil, herr
-		}
-		doc, err = h.ReplacePolicies(ctx, sc.Project, req.Policies, *req.BaseVersion)
-	} else {
-		doc, err = s.cfg.Store.PutPolicies(ctx, sc.Project, req.Policies)
-	}
-	if err != nil {
-		return nil, err
-	}
-	s.auditChange(ctx, sc, docDetail(doc))
-	return DocReply{Doc: doc}, nil
-}
-
-func (s *Server) historyStore() (authz.PolicyHistory, error) {
-	h, ok := s.cfg.Store.(authz.PolicyHistory)
-	if !ok {
-		return nil, fmt.Errorf("%w: this policy store keeps no history", authz.ErrInvalidRequest)
-	}
-	return h, nil
-}
-
-func (s *Server) history(ctx context.Context, sc svc.Scope, _ []byte) (any, error) {
-	h, err := s.historyStore()
-	if err != nil {
-		return nil, err
-	}
-	vs, err := h.History(ctx, sc.Project)
-	if err != nil {
-		return nil, err
-	}
-	if vs == nil {
-		vs = []authz.PolicyVersion{}
-	}
-	return HistoryReply{Versions: vs}, nil
-}
-
-func (s *Server) historyGet(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
-	var req HistoryGetRequest
-	if err := decode(data, &req); err != nil {
-		return nil, err
-	}
-	h, err := s.historyStore()
-	if err != nil {
-		return nil, err
-	}
-	doc, err := h.PolicyVersion(ctx, sc.Project, req.Version)
-	if err != nil {
-		return nil, err
-	}
-	return DocReply{Doc: doc}, nil
-}
-
-func (s *Server) rollback(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
-	var req RollbackRequest
-	if err := decode(data, &req); err != nil {
-		return nil, err
-	}
-	if req.Version == 0 {
-		return nil, fmt.Errorf("%w: version is required (1 or more; history lists the kept versions)", authz.ErrInvalidRequest)
-	}
-	h, err := s.historyStore()
-	if err != nil {
-		return nil, err
-	}
-	doc, err := h.Rollback(ctx, sc.Project, req.Version, req.BaseVersion)
-	if err != nil {
-		return nil, err
-	}
-	s.auditChange(ctx, sc, docDetail(doc))
-	return DocReply{Doc: doc}, nil
-}
 
 func (s *Server) issuerKey(ctx context.Context, sc svc.Scope, _ []byte) (any, error) {
 	if s.cfg.Keys == nil {
@@ -320,41 +194,9 @@ func (s *Server) issuerKey(ctx context.Context, sc svc.Scope, _ []byte) (any, er
 	return IssuerKeyReply{Issuer: k.Issuer, KID: k.KID, PublicKey: base64.RawURLEncoding.EncodeToString(k.Public)}, nil
 }
 
-func (s *Server) get(ctx context.Context, sc svc.Scope, _ []byte) (any, error) {
-	doc, err := s.cfg.Store.Policies(ctx, sc.Project)
-	if err != nil {
-		return nil, err
-	}
-	return DocReply{Doc: doc}, nil
-}
-
-func (s *Server) configGet(ctx context.Context, sc svc.Scope, _ []byte) (any, error) {
-	c, err := s.cfg.Store.Config(ctx, sc.Project)
-	if err != nil {
-		return nil, err
-	}
-	return ConfigReply{Config: c}, nil
-}
-
-func (s *Server) configPut(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
-	var c authz.ProjectConfig
-	if err := decode(data, &c); err != nil {
-		return nil, err
-	}
-	if err := s.cfg.Store.PutConfig(ctx, sc.Project, c); err != nil {
-		return nil, err
-	}
-	c, err := s.cfg.Store.Config(ctx, sc.Project)
-	if err != nil {
-		return nil, err
-	}
-	s.auditChange(ctx, sc, map[string]string{"mandate": string(c.Mandate)})
-	return ConfigReply{Config: c}, nil
-}
-
 func (s *Server) test(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var tr TestRequest
-	if err := decode(data, &tr); err != nil {
+	if err := natspolicy.Decode(data, &tr); err != nil {
 		return nil, err
 	}
 	if tr.AgentID == "" {
@@ -403,7 +245,7 @@ func (s *Server) test(ctx context.Context, sc svc.Scope, data []byte) (any, erro
 
 func (s *Server) query(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var qr QueryRequest
-	if err := decode(data, &qr); err != nil {
+	if err := natspolicy.Decode(data, &qr); err != nil {
 		return nil, err
 	}
 	r, err := s.cfg.Querier.Query(ctx, authz.QueryInput{Project: sc.Project, AgentID: qr.AgentID, Mandate: qr.Mandate, BookingState: qr.BookingState})
@@ -417,7 +259,11 @@ func (s *Server) query(ctx context.Context, sc svc.Scope, data []byte) (any, err
 }
 
 // Client talks to the policy service.
+// Its policy methods (PutPolicies, ReplacePolicies, History,
+// PolicyVersion, Rollback, Policies, Config, PutConfig) are
+// natspolicy.Client's.
 type Client struct {
+	*natspolicy.Client
 	ep svc.Endpoint
 }
 
@@ -426,96 +272,16 @@ func NewClient(nc *nats.Conn, ver string) (*Client, error) {
 	if nc == nil {
 		return nil, errors.New("natsauthz: nil NATS connection")
 	}
+	pc, err := natspolicy.NewClient(nc, ver)
+	if err != nil {
+		return nil, err
+	}
 	ep := svc.NewEndpoint(nc, ServiceName, Codes)
 	if ver != "" {
 		ep.Version = ver
 	}
-	return &Client{ep: ep}, nil
+	return &Client{Client: pc, ep: ep}, nil
 }
-
-// PutPolicies validates and stores the project's policy set.
-func (c *Client) PutPolicies(ctx context.Context, project, text string) (*authz.PolicyDoc, error) {
-	var r DocReply
-	if err := c.signedCall(ctx, project, OpPut, PutRequest{Policies: text}, &r); err != nil {
-		return nil, err
-	}
-	return r.Doc, nil
-}
-
-// ReplacePolicies stores text as the project's policy set if the stored
-// version is still base (0: none stored); else the error wraps
-// authz.ErrConflict.
-func (c *Client) ReplacePolicies(ctx context.Context, project, text string, base uint64) (*authz.PolicyDoc, error) {
-	var r DocReply
-	if err := c.signedCall(ctx, project, OpPut, PutRequest{Policies: text, BaseVersion: &base}, &r); err != nil {
-		return nil, err
-	}
-	if r.Doc == nil {
-		return nil, fmt.Errorf("%w: reply has no doc", svc.ErrBadReply)
-	}
-	return r.Doc, nil
-}
-
-// History lists the kept versions of the project's policy set, newest
-// first.
-func (c *Client) History(ctx context.Context, project string) ([]authz.PolicyVersion, error) {
-	var r HistoryReply
-	if err := c.ep.Call(ctx, project, OpHistory, struct{}{}, &r); err != nil {
-		return nil, err
-	}
-	return r.Versions, nil
-}
-
-// PolicyVersion returns one kept version with its text.
-func (c *Client) PolicyVersion(ctx context.Context, project string, version uint64) (*authz.PolicyDoc, error) {
-	var r DocReply
-	if err := c.ep.Call(ctx, project, OpHistoryGet, HistoryGetRequest{Version: version}, &r); err != nil {
-		return nil, err
-	}
-	if r.Doc == nil {
-		return nil, fmt.Errorf("%w: reply has no doc", svc.ErrBadReply)
-	}
-	return r.Doc, nil
-}
-
-// Rollback restores a kept version as a new version, if the stored
-// version is still base.
-func (c *Client) Rollback(ctx context.Context, project string, version, base uint64) (*authz.PolicyDoc, error) {
-	var r DocReply
-	if err := c.signedCall(ctx, project, OpRollback, RollbackRequest{Version: version, BaseVersion: base}, &r); err != nil {
-		return nil, err
-	}
-	if r.Doc == nil {
-		return nil, fmt.Errorf("%w: reply has no doc", svc.ErrBadReply)
-	}
-	return r.Doc, nil
-}
-
-// Policies returns the project's policy set.
-func (c *Client) Policies(ctx context.Context, project string) (*authz.PolicyDoc, error) {
-	var r DocReply
-	if err := c.ep.Call(ctx, project, OpGet, struct{}{}, &r); err != nil {
-		return nil, err
-	}
-	if r.Doc == nil {
-		return nil, fmt.Errorf("%w: reply has no doc", svc.ErrBadReply)
-	}
-	return r.Doc, nil
-}
-
-// Config returns the project's config.
-func (c *Client) Config(ctx context.Context, project string) (authz.ProjectConfig, error) {
-	var r ConfigReply
-	err := c.ep.Call(ctx, project, OpConfigGet, struct{}{}, &r)
-	return r.Config, err
-}
-
-// PutConfig stores the project's config.
-func (c *Client) PutConfig(ctx context.Context, project string, cfg authz.ProjectConfig) error {
-	return c.signedCall(ctx, project, OpConfigPut, cfg, &ConfigReply{})
-}
-
-var _ authz.PolicyHistory = (*Client)(nil)
 
 // IssuerKey returns the project's issuer public key (Private is nil); an
 // error wrapping authz.ErrNotFound when the project has none.

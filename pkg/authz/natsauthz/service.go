@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 )
@@ -23,8 +24,8 @@ type StartConfig struct {
 	// Registry lists a project's tools (queries, tests). Required.
 	Registry registry.Registry
 	// Store is the policy store to serve (cluster mode: jspolicy); nil
-	// opens <DataDir>/policies.db. Stop closes it.
-	Store Store
+	// opens <DataDir>/policies.db (boltpolicy). Stop closes it.
+	Store policystore.Store
 	// Resources are the gate's and the querier's resource resolvers (the
 	// catalogues' entity loaders); optional: without, the registered
 	// catalogues are asked.
@@ -37,7 +38,7 @@ type StartConfig struct {
 // Service is the authorization layer of one mesh process: the policy
 // store, the gate, the querier and the svc server.
 type Service struct {
-	Store   Store
+	Store   policystore.Store
 	Keys    *mandate.KeyDir
 	Gate    *authz.Gate
 	Querier *authz.Querier

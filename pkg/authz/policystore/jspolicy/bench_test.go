@@ -7,6 +7,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore/boltpolicy"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/jspolicy"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/policystoretest"
 )
@@ -14,14 +15,14 @@ import (
 // backend opens a policy store to compare: bbolt (the embedded default) or
 // JetStream KV on a single in-process server (fsync before ack, R1), with
 // leader reads or DirectReads.
-func backend(b *testing.B, name string) policystoretest.Store {
+func backend(b *testing.B, name string) policystore.Store {
 	switch name {
 	case "jspolicy":
 		return open(b, meshtest.NATS(b), jspolicy.Config{Bucket: freshBucket()})
 	case "jspolicy-direct":
 		return open(b, meshtest.NATS(b), jspolicy.Config{Bucket: freshBucket(), DirectReads: true})
 	}
-	s, err := policystore.Open(filepath.Join(b.TempDir(), "policies.db"))
+	s, err := boltpolicy.Open(filepath.Join(b.TempDir(), "policies.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func backend(b *testing.B, name string) policystoretest.Store {
 //	go test -run '^$' -bench Policies -benchtime 2s ./pkg/authz/policystore/jspolicy/
 func BenchmarkPolicies(b *testing.B) {
 	ctx := context.Background()
-	for _, name := range []string{"policystore", "jspolicy", "jspolicy-direct"} {
+	for _, name := range []string{"boltpolicy", "jspolicy", "jspolicy-direct"} {
 		s := backend(b, name)
 		if _, err := s.PutPolicies(ctx, "demo", policystoretest.Policy(0)); err != nil {
 			b.Fatal(err)

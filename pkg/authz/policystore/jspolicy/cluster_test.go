@@ -6,6 +6,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/internal/jskv/jskvtest"
 	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/jspolicy"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/policystoretest"
 )
@@ -29,7 +30,7 @@ func TestClusterConformance(t *testing.T) {
 	n := 0
 	policystoretest.Run(t, func(t *testing.T) policystoretest.Opener {
 		bucket := freshBucket()
-		return func(t *testing.T, cfg policystoretest.Config) policystoretest.Store {
+		return func(t *testing.T, cfg policystoretest.Config) policystore.Store {
 			n++
 			return openOn(t, c, n, jspolicy.Config{Bucket: bucket, HistoryLimit: cfg.HistoryLimit, Actions: cfg.Actions})
 		}

@@ -1,15 +1,17 @@
 // Package jspolicy keeps each project's Cedar policy set, its history and
 // its authorization config in a JetStream key-value bucket: the policy
 // store of cluster mode, which every node reads and writes and which
-// survives the loss of a node. It has the semantics of the bbolt
-// policystore (both pass policystoretest).
+// survives the loss of a node. It is storage only (a policystore.Backend):
+// the rules — validation, versions, base checks, rollback, config
+// defaults — are policystore.Versioned's, shared with the bbolt boltpolicy,
+// and both pass policystoretest.
 //
 // # Decision
 //
 // Cluster mode keeps the mesh's state on JetStream KV — replicated (R3 in
 // a cluster: a write is acknowledged once a majority of the bucket's
 // replicas stored it), with per-key compare-and-set by revision — because
-// it is the engine the mesh already depends on. bbolt (policystore) stays
+// it is the engine the mesh already depends on. bbolt (boltpolicy) stays
 // the embedded default of a single-node mesh.
 //
 // # Layout
@@ -28,10 +30,11 @@
 //
 // # Writes
 //
-// A put validates the text first (syntax, schema, and with Config.Actions
-// the project's tools), then runs a compare-and-set loop: read the current
-// document from the stream leader, check base (ReplacePolicies, Rollback),
-// compare the text's SHA-256 (a put of the stored text changes nothing),
+// policystore.Versioned validates the text first (syntax, schema, and with
+// Config.Actions the project's tools); the bucket's Update then runs a
+// compare-and-set loop: read the current document from the stream leader,
+// let Versioned decide (check base for ReplacePolicies and Rollback,
+// compare the text's SHA-256: a put of the stored text changes nothing),
 // and write version+1 with kv.Update naming the revision read. When another
 // writer got there first the loop reads again, so a put without base is
 // never lost and a put with base is refused with authz.ErrConflict once
@@ -53,8 +56,9 @@
 //
 //   - Changing HistoryLimit changes the bucket's per-key history; lowering
 //     it drops the oldest kept versions of every project.
-//   - Close does not close the NATS connection; a closed connection makes
-//     every call fail with authz.ErrClosed.
+//   - Close does not close the NATS connection (later calls fail with
+//     authz.ErrClosed); a closed connection makes every call fail with
+//     authz.ErrClosed too.
 //   - Issuer keys are not here: they stay in the mandate.KeyDir files.
 //   - No change notification: the bbolt store offers none either (the gate
 //     re-reads the policy document per call and reparses only a new

@@ -2,31 +2,25 @@ package jspolicy
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/internal/jskv"
 	"github.com/utpmesh/utpmesh/pkg/authz"
-	"github.com/utpmesh/utpmesh/subjects"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
 )
 
 // DefaultBucket is the KV bucket of the policies.
 const DefaultBucket = "utpmesh_policies"
 
 // HistoryLimit is how many versions of each project's policy set are kept
-// by default (the current one included), as in policystore.
-const HistoryLimit = 20
-
-// MaxPolicyBytes bounds one project's policy text (authz.MaxPolicyBytes).
-const MaxPolicyBytes = authz.MaxPolicyBytes
+// by default (the current one included): policystore.HistoryLimit.
+const HistoryLimit = policystore.HistoryLimit
 
 // Config configures Open.
 type Config struct {
@@ -52,18 +46,13 @@ type Config struct {
 	DirectReads bool
 }
 
-// Store is an authz.PolicyHistory on JetStream KV. It is safe for
-// concurrent use, also by several processes on the same bucket.
+// Store is a policystore.Store on JetStream KV. It is safe for concurrent
+// use, also by several processes on the same bucket.
 type Store struct {
-	b       *jskv.Bucket
-	now     func() time.Time
-	actions authz.ActionSource
-	keep    int
-	direct  bool
-	closed  atomic.Bool
+	*policystore.Versioned
 }
 
-var _ authz.PolicyHistory = (*Store)(nil)
+var _ policystore.Store = (*Store)(nil)
 
 // Open creates the bucket (or updates its configuration) and returns the
 // store.
@@ -74,9 +63,6 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if cfg.HistoryLimit == 0 {
 		cfg.HistoryLimit = HistoryLimit
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = time.Now
-	}
 	b, err := jskv.Open(ctx, js, jskv.Config{
 		Bucket: cfg.Bucket, Replicas: cfg.Replicas, History: cfg.HistoryLimit,
 		Description: "utpmesh policy sets, their history and auth configs (pkg/authz/policystore/jspolicy)",
@@ -84,40 +70,31 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("jspolicy: %w", err)
 	}
-	return &Store{b: b, now: cfg.Clock, actions: cfg.Actions, keep: cfg.HistoryLimit, direct: cfg.DirectReads}, nil
+	return &Store{policystore.New(&bucket{b: b, direct: cfg.DirectReads},
+		policystore.Config{Actions: cfg.Actions, HistoryLimit: cfg.HistoryLimit, Clock: cfg.Clock})}, nil
 }
 
-// Close makes every later call fail with authz.ErrClosed. It does not
-// close the NATS connection. It is idempotent.
-func (s *Store) Close() error {
-	s.closed.Store(true)
-	return nil
+// bucket is the policystore.Backend of a KV bucket.
+type bucket struct {
+	b      *jskv.Bucket
+	direct bool
 }
+
+var _ policystore.Backend = (*bucket)(nil)
+
+// Close does not close the NATS connection.
+func (k *bucket) Close() error { return nil }
 
 func policiesKey(project string) string { return "policies." + project }
 func configKey(project string) string   { return "config." + project }
 
-// begin checks the project, the context and whether the store is closed.
-func (s *Store) begin(ctx context.Context, project string) error {
-	if err := subjects.ValidateToken("project_id", project); err != nil {
-		return fmt.Errorf("%w: %v", authz.ErrInvalidRequest, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.closed.Load() {
-		return authz.ErrClosed
-	}
-	return nil
-}
-
 // read is the read of Policies and Config: from the stream leader, or a
 // direct get with Config.DirectReads.
-func (s *Store) read(ctx context.Context, key string) (jskv.Entry, error) {
-	if !s.direct {
-		return s.b.Latest(ctx, key)
+func (k *bucket) read(ctx context.Context, key string) (jskv.Entry, error) {
+	if !k.direct {
+		return k.b.Latest(ctx, key)
 	}
-	e, err := s.b.KV.Get(ctx, key)
+	e, err := k.b.KV.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return jskv.Entry{}, nil
 	}
@@ -127,62 +104,24 @@ func (s *Store) read(ctx context.Context, key string) (jskv.Entry, error) {
 	return jskv.Entry{Value: e.Value(), Revision: e.Revision(), Exists: true}, nil
 }
 
-// Policies implements authz.PolicySource.
-func (s *Store) Policies(ctx context.Context, project string) (*authz.PolicyDoc, error) {
-	if err := s.begin(ctx, project); err != nil {
-		return nil, err
-	}
-	cur, err := s.read(ctx, policiesKey(project))
+// Current implements policystore.Backend.
+func (k *bucket) Current(ctx context.Context, project string) (*authz.PolicyDoc, error) {
+	cur, err := k.read(ctx, policiesKey(project))
 	if err != nil {
 		return nil, wrap("policies of "+project, err)
 	}
 	if !cur.Exists {
-		return nil, fmt.Errorf("%w: project %s has no policy set (utpmesh policy put --project %s FILE)", authz.ErrNotFound, project, project)
+		return nil, nil
 	}
 	return decodeDoc(project, cur.Value)
 }
 
-// PutPolicies implements authz.PolicyStore: it validates text and stores
-// it as the project's policy set, whatever version is stored.
-func (s *Store) PutPolicies(ctx context.Context, project, text string) (*authz.PolicyDoc, error) {
-	return s.write(ctx, project, text, nil, 0)
-}
-
-// ReplacePolicies implements authz.PolicyHistory.
-func (s *Store) ReplacePolicies(ctx context.Context, project, text string, base uint64) (*authz.PolicyDoc, error) {
-	return s.write(ctx, project, text, &base, 0)
-}
-
-// Rollback implements authz.PolicyHistory.
-func (s *Store) Rollback(ctx context.Context, project string, version, base uint64) (*authz.PolicyDoc, error) {
-	old, err := s.PolicyVersion(ctx, project, version)
-	if err != nil {
-		return nil, err
-	}
-	return s.write(ctx, project, old.Policies, &base, version)
-}
-
-// validate checks text against the schema and, with Actions, the
-// project's tools.
-func (s *Store) validate(ctx context.Context, project, text string) error {
-	return authz.ValidateStored(ctx, s.actions, project, text)
-}
-
-// write validates text and stores it as the next version (unless it is
-// the stored text), checking base when given and recording rolledBack.
-func (s *Store) write(ctx context.Context, project, text string, base *uint64, rolledBack uint64) (*authz.PolicyDoc, error) {
-	if err := s.begin(ctx, project); err != nil {
-		return nil, err
-	}
-	if err := s.validate(ctx, project, text); err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256([]byte(text))
-	sha := hex.EncodeToString(sum[:])
+// Update implements policystore.Backend: a compare-and-set loop on the
+// key's revision read from the stream leader.
+func (k *bucket) Update(ctx context.Context, project string, next func(*authz.PolicyDoc) (*authz.PolicyDoc, error)) error {
 	key := policiesKey(project)
-	var doc *authz.PolicyDoc
 	err := jskv.CAS(ctx, "policy put of "+project, func() error {
-		cur, err := s.b.Latest(ctx, key)
+		cur, err := k.b.Latest(ctx, key)
 		if err != nil {
 			return err
 		}
@@ -192,37 +131,25 @@ func (s *Store) write(ctx context.Context, project, text string, base *uint64, r
 				return err
 			}
 		}
-		var v uint64
-		if old != nil {
-			v = old.Version
+		doc, err := next(old)
+		if err != nil || doc == nil {
+			return err
 		}
-		if base != nil && *base != v {
-			return fmt.Errorf("%w: %s is at version %d, not %d as when you looked; review it again (utpmesh policy get --project %s)", authz.ErrConflict, project, v, *base, project)
-		}
-		if old != nil && old.SHA256 == sha {
-			doc = old // the stored text: nothing changes
-			return nil
-		}
-		doc = &authz.PolicyDoc{Project: project, Policies: text, Version: v + 1, SHA256: sha,
-			UpdatedAt: s.now().UTC(), RolledBackFrom: rolledBack}
 		data, err := json.Marshal(doc)
 		if err != nil {
 			return err
 		}
-		_, err = s.b.KV.Update(ctx, key, data, cur.Revision)
+		_, err = k.b.KV.Update(ctx, key, data, cur.Revision)
 		return err
 	})
-	if err != nil {
-		return nil, wrap("policy put of "+project, err)
-	}
-	return doc, nil
+	return wrap("policy put of "+project, err)
 }
 
-// revisions returns the kept versions of the project's policy set, oldest
-// first (none when it has no policy set).
-func (s *Store) revisions(ctx context.Context, project string) ([]*authz.PolicyDoc, error) {
+// Versions implements policystore.Backend: the key's kept revisions, read
+// from the stream leader.
+func (k *bucket) Versions(ctx context.Context, project string) ([]*authz.PolicyDoc, error) {
 	var out []*authz.PolicyDoc
-	err := s.b.Scan(ctx, policiesKey(project), func(_ string, e jskv.Entry) error {
+	err := k.b.Scan(ctx, policiesKey(project), func(_ string, e jskv.Entry) error {
 		if !e.Exists {
 			return nil
 		}
@@ -236,86 +163,33 @@ func (s *Store) revisions(ctx context.Context, project string) ([]*authz.PolicyD
 	if err != nil {
 		return nil, wrap("history of "+project, err)
 	}
+	slices.Reverse(out)
 	return out, nil
 }
 
-// History implements authz.PolicyHistory: the kept versions, newest
-// first; a project without a policy set has an empty history.
-func (s *Store) History(ctx context.Context, project string) ([]authz.PolicyVersion, error) {
-	if err := s.begin(ctx, project); err != nil {
-		return nil, err
-	}
-	docs, err := s.revisions(ctx, project)
+// Config implements policystore.Backend.
+func (k *bucket) Config(ctx context.Context, project string) (authz.ProjectConfig, bool, error) {
+	var c authz.ProjectConfig
+	cur, err := k.read(ctx, configKey(project))
 	if err != nil {
-		return nil, err
-	}
-	out := []authz.PolicyVersion{}
-	for i, d := range slices.Backward(docs) {
-		out = append(out, authz.PolicyVersion{Version: d.Version, SHA256: d.SHA256, UpdatedAt: d.UpdatedAt,
-			Bytes: len(d.Policies), RolledBackFrom: d.RolledBackFrom, Current: i == len(docs)-1})
-	}
-	return out, nil
-}
-
-// PolicyVersion implements authz.PolicyHistory.
-func (s *Store) PolicyVersion(ctx context.Context, project string, version uint64) (*authz.PolicyDoc, error) {
-	if err := s.begin(ctx, project); err != nil {
-		return nil, err
-	}
-	if version == 0 {
-		return nil, fmt.Errorf("%w: version must be 1 or more (utpmesh policy history --project %s lists them)", authz.ErrInvalidRequest, project)
-	}
-	docs, err := s.revisions(ctx, project)
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range docs {
-		if d.Version == version {
-			return d, nil
-		}
-	}
-	return nil, fmt.Errorf("%w: version %d of %s's policies is not kept (the last %d are; utpmesh policy history --project %s lists them)", authz.ErrNotFound, version, project, s.keep, project)
-}
-
-// Config implements authz.PolicySource.
-func (s *Store) Config(ctx context.Context, project string) (authz.ProjectConfig, error) {
-	c := authz.ProjectConfig{Mandate: authz.MandateRequired}
-	if err := s.begin(ctx, project); err != nil {
-		return c, err
-	}
-	cur, err := s.read(ctx, configKey(project))
-	if err != nil {
-		return c, wrap("config of "+project, err)
+		return c, false, wrap("config of "+project, err)
 	}
 	if !cur.Exists {
-		return c, nil
+		return c, false, nil
 	}
 	if err := json.Unmarshal(cur.Value, &c); err != nil {
-		return c, fmt.Errorf("jspolicy: stored config of %s: %w", project, err)
+		return c, false, fmt.Errorf("jspolicy: stored config of %s: %w", project, err)
 	}
-	if c.Mandate == "" {
-		c.Mandate = authz.MandateRequired
-	}
-	return c, nil
+	return c, true, nil
 }
 
-// PutConfig implements authz.PolicyStore. The config is replaced whole,
-// so it is a plain put (the last writer wins).
-func (s *Store) PutConfig(ctx context.Context, project string, c authz.ProjectConfig) error {
-	if err := s.begin(ctx, project); err != nil {
-		return err
-	}
-	if err := c.Check(); err != nil {
-		return err
-	}
-	if c.Mandate == "" {
-		c.Mandate = authz.MandateRequired
-	}
+// PutConfig implements policystore.Backend: a plain put.
+func (k *bucket) PutConfig(ctx context.Context, project string, c authz.ProjectConfig) error {
 	v, err := json.Marshal(c)
 	if err != nil {
 		return err
 	}
-	_, err = s.b.KV.Put(ctx, configKey(project), v)
+	_, err = k.b.KV.Put(ctx, configKey(project), v)
 	return wrap("config put of "+project, err)
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/jspolicy"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/policystoretest"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -24,7 +24,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/registry/jsreg"
 )
 
-var _ policystoretest.Store = (*jspolicy.Store)(nil)
+var _ policystore.Store = (*jspolicy.Store)(nil)
 
 // bucketSeq names a fresh bucket per storage on a shared server.
 var bucketSeq atomic.Int64
@@ -52,7 +52,7 @@ func TestConformance(t *testing.T) {
 		t.Run(fmt.Sprintf("DirectReads=%v", direct), func(t *testing.T) {
 			policystoretest.Run(t, func(t *testing.T) policystoretest.Opener {
 				bucket := freshBucket()
-				return func(t *testing.T, cfg policystoretest.Config) policystoretest.Store {
+				return func(t *testing.T, cfg policystoretest.Config) policystore.Store {
 					return open(t, srv, jspolicy.Config{Bucket: bucket, HistoryLimit: cfg.HistoryLimit, Actions: cfg.Actions, DirectReads: direct})
 				}
 			})
@@ -71,23 +71,11 @@ func TestTwoNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for round := uint64(1); round <= 5; round++ {
-		const n = 8
-		var wg sync.WaitGroup
-		var won atomic.Int32
-		for i := range n {
-			wg.Go(func() {
-				_, err := nodes[i%2].ReplacePolicies(ctx, "demo", policystoretest.Policy(int(round)*100+i), round)
-				switch {
-				case err == nil:
-					won.Add(1)
-				case !errors.Is(err, authz.ErrConflict):
-					t.Errorf("replace: %v", err)
-				}
-			})
-		}
-		wg.Wait()
-		if won.Load() != 1 {
-			t.Fatalf("round %d: %d replacements based on version %d were stored, want 1", round, won.Load(), round)
+		won := policystoretest.Race(t, 8, func(i int) (*authz.PolicyDoc, error) {
+			return nodes[i%2].ReplacePolicies(ctx, "demo", policystoretest.Policy(int(round)*100+i), round)
+		})
+		if len(won) != 1 {
+			t.Fatalf("round %d: %d replacements based on version %d were stored, want 1", round, len(won), round)
 		}
 	}
 	for i, s := range nodes {
@@ -169,7 +157,7 @@ func TestClosedConnection(t *testing.T) {
 	}
 }
 
-var _ natsauthz.Store = (*jspolicy.Store)(nil)
+var _ policystore.Store = (*jspolicy.Store)(nil)
 
 // TestTwoAuthzServices: two natsauthz services (two mesh nodes) on the same
 // registry and policy buckets share the svc.authz queue group; a client's
@@ -221,22 +209,11 @@ func TestTwoAuthzServices(t *testing.T) {
 			t.Fatalf("replace %d = %+v, %v", i, d, err)
 		}
 	}
-	var wg sync.WaitGroup
-	var won atomic.Int32
-	for i := range 8 {
-		wg.Go(func() {
-			_, err := cl.ReplacePolicies(ctx, "demo", text(100+i), rounds)
-			switch {
-			case err == nil:
-				won.Add(1)
-			case !errors.Is(err, authz.ErrConflict):
-				t.Errorf("replace: %v", err)
-			}
-		})
-	}
-	wg.Wait()
-	if won.Load() != 1 {
-		t.Fatalf("%d concurrent replacements on version %d were stored, want 1", won.Load(), rounds)
+	won := policystoretest.Race(t, 8, func(i int) (*authz.PolicyDoc, error) {
+		return cl.ReplacePolicies(ctx, "demo", text(100+i), rounds)
+	})
+	if len(won) != 1 {
+		t.Fatalf("%d concurrent replacements on version %d were stored, want 1", len(won), rounds)
 	}
 	if h, err := cl.History(ctx, "demo"); err != nil || len(h) != rounds+1 || !h[0].Current {
 		t.Fatalf("history = %+v, %v", h, err)

@@ -1,11 +1,12 @@
-// Package policystoretest is the conformance suite for the mesh's policy
-// stores: the bbolt policystore and the JetStream KV jspolicy. Each
+// Package policystoretest is the conformance suite of the
+// policystore.Store contract, run by both backends: the bbolt boltpolicy
+// and the JetStream KV jspolicy. Each
 // store's tests call Run:
 //
 //	func TestConformance(t *testing.T) {
 //		policystoretest.Run(t, func(t *testing.T) policystoretest.Opener {
 //			path := filepath.Join(t.TempDir(), "policies.db")
-//			return func(t *testing.T, cfg policystoretest.Config) policystoretest.Store {
+//			return func(t *testing.T, cfg policystoretest.Config) policystore.Store {
 //				return open(t, path, cfg)
 //			}
 //		})
@@ -24,26 +25,18 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/cedar-policy/cedar-go/types"
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
 )
-
-// Store is a policy store under test: the policy history the authz
-// service serves, and Close.
-type Store interface {
-	authz.PolicyHistory
-	// Close releases the store; later calls fail with authz.ErrClosed.
-	Close() error
-}
 
 // Config is what the suite opens a store with.
 type Config struct {
-	// Actions, when set, is the store's action source (policystore's
-	// WithActions): policies naming other actions are refused.
+	// Actions, when set, is the store's action source (boltpolicy's
+	// WithActions, jspolicy's Config.Actions): policies naming other actions are refused.
 	Actions authz.ActionSource
 	// HistoryLimit is how many versions to keep; 0 means the store's
 	// default, which must be DefaultHistoryLimit.
@@ -52,10 +45,10 @@ type Config struct {
 
 // DefaultHistoryLimit is the number of versions every store keeps by
 // default.
-const DefaultHistoryLimit = 20
+const DefaultHistoryLimit = policystore.HistoryLimit
 
 // Opener opens the storage it was made for with cfg.
-type Opener func(t *testing.T, cfg Config) Store
+type Opener func(t *testing.T, cfg Config) policystore.Store
 
 // Policy returns a valid policy text, different for each i.
 func Policy(i int) string {
@@ -67,6 +60,39 @@ type actionList map[string][]types.EntityUID
 
 func (a actionList) Actions(_ context.Context, project string) ([]types.EntityUID, error) {
 	return a[project], nil
+}
+
+// Win is one write that Race stored: attempt I's document.
+type Win struct {
+	I   int
+	Doc *authz.PolicyDoc
+}
+
+// Race runs attempt(0) .. attempt(n-1) at once and returns the writes that
+// were stored. A write refused with authz.ErrConflict lost the race; any
+// other error fails t.
+func Race(t testing.TB, n int, attempt func(i int) (*authz.PolicyDoc, error)) []Win {
+	t.Helper()
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		won []Win
+	)
+	for i := range n {
+		wg.Go(func() {
+			doc, err := attempt(i)
+			switch {
+			case err == nil:
+				mu.Lock()
+				won = append(won, Win{I: i, Doc: doc})
+				mu.Unlock()
+			case !errors.Is(err, authz.ErrConflict):
+				t.Errorf("attempt %d: %v, want nil or ErrConflict", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	return won
 }
 
 // Run runs the suite.
@@ -93,7 +119,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) Opener) {
 }
 
 // reopen closes s and opens the storage again.
-func reopen(t *testing.T, s Store, open Opener, cfg Config) Store {
+func reopen(t *testing.T, s policystore.Store, open Opener, cfg Config) policystore.Store {
 	t.Helper()
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -287,30 +313,16 @@ func testConcurrentReplace(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	const n = 8
-	var wg sync.WaitGroup
-	var won atomic.Int32
-	var winner atomic.Int64
-	for i := 1; i <= n; i++ {
-		wg.Go(func() {
-			doc, err := s.ReplacePolicies(ctx, "demo", Policy(i), 1)
-			switch {
-			case err == nil:
-				won.Add(1)
-				winner.Store(int64(i))
-				if doc.Version != 2 {
-					t.Errorf("winner stored version %d, want 2", doc.Version)
-				}
-			case !errors.Is(err, authz.ErrConflict):
-				t.Errorf("replace %d: %v, want nil or ErrConflict", i, err)
-			}
-		})
+	won := Race(t, n, func(i int) (*authz.PolicyDoc, error) { return s.ReplacePolicies(ctx, "demo", Policy(i+1), 1) })
+	if len(won) != 1 {
+		t.Fatalf("%d of %d replacements based on version 1 were stored, want 1", len(won), n)
 	}
-	wg.Wait()
-	if won.Load() != 1 {
-		t.Fatalf("%d of %d replacements based on version 1 were stored, want 1", won.Load(), n)
+	if won[0].Doc.Version != 2 {
+		t.Errorf("winner stored version %d, want 2", won[0].Doc.Version)
 	}
+	winner := won[0].I + 1
 	cur, err := s.Policies(ctx, "demo")
-	if err != nil || cur.Version != 2 || cur.Policies != Policy(int(winner.Load())) {
+	if err != nil || cur.Version != 2 || cur.Policies != Policy(winner) {
 		t.Fatalf("current = %+v, %v; want the winner's text as version 2", cur, err)
 	}
 }
@@ -359,23 +371,10 @@ func testConcurrentRollback(t *testing.T, open Opener) {
 		}
 	}
 	const n = 6
-	var wg sync.WaitGroup
-	var won atomic.Int32
-	for i := range n {
-		wg.Go(func() {
-			_, err := s.Rollback(ctx, "demo", uint64(1+i%2), 3)
-			switch {
-			case err == nil:
-				won.Add(1)
-			case !errors.Is(err, authz.ErrConflict):
-				t.Errorf("rollback: %v", err)
-			}
-		})
-	}
-	wg.Wait()
+	won := Race(t, n, func(i int) (*authz.PolicyDoc, error) { return s.Rollback(ctx, "demo", uint64(1+i%2), 3) })
 	cur, err := s.Policies(ctx, "demo")
-	if won.Load() != 1 || err != nil || cur.Version != 4 || cur.Policies != Policy(int(cur.RolledBackFrom)) {
-		t.Fatalf("%d rollbacks won; current %+v, %v; want one, as version 4", won.Load(), cur, err)
+	if len(won) != 1 || err != nil || cur.Version != 4 || cur.Policies != Policy(int(cur.RolledBackFrom)) {
+		t.Fatalf("%d rollbacks won; current %+v, %v; want one, as version 4", len(won), cur, err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package policystore_test
+package boltpolicy_test
 
 import (
 	"context"
@@ -9,24 +9,25 @@ import (
 
 	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore/boltpolicy"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/policystoretest"
 )
 
-var _ policystoretest.Store = (*policystore.Store)(nil)
+var _ policystore.Store = (*boltpolicy.Store)(nil)
 
 // TestConformance runs the policy store suite against bbolt files.
 func TestConformance(t *testing.T) {
 	policystoretest.Run(t, func(t *testing.T) policystoretest.Opener {
 		path := filepath.Join(t.TempDir(), "policies.db")
-		return func(t *testing.T, cfg policystoretest.Config) policystoretest.Store {
-			var opts []policystore.Option
+		return func(t *testing.T, cfg policystoretest.Config) policystore.Store {
+			var opts []boltpolicy.Option
 			if cfg.Actions != nil {
-				opts = append(opts, policystore.WithActions(cfg.Actions))
+				opts = append(opts, boltpolicy.WithActions(cfg.Actions))
 			}
 			if cfg.HistoryLimit != 0 {
-				opts = append(opts, policystore.WithHistoryLimit(cfg.HistoryLimit))
+				opts = append(opts, boltpolicy.WithHistoryLimit(cfg.HistoryLimit))
 			}
-			s, err := policystore.Open(path, opts...)
+			s, err := boltpolicy.Open(path, opts...)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
@@ -41,7 +42,7 @@ func TestConformance(t *testing.T) {
 func TestOpenUnversioned(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "policies.db")
-	s, err := policystore.Open(path)
+	s, err := boltpolicy.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestOpenUnversioned(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = policystore.Open(path)
+	s, err = boltpolicy.Open(path)
 	if err != nil {
 		t.Fatalf("open of an unversioned file: %v", err)
 	}

@@ -1,4 +1,4 @@
-package natsauthz
+package natspolicy
 
 import (
 	"context"
@@ -33,10 +33,6 @@ type Names func(pub string) (name string, ok bool)
 // by a key it does not know is refused (forbidden). Without it a valid
 // signature is recorded by its key.
 func (s *Server) SetIdentities(names Names) { s.names.Store(&names) }
-
-// SetIdentities sets the identities of the service's server; see
-// Server.SetIdentities.
-func (s *Service) SetIdentities(names Names) { s.srv.SetIdentities(names) }
 
 type signerKey struct{}
 
