@@ -167,7 +167,7 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	wcfg := worker.Config{
 		Store: store, Registry: reg, Projects: projects, InstanceID: *instance,
 		Concurrency: *concurrency, Logger: log, ClaimLease: *lease, AckWait: *ackWait, MaxDeliveries: *maxDeliver,
-		ServiceVersion: Version, TracerProvider: tp,
+		ServiceVersion: Version, Tracer: telemetry.NewWorkerTracer(tp),
 	}
 	if *noGate {
 		log.Warn("--no-gate: the Cedar gate is off in this worker; every call it takes runs without authorization")

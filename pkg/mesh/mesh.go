@@ -72,6 +72,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/unrouted"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/pmo"
@@ -420,8 +421,8 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	if wcfg.Observer == nil && m.metrics != nil {
 		wcfg.Observer = m.metrics.Worker()
 	}
-	if wcfg.TracerProvider == nil {
-		wcfg.TracerProvider = cfg.TracerProvider
+	if wcfg.Tracer == nil && cfg.TracerProvider != nil {
+		wcfg.Tracer = telemetry.NewWorkerTracer(cfg.TracerProvider)
 	}
 	if wcfg.InstanceID == "" {
 		host, _ := os.Hostname()

@@ -33,10 +33,11 @@
 //     §2.7). Stop unregisters it after the drain.
 //   - Metrics: Config.Observer receives every call event (pkg/metrics turns
 //     them into Prometheus metrics); nil costs one pointer test per event.
-//   - Traces: Config.TracerProvider makes the utp.command, utp.execute and
-//     utp.report spans (pkg/telemetry); the report's traceparent names the
-//     utp.report span. nil uses a no-op tracer, which passes the command's
-//     traceparent on unchanged.
+//   - Traces: Config.Tracer makes the utp.command, utp.execute and
+//     utp.report spans (telemetry.NewWorkerTracer implements it with
+//     OpenTelemetry; the runtime itself imports no tracing library); the
+//     report's traceparent names the utp.report span. Without a Tracer the
+//     command's traceparent and tracestate pass on to the report unchanged.
 //   - Logs: every line about a call carries tool_name, tool_call_id,
 //     agent_turn_id, agent_id and project_id.
 //

@@ -10,13 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/svc"
-	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -30,10 +27,10 @@ const publishTimeout = 10 * time.Second
 func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
 	// The result must be written even during shutdown: j.ctx is never
 	// canceled; it only carries the trace.
-	ctx, span := j.r.tracer.Start(j.ctx, telemetry.SpanReport, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(append(j.spanAttrs(), telemetry.AttrStatus.String(string(content.Status)))...))
-	defer span.End()
-	j.span.SetAttributes(telemetry.AttrStatus.String(string(content.Status)))
+	tr := j.r.tracer
+	ctx := tr.Start(j.ctx, SpanReport, j.spanAttrs(AttrStatus, string(content.Status))...)
+	defer tr.End(ctx)
+	tr.SetAttributes(j.ctx, AttrStatus, string(content.Status))
 	raw, err := json.Marshal(content)
 	if err != nil {
 		j.r.log.Error("encode tool result", append(j.logAttrs(), "err", err)...)
@@ -46,7 +43,7 @@ func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
 		// Never lose the call over its size: a too-large result becomes a
 		// failed one, and a too-large failure (a huge message or detail)
 		// is cut to a short failure that always fits.
-		span.SetStatus(codes.Error, err.Error())
+		tr.SetError(ctx, err)
 		j.r.log.Warn("tool result too large for a card; failing the call instead", append(j.logAttrs(), "status", content.Status, "bytes", len(raw), "err", err)...)
 		small := card.NewResultContent(card.StatusFailed, content.AfterExecution, card.CodeInternalError,
 			fmt.Sprintf("the tool's %s result (%d bytes) is too large for a card: %v", content.Status, len(raw), err), nil)
@@ -69,7 +66,7 @@ func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
 		return
 	}
 	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
+		tr.SetError(ctx, err)
 		j.retryLater("write tool.result card", err)
 		return
 	}
@@ -108,9 +105,8 @@ func (j *job) resultCard(content json.RawMessage, callCard *card.Card) *card.Car
 
 // reportExisting re-reports a result card that already exists.
 func (j *job) reportExisting(rc *card.Card) {
-	ctx, span := j.r.tracer.Start(j.ctx, telemetry.SpanReport, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(j.spanAttrs()...))
-	defer span.End()
+	ctx := j.r.tracer.Start(j.ctx, SpanReport, j.spanAttrs()...)
+	defer j.r.tracer.End(ctx)
 	j.reportExistingCtx(ctx, rc)
 }
 
@@ -122,7 +118,7 @@ func (j *job) reportExistingCtx(ctx context.Context, rc *card.Card) {
 		_ = j.msg.Term()
 		return
 	}
-	trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrStatus.String(string(tr.Status)))
+	j.r.tracer.SetAttributes(ctx, AttrStatus, string(tr.Status))
 	j.report(ctx, rc.CardID, tr.Status, tr.AfterExecution, rc.Metadata.StepID)
 }
 
@@ -148,7 +144,7 @@ func (j *job) report(spanCtx context.Context, resultID string, status card.Statu
 	body, _ := json.Marshal(rep)
 	m := nats.NewMsg(subj.String())
 	m.Data = body
-	telemetry.Inject(spanCtx, m.Header)
+	j.r.tracer.Inject(spanCtx, m.Header)
 	if m.Header.Get(utp.HeaderTraceparent) == "" {
 		m.Header.Set(utp.HeaderTraceparent, j.trace) // not W3C-valid: passed through as it came
 	}
@@ -164,7 +160,7 @@ func (j *job) report(spanCtx context.Context, resultID string, status card.Statu
 		ctx, cancel := context.WithTimeout(spanCtx, publishTimeout)
 		defer cancel()
 		if _, err := j.r.js.PublishMsg(ctx, m); err != nil {
-			trace.SpanFromContext(spanCtx).SetStatus(codes.Error, err.Error())
+			j.r.tracer.SetError(spanCtx, err)
 			j.retryLater("publish report", err)
 			return
 		}
