@@ -65,6 +65,7 @@ import (
 	"github.com/utpmesh/utpmesh/internal/portcheck"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
+	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/metrics"
@@ -282,7 +283,7 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		if err != nil {
 			return m, err
 		}
-		opt, err := meshauth.Option(coreSeed)
+		opt, err := creds.Option(coreSeed)
 		if err != nil {
 			return m, err
 		}
@@ -497,12 +498,12 @@ func (m *Mesh) identities() ([]embednats.User, string, error) {
 			return nil, "", err
 		}
 		if created {
-			m.cfg.Logger.Debug("created NATS credentials", "identity", name, "file", meshauth.SeedPath(dir, name))
+			m.cfg.Logger.Debug("created NATS credentials", "identity", name, "file", creds.SeedPath(dir, name))
 		}
 		users = append(users, embednats.User{Nkey: pub, Name: name, Permissions: meshauth.Permissions(m.cfg.ProtocolVersion, id)})
 		m.names.Store(pub, name)
 	}
-	return users, meshauth.SeedPath(dir, meshauth.RoleCore), nil
+	return users, creds.SeedPath(dir, meshauth.RoleCore), nil
 }
 
 // identityNames resolves the public nkeys of the mesh's identities to
@@ -543,7 +544,7 @@ func (m *Mesh) CredsDir() string {
 
 // CredsFile is the seed file of the identity named name (core, admin,
 // agent-<project>, worker-<service>; see meshauth.Identity.Name).
-func (m *Mesh) CredsFile(name string) string { return meshauth.SeedPath(m.CredsDir(), name) }
+func (m *Mesh) CredsFile(name string) string { return creds.SeedPath(m.CredsDir(), name) }
 
 // Auth is the mesh's authorization service (policy store, issuer keys,
 // gate), or nil when Config.Auth is nil.
