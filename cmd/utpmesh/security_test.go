@@ -461,7 +461,7 @@ func TestCLICreds(t *testing.T) {
 		want string
 	}{
 		{"no credentials", []string{"policy", "config", "--project", "demo"}, 1, "the mesh requires credentials: pass --creds FILE or set $NATS_CREDS"},
-		{"missing file", []string{"policy", "config", "--project", "demo", "--creds", "/nonexistent/admin.nk"}, 2, "--creds: meshauth: credentials"},
+		{"missing file", []string{"policy", "config", "--project", "demo", "--creds", "/nonexistent/admin.nk"}, 2, "--creds: creds: credentials"},
 		{"admin", []string{"policy", "config", "--project", "demo", "--creds", m.CredsFile("admin")}, 0, "mandate required"},
 	}
 	for _, tc := range tests {
