@@ -15,10 +15,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -61,14 +61,14 @@ func (m *meshFlags) connect(ctx context.Context, name string) (*nats.Conn, error
 	if m.tlsCA != "" {
 		opts = append(opts, nats.RootCAs(m.tlsCA))
 	}
-	creds, implicit := m.creds, false
-	if creds == "" {
+	credsFile, implicit := m.creds, false
+	if credsFile == "" {
 		if _, err := os.Stat(defaultCredsPath); err == nil {
-			creds, implicit = defaultCredsPath, true
+			credsFile, implicit = defaultCredsPath, true
 		}
 	}
-	if creds != "" {
-		opt, err := meshauth.Option(creds)
+	if credsFile != "" {
+		opt, err := creds.Option(credsFile)
 		if err != nil {
 			return nil, usagef("--creds: %v", err)
 		}

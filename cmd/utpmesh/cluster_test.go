@@ -20,6 +20,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
@@ -68,7 +69,7 @@ func startMeshCluster(t *testing.T) *meshCluster {
 	// The first node makes the shared credentials; then the others join.
 	mc.nodes = make([]*proc, 3)
 	mc.nodes[0] = startProc(t, mc.argv(0)...)
-	waitFile(t, meshauth.SeedPath(mc.creds, meshauth.RoleAdmin))
+	waitFile(t, creds.SeedPath(mc.creds, meshauth.RoleAdmin))
 	mc.nodes[1] = startProc(t, mc.argv(1)...)
 	mc.nodes[2] = startProc(t, mc.argv(2)...)
 	for i := range 3 {
@@ -126,7 +127,7 @@ func (mc *meshCluster) restart(i int) {
 // connect connects as admin to every node (the client fails over).
 func (mc *meshCluster) connect() *nats.Conn {
 	mc.t.Helper()
-	opt, err := meshauth.Option(meshauth.SeedPath(mc.creds, meshauth.RoleAdmin))
+	opt, err := creds.Option(creds.SeedPath(mc.creds, meshauth.RoleAdmin))
 	if err != nil {
 		mc.t.Fatal(err)
 	}

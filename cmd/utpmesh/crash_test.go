@@ -20,6 +20,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/streams"
@@ -46,7 +47,7 @@ func TestSIGKILLUpWithReportsInFlight(t *testing.T) {
 	waitFile(t, filepath.Join(dir, authz.DemoMandateFile))
 
 	connect := func() (*nats.Conn, *agent.Client) {
-		opt, err := meshauth.Option(meshauth.SeedPath(filepath.Join(dir, "creds"), meshauth.RoleAdmin))
+		opt, err := creds.Option(creds.SeedPath(filepath.Join(dir, "creds"), meshauth.RoleAdmin))
 		if err != nil {
 			t.Fatal(err)
 		}

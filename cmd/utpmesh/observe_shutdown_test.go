@@ -19,8 +19,8 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
-	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -134,7 +134,7 @@ func TestUpSIGTERMCancelsInFlight(t *testing.T) {
 	up := startProc(t, "up", "--data", dir, "--nats-listen", "127.0.0.1:"+natsPort, "--metrics-addr", "127.0.0.1:"+metricsPort, "--ui-listen", "",
 		"--drain-timeout", "300ms", "--log-level", "debug", "--services", "echo")
 	up.waitLine(t, "worker serving")
-	creds, err := meshauth.Option(filepath.Join(dir, "creds", "admin.nk")) // up runs with NATS identities
+	creds, err := creds.Option(filepath.Join(dir, "creds", "admin.nk")) // up runs with NATS identities
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
@@ -39,12 +40,12 @@ type actor struct {
 	errs chan error
 }
 
-func connectAs(t *testing.T, url, creds string) (*actor, error) {
+func connectAs(t *testing.T, url, credsFile string) (*actor, error) {
 	t.Helper()
 	a := &actor{errs: make(chan error, 64)}
 	opts := []nats.Option{nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { a.errs <- err })}
-	if creds != "" {
-		opt, err := meshauth.Option(creds)
+	if credsFile != "" {
+		opt, err := creds.Option(credsFile)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +120,7 @@ func TestNATSIdentities(t *testing.T) {
 	if _, _, err := meshauth.Ensure(stranger, "admin"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := connectAs(t, url, meshauth.SeedPath(stranger, "admin")); !errors.Is(err, nats.ErrAuthorization) {
+	if _, err := connectAs(t, url, creds.SeedPath(stranger, "admin")); !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("connect with an unknown key = %v, want authorization violation", err)
 	}
 
@@ -460,7 +461,7 @@ func TestCLICreds(t *testing.T) {
 		want string
 	}{
 		{"no credentials", []string{"policy", "config", "--project", "demo"}, 1, "the mesh requires credentials: pass --creds FILE or set $NATS_CREDS"},
-		{"missing file", []string{"policy", "config", "--project", "demo", "--creds", "/nonexistent/admin.nk"}, 2, "--creds: meshauth: credentials"},
+		{"missing file", []string{"policy", "config", "--project", "demo", "--creds", "/nonexistent/admin.nk"}, 2, "--creds: creds: credentials"},
 		{"admin", []string{"policy", "config", "--project", "demo", "--creds", m.CredsFile("admin")}, 0, "mandate required"},
 	}
 	for _, tc := range tests {

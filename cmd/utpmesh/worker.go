@@ -15,9 +15,9 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/internal/datalock"
-	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/portcheck"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
+	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/metrics"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
@@ -41,7 +41,7 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	maxDeliver := fs.Int("max-deliveries", 5, "deliveries of one command before the call fails with internal_error")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics and /healthz on HOST:PORT, e.g. 127.0.0.1:9465 (default off)")
 	tlsCA := fs.String("tls-ca", c.env.getenv("NATS_CA"), "CA certificate (PEM) that signed the mesh's --tls-cert (default $NATS_CA)")
-	creds := fs.String("creds", c.env.getenv("NATS_CREDS"), "NATS credentials: the worker-<service>.nk seed file 'utpmesh up' wrote under DATA/creds, or a .creds file (default $NATS_CREDS; empty: connect without)")
+	credsFlag := fs.String("creds", c.env.getenv("NATS_CREDS"), "NATS credentials: the worker-<service>.nk seed file 'utpmesh up' wrote under DATA/creds, or a .creds file (default $NATS_CREDS; empty: connect without)")
 	noGate := fs.Bool("no-gate", false, "run every call without the Cedar gate (logged as a warning); only for a mesh started without authorization, never for 'utpmesh up'")
 	authzTTL := fs.Duration("authz-ttl", natsauthz.DefaultRemoteTTL, "how long the gate uses the policies, configs and issuer keys it read from the mesh before reading them again")
 	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
@@ -115,15 +115,15 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	if *tlsCA != "" {
 		connOpts = append(connOpts, nats.RootCAs(*tlsCA))
 	}
-	credsFile, implicit := *creds, false
+	credsFile, implicit := *credsFlag, false
 	if credsFile == "" && len(services) == 1 {
 		// On the mesh host: the identity a local 'utpmesh up' minted.
-		if p := meshauth.SeedPath(defaultCredsDir, (meshauth.Identity{Role: meshauth.RoleWorker, Service: services[0]}).Name()); fileExists(p) {
+		if p := creds.SeedPath(defaultCredsDir, creds.WorkerName(services[0])); fileExists(p) {
 			credsFile, implicit = p, true
 		}
 	}
 	if credsFile != "" {
-		opt, err := meshauth.Option(credsFile)
+		opt, err := creds.Option(credsFile)
 		if err != nil {
 			return usagef("--creds: %v", err)
 		}
@@ -164,13 +164,13 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 		return usagef("--otlp-endpoint: %v", err)
 	}
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	wcfg := worker.Config{
-		Store: store, Registry: reg, Projects: projects, InstanceID: *instance,
-		Concurrency: *concurrency, Logger: log, ClaimLease: *lease, AckWait: *ackWait, MaxDeliveries: *maxDeliver,
-		ServiceVersion: Version, TracerProvider: tp,
-	}
+	opts := []worker.Option{worker.WithStore(store), worker.WithRegistry(reg), worker.WithProjects(projects...),
+		worker.WithInstanceID(*instance), worker.WithConcurrency(*concurrency), worker.WithLogger(log),
+		worker.WithLeases(*lease, *ackWait, *maxDeliver), worker.WithServiceVersion(Version),
+		worker.WithTracer(telemetry.NewWorkerTracer(tp))}
 	if *noGate {
 		log.Warn("--no-gate: the Cedar gate is off in this worker; every call it takes runs without authorization")
+		opts = append(opts, worker.WithoutAuthorizer())
 	} else {
 		// The same gate as 'utpmesh up', reading the policies and issuer
 		// keys from the mesh (fail closed: unreachable means auth_failed).
@@ -178,22 +178,19 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		wcfg.Authorizer = g
+		opts = append(opts, worker.WithAuthorizer(g))
 	}
 	var msrv *metrics.Server
 	if *metricsAddr != "" {
 		mx := metrics.New(Version)
-		wcfg.Observer = mx.Worker()
+		opts = append(opts, worker.WithObserver(mx.Worker()))
 		if msrv, err = metrics.Serve(mx, metrics.ServerConfig{Addr: *metricsAddr, Logger: log}); err != nil {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
 		defer func() { _ = msrv.Shutdown(context.Background()) }()
 	}
-	rt, err := worker.New(nc, wcfg, tools...)
+	rt, err := worker.Start(ctx, nc, tools, opts...)
 	if err != nil {
-		return err
-	}
-	if err := rt.Start(ctx); err != nil {
 		return err
 	}
 	var names []string
@@ -264,7 +261,7 @@ func connectRetry(ctx context.Context, url string, log *slog.Logger, opts ...nat
 
 // defaultCredsDir is where a local 'utpmesh up' with its default --data
 // writes the identities' seeds.
-const defaultCredsDir = "./utpmesh-data/creds"
+const defaultCredsDir = creds.DefaultDir
 
 func fileExists(p string) bool {
 	_, err := os.Stat(p)

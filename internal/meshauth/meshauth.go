@@ -1,6 +1,7 @@
 // Package meshauth defines the mesh's NATS identities: one nkey user per
 // role instance, its seed file, and the publish/subscribe permissions that
 // allow exactly its part of the protocol (docs/security.md, roles table).
+// It is the server half; clients load their seed with pkg/creds.
 //
 // Roles:
 //
@@ -34,29 +35,28 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
-// Role names.
+// Role names (pkg/creds, the client half of the identities).
 const (
-	RoleCore   = "core"
-	RoleAdmin  = "admin"
-	RoleAgent  = "agent"
-	RoleWorker = "worker"
+	RoleCore   = creds.RoleCore
+	RoleAdmin  = creds.RoleAdmin
+	RoleAgent  = creds.RoleAgent
+	RoleWorker = creds.RoleWorker
 )
 
-// ErrCreds: a credentials file is missing or unreadable.
-var ErrCreds = errors.New("meshauth: credentials")
+// ErrCreds: a credentials file is missing or unreadable (creds.ErrCreds).
+var ErrCreds = creds.ErrCreds
 
 // Tool is a tool a worker identity may serve: its name (the durable
 // consumer utp_tool_<name>) and the target of its command subject
@@ -86,9 +86,9 @@ type Identity struct {
 func (id Identity) Name() string {
 	switch id.Role {
 	case RoleAgent:
-		return RoleAgent + "-" + id.Project
+		return creds.AgentName(id.Project)
 	case RoleWorker:
-		return RoleWorker + "-" + strings.ReplaceAll(id.Service, ".", "_")
+		return creds.WorkerName(id.Service)
 	}
 	return id.Role
 }
@@ -199,13 +199,10 @@ func Permissions(ver string, id Identity) *server.Permissions {
 	return nil
 }
 
-// SeedPath is where the seed of the identity named name lives under dir.
-func SeedPath(dir, name string) string { return filepath.Join(dir, name+".nk") }
-
 // Ensure returns the public key of the identity named name, creating its
 // seed file under dir (mode 0600, directory 0700) when there is none.
 func Ensure(dir, name string) (pub string, created bool, err error) {
-	path := SeedPath(dir, name)
+	path := creds.SeedPath(dir, name)
 	if data, err := os.ReadFile(path); err == nil {
 		kp, err := nkeys.FromSeed(bytes.TrimSpace(data))
 		if err != nil {
@@ -237,24 +234,6 @@ func Ensure(dir, name string) (pub string, created bool, err error) {
 	}
 	pub, err = kp.PublicKey()
 	return pub, true, err
-}
-
-// Option returns the nats.Option that authenticates with the credentials
-// file path: an nkey seed file (what `utpmesh up` writes, *.nk) or a NATS
-// .creds file (JWT and seed, for a server run with accounts).
-func Option(path string) (nats.Option, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v (pass --creds FILE or set $NATS_CREDS; 'utpmesh up' writes them under DATA/creds)", ErrCreds, err)
-	}
-	if bytes.Contains(data, []byte("BEGIN NATS USER JWT")) {
-		return nats.UserCredentials(path), nil
-	}
-	opt, err := nats.NkeyOptionFromSeed(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v (want an nkey seed file or a .creds file)", ErrCreds, path, err)
-	}
-	return opt, nil
 }
 
 // Names lists the identities' names, sorted (for messages).

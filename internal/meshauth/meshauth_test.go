@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/utpmesh/utpmesh/internal/meshauth"
+	"github.com/utpmesh/utpmesh/pkg/creds"
 )
 
 func TestEnsure(t *testing.T) {
@@ -16,7 +17,7 @@ func TestEnsure(t *testing.T) {
 	if err != nil || !created || !strings.HasPrefix(pub, "U") {
 		t.Fatalf("first Ensure = %q, %v, %v", pub, created, err)
 	}
-	st, err := os.Stat(meshauth.SeedPath(dir, "agent-demo"))
+	st, err := os.Stat(creds.SeedPath(dir, "agent-demo"))
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("seed file: %v, mode %v; want 0600", err, st.Mode())
 	}
@@ -24,7 +25,7 @@ func TestEnsure(t *testing.T) {
 	if err != nil || created || again != pub {
 		t.Fatalf("second Ensure = %q, %v, %v; want the same key, not created", again, created, err)
 	}
-	if _, err := meshauth.Option(meshauth.SeedPath(dir, "agent-demo")); err != nil {
+	if _, err := creds.Option(creds.SeedPath(dir, "agent-demo")); err != nil {
 		t.Fatalf("Option(seed) = %v", err)
 	}
 	bad := filepath.Join(dir, "bad.nk")
@@ -34,7 +35,7 @@ func TestEnsure(t *testing.T) {
 	if _, _, err := meshauth.Ensure(dir, "bad"); !errors.Is(err, meshauth.ErrCreds) || !strings.Contains(err.Error(), "delete it") {
 		t.Fatalf("Ensure on a corrupt seed = %v", err)
 	}
-	if _, err := meshauth.Option(filepath.Join(dir, "missing.nk")); !errors.Is(err, meshauth.ErrCreds) || !strings.Contains(err.Error(), "--creds") {
+	if _, err := creds.Option(filepath.Join(dir, "missing.nk")); !errors.Is(err, meshauth.ErrCreds) || !strings.Contains(err.Error(), "--creds") {
 		t.Fatalf("Option(missing) = %v", err)
 	}
 }

@@ -66,6 +66,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
+	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/inbox/inboxsvc"
 	"github.com/utpmesh/utpmesh/pkg/metrics"
@@ -73,6 +74,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/unrouted"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/pmo"
@@ -284,7 +286,7 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		if err != nil {
 			return m, err
 		}
-		opt, err := meshauth.Option(coreSeed)
+		opt, err := creds.Option(coreSeed)
 		if err != nil {
 			return m, err
 		}
@@ -423,8 +425,8 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	if wcfg.Observer == nil && m.metrics != nil {
 		wcfg.Observer = m.metrics.Worker()
 	}
-	if wcfg.TracerProvider == nil {
-		wcfg.TracerProvider = cfg.TracerProvider
+	if wcfg.Tracer == nil && cfg.TracerProvider != nil {
+		wcfg.Tracer = telemetry.NewWorkerTracer(cfg.TracerProvider)
 	}
 	if wcfg.InstanceID == "" {
 		host, _ := os.Hostname()
@@ -499,12 +501,12 @@ func (m *Mesh) identities() ([]embednats.User, string, error) {
 			return nil, "", err
 		}
 		if created {
-			m.cfg.Logger.Debug("created NATS credentials", "identity", name, "file", meshauth.SeedPath(dir, name))
+			m.cfg.Logger.Debug("created NATS credentials", "identity", name, "file", creds.SeedPath(dir, name))
 		}
 		users = append(users, embednats.User{Nkey: pub, Name: name, Permissions: meshauth.Permissions(m.cfg.ProtocolVersion, id)})
 		m.names.Store(pub, name)
 	}
-	return users, meshauth.SeedPath(dir, meshauth.RoleCore), nil
+	return users, creds.SeedPath(dir, meshauth.RoleCore), nil
 }
 
 // identityNames resolves the public nkeys of the mesh's identities to
@@ -545,7 +547,7 @@ func (m *Mesh) CredsDir() string {
 
 // CredsFile is the seed file of the identity named name (core, admin,
 // agent-<project>, worker-<service>; see meshauth.Identity.Name).
-func (m *Mesh) CredsFile(name string) string { return meshauth.SeedPath(m.CredsDir(), name) }
+func (m *Mesh) CredsFile(name string) string { return creds.SeedPath(m.CredsDir(), name) }
 
 // Auth is the mesh's authorization service (policy store, issuer keys,
 // gate), or nil when Config.Auth is nil.

@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
@@ -41,7 +41,7 @@ func BenchmarkRoundTripSecured(b *testing.B) {
 		var opts []nats.Option
 		acfg := agent.Config{Project: "demo", Channel: "main", AgentID: "bench-agent"}
 		if secured {
-			opt, err := meshauth.Option(m.CredsFile("agent-demo"))
+			opt, err := creds.Option(m.CredsFile("agent-demo"))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -218,4 +219,66 @@ func Traceparent(ctx context.Context) string {
 	h := nats.Header{}
 	Inject(ctx, h)
 	return h.Get("traceparent")
+}
+
+// WorkerTracer makes the spans of a tool worker (pkg/worker's Tracer)
+// with OpenTelemetry: utp.command is a consumer span, utp.report a
+// producer span, any other an internal one. It keeps each span in the
+// context Start returns.
+type WorkerTracer struct {
+	tracer trace.Tracer
+}
+
+// NewWorkerTracer returns the worker tracer of tp; a nil tp traces nothing
+// (a no-op tracer, which passes the parent's span context on).
+func NewWorkerTracer(tp trace.TracerProvider) *WorkerTracer {
+	return &WorkerTracer{tracer: Tracer(tp)}
+}
+
+// Extract returns ctx carrying the remote span of hdr's traceparent and
+// tracestate; see Extract.
+func (w *WorkerTracer) Extract(ctx context.Context, hdr nats.Header) context.Context {
+	return Extract(ctx, hdr)
+}
+
+// Start starts span name as a child of the span of ctx, with attributes kv
+// (key/value pairs).
+func (w *WorkerTracer) Start(ctx context.Context, name string, kv ...string) context.Context {
+	kind := trace.SpanKindInternal
+	switch name {
+	case SpanCommand:
+		kind = trace.SpanKindConsumer
+	case SpanReport:
+		kind = trace.SpanKindProducer
+	}
+	ctx, _ = w.tracer.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs(kv)...))
+	return ctx
+}
+
+// SetAttributes sets attributes kv (key/value pairs) on the span of ctx.
+func (w *WorkerTracer) SetAttributes(ctx context.Context, kv ...string) {
+	trace.SpanFromContext(ctx).SetAttributes(attrs(kv)...)
+}
+
+// SetError marks the span of ctx failed with err's message.
+func (w *WorkerTracer) SetError(ctx context.Context, err error) {
+	if err != nil {
+		trace.SpanFromContext(ctx).SetStatus(codes.Error, err.Error())
+	}
+}
+
+// End ends the span of ctx.
+func (w *WorkerTracer) End(ctx context.Context) { trace.SpanFromContext(ctx).End() }
+
+// Inject writes the span of ctx into hdr; see Inject.
+func (w *WorkerTracer) Inject(ctx context.Context, hdr nats.Header) { Inject(ctx, hdr) }
+
+// attrs turns key/value pairs into string attributes (an odd last key is
+// dropped).
+func attrs(kv []string) []attribute.KeyValue {
+	out := make([]attribute.KeyValue, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, attribute.String(kv[i], kv[i+1]))
+	}
+	return out
 }

@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/cardstore"
@@ -47,24 +45,17 @@ func (s *Sweeper) answer(ctx context.Context, msg jetstream.Msg, sub subjects.Su
 	if err != nil {
 		return false, fmt.Errorf("unrouted: claim: %w", err)
 	}
-	content, err := json.Marshal(resultContent(cmd, sub, nearest(es, sub)))
-	if err != nil {
-		return false, err
-	}
 	tool := cmd.ToolName
 	if tool == "" {
 		tool = fullTarget(sub)
 	}
-	rc := &card.Card{
-		CardID: card.NewID(), ProjectID: sub.Project, Type: card.TypeToolResult, AuthorID: "mesh.unrouted",
-		Content: content, ToolCallID: cmd.ToolCallID, CreatedAt: time.Now().UTC(),
-		Metadata: card.Metadata{AgentID: cmd.AgentID, AgentTurnID: cmd.AgentTurnID, TurnEpoch: cmd.TurnEpoch, StepID: cmd.StepID,
-			ToolCallID: cmd.ToolCallID, FunctionName: tool, Role: "tool", TraceID: utp.TraceID(msg.Headers().Get(utp.HeaderTraceparent))},
+	of := resultOf(msg, sub, cmd)
+	of.ToolName = tool
+	rc, err := of.Card(resultContent(cmd, sub, nearest(es, sub)), nil)
+	if err != nil {
+		return false, err
 	}
-	err = s.cfg.Store.Put(ctx, rc)
-	if errors.Is(err, cardstore.ErrResultExists) {
-		rc, err = s.cfg.Store.FindToolResult(ctx, sub.Project, cmd.AgentTurnID, cmd.ToolCallID)
-	}
+	rc, _, err = worker.WriteResult(ctx, s.cfg.Store, rc)
 	if err != nil {
 		return false, fmt.Errorf("unrouted: write result: %w", err)
 	}
@@ -77,34 +68,25 @@ func (s *Sweeper) answer(ctx context.Context, msg jetstream.Msg, sub subjects.Su
 	return true, nil
 }
 
+// resultOf names the call of cmd for its result card and report: the
+// author is the sweeper, the trace headers are the command's.
+func resultOf(msg jetstream.Msg, sub subjects.Subject, cmd *utp.Command) worker.ResultOf {
+	h := msg.Headers()
+	return worker.ResultOf{Version: sub.Version, ProjectID: sub.Project, ChannelID: sub.Channel,
+		AgentID: cmd.AgentID, AgentTurnID: cmd.AgentTurnID, TurnEpoch: cmd.TurnEpoch, ToolCallID: cmd.ToolCallID,
+		StepID: cmd.StepID, AuthorID: "mesh.unrouted",
+		Traceparent: h.Get(utp.HeaderTraceparent), Tracestate: h.Get(utp.HeaderTracestate), RecursionDepth: h.Get(utp.HeaderRecursionDepth)}
+}
+
 // report sends the report of result card rc to the inbox (Config.Report;
 // default: JetStream on the inbox report subject, acknowledged, as a
-// worker does).
+// worker does). Its tool_name is the card's function_name.
 func (s *Sweeper) report(ctx context.Context, msg jetstream.Msg, sub subjects.Subject, cmd *utp.Command, rc *card.Card) error {
-	tr, err := rc.ToolResult()
+	m, err := resultOf(msg, sub, cmd).Report(rc)
 	if err != nil {
-		return fmt.Errorf("unrouted: result card %s: %w", rc.CardID, err)
+		return fmt.Errorf("unrouted: %w", err)
 	}
-	rep := utp.Report{ToolCallID: cmd.ToolCallID, AgentTurnID: cmd.AgentTurnID, TurnEpoch: cmd.TurnEpoch, AgentID: cmd.AgentID,
-		ToolResultCardID: rc.CardID, Status: tr.Status, AfterExecution: tr.AfterExecution, StepID: rc.Metadata.StepID, ToolName: rc.Metadata.FunctionName}
-	subj, err := subjects.InboxReport(sub.Version, sub.Project, sub.Channel)
-	if err != nil {
-		return err
-	}
-	m := nats.NewMsg(subj.String())
-	m.Data, _ = json.Marshal(rep)
-	for _, h := range []string{utp.HeaderTraceparent, utp.HeaderTracestate} {
-		if v := msg.Headers().Get(h); v != "" {
-			m.Header.Set(h, v)
-		}
-	}
-	m.Header.Set(jetstream.MsgIDHeader, "report-"+rc.CardID)
-	m.Header.Set(utp.HeaderProjectID, sub.Project)
-	m.Header.Set(utp.HeaderChannelID, sub.Channel)
-	m.Header.Set(utp.HeaderAgentID, cmd.AgentID)
-	m.Header.Set(utp.HeaderAgentTurnID, cmd.AgentTurnID)
-	m.Header.Set(utp.HeaderTurnEpoch, strconv.FormatInt(cmd.TurnEpoch, 10))
-	m.Header.Set(utp.HeaderToolCallID, cmd.ToolCallID)
+	m.Header.Set(jetstream.MsgIDHeader, worker.ReportMsgID(rc.CardID))
 	if s.cfg.Report != nil {
 		err = s.cfg.Report(ctx, m)
 	} else {

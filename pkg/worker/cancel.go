@@ -190,16 +190,16 @@ func RequestCancel(ctx context.Context, nc *nats.Conn, st cardstore.Store, req C
 		return "", nil, fmt.Errorf("claim call: %w", err)
 	}
 	defer func() { _ = st.Release(context.Background(), req.ProjectID, key, req.Holder) }()
-	rc := card.NewResultContent(card.StatusCanceled, card.Suspend, card.CodeCanceled, "the call was canceled by cancel_tool_call before it ran: "+req.Reason, nil)
-	raw, _ := json.Marshal(rc)
-	res := &card.Card{
-		CardID: card.NewID(), ProjectID: req.ProjectID, Type: card.TypeToolResult, AuthorID: "pmo.cancel_tool_call",
-		Content: raw, ToolCallID: req.ToolCallID, CreatedAt: now,
-		Metadata: card.Metadata{AgentID: req.AgentID, AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID, Role: "tool"},
+	of := ResultOf{ProjectID: req.ProjectID, AgentID: req.AgentID, AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID,
+		AuthorID: "pmo.cancel_tool_call"}
+	res, err := of.Card(card.NewResultContent(card.StatusCanceled, card.Suspend, card.CodeCanceled,
+		"the call was canceled by cancel_tool_call before it ran: "+req.Reason, nil), nil)
+	if err != nil {
+		return "", nil, err
 	}
-	if err := st.Put(ctx, res); errors.Is(err, cardstore.ErrResultExists) {
-		existing, ferr := st.FindToolResult(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID)
-		return CancelFinished, existing, ferr
+	res, existed, err := WriteResult(ctx, st, res)
+	if existed {
+		return CancelFinished, res, err
 	} else if err != nil {
 		return "", nil, fmt.Errorf("write canceled result: %w", err)
 	}

@@ -3,6 +3,27 @@
 // consumer per tool shared by every process serving it, and turns each
 // command into exactly one tool.result card and one report to the inbox.
 //
+// # Serving tools from a program of its own
+//
+// Serve (blocking until its context ends, then draining) and Start (which
+// returns the started Runtime) are the SDK: given a connection — made
+// with the worker identity's credentials, see pkg/creds — they make the
+// clients of the mesh's CardStore and registry services, build the
+// Runtime from Options and serve. A worker outside the mesh process runs
+// the authorization gate itself, so they require WithAuthorizer
+// (natsauthz.NewRemoteGate is the gate of 'utpmesh up', and brings Cedar
+// into the program) or an explicit WithoutAuthorizer. 'utpmesh worker' is
+// Start with the CLI's flags. The package imports no server code and no
+// tracing library: see ExampleStart.
+//
+// # One result writer
+//
+// ResultOf builds a call's tool.result card and its report (body,
+// headers); WriteResult stores the card or returns the call's existing
+// result; ReportMsgID is the report's JetStream message id. The runtime,
+// RequestCancel, pkg/unrouted and catalogue services that answer calls
+// later use them, so a result looks the same whoever writes it.
+//
 // # One command, start to end
 //
 // Runtime.handle parses the command (utp.ParseCommand) and starts the
@@ -33,10 +54,11 @@
 //     §2.7). Stop unregisters it after the drain.
 //   - Metrics: Config.Observer receives every call event (pkg/metrics turns
 //     them into Prometheus metrics); nil costs one pointer test per event.
-//   - Traces: Config.TracerProvider makes the utp.command, utp.execute and
-//     utp.report spans (pkg/telemetry); the report's traceparent names the
-//     utp.report span. nil uses a no-op tracer, which passes the command's
-//     traceparent on unchanged.
+//   - Traces: Config.Tracer makes the utp.command, utp.execute and
+//     utp.report spans (telemetry.NewWorkerTracer implements it with
+//     OpenTelemetry; the runtime itself imports no tracing library); the
+//     report's traceparent names the utp.report span. Without a Tracer the
+//     command's traceparent and tracestate pass on to the report unchanged.
 //   - Logs: every line about a call carries tool_name, tool_call_id,
 //     agent_turn_id, agent_id and project_id.
 //

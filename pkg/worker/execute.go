@@ -9,14 +9,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
-	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -43,7 +39,6 @@ type job struct {
 	timeout time.Duration
 	start   time.Time       // when the delivery arrived
 	ctx     context.Context // carries the utp.command span (never canceled)
-	span    trace.Span      // utp.command
 }
 
 // handle runs the whole pipeline for one delivered command. Every path ends
@@ -61,11 +56,9 @@ func (r *Runtime) handle(t *Tool, msg jetstream.Msg) {
 	if j.trace == "" {
 		j.trace = utp.NewTraceparent()
 	}
-	j.ctx, j.span = r.tracer.Start(
-		telemetry.ExtractTraceparent(context.Background(), j.trace, msg.Headers().Get(utp.HeaderTracestate)),
-		telemetry.SpanCommand, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(telemetry.AttrToolName.String(t.Name)))
-	defer j.span.End()
+	j.ctx = r.tracer.Start(r.tracer.Extract(context.Background(), traceHeader(j.trace, msg.Headers().Get(utp.HeaderTracestate))),
+		SpanCommand, AttrToolName, t.Name)
+	defer r.tracer.End(j.ctx)
 	subj, err := subjects.Parse(msg.Subject())
 	if err != nil {
 		r.deadLetter(msg, subjects.Subject{}, t.Name, "subject", err.Error())
@@ -99,14 +92,13 @@ func (r *Runtime) handle(t *Tool, msg jetstream.Msg) {
 
 // setSpanIDs names the call on the utp.command span once the command is read.
 func (j *job) setSpanIDs() {
-	j.span.SetAttributes(j.spanAttrs()...)
+	j.r.tracer.SetAttributes(j.ctx, j.spanAttrs()...)
 }
 
-func (j *job) spanAttrs() []attribute.KeyValue {
-	return []attribute.KeyValue{
-		telemetry.AttrToolName.String(j.tool.Name), telemetry.AttrToolCallID.String(j.cmd.ToolCallID),
-		telemetry.AttrAgentTurnID.String(j.cmd.AgentTurnID), telemetry.AttrProjectID.String(j.subj.Project),
-	}
+// spanAttrs are the attributes naming the call (key/value pairs), plus kv.
+func (j *job) spanAttrs(kv ...string) []string {
+	return append([]string{AttrToolName, j.tool.Name, AttrToolCallID, j.cmd.ToolCallID,
+		AttrAgentTurnID, j.cmd.AgentTurnID, AttrProjectID, j.subj.Project}, kv...)
 }
 
 func (j *job) logAttrs() []any {
@@ -247,7 +239,7 @@ func (j *job) run() {
 		return
 	}
 	execCtx, cancelTimeout := context.WithTimeoutCause(callCtx, j.timeout, context.DeadlineExceeded)
-	execCtx, execSpan := r.tracer.Start(trace.ContextWithSpan(execCtx, j.span), telemetry.SpanExecute, trace.WithAttributes(j.spanAttrs()...))
+	execCtx = r.tracer.Start(spanValues{Context: execCtx, spans: j.ctx}, SpanExecute, j.spanAttrs()...)
 	stopKeepalive := j.keepalive(ctx, cancel)
 	start := time.Now()
 	r.log.Debug("executing", append(j.logAttrs(), "claim_token", claim.Token)...)
@@ -259,9 +251,9 @@ func (j *job) run() {
 	cause := context.Cause(execCtx)
 	cancelTimeout()
 	if herr != nil {
-		execSpan.SetStatus(codes.Error, herr.Error())
+		r.tracer.SetError(execCtx, herr)
 	}
-	execSpan.End()
+	r.tracer.End(execCtx)
 	r.log.Debug("tool executed", append(j.logAttrs(), "duration", d, "err", herr)...)
 	j.finish(res, herr, cause, callCard)
 }

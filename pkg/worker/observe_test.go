@@ -242,7 +242,7 @@ func TestServiceVersionValidated(t *testing.T) {
 func TestSpansShareTheCommandTrace(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	h := newHarness(t, worker.Config{TracerProvider: tp}, echo.Tool())
+	h := newHarness(t, worker.Config{Tracer: telemetry.NewWorkerTracer(tp)}, echo.Tool())
 	const traceID, parentSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	c := h.writeCall("echo", `{}`)
 	h.publish(toolSubject("echo"), c.command("echo"), nats.Header{utp.HeaderTraceparent: {"00-" + traceID + "-" + parentSpan + "-01"}})

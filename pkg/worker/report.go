@@ -5,18 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/svc"
-	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -30,26 +26,25 @@ const publishTimeout = 10 * time.Second
 func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
 	// The result must be written even during shutdown: j.ctx is never
 	// canceled; it only carries the trace.
-	ctx, span := j.r.tracer.Start(j.ctx, telemetry.SpanReport, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(append(j.spanAttrs(), telemetry.AttrStatus.String(string(content.Status)))...))
-	defer span.End()
-	j.span.SetAttributes(telemetry.AttrStatus.String(string(content.Status)))
-	raw, err := json.Marshal(content)
+	tr := j.r.tracer
+	ctx := tr.Start(j.ctx, SpanReport, j.spanAttrs(AttrStatus, string(content.Status))...)
+	defer tr.End(ctx)
+	tr.SetAttributes(j.ctx, AttrStatus, string(content.Status))
+	rc, err := j.resultOf().Card(content, callCard)
 	if err != nil {
 		j.r.log.Error("encode tool result", append(j.logAttrs(), "err", err)...)
 		_ = j.msg.NakWithDelay(transientDelay)
 		return
 	}
-	rc := j.resultCard(raw, callCard)
-	err = j.r.cfg.Store.Put(ctx, rc)
+	res, existed, err := WriteResult(ctx, j.r.cfg.Store, rc)
 	if errors.Is(err, cardstore.ErrTooLarge) {
 		// Never lose the call over its size: a too-large result becomes a
 		// failed one, and a too-large failure (a huge message or detail)
 		// is cut to a short failure that always fits.
-		span.SetStatus(codes.Error, err.Error())
-		j.r.log.Warn("tool result too large for a card; failing the call instead", append(j.logAttrs(), "status", content.Status, "bytes", len(raw), "err", err)...)
+		tr.SetError(ctx, err)
+		j.r.log.Warn("tool result too large for a card; failing the call instead", append(j.logAttrs(), "status", content.Status, "bytes", len(rc.Content), "err", err)...)
 		small := card.NewResultContent(card.StatusFailed, content.AfterExecution, card.CodeInternalError,
-			fmt.Sprintf("the tool's %s result (%d bytes) is too large for a card: %v", content.Status, len(raw), err), nil)
+			fmt.Sprintf("the tool's %s result (%d bytes) is too large for a card: %v", content.Status, len(rc.Content), err), nil)
 		if content.Status == card.StatusFailed && content.Error != nil && len(content.Error.Message) <= 1024 && len(content.Error.Detail) == 0 {
 			// Already small: this cannot be the reason. Keep retrying.
 			j.retryLater("write tool.result card", err)
@@ -58,18 +53,17 @@ func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
 		j.complete(small, callCard)
 		return
 	}
-	if errors.Is(err, cardstore.ErrResultExists) {
-		existing, ferr := j.r.cfg.Store.FindToolResult(ctx, j.subj.Project, j.cmd.AgentTurnID, j.cmd.ToolCallID)
-		if ferr != nil {
-			j.retryLater("read the existing result", ferr)
+	if existed {
+		if err != nil {
+			j.retryLater("read the existing result", err)
 			return
 		}
-		j.r.log.Warn("another worker already wrote this call's result; reporting that one", append(j.logAttrs(), "tool_result_card_id", existing.CardID)...)
-		j.reportExistingCtx(ctx, existing)
+		j.r.log.Warn("another worker already wrote this call's result; reporting that one", append(j.logAttrs(), "tool_result_card_id", res.CardID)...)
+		j.reportExistingCtx(ctx, res)
 		return
 	}
 	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
+		tr.SetError(ctx, err)
 		j.retryLater("write tool.result card", err)
 		return
 	}
@@ -78,39 +72,25 @@ func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
 		code = content.Error.Code
 	}
 	j.r.onCompleted(j.tool.Name, content.Status, code, time.Since(j.start))
-	j.report(ctx, rc.CardID, content.Status, content.AfterExecution, rc.Metadata.StepID)
+	j.report(ctx, rc)
 }
 
-// resultCard builds the tool.result card: routing metadata from the
-// command, step_id/trace_id/parent_step_id copied verbatim from the tool.call
-// card, function_name set to the tool.
-func (j *job) resultCard(content json.RawMessage, callCard *card.Card) *card.Card {
-	md := card.Metadata{
-		AgentID: j.cmd.AgentID, AgentTurnID: j.cmd.AgentTurnID, TurnEpoch: j.cmd.TurnEpoch,
-		StepID: j.cmd.StepID, ToolCallID: j.cmd.ToolCallID, FunctionName: j.tool.Name, Role: "tool",
-		TraceID: utp.TraceID(j.trace),
-	}
-	if callCard != nil {
-		if callCard.Metadata.StepID != "" {
-			md.StepID = callCard.Metadata.StepID
-		}
-		if callCard.Metadata.TraceID != "" {
-			md.TraceID = callCard.Metadata.TraceID
-		}
-		md.ParentStepID = callCard.Metadata.ParentStepID
-	}
-	return &card.Card{
-		CardID: card.NewID(), ProjectID: j.subj.Project, Type: card.TypeToolResult,
-		AuthorID: "tool." + j.tool.Name, Content: content, Metadata: md,
-		ToolCallID: j.cmd.ToolCallID, CreatedAt: time.Now().UTC(),
+// resultOf names the call this job answers, for its result card and
+// report: routing from the command, the command's trace headers.
+func (j *job) resultOf() ResultOf {
+	h := j.msg.Headers()
+	return ResultOf{
+		Version: j.subj.Version, ProjectID: j.subj.Project, ChannelID: j.subj.Channel,
+		AgentID: j.cmd.AgentID, AgentTurnID: j.cmd.AgentTurnID, TurnEpoch: j.cmd.TurnEpoch, ToolCallID: j.cmd.ToolCallID,
+		StepID: j.cmd.StepID, ToolName: j.tool.Name, AuthorID: "tool." + j.tool.Name,
+		Traceparent: j.trace, Tracestate: h.Get(utp.HeaderTracestate), RecursionDepth: h.Get(utp.HeaderRecursionDepth),
 	}
 }
 
 // reportExisting re-reports a result card that already exists.
 func (j *job) reportExisting(rc *card.Card) {
-	ctx, span := j.r.tracer.Start(j.ctx, telemetry.SpanReport, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(j.spanAttrs()...))
-	defer span.End()
+	ctx := j.r.tracer.Start(j.ctx, SpanReport, j.spanAttrs()...)
+	defer j.r.tracer.End(ctx)
 	j.reportExistingCtx(ctx, rc)
 }
 
@@ -122,49 +102,32 @@ func (j *job) reportExistingCtx(ctx context.Context, rc *card.Card) {
 		_ = j.msg.Term()
 		return
 	}
-	trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrStatus.String(string(tr.Status)))
-	j.report(ctx, rc.CardID, tr.Status, tr.AfterExecution, rc.Metadata.StepID)
+	j.r.tracer.SetAttributes(ctx, AttrStatus, string(tr.Status))
+	j.report(ctx, rc)
 }
 
-// report hands the report to the inbox and only then acknowledges the
-// command: first as a svc request the inbox answers once its entry is on
-// disk (reportDirect); when that gets no answer, durably through the
-// command stream (JetStream, waiting for the stream's acknowledgement),
-// where the inbox picks it up whenever it runs. spanCtx carries
-// the utp.report span, whose context becomes the report's traceparent (the
-// command's trace id; with tracing off, exactly the command's traceparent).
-func (j *job) report(spanCtx context.Context, resultID string, status card.Status, ae card.AfterExecution, stepID string) {
-	rep := utp.Report{
-		ToolCallID: j.cmd.ToolCallID, AgentTurnID: j.cmd.AgentTurnID, TurnEpoch: j.cmd.TurnEpoch,
-		AgentID: j.cmd.AgentID, ToolResultCardID: resultID, Status: status, AfterExecution: ae,
-		StepID: stepID, ToolName: j.tool.Name,
-	}
-	subj, err := subjects.InboxReport(j.subj.Version, j.subj.Project, j.subj.Channel)
+// report hands the report of result card rc to the inbox and only then
+// acknowledges the command: first as a svc request the inbox answers once
+// its entry is on disk (reportDirect); when that gets no answer, durably
+// through the command stream (JetStream, waiting for the stream's
+// acknowledgement), where the inbox picks it up whenever it runs. spanCtx
+// carries the utp.report span, whose context becomes the report's
+// traceparent (the command's trace id; with no Tracer, exactly the
+// command's traceparent).
+func (j *job) report(spanCtx context.Context, rc *card.Card) {
+	m, err := j.resultOf().Report(rc)
 	if err != nil {
-		j.r.log.Error("build report subject", append(j.logAttrs(), "err", err)...)
+		j.r.log.Error("build report", append(j.logAttrs(), "err", err)...)
 		_ = j.msg.Term()
 		return
 	}
-	body, _ := json.Marshal(rep)
-	m := nats.NewMsg(subj.String())
-	m.Data = body
-	telemetry.Inject(spanCtx, m.Header)
-	if m.Header.Get(utp.HeaderTraceparent) == "" {
-		m.Header.Set(utp.HeaderTraceparent, j.trace) // not W3C-valid: passed through as it came
-	}
-	if ts := j.msg.Headers().Get(utp.HeaderTracestate); ts != "" && m.Header.Get(utp.HeaderTracestate) == "" {
-		m.Header.Set(utp.HeaderTracestate, ts)
-	}
-	setContextHeaders(m.Header, j.subj, j.cmd)
-	if d := j.msg.Headers().Get(utp.HeaderRecursionDepth); d != "" {
-		m.Header.Set(utp.HeaderRecursionDepth, d)
-	}
+	j.r.tracer.Inject(spanCtx, m.Header)
 	if !j.reportDirect(spanCtx, m) {
-		m.Header.Set(jetstream.MsgIDHeader, "report-"+resultID)
+		m.Header.Set(jetstream.MsgIDHeader, ReportMsgID(rc.CardID))
 		ctx, cancel := context.WithTimeout(spanCtx, publishTimeout)
 		defer cancel()
 		if _, err := j.r.js.PublishMsg(ctx, m); err != nil {
-			trace.SpanFromContext(spanCtx).SetStatus(codes.Error, err.Error())
+			j.r.tracer.SetError(spanCtx, err)
 			j.retryLater("publish report", err)
 			return
 		}
@@ -177,7 +140,7 @@ func (j *job) report(spanCtx context.Context, resultID string, status card.Statu
 	if err := j.msg.Ack(); err != nil {
 		j.r.log.Warn("ack after report failed; the command may be redelivered", append(j.logAttrs(), "err", err)...)
 	}
-	j.r.log.Debug("reported", append(j.logAttrs(), "tool_result_card_id", resultID, "status", status, "after_execution", ae)...)
+	j.r.log.Debug("reported", append(j.logAttrs(), "tool_result_card_id", rc.CardID)...)
 }
 
 // reportDirect sends the report m as a request on svc.inbox.report and
@@ -219,19 +182,6 @@ const codeReportRefused = "refused"
 // directReportTimeout bounds the wait for the inbox's answer to a direct
 // report before the report goes through the stream instead.
 const directReportTimeout = 5 * time.Second
-
-// setContextHeaders writes the CommonGround v1r4 identity headers.
-func setContextHeaders(h nats.Header, s subjects.Subject, c *utp.Command) {
-	h.Set(utp.HeaderProjectID, s.Project)
-	h.Set(utp.HeaderChannelID, s.Channel)
-	h.Set(utp.HeaderAgentID, c.AgentID)
-	h.Set(utp.HeaderAgentTurnID, c.AgentTurnID)
-	h.Set(utp.HeaderTurnEpoch, strconv.FormatInt(c.TurnEpoch, 10))
-	h.Set(utp.HeaderToolCallID, c.ToolCallID)
-	if c.StepID != "" {
-		h.Set(utp.HeaderStepID, c.StepID)
-	}
-}
 
 // DeadLetter is the record published on
 // cg.<ver>.<project>.<channel>.evt.sys.deadletter.command for a command that

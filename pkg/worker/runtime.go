@@ -13,13 +13,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/streams"
-	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -67,9 +65,9 @@ type Config struct {
 	ServiceVersion string
 	// Observer receives call events for metrics; nil records nothing.
 	Observer Observer
-	// TracerProvider makes the utp.command, utp.execute and utp.report
-	// spans (see pkg/telemetry); nil traces nothing.
-	TracerProvider trace.TracerProvider
+	// Tracer makes the utp.command, utp.execute and utp.report spans
+	// (telemetry.NewWorkerTracer); nil traces nothing.
+	Tracer Tracer
 }
 
 // Runtime serves a set of tools: one durable JetStream consumer per tool,
@@ -85,7 +83,7 @@ type Runtime struct {
 	entries entryCache
 	stats   map[string]*toolStats // by tool name; fixed after New
 	obs     Observer
-	tracer  trace.Tracer
+	tracer  Tracer
 
 	mu         sync.Mutex
 	micro      micro.Service
@@ -168,7 +166,10 @@ func New(nc *nats.Conn, cfg Config, tools ...Tool) (*Runtime, error) {
 		nc: nc, js: js, cfg: cfg, log: cfg.Logger.With("instance", cfg.InstanceID),
 		tools: map[string]*Tool{}, pmo: map[string]*Tool{},
 		inflight: map[string]*inflight{}, canceled: map[string]time.Time{},
-		stats: map[string]*toolStats{}, obs: cfg.Observer, tracer: telemetry.Tracer(cfg.TracerProvider),
+		stats: map[string]*toolStats{}, obs: cfg.Observer, tracer: cfg.Tracer,
+	}
+	if r.tracer == nil {
+		r.tracer = noTracer{}
 	}
 	r.entries.ttl = cfg.EntryCacheTTL
 	for i := range tools {

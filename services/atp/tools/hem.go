@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/cardstore"
@@ -15,7 +14,6 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/registry"
-	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -211,9 +209,7 @@ func (s *Service) wake(ctx context.Context, t *hem.Task) error {
 	if err != nil {
 		return err
 	}
-	rep, _ := json.Marshal(utp.Report{ToolCallID: callID, AgentTurnID: t.AgentTurnID, TurnEpoch: t.TurnEpoch, AgentID: t.AgentID,
-		ToolResultCardID: res.CardID, Status: card.StatusSuccess, AfterExecution: card.Suspend, ToolName: ToolHEMResult})
-	subj, err := subjects.InboxReport(t.Version, t.Project, t.Channel)
+	m, err := hemResultOf(t, callID).Report(res)
 	if err != nil {
 		return err
 	}
@@ -221,9 +217,7 @@ func (s *Service) wake(ctx context.Context, t *hem.Task) error {
 	if err != nil {
 		return err
 	}
-	m := nats.NewMsg(subj.String())
-	m.Data = rep
-	m.Header.Set(jetstream.MsgIDHeader, "report-"+res.CardID)
+	m.Header.Set(jetstream.MsgIDHeader, worker.ReportMsgID(res.CardID))
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err = js.PublishMsg(pctx, m)
@@ -246,15 +240,19 @@ func (s *Service) writeResolution(ctx context.Context, st cardstore.Store, t *he
 		return nil, fmt.Errorf("atp: write the resolution call card: %w", err)
 	}
 	value, _ := json.Marshal(t.PollOutput())
-	content, _ := json.Marshal(card.ToolResultContent{Status: card.StatusSuccess, AfterExecution: card.Suspend, Result: value})
-	rmd := md
-	rmd.FunctionName, rmd.Role = ToolHEMResult, "tool"
-	res := &card.Card{CardID: card.NewID(), ProjectID: t.Project, Type: card.TypeToolResult, AuthorID: "atp", Content: content,
-		Metadata: rmd, ToolCallID: callID, CreatedAt: now}
-	if err := st.Put(ctx, res); errors.Is(err, cardstore.ErrResultExists) {
-		return st.FindToolResult(ctx, t.Project, t.AgentTurnID, callID)
-	} else if err != nil {
+	res, err := hemResultOf(t, callID).Card(card.ToolResultContent{Status: card.StatusSuccess, AfterExecution: card.Suspend, Result: value}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if res, _, err = worker.WriteResult(ctx, st, res); err != nil {
 		return nil, fmt.Errorf("atp: write the resolution result card: %w", err)
 	}
 	return res, nil
+}
+
+// hemResultOf names the resolution call callID of task t for its result
+// card and report (worker.ResultOf, the one builder of both).
+func hemResultOf(t *hem.Task, callID string) worker.ResultOf {
+	return worker.ResultOf{Version: t.Version, ProjectID: t.Project, ChannelID: t.Channel, AgentID: t.AgentID,
+		AgentTurnID: t.AgentTurnID, TurnEpoch: t.TurnEpoch, ToolCallID: callID, ToolName: ToolHEMResult, AuthorID: "atp"}
 }
