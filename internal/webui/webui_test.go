@@ -241,7 +241,9 @@ func TestActionsNeedCSRF(t *testing.T) {
 		{"cross-site", url.Values{"csrf": {token}, "confirmation_id": {"cfm_calendar_x"}}, map[string]string{"Sec-Fetch-Site": "cross-site"}, http.StatusForbidden, "another site"},
 		{"foreign origin", url.Values{"csrf": {token}, "confirmation_id": {"cfm_calendar_x"}}, map[string]string{"Origin": "http://evil.example"}, http.StatusForbidden, "another site"},
 		{"no id", url.Values{"csrf": {token}}, nil, http.StatusBadRequest, "confirmation_id is missing"},
-		{"not an id", url.Values{"csrf": {token}, "confirmation_id": {"task_1"}}, nil, http.StatusBadRequest, "cfm_calendar_"},
+		{"too long", url.Values{"csrf": {token}, "confirmation_id": {strings.Repeat("x", 129)}, "turn": {"turn-c"}}, nil, http.StatusBadRequest, "longer than a confirmation id"},
+		{"no turn", url.Values{"csrf": {token}, "confirmation_id": {"task_1"}}, nil, http.StatusBadRequest, "turn is missing"},
+		{"not in the turn", url.Values{"csrf": {token}, "confirmation_id": {"task_1"}, "turn": {"turn-c"}}, nil, http.StatusBadRequest, "is not a confirmation of turn turn-c"},
 	}
 	for _, cs := range cases {
 		t.Run(cs.name, func(t *testing.T) {
