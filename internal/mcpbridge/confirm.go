@@ -45,7 +45,7 @@ func (st pendingState) pending() *confirm.Pending {
 }
 
 // pendingConfirm reports whether a tool result waits for a human's
-// confirmation (the mesh's convention, docs/protocol.md §17).
+// confirmation (the mesh's convention, docs/protocol.md §19).
 func pendingConfirm(result json.RawMessage) (*confirm.Pending, bool) {
 	return confirm.Parse(result)
 }

@@ -1,5 +1,5 @@
 // Package confirm is the mesh's convention for a tool result that waits for
-// a human's confirmation (docs/protocol.md §17).
+// a human's confirmation (docs/protocol.md §19).
 //
 // A tool that must not act before a person agrees ends its call with UTP
 // status success and a Pending result instead of acting: status

@@ -37,7 +37,7 @@ func (r RiskLevel) Valid() bool {
 
 // Confirmation is a tool's declared confirmation policy: when its calls
 // wait for a human's confirmation instead of running (the convention of
-// package confirm, docs/protocol.md §17). It is informative: the mesh
+// package confirm, docs/protocol.md §19). It is informative: the mesh
 // validates the value (Valid) and list_tools shows it, and nothing in the
 // mesh enforces it; a tool that implements the convention parks its own
 // calls by the policy it declares here (ATLAS does). The empty value means

@@ -86,7 +86,7 @@ type Error struct {
 // PendingResult is the tool.result content.result of an ATLAS call that
 // waits for confirmation: the mesh's convention (confirm.Pending) with no
 // resolver tools named, so ATLAS_CONFIRM / ATLAS_CANCEL (the convention's
-// defaults) resolve it. docs/protocol.md §16.3, §17.
+// defaults) resolve it. docs/protocol.md §16.3, §19.
 type PendingResult = confirm.Pending
 
 // Transition records a pending call being resolved: the convention's
