@@ -9,8 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
-	"github.com/utpmesh/utpmesh/services/atlas/receipts"
-	"github.com/utpmesh/utpmesh/services/atlas/utility"
+	"github.com/utpmesh/utpmesh/pkg/confirm"
 )
 
 // confirmInputID is the id of the confirmation's input request.
@@ -33,25 +32,29 @@ type pendingState struct {
 	HEMTaskID  string `json:"hem_task_id,omitempty"`
 	ToolName   string `json:"tool_name"`
 	ToolCallID string `json:"tool_call_id"`
+	// ConfirmTool and CancelTool are the pending result's resolver tools
+	// (confirm.Pending), kept so the retry runs the right one.
+	ConfirmTool string `json:"confirm_tool,omitempty"`
+	CancelTool  string `json:"cancel_tool,omitempty"`
 }
 
-// pendingConfirm reports whether a tool result is an ATLAS PENDING_CONFIRM.
-func pendingConfirm(result json.RawMessage) (*receipts.PendingResult, bool) {
-	var p receipts.PendingResult
-	if json.Unmarshal(result, &p) != nil || p.Status != receipts.StatusPendingConfirm || p.ConfirmationID == "" {
-		return nil, false
-	}
-	return &p, true
+// pending is the confirmation a 2026-07-28 retry's state names.
+func (st pendingState) pending() *confirm.Pending {
+	return &confirm.Pending{Status: confirm.StatusPending, ConfirmationID: st.ConfirmationID, ToolName: st.ToolName,
+		ConfirmTool: st.ConfirmTool, CancelTool: st.CancelTool}
+}
+
+// pendingConfirm reports whether a tool result waits for a human's
+// confirmation (the mesh's convention, docs/protocol.md §19).
+func pendingConfirm(result json.RawMessage) (*confirm.Pending, bool) {
+	return confirm.Parse(result)
 }
 
 // elicitationParams is the question asked for p.
-func elicitationParams(p *receipts.PendingResult) mcp.ElicitationParams {
+func elicitationParams(p *confirm.Pending) mcp.ElicitationParams {
 	msg := fmt.Sprintf("%s waits for your confirmation (%s)", p.ToolName, p.ConfirmationID)
-	var would struct {
-		Action string `json:"action"`
-	}
-	if json.Unmarshal(p.Would, &would) == nil && would.Action != "" {
-		msg += ": it would " + would.Action
+	if action := p.Summary(); action != "" {
+		msg += ": it would " + action
 	}
 	if p.ExpiresAt != "" {
 		msg += "; it expires at " + p.ExpiresAt
@@ -59,18 +62,19 @@ func elicitationParams(p *receipts.PendingResult) mcp.ElicitationParams {
 	return mcp.ElicitationParams{Message: msg + ". Run it?", RequestedSchema: confirmSchema}
 }
 
-// askConfirmation asks the host to confirm a PENDING_CONFIRM: a 2026-07-28
+// askConfirmation asks the host to confirm a pending result: a 2026-07-28
 // client that declared elicitation gets an input request (and retries with
 // the answer); a 2025-11-25 client gets elicitation/create now. A host
 // that cannot be asked gets the pending result with the confirmation id.
-func (b *Bridge) askConfirmation(ctx context.Context, ci callInfo, out *agent.Outcome, p *receipts.PendingResult) (*mcp.CallToolResult, error) {
+func (b *Bridge) askConfirmation(ctx context.Context, ci callInfo, out *agent.Outcome, p *confirm.Pending) (*mcp.CallToolResult, error) {
 	params := elicitationParams(p)
 	if server.IsModernRequest(ctx) {
 		info := server.RequestProtocolInfoFromContext(ctx)
 		if info.ClientCapabilities == nil || info.ClientCapabilities.Elicitation == nil {
 			return pendingResult(out, p, "the host cannot answer elicitations"), nil
 		}
-		state, _ := json.Marshal(pendingState{ConfirmationID: p.ConfirmationID, ToolName: p.ToolName, ToolCallID: out.Call.ToolCallID})
+		state, _ := json.Marshal(pendingState{ConfirmationID: p.ConfirmationID, ToolName: p.ToolName, ToolCallID: out.Call.ToolCallID,
+			ConfirmTool: p.ConfirmTool, CancelTool: p.CancelTool})
 		return server.NewInputRequestBuilder(string(state)).Elicit(confirmInputID, params).ToolResult(), nil
 	}
 	ans, err := b.srv.RequestElicitation(ctx, mcp.ElicitationRequest{
@@ -79,7 +83,7 @@ func (b *Bridge) askConfirmation(ctx context.Context, ci callInfo, out *agent.Ou
 		b.log.Info("mcp: confirmation not asked", "confirmation_id", p.ConfirmationID, "err", err)
 		return pendingResult(out, p, "the host did not answer the elicitation: "+err.Error()), nil
 	}
-	return b.resolve(ctx, ci, p.ConfirmationID, accepted(ans)), nil
+	return b.resolve(ctx, ci, p, accepted(ans)), nil
 }
 
 // answerConfirmation handles the retry of a 2026-07-28 client carrying the
@@ -97,11 +101,13 @@ func (b *Bridge) answerConfirmation(ctx context.Context, ci callInfo, req mcp.Ca
 		}
 		return b.resolveHEM(ctx, ci, st.HEMTaskID, ans), nil
 	}
+	p := st.pending()
 	if ans == nil {
+		confirmTool, cancelTool := p.Resolvers()
 		return errorResult(fmt.Sprintf("no answer to input request %q for confirmation %s: retry with inputResponses.%s, or call %s / %s with {\"confirmation_id\":%q}",
-			confirmInputID, st.ConfirmationID, confirmInputID, utility.ToolConfirm, utility.ToolCancel, st.ConfirmationID)), nil
+			confirmInputID, st.ConfirmationID, confirmInputID, confirmTool, cancelTool, st.ConfirmationID)), nil
 	}
-	return b.resolve(ctx, ci, st.ConfirmationID, accepted(ans)), nil
+	return b.resolve(ctx, ci, p, accepted(ans)), nil
 }
 
 // accepted reports whether an elicitation answer confirms: accept, with
@@ -118,15 +124,15 @@ func accepted(ans *mcp.ElicitationResult) bool {
 	return true
 }
 
-// resolve runs ATLAS_CONFIRM (confirm) or ATLAS_CANCEL as a UTP call of the
-// session's turn and maps its result.
-func (b *Bridge) resolve(ctx context.Context, ci callInfo, confirmationID string, confirm bool) *mcp.CallToolResult {
-	tool := utility.ToolCancel
-	if confirm {
-		tool = utility.ToolConfirm
+// resolve runs p's confirm tool (yes) or cancel tool (ATLAS_CONFIRM and
+// ATLAS_CANCEL by default) as a UTP call of the session's turn and maps its
+// result.
+func (b *Bridge) resolve(ctx context.Context, ci callInfo, p *confirm.Pending, yes bool) *mcp.CallToolResult {
+	args, err := confirm.Args(p.ConfirmationID)
+	if err != nil {
+		return errorResult(err.Error())
 	}
-	args, _ := json.Marshal(map[string]string{"confirmation_id": confirmationID})
-	out, res := b.call(ctx, ci, tool, args)
+	out, res := b.call(ctx, ci, p.Resolver(yes), args)
 	if res != nil {
 		return res
 	}
@@ -135,10 +141,11 @@ func (b *Bridge) resolve(ctx context.Context, ci callInfo, confirmationID string
 
 // pendingResult is the answer for a host that cannot confirm: the pending
 // result as it is, and the text says how to confirm or cancel it.
-func pendingResult(out *agent.Outcome, p *receipts.PendingResult, why string) *mcp.CallToolResult {
+func pendingResult(out *agent.Outcome, p *confirm.Pending, why string) *mcp.CallToolResult {
+	confirmTool, cancelTool := p.Resolvers()
 	r := resultOf(out)
 	r.Content = []mcp.Content{mcp.NewTextContent(fmt.Sprintf(
 		"PENDING_CONFIRM: %s did not run yet (%s). Confirm it by calling %s with {\"confirmation_id\":%q}, or drop it with %s.",
-		p.ToolName, why, utility.ToolConfirm, p.ConfirmationID, utility.ToolCancel))}
+		p.ToolName, why, confirmTool, p.ConfirmationID, cancelTool))}
 	return r
 }

@@ -29,12 +29,14 @@
 //     stdio bridge is one session (a new id per process), a 2025-11-25 HTTP
 //     session is its Mcp-Session-Id, and a stateless 2026-07-28 HTTP caller
 //     is the session of its mandate (mcp-<jti>).
-//   - Confirmation: an ATLAS PENDING_CONFIRM result is asked as an
+//   - Confirmation: a result that waits for a human's confirmation
+//     (package confirm; ATLAS's PENDING_CONFIRM) is asked as an
 //     elicitation (a multi round-trip input request for 2026-07-28
-//     clients, elicitation/create for 2025-11-25 ones); accept runs
-//     ATLAS_CONFIRM, decline or cancel runs ATLAS_CANCEL, each a UTP call
-//     of the same turn. A host without elicitation gets the pending result
-//     and the confirmation id, and can call ATLAS_CONFIRM itself.
+//     clients, elicitation/create for 2025-11-25 ones); accept runs the
+//     result's confirm tool, decline or cancel its cancel tool
+//     (ATLAS_CONFIRM / ATLAS_CANCEL by default), each a UTP call of the
+//     same turn. A host without elicitation gets the pending result and
+//     the confirmation id, and can call the confirm tool itself.
 //   - ATP operator confirmation: an atp_invoke_hem whose result is PENDING
 //     is asked the same way when the host's mandate is an operator's
 //     (mandate_query permits atp_hem_list and atp_hem_confirm); confirm

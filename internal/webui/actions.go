@@ -7,22 +7,20 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/confirm"
 	"github.com/utpmesh/utpmesh/pkg/turn"
-	"github.com/utpmesh/utpmesh/services/atlas/utility"
 )
-
-// maxConfirmationID mirrors the ATLAS_CONFIRM parameter schema.
-const maxConfirmationID = 128
 
 // Outcome is the data of the page shown after Confirm or Cancel.
 type Outcome struct {
 	Tool           string
 	ConfirmationID string
 	// Turn is the turn of the confirmed call (the page links back to it);
-	// CallTurn the new turn the ATLAS_CONFIRM/ATLAS_CANCEL call ran in.
+	// CallTurn the new turn the confirm or cancel tool's call ran in.
 	Turn, CallTurn string
 	// Status is the tool.result status; Value its result, indented.
 	Status string
@@ -33,12 +31,15 @@ type Outcome struct {
 	Error string
 }
 
-// resolve handles POST /confirm and POST /cancel: an ATLAS_CONFIRM or
-// ATLAS_CANCEL call, as the UI's agent, for the form's confirmation_id.
-func (s *Server) resolve(confirm bool) http.HandlerFunc {
-	tool, verb := utility.ToolCancel, "cancel"
-	if confirm {
-		tool, verb = utility.ToolConfirm, "confirm"
+// resolve handles POST /confirm and POST /cancel: a call of the
+// confirmation's confirm or cancel tool (confirm.Pending.Resolvers), as the
+// UI's agent, for the form's confirmation_id. The form names the turn the
+// confirmation was shown in; the tool is read from that turn, never from
+// the form.
+func (s *Server) resolve(yes bool) http.HandlerFunc {
+	verb := "cancel"
+	if yes {
+		verb = "confirm"
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Agent == nil {
@@ -51,12 +52,28 @@ func (s *Server) resolve(confirm bool) http.HandlerFunc {
 		case id == "":
 			s.fail(w, r, http.StatusBadRequest, "confirmation_id is missing; press "+verb+" next to a pending confirmation on a turn's page")
 			return
-		case !strings.HasPrefix(id, "cfm_") || len(id) > maxConfirmationID:
-			s.fail(w, r, http.StatusBadRequest, fmt.Sprintf("confirmation_id %q is not an ATLAS confirmation id (they look like cfm_calendar_0123456789abcdef)", id))
+		case len(id) > confirm.MaxIDLen:
+			s.fail(w, r, http.StatusBadRequest, fmt.Sprintf("confirmation_id is %d bytes, longer than a confirmation id (at most %d)", len(id), confirm.MaxIDLen))
+			return
+		case origin == "":
+			s.fail(w, r, http.StatusBadRequest, "turn is missing: the form names the turn that shows confirmation "+id+"; press "+verb+" next to it on that turn's page")
 			return
 		}
+		t, ok := s.loadTurn(w, r, origin)
+		if !ok {
+			return
+		}
+		cf := findConfirmation(t, id, s.cfg.Now())
+		if cf == nil {
+			s.fail(w, r, http.StatusBadRequest, fmt.Sprintf("confirmation_id %q is not a confirmation of turn %s; press %s next to a confirmation on that turn's page", id, t.AgentTurnID, verb))
+			return
+		}
+		tool := cf.CancelTool
+		if yes {
+			tool = cf.ConfirmTool
+		}
 		out := Outcome{Tool: tool, ConfirmationID: id, Turn: origin, CallTurn: newTurnID()}
-		args, _ := json.Marshal(map[string]string{"confirmation_id": id})
+		args, _ := confirm.Args(id)
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.CallTimeout)
 		defer cancel()
 		res, err := s.cfg.Agent.Call(ctx, agent.CallRequest{ToolName: tool, Arguments: args, AgentTurnID: out.CallTurn})
@@ -87,6 +104,19 @@ func (s *Server) resolve(confirm bool) http.HandlerFunc {
 			"status", out.Status, "resolution", out.Resolution, "error", out.Error)
 		s.render(w, r, status, "outcome", "", s.page(verb+" "+id, out))
 	}
+}
+
+// findConfirmation is the confirmation id of turn t (pending or not: a
+// resolved one is still sent to its tool, which says how it was used), or
+// nil.
+func findConfirmation(t *turn.Turn, id string, now time.Time) *Confirmation {
+	resolved := transitions(t)
+	for i := range t.Calls {
+		if cf := confirmation(&t.Calls[i], resolved, now); cf != nil && cf.ConfirmationID == id {
+			return cf
+		}
+	}
+	return nil
 }
 
 // replay handles POST /turns/{turn}/replay: turn.Replay under a new turn

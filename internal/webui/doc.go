@@ -1,8 +1,8 @@
 // Package webui serves the operator's web UI over a mesh's NATS services:
 // a project's turns (newest first, updated live), a turn as a timeline of
 // its tool calls, each call's tool.call and tool.result cards, the turn's
-// pending ATLAS confirmations with Confirm and Cancel buttons, and a replay
-// of the turn with its diff.
+// pending confirmations (package confirm, whichever catalogue parked them)
+// with Confirm and Cancel buttons, and a replay of the turn with its diff.
 //
 // It is plain server-rendered HTML (html/template) with one small vanilla
 // script; templates and static files are embedded. Everything it shows

@@ -21,16 +21,13 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
-	"github.com/utpmesh/utpmesh/services/catalog"
-	"github.com/utpmesh/utpmesh/services/echo"
 )
 
 const testToken = "test-token-0123456789abcdef"
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// fixture is a real mesh (echo, fail, atlas.calendar, atlas.utility; no
-// gate), a UI over it on httptest, and an agent that makes calls.
+// fixture is a real mesh (echo, fail and the hold catalogue; no gate), a UI over it on httptest, and an agent that makes calls.
 type fixture struct {
 	m     *mesh.Mesh
 	turns cardstore.Store
@@ -48,20 +45,18 @@ func newFixture(t *testing.T, opts ...option) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
-	late := catalog.NewLate()
-	tools, err := catalog.Build([]string{"atlas.calendar", "atlas.utility"}, catalog.Deps{DataDir: dir, Context: ctx, Late: late})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tools = append(tools, echo.Tool(), worker.Tool{Name: "fail", Description: "always fails",
-		Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
-			return worker.Result{}, worker.Fail(card.CodeBadRequest, "fail always fails")
-		}})
+	h := newHolds()
+	tools := append(h.tools(), worker.Tool{Name: "echo", Description: "returns its arguments",
+		Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) { return worker.OK(c.Arguments), nil }},
+		worker.Tool{Name: "fail", Description: "always fails",
+			Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
+				return worker.Result{}, worker.Fail(card.CodeBadRequest, "fail always fails")
+			}})
 	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	late.Set(m.Conn(), m.Cards())
+	h.cards = m.Cards()
 	f := &fixture{m: m}
 	store, err := natsstore.NewClient(m.Conn())
 	if err != nil {
@@ -115,17 +110,16 @@ func (f *fixture) call(t *testing.T, turn, tool string, args any) *card.ToolResu
 	return out.Result
 }
 
-// propose parks a CALENDAR_CREATE_BLOCKS call and returns its confirmation id.
-func (f *fixture) propose(t *testing.T, turn, start, end string) string {
+// propose parks a hold of what and returns its confirmation id.
+func (f *fixture) propose(t *testing.T, turn, what string) string {
 	t.Helper()
-	res := f.call(t, turn, "CALENDAR_CREATE_BLOCKS", map[string]any{"date": "2024-01-15",
-		"blocks": []map[string]string{{"title": "Focus", "start": start, "end": end, "type": "focus"}}})
+	res := f.call(t, turn, toolHold, map[string]any{"what": what})
 	var v struct {
 		Status         string `json:"status"`
 		ConfirmationID string `json:"confirmation_id"`
 	}
 	if err := json.Unmarshal(res.Result, &v); err != nil || v.Status != "PENDING_CONFIRM" {
-		t.Fatalf("CALENDAR_CREATE_BLOCKS result = %s, want PENDING_CONFIRM", res.Result)
+		t.Fatalf("%s result = %s, want PENDING_CONFIRM", toolHold, res.Result)
 	}
 	return v.ConfirmationID
 }

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/confirm"
 	"github.com/utpmesh/utpmesh/pkg/turn"
-	"github.com/utpmesh/utpmesh/services/atlas/receipts"
 )
 
 // minBar is the narrowest bar, in percent of the timeline, so that an
@@ -23,8 +23,8 @@ type TurnView struct {
 	Start, End time.Time
 	Span       time.Duration
 	Rows       []Row
-	// Confirmations are the turn's ATLAS calls that parked for
-	// confirmation (pending, resolved or expired).
+	// Confirmations are the turn's calls that parked for a human's
+	// confirmation (pending, resolved or expired; package confirm).
 	Confirmations []Confirmation
 	// Replayable counts the calls a replay would re-run; ReplaySkipped
 	// the ones it would skip (no tool.call card).
@@ -51,26 +51,26 @@ type Row struct {
 	Confirmation *Confirmation
 }
 
-// Confirmation is an ATLAS call whose result was PENDING_CONFIRM.
+// Confirmation is a call whose result waits for a human's confirmation
+// (a confirm.Pending).
 type Confirmation struct {
 	ConfirmationID string
 	ToolName       string
 	ToolCallID     string
 	Would          string
 	ExpiresAt      string
+	// ConfirmTool and CancelTool resolve it (the pending result's, defaults
+	// applied).
+	ConfirmTool, CancelTool string
 	// State is "pending", "expired", or how it was resolved: the
-	// transition's status (OK, SKIPPED, FAILED).
+	// resolution record's status (OK, SKIPPED, FAILED).
 	State string
-	// By names the resolving call (ATLAS_CONFIRM/ATLAS_CANCEL) when resolved.
+	// By names the resolving call when resolved.
 	ByToolCallID, ByAgentTurnID, AtUTC string
 }
 
 // Pending reports whether Confirm and Cancel apply.
 func (c *Confirmation) Pending() bool { return c.State == "pending" }
-
-// pendingResult is the result an ATLAS call parks with (the wire shape of
-// docs/protocol.md §16).
-type pendingResult = receipts.PendingResult
 
 // layout builds the timeline of t at time now.
 func layout(t *turn.Turn, now time.Time) *TurnView {
@@ -157,38 +157,35 @@ func statusClass(status string) string {
 	return "other"
 }
 
-// transitions reads the turn's ATLAS transition receipts: tool_call_id →
-// how its pending confirmation was resolved.
-func transitions(t *turn.Turn) map[string]*receipts.Transition {
-	out := map[string]*receipts.Transition{}
+// transitions reads the turn's resolution records (confirm.Resolution,
+// e.g. ATLAS's transition receipts): tool_call_id → how its pending
+// confirmation was resolved.
+func transitions(t *turn.Turn) map[string]*confirm.Resolution {
+	out := map[string]*confirm.Resolution{}
 	for _, o := range t.Others {
-		if o.Card.Type != receipts.CardType {
-			continue
+		if r, ok := confirm.ParseResolution(o.Card.Content); ok {
+			out[r.ToolCallID] = r
 		}
-		var rec receipts.Record
-		if json.Unmarshal(o.Card.Content, &rec) != nil || rec.Kind != receipts.KindTransition || rec.Transition == nil {
-			continue
-		}
-		out[rec.Transition.ToolCallID] = rec.Transition
 	}
 	return out
 }
 
 // confirmation returns the call's parked confirmation, nil when its
-// result is not PENDING_CONFIRM.
-func confirmation(c *turn.Call, resolved map[string]*receipts.Transition, now time.Time) *Confirmation {
-	if c.Status != string(card.StatusSuccess) || !bytes.Contains(c.Result, []byte(receipts.StatusPendingConfirm)) {
+// result is not a pending confirmation.
+func confirmation(c *turn.Call, resolved map[string]*confirm.Resolution, now time.Time) *Confirmation {
+	if c.Status != string(card.StatusSuccess) {
 		return nil
 	}
-	var p pendingResult
-	if json.Unmarshal(c.Result, &p) != nil || p.Status != receipts.StatusPendingConfirm || p.ConfirmationID == "" {
+	p, ok := confirm.Parse(c.Result)
+	if !ok {
 		return nil
 	}
 	cf := &Confirmation{ConfirmationID: p.ConfirmationID, ToolName: p.ToolName, ToolCallID: c.ToolCallID,
 		Would: indent(p.Would), ExpiresAt: p.ExpiresAt, State: "pending"}
-	if tr := resolved[c.ToolCallID]; tr != nil {
+	cf.ConfirmTool, cf.CancelTool = p.Resolvers()
+	if tr := resolved[c.ToolCallID]; tr != nil && tr.ConfirmationID == p.ConfirmationID {
 		cf.State, cf.ByToolCallID, cf.ByAgentTurnID, cf.AtUTC = tr.To, tr.ByToolCallID, tr.ByAgentTurnID, tr.AtUTC
-	} else if exp, err := time.Parse(time.RFC3339, p.ExpiresAt); err == nil && now.After(exp) {
+	} else if p.Expired(now) {
 		cf.State = "expired"
 	}
 	return cf

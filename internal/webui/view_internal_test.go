@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/confirm"
 	"github.com/utpmesh/utpmesh/pkg/turn"
-	"github.com/utpmesh/utpmesh/services/atlas/receipts"
 )
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -29,19 +29,28 @@ func resultCard(n int, callID string, status card.Status, result string, at time
 		CreatedAt: t0.Add(at), Metadata: card.Metadata{AgentID: "a", AgentTurnID: "t", ToolCallID: callID}}
 }
 
-func transitionCard(n int, callID, to string, at time.Duration) *card.Card {
-	rec := receipts.Record{Kind: receipts.KindTransition, Transition: &receipts.Transition{ToolCallID: callID, To: to, ByToolCallID: "by", ByAgentTurnID: "ui-1", AtUTC: "x"}}
+// transitionCard is a resolution record (confirm.Resolution under
+// "transition") in a card of a type the UI does not know.
+func transitionCard(n int, callID, confirmationID, to string, at time.Duration) *card.Card {
+	rec := map[string]any{"kind": "transition", "transition": confirm.Resolution{ConfirmationID: confirmationID, ToolCallID: callID,
+		From: confirm.StatusPending, To: to, ByToolCallID: "by", ByAgentTurnID: "ui-1", AtUTC: "x"}}
 	content, _ := json.Marshal(rec)
-	return &card.Card{CardID: fmt.Sprintf("c%d", n), ProjectID: "demo", Type: receipts.CardType, Content: content, ToolCallID: callID,
+	return &card.Card{CardID: fmt.Sprintf("c%d", n), ProjectID: "demo", Type: "any.catalogue.record", Content: content, ToolCallID: callID,
 		CreatedAt: t0.Add(at), Metadata: card.Metadata{AgentID: "a", AgentTurnID: "t", ToolCallID: callID}}
 }
 
-const parked = `{"status":"PENDING_CONFIRM","confirmation_id":"cfm_calendar_%s","tool_name":"CALENDAR_CREATE_BLOCKS","would":{},"expires_at":"%s"}`
+// parked is a pending result in ATLAS's shape (default resolvers);
+// parkedOwn one that names its own.
+const (
+	parked    = `{"status":"PENDING_CONFIRM","confirmation_id":"hold_%s","tool_name":"CALENDAR_CREATE_BLOCKS","would":{},"expires_at":"%s"}`
+	parkedOwn = `{"status":"PENDING_CONFIRM","confirmation_id":"hold_%s","tool_name":"book","would":{},"expires_at":"%s","confirm_tool":"book_yes","cancel_tool":"book_no"}`
+)
 
 // TestLayout: bars run from the tool.call card's created_at to the
 // tool.result card's, in percent of the turn; a call that starts after
 // the previous ones ended gets a wait; a pending call runs until now;
-// parked ATLAS calls are confirmations, resolved by transition receipts.
+// parked calls (package confirm) are confirmations, resolved by
+// resolution records.
 func TestLayout(t *testing.T) {
 	ms := time.Millisecond
 	later := t0.Add(time.Hour).Format(time.RFC3339)
@@ -50,8 +59,9 @@ func TestLayout(t *testing.T) {
 		callCard(3, "b", "fail", 10*ms), resultCard(4, "b", card.StatusFailed, ``, 30*ms), // 10–30, overlaps a
 		callCard(5, "c", "CAL", 50*ms), resultCard(6, "c", card.StatusSuccess, fmt.Sprintf(parked, "1", later), 60*ms), // wait 20
 		callCard(7, "d", "CAL", 60*ms), resultCard(8, "d", card.StatusSuccess, fmt.Sprintf(parked, "2", later), 70*ms),
-		transitionCard(9, "d", receipts.StatusOK, 75*ms),
-		callCard(10, "e", "CAL", 70*ms), resultCard(11, "e", card.StatusSuccess, fmt.Sprintf(parked, "3", t0.Format(time.RFC3339)), 80*ms),
+		transitionCard(9, "d", "hold_2", confirm.StatusOK, 75*ms),
+		transitionCard(13, "c", "hold_other", confirm.StatusOK, 76*ms), // another confirmation: c stays pending
+		callCard(10, "e", "book", 70*ms), resultCard(11, "e", card.StatusSuccess, fmt.Sprintf(parkedOwn, "3", t0.Format(time.RFC3339)), 80*ms),
 		callCard(12, "f", "slow", 80*ms), // pending
 	}
 	tr := turn.FromCards("demo", "t", cards)
@@ -69,7 +79,7 @@ func TestLayout(t *testing.T) {
 		{"success", 0, 20, 0, false, ""},
 		{"failed", 10, 20, 0, false, ""},
 		{"confirm", 50, 10, 20 * ms, false, "pending"},
-		{"success", 60, 10, 0, false, receipts.StatusOK},
+		{"success", 60, 10, 0, false, confirm.StatusOK},
 		{"success", 70, 10, 0, false, "expired"},
 		{"pending", 80, 20, 0, true, ""},
 	}
@@ -93,6 +103,11 @@ func TestLayout(t *testing.T) {
 	}
 	if len(v.Confirmations) != 3 || v.Replayable != 6 || v.ReplaySkipped != 0 {
 		t.Errorf("%d confirmations, %d replayable, %d skipped; want 3, 6, 0", len(v.Confirmations), v.Replayable, v.ReplaySkipped)
+	}
+	for i, w := range [][2]string{2: {confirm.DefaultConfirmTool, confirm.DefaultCancelTool}, 4: {"book_yes", "book_no"}} {
+		if cf := v.Rows[i].Confirmation; w[0] != "" && (cf == nil || cf.ConfirmTool != w[0] || cf.CancelTool != w[1]) {
+			t.Errorf("row %d resolvers: %+v, want %v", i, cf, w)
+		}
 	}
 	if v.Rows[0].CallJSON == "" || v.Rows[5].ResultJSON != "" {
 		t.Errorf("cards: call JSON %q, pending result JSON %q", v.Rows[0].CallJSON, v.Rows[5].ResultJSON)

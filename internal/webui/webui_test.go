@@ -241,7 +241,9 @@ func TestActionsNeedCSRF(t *testing.T) {
 		{"cross-site", url.Values{"csrf": {token}, "confirmation_id": {"cfm_calendar_x"}}, map[string]string{"Sec-Fetch-Site": "cross-site"}, http.StatusForbidden, "another site"},
 		{"foreign origin", url.Values{"csrf": {token}, "confirmation_id": {"cfm_calendar_x"}}, map[string]string{"Origin": "http://evil.example"}, http.StatusForbidden, "another site"},
 		{"no id", url.Values{"csrf": {token}}, nil, http.StatusBadRequest, "confirmation_id is missing"},
-		{"not an id", url.Values{"csrf": {token}, "confirmation_id": {"task_1"}}, nil, http.StatusBadRequest, "cfm_calendar_"},
+		{"too long", url.Values{"csrf": {token}, "confirmation_id": {strings.Repeat("x", 129)}, "turn": {"turn-c"}}, nil, http.StatusBadRequest, "longer than a confirmation id"},
+		{"no turn", url.Values{"csrf": {token}, "confirmation_id": {"task_1"}}, nil, http.StatusBadRequest, "turn is missing"},
+		{"not in the turn", url.Values{"csrf": {token}, "confirmation_id": {"task_1"}, "turn": {"turn-c"}}, nil, http.StatusBadRequest, "is not a confirmation of turn turn-c"},
 	}
 	for _, cs := range cases {
 		t.Run(cs.name, func(t *testing.T) {
@@ -264,13 +266,14 @@ func TestActionsNeedCSRF(t *testing.T) {
 	}
 }
 
-// TestConfirmCancel: a parked ATLAS call shows Confirm and Cancel; they
-// make ATLAS_CONFIRM / ATLAS_CANCEL calls as the UI's agent, and the turn
-// then shows how the confirmation was resolved.
+// TestConfirmCancel: a parked call (the confirmation convention, here with
+// the hold catalogue's own resolver tools) shows Confirm and Cancel; they
+// call the resolvers the pending result names as the UI's agent, and the
+// turn then shows how the confirmation was resolved.
 func TestConfirmCancel(t *testing.T) {
 	f := newFixture(t)
-	id1 := f.propose(t, "turn-plan", "14:00", "16:00")
-	id2 := f.propose(t, "turn-plan", "16:00", "17:00")
+	id1 := f.propose(t, "turn-plan", "room 1")
+	id2 := f.propose(t, "turn-plan", "room 2")
 	c := f.browser(t)
 	_, page := get(t, c, f.srv.URL+"/turns/turn-plan")
 	wantContains(t, "turn page", page, `data-confirmation="`+id1+`"`, `data-confirmation="`+id2+`"`,
@@ -281,9 +284,9 @@ func TestConfirmCancel(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("confirm: %d\n%s", status, out)
 	}
-	wantContains(t, "confirm outcome", out, `id="outcome"`, "OK", "CALENDAR_DELETE_BLOCKS", `href="/turns/turn-plan"`)
+	wantContains(t, "confirm outcome", out, `id="outcome"`, toolHoldConfirm, "OK", "room 1", `href="/turns/turn-plan"`)
 	status, out = post(t, c, f.srv.URL+"/cancel", url.Values{"csrf": {token}, "confirmation_id": {id2}, "turn": {"turn-plan"}})
-	if status != http.StatusOK || !strings.Contains(out, "SKIPPED") {
+	if status != http.StatusOK || !strings.Contains(out, "SKIPPED") || !strings.Contains(out, toolHoldCancel) {
 		t.Fatalf("cancel: %d\n%s", status, out)
 	}
 	status, out = post(t, c, f.srv.URL+"/confirm", url.Values{"csrf": {token}, "confirmation_id": {id1}, "turn": {"turn-plan"}})
@@ -303,7 +306,7 @@ func TestConfirmCancel(t *testing.T) {
 // actions, saying how to enable them.
 func TestReadOnly(t *testing.T) {
 	f := newFixture(t, readOnly)
-	f.propose(t, "turn-ro", "09:00", "10:00")
+	f.propose(t, "turn-ro", "room 3")
 	c := f.browser(t)
 	_, page := get(t, c, f.srv.URL+"/turns/turn-ro")
 	wantContains(t, "page", page, "read-only", "waiting for confirmation")

@@ -66,6 +66,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
+	"github.com/utpmesh/utpmesh/pkg/builtins"
 	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/inbox/inboxsvc"
@@ -77,7 +78,6 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/unrouted"
 	"github.com/utpmesh/utpmesh/pkg/worker"
-	"github.com/utpmesh/utpmesh/services/pmo"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -432,11 +432,11 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 		host, _ := os.Hostname()
 		wcfg.InstanceID = fmt.Sprintf("up-%s-%d", host, os.Getpid())
 	}
-	pdeps := pmo.Deps{NC: m.nc, Store: m.cards, Registry: m.reg, Holder: wcfg.InstanceID + "-pmo"}
+	pdeps := builtins.Deps{NC: m.nc, Store: m.cards, Registry: m.reg, Holder: wcfg.InstanceID + "-pmo"}
 	if m.auth != nil {
 		wcfg.Authorizer, pdeps.Mandates = m.auth.Gate, m.auth.Querier
 	}
-	tools := append(pmo.Tools(pdeps), cfg.Tools...)
+	tools := append(builtins.Tools(pdeps), cfg.Tools...)
 	if cfg.Services != nil {
 		// The services' context ends after the worker has drained (Stop
 		// runs the stoppers in reverse), not when the caller's ctx ends.

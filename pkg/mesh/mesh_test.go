@@ -14,10 +14,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/builtins"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/echo"
@@ -127,10 +129,14 @@ func TestStartValidates(t *testing.T) {
 }
 
 // TestAgentCallsBuiltin: a Go agent lists the project's tools through the
-// list_tools PMO built-in, end to end.
+// list_tools PMO built-in (package builtins, started by every mesh), end to
+// end; a tool's declared risk level and confirmation policy are shown as
+// registered (the mesh acts on neither).
 func TestAgentCallsBuiltin(t *testing.T) {
 	ctx := context.Background()
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quiet, Tools: []worker.Tool{echo.Tool()}})
+	parked := echo.Tool()
+	parked.Name, parked.Options = "parked", registry.Options{RiskLevel: registry.RiskHigh, Confirmation: registry.ConfirmWhenMultiple}
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quiet, Tools: []worker.Tool{echo.Tool(), parked}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,5 +154,23 @@ func TestAgentCallsBuiltin(t *testing.T) {
 	}
 	if out.Result.Status != card.StatusSuccess || !strings.Contains(string(out.Result.Result), `"name":"echo"`) {
 		t.Fatalf("list_tools = %s %s", out.Result.Status, out.Result.Result)
+	}
+	var list struct {
+		Tools []builtins.ToolInfo `json:"tools"`
+	}
+	if err := json.Unmarshal(out.Result.Result, &list); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]builtins.ToolInfo{}
+	for _, ti := range list.Tools {
+		got[ti.Name] = ti
+	}
+	if p := got["parked"]; p.RiskLevel != registry.RiskHigh || p.Confirmation != string(registry.ConfirmWhenMultiple) {
+		t.Errorf("list_tools shows parked as %+v, want risk_level HIGH, confirmation when_multiple", p)
+	}
+	for _, name := range []string{registry.BuiltinListTools, registry.BuiltinCancelToolCall, registry.BuiltinMandateQuery} {
+		if !got[name].Builtin {
+			t.Errorf("list_tools lacks built-in %s: %s", name, out.Result.Result)
+		}
 	}
 }

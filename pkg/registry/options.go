@@ -35,11 +35,17 @@ func (r RiskLevel) Valid() bool {
 	return r == "" || r == RiskLow || r == RiskMedium || r == RiskHigh
 }
 
-// Confirmation says when a human must confirm a call before it runs. The
-// empty value means "not stated" (the mesh's policy decides).
+// Confirmation is a tool's declared confirmation policy: when its calls
+// wait for a human's confirmation instead of running (the convention of
+// package confirm, docs/protocol.md §19). It is informative: the mesh
+// validates the value (Valid) and list_tools shows it, and nothing in the
+// mesh enforces it; a tool that implements the convention parks its own
+// calls by the policy it declares here (ATLAS does). The empty value means
+// "not declared".
 type Confirmation string
 
-// The confirmation policies.
+// The confirmation policies: no call waits, every call waits, or a call
+// waits when it acts on more than one object (the tool says what counts).
 const (
 	ConfirmNever        Confirmation = "never"
 	ConfirmAlways       Confirmation = "always"
@@ -73,7 +79,8 @@ type Options struct {
 	Envs map[string]string `json:"envs,omitempty"`
 	// RiskLevel is LOW, MEDIUM, HIGH or empty. JSON "risk_level".
 	RiskLevel RiskLevel `json:"risk_level,omitempty"`
-	// Confirmation is never, always, when_multiple or empty.
+	// Confirmation is the declared confirmation policy: never, always,
+	// when_multiple or empty; informative (see Confirmation).
 	// JSON "confirmation".
 	Confirmation Confirmation `json:"confirmation,omitempty"`
 	// CedarAction is the Cedar action checked before a call, shaped

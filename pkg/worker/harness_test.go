@@ -16,6 +16,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/internal/meshtest"
+	"github.com/utpmesh/utpmesh/pkg/builtins"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
@@ -23,7 +24,6 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/echo"
-	"github.com/utpmesh/utpmesh/services/pmo"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -110,7 +110,7 @@ func newHarnessWrapped(t *testing.T, cfg worker.Config, storeOpts []boltstore.Op
 	if len(tools) == 0 {
 		tools = []worker.Tool{echo.Tool()}
 	}
-	tools = append(tools, pmo.Tools(pmo.Deps{NC: nc, Store: st, Registry: reg, Holder: "pmo-test"})...)
+	tools = append(tools, builtins.Tools(builtins.Deps{NC: nc, Store: st, Registry: reg, Holder: "pmo-test"})...)
 	rt, err := worker.New(nc, cfg, tools...)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/confirm"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/atlas/calendar"
@@ -40,12 +41,21 @@ func start(t *testing.T, ctx context.Context, dir, st string, now func() time.Ti
 	return h, wf
 }
 
+// pending checks that v is a result parked for confirmation in the mesh's
+// convention (package confirm), with the seed's five keys and no more, and
+// that the convention's default resolvers are ATLAS_CONFIRM/ATLAS_CANCEL;
+// it returns the confirmation id.
 func pending(t *testing.T, v map[string]any) string {
 	t.Helper()
-	if v["status"] != receipts.StatusPendingConfirm || atlastest.Str(v, "confirmation_id") == "" || v["would"] == nil || v["expires_at"] == nil {
-		t.Fatalf("want PENDING_CONFIRM, got %v", v)
+	if v["status"] != receipts.StatusPendingConfirm || atlastest.Str(v, "confirmation_id") == "" || v["would"] == nil || v["expires_at"] == nil || len(v) != 5 {
+		t.Fatalf("want PENDING_CONFIRM with status, confirmation_id, tool_name, would, expires_at; got %v", v)
 	}
-	return atlastest.Str(v, "confirmation_id")
+	raw, _ := json.Marshal(v)
+	p, ok := confirm.Parse(raw)
+	if !ok || p.Resolver(true) != utility.ToolConfirm || p.Resolver(false) != utility.ToolCancel {
+		t.Fatalf("convention reads %s as %+v, %v; want resolvers %s/%s", raw, p, ok, utility.ToolConfirm, utility.ToolCancel)
+	}
+	return p.ConfirmationID
 }
 
 // TestATLAS runs the catalogue through a mesh on each state: the local

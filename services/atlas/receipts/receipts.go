@@ -10,18 +10,20 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/confirm"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/determ"
 )
 
 // CardType is the type of receipt cards.
 const CardType = "atlas.receipt"
 
-// The ATLAS statuses of a tool call (the seed's tool status lifecycle).
+// The ATLAS statuses of a tool call (the seed's tool status lifecycle):
+// those of the mesh's confirmation convention (package confirm).
 const (
-	StatusOK             = "OK"
-	StatusPendingConfirm = "PENDING_CONFIRM"
-	StatusSkipped        = "SKIPPED"
-	StatusFailed         = "FAILED"
+	StatusOK             = confirm.StatusOK
+	StatusPendingConfirm = confirm.StatusPending
+	StatusSkipped        = confirm.StatusSkipped
+	StatusFailed         = confirm.StatusFailed
 )
 
 // The kinds of Record.
@@ -82,30 +84,15 @@ type Error struct {
 }
 
 // PendingResult is the tool.result content.result of an ATLAS call that
-// waits for confirmation: status StatusPendingConfirm, the id that
-// ATLAS_CONFIRM / ATLAS_CANCEL take, what the call would do, and until when
-// (RFC 3339). docs/protocol.md §16.3.
-type PendingResult struct {
-	Status         string          `json:"status"`
-	ConfirmationID string          `json:"confirmation_id"`
-	ToolName       string          `json:"tool_name"`
-	Would          json.RawMessage `json:"would"`
-	ExpiresAt      string          `json:"expires_at"`
-}
+// waits for confirmation: the mesh's convention (confirm.Pending) with no
+// resolver tools named, so ATLAS_CONFIRM / ATLAS_CANCEL (the convention's
+// defaults) resolve it. docs/protocol.md §16.3, §19.
+type PendingResult = confirm.Pending
 
-// Transition records a pending call being resolved.
-type Transition struct {
-	ConfirmationID string `json:"confirmation_id"`
-	ToolCallID     string `json:"tool_call_id"`
-	ToolName       string `json:"tool_name"`
-	From           string `json:"from"`
-	To             string `json:"to"`
-	// ByToolCallID and ByAgentTurnID are the ATLAS_CONFIRM or ATLAS_CANCEL
-	// call that resolved it.
-	ByToolCallID  string `json:"by_tool_call_id"`
-	ByAgentTurnID string `json:"by_agent_turn_id"`
-	AtUTC         string `json:"at_utc"`
-}
+// Transition records a pending call being resolved: the convention's
+// resolution record (confirm.Resolution), carried under "transition" in a
+// Record of Kind KindTransition.
+type Transition = confirm.Resolution
 
 // Record is the content of one receipt card.
 type Record struct {

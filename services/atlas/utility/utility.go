@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/confirm"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas"
@@ -29,7 +30,10 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
 )
 
-// Tool names.
+// Tool names. ToolConfirm and ToolCancel are the confirmation
+// convention's default resolvers (confirm.DefaultConfirmTool,
+// confirm.DefaultCancelTool), which is why ATLAS's pending results name
+// none.
 const (
 	ToolLogEvent   = "LOG_EVENT"
 	ToolNotifyUser = "NOTIFY_USER"
@@ -184,14 +188,12 @@ func notifyList(x *kit.Exec) (kit.Outcome, error) {
 	return kit.Outcome{Result: map[string]any{"notifications": out, "total": total}}, nil
 }
 
-// ConfirmResult is the result of ATLAS_CONFIRM and ATLAS_CANCEL.
+// ConfirmResult is the result of ATLAS_CONFIRM and ATLAS_CANCEL: the
+// convention's answer (Status OK or SKIPPED; FAILED ends the call failed)
+// plus the executed action's undo step.
 type ConfirmResult struct {
-	// Status is OK or SKIPPED (FAILED ends the call failed).
-	Status         string          `json:"status"`
-	ConfirmationID string          `json:"confirmation_id"`
-	ToolName       string          `json:"tool_name"`
-	Result         json.RawMessage `json:"result,omitempty"`
-	Undo           *receipts.Undo  `json:"undo,omitempty"`
+	confirm.Answer
+	Undo *receipts.Undo `json:"undo,omitempty"`
 }
 
 func resolver(action string) func(ctx context.Context, x *kit.Exec) (kit.Outcome, error) {
@@ -218,6 +220,6 @@ func resolver(action string) func(ctx context.Context, x *kit.Exec) (kit.Outcome
 			return kit.Outcome{}, worker.FailDetail(e.Code, r.ToolName+" (confirmed by "+r.ConfirmationID+") failed: "+e.Message,
 				map[string]any{"status": receipts.StatusFailed, "confirmation_id": r.ConfirmationID, "tool_name": r.ToolName})
 		}
-		return kit.Outcome{Result: ConfirmResult{Status: r.Status, ConfirmationID: r.ConfirmationID, ToolName: r.ToolName, Result: r.Result, Undo: r.Undo}}, nil
+		return kit.Outcome{Result: ConfirmResult{Answer: confirm.Answer{Status: r.Status, ConfirmationID: r.ConfirmationID, ToolName: r.ToolName, Result: r.Result}, Undo: r.Undo}}, nil
 	}
 }

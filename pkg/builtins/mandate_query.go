@@ -1,4 +1,4 @@
-package pmo
+package builtins
 
 import (
 	"context"

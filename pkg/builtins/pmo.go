@@ -1,5 +1,6 @@
-// Package pmo holds the PMO built-in tools, served by the worker runtime on
-// cg.<ver>.<project>.<channel>.cmd.sys.pmo.internal.<tool>:
+// Package builtins holds the mesh's built-in tools (the PMO tools of
+// docs/protocol.md §10), which every mesh serves through its worker runtime
+// on cg.<ver>.<project>.<channel>.cmd.sys.pmo.internal.<tool>:
 //
 //   - list_tools: the calling project's registry (plus the built-ins), in the
 //     shape an LLM tool list needs.
@@ -8,9 +9,11 @@
 //   - mandate_query: the Windley Loop — which tools the caller's mandate
 //     permits in the current booking state (pkg/authz.Query).
 //
-// Their names are reserved in the registry; they are defined here, not
-// stored per project.
-package pmo
+// Their names are reserved in the registry (registry.BuiltinListTools, …);
+// they are defined here, not stored per project. They are part of the core,
+// not a catalogue: pkg/mesh starts them with every mesh, and a caller that
+// runs its own worker runtime (tests, a standalone worker) adds Tools.
+package builtins
 
 import (
 	"context"
