@@ -44,7 +44,7 @@
 //
 //  1. FindToolResult(project, turn, call) returns the tool.result card:
 //     the call is done (its status says how).
-//  2. Otherwise GetClaim(project, ToolCallKey(turn, call)): a claim that is
+//  2. Otherwise GetClaim(project, CallKey{turn, call}.String()): a claim that is
 //     not Expired means a worker is running the call now (Holder names the
 //     worker instance, ExpiresAt is when its lease lapses unless renewed).
 //     An Expired claim means the worker that had it stopped renewing (it

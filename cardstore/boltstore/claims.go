@@ -22,13 +22,13 @@ type claimRecord struct {
 	Tool string `json:"tool,omitempty"`
 }
 
-// releaseCallClaim replaces the claim on the call's cardstore.ToolCallKey,
+// releaseCallClaim replaces the claim on the call's cardstore.CallKey,
 // if there is one, by a tombstone. applyPut calls it for every new
 // tool.result card, so the worker's claim ends in the same transaction as
 // its result and no dead claim stays behind.
 func releaseCallClaim(b *buckets, project, turn, call string) error {
-	k := join(0, project, cardstore.ToolCallKey(turn, call))
-	rec, err := loadClaim(b, k, fmt.Sprintf("on key %q in project %s", cardstore.ToolCallKey(turn, call), project))
+	k := join(0, project, cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String())
+	rec, err := loadClaim(b, k, fmt.Sprintf("on key %q in project %s", cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String(), project))
 	if err != nil || rec == nil || rec.Released {
 		return err
 	}

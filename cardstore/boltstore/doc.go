@@ -137,7 +137,7 @@
 // rules to the claim.
 //
 // Putting a new tool.result card ends the claim on its call's
-// cardstore.ToolCallKey(agent_turn_id, tool_call_id), whoever holds it, in
+// cardstore.CallKey{AgentTurnID: agent_turn_id, ToolCallID: tool_call_id}.String(), whoever holds it, in
 // the same transaction: the claim is replaced by a tombstone that keeps the
 // last fencing token, so a later claim of the key (only a call whose key
 // collides, see below, or a manual one) gets a larger token and is no

@@ -17,7 +17,7 @@ import (
 // only from the tool that ran".
 
 // ClaimTool is Claim for a worker of tool: when the call's tool.call card
-// exists (the key is a cardstore.ToolCallKey) it must call tool, else the
+// exists (the key is a cardstore.CallKey) it must call tool, else the
 // claim fails with cardstore.ErrForbidden; the claim records tool, so only
 // a worker of the same tool may renew or release it, or write the call's
 // result under it (PutToolResult).
@@ -81,7 +81,7 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 		if err := s.checkCallTool(ctx, c.ProjectID, c.Metadata.AgentTurnID, c.ToolCallID, tool); err != nil {
 			return err
 		}
-		key := cardstore.ToolCallKey(c.Metadata.AgentTurnID, c.ToolCallID)
+		key := cardstore.CallKey{AgentTurnID: c.Metadata.AgentTurnID, ToolCallID: c.ToolCallID}.String()
 		fences = append(fences, fence{pc: i, key: join(0, c.ProjectID, key), name: fmt.Sprintf("%q in project %s", key, c.ProjectID)})
 	}
 	return s.write(ctx, size, func(b *buckets) error {
@@ -112,14 +112,11 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 }
 
 // checkCallTool fails with ErrForbidden when the call's tool.call card
-// exists and calls another tool than tool, for every call the call's
-// claim key could name (ids may hold '/': turn "t/x" with call "y" shares
-// its key, and so its claim, with turn "t" and call "x/y"). Cards are
-// immutable, so a read outside the write is enough.
+// exists and calls another tool than tool. Cards are immutable, so a read
+// outside the write is enough.
 func (s *Store) checkCallTool(ctx context.Context, projectID, turn, call, tool string) error {
-	return cardstore.CheckKeyCallsTool(cardstore.ToolCallKey(turn, call), projectID, tool, func(turn, call string) (*card.Card, error) {
-		return s.FindToolCall(ctx, projectID, turn, call)
-	})
+	c, err := s.FindToolCall(ctx, projectID, turn, call)
+	return cardstore.CheckCallCardTool(c, err, projectID, turn, call, tool)
 }
 
 // FindToolCall returns the tool.call card of (agent_turn_id, tool_call_id)

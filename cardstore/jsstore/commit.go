@@ -381,7 +381,7 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 			p.msgs = append(p.msgs, expect(record(sub, []byte(pc.id)), 0))
 			// The result ends its call's claim, whoever holds it. (Ids
 			// with "/" can make two calls one key: one tombstone.)
-			if cs := s.lay.claim(pc.project, cardstore.ToolCallKey(pc.turn, pc.call)); !claims[cs] {
+			if cs := s.lay.claim(pc.project, cardstore.CallKey{AgentTurnID: pc.turn, ToolCallID: pc.call}.String()); !claims[cs] {
 				claims[cs] = true
 				claimOrder = append(claimOrder, cs)
 			}
@@ -500,7 +500,7 @@ func (s *Store) checkFence(ctx context.Context, r *putReq, results map[string][]
 		if _, ok := results[s.lay.result(pc.project, pc.turn, pc.call)]; ok {
 			continue // answered already: Put's rules decide
 		}
-		key := cardstore.ToolCallKey(pc.turn, pc.call)
+		key := cardstore.CallKey{AgentTurnID: pc.turn, ToolCallID: pc.call}.String()
 		name := fmt.Sprintf("%q in project %s", key, pc.project)
 		cs := s.lay.claim(pc.project, key)
 		cr, ok := read[cs]

@@ -17,7 +17,7 @@ import (
 // "Results only from the tool that ran". StartCallTool is in startcall.go.
 
 // ClaimTool is Claim for a worker of tool: when the call's tool.call card
-// exists (the key is a cardstore.ToolCallKey) it must call tool, else the
+// exists (the key is a cardstore.CallKey) it must call tool, else the
 // claim fails with cardstore.ErrForbidden; the claim records tool, so only
 // a worker of the same tool may renew or release it, or write the call's
 // result under it (PutToolResult).
@@ -86,14 +86,11 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 }
 
 // checkCallTool fails with ErrForbidden when the call's tool.call card
-// exists and calls another tool than tool, for every call the call's
-// claim key could name (ids may hold '/': turn "t/x" with call "y" shares
-// its key, and so its claim, with turn "t" and call "x/y"). Cards are
-// immutable, so a read outside the write is enough.
+// exists and calls another tool than tool. Cards are immutable, so a read
+// outside the write is enough.
 func (s *Store) checkCallTool(ctx context.Context, projectID, turn, call, tool string) error {
-	return cardstore.CheckKeyCallsTool(cardstore.ToolCallKey(turn, call), projectID, tool, func(turn, call string) (*card.Card, error) {
-		return s.findToolCall(ctx, projectID, turn, call)
-	})
+	c, err := s.findToolCall(ctx, projectID, turn, call)
+	return cardstore.CheckCallCardTool(c, err, projectID, turn, call, tool)
 }
 
 // FindToolCall returns the tool.call card of (agent_turn_id, tool_call_id)
