@@ -78,9 +78,13 @@ func CheckBoxCards(cardIDs []string) error {
 	return nil
 }
 
-// CheckGetMany validates the ids of a GetMany (at most MaxBatch, each a
-// card id) and returns them in request order with duplicates removed.
-func CheckGetMany(cardIDs []string) ([]string, error) {
+// CheckGetMany validates the arguments of a GetMany (the project; at most
+// MaxBatch ids, each a card id) and returns the ids in request order with
+// duplicates removed.
+func CheckGetMany(projectID string, cardIDs []string) ([]string, error) {
+	if err := CheckProject(projectID); err != nil {
+		return nil, err
+	}
 	if len(cardIDs) > MaxBatch {
 		return nil, fmt.Errorf("%w: get of %d cards exceeds the batch limit of %d", ErrTooLarge, len(cardIDs), MaxBatch)
 	}

@@ -81,13 +81,13 @@ func (s *Store) preparePut(cards []*card.Card) ([]putCard, error) {
 			if err := checkKeyPart("metadata.agent_turn_id", t); err != nil {
 				return nil, fmt.Errorf("card %s: %w", c.CardID, err)
 			}
-			pc.turn, pc.typ, pc.agent, pc.createdAt = t, c.Type, c.Metadata.AgentID, c.CreatedAt.UTC()
+			pc.Turn, pc.Type, pc.AgentID, pc.CreatedAt = t, c.Type, c.Metadata.AgentID, c.CreatedAt.UTC()
 		}
 		if c.Type == card.TypeToolResult {
 			if err := checkKeyPart("tool_call_id", c.ToolCallID); err != nil {
 				return nil, fmt.Errorf("card %s: %w", c.CardID, err)
 			}
-			pc.call = c.ToolCallID
+			pc.Call = c.ToolCallID
 		}
 		data, err := card.Encode(c)
 		if err != nil {
@@ -96,20 +96,20 @@ func (s *Store) preparePut(cards []*card.Card) ([]putCard, error) {
 		if len(data) > s.cfg.MaxCardBytes {
 			return nil, fmt.Errorf("%w: card %s is %d bytes encoded, more than the limit of %d", cardstore.ErrTooLarge, c.CardID, len(data), s.cfg.MaxCardBytes)
 		}
-		pc.data = data
-		if j, ok := byID[pc.id]; ok {
-			if !bytes.Equal(pcs[j].data, data) {
+		pc.Data = data
+		if j, ok := byID[pc.ID]; ok {
+			if !bytes.Equal(pcs[j].Data, data) {
 				return nil, fmt.Errorf("%w: card %s appears twice in one put with different bytes", cardstore.ErrConflict, c.CardID)
 			}
-			pc.dup = true
+			pc.Dup = true
 		} else {
-			byID[pc.id] = i
+			byID[pc.ID] = i
 		}
-		if pc.call != "" {
-			k := [2]string{pc.turn, pc.call}
-			if j, ok := results[k]; ok && pcs[j].id != pc.id {
+		if pc.Call != "" {
+			k := [2]string{pc.Turn, pc.Call}
+			if j, ok := results[k]; ok && pcs[j].ID != pc.ID {
 				return nil, fmt.Errorf("%w: cards %s and %s of one put are both the tool.result of agent_turn_id %q, tool_call_id %q in project %s",
-					cardstore.ErrResultExists, pcs[j].id, pc.id, pc.turn, pc.call, c.ProjectID)
+					cardstore.ErrResultExists, pcs[j].ID, pc.ID, pc.Turn, pc.Call, c.ProjectID)
 			}
 			results[k] = i
 		}
@@ -167,10 +167,7 @@ func (s *Store) GetMany(ctx context.Context, projectID string, cardIDs []string)
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(projectID); err != nil {
-		return nil, err
-	}
-	ids, err := cardstore.CheckGetMany(cardIDs)
+	ids, err := cardstore.CheckGetMany(projectID, cardIDs)
 	if err != nil {
 		return nil, err
 	}

@@ -26,18 +26,18 @@ type turnRecord struct {
 // the turn's agent.
 func (r *turnRecord) add(pc *putCard) (agentSet bool) {
 	if r.Cards == 0 {
-		r.FirstAt = pc.createdAt
+		r.FirstAt = pc.CreatedAt
 	}
 	r.Cards++
-	r.LastAt = pc.createdAt
-	switch pc.typ {
+	r.LastAt = pc.CreatedAt
+	switch pc.Type {
 	case card.TypeToolCall:
 		r.ToolCalls++
 	case card.TypeToolResult:
 		r.ToolResults++
 	}
-	if r.AgentID == "" && pc.agent != "" {
-		r.AgentID = pc.agent
+	if r.AgentID == "" && pc.AgentID != "" {
+		r.AgentID = pc.AgentID
 		return true
 	}
 	return false
