@@ -357,7 +357,7 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 				}
 			}
 			tu.touched = true
-			if tu.rec.add(pc) {
+			if tu.rec.Add(pc.Type, pc.AgentID, pc.CreatedAt) {
 				al := s.lay.agentList(pc.ProjectID, pc.AgentID)
 				if agentTurns[al] == nil {
 					agents = append(agents, al)
@@ -379,9 +379,9 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 			sub := s.lay.result(pc.ProjectID, pc.Turn, pc.Call)
 			results[sub] = []byte(pc.ID)
 			p.msgs = append(p.msgs, expect(record(sub, []byte(pc.ID)), 0))
-			// The result ends its call's claim, whoever holds it. (Ids
-			// with "/" can make two calls one key: one tombstone.)
-			if cs := s.lay.claim(pc.ProjectID, cardstore.CallKey{AgentTurnID: pc.Turn, ToolCallID: pc.Call}.String()); !claims[cs] {
+			// The result ends its call's claim, whoever holds it (once:
+			// the group may hold the call's result twice, identical).
+			if cs := s.lay.claim(pc.ProjectID, pc.Key().String()); !claims[cs] {
 				claims[cs] = true
 				claimOrder = append(claimOrder, cs)
 			}
@@ -500,8 +500,7 @@ func (s *Store) checkFence(ctx context.Context, r *putReq, results map[string][]
 		if _, ok := results[s.lay.result(pc.ProjectID, pc.Turn, pc.Call)]; ok {
 			continue // answered already: Put's rules decide
 		}
-		key := cardstore.CallKey{AgentTurnID: pc.Turn, ToolCallID: pc.Call}.String()
-		name := fmt.Sprintf("%q in project %s", key, pc.ProjectID)
+		key := pc.Key().String()
 		cs := s.lay.claim(pc.ProjectID, key)
 		cr, ok := read[cs]
 		if !ok {
@@ -511,22 +510,12 @@ func (s *Store) checkFence(ctx context.Context, r *putReq, results map[string][]
 			}
 			read[cs] = cr
 		}
-		rec := cr.rec
+		rec := cr.rec.base()
 		if ended[cs] {
 			rec = nil // an earlier Put of the group ends it
 		}
-		switch {
-		case f.holder == "":
-			return fmt.Errorf("%w: no claim given for the call %s: a worker writes a result only under the call's claim, naming its holder and fencing token",
-				cardstore.ErrForbidden, name)
-		case rec == nil || rec.Released:
-			return fmt.Errorf("%w: the call %s has no claim: a worker writes a result only under the call's claim (claim it on svc.cardstore.claim.%s first)",
-				cardstore.ErrForbidden, name, f.tool)
-		case rec.Tool != f.tool:
-			return fmt.Errorf("%w: the call %s is claimed for tool %q, not %q", cardstore.ErrForbidden, name, rec.Tool, f.tool)
-		case rec.Holder != f.holder || rec.Token != f.token:
-			return fmt.Errorf("%w: the result was written under the claim of %s with token %d, but the call %s is now held by %s with token %d",
-				cardstore.ErrClaimLost, f.holder, f.token, name, rec.Holder, rec.Token)
+		if err := cardstore.CheckResultFence(rec, pc.ProjectID, pc.Key(), f.tool, f.holder, f.token); err != nil {
+			return err
 		}
 	}
 	return nil

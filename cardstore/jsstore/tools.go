@@ -2,7 +2,6 @@ package jsstore
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -35,10 +34,7 @@ func (s *Store) ReleaseTool(ctx context.Context, projectID, key, holder, tool st
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	if err := checkClaimArgs(projectID, key); err != nil {
-		return err
-	}
-	if err := checkClaimString("holder", holder); err != nil {
+	if err := cardstore.CheckRelease(projectID, key, holder); err != nil {
 		return err
 	}
 	leave, err := s.enter()
@@ -103,10 +99,10 @@ func (s *Store) FindToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(projectID); err != nil {
+	if err := cardstore.CheckProject(projectID); err != nil {
 		return nil, err
 	}
-	if err := checkKeyPart("agent_turn_id", agentTurnID); err != nil {
+	if err := cardstore.CheckKeyPart("agent_turn_id", agentTurnID); err != nil {
 		return nil, err
 	}
 	leave, err := s.enter()
@@ -135,5 +131,5 @@ func (s *Store) findToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 		}
 		req.After = page.Next
 	}
-	return nil, fmt.Errorf("%w: no tool.call card for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, agentTurnID, toolCallID, projectID)
+	return nil, cardstore.CallNotFound(projectID, agentTurnID, toolCallID)
 }
