@@ -63,6 +63,24 @@
 //
 // GetClaim only reads: it never creates, renews or takes over a claim.
 //
+// # Call keys
+//
+// A tool call's claim key is CallKey{AgentTurnID, ToolCallID}.String():
+// "toolcall/<agent_turn_id>/<tool_call_id>" with '%' and '/' in the
+// agent_turn_id written "%25" and "%2F" (ids without them are written
+// as they are). ParseCallKey reads one back; every key names at most one
+// call, so the tool-scoped checks (CheckKeyCallsTool) read one call.
+//
+// # The rules every backend shares
+//
+// Backends (boltstore, jsstore) keep only the storing. What a request
+// may ask and how it is decided lives here, once: the argument checks
+// (validate.go, Check*), Put's per-card rules (PreparePut), the claim
+// decisions on a key's ClaimRecord (NextClaim, CheckReleasable, ClaimOf,
+// CheckResultFence), the box rules (CheckCreateBox, NewBox, AppendToBox)
+// and the turn summary (TurnSummary, PageLimit). storetest checks that
+// every backend applies them alike.
+//
 // # Listing turns
 //
 // ListTurns pages through a project's turns newest first, by the store

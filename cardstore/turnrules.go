@@ -19,6 +19,15 @@ func CheckGet(projectID, cardID string) error {
 	return CheckCardID("card_id", cardID)
 }
 
+// CheckTurn validates the project and agent_turn_id of a read of one
+// turn (FindToolCall).
+func CheckTurn(projectID, agentTurnID string) error {
+	if err := CheckProject(projectID); err != nil {
+		return err
+	}
+	return CheckKeyPart("agent_turn_id", agentTurnID)
+}
+
 // CardNotFound is the ErrNotFound error of a card the project does not
 // have.
 func CardNotFound(projectID, cardID string) error {
@@ -51,10 +60,7 @@ func PageLimit(limit int) (int, error) {
 
 // CheckListTurn validates a ListTurnRequest and returns its page limit.
 func CheckListTurn(req ListTurnRequest) (int, error) {
-	if err := CheckProject(req.ProjectID); err != nil {
-		return 0, err
-	}
-	if err := CheckKeyPart("agent_turn_id", req.AgentTurnID); err != nil {
+	if err := CheckTurn(req.ProjectID, req.AgentTurnID); err != nil {
 		return 0, err
 	}
 	return PageLimit(req.Limit)

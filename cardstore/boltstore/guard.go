@@ -119,10 +119,7 @@ func (s *Store) FindToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := cardstore.CheckProject(projectID); err != nil {
-		return nil, err
-	}
-	if err := cardstore.CheckKeyPart("agent_turn_id", agentTurnID); err != nil {
+	if err := cardstore.CheckTurn(projectID, agentTurnID); err != nil {
 		return nil, err
 	}
 	prefix := turnPrefix(projectID, agentTurnID)
