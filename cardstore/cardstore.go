@@ -70,7 +70,7 @@ type Store interface {
 	// same (project, agent_turn_id, tool_call_id) fails with ErrResultExists.
 	// All cards of one Put belong to one project; mixing projects is
 	// ErrInvalid (a remote Put is scoped by its subject's project).
-	// Storing a new tool.result ends the claim on its call's ToolCallKey,
+	// Storing a new tool.result ends the claim on its call's CallKey,
 	// whoever holds it, in the same write; the key's next claim gets a
 	// larger token than the ended one (see ClaimRequest).
 	Put(ctx context.Context, cards ...*card.Card) error
@@ -114,7 +114,7 @@ type Store interface {
 	// StartCall is how a worker begins a call, in one request: when the
 	// call (ProjectID, AgentTurnID, ToolCallID) has a tool.result card it
 	// returns it in Result and takes no claim; otherwise it takes the
-	// call's claim (ToolCallKey) under ClaimRequest's rules — renewal,
+	// call's claim (CallKey) under ClaimRequest's rules — renewal,
 	// take-over, ErrClaimHeld — and returns it with the card named
 	// ToolCallCardID (CallCard; nil when the project has no such card, or
 	// ToolCallCardID is empty). The result check and the claim are atomic:
@@ -131,7 +131,7 @@ type Store interface {
 // else its claim and its tool.call card.
 type StartCallRequest struct {
 	// ProjectID, AgentTurnID and ToolCallID name the call; the claim is
-	// taken on ToolCallKey(AgentTurnID, ToolCallID).
+	// taken on CallKey{AgentTurnID, ToolCallID}.String().
 	ProjectID   string `json:"project_id"`
 	AgentTurnID string `json:"agent_turn_id"`
 	ToolCallID  string `json:"tool_call_id"`
@@ -243,8 +243,9 @@ type ListTurnsResult struct {
 type ClaimRequest struct {
 	// ProjectID scopes the key.
 	ProjectID string `json:"project_id"`
-	// Key names what is claimed. The worker uses
-	// "toolcall/<agent_turn_id>/<tool_call_id>" (see ToolCallKey).
+	// Key names what is claimed. A tool call's key is its CallKey's
+	// String, "toolcall/<agent_turn_id>/<tool_call_id>" with '/' and '%'
+	// escaped in the agent_turn_id.
 	Key string `json:"key"`
 	// Holder identifies the claimant (a worker instance id).
 	Holder string `json:"holder"`
@@ -304,12 +305,6 @@ const (
 	MinLease = 100 * time.Millisecond
 	MaxLease = 24 * time.Hour
 )
-
-// ToolCallKey is the claim key the worker runtime uses for exactly-once
-// execution of (agent_turn_id, tool_call_id).
-func ToolCallKey(agentTurnID, toolCallID string) string {
-	return "toolcall/" + agentTurnID + "/" + toolCallID
-}
 
 // AllTurn reads every card of a turn by following ListTurn pages.
 func AllTurn(ctx context.Context, s Store, projectID, agentTurnID string) ([]*card.Card, error) {

@@ -44,7 +44,7 @@
 //
 //  1. FindToolResult(project, turn, call) returns the tool.result card:
 //     the call is done (its status says how).
-//  2. Otherwise GetClaim(project, ToolCallKey(turn, call)): a claim that is
+//  2. Otherwise GetClaim(project, CallKey{turn, call}.String()): a claim that is
 //     not Expired means a worker is running the call now (Holder names the
 //     worker instance, ExpiresAt is when its lease lapses unless renewed).
 //     An Expired claim means the worker that had it stopped renewing (it
@@ -62,6 +62,24 @@
 // result); Holder tells them apart.
 //
 // GetClaim only reads: it never creates, renews or takes over a claim.
+//
+// # Call keys
+//
+// A tool call's claim key is CallKey{AgentTurnID, ToolCallID}.String():
+// "toolcall/<agent_turn_id>/<tool_call_id>" with '%' and '/' in the
+// agent_turn_id written "%25" and "%2F" (ids without them are written
+// as they are). ParseCallKey reads one back; every key names at most one
+// call, so the tool-scoped checks (CheckKeyCallsTool) read one call.
+//
+// # The rules every backend shares
+//
+// Backends (boltstore, jsstore) keep only the storing. What a request
+// may ask and how it is decided lives here, once: the argument checks
+// (validate.go, Check*), Put's per-card rules (PreparePut), the claim
+// decisions on a key's ClaimRecord (NextClaim, CheckReleasable, ClaimOf,
+// CheckResultFence), the box rules (CheckCreateBox, NewBox, AppendToBox)
+// and the turn summary (TurnSummary, PageLimit). storetest checks that
+// every backend applies them alike.
 //
 // # Listing turns
 //

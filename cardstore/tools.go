@@ -3,7 +3,6 @@ package cardstore
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -51,28 +50,14 @@ func CheckCallCardTool(c *card.Card, err error, projectID, turn, call, tool stri
 	return nil
 }
 
-// CheckKeyCallsTool applies CheckCallCardTool to every call key could be
-// the ToolCallKey of, looking each call's tool.call card up with find: ids
-// may hold '/', so a key has one reading per '/' after "toolcall/" (the
-// readings whose agent_turn_id is not a valid id are skipped). A key that
-// is not a tool call's passes.
+// CheckKeyCallsTool applies CheckCallCardTool to the call key names
+// (ParseCallKey), looking its tool.call card up with find. A key that
+// names no call passes.
 func CheckKeyCallsTool(key, projectID, tool string, find func(turn, call string) (*card.Card, error)) error {
-	rest, ok := strings.CutPrefix(key, "toolcall/")
+	k, ok := ParseCallKey(key)
 	if !ok {
 		return nil
 	}
-	for i := strings.IndexByte(rest, '/'); i > 0 && i < len(rest)-1; {
-		if turn, call := rest[:i], rest[i+1:]; CheckKeyPart("agent_turn_id", turn) == nil {
-			c, err := find(turn, call)
-			if err := CheckCallCardTool(c, err, projectID, turn, call, tool); err != nil {
-				return err
-			}
-		}
-		j := strings.IndexByte(rest[i+1:], '/')
-		if j < 0 {
-			break
-		}
-		i += j + 1
-	}
-	return nil
+	c, err := find(k.AgentTurnID, k.ToolCallID)
+	return CheckCallCardTool(c, err, projectID, k.AgentTurnID, k.ToolCallID, tool)
 }

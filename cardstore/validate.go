@@ -78,9 +78,13 @@ func CheckBoxCards(cardIDs []string) error {
 	return nil
 }
 
-// CheckGetMany validates the ids of a GetMany (at most MaxBatch, each a
-// card id) and returns them in request order with duplicates removed.
-func CheckGetMany(cardIDs []string) ([]string, error) {
+// CheckGetMany validates the arguments of a GetMany (the project; at most
+// MaxBatch ids, each a card id) and returns the ids in request order with
+// duplicates removed.
+func CheckGetMany(projectID string, cardIDs []string) ([]string, error) {
+	if err := CheckProject(projectID); err != nil {
+		return nil, err
+	}
 	if len(cardIDs) > MaxBatch {
 		return nil, fmt.Errorf("%w: get of %d cards exceeds the batch limit of %d", ErrTooLarge, len(cardIDs), MaxBatch)
 	}
@@ -124,7 +128,7 @@ func CheckAppendBox(projectID, boxID string, cardIDs []string) error {
 
 // CheckStartCall validates a StartCallRequest: the call, the card id when
 // one is given, the holder, the lease, and the length of the call's claim
-// key (ToolCallKey).
+// key (CallKey).
 func CheckStartCall(req StartCallRequest) error {
 	if err := CheckCall(req.ProjectID, req.AgentTurnID, req.ToolCallID); err != nil {
 		return err
@@ -140,7 +144,7 @@ func CheckStartCall(req StartCallRequest) error {
 	if err := CheckLease(req.Lease); err != nil {
 		return err
 	}
-	if k := ToolCallKey(req.AgentTurnID, req.ToolCallID); len(k) > MaxKeyLen {
+	if k := (CallKey{req.AgentTurnID, req.ToolCallID}).String(); len(k) > MaxKeyLen {
 		return Invalid("the claim key %q of agent_turn_id and tool_call_id is %d bytes, longer than %d: use shorter ids", k[:32]+"…", len(k), MaxKeyLen)
 	}
 	return nil

@@ -9,14 +9,11 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 )
 
-// checkBoxCards is cardstore's rule for a box operation's ids.
-var checkBoxCards = cardstore.CheckBoxCards
-
 // cardsExist checks that every id names a card of the project.
 func cardsExist(b *buckets, projectID string, cardIDs []string) error {
 	for i, id := range cardIDs {
 		if b.cards.Get(cardKey(projectID, id)) == nil {
-			return fmt.Errorf("%w: card %s (card_ids[%d]) in project %s", cardstore.ErrNotFound, id, i, projectID)
+			return cardstore.CardMissing(projectID, id, i)
 		}
 	}
 	return nil
@@ -31,31 +28,21 @@ func (s *Store) CreateBox(ctx context.Context, projectID, boxID string, cardIDs 
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(projectID); err != nil {
+	boxID, err := cardstore.CheckCreateBox(projectID, boxID, cardIDs)
+	if err != nil {
 		return nil, err
 	}
-	if boxID == "" {
-		boxID = card.NewID()
-	}
-	if err := card.ValidateBoxID(boxID); err != nil {
-		return nil, fmt.Errorf("%w: %w", cardstore.ErrInvalid, err)
-	}
-	if err := checkBoxCards(cardIDs); err != nil {
-		return nil, err
-	}
-	ids := append(make([]string, 0, len(cardIDs)), cardIDs...)
 	key := join(0, projectID, boxID)
 	var out *card.Box
-	err := s.write(ctx, boxSize(ids), func(b *buckets) error {
+	err = s.write(ctx, boxSize(cardIDs), func(b *buckets) error {
 		out = nil
 		if b.boxes.Get(key) != nil {
-			return fmt.Errorf("%w: box %s already exists in project %s", cardstore.ErrConflict, boxID, projectID)
+			return cardstore.BoxExists(projectID, boxID)
 		}
-		if err := cardsExist(b, projectID, ids); err != nil {
+		if err := cardsExist(b, projectID, cardIDs); err != nil {
 			return err
 		}
-		now := s.cfg.clock().UTC()
-		box := &card.Box{BoxID: boxID, ProjectID: projectID, CardIDs: ids, CreatedAt: now, UpdatedAt: now}
+		box := cardstore.NewBox(projectID, boxID, cardIDs, s.cfg.clock())
 		data, err := json.Marshal(box)
 		if err != nil {
 			return fmt.Errorf("boltstore: encode box %s: %w", boxID, err)
@@ -69,7 +56,7 @@ func (s *Store) CreateBox(ctx context.Context, projectID, boxID string, cardIDs 
 	if err != nil {
 		return nil, err
 	}
-	return cloneBox(out), nil
+	return cardstore.CloneBox(out), nil
 }
 
 // AppendBox appends existing cards to an existing box; see
@@ -91,21 +78,18 @@ func (s *Store) AppendBox(ctx context.Context, projectID, boxID string, cardIDs 
 		out = nil
 		data := b.boxes.Get(key)
 		if data == nil {
-			return fmt.Errorf("%w: box %s in project %s", cardstore.ErrNotFound, boxID, projectID)
+			return cardstore.BoxNotFound(projectID, boxID)
 		}
 		var box card.Box
 		if err := json.Unmarshal(data, &box); err != nil {
 			return fmt.Errorf("boltstore: stored box %s in project %s is corrupt: %w", boxID, projectID, err)
 		}
-		if n := len(box.CardIDs) + len(ids); n > cardstore.MaxBoxCards {
-			return fmt.Errorf("%w: box %s in project %s holds %d cards; appending %d would make %d, more than %d",
-				cardstore.ErrTooLarge, boxID, projectID, len(box.CardIDs), len(ids), n, cardstore.MaxBoxCards)
+		if err := cardstore.AppendToBox(&box, ids, s.cfg.clock()); err != nil {
+			return err
 		}
 		if err := cardsExist(b, projectID, ids); err != nil {
 			return err
 		}
-		box.CardIDs = append(box.CardIDs, ids...)
-		box.UpdatedAt = s.cfg.clock().UTC()
 		newData, err := json.Marshal(&box)
 		if err != nil {
 			return fmt.Errorf("boltstore: encode box %s: %w", boxID, err)
@@ -119,7 +103,7 @@ func (s *Store) AppendBox(ctx context.Context, projectID, boxID string, cardIDs 
 	if err != nil {
 		return nil, err
 	}
-	return cloneBox(out), nil
+	return cardstore.CloneBox(out), nil
 }
 
 // GetBox returns a box of the project, or an error wrapping
@@ -128,17 +112,14 @@ func (s *Store) GetBox(ctx context.Context, projectID, boxID string) (*card.Box,
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(projectID); err != nil {
+	if err := cardstore.CheckGetBox(projectID, boxID); err != nil {
 		return nil, err
-	}
-	if err := card.ValidateBoxID(boxID); err != nil {
-		return nil, fmt.Errorf("%w: %w", cardstore.ErrInvalid, err)
 	}
 	var box card.Box
 	err := s.view(func(b *buckets) error {
 		data := b.boxes.Get(join(0, projectID, boxID))
 		if data == nil {
-			return fmt.Errorf("%w: box %s in project %s", cardstore.ErrNotFound, boxID, projectID)
+			return cardstore.BoxNotFound(projectID, boxID)
 		}
 		if err := json.Unmarshal(data, &box); err != nil {
 			return fmt.Errorf("boltstore: stored box %s in project %s is corrupt: %w", boxID, projectID, err)
@@ -152,11 +133,4 @@ func (s *Store) GetBox(ctx context.Context, projectID, boxID string) (*card.Box,
 		box.CardIDs = []string{}
 	}
 	return &box, nil
-}
-
-// cloneBox copies a box so the caller owns its card id slice.
-func cloneBox(b *card.Box) *card.Box {
-	c := *b
-	c.CardIDs = append(make([]string, 0, len(b.CardIDs)), b.CardIDs...)
-	return &c
 }

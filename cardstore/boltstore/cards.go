@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -13,20 +12,13 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 )
 
-// putCard is one card of a Put, validated and encoded before it reaches the
-// committer.
+// putCard is one card of a Put, validated and encoded
+// (cardstore.PreparePut) before it reaches the committer, with its keys.
 type putCard struct {
-	id, project string
-	key         []byte // cards bucket key
-	data        []byte // canonical encoding
-	dup         bool   // an identical card appears earlier in the same Put
-	turn        string // metadata.agent_turn_id, or ""
-	call        string // tool_call_id of a tool.result, for messages
-	turnPrefix  []byte // turns index prefix, nil without a turn
-	resultKey   []byte // results index key, nil unless a tool.result
-	// For the turn summary (only with a turn).
-	typ, agent string
-	createdAt  time.Time
+	cardstore.PutCard
+	key        []byte // cards bucket key
+	turnPrefix []byte // turns index prefix, nil without a turn
+	resultKey  []byte // results index key, nil unless a tool.result
 }
 
 // Put stores cards atomically; see cardstore.Store. All cards of one Put
@@ -42,8 +34,8 @@ func (s *Store) Put(ctx context.Context, cards ...*card.Card) error {
 	if s.closing.Load() {
 		return cardstore.ErrClosed
 	}
-	if len(cards) > cardstore.MaxBatch {
-		return fmt.Errorf("%w: put of %d cards exceeds the batch limit of %d", cardstore.ErrTooLarge, len(cards), cardstore.MaxBatch)
+	if err := cardstore.CheckPutBatch(len(cards)); err != nil {
+		return err
 	}
 	if len(cards) == 0 {
 		return nil
@@ -56,59 +48,22 @@ func (s *Store) Put(ctx context.Context, cards ...*card.Card) error {
 }
 
 // preparePut validates and encodes the cards of a Put and checks them
-// against each other.
+// against each other (cardstore.PreparePut), and adds their keys.
 func (s *Store) preparePut(cards []*card.Card) ([]putCard, int, error) {
-	pcs := make([]putCard, len(cards))
-	byKey := make(map[string]int, len(cards))
-	results := make(map[string]int)
-	size := 0
-	for i, c := range cards {
-		if err := c.Validate(); err != nil {
-			return nil, 0, fmt.Errorf("%w: card %d of %d: %w", cardstore.ErrInvalid, i+1, len(cards), err)
+	prepared, size, err := cardstore.PreparePut(cards, s.cfg.maxCardBytes)
+	if err != nil {
+		return nil, 0, err
+	}
+	pcs := make([]putCard, len(prepared))
+	for i, p := range prepared {
+		pc := &pcs[i]
+		pc.PutCard, pc.key = p, cardKey(p.ProjectID, p.ID)
+		if p.Turn != "" {
+			pc.turnPrefix = turnPrefix(p.ProjectID, p.Turn)
 		}
-		if c.ProjectID != cards[0].ProjectID {
-			return nil, 0, invalid("cards[%d] belongs to project %q and cards[0] to %q: one Put holds one project's cards", i, c.ProjectID, cards[0].ProjectID)
+		if p.Call != "" {
+			pc.resultKey = resultKey(p.ProjectID, p.Turn, p.Call)
 		}
-		pc := putCard{id: c.CardID, project: c.ProjectID, key: cardKey(c.ProjectID, c.CardID)}
-		if t := c.Metadata.AgentTurnID; t != "" {
-			if err := checkKeyPart("metadata.agent_turn_id", t); err != nil {
-				return nil, 0, fmt.Errorf("card %s: %w", c.CardID, err)
-			}
-			pc.turn, pc.turnPrefix = t, turnPrefix(c.ProjectID, t)
-			pc.typ, pc.agent, pc.createdAt = c.Type, c.Metadata.AgentID, c.CreatedAt.UTC()
-		}
-		if c.Type == card.TypeToolResult {
-			if err := checkKeyPart("tool_call_id", c.ToolCallID); err != nil {
-				return nil, 0, fmt.Errorf("card %s: %w", c.CardID, err)
-			}
-			pc.call = c.ToolCallID
-			pc.resultKey = resultKey(c.ProjectID, c.Metadata.AgentTurnID, c.ToolCallID)
-		}
-		data, err := card.Encode(c)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%w: card %s: %w", cardstore.ErrInvalid, c.CardID, err)
-		}
-		if len(data) > s.cfg.maxCardBytes {
-			return nil, 0, fmt.Errorf("%w: card %s is %d bytes encoded, more than the limit of %d", cardstore.ErrTooLarge, c.CardID, len(data), s.cfg.maxCardBytes)
-		}
-		pc.data = data
-		if j, ok := byKey[string(pc.key)]; ok {
-			if !bytes.Equal(pcs[j].data, data) {
-				return nil, 0, fmt.Errorf("%w: card %s appears twice in one put with different bytes", cardstore.ErrConflict, c.CardID)
-			}
-			pc.dup = true
-		} else {
-			byKey[string(pc.key)] = i
-		}
-		if pc.resultKey != nil {
-			if j, ok := results[string(pc.resultKey)]; ok && pcs[j].id != pc.id {
-				return nil, 0, fmt.Errorf("%w: cards %s and %s of one put are both the tool.result of agent_turn_id %q, tool_call_id %q in project %s",
-					cardstore.ErrResultExists, pcs[j].id, pc.id, c.Metadata.AgentTurnID, c.ToolCallID, c.ProjectID)
-			}
-			results[string(pc.resultKey)] = i
-		}
-		pcs[i] = pc
-		size += len(data)
 	}
 	return pcs, size, nil
 }
@@ -119,21 +74,21 @@ func applyPut(b *buckets, pcs []putCard) error {
 	skip := make([]bool, len(pcs))
 	for i := range pcs {
 		pc := &pcs[i]
-		if pc.dup {
+		if pc.Dup {
 			skip[i] = true
 			continue
 		}
 		if old := b.cards.Get(pc.key); old != nil {
-			if !bytes.Equal(old, pc.data) {
-				return fmt.Errorf("%w: card %s already exists in project %s with other bytes (cards are immutable)", cardstore.ErrConflict, pc.id, pc.project)
+			if !bytes.Equal(old, pc.Data) {
+				return fmt.Errorf("%w: card %s already exists in project %s with other bytes (cards are immutable)", cardstore.ErrConflict, pc.ID, pc.ProjectID)
 			}
 			skip[i] = true // idempotent repeat: no new index entries either
 			continue
 		}
 		if pc.resultKey != nil {
-			if old := b.results.Get(pc.resultKey); old != nil && string(old) != pc.id {
+			if old := b.results.Get(pc.resultKey); old != nil && string(old) != pc.ID {
 				return fmt.Errorf("%w: agent_turn_id %q, tool_call_id %q in project %s already has result card %s; card %s refused",
-					cardstore.ErrResultExists, pc.turn, pc.call, pc.project, old, pc.id)
+					cardstore.ErrResultExists, pc.Turn, pc.Call, pc.ProjectID, old, pc.ID)
 			}
 		}
 	}
@@ -146,25 +101,25 @@ func applyPut(b *buckets, pcs []putCard) error {
 			continue
 		}
 		pc := &pcs[i]
-		if err := b.cards.Put(pc.key, pc.data); err != nil {
-			return dirty(fmt.Errorf("boltstore: write card %s: %w", pc.id, err))
+		if err := b.cards.Put(pc.key, pc.Data); err != nil {
+			return dirty(fmt.Errorf("boltstore: write card %s: %w", pc.ID, err))
 		}
 		if pc.turnPrefix != nil {
 			seq, err := b.turns.NextSequence()
 			if err != nil {
-				return dirty(fmt.Errorf("boltstore: index card %s: %w", pc.id, err))
+				return dirty(fmt.Errorf("boltstore: index card %s: %w", pc.ID, err))
 			}
-			if err := b.turns.Put(turnKey(pc.turnPrefix, seq), []byte(pc.id)); err != nil {
-				return dirty(fmt.Errorf("boltstore: index card %s: %w", pc.id, err))
+			if err := b.turns.Put(turnKey(pc.turnPrefix, seq), []byte(pc.ID)); err != nil {
+				return dirty(fmt.Errorf("boltstore: index card %s: %w", pc.ID, err))
 			}
 			turns.add(pc, seq)
 		}
 		if pc.resultKey != nil {
-			if err := b.results.Put(pc.resultKey, []byte(pc.id)); err != nil {
-				return dirty(fmt.Errorf("boltstore: index result card %s: %w", pc.id, err))
+			if err := b.results.Put(pc.resultKey, []byte(pc.ID)); err != nil {
+				return dirty(fmt.Errorf("boltstore: index result card %s: %w", pc.ID, err))
 			}
-			if err := releaseCallClaim(b, pc.project, pc.turn, pc.call); err != nil {
-				return dirty(fmt.Errorf("boltstore: release the claim of result card %s: %w", pc.id, err))
+			if err := releaseCallClaim(b, pc.ProjectID, pc.Turn, pc.Call); err != nil {
+				return dirty(fmt.Errorf("boltstore: release the claim of result card %s: %w", pc.ID, err))
 			}
 		}
 	}
@@ -255,16 +210,13 @@ func (s *Store) get(ctx context.Context, projectID, cardID string, found func(da
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	if err := checkProject(projectID); err != nil {
-		return err
-	}
-	if err := checkCardID("card_id", cardID); err != nil {
+	if err := cardstore.CheckGet(projectID, cardID); err != nil {
 		return err
 	}
 	return s.view(func(b *buckets) error {
 		data := b.cards.Get(cardKey(projectID, cardID))
 		if data == nil {
-			return fmt.Errorf("%w: card %s in project %s", cardstore.ErrNotFound, cardID, projectID)
+			return cardstore.CardNotFound(projectID, cardID)
 		}
 		return found(data)
 	})
@@ -277,10 +229,7 @@ func (s *Store) GetMany(ctx context.Context, projectID string, cardIDs []string)
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(projectID); err != nil {
-		return nil, err
-	}
-	ids, err := cardstore.CheckGetMany(cardIDs)
+	ids, err := cardstore.CheckGetMany(projectID, cardIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -357,22 +306,13 @@ func (s *Store) listTurn(ctx context.Context, req cardstore.ListTurnRequest, vis
 	if err := checkCtx(ctx); err != nil {
 		return 0, err
 	}
-	if err := checkProject(req.ProjectID); err != nil {
+	limit, err := cardstore.CheckListTurn(req)
+	if err != nil {
 		return 0, err
-	}
-	if err := checkKeyPart("agent_turn_id", req.AgentTurnID); err != nil {
-		return 0, err
-	}
-	limit := req.Limit
-	switch {
-	case limit < 0:
-		return 0, invalid("limit %d is negative", limit)
-	case limit == 0 || limit > cardstore.MaxPage:
-		limit = cardstore.MaxPage
 	}
 	var next uint64
 	prefix := turnPrefix(req.ProjectID, req.AgentTurnID)
-	err := s.view(func(b *buckets) error {
+	err = s.view(func(b *buckets) error {
 		cards := newCardLookup(b, req.ProjectID)
 		cur := b.turns.Cursor()
 		start := turnKey(prefix, req.After)
@@ -422,7 +362,7 @@ func (s *Store) FindToolResult(ctx context.Context, projectID, agentTurnID, tool
 		var err error
 		c, err = findResult(b, projectID, agentTurnID, toolCallID)
 		if err == nil && c == nil {
-			err = fmt.Errorf("%w: no tool.result for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, agentTurnID, toolCallID, projectID)
+			err = cardstore.ResultNotFound(projectID, agentTurnID, toolCallID)
 		}
 		return err
 	})

@@ -4,31 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 )
 
-// claimRecord is a claim as stored in the claims bucket. A released
-// record (a tombstone) is no claim; it keeps the last fencing token so
-// that the next claim of the key gets a larger one.
-type claimRecord struct {
-	Holder    string    `json:"holder,omitempty"`
-	Token     uint64    `json:"token"`
-	ExpiresAt time.Time `json:"expires_at,omitzero"`
-	Released  bool      `json:"released,omitempty"`
-	// Tool is the tool token (subjects.ToolToken) of a claim taken with
-	// ClaimTool; "" for a claim taken with Claim (the mesh core).
-	Tool string `json:"tool,omitempty"`
-}
+// claimRecord is a claim as stored in the claims bucket (JSON).
+type claimRecord = cardstore.ClaimRecord
 
-// releaseCallClaim replaces the claim on the call's cardstore.ToolCallKey,
+// releaseCallClaim replaces the claim on the call's cardstore.CallKey,
 // if there is one, by a tombstone. applyPut calls it for every new
 // tool.result card, so the worker's claim ends in the same transaction as
 // its result and no dead claim stays behind.
 func releaseCallClaim(b *buckets, project, turn, call string) error {
-	k := join(0, project, cardstore.ToolCallKey(turn, call))
-	rec, err := loadClaim(b, k, fmt.Sprintf("on key %q in project %s", cardstore.ToolCallKey(turn, call), project))
+	key := cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String()
+	k := join(0, project, key)
+	rec, err := loadClaim(b, k, cardstore.ClaimName(project, key))
 	if err != nil || rec == nil || rec.Released {
 		return err
 	}
@@ -66,16 +56,7 @@ func (s *Store) claim(ctx context.Context, req cardstore.ClaimRequest, tool stri
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(req.ProjectID); err != nil {
-		return nil, err
-	}
-	if err := checkClaimString("key", req.Key); err != nil {
-		return nil, err
-	}
-	if err := checkClaimString("holder", req.Holder); err != nil {
-		return nil, err
-	}
-	if err := cardstore.CheckLease(req.Lease); err != nil {
+	if err := cardstore.CheckClaim(req); err != nil {
 		return nil, err
 	}
 	key := join(0, req.ProjectID, req.Key)
@@ -95,28 +76,16 @@ func (s *Store) claim(ctx context.Context, req cardstore.ClaimRequest, tool stri
 // key) for tool within a write transaction, by the rules of
 // cardstore.ClaimRequest, judging expiry by the store clock now.
 func (s *Store) applyClaim(b *buckets, key []byte, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error) {
-	name := fmt.Sprintf("on key %q in project %s", req.Key, req.ProjectID)
+	name := cardstore.ClaimName(req.ProjectID, req.Key)
 	rec, err := loadClaim(b, key, name)
 	if err != nil {
 		return nil, err
 	}
-	now := s.cfg.clock().UTC()
-	c := &cardstore.Claim{ProjectID: req.ProjectID, Key: req.Key, Holder: req.Holder, ExpiresAt: now.Add(req.Lease)}
-	switch {
-	case rec == nil:
-		c.Token = 1
-	case rec.Released:
-		c.Token = rec.Token + 1 // fencing tokens never go back
-	case rec.Holder == req.Holder && rec.Tool != tool:
-		return nil, fmt.Errorf("%w: the claim %s of holder %s was taken for tool %q, not %q", cardstore.ErrForbidden, name, req.Holder, rec.Tool, tool)
-	case rec.Holder == req.Holder:
-		c.Token = rec.Token // renewal (even of a lapsed lease nobody took)
-	case now.Before(rec.ExpiresAt):
-		return nil, fmt.Errorf("%w: key %q in project %s", &cardstore.ClaimHeldError{Holder: rec.Holder, ExpiresAt: rec.ExpiresAt}, req.Key, req.ProjectID)
-	default:
-		c.Token, c.TakenOver, c.PreviousHolder = rec.Token+1, true, rec.Holder
+	c, err := cardstore.NextClaim(rec, req, tool, s.cfg.clock().UTC())
+	if err != nil {
+		return nil, err
 	}
-	data, err := json.Marshal(&claimRecord{Holder: c.Holder, Token: c.Token, ExpiresAt: c.ExpiresAt, Tool: tool})
+	data, err := json.Marshal(cardstore.RecordOf(c, tool))
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: encode claim %s: %w", name, err)
 	}
@@ -138,30 +107,18 @@ func (s *Store) release(ctx context.Context, projectID, key, holder, tool string
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	if err := checkProject(projectID); err != nil {
-		return err
-	}
-	if err := checkClaimString("key", key); err != nil {
-		return err
-	}
-	if err := checkClaimString("holder", holder); err != nil {
+	if err := cardstore.CheckRelease(projectID, key, holder); err != nil {
 		return err
 	}
 	k := join(0, projectID, key)
-	name := fmt.Sprintf("on key %q in project %s", key, projectID)
+	name := cardstore.ClaimName(projectID, key)
 	return s.write(ctx, 64+len(k), func(b *buckets) error {
 		rec, err := loadClaim(b, k, name)
 		if err != nil {
 			return err
 		}
-		if rec == nil || rec.Released {
-			return fmt.Errorf("%w: %s has no claim %s", cardstore.ErrClaimLost, holder, name)
-		}
-		if checkTool && rec.Tool != tool {
-			return fmt.Errorf("%w: the claim %s was taken for tool %q, not %q", cardstore.ErrForbidden, name, rec.Tool, tool)
-		}
-		if rec.Holder != holder {
-			return fmt.Errorf("%w: the claim %s belongs to %s, not %s", cardstore.ErrClaimLost, name, rec.Holder, holder)
+		if err := cardstore.CheckReleasable(rec, projectID, key, holder, tool, checkTool); err != nil {
+			return err
 		}
 		if err := b.claims.Delete(k); err != nil {
 			return dirty(fmt.Errorf("boltstore: delete claim %s: %w", name, err))
@@ -178,14 +135,11 @@ func (s *Store) GetClaim(ctx context.Context, projectID, key string) (*cardstore
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(projectID); err != nil {
-		return nil, err
-	}
-	if err := checkClaimString("key", key); err != nil {
+	if err := cardstore.CheckClaimKey(projectID, key); err != nil {
 		return nil, err
 	}
 	k := join(0, projectID, key)
-	name := fmt.Sprintf("on key %q in project %s", key, projectID)
+	name := cardstore.ClaimName(projectID, key)
 	var rec *claimRecord
 	err := s.view(func(b *buckets) error {
 		var err error
@@ -195,12 +149,5 @@ func (s *Store) GetClaim(ctx context.Context, projectID, key string) (*cardstore
 	if err != nil {
 		return nil, err
 	}
-	if rec == nil || rec.Released {
-		return nil, fmt.Errorf("%w: no claim %s", cardstore.ErrNotFound, name)
-	}
-	now := s.cfg.clock().UTC()
-	return &cardstore.Claim{
-		ProjectID: projectID, Key: key, Holder: rec.Holder, Token: rec.Token,
-		ExpiresAt: rec.ExpiresAt, Expired: !now.Before(rec.ExpiresAt),
-	}, nil
+	return cardstore.ClaimOf(rec, projectID, key, s.cfg.clock().UTC())
 }

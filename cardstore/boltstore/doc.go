@@ -137,22 +137,19 @@
 // rules to the claim.
 //
 // Putting a new tool.result card ends the claim on its call's
-// cardstore.ToolCallKey(agent_turn_id, tool_call_id), whoever holds it, in
-// the same transaction: the claim is replaced by a tombstone that keeps the
-// last fencing token, so a later claim of the key (only a call whose key
-// collides, see below, or a manual one) gets a larger token and is no
+// cardstore.CallKey, whoever holds it, in the same transaction: the claim
+// is replaced by a tombstone that keeps the last fencing token, so a
+// later claim of the key (a manual one) gets a larger token and is no
 // take-over. The worker needs no separate release write, and dead claims
 // do not pile up. A tombstone is no claim: GetClaim says ErrNotFound and
 // Release ErrClaimLost. A live worker whose claim was ended this way (it
 // lost a race to another worker's result) finds the result when it puts
 // its own (ErrResultExists) and re-reports it.
 //
-// The claim key joins the ids with "/", which is ambiguous when an id
-// holds "/" (turn "a/b" + call "c" and turn "a" + call "b/c"). The key is
-// kept for foreign workers, which build it (docs/protocol.md): such calls
-// share a claim, so run at the same moment the second waits out the
-// first's lease (and then takes it over, counting one take-over); it
-// never gets the other's result, which is indexed by the exact pair.
+// Every call has its own claim key (cardstore.CallKey escapes '/' and
+// '%' in the agent_turn_id), so calls whose ids join alike with "/" never
+// share a claim. The rules (claims, boxes, Put's checks, turn summaries)
+// are cardstore's; this package stores.
 //
 // # Caveats
 //

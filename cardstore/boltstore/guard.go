@@ -17,12 +17,12 @@ import (
 // only from the tool that ran".
 
 // ClaimTool is Claim for a worker of tool: when the call's tool.call card
-// exists (the key is a cardstore.ToolCallKey) it must call tool, else the
+// exists (the key is a cardstore.CallKey) it must call tool, else the
 // claim fails with cardstore.ErrForbidden; the claim records tool, so only
 // a worker of the same tool may renew or release it, or write the call's
 // result under it (PutToolResult).
 func (s *Store) ClaimTool(ctx context.Context, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error) {
-	if err := checkProject(req.ProjectID); err != nil {
+	if err := cardstore.CheckProject(req.ProjectID); err != nil {
 		return nil, err
 	}
 	if err := cardstore.CheckKeyCallsTool(req.Key, req.ProjectID, tool, func(turn, call string) (*card.Card, error) {
@@ -58,17 +58,16 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 	if len(cards) == 0 {
 		return nil
 	}
-	if len(cards) > cardstore.MaxBatch {
-		return fmt.Errorf("%w: put of %d cards exceeds the batch limit of %d", cardstore.ErrTooLarge, len(cards), cardstore.MaxBatch)
+	if err := cardstore.CheckPutBatch(len(cards)); err != nil {
+		return err
 	}
 	pcs, size, err := s.preparePut(cards)
 	if err != nil {
 		return err
 	}
 	type fence struct {
-		pc   int    // index in pcs
-		key  []byte // claims bucket key
-		name string // for messages
+		pc  int    // index in pcs
+		key []byte // claims bucket key
 	}
 	var fences []fence
 	for i, c := range cards {
@@ -81,30 +80,20 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 		if err := s.checkCallTool(ctx, c.ProjectID, c.Metadata.AgentTurnID, c.ToolCallID, tool); err != nil {
 			return err
 		}
-		key := cardstore.ToolCallKey(c.Metadata.AgentTurnID, c.ToolCallID)
-		fences = append(fences, fence{pc: i, key: join(0, c.ProjectID, key), name: fmt.Sprintf("%q in project %s", key, c.ProjectID)})
+		fences = append(fences, fence{pc: i, key: join(0, c.ProjectID, pcs[i].Key().String())})
 	}
 	return s.write(ctx, size, func(b *buckets) error {
 		for _, f := range fences {
-			if b.results.Get(pcs[f.pc].resultKey) != nil {
+			pc := &pcs[f.pc]
+			if b.results.Get(pc.resultKey) != nil {
 				continue // answered already: applyPut decides (no-op or ErrResultExists)
 			}
-			rec, err := loadClaim(b, f.key, f.name)
+			rec, err := loadClaim(b, f.key, cardstore.ClaimName(pc.ProjectID, pc.Key().String()))
 			if err != nil {
 				return err
 			}
-			switch {
-			case holder == "":
-				return fmt.Errorf("%w: no claim given for the call %s: a worker writes a result only under the call's claim, naming its holder and fencing token",
-					cardstore.ErrForbidden, f.name)
-			case rec == nil || rec.Released:
-				return fmt.Errorf("%w: the call %s has no claim: a worker writes a result only under the call's claim (claim it on svc.cardstore.claim.%s first)",
-					cardstore.ErrForbidden, f.name, tool)
-			case rec.Tool != tool:
-				return fmt.Errorf("%w: the call %s is claimed for tool %q, not %q", cardstore.ErrForbidden, f.name, rec.Tool, tool)
-			case rec.Holder != holder || rec.Token != token:
-				return fmt.Errorf("%w: the result was written under the claim of %s with token %d, but the call %s is now held by %s with token %d",
-					cardstore.ErrClaimLost, holder, token, f.name, rec.Holder, rec.Token)
+			if err := cardstore.CheckResultFence(rec, pc.ProjectID, pc.Key(), tool, holder, token); err != nil {
+				return err
 			}
 		}
 		return applyPut(b, pcs)
@@ -112,14 +101,11 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 }
 
 // checkCallTool fails with ErrForbidden when the call's tool.call card
-// exists and calls another tool than tool, for every call the call's
-// claim key could name (ids may hold '/': turn "t/x" with call "y" shares
-// its key, and so its claim, with turn "t" and call "x/y"). Cards are
-// immutable, so a read outside the write is enough.
+// exists and calls another tool than tool. Cards are immutable, so a read
+// outside the write is enough.
 func (s *Store) checkCallTool(ctx context.Context, projectID, turn, call, tool string) error {
-	return cardstore.CheckKeyCallsTool(cardstore.ToolCallKey(turn, call), projectID, tool, func(turn, call string) (*card.Card, error) {
-		return s.FindToolCall(ctx, projectID, turn, call)
-	})
+	c, err := s.FindToolCall(ctx, projectID, turn, call)
+	return cardstore.CheckCallCardTool(c, err, projectID, turn, call, tool)
 }
 
 // FindToolCall returns the tool.call card of (agent_turn_id, tool_call_id)
@@ -133,10 +119,7 @@ func (s *Store) FindToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(projectID); err != nil {
-		return nil, err
-	}
-	if err := checkKeyPart("agent_turn_id", agentTurnID); err != nil {
+	if err := cardstore.CheckTurn(projectID, agentTurnID); err != nil {
 		return nil, err
 	}
 	prefix := turnPrefix(projectID, agentTurnID)
@@ -178,7 +161,7 @@ func (s *Store) FindToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 		return nil, err
 	}
 	if found == nil {
-		return nil, fmt.Errorf("%w: no tool.call card for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, agentTurnID, toolCallID, projectID)
+		return nil, cardstore.CallNotFound(projectID, agentTurnID, toolCallID)
 	}
 	return found, nil
 }

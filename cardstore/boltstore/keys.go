@@ -1,10 +1,6 @@
 package boltstore
 
-import (
-	"encoding/binary"
-
-	"github.com/utpmesh/utpmesh/cardstore"
-)
+import "encoding/binary"
 
 // sep separates the parts of a key. project ids cannot contain it
 // (card.ValidateName), and the store refuses agent_turn_id and
@@ -49,12 +45,3 @@ func turnKey(prefix []byte, seq uint64) []byte {
 func resultKey(projectID, turnID, toolCallID string) []byte {
 	return join(0, projectID, turnID, toolCallID)
 }
-
-// The argument rules are cardstore's, shared by every store.
-var (
-	invalid          = cardstore.Invalid
-	checkProject     = cardstore.CheckProject
-	checkCardID      = cardstore.CheckCardID
-	checkKeyPart     = cardstore.CheckKeyPart
-	checkClaimString = cardstore.CheckClaimString
-)

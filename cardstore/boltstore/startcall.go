@@ -59,7 +59,7 @@ func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, t
 			return nil, err
 		}
 	}
-	creq := cardstore.ClaimRequest{ProjectID: req.ProjectID, Key: cardstore.ToolCallKey(req.AgentTurnID, req.ToolCallID), Holder: req.Holder, Lease: req.Lease}
+	creq := cardstore.ClaimRequest{ProjectID: req.ProjectID, Key: cardstore.CallKey{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID}.String(), Holder: req.Holder, Lease: req.Lease}
 	key := join(0, req.ProjectID, creq.Key)
 	rk := resultKey(req.ProjectID, req.AgentTurnID, req.ToolCallID)
 	answered := false

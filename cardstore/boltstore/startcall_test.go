@@ -65,7 +65,7 @@ func TestStartCallTool(t *testing.T) {
 	if err != nil || res.Claim == nil || res.Claim.Token != 1 || res.CallCard == nil || res.CallCard.CardID != call.CardID {
 		t.Fatalf("weather.get starting its call = %+v, %v; want the claim and the card", res, err)
 	}
-	key := cardstore.ToolCallKey("turn", "c1")
+	key := cardstore.CallKey{AgentTurnID: "turn", ToolCallID: "c1"}.String()
 	if _, err := s.ClaimTool(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: key, Holder: "w1", Lease: time.Minute}, "echo"); !errors.Is(err, cardstore.ErrForbidden) {
 		t.Fatalf("renewal for another tool = %v, want ErrForbidden", err)
 	}

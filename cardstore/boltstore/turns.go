@@ -12,7 +12,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/utpmesh/utpmesh/cardstore"
-	"github.com/utpmesh/utpmesh/pkg/card"
 )
 
 // turnRecord is a turn's summary as stored in the turninfo bucket. Put
@@ -20,13 +19,8 @@ import (
 type turnRecord struct {
 	// FirstSeq is the write sequence of the turn's first card: the key of
 	// its turnlist (and agentturns) entry.
-	FirstSeq    uint64    `json:"first_seq"`
-	AgentID     string    `json:"agent_id,omitempty"`
-	FirstAt     time.Time `json:"first_at"`
-	LastAt      time.Time `json:"last_at"`
-	Cards       int       `json:"cards"`
-	ToolCalls   int       `json:"tool_calls"`
-	ToolResults int       `json:"tool_results"`
+	FirstSeq uint64 `json:"first_seq"`
+	cardstore.TurnSummary
 }
 
 // add counts one more card of the turn, written with sequence seq. It
@@ -34,29 +28,9 @@ type turnRecord struct {
 // agentturns entry must be written).
 func (r *turnRecord) add(seq uint64, typ, agentID string, createdAt time.Time) (agentSet bool) {
 	if r.Cards == 0 {
-		r.FirstSeq, r.FirstAt = seq, createdAt
+		r.FirstSeq = seq
 	}
-	r.Cards++
-	r.LastAt = createdAt
-	switch typ {
-	case card.TypeToolCall:
-		r.ToolCalls++
-	case card.TypeToolResult:
-		r.ToolResults++
-	}
-	if r.AgentID == "" && agentID != "" {
-		r.AgentID = agentID
-		return true
-	}
-	return false
-}
-
-// info converts the record to the public summary.
-func (r *turnRecord) info(turnID string) cardstore.TurnInfo {
-	return cardstore.TurnInfo{
-		AgentTurnID: turnID, AgentID: r.AgentID, FirstAt: r.FirstAt, LastAt: r.LastAt,
-		Cards: r.Cards, ToolCalls: r.ToolCalls, ToolResults: r.ToolResults,
-	}
+	return r.Add(typ, agentID, createdAt)
 }
 
 // turnInfoKey is the key of a turn's record in the turninfo bucket.
@@ -110,7 +84,7 @@ func (u *turnUpdates) load(b *buckets, pcs []putCard, skip []bool) error {
 		if skip[i] || pc.turnPrefix == nil {
 			continue
 		}
-		key := turnInfoKey(pc.project, pc.turn)
+		key := turnInfoKey(pc.ProjectID, pc.Turn)
 		if u.byKey[string(key)] != nil {
 			continue
 		}
@@ -118,7 +92,7 @@ func (u *turnUpdates) load(b *buckets, pcs []putCard, skip []bool) error {
 		if err != nil {
 			return err
 		}
-		tu := &turnUpdate{project: pc.project, turn: pc.turn, key: key, newTurn: rec == nil}
+		tu := &turnUpdate{project: pc.ProjectID, turn: pc.Turn, key: key, newTurn: rec == nil}
 		if rec != nil {
 			tu.rec = *rec
 		}
@@ -133,8 +107,8 @@ func (u *turnUpdates) load(b *buckets, pcs []putCard, skip []bool) error {
 
 // add counts a card written with sequence seq.
 func (u *turnUpdates) add(pc *putCard, seq uint64) {
-	tu := u.byKey[string(turnInfoKey(pc.project, pc.turn))]
-	if tu.rec.add(seq, pc.typ, pc.agent, pc.createdAt) {
+	tu := u.byKey[string(turnInfoKey(pc.ProjectID, pc.Turn))]
+	if tu.rec.add(seq, pc.Type, pc.AgentID, pc.CreatedAt) {
 		tu.agentSet = true
 	}
 }
@@ -182,20 +156,9 @@ func (s *Store) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(req.ProjectID); err != nil {
+	limit, err := cardstore.CheckListTurns(req)
+	if err != nil {
 		return nil, err
-	}
-	if req.AgentID != "" {
-		if err := checkKeyPart("agent_id", req.AgentID); err != nil {
-			return nil, err
-		}
-	}
-	limit := req.Limit
-	switch {
-	case limit < 0:
-		return nil, invalid("limit %d is negative", limit)
-	case limit == 0 || limit > cardstore.MaxPage:
-		limit = cardstore.MaxPage
 	}
 	prefix := turnListPrefix(req.ProjectID)
 	if req.AgentID != "" {
@@ -208,7 +171,7 @@ func (s *Store) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (
 	res := &cardstore.ListTurnsResult{Turns: []cardstore.TurnInfo{}}
 	var turns []string
 	var raw [][]byte
-	err := s.view(func(b *buckets) error {
+	err = s.view(func(b *buckets) error {
 		list := b.turnList
 		if req.AgentID != "" {
 			list = b.agentTurns
@@ -250,7 +213,7 @@ func (s *Store) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (
 		if err := json.Unmarshal(data, &r); err != nil {
 			return nil, fmt.Errorf("boltstore: stored record of turn %q in project %s is corrupt: %w", turns[i], req.ProjectID, err)
 		}
-		res.Turns = append(res.Turns, r.info(turns[i]))
+		res.Turns = append(res.Turns, r.Info(turns[i]))
 	}
 	return res, nil
 }

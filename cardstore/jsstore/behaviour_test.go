@@ -267,7 +267,7 @@ func TestRestart(t *testing.T) {
 	const p = "proj-restart"
 	call := storetest.ToolCallCard(p, "turn-1", "call-1")
 	res := storetest.ToolResultCard(p, "turn-1", "call-1", card.StatusSuccess)
-	key := cardstore.ToolCallKey("turn-1", "call-1")
+	key := cardstore.CallKey{AgentTurnID: "turn-1", ToolCallID: "call-1"}.String()
 	var first *cardstore.Claim
 
 	func() {
@@ -414,7 +414,7 @@ func TestStreamAnswersLate(t *testing.T) {
 	if err := <-recreated; err != nil {
 		t.Fatal(err)
 	}
-	claim, err := s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: cardstore.ToolCallKey("turn-1", "call-1"), Holder: "w1", Lease: time.Minute})
+	claim, err := s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: cardstore.CallKey{AgentTurnID: "turn-1", ToolCallID: "call-1"}.String(), Holder: "w1", Lease: time.Minute})
 	if err != nil || claim.Token != 1 {
 		t.Fatalf("claim after the stream came back = %+v, %v", claim, err)
 	}

@@ -12,9 +12,6 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 )
 
-// checkBoxCards is cardstore's rule for a box operation's ids.
-var checkBoxCards = cardstore.CheckBoxCards
-
 // cardsExist checks that every id names a card of the project. Cards are
 // immutable, so a card that exists now exists when the box is written.
 func (s *Store) cardsExist(ctx context.Context, projectID string, cardIDs []string) error {
@@ -33,7 +30,7 @@ func (s *Store) cardsExist(ctx context.Context, projectID string, cardIDs []stri
 	}
 	for i, m := range stored {
 		if m == nil {
-			return fmt.Errorf("%w: card %s (card_ids[%d]) in project %s", cardstore.ErrNotFound, ids[i], first[ids[i]], projectID)
+			return cardstore.CardMissing(projectID, ids[i], first[ids[i]])
 		}
 	}
 	return nil
@@ -72,16 +69,8 @@ func (s *Store) CreateBox(ctx context.Context, projectID, boxID string, cardIDs 
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(projectID); err != nil {
-		return nil, err
-	}
-	if boxID == "" {
-		boxID = card.NewID()
-	}
-	if err := card.ValidateBoxID(boxID); err != nil {
-		return nil, fmt.Errorf("%w: %w", cardstore.ErrInvalid, err)
-	}
-	if err := checkBoxCards(cardIDs); err != nil {
+	boxID, err := cardstore.CheckCreateBox(projectID, boxID, cardIDs)
+	if err != nil {
 		return nil, err
 	}
 	leave, err := s.enter()
@@ -89,19 +78,17 @@ func (s *Store) CreateBox(ctx context.Context, projectID, boxID string, cardIDs 
 		return nil, err
 	}
 	defer leave()
-	ids := append(make([]string, 0, len(cardIDs)), cardIDs...)
-	if err := s.cardsExist(ctx, projectID, ids); err != nil {
+	if err := s.cardsExist(ctx, projectID, cardIDs); err != nil {
 		return nil, err
 	}
-	now := s.cfg.Clock().UTC()
-	box := &card.Box{BoxID: boxID, ProjectID: projectID, CardIDs: ids, CreatedAt: now, UpdatedAt: now}
+	box := cardstore.NewBox(projectID, boxID, cardIDs, s.cfg.Clock())
 	if err := s.writeBox(ctx, box, 0); err != nil {
 		if errors.Is(err, errCAS) {
-			return nil, fmt.Errorf("%w: box %s already exists in project %s", cardstore.ErrConflict, boxID, projectID)
+			return nil, cardstore.BoxExists(projectID, boxID)
 		}
 		return nil, err
 	}
-	return cloneBox(box), nil
+	return cardstore.CloneBox(box), nil
 }
 
 // AppendBox appends existing cards to an existing box; see
@@ -125,21 +112,18 @@ func (s *Store) AppendBox(ctx context.Context, projectID, boxID string, cardIDs 
 			return err
 		}
 		if box == nil {
-			return fmt.Errorf("%w: box %s in project %s", cardstore.ErrNotFound, boxID, projectID)
+			return cardstore.BoxNotFound(projectID, boxID)
 		}
 		if len(cardIDs) == 0 {
 			out = box
 			return nil
 		}
-		if n := len(box.CardIDs) + len(cardIDs); n > cardstore.MaxBoxCards {
-			return fmt.Errorf("%w: box %s in project %s holds %d cards; appending %d would make %d, more than %d",
-				cardstore.ErrTooLarge, boxID, projectID, len(box.CardIDs), len(cardIDs), n, cardstore.MaxBoxCards)
+		if err := cardstore.AppendToBox(box, cardIDs, s.cfg.Clock()); err != nil {
+			return err
 		}
 		if err := s.cardsExist(ctx, projectID, cardIDs); err != nil {
 			return err
 		}
-		box.CardIDs = append(box.CardIDs, cardIDs...)
-		box.UpdatedAt = s.cfg.Clock().UTC()
 		if err := s.writeBox(ctx, box, m.seq); err != nil {
 			return err
 		}
@@ -149,7 +133,7 @@ func (s *Store) AppendBox(ctx context.Context, projectID, boxID string, cardIDs 
 	if err != nil {
 		return nil, err
 	}
-	return cloneBox(out), nil
+	return cardstore.CloneBox(out), nil
 }
 
 // GetBox returns a box of the project, or an error wrapping
@@ -158,11 +142,8 @@ func (s *Store) GetBox(ctx context.Context, projectID, boxID string) (*card.Box,
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(projectID); err != nil {
+	if err := cardstore.CheckGetBox(projectID, boxID); err != nil {
 		return nil, err
-	}
-	if err := card.ValidateBoxID(boxID); err != nil {
-		return nil, fmt.Errorf("%w: %w", cardstore.ErrInvalid, err)
 	}
 	leave, err := s.enter()
 	if err != nil {
@@ -174,14 +155,7 @@ func (s *Store) GetBox(ctx context.Context, projectID, boxID string) (*card.Box,
 		return nil, err
 	}
 	if box == nil {
-		return nil, fmt.Errorf("%w: box %s in project %s", cardstore.ErrNotFound, boxID, projectID)
+		return nil, cardstore.BoxNotFound(projectID, boxID)
 	}
 	return box, nil
-}
-
-// cloneBox copies a box so the caller owns its card id slice.
-func cloneBox(b *card.Box) *card.Box {
-	c := *b
-	c.CardIDs = append(make([]string, 0, len(b.CardIDs)), b.CardIDs...)
-	return &c
 }

@@ -1,26 +1,17 @@
 package jsstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 )
 
-// putCard is one card of a Put, validated and encoded before any read.
-type putCard struct {
-	id, project string
-	data        []byte // canonical encoding
-	dup         bool   // an identical card appears earlier in the same Put
-	turn        string // metadata.agent_turn_id, or ""
-	call        string // tool_call_id of a tool.result, else ""
-	typ, agent  string
-	createdAt   time.Time
-}
+// putCard is one card of a Put, validated and encoded
+// (cardstore.PreparePut) before any read.
+type putCard = cardstore.PutCard
 
 // Put stores cards atomically; see cardstore.Store. All cards of one Put
 // belong to one project. The Put is one atomic batch: the new cards, their
@@ -42,13 +33,13 @@ func (s *Store) put(ctx context.Context, cards []*card.Card, check func() error,
 		return err
 	}
 	defer leave()
-	if len(cards) > cardstore.MaxBatch {
-		return fmt.Errorf("%w: put of %d cards exceeds the batch limit of %d", cardstore.ErrTooLarge, len(cards), cardstore.MaxBatch)
+	if err := cardstore.CheckPutBatch(len(cards)); err != nil {
+		return err
 	}
 	if len(cards) == 0 {
 		return nil
 	}
-	pcs, err := s.preparePut(cards)
+	pcs, _, err := cardstore.PreparePut(cards, s.cfg.MaxCardBytes)
 	if err != nil {
 		return err
 	}
@@ -61,61 +52,6 @@ func (s *Store) put(ctx context.Context, cards []*card.Card, check func() error,
 		}
 	}
 	return s.commit(ctx, pcs, f)
-}
-
-// preparePut validates and encodes the cards of a Put and checks them
-// against each other (the same checks, in the same order, as boltstore).
-func (s *Store) preparePut(cards []*card.Card) ([]putCard, error) {
-	pcs := make([]putCard, len(cards))
-	byID := make(map[string]int, len(cards))
-	results := make(map[[2]string]int)
-	for i, c := range cards {
-		if err := c.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: card %d of %d: %w", cardstore.ErrInvalid, i+1, len(cards), err)
-		}
-		if c.ProjectID != cards[0].ProjectID {
-			return nil, invalid("cards[%d] belongs to project %q and cards[0] to %q: one Put holds one project's cards", i, c.ProjectID, cards[0].ProjectID)
-		}
-		pc := putCard{id: c.CardID, project: c.ProjectID}
-		if t := c.Metadata.AgentTurnID; t != "" {
-			if err := checkKeyPart("metadata.agent_turn_id", t); err != nil {
-				return nil, fmt.Errorf("card %s: %w", c.CardID, err)
-			}
-			pc.turn, pc.typ, pc.agent, pc.createdAt = t, c.Type, c.Metadata.AgentID, c.CreatedAt.UTC()
-		}
-		if c.Type == card.TypeToolResult {
-			if err := checkKeyPart("tool_call_id", c.ToolCallID); err != nil {
-				return nil, fmt.Errorf("card %s: %w", c.CardID, err)
-			}
-			pc.call = c.ToolCallID
-		}
-		data, err := card.Encode(c)
-		if err != nil {
-			return nil, fmt.Errorf("%w: card %s: %w", cardstore.ErrInvalid, c.CardID, err)
-		}
-		if len(data) > s.cfg.MaxCardBytes {
-			return nil, fmt.Errorf("%w: card %s is %d bytes encoded, more than the limit of %d", cardstore.ErrTooLarge, c.CardID, len(data), s.cfg.MaxCardBytes)
-		}
-		pc.data = data
-		if j, ok := byID[pc.id]; ok {
-			if !bytes.Equal(pcs[j].data, data) {
-				return nil, fmt.Errorf("%w: card %s appears twice in one put with different bytes", cardstore.ErrConflict, c.CardID)
-			}
-			pc.dup = true
-		} else {
-			byID[pc.id] = i
-		}
-		if pc.call != "" {
-			k := [2]string{pc.turn, pc.call}
-			if j, ok := results[k]; ok && pcs[j].id != pc.id {
-				return nil, fmt.Errorf("%w: cards %s and %s of one put are both the tool.result of agent_turn_id %q, tool_call_id %q in project %s",
-					cardstore.ErrResultExists, pcs[j].id, pc.id, pc.turn, pc.call, c.ProjectID)
-			}
-			results[k] = i
-		}
-		pcs[i] = pc
-	}
-	return pcs, nil
 }
 
 // decodeCard parses a stored card. Stored cards were validated when
@@ -134,10 +70,7 @@ func (s *Store) Get(ctx context.Context, projectID, cardID string) (*card.Card, 
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(projectID); err != nil {
-		return nil, err
-	}
-	if err := checkCardID("card_id", cardID); err != nil {
+	if err := cardstore.CheckGet(projectID, cardID); err != nil {
 		return nil, err
 	}
 	leave, err := s.enter()
@@ -155,7 +88,7 @@ func (s *Store) getCard(ctx context.Context, projectID, cardID string) (*card.Ca
 		return nil, err
 	}
 	if m == nil {
-		return nil, fmt.Errorf("%w: card %s in project %s", cardstore.ErrNotFound, cardID, projectID)
+		return nil, cardstore.CardNotFound(projectID, cardID)
 	}
 	return decodeCard(m)
 }
@@ -167,10 +100,7 @@ func (s *Store) GetMany(ctx context.Context, projectID string, cardIDs []string)
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(projectID); err != nil {
-		return nil, err
-	}
-	ids, err := cardstore.CheckGetMany(cardIDs)
+	ids, err := cardstore.CheckGetMany(projectID, cardIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +151,7 @@ func (s *Store) FindToolResult(ctx context.Context, projectID, agentTurnID, tool
 		return nil, err
 	}
 	if m == nil {
-		return nil, fmt.Errorf("%w: no tool.result for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, agentTurnID, toolCallID, projectID)
+		return nil, cardstore.ResultNotFound(projectID, agentTurnID, toolCallID)
 	}
 	c, err := s.getCard(ctx, projectID, string(m.data))
 	if err != nil {

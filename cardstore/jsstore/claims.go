@@ -5,30 +5,30 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 )
 
-// claimRecord is a claim as stored on its subject (latest version only).
-// A released record is no claim: a tombstone written with a call's result
-// keeps the last fencing token, so that the key's next claim gets a larger
-// one; Release writes one with token 0, so that the next claim starts at
-// 1 again.
+// claimRecord is a claim as stored on its subject (latest version only):
+// cardstore's record and its format. A tombstone written with a call's
+// result keeps the last fencing token, so that the key's next claim gets
+// a larger one; Release writes one with token 0, so that the next claim
+// starts at 1 again.
 type claimRecord struct {
-	Holder    string    `json:"holder,omitempty"`
-	Token     uint64    `json:"token"`
-	ExpiresAt time.Time `json:"expires_at,omitzero"`
-	Released  bool      `json:"released,omitempty"`
-	// Tool is the tool token (subjects.ToolToken) of a claim taken with
-	// ClaimTool or StartCallTool; "" for a claim of the mesh core (Claim,
-	// StartCall).
-	Tool string `json:"tool,omitempty"`
+	cardstore.ClaimRecord
 	// Format is claimFormat in every record this version writes. A record
 	// without it was written before the store kept Tool: see legacyHolder.
 	Format int `json:"format,omitempty"`
+}
+
+// base is the record cardstore's rules judge (nil for nil).
+func (r *claimRecord) base() *cardstore.ClaimRecord {
+	if r == nil {
+		return nil
+	}
+	return &r.ClaimRecord
 }
 
 // claimFormat marks the claim records that keep the tool in Tool.
@@ -58,12 +58,12 @@ func legacyHolder(stored string) (tool, holder string, ok bool) {
 
 // newClaimRecord is the record of a live claim, in the current format.
 func newClaimRecord(c *cardstore.Claim, tool string) *claimRecord {
-	return &claimRecord{Holder: c.Holder, Token: c.Token, ExpiresAt: c.ExpiresAt, Tool: tool, Format: claimFormat}
+	return &claimRecord{ClaimRecord: *cardstore.RecordOf(c, tool), Format: claimFormat}
 }
 
 // tombstone is the record that ends a claim, keeping token.
 func tombstone(token uint64) *claimRecord {
-	return &claimRecord{Token: token, Released: true, Format: claimFormat}
+	return &claimRecord{ClaimRecord: cardstore.ClaimRecord{Token: token, Released: true}, Format: claimFormat}
 }
 
 // loadClaim reads the claim record on subject: the message (for the
@@ -87,14 +87,6 @@ func (s *Store) loadClaim(ctx context.Context, subject, project, key string) (*m
 	return m, &rec, nil
 }
 
-// checkClaimArgs validates the arguments every claim method shares.
-func checkClaimArgs(projectID, key string) error {
-	if err := checkProject(projectID); err != nil {
-		return err
-	}
-	return checkClaimString("key", key)
-}
-
 // Claim acquires, renews or takes over a lease; see cardstore.ClaimRequest.
 // Expiry is judged by the store clock (Config.Clock) when the claim record
 // has been read; the write is a compare-and-set on that record, so a
@@ -110,13 +102,7 @@ func (s *Store) checkedClaim(ctx context.Context, req cardstore.ClaimRequest, to
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkClaimArgs(req.ProjectID, req.Key); err != nil {
-		return nil, err
-	}
-	if err := checkClaimString("holder", req.Holder); err != nil {
-		return nil, err
-	}
-	if err := cardstore.CheckLease(req.Lease); err != nil {
+	if err := cardstore.CheckClaim(req); err != nil {
 		return nil, err
 	}
 	leave, err := s.enter()
@@ -137,32 +123,19 @@ func (s *Store) checkedClaim(ctx context.Context, req cardstore.ClaimRequest, to
 // tool (boltstore's rule).
 func (s *Store) claim(ctx context.Context, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error) {
 	subject := s.lay.claim(req.ProjectID, req.Key)
-	name := fmt.Sprintf("on key %q in project %s", req.Key, req.ProjectID)
 	var out *cardstore.Claim
 	err := retryCAS(ctx, func() error {
 		m, rec, err := s.loadClaim(ctx, subject, req.ProjectID, req.Key)
 		if err != nil {
 			return err
 		}
-		now := s.cfg.Clock().UTC()
-		c := &cardstore.Claim{ProjectID: req.ProjectID, Key: req.Key, Holder: req.Holder, ExpiresAt: now.Add(req.Lease)}
+		c, err := cardstore.NextClaim(rec.base(), req, tool, s.cfg.Clock().UTC())
+		if err != nil {
+			return err
+		}
 		var seq uint64
 		if m != nil {
 			seq = m.seq
-		}
-		switch {
-		case rec == nil:
-			c.Token = 1
-		case rec.Released:
-			c.Token = rec.Token + 1 // fencing tokens never go back
-		case rec.Holder == req.Holder && rec.Tool != tool:
-			return fmt.Errorf("%w: the claim %s of holder %s was taken for tool %q, not %q", cardstore.ErrForbidden, name, req.Holder, rec.Tool, tool)
-		case rec.Holder == req.Holder:
-			c.Token = rec.Token // renewal (even of a lapsed lease nobody took)
-		case now.Before(rec.ExpiresAt):
-			return fmt.Errorf("%w: key %q in project %s", &cardstore.ClaimHeldError{Holder: rec.Holder, ExpiresAt: rec.ExpiresAt}, req.Key, req.ProjectID)
-		default:
-			c.Token, c.TakenOver, c.PreviousHolder = rec.Token+1, true, rec.Holder
 		}
 		data, err := json.Marshal(newClaimRecord(c, tool))
 		if err != nil {
@@ -186,10 +159,7 @@ func (s *Store) Release(ctx context.Context, projectID, key, holder string) erro
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	if err := checkClaimArgs(projectID, key); err != nil {
-		return err
-	}
-	if err := checkClaimString("holder", holder); err != nil {
+	if err := cardstore.CheckRelease(projectID, key, holder); err != nil {
 		return err
 	}
 	leave, err := s.enter()
@@ -204,20 +174,13 @@ func (s *Store) Release(ctx context.Context, projectID, key, holder string) erro
 // (ErrForbidden) a claim taken for another tool than tool.
 func (s *Store) release(ctx context.Context, projectID, key, holder, tool string, checkTool bool) error {
 	subject := s.lay.claim(projectID, key)
-	name := fmt.Sprintf("on key %q in project %s", key, projectID)
 	return retryCAS(ctx, func() error {
 		m, rec, err := s.loadClaim(ctx, subject, projectID, key)
 		if err != nil {
 			return err
 		}
-		if rec == nil || rec.Released {
-			return fmt.Errorf("%w: %s has no claim %s", cardstore.ErrClaimLost, holder, name)
-		}
-		if checkTool && rec.Tool != tool {
-			return fmt.Errorf("%w: the claim %s was taken for tool %q, not %q", cardstore.ErrForbidden, name, rec.Tool, tool)
-		}
-		if rec.Holder != holder {
-			return fmt.Errorf("%w: the claim %s belongs to %s, not %s", cardstore.ErrClaimLost, name, rec.Holder, holder)
+		if err := cardstore.CheckReleasable(rec.base(), projectID, key, holder, tool, checkTool); err != nil {
+			return err
 		}
 		data, err := json.Marshal(tombstone(0))
 		if err != nil {
@@ -235,7 +198,7 @@ func (s *Store) GetClaim(ctx context.Context, projectID, key string) (*cardstore
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkClaimArgs(projectID, key); err != nil {
+	if err := cardstore.CheckClaimKey(projectID, key); err != nil {
 		return nil, err
 	}
 	leave, err := s.enter()
@@ -247,12 +210,5 @@ func (s *Store) GetClaim(ctx context.Context, projectID, key string) (*cardstore
 	if err != nil {
 		return nil, err
 	}
-	if rec == nil || rec.Released {
-		return nil, fmt.Errorf("%w: no claim on key %q in project %s", cardstore.ErrNotFound, key, projectID)
-	}
-	now := s.cfg.Clock().UTC()
-	return &cardstore.Claim{
-		ProjectID: projectID, Key: key, Holder: rec.Holder, Token: rec.Token,
-		ExpiresAt: rec.ExpiresAt, Expired: !now.Before(rec.ExpiresAt),
-	}, nil
+	return cardstore.ClaimOf(rec.base(), projectID, key, s.cfg.Clock().UTC())
 }

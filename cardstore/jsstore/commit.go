@@ -69,10 +69,10 @@ func estimate(pcs []putCard) int {
 	n := 1 // turn list
 	for i := range pcs {
 		n += 2 // card, index or summary share
-		if pcs[i].turn != "" {
+		if pcs[i].Turn != "" {
 			n += 2 // summary, agent list
 		}
-		if pcs[i].call != "" {
+		if pcs[i].Call != "" {
 			n += 2 // result, claim tombstone
 		}
 	}
@@ -83,7 +83,7 @@ func estimate(pcs []putCard) int {
 func cardBytes(pcs []putCard) int {
 	n := 0
 	for i := range pcs {
-		n += len(pcs[i].data)
+		n += len(pcs[i].Data)
 	}
 	return n
 }
@@ -257,12 +257,12 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 	for _, r := range group {
 		for i := range r.pcs {
 			pc := &r.pcs[i]
-			if sub := s.lay.card(pc.project, pc.id); !seen[sub] {
+			if sub := s.lay.card(pc.ProjectID, pc.ID); !seen[sub] {
 				seen[sub] = true
 				cardSubj = append(cardSubj, sub)
 			}
-			if pc.call != "" {
-				if sub := s.lay.result(pc.project, pc.turn, pc.call); !seen[sub] {
+			if pc.Call != "" {
+				if sub := s.lay.result(pc.ProjectID, pc.Turn, pc.Call); !seen[sub] {
 					seen[sub] = true
 					resSubj = append(resSubj, sub)
 				}
@@ -301,21 +301,21 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 		var add []*putCard
 		for i := range r.pcs {
 			pc := &r.pcs[i]
-			if pc.dup {
+			if pc.Dup {
 				continue
 			}
-			old, ok := cards[s.lay.card(pc.project, pc.id)]
+			old, ok := cards[s.lay.card(pc.ProjectID, pc.ID)]
 			if ok {
-				if string(old) != string(pc.data) {
-					p.outcome[ri] = fmt.Errorf("%w: card %s already exists in project %s with other bytes (cards are immutable)", cardstore.ErrConflict, pc.id, pc.project)
+				if string(old) != string(pc.Data) {
+					p.outcome[ri] = fmt.Errorf("%w: card %s already exists in project %s with other bytes (cards are immutable)", cardstore.ErrConflict, pc.ID, pc.ProjectID)
 					break
 				}
 				continue // identical repeat: nothing to write
 			}
-			if pc.call != "" {
-				if old, ok := results[s.lay.result(pc.project, pc.turn, pc.call)]; ok {
+			if pc.Call != "" {
+				if old, ok := results[s.lay.result(pc.ProjectID, pc.Turn, pc.Call)]; ok {
 					p.outcome[ri] = fmt.Errorf("%w: agent_turn_id %q, tool_call_id %q in project %s already has result card %s; card %s refused",
-						cardstore.ErrResultExists, pc.turn, pc.call, pc.project, old, pc.id)
+						cardstore.ErrResultExists, pc.Turn, pc.Call, pc.ProjectID, old, pc.ID)
 					break
 				}
 			}
@@ -329,40 +329,40 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 		var idxOrder []string
 		idx := make(map[string][]string)
 		for _, pc := range add {
-			sub := s.lay.card(pc.project, pc.id)
-			cards[sub] = pc.data
-			p.msgs = append(p.msgs, expect(record(sub, pc.data), 0))
-			if pc.turn == "" {
+			sub := s.lay.card(pc.ProjectID, pc.ID)
+			cards[sub] = pc.Data
+			p.msgs = append(p.msgs, expect(record(sub, pc.Data), 0))
+			if pc.Turn == "" {
 				continue
 			}
-			ts := s.lay.turn(pc.project, pc.turn)
+			ts := s.lay.turn(pc.ProjectID, pc.Turn)
 			if idx[ts] == nil {
 				idxOrder = append(idxOrder, ts)
 			}
-			idx[ts] = append(idx[ts], pc.id)
-			sum := s.lay.summary(pc.project, pc.turn)
+			idx[ts] = append(idx[ts], pc.ID)
+			sum := s.lay.summary(pc.ProjectID, pc.Turn)
 			tu := turns[sum]
 			if tu == nil {
-				tu = &turnUpdate{project: pc.project, turn: pc.turn}
+				tu = &turnUpdate{project: pc.ProjectID, turn: pc.Turn}
 				if err := s.loadSummary(ctx, sum, tu); err != nil {
 					return nil, err
 				}
 				turns[sum] = tu
 				turnOrder = append(turnOrder, tu)
 				if tu.newTurn {
-					if newTurnsOf[pc.project] == nil {
-						newTurns = append(newTurns, pc.project)
+					if newTurnsOf[pc.ProjectID] == nil {
+						newTurns = append(newTurns, pc.ProjectID)
 					}
-					newTurnsOf[pc.project] = append(newTurnsOf[pc.project], pc.turn)
+					newTurnsOf[pc.ProjectID] = append(newTurnsOf[pc.ProjectID], pc.Turn)
 				}
 			}
 			tu.touched = true
-			if tu.rec.add(pc) {
-				al := s.lay.agentList(pc.project, pc.agent)
+			if tu.rec.Add(pc.Type, pc.AgentID, pc.CreatedAt) {
+				al := s.lay.agentList(pc.ProjectID, pc.AgentID)
 				if agentTurns[al] == nil {
 					agents = append(agents, al)
 				}
-				agentTurns[al] = append(agentTurns[al], pc.turn)
+				agentTurns[al] = append(agentTurns[al], pc.Turn)
 			}
 		}
 		for _, ts := range idxOrder {
@@ -373,15 +373,15 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 			p.msgs = append(p.msgs, record(ts, data))
 		}
 		for _, pc := range add {
-			if pc.call == "" {
+			if pc.Call == "" {
 				continue
 			}
-			sub := s.lay.result(pc.project, pc.turn, pc.call)
-			results[sub] = []byte(pc.id)
-			p.msgs = append(p.msgs, expect(record(sub, []byte(pc.id)), 0))
-			// The result ends its call's claim, whoever holds it. (Ids
-			// with "/" can make two calls one key: one tombstone.)
-			if cs := s.lay.claim(pc.project, cardstore.ToolCallKey(pc.turn, pc.call)); !claims[cs] {
+			sub := s.lay.result(pc.ProjectID, pc.Turn, pc.Call)
+			results[sub] = []byte(pc.ID)
+			p.msgs = append(p.msgs, expect(record(sub, []byte(pc.ID)), 0))
+			// The result ends its call's claim, whoever holds it (once:
+			// the group may hold the call's result twice, identical).
+			if cs := s.lay.claim(pc.ProjectID, pc.Key().String()); !claims[cs] {
 				claims[cs] = true
 				claimOrder = append(claimOrder, cs)
 			}
@@ -494,39 +494,28 @@ func (s *Store) checkFence(ctx context.Context, r *putReq, results map[string][]
 	f := r.fence
 	for i := range r.pcs {
 		pc := &r.pcs[i]
-		if pc.call == "" || pc.dup {
+		if pc.Call == "" || pc.Dup {
 			continue
 		}
-		if _, ok := results[s.lay.result(pc.project, pc.turn, pc.call)]; ok {
+		if _, ok := results[s.lay.result(pc.ProjectID, pc.Turn, pc.Call)]; ok {
 			continue // answered already: Put's rules decide
 		}
-		key := cardstore.ToolCallKey(pc.turn, pc.call)
-		name := fmt.Sprintf("%q in project %s", key, pc.project)
-		cs := s.lay.claim(pc.project, key)
+		key := pc.Key().String()
+		cs := s.lay.claim(pc.ProjectID, key)
 		cr, ok := read[cs]
 		if !ok {
 			var err error
-			if cr.m, cr.rec, err = s.loadClaim(ctx, cs, pc.project, key); err != nil {
+			if cr.m, cr.rec, err = s.loadClaim(ctx, cs, pc.ProjectID, key); err != nil {
 				return err
 			}
 			read[cs] = cr
 		}
-		rec := cr.rec
+		rec := cr.rec.base()
 		if ended[cs] {
 			rec = nil // an earlier Put of the group ends it
 		}
-		switch {
-		case f.holder == "":
-			return fmt.Errorf("%w: no claim given for the call %s: a worker writes a result only under the call's claim, naming its holder and fencing token",
-				cardstore.ErrForbidden, name)
-		case rec == nil || rec.Released:
-			return fmt.Errorf("%w: the call %s has no claim: a worker writes a result only under the call's claim (claim it on svc.cardstore.claim.%s first)",
-				cardstore.ErrForbidden, name, f.tool)
-		case rec.Tool != f.tool:
-			return fmt.Errorf("%w: the call %s is claimed for tool %q, not %q", cardstore.ErrForbidden, name, rec.Tool, f.tool)
-		case rec.Holder != f.holder || rec.Token != f.token:
-			return fmt.Errorf("%w: the result was written under the claim of %s with token %d, but the call %s is now held by %s with token %d",
-				cardstore.ErrClaimLost, f.holder, f.token, name, rec.Holder, rec.Token)
+		if err := cardstore.CheckResultFence(rec, pc.ProjectID, pc.Key(), f.tool, f.holder, f.token); err != nil {
+			return err
 		}
 	}
 	return nil

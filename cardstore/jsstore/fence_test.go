@@ -98,7 +98,7 @@ func TestPutToolResultFenced(t *testing.T) {
 			if err := s.Put(ctx, storetest.ToolCallCard(p, turn, call)); err != nil {
 				t.Fatal(err)
 			}
-			old, err := s.ClaimTool(ctx, cardstore.ClaimRequest{ProjectID: p, Key: cardstore.ToolCallKey(turn, call), Holder: "old", Lease: time.Minute}, weather)
+			old, err := s.ClaimTool(ctx, cardstore.ClaimRequest{ProjectID: p, Key: cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String(), Holder: "old", Lease: time.Minute}, weather)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +152,7 @@ func TestLegacyClaims(t *testing.T) {
 	const p = "proj"
 	expires := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
 	legacy := func(turn, call, holder string, token int) string {
-		key := cardstore.ToolCallKey(turn, call)
+		key := cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String()
 		data := `{"holder":"` + holder + `","token":` + string(rune('0'+token)) + `,"expires_at":"` + expires + `"}`
 		if err := jsstore.PutRawClaim(ctx, s, p, key, []byte(data)); err != nil {
 			t.Fatal(err)

@@ -3,8 +3,6 @@ package jsstore
 import (
 	"encoding/base64"
 	"strings"
-
-	"github.com/utpmesh/utpmesh/cardstore"
 )
 
 // The stream's key layout (see the package documentation). These are
@@ -78,12 +76,3 @@ const posBits = 10
 
 func pos(seq uint64, i int) uint64    { return seq<<posBits | uint64(i) }
 func splitPos(p uint64) (uint64, int) { return p >> posBits, int(p & (1<<posBits - 1)) }
-
-// The argument rules are cardstore's, shared by every store.
-var (
-	invalid          = cardstore.Invalid
-	checkProject     = cardstore.CheckProject
-	checkCardID      = cardstore.CheckCardID
-	checkKeyPart     = cardstore.CheckKeyPart
-	checkClaimString = cardstore.CheckClaimString
-)

@@ -80,7 +80,7 @@ func (s *Store) StartCallTool(ctx context.Context, req cardstore.StartCallReques
 // startCall is StartCall after its checks; a non-empty tool makes it
 // StartCallTool.
 func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, tool string) (*cardstore.StartCallResult, error) {
-	creq := cardstore.ClaimRequest{ProjectID: req.ProjectID, Key: cardstore.ToolCallKey(req.AgentTurnID, req.ToolCallID), Holder: req.Holder, Lease: req.Lease}
+	creq := cardstore.ClaimRequest{ProjectID: req.ProjectID, Key: cardstore.CallKey{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID}.String(), Holder: req.Holder, Lease: req.Lease}
 	resultSubj := s.lay.result(req.ProjectID, req.AgentTurnID, req.ToolCallID)
 	var c *cardstore.Claim
 	var err error

@@ -116,7 +116,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if nc == nil {
-		return nil, invalid("jsstore.Open: a NATS connection is required")
+		return nil, cardstore.Invalid("jsstore.Open: a NATS connection is required")
 	}
 	if cfg.Stream == "" {
 		cfg.Stream = DefaultStream
@@ -128,13 +128,13 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	case cfg.Replicas == 0:
 		cfg.Replicas = 1
 	case cfg.Replicas < 0 || cfg.Replicas > MaxReplicas:
-		return nil, invalid("jsstore.Open: Config.Replicas %d: use 1 (one server) to %d; cluster mode uses 3", cfg.Replicas, MaxReplicas)
+		return nil, cardstore.Invalid("jsstore.Open: Config.Replicas %d: use 1 (one server) to %d; cluster mode uses 3", cfg.Replicas, MaxReplicas)
 	}
 	switch {
 	case cfg.MaxCardBytes == 0:
 		cfg.MaxCardBytes = cardstore.DefaultMaxCardBytes
 	case cfg.MaxCardBytes < 0 || cfg.MaxCardBytes > cardstore.DefaultMaxCardBytes:
-		return nil, invalid("jsstore.Open: Config.MaxCardBytes %d: must be between 1 and %d", cfg.MaxCardBytes, cardstore.DefaultMaxCardBytes)
+		return nil, cardstore.Invalid("jsstore.Open: Config.MaxCardBytes %d: must be between 1 and %d", cfg.MaxCardBytes, cardstore.DefaultMaxCardBytes)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
@@ -143,13 +143,13 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	case cfg.RequestTimeout == 0:
 		cfg.RequestTimeout = DefaultRequestTimeout
 	case cfg.RequestTimeout < 0:
-		return nil, invalid("jsstore.Open: Config.RequestTimeout %v is negative", cfg.RequestTimeout)
+		return nil, cardstore.Invalid("jsstore.Open: Config.RequestTimeout %v is negative", cfg.RequestTimeout)
 	}
 	switch {
 	case cfg.MaxInflightBatches == 0:
 		cfg.MaxInflightBatches = DefaultMaxInflightBatches
 	case cfg.MaxInflightBatches < 0:
-		return nil, invalid("jsstore.Open: Config.MaxInflightBatches %d is negative", cfg.MaxInflightBatches)
+		return nil, cardstore.Invalid("jsstore.Open: Config.MaxInflightBatches %d is negative", cfg.MaxInflightBatches)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

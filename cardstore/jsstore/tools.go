@@ -2,7 +2,6 @@ package jsstore
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -17,7 +16,7 @@ import (
 // "Results only from the tool that ran". StartCallTool is in startcall.go.
 
 // ClaimTool is Claim for a worker of tool: when the call's tool.call card
-// exists (the key is a cardstore.ToolCallKey) it must call tool, else the
+// exists (the key is a cardstore.CallKey) it must call tool, else the
 // claim fails with cardstore.ErrForbidden; the claim records tool, so only
 // a worker of the same tool may renew or release it, or write the call's
 // result under it (PutToolResult).
@@ -35,10 +34,7 @@ func (s *Store) ReleaseTool(ctx context.Context, projectID, key, holder, tool st
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	if err := checkClaimArgs(projectID, key); err != nil {
-		return err
-	}
-	if err := checkClaimString("holder", holder); err != nil {
+	if err := cardstore.CheckRelease(projectID, key, holder); err != nil {
 		return err
 	}
 	leave, err := s.enter()
@@ -86,14 +82,11 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 }
 
 // checkCallTool fails with ErrForbidden when the call's tool.call card
-// exists and calls another tool than tool, for every call the call's
-// claim key could name (ids may hold '/': turn "t/x" with call "y" shares
-// its key, and so its claim, with turn "t" and call "x/y"). Cards are
-// immutable, so a read outside the write is enough.
+// exists and calls another tool than tool. Cards are immutable, so a read
+// outside the write is enough.
 func (s *Store) checkCallTool(ctx context.Context, projectID, turn, call, tool string) error {
-	return cardstore.CheckKeyCallsTool(cardstore.ToolCallKey(turn, call), projectID, tool, func(turn, call string) (*card.Card, error) {
-		return s.findToolCall(ctx, projectID, turn, call)
-	})
+	c, err := s.findToolCall(ctx, projectID, turn, call)
+	return cardstore.CheckCallCardTool(c, err, projectID, turn, call, tool)
 }
 
 // FindToolCall returns the tool.call card of (agent_turn_id, tool_call_id)
@@ -106,10 +99,7 @@ func (s *Store) FindToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(projectID); err != nil {
-		return nil, err
-	}
-	if err := checkKeyPart("agent_turn_id", agentTurnID); err != nil {
+	if err := cardstore.CheckTurn(projectID, agentTurnID); err != nil {
 		return nil, err
 	}
 	leave, err := s.enter()
@@ -138,5 +128,5 @@ func (s *Store) findToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 		}
 		req.After = page.Next
 	}
-	return nil, fmt.Errorf("%w: no tool.call card for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, agentTurnID, toolCallID, projectID)
+	return nil, cardstore.CallNotFound(projectID, agentTurnID, toolCallID)
 }

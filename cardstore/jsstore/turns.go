@@ -4,44 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
-	"github.com/utpmesh/utpmesh/pkg/card"
 )
 
 // turnRecord is a turn's summary as stored on its summary subject.
-type turnRecord struct {
-	AgentID     string    `json:"agent_id,omitempty"`
-	FirstAt     time.Time `json:"first_at"`
-	LastAt      time.Time `json:"last_at"`
-	Cards       int       `json:"cards"`
-	ToolCalls   int       `json:"tool_calls"`
-	ToolResults int       `json:"tool_results"`
-}
-
-// add counts one more card of the turn; it reports whether the card set
-// the turn's agent.
-func (r *turnRecord) add(pc *putCard) (agentSet bool) {
-	if r.Cards == 0 {
-		r.FirstAt = pc.createdAt
-	}
-	r.Cards++
-	r.LastAt = pc.createdAt
-	switch pc.typ {
-	case card.TypeToolCall:
-		r.ToolCalls++
-	case card.TypeToolResult:
-		r.ToolResults++
-	}
-	if r.AgentID == "" && pc.agent != "" {
-		r.AgentID = pc.agent
-		return true
-	}
-	return false
-}
+type turnRecord = cardstore.TurnSummary
 
 // turnIndex is one turn index record: the ids of the turn's cards one Put
 // wrote, in Put order.
@@ -77,17 +47,6 @@ func (s *Store) listRecord(ctx context.Context, subject string, turns []string) 
 	return expect(record(subject, data), prev), nil
 }
 
-// pageLimit applies the Limit rules of ListTurn and ListTurns.
-func pageLimit(limit int) (int, error) {
-	switch {
-	case limit < 0:
-		return 0, invalid("limit %d is negative", limit)
-	case limit == 0 || limit > cardstore.MaxPage:
-		return cardstore.MaxPage, nil
-	}
-	return limit, nil
-}
-
 // staleRetries bounds how often ListTurn re-reads a turn index that a
 // lagging replica answered (replicated streams only).
 const staleRetries = 40
@@ -100,13 +59,7 @@ func (s *Store) ListTurn(ctx context.Context, req cardstore.ListTurnRequest) (*c
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(req.ProjectID); err != nil {
-		return nil, err
-	}
-	if err := checkKeyPart("agent_turn_id", req.AgentTurnID); err != nil {
-		return nil, err
-	}
-	limit, err := pageLimit(req.Limit)
+	limit, err := cardstore.CheckListTurn(req)
 	if err != nil {
 		return nil, err
 	}
@@ -221,15 +174,7 @@ func (s *Store) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkProject(req.ProjectID); err != nil {
-		return nil, err
-	}
-	if req.AgentID != "" {
-		if err := checkKeyPart("agent_id", req.AgentID); err != nil {
-			return nil, err
-		}
-	}
-	limit, err := pageLimit(req.Limit)
+	limit, err := cardstore.CheckListTurns(req)
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +201,7 @@ func (s *Store) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (
 			return nil, err
 		}
 		if m == nil || m.subject != subject {
-			return nil, invalid("cursor %d names no turn of this list (pass the Next of a page of the same project and agent filter)", req.Before)
+			return nil, cardstore.Invalid("cursor %d names no turn of this list (pass the Next of a page of the same project and agent filter)", req.Before)
 		}
 		from = i
 	}
@@ -271,7 +216,7 @@ func (s *Store) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (
 		start := len(tl.Turns) - 1
 		if first {
 			if from >= len(tl.Turns) {
-				return nil, invalid("cursor %d names no turn of this list (pass the Next of a page of the same project and agent filter)", req.Before)
+				return nil, cardstore.Invalid("cursor %d names no turn of this list (pass the Next of a page of the same project and agent filter)", req.Before)
 			}
 			start, first = from-1, false
 		}
@@ -299,10 +244,7 @@ func (s *Store) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (
 		return nil, err
 	}
 	for i, r := range recs {
-		res.Turns = append(res.Turns, cardstore.TurnInfo{
-			AgentTurnID: turns[i], AgentID: r.AgentID, FirstAt: r.FirstAt, LastAt: r.LastAt,
-			Cards: r.Cards, ToolCalls: r.ToolCalls, ToolResults: r.ToolResults,
-		})
+		res.Turns = append(res.Turns, r.Info(turns[i]))
 	}
 	return res, nil
 }

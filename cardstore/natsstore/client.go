@@ -167,7 +167,7 @@ func (c *Client) Put(ctx context.Context, cards ...*card.Card) error {
 	if result == nil || tool == "" {
 		return c.call(ctx, cards[0].ProjectID, op, putRequest{Cards: cards}, &putReply{})
 	}
-	id := claimID{cards[0].ProjectID, cardstore.ToolCallKey(result.Metadata.AgentTurnID, result.ToolCallID)}
+	id := claimID{cards[0].ProjectID, cardstore.CallKey{AgentTurnID: result.Metadata.AgentTurnID, ToolCallID: result.ToolCallID}.String()}
 	req := putRequest{Cards: cards}
 	c.mu.Lock()
 	if h, ok := c.claims[id]; ok {
@@ -432,6 +432,6 @@ func (c *Client) StartCall(ctx context.Context, req cardstore.StartCallRequest) 
 	case r.Claim == nil:
 		return nil, fmt.Errorf("%w: %s reply holds neither a result nor a claim", svc.ErrBadReply, OpStartCall)
 	}
-	c.remember(claimID{req.ProjectID, cardstore.ToolCallKey(req.AgentTurnID, req.ToolCallID)}, r.Claim)
+	c.remember(claimID{req.ProjectID, cardstore.CallKey{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID}.String()}, r.Claim)
 	return &r, nil
 }

@@ -100,7 +100,7 @@ func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) 
 		if err := svc.Decode(data, &req); err != nil {
 			return nil, info, err
 		}
-		info["key"], info["holder"] = cardstore.ToolCallKey(req.AgentTurnID, req.ToolCallID), req.Holder
+		info["key"], info["holder"] = cardstore.CallKey{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID}.String(), req.Holder
 		info["agent_turn_id"], info["tool_call_id"], info["card_id"] = req.AgentTurnID, req.ToolCallID, req.ToolCallCardID
 		out, err := t.ts.StartCallTool(ctx, cardstore.StartCallRequest{
 			ProjectID: ts.Project, AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID, ToolCallCardID: req.ToolCallCardID,
@@ -157,11 +157,9 @@ func notToolCall(h svc.HandlerFunc) svc.HandlerFunc {
 	}
 }
 
-// isToolCallKey reports whether key has the form of cardstore.ToolCallKey.
-func isToolCallKey(key string) bool { return strings.HasPrefix(key, toolCallPrefix) }
-
-// toolCallPrefix starts every cardstore.ToolCallKey.
-const toolCallPrefix = "toolcall/"
+// isToolCallKey reports whether key is in the namespace of tool calls'
+// keys (cardstore.CallKeyPrefix), whether or not it parses.
+func isToolCallKey(key string) bool { return strings.HasPrefix(key, cardstore.CallKeyPrefix) }
 
 // checkCards refuses an empty batch, a null card and a card of another
 // project than the subject's.

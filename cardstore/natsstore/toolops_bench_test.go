@@ -39,7 +39,7 @@ func benchResultPath(b *testing.B, store, mode string) {
 		if err := m.client.Put(context.Background(), callCard("p", turn, call, "echo")); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := m.client.Claim(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.ToolCallKey(turn, call), Holder: "w/1", Lease: time.Minute}); err != nil {
+		if _, err := m.client.Claim(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String(), Holder: "w/1", Lease: time.Minute}); err != nil {
 			b.Fatal(err)
 		}
 		if err := m.client.Put(ctx, resultCard("p", turn, call, "echo")); err != nil {
@@ -84,7 +84,7 @@ func BenchmarkStartPath(b *testing.B) {
 				if _, err := m.client.FindToolResult(ctx, "p", turn, "c"); !errors.Is(err, cardstore.ErrNotFound) {
 					b.Fatalf("find result: %v", err)
 				}
-				if _, err := m.client.Claim(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.ToolCallKey(turn, "c"), Holder: "w/1", Lease: lease}); err != nil {
+				if _, err := m.client.Claim(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.CallKey{AgentTurnID: turn, ToolCallID: "c"}.String(), Holder: "w/1", Lease: lease}); err != nil {
 					b.Fatal(err)
 				}
 				if _, err := m.client.Get(ctx, "p", ids[i]); err != nil {

@@ -159,7 +159,7 @@ func testToolScopedWrites(t *testing.T, mode string) {
 	if err := m.client.Put(ctx, callCard("p", "t1", "c1", "echo")); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := m.client.Claim(echo, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.ToolCallKey("t1", "c1"), Holder: "w1/1", Lease: lease})
+	cl, err := m.client.Claim(echo, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.CallKey{AgentTurnID: "t1", ToolCallID: "c1"}.String(), Holder: "w1/1", Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,11 +177,11 @@ func testToolScopedWrites(t *testing.T, mode string) {
 			t.Fatal(err)
 		}
 	}
-	coreClaim, err := m.store.Claim(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.ToolCallKey("t4", "c4"), Holder: "core", Lease: lease})
+	coreClaim, err := m.store.Claim(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.CallKey{AgentTurnID: "t4", ToolCallID: "c4"}.String(), Holder: "core", Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := m.client.Claim(echo, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.ToolCallKey("t3", "c3"), Holder: "w2/1", Lease: lease})
+	held, err := m.client.Claim(echo, cardstore.ClaimRequest{ProjectID: "p", Key: cardstore.CallKey{AgentTurnID: "t3", ToolCallID: "c3"}.String(), Holder: "w2/1", Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func testToolScopedWrites(t *testing.T, mode string) {
 		audited        string // a substring of the audit record's reason; "" when not audited
 	}{
 		{"echo worker claims another tool's call", natsstore.OpClaim, "echo",
-			map[string]any{"key": cardstore.ToolCallKey("t2", "c2"), "holder": "evil", "lease_ms": 1000}, natsstore.CodeForbidden, `calls tool "atlas_task_list"`},
+			map[string]any{"key": cardstore.CallKey{AgentTurnID: "t2", ToolCallID: "c2"}.String(), "holder": "evil", "lease_ms": 1000}, natsstore.CodeForbidden, `calls tool "atlas_task_list"`},
 		{"echo worker writes another tool's result", natsstore.OpPutResult, "echo",
 			put("p", "t2", "c2", "echo", map[string]any{"holder": "evil", "token": 1}), natsstore.CodeForbidden, `calls tool "atlas_task_list"`},
 		{"result names another tool than the subject", natsstore.OpPutResult, "echo",
@@ -217,7 +217,7 @@ func testToolScopedWrites(t *testing.T, mode string) {
 		{"result under a stale fencing token", natsstore.OpPutResult, "echo",
 			put("p", "t3", "c3", "echo", map[string]any{"holder": "w2/1", "token": held.Token + 1}), natsstore.CodeClaimLost, ""},
 		{"echo worker releases the core's claim", natsstore.OpRelease, "echo",
-			map[string]any{"key": cardstore.ToolCallKey("t4", "c4"), "holder": "core"}, natsstore.CodeForbidden, `taken for tool ""`},
+			map[string]any{"key": cardstore.CallKey{AgentTurnID: "t4", ToolCallID: "c4"}.String(), "holder": "core"}, natsstore.CodeForbidden, `taken for tool ""`},
 		{"second result of an answered call", natsstore.OpPutResult, "echo",
 			put("p", "t1", "c1", "echo", map[string]any{"holder": cl.Holder, "token": cl.Token}), natsstore.CodeResultExists, ""},
 		{"unknown tool-scoped op", "get", "echo", map[string]any{}, svc.CodeBadRequest, ""},
@@ -263,7 +263,7 @@ func testToolScopedWrites(t *testing.T, mode string) {
 	}
 	for _, op := range []string{natsstore.OpClaimKey, natsstore.OpReleaseKey} {
 		err := svc.Call(ctx, m.nc, "cg.v1r3.p.default.svc.cardstore."+op, natsstore.Codes,
-			map[string]any{"key": cardstore.ToolCallKey("t3", "c3"), "holder": "evil", "lease_ms": 1000}, &json.RawMessage{})
+			map[string]any{"key": cardstore.CallKey{AgentTurnID: "t3", ToolCallID: "c3"}.String(), "holder": "evil", "lease_ms": 1000}, &json.RawMessage{})
 		if !errors.Is(err, cardstore.ErrForbidden) || !strings.Contains(err.Error(), "on the tool's subject") {
 			t.Fatalf("%s of a tool call's key = %v, want forbidden", op, err)
 		}
@@ -329,7 +329,7 @@ func testToolScopedTakeOver(t *testing.T, mode string) {
 	if err := m.store.Put(ctx, callCard("p", "t", "c", "echo")); err != nil {
 		t.Fatal(err)
 	}
-	key := cardstore.ToolCallKey("t", "c")
+	key := cardstore.CallKey{AgentTurnID: "t", ToolCallID: "c"}.String()
 	old, err := m.store.ClaimTool(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: key, Holder: "old", Lease: cardstore.MinLease}, "echo")
 	if err != nil {
 		t.Fatal(err)

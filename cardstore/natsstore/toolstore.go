@@ -61,19 +61,17 @@ func (g genericTools) findCall(ctx context.Context, project, turn, call string) 
 	return nil, fmt.Errorf("%w: no tool.call card for agent_turn_id %q, tool_call_id %q in project %s", cardstore.ErrNotFound, turn, call, project)
 }
 
-// checkCallTool is boltstore's: the card of every call the call's claim
-// key could name, when it exists, calls tool.
+// checkCallTool is boltstore's: the call's tool.call card, when it
+// exists, calls tool.
 func (g genericTools) checkCallTool(ctx context.Context, project, turn, call, tool string) error {
 	if turn == "" {
 		return nil
 	}
-	return cardstore.CheckKeyCallsTool(cardstore.ToolCallKey(turn, call), project, tool, func(turn, call string) (*card.Card, error) {
-		c, err := g.findCall(ctx, project, turn, call)
-		if errors.Is(err, cardstore.ErrInvalid) {
-			return nil, fmt.Errorf("%w: %w", cardstore.ErrNotFound, err) // an unreadable reading names no call
-		}
-		return c, err
-	})
+	c, err := g.findCall(ctx, project, turn, call)
+	if errors.Is(err, cardstore.ErrInvalid) {
+		return nil // an unreadable call id names no call
+	}
+	return cardstore.CheckCallCardTool(c, err, project, turn, call, tool)
 }
 
 // ClaimTool implements ToolStore.
@@ -103,7 +101,7 @@ func (g genericTools) StartCallTool(ctx context.Context, req cardstore.StartCall
 	if err := cardstore.CheckStartCall(req); err != nil {
 		return nil, err
 	}
-	key := cardstore.ToolCallKey(req.AgentTurnID, req.ToolCallID)
+	key := cardstore.CallKey{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID}.String()
 	err := g.checkCallTool(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID, tool)
 	if err == nil {
 		err = g.checkHolderTool(ctx, req.ProjectID, key, req.Holder, tool)
@@ -188,7 +186,7 @@ func (g genericTools) PutToolResult(ctx context.Context, tool, holder string, to
 		} else if !errors.Is(err, cardstore.ErrNotFound) && !errors.Is(err, cardstore.ErrInvalid) {
 			return err
 		}
-		key := cardstore.ToolCallKey(turn, c.ToolCallID)
+		key := cardstore.CallKey{AgentTurnID: turn, ToolCallID: c.ToolCallID}.String()
 		name := fmt.Sprintf("%q in project %s", key, c.ProjectID)
 		if holder == "" {
 			return fmt.Errorf("%w: no claim given for the call %s: a worker writes a result only under the call's claim, naming its holder and fencing token",

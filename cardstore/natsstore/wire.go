@@ -32,7 +32,7 @@ const (
 	// may put other cards) from writing results (docs/security.md).
 	OpPutResult = "put_result"
 	// OpClaimKey and OpReleaseKey are claim and release of a key that is
-	// not a tool call's (cardstore.ToolCallKey): a service's own leases
+	// not a tool call's (cardstore.CallKey): a service's own leases
 	// (ATLAS's scheduler, state holders). Worker identities may use them
 	// but not claim and release, so a tool call's claim is taken only on
 	// its tool's subject (svc.cardstore.claim.<tool>).

@@ -208,7 +208,7 @@ func testProjectIsolation(t *testing.T, s cardstore.Store) {
 	sameCards(t, "turn of project a", all, []*card.Card{call, res})
 
 	// Claims on the same key in two projects are independent.
-	key := cardstore.ToolCallKey("turn-1", "call-1")
+	key := cardstore.CallKey{AgentTurnID: "turn-1", ToolCallID: "call-1"}.String()
 	ca, err := s.Claim(ctx, cardstore.ClaimRequest{ProjectID: a, Key: key, Holder: "w1", Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,7 @@ const pollDeadline = 30 * time.Second
 func testClaims(t *testing.T, s cardstore.Store) {
 	const p = "proj-claims"
 	ctx := t.Context()
-	key := cardstore.ToolCallKey("turn-1", "call-1")
+	key := cardstore.CallKey{AgentTurnID: "turn-1", ToolCallID: "call-1"}.String()
 	req := func(holder string) cardstore.ClaimRequest {
 		return cardstore.ClaimRequest{ProjectID: p, Key: key, Holder: holder, Lease: time.Minute}
 	}
@@ -268,7 +268,7 @@ func testConcurrency(t *testing.T, s cardstore.Store) {
 func testGetClaim(t *testing.T, s cardstore.Store) {
 	const p = "proj-getclaim"
 	ctx := t.Context()
-	key := cardstore.ToolCallKey("turn-1", "call-1")
+	key := cardstore.CallKey{AgentTurnID: "turn-1", ToolCallID: "call-1"}.String()
 
 	_, err := s.GetClaim(ctx, p, key)
 	wantErr(t, "get claim of an unclaimed key", err, cardstore.ErrNotFound)
@@ -294,7 +294,7 @@ func testGetClaim(t *testing.T, s cardstore.Store) {
 
 	_, err = s.GetClaim(ctx, p+"-other", key)
 	wantErr(t, "get claim of another project's key", err, cardstore.ErrNotFound)
-	_, err = s.GetClaim(ctx, p, cardstore.ToolCallKey("turn-1", "call-2"))
+	_, err = s.GetClaim(ctx, p, cardstore.CallKey{AgentTurnID: "turn-1", ToolCallID: "call-2"}.String())
 	wantErr(t, "get claim of another call", err, cardstore.ErrNotFound)
 
 	if err := s.Release(ctx, p, key, "w1"); err != nil {

@@ -10,14 +10,14 @@ import (
 )
 
 // testResultReleasesClaim: putting a call's tool.result ends the claim on
-// its ToolCallKey in the same write (the worker's claim never outlives the
+// its CallKey in the same write (the worker's claim never outlives the
 // result), the fencing token of a later claim of the key is still larger
 // than every earlier one, and claims of other calls are untouched.
 func testResultReleasesClaim(t *testing.T, s cardstore.Store) {
 	const p = "proj-release"
 	ctx := t.Context()
-	key := cardstore.ToolCallKey("turn-1", "call-1")
-	other := cardstore.ToolCallKey("turn-1", "call-2")
+	key := cardstore.CallKey{AgentTurnID: "turn-1", ToolCallID: "call-1"}.String()
+	other := cardstore.CallKey{AgentTurnID: "turn-1", ToolCallID: "call-2"}.String()
 	claim := func(k, holder string) *cardstore.Claim {
 		t.Helper()
 		c, err := s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: k, Holder: holder, Lease: time.Minute})

@@ -42,8 +42,8 @@ func wantClaim(t *testing.T, what string, res *cardstore.StartCallResult, err er
 		t.Fatalf("%s: got result %s, want a claim", what, res.Result.CardID)
 	case c == nil:
 		t.Fatalf("%s: got no claim", what)
-	case c.ProjectID != p || c.Key != cardstore.ToolCallKey(turn, call) || c.Holder != holder || c.Token != token || c.ExpiresAt.IsZero():
-		t.Fatalf("%s: claim = %+v, want %s's claim of %q with token %d", what, c, holder, cardstore.ToolCallKey(turn, call), token)
+	case c.ProjectID != p || c.Key != cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String() || c.Holder != holder || c.Token != token || c.ExpiresAt.IsZero():
+		t.Fatalf("%s: claim = %+v, want %s's claim of %q with token %d", what, c, holder, cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String(), token)
 	case c.TakenOver != (prev != "") || c.PreviousHolder != prev:
 		t.Fatalf("%s: claim = %+v, want taken over %v from %q", what, c, prev != "", prev)
 	case c.Expired:
@@ -79,7 +79,7 @@ func testStartCall(t *testing.T, s cardstore.Store) {
 			res, err := startCall(t, s, p, turn, call, cc.CardID, "w1", lease)
 			wantClaim(t, "start", res, err, p, turn, call, "w1", 1, "")
 			sameCard(t, "call card", res.CallCard, cc)
-			got, err := s.GetClaim(t.Context(), p, cardstore.ToolCallKey(turn, call))
+			got, err := s.GetClaim(t.Context(), p, cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String())
 			if err != nil || got.Token != 1 || got.Expired || !got.ExpiresAt.Equal(res.Claim.ExpiresAt) {
 				t.Fatalf("get claim after start = %+v, %v; want the claim start took", got, err)
 			}
@@ -102,13 +102,13 @@ func testStartCall(t *testing.T, s cardstore.Store) {
 				res, err := startCall(t, s, p, turn, call, cc.CardID, fmt.Sprintf("w%d", i), lease)
 				wantResult(t, fmt.Sprintf("start %d of an answered call", i), res, err, rc)
 			}
-			_, err := s.GetClaim(t.Context(), p, cardstore.ToolCallKey(turn, call))
+			_, err := s.GetClaim(t.Context(), p, cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String())
 			wantErr(t, "get claim of an answered call after start", err, cardstore.ErrNotFound)
 		}},
 		{"result exists while the claim is held", func(t *testing.T, turn, call string) {
 			rc := ToolResultCard(p, turn, call, card.StatusSuccess)
 			mustPut(t, s, rc)
-			if _, err := s.Claim(t.Context(), cardstore.ClaimRequest{ProjectID: p, Key: cardstore.ToolCallKey(turn, call), Holder: "other", Lease: lease}); err != nil {
+			if _, err := s.Claim(t.Context(), cardstore.ClaimRequest{ProjectID: p, Key: cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String(), Holder: "other", Lease: lease}); err != nil {
 				t.Fatal(err)
 			}
 			res, err := startCall(t, s, p, turn, call, "", "w1", lease)
@@ -165,7 +165,7 @@ func testStartCall(t *testing.T, s cardstore.Store) {
 				res, err := startCall(t, s, p, turn, call, cc.CardID, holder, lease)
 				wantResult(t, "start by "+holder+" after the result", res, err, rc)
 			}
-			_, err = s.GetClaim(t.Context(), p, cardstore.ToolCallKey(turn, call))
+			_, err = s.GetClaim(t.Context(), p, cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String())
 			wantErr(t, "get claim after the result", err, cardstore.ErrNotFound)
 		}},
 		{"result put while starting", func(t *testing.T, turn, call string) {
@@ -189,7 +189,7 @@ func testStartCall(t *testing.T, s cardstore.Store) {
 				if res.Result != nil {
 					wantResult(t, "start that lost the race", res, nil, rc)
 				}
-				if c, err := s.GetClaim(t.Context(), p, cardstore.ToolCallKey(turn, call)); !errors.Is(err, cardstore.ErrNotFound) {
+				if c, err := s.GetClaim(t.Context(), p, cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String()); !errors.Is(err, cardstore.ErrNotFound) {
 					t.Fatalf("race %d: the call has its result and a live claim %+v (%v); want no claim", i, c, err)
 				}
 			}
@@ -268,6 +268,6 @@ func testStartCallInvalid(t *testing.T, s cardstore.Store) {
 			t.Errorf("start with %s: got %+v, %v; want an error wrapping ErrInvalid", tc.name, res, err)
 		}
 	}
-	_, err := s.GetClaim(t.Context(), p, cardstore.ToolCallKey("turn-1", "call-1"))
+	_, err := s.GetClaim(t.Context(), p, cardstore.CallKey{AgentTurnID: "turn-1", ToolCallID: "call-1"}.String())
 	wantErr(t, "get claim after invalid starts", err, cardstore.ErrNotFound)
 }

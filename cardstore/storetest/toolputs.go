@@ -20,7 +20,7 @@ func testPutToolResult(t *testing.T, s ToolStore) {
 	mustPut(t, s, callOf(p, "t1", "c1", toolName), callOf(p, "t2", "c2", toolBName))
 	own := claimTool(t, s, p, "t1", "c1", "w1", toolA, lease)
 	claimTool(t, s, p, "t3", "c3", "w3", toolB, lease) // no card: toolB's claim
-	core, err := s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: cardstore.ToolCallKey("t4", "c4"), Holder: "core", Lease: lease})
+	core, err := s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: cardstore.CallKey{AgentTurnID: "t4", ToolCallID: "c4"}.String(), Holder: "core", Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func testPutToolResultTakenOver(t *testing.T, s ToolStore) {
 	wantErr(t, "the old holder's result", s.PutToolResult(ctx, toolA, "w1", old.Token, late), cardstore.ErrClaimLost)
 	wantNotStored(t, "the old holder's result", s, late)
 	wantHeldBy(t, "after the old holder's result", s, p, "t1", "c1", "w2", c.Token)
-	wantErr(t, "release by the old holder", s.ReleaseTool(ctx, p, cardstore.ToolCallKey("t1", "c1"), "w1", toolA), cardstore.ErrClaimLost)
+	wantErr(t, "release by the old holder", s.ReleaseTool(ctx, p, cardstore.CallKey{AgentTurnID: "t1", ToolCallID: "c1"}.String(), "w1", toolA), cardstore.ErrClaimLost)
 	if err := s.PutToolResult(ctx, toolA, "w2", c.Token, resultOf(p, "t1", "c1", toolName)); err != nil {
 		t.Fatalf("the new holder's result: %v", err)
 	}
@@ -136,7 +136,7 @@ func testStartCallTool(t *testing.T, s ToolStore) {
 	wantClaim(t, "start of own tool's call", res, err, p, "t1", "c1", "w1", 1, "")
 	sameCard(t, "call card of the start", res.CallCard, own)
 	wantErr(t, "release of the started call's claim by another tool",
-		s.ReleaseTool(ctx, p, cardstore.ToolCallKey("t1", "c1"), "w1", toolB), cardstore.ErrForbidden)
+		s.ReleaseTool(ctx, p, cardstore.CallKey{AgentTurnID: "t1", ToolCallID: "c1"}.String(), "w1", toolB), cardstore.ErrForbidden)
 	if err := s.PutToolResult(ctx, toolA, "w1", res.Claim.Token, resultOf(p, "t1", "c1", toolName)); err != nil {
 		t.Fatalf("result under the started call's claim: %v", err)
 	}
@@ -165,7 +165,7 @@ func testStartCallTool(t *testing.T, s ToolStore) {
 				wantNoClaim(t, "after the start", s, p, tc.turn, tc.call)
 				return
 			}
-			c, err := s.GetClaim(ctx, p, cardstore.ToolCallKey(tc.turn, tc.call))
+			c, err := s.GetClaim(ctx, p, cardstore.CallKey{AgentTurnID: tc.turn, ToolCallID: tc.call}.String())
 			if err != nil || c.Holder != tc.heldBy {
 				t.Fatalf("claim after the start = %+v, %v; want it held by %s", c, err, tc.heldBy)
 			}
@@ -211,7 +211,7 @@ func testTakeOverRacesPut(t *testing.T, s ToolStore) {
 				}()
 				go func() {
 					defer wg.Done()
-					req := cardstore.ClaimRequest{ProjectID: p, Key: cardstore.ToolCallKey(turn, call), Holder: "new", Lease: lease}
+					req := cardstore.ClaimRequest{ProjectID: p, Key: cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String(), Holder: "new", Lease: lease}
 					if !viaStart {
 						var err error
 						if taken[i], err = s.ClaimTool(ctx, req, toolA); err != nil {
@@ -278,7 +278,7 @@ func testLaterCallCard(t *testing.T, s ToolStore) {
 	}
 	_, err := start(toolA, "wa")
 	wantErr(t, "start by the tool of the later card", err, cardstore.ErrForbidden)
-	_, err = s.ClaimTool(ctx, cardstore.ClaimRequest{ProjectID: p, Key: cardstore.ToolCallKey("t1", "c1"), Holder: "wa", Lease: lease}, toolA)
+	_, err = s.ClaimTool(ctx, cardstore.ClaimRequest{ProjectID: p, Key: cardstore.CallKey{AgentTurnID: "t1", ToolCallID: "c1"}.String(), Holder: "wa", Lease: lease}, toolA)
 	wantErr(t, "claim by the tool of the later card", err, cardstore.ErrForbidden)
 	res, err := start(toolB, "wb")
 	wantClaim(t, "start by the tool of the first card", res, err, p, "t1", "c1", "wb", 1, "")
@@ -289,18 +289,34 @@ func testLaterCallCard(t *testing.T, s ToolStore) {
 	}
 }
 
-// testSlashReadings: ids may hold '/', so turn "t/x" with call "y" shares
-// its claim key with turn "t" and call "x/y". A worker of another tool may
-// neither start nor answer the first reading while the second is a call
-// of tool B: the claim would be B's call's claim.
-func testSlashReadings(t *testing.T, s ToolStore) {
+// testSlashIDs: ids may hold '/'. Turn "t/x" with call "y" and turn "t"
+// with call "x/y" are two calls with two claim keys (cardstore.CallKey
+// escapes the turn's '/'), each started and answered by its own tool
+// only; the plain join "toolcall/t/x/y" names the second call alone, so a
+// worker of the first call's tool may not claim it.
+func testSlashIDs(t *testing.T, s ToolStore) {
 	const p = "proj-slash"
 	ctx := t.Context()
-	mustPut(t, s, callOf(p, "t", "x/y", toolBName)) // the victim: tool B
-	_, err := s.StartCallTool(ctx, cardstore.StartCallRequest{ProjectID: p, AgentTurnID: "t/x", ToolCallID: "y", Holder: "wa", Lease: lease}, toolA)
-	wantErr(t, "start of the other reading by another tool", err, cardstore.ErrForbidden)
-	wantErr(t, "result of the other reading by another tool",
-		s.PutToolResult(ctx, toolA, "wa", 1, resultOf(p, "t/x", "y", toolName)), cardstore.ErrForbidden)
-	res, err := s.StartCallTool(ctx, cardstore.StartCallRequest{ProjectID: p, AgentTurnID: "t", ToolCallID: "x/y", Holder: "wb", Lease: lease}, toolB)
-	wantClaim(t, "start of the call by its tool", res, err, p, "t", "x/y", "wb", 1, "")
+	mustPut(t, s, callOf(p, "t", "x/y", toolBName), callOf(p, "t/x", "y", toolName))
+	a := cardstore.CallKey{AgentTurnID: "t/x", ToolCallID: "y"}
+	b := cardstore.CallKey{AgentTurnID: "t", ToolCallID: "x/y"}
+	if a.String() == b.String() {
+		t.Fatalf("calls %+v and %+v share the key %q", a, b, a.String())
+	}
+	_, err := s.ClaimTool(ctx, cardstore.ClaimRequest{ProjectID: p, Key: "toolcall/t/x/y", Holder: "wa", Lease: lease}, toolA)
+	wantErr(t, "claim of the plain join (tool B's call) by tool A", err, cardstore.ErrForbidden)
+	_, err = s.StartCallTool(ctx, cardstore.StartCallRequest{ProjectID: p, AgentTurnID: b.AgentTurnID, ToolCallID: b.ToolCallID, Holder: "wa", Lease: lease}, toolA)
+	wantErr(t, "start of tool B's call by tool A", err, cardstore.ErrForbidden)
+	wantErr(t, "result of tool B's call by tool A",
+		s.PutToolResult(ctx, toolA, "wa", 1, resultOf(p, b.AgentTurnID, b.ToolCallID, toolName)), cardstore.ErrForbidden)
+
+	ra, err := s.StartCallTool(ctx, cardstore.StartCallRequest{ProjectID: p, AgentTurnID: a.AgentTurnID, ToolCallID: a.ToolCallID, Holder: "wa", Lease: lease}, toolA)
+	wantClaim(t, "start of tool A's call", ra, err, p, a.AgentTurnID, a.ToolCallID, "wa", 1, "")
+	rb, err := s.StartCallTool(ctx, cardstore.StartCallRequest{ProjectID: p, AgentTurnID: b.AgentTurnID, ToolCallID: b.ToolCallID, Holder: "wb", Lease: lease}, toolB)
+	wantClaim(t, "start of tool B's call while A's is held", rb, err, p, b.AgentTurnID, b.ToolCallID, "wb", 1, "")
+	if err := s.PutToolResult(ctx, toolA, "wa", ra.Claim.Token, resultOf(p, a.AgentTurnID, a.ToolCallID, toolName)); err != nil {
+		t.Fatalf("result of tool A's call: %v", err)
+	}
+	wantNoClaim(t, "tool A's call after its result", s, p, a.AgentTurnID, a.ToolCallID)
+	wantHeldBy(t, "tool B's call after A's result", s, p, b.AgentTurnID, b.ToolCallID, "wb", 1)
 }

@@ -44,7 +44,7 @@ func RunTools(t *testing.T, newStore func(t *testing.T) ToolStore) {
 		{"StartCallTool", testStartCallTool},
 		{"TakeOverRacesPut", testTakeOverRacesPut},
 		{"LaterCallCard", testLaterCallCard},
-		{"SlashReadings", testSlashReadings},
+		{"SlashIDs", testSlashIDs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,7 +87,7 @@ func resultOf(p, turn, call, toolName string) *card.Card {
 // claimTool claims (turn, call) for tool and fails the test on error.
 func claimTool(t *testing.T, s ToolStore, p, turn, call, holder, tool string, l time.Duration) *cardstore.Claim {
 	t.Helper()
-	c, err := s.ClaimTool(t.Context(), cardstore.ClaimRequest{ProjectID: p, Key: cardstore.ToolCallKey(turn, call), Holder: holder, Lease: l}, tool)
+	c, err := s.ClaimTool(t.Context(), cardstore.ClaimRequest{ProjectID: p, Key: cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String(), Holder: holder, Lease: l}, tool)
 	if err != nil {
 		t.Fatalf("claim %s/%s by %s for tool %s: %v", turn, call, holder, tool, err)
 	}
@@ -98,7 +98,7 @@ func claimTool(t *testing.T, s ToolStore, p, turn, call, holder, tool string, l 
 // token.
 func wantHeldBy(t *testing.T, what string, s ToolStore, p, turn, call, holder string, token uint64) {
 	t.Helper()
-	c, err := s.GetClaim(t.Context(), p, cardstore.ToolCallKey(turn, call))
+	c, err := s.GetClaim(t.Context(), p, cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String())
 	if err != nil {
 		t.Fatalf("%s: claim of %s/%s: %v, want it held by %s", what, turn, call, err, holder)
 	}
@@ -110,7 +110,7 @@ func wantHeldBy(t *testing.T, what string, s ToolStore, p, turn, call, holder st
 // wantNoClaim fails unless (turn, call) has no claim.
 func wantNoClaim(t *testing.T, what string, s ToolStore, p, turn, call string) {
 	t.Helper()
-	if c, err := s.GetClaim(t.Context(), p, cardstore.ToolCallKey(turn, call)); !errors.Is(err, cardstore.ErrNotFound) {
+	if c, err := s.GetClaim(t.Context(), p, cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String()); !errors.Is(err, cardstore.ErrNotFound) {
 		t.Fatalf("%s: claim of %s/%s = %+v, %v; want none (ErrNotFound)", what, turn, call, c, err)
 	}
 }
@@ -121,7 +121,7 @@ func awaitExpired(t *testing.T, s ToolStore, p, turn, call string) {
 	t.Helper()
 	deadline := time.Now().Add(pollDeadline)
 	for {
-		c, err := s.GetClaim(t.Context(), p, cardstore.ToolCallKey(turn, call))
+		c, err := s.GetClaim(t.Context(), p, cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String())
 		if err != nil {
 			t.Fatalf("claim of %s/%s while waiting for it to lapse: %v", turn, call, err)
 		}
@@ -142,7 +142,7 @@ func testClaimTool(t *testing.T, s ToolStore) {
 	ctx := t.Context()
 	mustPut(t, s, callOf(p, "t1", "c1", toolName), callOf(p, "t2", "c2", toolBName), callOf(p, "t3/x", "c3", toolBName))
 	claimTool(t, s, p, "t5", "c5", "w5", toolA, lease) // no card: any tool may claim
-	if _, err := s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: cardstore.ToolCallKey("t6", "c6"), Holder: "w6", Lease: lease}); err != nil {
+	if _, err := s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: cardstore.CallKey{AgentTurnID: "t6", ToolCallID: "c6"}.String(), Holder: "w6", Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -156,7 +156,7 @@ func testClaimTool(t *testing.T, s ToolStore) {
 	}{
 		{"own tool's call", "t1", "c1", toolA, "w1", false, nil, "w1", 1},
 		{"another tool's call", "t2", "c2", toolA, "w2", false, cardstore.ErrForbidden, "", 0},
-		{"another tool's call, ids with slashes", "t3", "x/c3", toolA, "w3", false, cardstore.ErrForbidden, "", 0},
+		{"another tool's call, ids with slashes", "t3/x", "c3", toolA, "w3", false, cardstore.ErrForbidden, "", 0},
 		{"call without a card", "t4", "c4", toolB, "w4", false, nil, "w4", 1},
 		{"renewal for another tool", "t5", "c5", toolB, "w5", false, cardstore.ErrForbidden, "w5", 1},
 		{"renewal for the same tool", "t5", "c5", toolA, "w5", false, nil, "w5", 1},
@@ -166,7 +166,7 @@ func testClaimTool(t *testing.T, s ToolStore) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			req := cardstore.ClaimRequest{ProjectID: p, Key: cardstore.ToolCallKey(tc.turn, tc.call), Holder: tc.holder, Lease: lease}
+			req := cardstore.ClaimRequest{ProjectID: p, Key: cardstore.CallKey{AgentTurnID: tc.turn, ToolCallID: tc.call}.String(), Holder: tc.holder, Lease: lease}
 			var c *cardstore.Claim
 			var err error
 			if tc.core {
@@ -201,7 +201,7 @@ func testReleaseTool(t *testing.T, s ToolStore) {
 	const p = "proj-releasetool"
 	ctx := t.Context()
 	claimTool(t, s, p, "t1", "c1", "w1", toolA, lease)
-	if _, err := s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: cardstore.ToolCallKey("t2", "c2"), Holder: "core", Lease: lease}); err != nil {
+	if _, err := s.Claim(ctx, cardstore.ClaimRequest{ProjectID: p, Key: cardstore.CallKey{AgentTurnID: "t2", ToolCallID: "c2"}.String(), Holder: "core", Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -218,7 +218,7 @@ func testReleaseTool(t *testing.T, s ToolStore) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := s.ReleaseTool(ctx, p, cardstore.ToolCallKey(tc.turn, tc.call), tc.holder, tc.tool)
+			err := s.ReleaseTool(ctx, p, cardstore.CallKey{AgentTurnID: tc.turn, ToolCallID: tc.call}.String(), tc.holder, tc.tool)
 			if tc.err != nil {
 				wantErr(t, "release", err, tc.err)
 			} else if err != nil {

@@ -252,7 +252,7 @@ func TestNATSIdentities(t *testing.T) {
 		if err := wcards.Release(ctx, "demo", "echo/lease", "w"); err != nil {
 			t.Fatalf("service lease release by the echo worker: %v", err)
 		}
-		if _, err := wcards.Claim(wctx, cardstore.ClaimRequest{ProjectID: "demo", Key: cardstore.ToolCallKey("turn-atlas", "call-atlas"), Holder: "evil", Lease: time.Minute}); !errors.Is(err, cardstore.ErrForbidden) {
+		if _, err := wcards.Claim(wctx, cardstore.ClaimRequest{ProjectID: "demo", Key: cardstore.CallKey{AgentTurnID: "turn-atlas", ToolCallID: "call-atlas"}.String(), Holder: "evil", Lease: time.Minute}); !errors.Is(err, cardstore.ErrForbidden) {
 			t.Fatalf("claim of an ATLAS call by the echo worker = %v, want forbidden", err)
 		}
 		if _, err := wcards.StartCall(wctx, cardstore.StartCallRequest{ProjectID: "demo", AgentTurnID: "turn-atlas", ToolCallID: "call-atlas", ToolCallCardID: victim.CardID, Holder: "evil", Lease: time.Minute}); !errors.Is(err, cardstore.ErrForbidden) {

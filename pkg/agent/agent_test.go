@@ -549,10 +549,8 @@ func TestClosed(t *testing.T) {
 // own command, execution and result. Before utp.CallRef the second command
 // was dropped by JetStream as a duplicate and its Call waited forever.
 //
-// The calls run one after the other: the claim key
-// "toolcall/<turn>/<call>" (kept for foreign workers) is shared by the
-// "/" pair, so at the same time the second would wait out the first's
-// lease; after the first's result the claim is released with it.
+// The claim keys of the "/" pair differ too (cardstore.CallKey escapes
+// the turn's '/').
 func TestCollidingCallIDs(t *testing.T) {
 	e := startMesh(t)
 	c := e.client(t, "agent-collide")

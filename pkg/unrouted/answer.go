@@ -37,7 +37,7 @@ func (s *Sweeper) answer(ctx context.Context, msg jetstream.Msg, sub subjects.Su
 	} else if !errors.Is(err, cardstore.ErrNotFound) {
 		return false, fmt.Errorf("unrouted: find result: %w", err)
 	}
-	_, err = s.cfg.Store.Claim(ctx, cardstore.ClaimRequest{ProjectID: sub.Project, Key: cardstore.ToolCallKey(cmd.AgentTurnID, cmd.ToolCallID),
+	_, err = s.cfg.Store.Claim(ctx, cardstore.ClaimRequest{ProjectID: sub.Project, Key: cardstore.CallKey{AgentTurnID: cmd.AgentTurnID, ToolCallID: cmd.ToolCallID}.String(),
 		Holder: s.cfg.Holder, Lease: 30 * time.Second})
 	if errors.Is(err, cardstore.ErrClaimHeld) {
 		return false, nil

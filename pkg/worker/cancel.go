@@ -173,7 +173,7 @@ func RequestCancel(ctx context.Context, nc *nats.Conn, st cardstore.Store, req C
 	if err := st.Put(ctx, marker); err != nil {
 		return "", nil, fmt.Errorf("record cancel: %w", err)
 	}
-	key := cardstore.ToolCallKey(req.AgentTurnID, req.ToolCallID)
+	key := cardstore.CallKey{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID}.String()
 	_, err := st.Claim(ctx, cardstore.ClaimRequest{ProjectID: req.ProjectID, Key: key, Holder: req.Holder, Lease: 30 * time.Second})
 	if errors.Is(err, cardstore.ErrClaimHeld) {
 		subj, serr := subjects.Event(req.Version, req.ProjectID, req.ChannelID, subjects.Sys, cancelTarget, cancelSuffix)

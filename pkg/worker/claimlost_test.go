@@ -107,7 +107,7 @@ func testClaimLost(t *testing.T, end func(ctx context.Context) (worker.Result, e
 
 	// Renewals stall; once the lease lapses another holder takes over.
 	st.stall.Store(true)
-	key := cardstore.ToolCallKey(c.turn, c.id)
+	key := cardstore.CallKey{AgentTurnID: c.turn, ToolCallID: c.id}.String()
 	deadline := time.Now().Add(10 * time.Second)
 	var thief *cardstore.Claim
 	for {
@@ -207,7 +207,7 @@ func TestMalformedCommandRetryReleasesClaim(t *testing.T) {
 
 	select {
 	case key := <-st.releases:
-		if want := cardstore.ToolCallKey(c.turn, c.id); key != want {
+		if want := (cardstore.CallKey{AgentTurnID: c.turn, ToolCallID: c.id}).String(); key != want {
 			t.Fatalf("released %q, want %q", key, want)
 		}
 	case <-time.After(10 * time.Second):

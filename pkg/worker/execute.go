@@ -404,7 +404,7 @@ func (j *job) retryLater(what string, err error) {
 	j.r.log.Warn("transient failure; the command will be redelivered", append(j.logAttrs(), "step", what, "err", err)...)
 	if j.claimed {
 		ctx, cancel := context.WithTimeout(cardstore.WithTool(j.r.baseCtx, j.tool.Name), releaseTimeout)
-		rerr := j.r.cfg.Store.Release(ctx, j.subj.Project, cardstore.ToolCallKey(j.cmd.AgentTurnID, j.cmd.ToolCallID), j.holder)
+		rerr := j.r.cfg.Store.Release(ctx, j.subj.Project, cardstore.CallKey{AgentTurnID: j.cmd.AgentTurnID, ToolCallID: j.cmd.ToolCallID}.String(), j.holder)
 		cancel()
 		if rerr != nil {
 			// The lease then lapses on its own; the redelivery waits for it.
@@ -445,7 +445,7 @@ func (j *job) keepalive(ctx context.Context, cancel context.CancelCauseFunc) (st
 			case <-tick.C:
 				_ = j.msg.InProgress()
 				_, err := j.r.cfg.Store.Claim(ctx, cardstore.ClaimRequest{
-					ProjectID: j.subj.Project, Key: cardstore.ToolCallKey(j.cmd.AgentTurnID, j.cmd.ToolCallID),
+					ProjectID: j.subj.Project, Key: cardstore.CallKey{AgentTurnID: j.cmd.AgentTurnID, ToolCallID: j.cmd.ToolCallID}.String(),
 					Holder: j.holder, Lease: j.r.cfg.ClaimLease,
 				})
 				if errors.Is(err, cardstore.ErrClaimHeld) {

@@ -359,7 +359,7 @@ func TestPoisonCommand(t *testing.T) {
 	}
 	c := h.writeCall("count", `{}`)
 	// Two workers claimed the call and died without finishing.
-	key := cardstore.ToolCallKey(c.turn, c.id)
+	key := cardstore.CallKey{AgentTurnID: c.turn, ToolCallID: c.id}.String()
 	for _, dead := range []string{"dead-1", "dead-2"} {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
