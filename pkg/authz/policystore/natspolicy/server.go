@@ -11,6 +11,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // ServerConfig configures Register.
@@ -36,6 +37,9 @@ type Server struct {
 func Register(srv *svc.Server, nc *nats.Conn, cfg ServerConfig) (*Server, error) {
 	if srv == nil || nc == nil || cfg.Store == nil {
 		return nil, errors.New("natspolicy: Register needs a svc server, a connection and a Store")
+	}
+	if cfg.Version == "" {
+		cfg.Version = subjects.DefaultVersion
 	}
 	s := &Server{cfg: cfg, nc: nc}
 	for op, h := range map[string]svc.HandlerFunc{
