@@ -29,7 +29,7 @@ FUZZ_TARGETS = \
 # (brokers, leases, group commit, redelivery, schedulers): `make stress`.
 STRESS_PKGS  = ./pkg/inbox/... ./pkg/worker ./pkg/agent ./pkg/mesh ./pkg/svc ./pkg/turn ./pkg/streams ./pkg/unrouted \
 	./pkg/registry/... ./pkg/authz/... ./cardstore/... ./services/... ./cmd/utpmesh \
-	./internal/webui/... ./internal/meshtest ./internal/mcpbridge ./internal/jskv/...
+	./pkg/apps/webui/... ./internal/meshtest ./pkg/apps/mcpbridge ./internal/jskv/...
 STRESS_COUNT ?= 10
 
 .PHONY: all build test test-deps mcp-client stress ui-screenshot lint fuzz bench clean
@@ -71,7 +71,7 @@ test-deps:
 ## package-lock) for the MCP bridge's foreign-client test, when npm is there
 ## and it is not installed yet; without Node the test skips and says why
 mcp-client:
-	@d=internal/mcpbridge/testdata/tsclient; \
+	@d=pkg/apps/mcpbridge/testdata/tsclient; \
 	if [ -d $$d/node_modules/@modelcontextprotocol/sdk ]; then exit 0; fi; \
 	if ! command -v npm >/dev/null 2>&1; then echo "make: no npm: the MCP foreign-client test will skip"; exit 0; fi; \
 	echo "make: installing the MCP TypeScript SDK for the foreign-client test (npm ci)"; \

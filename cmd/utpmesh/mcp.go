@@ -12,7 +12,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/utpmesh/utpmesh/internal/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
 )
 
 func init() {
@@ -20,7 +20,7 @@ func init() {
 		make: func(e env) command { return &mcpCommand{env: e, stdin: os.Stdin} }})
 }
 
-// mcpCommand runs the MCP bridge (internal/mcpbridge, docs/mcp.md).
+// mcpCommand runs the MCP bridge (pkg/apps/mcpbridge, docs/mcp.md).
 type mcpCommand struct {
 	env   env
 	stdin io.Reader

@@ -14,7 +14,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/utpmesh/utpmesh/internal/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
 )
 
 // lockedBuffer is a bytes.Buffer safe for a command writing while the test reads.

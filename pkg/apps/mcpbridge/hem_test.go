@@ -11,7 +11,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/utpmesh/utpmesh/internal/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	atptools "github.com/utpmesh/utpmesh/services/atp/tools"
 )

@@ -1,4 +1,4 @@
-// A foreign MCP client for internal/mcpbridge/foreign_test.go: the MCP
+// A foreign MCP client for pkg/apps/mcpbridge/foreign_test.go: the MCP
 // TypeScript SDK lists the bridge's tools and calls echo, then prints
 // {"tools": [names], "result": CallToolResult} as JSON on stdout.
 //

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/utpmesh/utpmesh/cardstore"
-	"github.com/utpmesh/utpmesh/internal/webui"
+	"github.com/utpmesh/utpmesh/pkg/apps/webui"
 )
 
 // TestAccess: the token is needed once in the URL, becomes an HttpOnly

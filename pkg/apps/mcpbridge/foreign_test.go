@@ -15,7 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/utpmesh/utpmesh/internal/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
 )
 
 // helperEnv makes the test binary run as a stdio bridge (see TestMain):
