@@ -40,9 +40,7 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 }
 
 func (c *auditCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("audit", auditUsage, c.env)
-	var mf meshFlags
-	mf.register(fs, c.env)
+	fs, mf := newMeshFlagSet("audit", auditUsage, c.env)
 	project := fs.String("project", "demo", "project whose records to list")
 	tool := fs.String("tool", "", "only records of this tool (e.g. artifact.put)")
 	task := fs.String("task", "", "only records of this task_id")

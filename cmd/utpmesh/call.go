@@ -40,11 +40,7 @@ type callOutput struct {
 }
 
 func (c *callCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("call", "utpmesh call TOOL [--args '{...}'|@FILE] [--project P] [--channel C] [--turn T] [--wait=false] [--json]", c.env)
-	var mf meshFlags
-	var pf projectFlags
-	mf.register(fs, c.env)
-	pf.register(fs)
+	fs, mf, pf := newProjectFlagSet("call", "utpmesh call TOOL [--args '{...}'|@FILE] [--project P] [--channel C] [--turn T] [--wait=false] [--json]", c.env)
 	argsFlag := fs.String("args", "{}", "the call's arguments: a JSON object, or @FILE to read it from a file")
 	var cf callerFlags
 	cf.register(fs, c.env, "utpmesh-cli")

@@ -41,11 +41,7 @@ func (c *cardsCommand) Run(ctx context.Context, args []string) error {
 	if args[0] != "get" {
 		return usagef("unknown subcommand %q (use: utpmesh cards get ID...)", args[0])
 	}
-	fs := newFlagSet("cards get", cardsGetSynopsis, c.env)
-	var mf meshFlags
-	var pf projectFlags
-	mf.register(fs, c.env)
-	pf.register(fs)
+	fs, mf, pf := newProjectFlagSet("cards get", cardsGetSynopsis, c.env)
 	turnID := fs.String("turn", "", "the turn whose tool_call_ids may be given instead of card ids")
 	ids, err := parse(fs, args[1:])
 	if err != nil {
@@ -64,7 +60,7 @@ func (c *cardsCommand) Run(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	nc, store, err := openStore(ctx, &mf, &pf, "cards")
+	nc, store, err := openStore(ctx, mf, pf, "cards")
 	if err != nil {
 		return err
 	}

@@ -159,3 +159,36 @@ func natsURL(e env) string {
 	}
 	return "nats://127.0.0.1:4222"
 }
+
+// newMeshFlagSet is the preamble of a command that talks to a running mesh:
+// a flag set (newFlagSet) with the connection flags registered.
+func newMeshFlagSet(name, synopsis string, e env) (*flag.FlagSet, *meshFlags) {
+	fs := newFlagSet(name, synopsis, e)
+	mf := new(meshFlags)
+	mf.register(fs, e)
+	return fs, mf
+}
+
+// newProjectFlagSet is newMeshFlagSet with the project flags (--project,
+// --channel) registered too: the preamble of a command about one project.
+func newProjectFlagSet(name, synopsis string, e env) (*flag.FlagSet, *meshFlags, *projectFlags) {
+	fs, mf := newMeshFlagSet(name, synopsis, e)
+	pf := new(projectFlags)
+	pf.register(fs)
+	return fs, mf, pf
+}
+
+// splitSubcommand splits "SUB ARGS..." of a command whose subcommands share
+// one usage text. With no arguments it prints the usage and returns a usage
+// error naming the subcommands (want); with --help it prints the usage and
+// returns the help error (exit 0).
+func splitSubcommand(args []string, usage, want string, e env) (string, []string, error) {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintln(e.stdout, "Usage:\n"+usage)
+		if len(args) == 0 {
+			return "", nil, usagef("%s", want)
+		}
+		return "", nil, &usageError{msg: "help", help: true}
+	}
+	return args[0], args[1:], nil
+}

@@ -59,17 +59,11 @@ utpmesh mandate narrow  --parent TOKEN|FILE --policy FILE [--agent A] [--ttl D] 
 utpmesh mandate query   --mandate TOKEN|FILE [--project P] [--booking-state S]   the Windley Loop query (needs a running mesh)`
 
 func (c *mandateCommand) Run(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(c.env.stdout, "Usage:\n"+mandateUsage)
-		if len(args) == 0 {
-			return usagef("mandate needs a subcommand: issue, inspect, narrow or query")
-		}
-		return nil
+	sub, args, err := splitSubcommand(args, mandateUsage, "mandate needs a subcommand: issue, inspect, narrow or query", c.env)
+	if err != nil {
+		return err
 	}
-	sub, args := args[0], args[1:]
-	var mf meshFlags
-	fs := newFlagSet("mandate "+sub, mandateUsage, c.env)
-	mf.register(fs, c.env)
+	fs, mf := newMeshFlagSet("mandate "+sub, mandateUsage, c.env)
 	project := fs.String("project", "demo", "project whose issuer signs (issue, narrow) or that is queried")
 	agent := fs.String("agent", "", "the agent id the mandate is for (sub)")
 	policy := fs.String("policy", "", "file holding the mandate's Cedar policies")

@@ -29,12 +29,8 @@ type mcpCommand struct {
 }
 
 func (c *mcpCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("mcp", "utpmesh mcp [--project P] [--channel C] [--mandate FILE] [--agent A] [--listen ADDR] [--nats URL]", c.env)
-	var mf meshFlags
-	var pf projectFlags
+	fs, mf, pf := newProjectFlagSet("mcp", "utpmesh mcp [--project P] [--channel C] [--mandate FILE] [--agent A] [--listen ADDR] [--nats URL]", c.env)
 	var cf callerFlags
-	mf.register(fs, c.env)
-	pf.register(fs)
 	cf.register(fs, c.env, "mcp")
 	listen := fs.String("listen", "", "serve streamable HTTP on ADDR (e.g. 127.0.0.1:8090; port 0 picks one) instead of stdio; each request's identity is its 'Authorization: Bearer <mandate JWT>'")
 	callTimeout := fs.Duration("call-timeout", mcpbridge.DefaultCallTimeout, "how long one tools/call waits for its result (the call goes on after that)")

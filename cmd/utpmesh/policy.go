@@ -41,17 +41,11 @@ utpmesh policy config --project P [--mandate required|not_required]
                                              print or set whether calls need a mandate`
 
 func (c *policyCommand) Run(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(c.env.stdout, "Usage:\n"+policyUsage)
-		if len(args) == 0 {
-			return usagef("policy needs a subcommand: put, get, test or config")
-		}
-		return nil
+	sub, args, err := splitSubcommand(args, policyUsage, "policy needs a subcommand: put, get, test or config", c.env)
+	if err != nil {
+		return err
 	}
-	sub, args := args[0], args[1:]
-	var mf meshFlags
-	fs := newFlagSet("policy "+sub, policyUsage, c.env)
-	mf.register(fs, c.env)
+	fs, mf := newMeshFlagSet("policy "+sub, policyUsage, c.env)
 	project := fs.String("project", "demo", "project whose policies to manage")
 	agent := fs.String("agent", "", "test: the calling agent id")
 	tool := fs.String("tool", "", "test: the tool name (its action and scopes come from the registry)")
@@ -131,7 +125,7 @@ func (c *policyCommand) Run(ctx context.Context, args []string) error {
 	rep := &replacer{env: c.env, cl: cl, project: *project, yes: *yes, json: mf.json, stdinUsed: sub == "put" && pos[0] == "-"}
 	switch sub {
 	case "put":
-		if err := rep.checkTools(ctx, nc, mf, policyName(pos[0]), string(text)); err != nil {
+		if err := rep.checkTools(ctx, nc, *mf, policyName(pos[0]), string(text)); err != nil {
 			return err
 		}
 		cur, err := currentDoc(ctx, cl, *project)
@@ -140,7 +134,7 @@ func (c *policyCommand) Run(ctx context.Context, args []string) error {
 		}
 		return rep.replace(rctx, mf.timeout, cur, string(text), policyName(pos[0]), 0)
 	case "rollback":
-		return rep.rollback(ctx, rctx, mf, nc, rollbackTo)
+		return rep.rollback(ctx, rctx, *mf, nc, rollbackTo)
 	case "history":
 		vs, err := cl.History(ctx, *project)
 		if err != nil {

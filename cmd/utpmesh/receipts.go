@@ -18,9 +18,7 @@ func init() {
 type receiptsCommand struct{ env env }
 
 func (c *receiptsCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("receipts", "utpmesh receipts show TURN [--project P] [--json] [--nats URL]", c.env)
-	var mf meshFlags
-	mf.register(fs, c.env)
+	fs, mf := newMeshFlagSet("receipts", "utpmesh receipts show TURN [--project P] [--json] [--nats URL]", c.env)
 	project := fs.String("project", "demo", "project of the turn")
 	pos, err := parse(fs, args)
 	if err != nil {

@@ -87,9 +87,7 @@ type agentDepth struct {
 }
 
 func (c *statusCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("status", "utpmesh status [--agent A]... [--project P]... [--json]", c.env)
-	var mf meshFlags
-	mf.register(fs, c.env)
+	fs, mf := newMeshFlagSet("status", "utpmesh status [--agent A]... [--project P]... [--json]", c.env)
 	var projects, agents stringList
 	fs.Var(&projects, "project", "project of the --agent inbox counts (repeatable; default demo)")
 	fs.Var(&agents, "agent", "also count the pending inbox entries of this agent (repeatable)")

@@ -74,11 +74,7 @@ func (c *toolsCommand) registry(ctx context.Context, mf *meshFlags, pf *projectF
 }
 
 func (c *toolsCommand) ls(ctx context.Context, args []string) error {
-	fs := newFlagSet("tools ls", "utpmesh tools ls [--project P] [--json]", c.env)
-	var mf meshFlags
-	var pf projectFlags
-	mf.register(fs, c.env)
-	pf.register(fs)
+	fs, mf, pf := newProjectFlagSet("tools ls", "utpmesh tools ls [--project P] [--json]", c.env)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -86,7 +82,7 @@ func (c *toolsCommand) ls(ctx context.Context, args []string) error {
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q ('tools ls' takes flags only; to show one tool: utpmesh tools get %s)", pos[0], pos[0])
 	}
-	nc, reg, err := c.registry(ctx, &mf, &pf)
+	nc, reg, err := c.registry(ctx, mf, pf)
 	if err != nil {
 		return err
 	}
@@ -115,11 +111,7 @@ func (c *toolsCommand) ls(ctx context.Context, args []string) error {
 }
 
 func (c *toolsCommand) get(ctx context.Context, args []string) error {
-	fs := newFlagSet("tools get", "utpmesh tools get NAME... [--project P] [--json]", c.env)
-	var mf meshFlags
-	var pf projectFlags
-	mf.register(fs, c.env)
-	pf.register(fs)
+	fs, mf, pf := newProjectFlagSet("tools get", "utpmesh tools get NAME... [--project P] [--json]", c.env)
 	names, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -127,7 +119,7 @@ func (c *toolsCommand) get(ctx context.Context, args []string) error {
 	if len(names) == 0 {
 		return usagef("name the tool to show, e.g. 'utpmesh tools get echo' (list them with 'utpmesh tools ls')")
 	}
-	nc, reg, err := c.registry(ctx, &mf, &pf)
+	nc, reg, err := c.registry(ctx, mf, pf)
 	if err != nil {
 		return err
 	}
@@ -183,11 +175,7 @@ func writeEntry(e env, t *registry.Entry) {
 }
 
 func (c *toolsCommand) importYAML(ctx context.Context, args []string) error {
-	fs := newFlagSet("tools import", "utpmesh tools import FILE.yaml|DIR... [--project P] [--dry-run]", c.env)
-	var mf meshFlags
-	var pf projectFlags
-	mf.register(fs, c.env)
-	pf.register(fs)
+	fs, mf, pf := newProjectFlagSet("tools import", "utpmesh tools import FILE.yaml|DIR... [--project P] [--dry-run]", c.env)
 	dry := fs.Bool("dry-run", false, "parse and validate the files; register nothing")
 	paths, err := parse(fs, args)
 	if err != nil {
@@ -244,7 +232,7 @@ func (c *toolsCommand) importYAML(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.env.stdout, "%d tools in %d files are valid; nothing registered (--dry-run)\n", total, len(files))
 		return nil
 	}
-	nc, reg, err := c.registry(ctx, &mf, &pf)
+	nc, reg, err := c.registry(ctx, mf, pf)
 	if err != nil {
 		return err
 	}
@@ -298,11 +286,7 @@ func yamlFiles(paths []string) ([]string, error) {
 }
 
 func (c *toolsCommand) rm(ctx context.Context, args []string) error {
-	fs := newFlagSet("tools rm", "utpmesh tools rm NAME... [--project P]", c.env)
-	var mf meshFlags
-	var pf projectFlags
-	mf.register(fs, c.env)
-	pf.register(fs)
+	fs, mf, pf := newProjectFlagSet("tools rm", "utpmesh tools rm NAME... [--project P]", c.env)
 	names, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -310,7 +294,7 @@ func (c *toolsCommand) rm(ctx context.Context, args []string) error {
 	if len(names) == 0 {
 		return usagef("name the tool to remove, e.g. 'utpmesh tools rm weather'")
 	}
-	nc, reg, err := c.registry(ctx, &mf, &pf)
+	nc, reg, err := c.registry(ctx, mf, pf)
 	if err != nil {
 		return err
 	}

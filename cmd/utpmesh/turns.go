@@ -87,11 +87,7 @@ func (c *turnsCommand) load(ctx context.Context, mf *meshFlags, pf *projectFlags
 }
 
 func (c *turnsCommand) show(ctx context.Context, args []string) error {
-	fs := newFlagSet("turns show", "utpmesh turns show TURN [--project P] [--json]", c.env)
-	var mf meshFlags
-	var pf projectFlags
-	mf.register(fs, c.env)
-	pf.register(fs)
+	fs, mf, pf := newProjectFlagSet("turns show", "utpmesh turns show TURN [--project P] [--json]", c.env)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -100,7 +96,7 @@ func (c *turnsCommand) show(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	nc, t, err := c.load(ctx, &mf, &pf, id, "turns")
+	nc, t, err := c.load(ctx, mf, pf, id, "turns")
 	if err != nil {
 		return err
 	}
@@ -145,11 +141,7 @@ func writeCallCards(w io.Writer, t *turn.Turn) error {
 }
 
 func (c *turnsCommand) replay(ctx context.Context, args []string) error {
-	fs := newFlagSet("turns replay", "utpmesh turns replay TURN [--dry-run] [--as NEW_TURN] [--agent A] [--concurrency N] [--project P] [--json]", c.env)
-	var mf meshFlags
-	var pf projectFlags
-	mf.register(fs, c.env)
-	pf.register(fs)
+	fs, mf, pf := newProjectFlagSet("turns replay", "utpmesh turns replay TURN [--dry-run] [--as NEW_TURN] [--agent A] [--concurrency N] [--project P] [--json]", c.env)
 	dry := fs.Bool("dry-run", false, "print the plan; run nothing")
 	as := fs.String("as", "", "turn id to replay under (default: a new replay-<uuid>); never the original's")
 	var cf callerFlags
@@ -170,7 +162,7 @@ func (c *turnsCommand) replay(ctx context.Context, args []string) error {
 	if *waitTimeout <= 0 {
 		return usagef("--wait-timeout must be positive, e.g. --wait-timeout 30m")
 	}
-	nc, t, err := c.load(ctx, &mf, &pf, id, "replay")
+	nc, t, err := c.load(ctx, mf, pf, id, "replay")
 	if err != nil {
 		return err
 	}
@@ -239,11 +231,7 @@ func planErr(err error) error {
 }
 
 func (c *turnsCommand) resume(ctx context.Context, args []string) error {
-	fs := newFlagSet("turns resume", "utpmesh turns resume TURN [--agent A] [--project P] [--json]", c.env)
-	var mf meshFlags
-	var pf projectFlags
-	mf.register(fs, c.env)
-	pf.register(fs)
+	fs, mf, pf := newProjectFlagSet("turns resume", "utpmesh turns resume TURN [--agent A] [--project P] [--json]", c.env)
 	agentID := fs.String("agent", "", "the agent whose inbox to read (default: the agent_id on the turn's cards)")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -253,7 +241,7 @@ func (c *turnsCommand) resume(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	nc, t, err := c.load(ctx, &mf, &pf, id, "turns")
+	nc, t, err := c.load(ctx, mf, pf, id, "turns")
 	if err != nil {
 		return err
 	}
@@ -303,11 +291,7 @@ agent (the first metadata.agent_id the turn's cards name). --pending, with
 yet, from its inbox.`
 
 func (c *turnsCommand) ls(ctx context.Context, args []string) error {
-	fs := newFlagSet("turns ls", turnsLsSynopsis, c.env)
-	var mf meshFlags
-	var pf projectFlags
-	mf.register(fs, c.env)
-	pf.register(fs)
+	fs, mf, pf := newProjectFlagSet("turns ls", turnsLsSynopsis, c.env)
 	agentID := fs.String("agent", "", "only the turns of this agent (default: every agent's)")
 	limit := fs.Int("limit", 20, fmt.Sprintf("turns per page, 1 to %d", cardstore.MaxPage))
 	before := fs.Uint64("before", 0, "list the turns older than this cursor (printed under the previous page)")
@@ -331,7 +315,7 @@ func (c *turnsCommand) ls(ctx context.Context, args []string) error {
 	if err := card.ValidateName("project_id", pf.project); err != nil {
 		return usagef("--project: %v", err)
 	}
-	nc, store, err := openStore(ctx, &mf, &pf, "turns")
+	nc, store, err := openStore(ctx, mf, pf, "turns")
 	if err != nil {
 		return err
 	}
@@ -339,7 +323,7 @@ func (c *turnsCommand) ls(ctx context.Context, args []string) error {
 	var page *turnsPage
 	var more int // --pending: turns left out by --limit
 	if *onlyPending {
-		page, more, err = c.pendingTurns(ctx, nc, store, &mf, &pf, *agentID, *limit)
+		page, more, err = c.pendingTurns(ctx, nc, store, mf, pf, *agentID, *limit)
 	} else {
 		var res *cardstore.ListTurnsResult
 		res, err = store.ListTurns(ctx, cardstore.ListTurnsRequest{ProjectID: pf.project, AgentID: *agentID, Before: *before, Limit: *limit})

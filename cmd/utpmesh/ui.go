@@ -164,11 +164,7 @@ func startUI(ctx context.Context, nc *nats.Conn, cfg uiConfig) (url string, stop
 type uiCommand struct{ env env }
 
 func (c *uiCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("ui", "utpmesh ui [--nats URL] [--listen 127.0.0.1:8080] [--project demo] [--mandate TOKEN|@FILE] [--ui-token T | --ui-open]", c.env)
-	var mf meshFlags
-	mf.register(fs, c.env)
-	var pf projectFlags
-	pf.register(fs)
+	fs, mf, pf := newProjectFlagSet("ui", "utpmesh ui [--nats URL] [--listen 127.0.0.1:8080] [--project demo] [--mandate TOKEN|@FILE] [--ui-token T | --ui-open]", c.env)
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address of the UI (HOST:PORT; port 0 picks a free one)")
 	token := fs.String("ui-token", c.env.getenv("UTPMESH_UI_TOKEN"), "access token of the UI, at least 16 characters (default $UTPMESH_UI_TOKEN, else a new random one, printed in the URL)")
 	open := fs.Bool("ui-open", false, "switch the access token off: anyone who can reach --listen can use the UI (logged at WARN)")

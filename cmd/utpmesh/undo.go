@@ -36,11 +36,7 @@ const undoPrefix = "undo-"
 var errUndo = errors.New("nothing to undo")
 
 func (c *undoCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("undo", "utpmesh undo CALL_ID --turn T [--project P] [--channel C] [--json] [--mandate FILE]", c.env)
-	var mf meshFlags
-	var pf projectFlags
-	mf.register(fs, c.env)
-	pf.register(fs)
+	fs, mf, pf := newProjectFlagSet("undo", "utpmesh undo CALL_ID --turn T [--project P] [--channel C] [--json] [--mandate FILE]", c.env)
 	turn := fs.String("turn", "", "agent_turn_id of the call to undo (required; 'utpmesh call' and 'utpmesh confirm' print the exact undo command)")
 	waitTimeout := fs.Duration("wait-timeout", 5*time.Minute, "how long to wait for the undo call's result")
 	var cf callerFlags
