@@ -118,10 +118,15 @@ func main() {
 	defer nc.Close()
 	ctx := context.Background()
 	if len(os.Args) > 2 && os.Args[2] == "serve" {
-		reverse := worker.ToolFunc("reverse", func(ctx context.Context, call *worker.Call) (json.RawMessage, error) {
-			return call.Arguments, nil
-		})
-		if err := worker.Serve(ctx, nc, reverse); err != nil {
+		reverse := worker.Tool{
+			Name:        "reverse",
+			Description: "Returns its arguments.",
+			Parameters:  json.RawMessage("{\"type\":\"object\"}"),
+			Handler: func(ctx context.Context, call *worker.Call) (worker.Result, error) {
+				return worker.OK(call.Arguments), nil
+			},
+		}
+		if err := worker.Serve(ctx, nc, []worker.Tool{reverse}, worker.WithoutAuthorizer()); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
