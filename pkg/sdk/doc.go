@@ -28,6 +28,13 @@
 //
 // TestExternalModule builds a program in a module of its own that imports
 // the SDK through a replace directive, as a user's project would.
+//
+// # The core knows no catalogue
+//
+// TestCoreKnowsNoCatalogue holds the other wall of the house: nothing under
+// pkg/, cardstore/ or subjects/ depends on a package under services/.
+// Catalogues plug in through interfaces the core defines, and cmd/utpmesh
+// registers them.
 package sdk
 
 // MaxDeps is the most non-standard-library packages (this module's
