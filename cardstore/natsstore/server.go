@@ -12,7 +12,6 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/internal/audit"
-	"github.com/utpmesh/utpmesh/internal/toolsvc"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -31,14 +30,12 @@ type ServerConfig struct {
 	Logger *slog.Logger
 }
 
-// Server serves a cardstore.Store on cg.<ver>.*.*.svc.cardstore.<op>.
+// Server serves a cardstore.Store on cg.<ver>.*.*.svc.cardstore.<op> and
+// its tool-scoped writes on cg.<ver>.*.*.svc.cardstore.<op>.<tool>.
 type Server struct {
 	store cardstore.Store
 	srv   *svc.Server
 	log   *slog.Logger
-	nc    *nats.Conn
-	ver   string
-	tools *toolsvc.Server
 }
 
 // NewServer starts serving store on nc.
@@ -56,14 +53,7 @@ func NewServer(nc *nats.Conn, store cardstore.Store, cfg ServerConfig) (*Server,
 	if err != nil {
 		return nil, err
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	if cfg.Version == "" {
-		cfg.Version = subjects.DefaultVersion
-	}
-	s := &Server{store: store, srv: srv, log: log, nc: nc, ver: cfg.Version}
+	s := &Server{store: store, srv: srv, log: srv.Logger()}
 	for op, h := range map[string]svc.HandlerFunc{
 		OpPut: s.put, OpPutResult: s.putResult, OpGet: s.get, OpGetMany: s.getMany, OpListTurn: s.listTurn,
 		OpFindResult: s.findResult, OpBoxCreate: s.boxCreate, OpBoxAppend: s.boxAppend,
@@ -75,11 +65,10 @@ func NewServer(nc *nats.Conn, store cardstore.Store, cfg ServerConfig) (*Server,
 			return nil, err
 		}
 	}
-	if err := srv.Start(); err != nil {
+	if err := srv.HandleTools(s.toolOps().serve); err != nil {
 		return nil, err
 	}
-	if err := s.startToolOps(cfg); err != nil {
-		_ = srv.Stop(context.Background())
+	if err := srv.Start(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -91,7 +80,7 @@ func (s *Server) Subject() string { return s.srv.Subject() }
 // Stop stops serving and waits for requests in flight until ctx ends. It
 // does not close the store.
 func (s *Server) Stop(ctx context.Context) error {
-	return errors.Join(s.tools.Stop(ctx), s.srv.Stop(ctx))
+	return s.srv.Stop(ctx)
 }
 
 func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
@@ -124,12 +113,10 @@ func (s *Server) putCards(ctx context.Context, sc svc.Scope, data []byte, result
 			s.log.Warn("cardstore: tool.result card refused on put", "project_id", sc.Project, "card_id", c.CardID, "tool_call_id", c.ToolCallID)
 			err := fmt.Errorf("%w: cards[%d] (%s) is a tool.result: results are written with %s, which only workers and the mesh core may use", ErrWrongOp, i, c.CardID, OpPutResult)
 			subj, _ := subjects.Service(sc.Version, sc.Project, sc.Channel, ServiceName, OpPut)
-			if perr := audit.Publish(s.nc, s.ver, audit.Record{Service: ServiceName, Op: OpPut, Project: sc.Project, Channel: sc.Channel,
+			s.srv.Audit(audit.Record{Service: ServiceName, Op: OpPut, Project: sc.Project, Channel: sc.Channel,
 				Actor: "unverified:any identity that may use svc.cardstore.put of project " + sc.Project + " (its agents, workers, core, admin)",
 				Code:  CodeWrongOp, Reason: err.Error(), Subject: subj.String(),
-				Detail: map[string]string{"card_id": c.CardID, "tool_call_id": c.ToolCallID, "agent_turn_id": c.Metadata.AgentTurnID}}); perr != nil {
-				s.log.Error("cardstore: audit record not published", "err", perr)
-			}
+				Detail: map[string]string{"card_id": c.CardID, "tool_call_id": c.ToolCallID, "agent_turn_id": c.Metadata.AgentTurnID}})
 			return nil, err
 		}
 	}

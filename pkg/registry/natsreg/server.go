@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/utpmesh/utpmesh/internal/toolsvc"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -37,10 +36,6 @@ type ServerConfig struct {
 type Server struct {
 	reg   registry.Registry
 	srv   *svc.Server
-	tools *toolsvc.Server
-	nc    *nats.Conn
-	ver   string
-	log   *slog.Logger
 	names func(pub string) (name string, ok bool)
 }
 
@@ -57,13 +52,7 @@ func NewServer(nc *nats.Conn, reg registry.Registry, cfg ServerConfig) (*Server,
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Version == "" {
-		cfg.Version = subjects.DefaultVersion
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	s := &Server{reg: reg, srv: srv, nc: nc, ver: cfg.Version, log: cfg.Logger, names: cfg.Identities}
+	s := &Server{reg: reg, srv: srv, names: cfg.Identities}
 	for op, h := range map[string]svc.HandlerFunc{
 		OpPut: s.signed(s.put), OpGet: s.get, OpList: s.list, OpDelete: s.signed(s.delete),
 	} {
@@ -71,17 +60,12 @@ func NewServer(nc *nats.Conn, reg registry.Registry, cfg ServerConfig) (*Server,
 			return nil, err
 		}
 	}
-	if err := srv.Start(); err != nil {
+	if err := srv.HandleTools(s.toolPut); err != nil {
 		return nil, err
 	}
-	// svc.Server.Start only queues the SUB; flush so that a request sent on
-	// another connection right after NewServer returns finds a responder.
-	if err := nc.Flush(); err != nil {
-		_ = srv.Stop(context.Background())
-		return nil, fmt.Errorf("natsreg: flush subscription: %w", err)
-	}
-	if err := s.startToolPut(cfg); err != nil {
-		_ = srv.Stop(context.Background())
+	// Start flushes its subscriptions: a request sent on another
+	// connection right after NewServer returns finds a responder.
+	if err := srv.Start(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -93,7 +77,7 @@ func (s *Server) Subject() string { return s.srv.Subject() }
 // Stop stops serving and waits for requests in flight until ctx ends. It
 // does not close the registry.
 func (s *Server) Stop(ctx context.Context) error {
-	return errors.Join(s.tools.Stop(ctx), s.srv.Stop(ctx))
+	return s.srv.Stop(ctx)
 }
 
 // fieldDetails attaches {"field", "reason"} to the error reply of a

@@ -9,7 +9,6 @@ import (
 
 	"github.com/utpmesh/utpmesh/internal/audit"
 	"github.com/utpmesh/utpmesh/internal/reqsign"
-	"github.com/utpmesh/utpmesh/internal/toolsvc"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -61,44 +60,35 @@ func actor(ctx context.Context, fallback string) string {
 	return fallback
 }
 
-// startToolPut serves cg.<ver>.*.*.svc.registry.put.<tool>: the put a
-// worker registering its own tool sends, which NATS lets only that tool's
-// worker identity (and core, admin) publish. The entry's tool must be the
+// toolPut serves cg.<ver>.*.*.svc.registry.put.<tool>: the put a worker
+// registering its own tool sends, which NATS lets only that tool's worker
+// identity (and core, admin) publish. The entry's tool must be the
 // subject's.
-func (s *Server) startToolPut(cfg ServerConfig) error {
-	srv, err := toolsvc.Start(s.nc, toolsvc.Config{Version: s.ver, Service: ServiceName, Codes: Codes,
-		Concurrency: cfg.Concurrency, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger},
-		func(ctx context.Context, ts subjects.ToolSubject, data []byte) (any, error) {
-			sc := svc.Scope{Version: ts.Version, Project: ts.Project, Channel: ts.Channel, Op: ts.Op}
-			if ts.Op != OpPut {
-				return nil, fmt.Errorf("%w: %s has no tool-scoped operation %q (want %s)", svc.ErrBadRequest, ServiceName, ts.Op, OpPut)
-			}
-			ctx, data, err := s.unwrap(ctx, sc, ts.String(), data)
-			if err != nil {
-				return nil, err
-			}
-			var req putRequest
-			if err := decode(data, &req); err != nil {
-				return nil, err
-			}
-			if req.Entry == nil || subjects.ToolToken(req.Entry.ToolName) != ts.Tool {
-				name := ""
-				if req.Entry != nil {
-					name = req.Entry.ToolName
-				}
-				err := fmt.Errorf("%w: the entry is tool %q; svc.registry.put.%s registers tool %s only", ErrForbidden, name, ts.Tool, ts.Tool)
-				s.audit(ctx, sc, ts.String(), false, err, map[string]string{"tool_name": name, "subject_tool": ts.Tool})
-				return nil, err
-			}
-			return fieldDetails(func(ctx context.Context, sc svc.Scope, _ []byte) (any, error) {
-				return s.putEntry(ctx, sc, req, ts.String())
-			})(ctx, sc, nil)
-		})
-	if err != nil {
-		return fmt.Errorf("natsreg: %w", err)
+func (s *Server) toolPut(ctx context.Context, ts subjects.ToolSubject, data []byte) (any, error) {
+	sc := svc.Scope{Version: ts.Version, Project: ts.Project, Channel: ts.Channel, Op: ts.Op}
+	if ts.Op != OpPut {
+		return nil, fmt.Errorf("%w: %s has no tool-scoped operation %q (want %s)", svc.ErrBadRequest, ServiceName, ts.Op, OpPut)
 	}
-	s.tools = srv
-	return nil
+	ctx, data, err := s.unwrap(ctx, sc, ts.String(), data)
+	if err != nil {
+		return nil, err
+	}
+	var req putRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if req.Entry == nil || subjects.ToolToken(req.Entry.ToolName) != ts.Tool {
+		name := ""
+		if req.Entry != nil {
+			name = req.Entry.ToolName
+		}
+		err := fmt.Errorf("%w: the entry is tool %q; svc.registry.put.%s registers tool %s only", ErrForbidden, name, ts.Tool, ts.Tool)
+		s.audit(ctx, sc, ts.String(), false, err, map[string]string{"tool_name": name, "subject_tool": ts.Tool})
+		return nil, err
+	}
+	return fieldDetails(func(ctx context.Context, sc svc.Scope, _ []byte) (any, error) {
+		return s.putEntry(ctx, sc, req, ts.String())
+	})(ctx, sc, nil)
 }
 
 // audit publishes one record on evt.sys.audit.registry. The actor is the
@@ -112,11 +102,9 @@ func (s *Server) audit(ctx context.Context, sc svc.Scope, subject string, allowe
 	rec := audit.Record{Time: time.Now().UTC(), Service: ServiceName, Op: sc.Op, Project: sc.Project, Channel: sc.Channel,
 		Actor: actor(ctx, fallback), Allowed: allowed, Subject: subject, Detail: detail}
 	if err != nil {
-		rec.Code, rec.Reason = toolsvc.CodeOf(Codes, err), err.Error()
+		rec.Code, rec.Reason = svc.CodeOf(Codes, err), err.Error()
 	}
-	if perr := audit.Publish(s.nc, s.ver, rec); perr != nil {
-		s.log.Error("registry: audit record not published", "subject", subject, "err", perr)
-	}
+	s.srv.Audit(rec)
 }
 
 // callTool sends op on the tool-scoped subject of tool.
