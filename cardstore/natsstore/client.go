@@ -15,7 +15,6 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/svc"
-	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // DefaultChannel is the channel token a Client uses unless told otherwise.
@@ -163,16 +162,11 @@ func (c *Client) callTool(ctx context.Context, project, op, tool string, req, re
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	subj, err := subjects.ToolService(c.ep.Version, project, c.ep.Channel, ServiceName, op, tool)
+	subj, err := c.ep.ToolSubject(project, op, tool)
 	if err != nil {
 		return fmt.Errorf("%w: %v", cardstore.ErrInvalid, err)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.ep.Timeout)
-		defer cancel()
-	}
-	return c.mapErr(svc.Call(ctx, c.ep.NC, subj.String(), Codes, req, resp))
+	return c.mapErr(c.ep.Send(ctx, subj, false, req, resp))
 }
 
 func (c *Client) forget(id claimID) {

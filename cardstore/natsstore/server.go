@@ -17,18 +17,11 @@ import (
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
-// ServerConfig configures a Server.
-type ServerConfig struct {
-	// Version is the protocol version token; default subjects.DefaultVersion.
-	Version string
-	// Concurrency bounds the requests handled at once; default 256, so that
-	// concurrent writers reach the store's group commit together.
-	Concurrency int
-	// RequestTimeout bounds one request; default 30s.
-	RequestTimeout time.Duration
-	// Logger; default slog.Default().
-	Logger *slog.Logger
-}
+// ServerConfig configures a Server: the options every mesh service's
+// server takes (svc.ServerConfig). Concurrency defaults to 256, so that
+// concurrent writers reach the store's group commit together; Identities
+// is not used (the CardStore has no signed writes).
+type ServerConfig = svc.ServerConfig
 
 // Server serves a cardstore.Store on cg.<ver>.*.*.svc.cardstore.<op> and
 // its tool-scoped writes on cg.<ver>.*.*.svc.cardstore.<op>.<tool>.
@@ -46,29 +39,19 @@ func NewServer(nc *nats.Conn, store cardstore.Store, cfg ServerConfig) (*Server,
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 256
 	}
-	srv, err := svc.NewServer(nc, svc.Config{
-		Service: ServiceName, Version: cfg.Version, Codes: Codes,
-		Concurrency: cfg.Concurrency, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger,
-	})
+	srv, err := svc.NewServer(nc, cfg.Config(ServiceName, Codes))
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{store: store, srv: srv, log: srv.Logger()}
-	for op, h := range map[string]svc.HandlerFunc{
+	err = srv.Serve(map[string]svc.HandlerFunc{
 		OpPut: s.put, OpPutResult: s.putResult, OpGet: s.get, OpGetMany: s.getMany, OpListTurn: s.listTurn,
 		OpFindResult: s.findResult, OpBoxCreate: s.boxCreate, OpBoxAppend: s.boxAppend,
 		OpBoxGet: s.boxGet, OpClaim: s.claim, OpRelease: s.release,
 		OpListTurns: s.listTurns, OpGetClaim: s.getClaim,
 		OpClaimKey: notToolCall(s.claim), OpReleaseKey: notToolCall(s.release),
-	} {
-		if err := srv.Handle(op, h); err != nil {
-			return nil, err
-		}
-	}
-	if err := srv.HandleTools(s.toolOps().serve); err != nil {
-		return nil, err
-	}
-	if err := srv.Start(); err != nil {
+	}, s.toolOps().serve)
+	if err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -51,6 +51,37 @@ type Config struct {
 	MaxRequestBytes int
 	// Logger receives one line per failed request; default slog.Default().
 	Logger *slog.Logger
+	// Identities, when set, names the signer of a signed request by its
+	// mesh identity (Unwrap); a signed request by a key it does not know
+	// is refused.
+	Identities Names
+}
+
+// ServerConfig is what the caller of a mesh service's NATS server
+// (cardstore/natsstore, pkg/registry/natsreg) chooses; the service adds
+// its name and error codes (Config).
+type ServerConfig struct {
+	// Version is the protocol version token; default subjects.DefaultVersion.
+	Version string
+	// Concurrency bounds the requests handled at once; the service's
+	// default when 0 (64 unless it says otherwise).
+	Concurrency int
+	// RequestTimeout bounds one request; default 30s.
+	RequestTimeout time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Identities, when set, names the signer of every signed write by its
+	// mesh identity (the public nkeys of <data>/creds); a signed write by
+	// a key it does not know is refused (forbidden). See internal/reqsign
+	// and docs/security.md ("Audit"). Services without signed writes
+	// ignore it.
+	Identities func(pub string) (name string, ok bool)
+}
+
+// Config returns the server Config of service with c's choices.
+func (c ServerConfig) Config(service string, codes Codes) Config {
+	return Config{Service: service, Version: c.Version, Codes: codes, Concurrency: c.Concurrency,
+		RequestTimeout: c.RequestTimeout, Logger: c.Logger, Identities: c.Identities}
 }
 
 // Server serves one service's operations on svc subjects.

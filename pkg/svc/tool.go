@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -51,3 +52,28 @@ func (s *Server) routeTool(subject string) (subjects.ToolSubject, error) {
 // CodeOf maps err to its wire code through codes, as the server does (the
 // code an audit record carries).
 func CodeOf(codes Codes, err error) string { return codes.code(err) }
+
+// Serve registers the handlers of ops and, when tools is not nil, of the
+// tool-scoped subjects (HandleTools), then starts the server (Start).
+func (s *Server) Serve(ops map[string]HandlerFunc, tools ToolHandlerFunc) error {
+	for _, op := range sortedOps(ops) {
+		if err := s.Handle(op, ops[op]); err != nil {
+			return err
+		}
+	}
+	if tools != nil {
+		if err := s.HandleTools(tools); err != nil {
+			return err
+		}
+	}
+	return s.Start()
+}
+
+func sortedOps(ops map[string]HandlerFunc) []string {
+	out := make([]string, 0, len(ops))
+	for op := range ops {
+		out = append(out, op)
+	}
+	slices.Sort(out)
+	return out
+}

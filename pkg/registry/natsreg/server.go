@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -15,28 +13,17 @@ import (
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
-// ServerConfig configures a Server.
-type ServerConfig struct {
-	// Version is the protocol version token; default subjects.DefaultVersion.
-	Version string
-	// Concurrency bounds the requests handled at once; default 64.
-	Concurrency int
-	// RequestTimeout bounds one request; default 30s.
-	RequestTimeout time.Duration
-	// Logger; default slog.Default().
-	Logger *slog.Logger
-	// Identities, when set, names the signer of every registry change by
-	// its mesh identity (the public nkeys of <data>/creds); a signed write
-	// by a key it does not know is refused (forbidden). See
-	// internal/reqsign and docs/security.md ("Audit").
-	Identities func(pub string) (name string, ok bool)
-}
+// ServerConfig configures a Server: the options every mesh service's
+// server takes (svc.ServerConfig). Identities names the signer of every
+// registry change by its mesh identity; a signed write by a key it does
+// not know is refused (forbidden). See internal/reqsign and
+// docs/security.md ("Audit").
+type ServerConfig = svc.ServerConfig
 
 // Server serves a registry.Registry on cg.<ver>.*.*.svc.registry.<op>.
 type Server struct {
-	reg   registry.Registry
-	srv   *svc.Server
-	names func(pub string) (name string, ok bool)
+	reg registry.Registry
+	srv *svc.Server
 }
 
 // NewServer starts serving reg on nc. When it returns, the subscription is
@@ -45,27 +32,18 @@ func NewServer(nc *nats.Conn, reg registry.Registry, cfg ServerConfig) (*Server,
 	if reg == nil {
 		return nil, errors.New("natsreg: nil registry")
 	}
-	srv, err := svc.NewServer(nc, svc.Config{
-		Service: ServiceName, Version: cfg.Version, Codes: Codes,
-		Concurrency: cfg.Concurrency, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger,
-	})
+	srv, err := svc.NewServer(nc, cfg.Config(ServiceName, Codes))
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{reg: reg, srv: srv, names: cfg.Identities}
-	for op, h := range map[string]svc.HandlerFunc{
-		OpPut: s.signed(s.put), OpGet: s.get, OpList: s.list, OpDelete: s.signed(s.delete),
-	} {
-		if err := srv.Handle(op, fieldDetails(h)); err != nil {
-			return nil, err
-		}
-	}
-	if err := srv.HandleTools(s.toolPut); err != nil {
-		return nil, err
-	}
-	// Start flushes its subscriptions: a request sent on another
+	s := &Server{reg: reg, srv: srv}
+	// Serve flushes its subscriptions: a request sent on another
 	// connection right after NewServer returns finds a responder.
-	if err := srv.Start(); err != nil {
+	err = srv.Serve(map[string]svc.HandlerFunc{
+		OpPut: fieldDetails(s.signed(s.put)), OpGet: fieldDetails(s.get),
+		OpList: fieldDetails(s.list), OpDelete: fieldDetails(s.signed(s.delete)),
+	}, s.toolPut)
+	if err != nil {
 		return nil, err
 	}
 	return s, nil
