@@ -15,49 +15,25 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/svc"
-	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // DefaultChannel is the channel token a Client uses unless told otherwise.
-const DefaultChannel = "default"
+const DefaultChannel = svc.DefaultChannel
 
-// ClientOption configures a Client.
-type ClientOption func(*Client) error
+// ClientOption configures a Client: the option set every service client
+// shares (svc.ClientOption).
+type ClientOption = svc.ClientOption
 
-// WithVersion sets the protocol version token (default subjects.DefaultVersion).
-func WithVersion(ver string) ClientOption {
-	return func(c *Client) error {
-		if err := subjects.ValidateToken("version", ver); err != nil {
-			return fmt.Errorf("natsstore: WithVersion: %w", err)
-		}
-		c.ep.Version = ver
-		return nil
-	}
-}
+// WithVersion sets the protocol version token (svc.WithVersion).
+func WithVersion(ver string) ClientOption { return svc.WithVersion(ver) }
 
-// WithChannel sets the channel token of the request subjects (default
-// DefaultChannel). The channel does not isolate cards; the project does.
-func WithChannel(channel string) ClientOption {
-	return func(c *Client) error {
-		if err := subjects.ValidateToken("channel_id", channel); err != nil {
-			return fmt.Errorf("natsstore: WithChannel: %w", err)
-		}
-		c.ep.Channel = channel
-		return nil
-	}
-}
+// WithChannel sets the channel token of the request subjects
+// (svc.WithChannel). The channel does not isolate cards; the project does.
+func WithChannel(channel string) ClientOption { return svc.WithChannel(channel) }
 
 // WithTimeout sets the timeout of a request whose context has no deadline
-// (default svc.DefaultTimeout).
-func WithTimeout(d time.Duration) ClientOption {
-	return func(c *Client) error {
-		if d <= 0 {
-			return fmt.Errorf("natsstore: WithTimeout: %v is not a positive duration", d)
-		}
-		c.ep.Timeout = d
-		return nil
-	}
-}
+// (svc.WithTimeout).
+func WithTimeout(d time.Duration) ClientOption { return svc.WithTimeout(d) }
 
 // Client is a cardstore.Store that talks to a Server over NATS.
 //
@@ -93,16 +69,11 @@ var _ cardstore.Store = (*Client)(nil)
 
 // NewClient returns a Store backed by the CardStore service reachable on nc.
 func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
-	if nc == nil {
-		return nil, errors.New("natsstore: nil NATS connection")
+	ep, err := svc.NewClientEndpoint(nc, ServiceName, Codes, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("natsstore: %w", err)
 	}
-	c := &Client{ep: svc.NewEndpoint(nc, ServiceName, Codes), claims: map[claimID]heldClaim{}}
-	for _, o := range opts {
-		if err := o(c); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	return &Client{ep: ep, claims: map[claimID]heldClaim{}}, nil
 }
 
 func (c *Client) call(ctx context.Context, project, op string, req, resp any) error {
@@ -191,16 +162,11 @@ func (c *Client) callTool(ctx context.Context, project, op, tool string, req, re
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	subj, err := subjects.ToolService(c.ep.Version, project, c.ep.Channel, ServiceName, op, tool)
+	subj, err := c.ep.ToolSubject(project, op, tool)
 	if err != nil {
 		return fmt.Errorf("%w: %v", cardstore.ErrInvalid, err)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.ep.Timeout)
-		defer cancel()
-	}
-	return c.mapErr(svc.Call(ctx, c.ep.NC, subj.String(), Codes, req, resp))
+	return c.mapErr(c.ep.Send(ctx, subj, false, req, resp))
 }
 
 func (c *Client) forget(id claimID) {

@@ -12,33 +12,23 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/internal/audit"
-	"github.com/utpmesh/utpmesh/internal/toolsvc"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
-// ServerConfig configures a Server.
-type ServerConfig struct {
-	// Version is the protocol version token; default subjects.DefaultVersion.
-	Version string
-	// Concurrency bounds the requests handled at once; default 256, so that
-	// concurrent writers reach the store's group commit together.
-	Concurrency int
-	// RequestTimeout bounds one request; default 30s.
-	RequestTimeout time.Duration
-	// Logger; default slog.Default().
-	Logger *slog.Logger
-}
+// ServerConfig configures a Server: the options every mesh service's
+// server takes (svc.ServerConfig). Concurrency defaults to 256, so that
+// concurrent writers reach the store's group commit together; Identities
+// is not used (the CardStore has no signed writes).
+type ServerConfig = svc.ServerConfig
 
-// Server serves a cardstore.Store on cg.<ver>.*.*.svc.cardstore.<op>.
+// Server serves a cardstore.Store on cg.<ver>.*.*.svc.cardstore.<op> and
+// its tool-scoped writes on cg.<ver>.*.*.svc.cardstore.<op>.<tool>.
 type Server struct {
 	store cardstore.Store
 	srv   *svc.Server
 	log   *slog.Logger
-	nc    *nats.Conn
-	ver   string
-	tools *toolsvc.Server
 }
 
 // NewServer starts serving store on nc.
@@ -49,37 +39,19 @@ func NewServer(nc *nats.Conn, store cardstore.Store, cfg ServerConfig) (*Server,
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 256
 	}
-	srv, err := svc.NewServer(nc, svc.Config{
-		Service: ServiceName, Version: cfg.Version, Codes: Codes,
-		Concurrency: cfg.Concurrency, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger,
-	})
+	srv, err := svc.NewServer(nc, cfg.Config(ServiceName, Codes))
 	if err != nil {
 		return nil, err
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	if cfg.Version == "" {
-		cfg.Version = subjects.DefaultVersion
-	}
-	s := &Server{store: store, srv: srv, log: log, nc: nc, ver: cfg.Version}
-	for op, h := range map[string]svc.HandlerFunc{
+	s := &Server{store: store, srv: srv, log: srv.Logger()}
+	err = srv.Serve(map[string]svc.HandlerFunc{
 		OpPut: s.put, OpPutResult: s.putResult, OpGet: s.get, OpGetMany: s.getMany, OpListTurn: s.listTurn,
 		OpFindResult: s.findResult, OpBoxCreate: s.boxCreate, OpBoxAppend: s.boxAppend,
 		OpBoxGet: s.boxGet, OpClaim: s.claim, OpRelease: s.release,
 		OpListTurns: s.listTurns, OpGetClaim: s.getClaim,
 		OpClaimKey: notToolCall(s.claim), OpReleaseKey: notToolCall(s.release),
-	} {
-		if err := srv.Handle(op, h); err != nil {
-			return nil, err
-		}
-	}
-	if err := srv.Start(); err != nil {
-		return nil, err
-	}
-	if err := s.startToolOps(cfg); err != nil {
-		_ = srv.Stop(context.Background())
+	}, s.toolOps().serve)
+	if err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -91,7 +63,7 @@ func (s *Server) Subject() string { return s.srv.Subject() }
 // Stop stops serving and waits for requests in flight until ctx ends. It
 // does not close the store.
 func (s *Server) Stop(ctx context.Context) error {
-	return errors.Join(s.tools.Stop(ctx), s.srv.Stop(ctx))
+	return s.srv.Stop(ctx)
 }
 
 func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
@@ -124,12 +96,10 @@ func (s *Server) putCards(ctx context.Context, sc svc.Scope, data []byte, result
 			s.log.Warn("cardstore: tool.result card refused on put", "project_id", sc.Project, "card_id", c.CardID, "tool_call_id", c.ToolCallID)
 			err := fmt.Errorf("%w: cards[%d] (%s) is a tool.result: results are written with %s, which only workers and the mesh core may use", ErrWrongOp, i, c.CardID, OpPutResult)
 			subj, _ := subjects.Service(sc.Version, sc.Project, sc.Channel, ServiceName, OpPut)
-			if perr := audit.Publish(s.nc, s.ver, audit.Record{Service: ServiceName, Op: OpPut, Project: sc.Project, Channel: sc.Channel,
+			s.srv.Audit(audit.Record{Service: ServiceName, Op: OpPut, Project: sc.Project, Channel: sc.Channel,
 				Actor: "unverified:any identity that may use svc.cardstore.put of project " + sc.Project + " (its agents, workers, core, admin)",
 				Code:  CodeWrongOp, Reason: err.Error(), Subject: subj.String(),
-				Detail: map[string]string{"card_id": c.CardID, "tool_call_id": c.ToolCallID, "agent_turn_id": c.Metadata.AgentTurnID}}); perr != nil {
-				s.log.Error("cardstore: audit record not published", "err", perr)
-			}
+				Detail: map[string]string{"card_id": c.CardID, "tool_call_id": c.ToolCallID, "agent_turn_id": c.Metadata.AgentTurnID}})
 			return nil, err
 		}
 	}

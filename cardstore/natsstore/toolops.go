@@ -9,7 +9,6 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/internal/audit"
-	"github.com/utpmesh/utpmesh/internal/toolsvc"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -43,19 +42,14 @@ type toolOps struct {
 	ts ToolStore
 }
 
-func (s *Server) startToolOps(cfg ServerConfig) error {
+// toolOps returns the handler of the tool-scoped operations: the store's
+// own ToolStore, else checks on top of cardstore.Store (genericTools).
+func (s *Server) toolOps() *toolOps {
 	ts, ok := s.store.(ToolStore)
 	if !ok {
 		ts = genericTools{st: s.store}
 	}
-	t := &toolOps{s: s, ts: ts}
-	srv, err := toolsvc.Start(s.nc, toolsvc.Config{Version: s.ver, Service: ServiceName, Codes: Codes,
-		Concurrency: cfg.Concurrency, RequestTimeout: cfg.RequestTimeout, Logger: s.log}, t.serve)
-	if err != nil {
-		return fmt.Errorf("natsstore: %w", err)
-	}
-	s.tools = srv
-	return nil
+	return &toolOps{s: s, ts: ts}
 }
 
 // serve runs one request and audits a forbidden one.
@@ -181,11 +175,8 @@ func checkCards(cards []*card.Card, project string) error {
 
 // audit records a refused tool-scoped write on evt.sys.audit.cardstore.
 func (t *toolOps) audit(ts subjects.ToolSubject, err error, info map[string]string) {
-	rec := audit.Record{
+	t.s.srv.Audit(audit.Record{
 		Service: ServiceName, Op: ts.Op, Project: ts.Project, Channel: ts.Channel,
-		Actor: "tool:" + ts.Tool, Code: toolsvc.CodeOf(Codes, err), Reason: err.Error(), Subject: ts.String(), Detail: info,
-	}
-	if perr := audit.Publish(t.s.nc, t.s.ver, rec); perr != nil {
-		t.s.log.Error("cardstore: audit record not published", "subject", ts.String(), "err", perr)
-	}
+		Actor: "tool:" + ts.Tool, Code: svc.CodeOf(Codes, err), Reason: err.Error(), Subject: ts.String(), Detail: info,
+	})
 }

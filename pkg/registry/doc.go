@@ -46,10 +46,16 @@
 //     use cmd.sys.pmo.internal"). A concrete project must equal project_id.
 //   - parameters: required; a JSON object with "type": "object" (call
 //     arguments are always an object) that compiles as a JSON Schema with
-//     santhosh-tekuri/jsonschema/v6: draft 2020-12 unless "$schema" names
-//     another draft, at most 256 KiB, self-contained ("$ref" to files or
-//     URLs is refused; references inside the document work). "format" is
-//     an annotation, not asserted.
+//     google/jsonschema-go (standard library only, the library of the Go
+//     MCP SDK): draft 2020-12, or draft-07 when "$schema" names it (other
+//     drafts are refused), at most 256 KiB, self-contained ("$ref" to files
+//     or URLs is refused; references inside the document work; a $ref
+//     cycle that never descends into the value is refused). Keyword shapes
+//     are checked ("minLength": -1 is refused at /minLength). "format" is
+//     an annotation, not asserted. A refused argument names the instance
+//     path of its first violation, what was wrong, and how many other
+//     violations there are: "arguments/title: expected string, got number
+//     (and 1 more violation)".
 //   - options: see Options. timeout_seconds in [0, 86400] (0 = 30 s);
 //     args.defaults and args.fixed are objects of valid JSON values, a key
 //     may not be in both, and each value must satisfy the schema of its

@@ -7,98 +7,107 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-	"github.com/santhosh-tekuri/jsonschema/v6/kind"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
+	"github.com/google/jsonschema-go/jsonschema"
 )
 
 // schemaURL is the in-memory location parameters schemas are compiled at.
 const schemaURL = "mem:///registry/parameters.json"
 
-var printer = message.NewPrinter(language.English)
-
 // Schema is a compiled parameters schema. It is immutable and safe for
 // concurrent use; compile once per entry and reuse it for every call.
+//
+// The verdict of Validate is google/jsonschema-go's; the words of a
+// refusal (the instance path of every violation and what was wrong) come
+// from this package's walk of the same schema (violations.go), since the
+// library stops at the first error and names schema paths only.
 type Schema struct {
-	s *jsonschema.Schema
+	root     *jsonschema.Schema
+	resolved *jsonschema.Resolved
+	// patterns holds the compiled "pattern" and "patternProperties"
+	// regular expressions of every subschema, by source text.
+	patterns map[string]*regexp.Regexp
 }
 
-// noLoader refuses every external reference: a parameters schema must be
-// self-contained ($ref only within the document or to the standard
-// metaschemas). This keeps the registry from reading files or the network.
-type noLoader struct{}
+// errExternalRef is what the loader answers: parameters are self-contained.
+var errExternalRef = errors.New("not allowed (parameters must be self-contained)")
 
-func (noLoader) Load(url string) (any, error) {
-	return nil, fmt.Errorf("external reference %q not allowed (parameters must be self-contained)", url)
+// refuseLoader refuses every external reference: a parameters schema must
+// be self-contained ($ref only within the document). This keeps the
+// registry from reading files or the network.
+func refuseLoader(u *url.URL) (*jsonschema.Schema, error) {
+	return nil, fmt.Errorf("external reference %q %w", strings.Replace(u.String(), schemaURL, "parameters", 1), errExternalRef)
 }
 
 // CompileSchema compiles a JSON Schema (draft 2020-12 unless its $schema
-// names another supported draft). External $ref targets are refused. The
-// error is a *FieldError for field "parameters" naming the schema problem.
-// CompileSchema does not require "type":"object"; Validate does.
+// names draft-07, the other supported draft). External $ref targets are
+// refused, and so is a $ref cycle that never descends into the instance.
+// The error is a *FieldError for field "parameters" naming the schema
+// problem and, when it is one keyword, its JSON pointer in the schema
+// ("at /minProperties: ..."). CompileSchema does not require
+// "type":"object"; Validate does.
 func CompileSchema(raw json.RawMessage) (*Schema, error) {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
+	var doc any
+	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, invalid("parameters", "is not valid JSON: "+err.Error())
 	}
-	c := jsonschema.NewCompiler()
-	c.UseLoader(noLoader{})
-	if err := c.AddResource(schemaURL, doc); err != nil {
-		return nil, invalid("parameters", err.Error())
+	if err := checkDoc(doc); err != nil {
+		return nil, invalid("parameters", "invalid JSON Schema: "+err.Error())
 	}
-	s, err := c.Compile(schemaURL)
+	root := new(jsonschema.Schema)
+	if err := json.Unmarshal(raw, root); err != nil {
+		return nil, invalid("parameters", "invalid JSON Schema: "+oneLine(err.Error()))
+	}
+	res, err := root.Resolve(&jsonschema.ResolveOptions{BaseURI: schemaURL, Loader: refuseLoader})
 	if err != nil {
-		return nil, invalid("parameters", "invalid JSON Schema: "+compileMsg(err))
+		return nil, invalid("parameters", "invalid JSON Schema: "+oneLine(err.Error()))
 	}
-	return &Schema{s: s}, nil
+	s := &Schema{root: root, resolved: res, patterns: map[string]*regexp.Regexp{}}
+	if err := s.prepare(); err != nil {
+		return nil, invalid("parameters", "invalid JSON Schema: "+err.Error())
+	}
+	return s, nil
 }
 
-// compileMsg turns a compiler error into one line.
-func compileMsg(err error) string {
-	var sve *jsonschema.SchemaValidationError
-	if errors.As(err, &sve) {
-		var ve *jsonschema.ValidationError
-		if errors.As(sve.Err, &ve) {
-			path, msg, _ := firstViolation(ve)
-			if path == "" {
-				path = "(root)"
-			}
-			return "at " + path + ": " + msg
-		}
-	}
-	msg := strings.ReplaceAll(err.Error(), schemaURL, "parameters")
+// oneLine turns a library message into one line naming the document
+// "parameters" rather than its in-memory URL.
+func oneLine(msg string) string {
+	msg = strings.ReplaceAll(msg, schemaURL, "parameters")
 	return strings.Join(strings.Fields(msg), " ")
 }
 
 // Validate checks call arguments against the schema. Empty input and JSON
 // null count as {}. The error wraps ErrArgs and names the JSON pointer of
 // the first violation (smallest instance path), rooted at "arguments":
-// "arguments/title: got number, want string".
+// "arguments/title: expected string, got number".
 func (s *Schema) Validate(args json.RawMessage) error {
-	if s == nil || s.s == nil {
+	if s == nil || s.resolved == nil {
 		return fmt.Errorf("%w: no schema", ErrArgs)
 	}
 	v, err := decodeArgs(args)
 	if err != nil {
 		return err
 	}
-	return s.validateValue("arguments", v)
-}
-
-func (s *Schema) validateValue(root string, v any) error {
-	err := s.s.Validate(v)
+	err = s.resolved.Validate(v)
 	if err == nil {
 		return nil
 	}
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
-		return fmt.Errorf("%w: %s: %v", ErrArgs, root, err)
+	vs := s.violations(s.root, v, "")
+	if len(vs) == 0 {
+		// A keyword the walk does not word (unevaluatedProperties,
+		// $dynamicRef…): the library's own message.
+		return fmt.Errorf("%w: arguments: %s", ErrArgs, oneLine(err.Error()))
 	}
-	path, msg, others := firstViolation(ve)
+	return violationErr("arguments", vs)
+}
+
+// violationErr words the first violation of vs (and how many others).
+func violationErr(root string, vs []violation) error {
+	path, msg, others := firstViolation(vs)
 	if others > 0 {
 		msg += fmt.Sprintf(" (and %d more %s)", others, plural(others, "violation", "violations"))
 	}
@@ -106,26 +115,36 @@ func (s *Schema) validateValue(root string, v any) error {
 }
 
 // validateProperty checks the value of top-level argument key against the
-// schema: its property schema when there is one; otherwise the key must be
-// allowed (no "additionalProperties": false without a matching pattern).
+// schema: its property schema when there is one (and every matching
+// patternProperties schema); otherwise the key must be allowed (no
+// "additionalProperties": false) and satisfy additionalProperties.
 func (s *Schema) validateProperty(key string, raw json.RawMessage) error {
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
 		return err
 	}
-	if ps, ok := s.s.Properties[key]; ok {
-		return (&Schema{s: ps}).validateValue("arguments/"+escapePtr(key), v)
+	root := s.deref(s.root)
+	at := "/" + escapePtr(key)
+	var vs []violation
+	matched := false
+	if ps, ok := root.Properties[key]; ok {
+		matched = true
+		vs = append(vs, s.violations(ps, v, at)...)
 	}
-	for re := range s.s.PatternProperties {
-		if re.MatchString(key) {
-			return nil
+	for src, ps := range root.PatternProperties {
+		if s.patterns[src].MatchString(key) {
+			matched = true
+			vs = append(vs, s.violations(ps, v, at)...)
 		}
 	}
-	if b, ok := s.s.AdditionalProperties.(bool); ok && !b {
-		return fmt.Errorf("%w: parameters do not allow argument %q (additionalProperties is false)", ErrArgs, key)
+	if !matched && root.AdditionalProperties != nil {
+		if isFalse(root.AdditionalProperties) {
+			return fmt.Errorf("%w: parameters do not allow argument %q (additionalProperties is false)", ErrArgs, key)
+		}
+		vs = s.violations(root.AdditionalProperties, v, at)
 	}
-	if as, ok := s.s.AdditionalProperties.(*jsonschema.Schema); ok {
-		return (&Schema{s: as}).validateValue("arguments/"+escapePtr(key), v)
+	if len(vs) > 0 {
+		return violationErr("arguments", vs)
 	}
 	return nil
 }
@@ -136,8 +155,8 @@ func decodeArgs(args json.RawMessage) (any, error) {
 	if len(a) == 0 || bytes.Equal(a, []byte("null")) {
 		return map[string]any{}, nil
 	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(a))
-	if err != nil {
+	var v any
+	if err := json.Unmarshal(a, &v); err != nil {
 		return nil, fmt.Errorf("%w: arguments: not valid JSON: %v", ErrArgs, err)
 	}
 	if _, ok := v.(map[string]any); !ok {
@@ -146,34 +165,26 @@ func decodeArgs(args json.RawMessage) (any, error) {
 	return v, nil
 }
 
+// violation is one failed keyword: the JSON pointer of the instance value
+// and what was wrong with it.
+type violation struct{ path, msg string }
+
 // firstViolation returns the instance path ("/a/b") and message of the
-// first violation in ve, and how many leaf errors lie elsewhere. The first
-// violation is the one with the smallest path (deterministic whatever the
-// validator's order); several messages at that path, as anyOf branches
-// give, are joined with " or ".
-func firstViolation(ve *jsonschema.ValidationError) (path, msg string, others int) {
-	type leaf struct{ path, msg string }
-	var leaves []leaf
-	var walk func(e *jsonschema.ValidationError)
-	walk = func(e *jsonschema.ValidationError) {
-		if len(e.Causes) == 0 {
-			leaves = append(leaves, leaf{pointer(e.InstanceLocation), kindMsg(e.ErrorKind)})
-			return
-		}
-		for _, c := range e.Causes {
-			walk(c)
-		}
-	}
-	walk(ve)
-	if len(leaves) == 0 {
+// first violation in vs, and how many lie elsewhere. The first violation
+// is the one with the smallest path (deterministic whatever the walk's
+// order); several messages at that path, as anyOf branches give, are
+// joined with " or ".
+func firstViolation(vs []violation) (path, msg string, others int) {
+	if len(vs) == 0 {
 		return "", "invalid", 0
 	}
-	slices.SortFunc(leaves, func(a, b leaf) int {
+	vs = slices.Clone(vs)
+	slices.SortFunc(vs, func(a, b violation) int {
 		return cmp.Or(cmp.Compare(a.path, b.path), cmp.Compare(a.msg, b.msg))
 	})
-	path = leaves[0].path
+	path = vs[0].path
 	var msgs []string
-	for _, l := range leaves {
+	for _, l := range vs {
 		if l.path != path {
 			others++
 		} else if !slices.Contains(msgs, l.msg) {
@@ -183,19 +194,6 @@ func firstViolation(ve *jsonschema.ValidationError) (path, msg string, others in
 	return path, strings.Join(msgs, " or "), others
 }
 
-// kindMsg words an error kind; a few common kinds get clearer wording.
-func kindMsg(k jsonschema.ErrorKind) string {
-	switch k := k.(type) {
-	case *kind.Type:
-		return fmt.Sprintf("expected %s, got %s", strings.Join(k.Want, " or "), k.Got)
-	case *kind.Required:
-		return "missing required " + plural(len(k.Missing), "property", "properties") + " " + strings.Join(k.Missing, ", ")
-	case nil:
-		return "invalid"
-	}
-	return k.LocalizedString(printer)
-}
-
 func plural(n int, one, many string) string {
 	if n == 1 {
 		return one
@@ -203,19 +201,9 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// pointer renders instance location tokens as a JSON pointer.
-func pointer(toks []string) string {
-	var b strings.Builder
-	for _, t := range toks {
-		b.WriteByte('/')
-		b.WriteString(escapePtr(t))
-	}
-	return b.String()
-}
+var ptrEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
-func escapePtr(t string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(t)
-}
+func escapePtr(t string) string { return ptrEscaper.Replace(t) }
 
 // ApplyArgs merges opts.Args into call arguments: each Defaults key the
 // caller did not send (a key sent as null counts as sent) is added, and

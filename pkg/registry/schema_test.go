@@ -49,6 +49,10 @@ func TestSchemaValidate(t *testing.T) {
 		{`[1]`, "arguments: must be a JSON object"},
 		{`"x"`, "arguments: must be a JSON object"},
 		{`{"title":`, "arguments: not valid JSON"},
+		{`{"title":"x","extra":1,"more":2}`, `arguments: additional properties "extra", "more" not allowed`},
+		{`{"title":"x","kind":"poem"}`, `arguments/kind: value must be one of "memo", "report"`},
+		{`{"title":""}`, "arguments/title: must be at least 1 character long, got 0"},
+		{`{"title":"x","count":-1}`, "arguments/count: must be >= 0, got -1"},
 	} {
 		err := s.Validate(json.RawMessage(tc.args))
 		if tc.want == "" {
@@ -74,6 +78,11 @@ func TestCompileSchemaErrors(t *testing.T) {
 		`{"type":"object","$ref":"https://example.com/s.json"}`:           "external reference",
 		`{"type":"object","properties":{"a":{"$ref":"#/$defs/missing"}}}`: "parameters",
 		`{"type":"object","required":"title"}`:                            "/required",
+		`{"$ref":"#"}`:                                                    "$ref cycle",
+		`{"type":"objec"}`:                                                "at /type: must be one of",
+		`{"$schema":"http://json-schema.org/draft-04/schema#"}`:           "unsupported draft",
+		`{"properties":{"a":{"pattern":"("}}}`:                            "pattern",
+		`{"properties":{"a":{"$ref":"other.json"}}}`:                      "external reference",
 	} {
 		_, err := registry.CompileSchema(json.RawMessage(schema))
 		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), want) {
@@ -122,6 +131,44 @@ func TestApplyArgs(t *testing.T) {
 			again, _ := registry.ApplyArgs(tc.opts, json.RawMessage(tc.args))
 			if string(again) != string(got) {
 				t.Errorf("not deterministic: %s vs %s", again, got)
+			}
+		})
+	}
+}
+
+// TestSchemaKeywords: the words of a refusal for the keywords the walk
+// covers, each naming the instance path of the violation.
+func TestSchemaKeywords(t *testing.T) {
+	for _, tc := range []struct {
+		name, schema, args, want string // want "" = valid
+	}{
+		{"anyOf both named", `{"type":"object","properties":{"a":{"anyOf":[{"type":"string"},{"type":"integer"}]}}}`, `{"a":true}`, "arguments/a: expected integer, got boolean or expected string, got boolean"},
+		{"anyOf ok", `{"type":"object","properties":{"a":{"anyOf":[{"type":"string"},{"type":"integer"}]}}}`, `{"a":3}`, ""},
+		{"oneOf two", `{"type":"object","properties":{"a":{"oneOf":[{"type":"number"},{"type":"integer"}]}}}`, `{"a":3}`, "arguments/a: must match exactly one oneOf branch, matches 0 and 1"},
+		{"local ref", `{"type":"object","$defs":{"id":{"type":"string","pattern":"^[a-z]+$"}},"properties":{"id":{"$ref":"#/$defs/id"}}}`, `{"id":"A1"}`, `arguments/id: does not match pattern "^[a-z]+$"`},
+		{"recursive ref", `{"type":"object","properties":{"n":{"type":"integer"},"next":{"$ref":"#"}}}`, `{"next":{"next":{"n":"x"}}}`, "arguments/next/next/n: expected integer, got string"},
+		{"not", `{"type":"object","properties":{"a":{"not":{"const":0}}}}`, `{"a":0}`, `arguments/a: must not match the "not" schema`},
+		{"if then", `{"type":"object","if":{"required":["a"]},"then":{"required":["b"]}}`, `{"a":1}`, "arguments: missing required property b"},
+		{"unique", `{"type":"object","properties":{"a":{"uniqueItems":true}}}`, `{"a":[1,2,1]}`, "arguments/a: items must be unique, but 0 and 2 are equal"},
+		{"maxItems", `{"type":"object","properties":{"a":{"maxItems":1}}}`, `{"a":[1,2]}`, "arguments/a: must have at most 1 item, got 2"},
+		{"false property", `{"type":"object","properties":{"a":false}}`, `{"a":1}`, "arguments/a: not allowed (the schema is false)"},
+		{"draft-07 tuple", `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{"p":{"items":[{"type":"string"}],"additionalItems":false}}}`, `{"p":["a",1]}`, "arguments/p: must have at most 1 item, got 2"},
+		{"dependentRequired", `{"type":"object","dependentRequired":{"a":["b","c"]}}`, `{"a":1}`, "arguments: property a requires properties b, c"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := registry.CompileSchema(json.RawMessage(tc.schema))
+			if err != nil {
+				t.Fatalf("CompileSchema: %v", err)
+			}
+			err = s.Validate(json.RawMessage(tc.args))
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate(%s) = %v, want nil", tc.args, err)
+				}
+				return
+			}
+			if !errors.Is(err, registry.ErrArgs) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate(%s) = %v, want ErrArgs containing %q", tc.args, err, tc.want)
 			}
 		})
 	}

@@ -48,7 +48,7 @@ var (
 //     cmd.sys.pmo.internal subject is refused; a concrete project in the
 //     template must equal project_id;
 //   - parameters: a JSON object with "type":"object" that compiles as a
-//     JSON Schema (draft 2020-12 unless $schema says otherwise);
+//     JSON Schema (draft 2020-12, or draft-07 when $schema names it);
 //   - options: the rules listed in the package documentation.
 //
 // UpdatedAt is ignored.

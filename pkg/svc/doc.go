@@ -32,10 +32,57 @@
 // under a per-request deadline. Stop drains: it stops taking requests,
 // finishes the ones in flight within the context's deadline, and returns.
 //
+// A service may also serve tool-scoped operations (HandleTools), one token
+// more than the plain ones:
+//
+//	cg.<ver>.<project_id>.<channel_id>.svc.<service>.<op>.<tool>
+//
+// which NATS lets only that tool's worker identity (and the core, admin)
+// publish (internal/meshauth): the CardStore's start_call/claim/release/
+// put_result.<tool> and the registry's put.<tool>. Same queue group, same
+// wire format, a pool of its own. Serve registers a service's handlers and
+// starts it in one call; ServerConfig is the part of Config a service's
+// caller chooses (natsstore.ServerConfig and natsreg.ServerConfig are
+// aliases of it). Audit publishes a service's audit record
+// (internal/audit); Unwrap and Signer verify a signed write
+// (internal/reqsign) and name its signer.
+//
 // # Client
 //
 // Call sends one request and decodes the reply. It applies a default timeout
 // when the context has none, refuses a request larger than the connection's
 // max payload before sending it, and turns "no responders" into
 // ErrUnavailable with a message that says which service is missing.
+//
+// Endpoint is one service's client side: NewClientEndpoint applies the one
+// option set every service client shares (ClientOption: WithVersion,
+// WithChannel, WithTimeout); Endpoint.Call sends a plain operation,
+// Endpoint.Send any subject of the service (ToolSubject), signed or not.
+//
+// # Why not nats.go micro
+//
+// The server is not built on github.com/nats-io/nats.go/micro, although it
+// would cost one package, because micro would change the wire or slow the
+// hot path (svc.cardstore.*, svc.inbox.report):
+//
+//   - micro runs an endpoint's handler inside the subscription callback,
+//     one request at a time, and updates its statistics under one
+//     service-wide mutex after every request. The CardStore's group commit
+//     needs many requests in flight at once (a bounded pool of 256), so we
+//     would spawn our own goroutines inside micro's handler and still pay
+//     its lock on every request, for statistics that would then measure
+//     only the hand-off.
+//   - micro subscribes nine $SRV.PING/INFO/STATS control subjects per
+//     service instance. They are not in docs/protocol.md, every identity's
+//     NATS permissions (internal/meshauth) would have to be written for
+//     them, and they would publish the mesh's service inventory to anyone
+//     allowed to ask.
+//   - micro's error replies carry Nats-Service-Error and
+//     Nats-Service-Error-Code headers; ours carry Svc-Error-Code and the
+//     {"error": {...}} body. Keeping ours means replying around micro's
+//     Error, which leaves its error statistics empty.
+//
+// What micro would bring (discovery and statistics) the mesh does not use;
+// metrics come from pkg/metrics. The wire format here is micro-compatible
+// in spirit (JSON request-reply in a queue group) should that change.
 package svc

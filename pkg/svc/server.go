@@ -51,6 +51,37 @@ type Config struct {
 	MaxRequestBytes int
 	// Logger receives one line per failed request; default slog.Default().
 	Logger *slog.Logger
+	// Identities, when set, names the signer of a signed request by its
+	// mesh identity (Unwrap); a signed request by a key it does not know
+	// is refused.
+	Identities Names
+}
+
+// ServerConfig is what the caller of a mesh service's NATS server
+// (cardstore/natsstore, pkg/registry/natsreg) chooses; the service adds
+// its name and error codes (Config).
+type ServerConfig struct {
+	// Version is the protocol version token; default subjects.DefaultVersion.
+	Version string
+	// Concurrency bounds the requests handled at once; the service's
+	// default when 0 (64 unless it says otherwise).
+	Concurrency int
+	// RequestTimeout bounds one request; default 30s.
+	RequestTimeout time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Identities, when set, names the signer of every signed write by its
+	// mesh identity (the public nkeys of <data>/creds); a signed write by
+	// a key it does not know is refused (forbidden). See internal/reqsign
+	// and docs/security.md ("Audit"). Services without signed writes
+	// ignore it.
+	Identities func(pub string) (name string, ok bool)
+}
+
+// Config returns the server Config of service with c's choices.
+func (c ServerConfig) Config(service string, codes Codes) Config {
+	return Config{Service: service, Version: c.Version, Codes: codes, Concurrency: c.Concurrency,
+		RequestTimeout: c.RequestTimeout, Logger: c.Logger, Identities: c.Identities}
 }
 
 // Server serves one service's operations on svc subjects.
@@ -58,10 +89,13 @@ type Server struct {
 	nc       *nats.Conn
 	cfg      Config
 	handlers map[string]HandlerFunc
+	tools    ToolHandlerFunc
 	sem      chan struct{}
+	toolSem  chan struct{}
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	sub      *nats.Subscription
+	toolSub  *nats.Subscription
 	baseCtx  context.Context
 	cancel   context.CancelFunc
 }
@@ -96,7 +130,8 @@ func NewServer(nc *nats.Conn, cfg Config) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
 		nc: nc, cfg: cfg, handlers: map[string]HandlerFunc{},
-		sem: make(chan struct{}, cfg.Concurrency), baseCtx: ctx, cancel: cancel,
+		sem: make(chan struct{}, cfg.Concurrency), toolSem: make(chan struct{}, cfg.Concurrency),
+		baseCtx: ctx, cancel: cancel,
 	}, nil
 }
 
@@ -114,7 +149,10 @@ func (s *Server) Handle(op string, h HandlerFunc) error {
 	return nil
 }
 
-// Start subscribes to cg.<ver>.*.*.svc.<service>.* in the queue group.
+// Start subscribes to cg.<ver>.*.*.svc.<service>.* in the queue group,
+// and to cg.<ver>.*.*.svc.<service>.*.* when HandleTools registered a
+// tool-scoped handler. The two subscriptions have a pool of Concurrency
+// goroutines each.
 func (s *Server) Start() error {
 	pattern, err := subjects.ServicePattern(s.cfg.Version, s.cfg.Service)
 	if err != nil {
@@ -125,20 +163,50 @@ func (s *Server) Start() error {
 	if s.sub != nil {
 		return errors.New("svc: already started")
 	}
-	sub, err := s.nc.QueueSubscribe(pattern, s.cfg.QueueGroup, s.dispatch)
+	sub, err := s.subscribe(pattern, s.sem, s.serve)
 	if err != nil {
-		return fmt.Errorf("svc: subscribe %s: %w", pattern, err)
+		return err
 	}
-	// The pool bounds concurrency; let the subscription buffer bursts.
-	_ = sub.SetPendingLimits(1<<16, 256<<20)
-	// Make sure the server has the subscription before Start returns, so a
+	var toolSub *nats.Subscription
+	if s.tools != nil {
+		toolPattern, err := subjects.ToolServicePattern(s.cfg.Version, s.cfg.Service)
+		if err == nil {
+			toolSub, err = s.subscribe(toolPattern, s.toolSem, s.serveTool)
+		}
+		if err != nil {
+			_ = sub.Unsubscribe()
+			return fmt.Errorf("svc: %w", err)
+		}
+	}
+	// Make sure the server has the subscriptions before Start returns, so a
 	// request sent right after on another connection finds a responder.
 	if err := s.nc.Flush(); err != nil {
 		_ = sub.Unsubscribe()
+		if toolSub != nil {
+			_ = toolSub.Unsubscribe()
+		}
 		return fmt.Errorf("svc: flush subscription %s: %w", pattern, err)
 	}
-	s.sub = sub
+	s.sub, s.toolSub = sub, toolSub
 	return nil
+}
+
+// subscribe queue-subscribes serve to pattern, on a pool bounded by sem.
+func (s *Server) subscribe(pattern string, sem chan struct{}, serve func(*nats.Msg)) (*nats.Subscription, error) {
+	sub, err := s.nc.QueueSubscribe(pattern, s.cfg.QueueGroup, func(m *nats.Msg) {
+		sem <- struct{}{}
+		s.wg.Add(1)
+		go func() {
+			defer func() { <-sem; s.wg.Done() }()
+			serve(m)
+		}()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("svc: subscribe %s: %w", pattern, err)
+	}
+	// The pool bounds concurrency; let the subscription buffer bursts.
+	_ = sub.SetPendingLimits(1<<16, 256<<20)
+	return sub, nil
 }
 
 // Subject returns the subject pattern the server listens on.
@@ -151,10 +219,12 @@ func (s *Server) Subject() string {
 // flight. Handlers still running when ctx ends see their context canceled.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	sub := s.sub
+	subs := []*nats.Subscription{s.sub, s.toolSub}
 	s.mu.Unlock()
-	if sub != nil && sub.IsValid() {
-		_ = sub.Unsubscribe()
+	for _, sub := range subs {
+		if sub != nil && sub.IsValid() {
+			_ = sub.Unsubscribe()
+		}
 	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
@@ -169,27 +239,44 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 }
 
-func (s *Server) dispatch(m *nats.Msg) {
-	s.sem <- struct{}{}
-	s.wg.Add(1)
-	go func() {
-		defer func() { <-s.sem; s.wg.Done() }()
-		s.serve(m)
-	}()
-}
-
+// serve handles one request on a plain subject.
 func (s *Server) serve(m *nats.Msg) {
 	start := time.Now()
 	scope, h, err := s.route(m)
 	var reply any
 	if err == nil {
-		ctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.RequestTimeout)
-		if m.Header != nil {
-			ctx = context.WithValue(ctx, headerKey{}, m.Header)
-		}
+		ctx, cancel := s.requestContext(m)
 		reply, err = s.call(ctx, h, scope, m.Data)
 		cancel()
 	}
+	s.respond(m, start, reply, err)
+}
+
+// serveTool handles one request on a tool-scoped subject.
+func (s *Server) serveTool(m *nats.Msg) {
+	start := time.Now()
+	ts, err := s.routeTool(m.Subject)
+	var reply any
+	if err == nil {
+		ctx, cancel := s.requestContext(m)
+		reply, err = s.callTool(ctx, ts, m.Data)
+		cancel()
+	}
+	s.respond(m, start, reply, err)
+}
+
+// requestContext is the context of a handler: the request deadline, and
+// the request's headers (RequestHeader).
+func (s *Server) requestContext(m *nats.Msg) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.RequestTimeout)
+	if m.Header != nil {
+		ctx = context.WithValue(ctx, headerKey{}, m.Header)
+	}
+	return ctx, cancel
+}
+
+// respond sends the reply of a request, or its error reply.
+func (s *Server) respond(m *nats.Msg, start time.Time, reply any, err error) {
 	if m.Reply == "" {
 		if err != nil {
 			s.cfg.Logger.Warn("svc request without reply subject failed", "subject", m.Subject, "err", err)
@@ -238,16 +325,23 @@ func (s *Server) route(m *nats.Msg) (Scope, HandlerFunc, error) {
 	return scope, h, nil
 }
 
-// call runs h, turning a panic into an internal error so one bad request
-// cannot take the process down.
+// call runs h; callTool runs the tool-scoped handler. A panic becomes an
+// internal error so one bad request cannot take the process down.
 func (s *Server) call(ctx context.Context, h HandlerFunc, scope Scope, data []byte) (reply any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			s.cfg.Logger.Error("svc handler panic", "service", s.cfg.Service, "op", scope.Op, "panic", r, "stack", string(debug.Stack()))
-			err = fmt.Errorf("internal error in %s.%s", s.cfg.Service, scope.Op)
-		}
-	}()
+	defer s.recoverPanic(scope.Op, &err)
 	return h(ctx, scope, data)
+}
+
+func (s *Server) callTool(ctx context.Context, ts subjects.ToolSubject, data []byte) (reply any, err error) {
+	defer s.recoverPanic(ts.Op, &err)
+	return s.tools(ctx, ts, data)
+}
+
+func (s *Server) recoverPanic(op string, err *error) {
+	if r := recover(); r != nil {
+		s.cfg.Logger.Error("svc handler panic", "service", s.cfg.Service, "op", op, "panic", r, "stack", string(debug.Stack()))
+		*err = fmt.Errorf("internal error in %s.%s", s.cfg.Service, op)
+	}
 }
 
 type headerKey struct{}

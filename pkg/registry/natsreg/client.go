@@ -12,49 +12,25 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/svc"
-	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // DefaultChannel is the channel token a Client uses unless told otherwise.
-const DefaultChannel = "default"
+const DefaultChannel = svc.DefaultChannel
 
-// ClientOption configures a Client.
-type ClientOption func(*Client) error
+// ClientOption configures a Client: the option set every service client
+// shares (svc.ClientOption).
+type ClientOption = svc.ClientOption
 
-// WithVersion sets the protocol version token (default subjects.DefaultVersion).
-func WithVersion(ver string) ClientOption {
-	return func(c *Client) error {
-		if err := subjects.ValidateToken("version", ver); err != nil {
-			return fmt.Errorf("natsreg: WithVersion: %w", err)
-		}
-		c.ep.Version = ver
-		return nil
-	}
-}
+// WithVersion sets the protocol version token (svc.WithVersion).
+func WithVersion(ver string) ClientOption { return svc.WithVersion(ver) }
 
-// WithChannel sets the channel token of the request subjects (default
-// DefaultChannel). The channel does not isolate entries; the project does.
-func WithChannel(channel string) ClientOption {
-	return func(c *Client) error {
-		if err := subjects.ValidateToken("channel_id", channel); err != nil {
-			return fmt.Errorf("natsreg: WithChannel: %w", err)
-		}
-		c.ep.Channel = channel
-		return nil
-	}
-}
+// WithChannel sets the channel token of the request subjects
+// (svc.WithChannel). The channel does not isolate entries; the project does.
+func WithChannel(channel string) ClientOption { return svc.WithChannel(channel) }
 
 // WithTimeout sets the timeout of a request whose context has no deadline
-// (default svc.DefaultTimeout).
-func WithTimeout(d time.Duration) ClientOption {
-	return func(c *Client) error {
-		if d <= 0 {
-			return fmt.Errorf("natsreg: WithTimeout: %v is not a positive duration", d)
-		}
-		c.ep.Timeout = d
-		return nil
-	}
-}
+// (svc.WithTimeout).
+func WithTimeout(d time.Duration) ClientOption { return svc.WithTimeout(d) }
 
 // Client is a registry.Registry that talks to a Server over NATS.
 type Client struct {
@@ -65,16 +41,11 @@ var _ registry.Registry = (*Client)(nil)
 
 // NewClient returns a Registry backed by the registry service reachable on nc.
 func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
-	if nc == nil {
-		return nil, errors.New("natsreg: nil NATS connection")
+	ep, err := svc.NewClientEndpoint(nc, ServiceName, Codes, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("natsreg: %w", err)
 	}
-	c := &Client{ep: svc.NewEndpoint(nc, ServiceName, Codes)}
-	for _, o := range opts {
-		if err := o(c); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	return &Client{ep: ep}, nil
 }
 
 // call sends one request on the project's subject. The caller has checked

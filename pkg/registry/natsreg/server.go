@@ -5,43 +5,25 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/utpmesh/utpmesh/internal/toolsvc"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
-// ServerConfig configures a Server.
-type ServerConfig struct {
-	// Version is the protocol version token; default subjects.DefaultVersion.
-	Version string
-	// Concurrency bounds the requests handled at once; default 64.
-	Concurrency int
-	// RequestTimeout bounds one request; default 30s.
-	RequestTimeout time.Duration
-	// Logger; default slog.Default().
-	Logger *slog.Logger
-	// Identities, when set, names the signer of every registry change by
-	// its mesh identity (the public nkeys of <data>/creds); a signed write
-	// by a key it does not know is refused (forbidden). See
-	// internal/reqsign and docs/security.md ("Audit").
-	Identities func(pub string) (name string, ok bool)
-}
+// ServerConfig configures a Server: the options every mesh service's
+// server takes (svc.ServerConfig). Identities names the signer of every
+// registry change by its mesh identity; a signed write by a key it does
+// not know is refused (forbidden). See internal/reqsign and
+// docs/security.md ("Audit").
+type ServerConfig = svc.ServerConfig
 
 // Server serves a registry.Registry on cg.<ver>.*.*.svc.registry.<op>.
 type Server struct {
-	reg   registry.Registry
-	srv   *svc.Server
-	tools *toolsvc.Server
-	nc    *nats.Conn
-	ver   string
-	log   *slog.Logger
-	names func(pub string) (name string, ok bool)
+	reg registry.Registry
+	srv *svc.Server
 }
 
 // NewServer starts serving reg on nc. When it returns, the subscription is
@@ -50,38 +32,18 @@ func NewServer(nc *nats.Conn, reg registry.Registry, cfg ServerConfig) (*Server,
 	if reg == nil {
 		return nil, errors.New("natsreg: nil registry")
 	}
-	srv, err := svc.NewServer(nc, svc.Config{
-		Service: ServiceName, Version: cfg.Version, Codes: Codes,
-		Concurrency: cfg.Concurrency, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger,
-	})
+	srv, err := svc.NewServer(nc, cfg.Config(ServiceName, Codes))
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Version == "" {
-		cfg.Version = subjects.DefaultVersion
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	s := &Server{reg: reg, srv: srv, nc: nc, ver: cfg.Version, log: cfg.Logger, names: cfg.Identities}
-	for op, h := range map[string]svc.HandlerFunc{
-		OpPut: s.signed(s.put), OpGet: s.get, OpList: s.list, OpDelete: s.signed(s.delete),
-	} {
-		if err := srv.Handle(op, fieldDetails(h)); err != nil {
-			return nil, err
-		}
-	}
-	if err := srv.Start(); err != nil {
-		return nil, err
-	}
-	// svc.Server.Start only queues the SUB; flush so that a request sent on
-	// another connection right after NewServer returns finds a responder.
-	if err := nc.Flush(); err != nil {
-		_ = srv.Stop(context.Background())
-		return nil, fmt.Errorf("natsreg: flush subscription: %w", err)
-	}
-	if err := s.startToolPut(cfg); err != nil {
-		_ = srv.Stop(context.Background())
+	s := &Server{reg: reg, srv: srv}
+	// Serve flushes its subscriptions: a request sent on another
+	// connection right after NewServer returns finds a responder.
+	err = srv.Serve(map[string]svc.HandlerFunc{
+		OpPut: fieldDetails(s.signed(s.put)), OpGet: fieldDetails(s.get),
+		OpList: fieldDetails(s.list), OpDelete: fieldDetails(s.signed(s.delete)),
+	}, s.toolPut)
+	if err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -93,7 +55,7 @@ func (s *Server) Subject() string { return s.srv.Subject() }
 // Stop stops serving and waits for requests in flight until ctx ends. It
 // does not close the registry.
 func (s *Server) Stop(ctx context.Context) error {
-	return errors.Join(s.tools.Stop(ctx), s.srv.Stop(ctx))
+	return s.srv.Stop(ctx)
 }
 
 // fieldDetails attaches {"field", "reason"} to the error reply of a

@@ -2,14 +2,11 @@ package natsreg
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/utpmesh/utpmesh/internal/audit"
-	"github.com/utpmesh/utpmesh/internal/reqsign"
-	"github.com/utpmesh/utpmesh/internal/toolsvc"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -23,22 +20,16 @@ var ErrForbidden = errors.New("natsreg: forbidden")
 // the mesh core and admin identities publish them (internal/meshauth).
 const actorUnsigned = "unverified:admin-or-core"
 
-type signerKey struct{}
-
 // unwrap verifies a signed request (internal/reqsign) received on
 // subject; a bad signature is ErrForbidden, audited.
 func (s *Server) unwrap(ctx context.Context, sc svc.Scope, subject string, data []byte) (context.Context, []byte, error) {
-	var names reqsign.Names
-	if s.names != nil {
-		names = reqsign.Names(s.names)
-	}
-	req, signer, err := reqsign.Unwrap(subject, data, time.Now(), names)
+	ctx, req, err := s.srv.Unwrap(ctx, subject, data)
 	if err != nil {
 		err = fmt.Errorf("%w: %v (the request was not applied)", ErrForbidden, err)
 		s.audit(ctx, sc, subject, false, err, nil)
 		return ctx, nil, err
 	}
-	return context.WithValue(ctx, signerKey{}, signer), req, nil
+	return ctx, req, nil
 }
 
 // signed wraps a plain write handler with unwrap.
@@ -53,52 +44,35 @@ func (s *Server) signed(h svc.HandlerFunc) svc.HandlerFunc {
 	}
 }
 
-// actor is who made the request of ctx: its signer, else fallback.
-func actor(ctx context.Context, fallback string) string {
-	if a, _ := ctx.Value(signerKey{}).(string); a != "" {
-		return a
-	}
-	return fallback
-}
-
-// startToolPut serves cg.<ver>.*.*.svc.registry.put.<tool>: the put a
-// worker registering its own tool sends, which NATS lets only that tool's
-// worker identity (and core, admin) publish. The entry's tool must be the
+// toolPut serves cg.<ver>.*.*.svc.registry.put.<tool>: the put a worker
+// registering its own tool sends, which NATS lets only that tool's worker
+// identity (and core, admin) publish. The entry's tool must be the
 // subject's.
-func (s *Server) startToolPut(cfg ServerConfig) error {
-	srv, err := toolsvc.Start(s.nc, toolsvc.Config{Version: s.ver, Service: ServiceName, Codes: Codes,
-		Concurrency: cfg.Concurrency, RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger},
-		func(ctx context.Context, ts subjects.ToolSubject, data []byte) (any, error) {
-			sc := svc.Scope{Version: ts.Version, Project: ts.Project, Channel: ts.Channel, Op: ts.Op}
-			if ts.Op != OpPut {
-				return nil, fmt.Errorf("%w: %s has no tool-scoped operation %q (want %s)", svc.ErrBadRequest, ServiceName, ts.Op, OpPut)
-			}
-			ctx, data, err := s.unwrap(ctx, sc, ts.String(), data)
-			if err != nil {
-				return nil, err
-			}
-			var req putRequest
-			if err := decode(data, &req); err != nil {
-				return nil, err
-			}
-			if req.Entry == nil || subjects.ToolToken(req.Entry.ToolName) != ts.Tool {
-				name := ""
-				if req.Entry != nil {
-					name = req.Entry.ToolName
-				}
-				err := fmt.Errorf("%w: the entry is tool %q; svc.registry.put.%s registers tool %s only", ErrForbidden, name, ts.Tool, ts.Tool)
-				s.audit(ctx, sc, ts.String(), false, err, map[string]string{"tool_name": name, "subject_tool": ts.Tool})
-				return nil, err
-			}
-			return fieldDetails(func(ctx context.Context, sc svc.Scope, _ []byte) (any, error) {
-				return s.putEntry(ctx, sc, req, ts.String())
-			})(ctx, sc, nil)
-		})
-	if err != nil {
-		return fmt.Errorf("natsreg: %w", err)
+func (s *Server) toolPut(ctx context.Context, ts subjects.ToolSubject, data []byte) (any, error) {
+	sc := svc.Scope{Version: ts.Version, Project: ts.Project, Channel: ts.Channel, Op: ts.Op}
+	if ts.Op != OpPut {
+		return nil, fmt.Errorf("%w: %s has no tool-scoped operation %q (want %s)", svc.ErrBadRequest, ServiceName, ts.Op, OpPut)
 	}
-	s.tools = srv
-	return nil
+	ctx, data, err := s.unwrap(ctx, sc, ts.String(), data)
+	if err != nil {
+		return nil, err
+	}
+	var req putRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if req.Entry == nil || subjects.ToolToken(req.Entry.ToolName) != ts.Tool {
+		name := ""
+		if req.Entry != nil {
+			name = req.Entry.ToolName
+		}
+		err := fmt.Errorf("%w: the entry is tool %q; svc.registry.put.%s registers tool %s only", ErrForbidden, name, ts.Tool, ts.Tool)
+		s.audit(ctx, sc, ts.String(), false, err, map[string]string{"tool_name": name, "subject_tool": ts.Tool})
+		return nil, err
+	}
+	return fieldDetails(func(ctx context.Context, sc svc.Scope, _ []byte) (any, error) {
+		return s.putEntry(ctx, sc, req, ts.String())
+	})(ctx, sc, nil)
 }
 
 // audit publishes one record on evt.sys.audit.registry. The actor is the
@@ -110,51 +84,28 @@ func (s *Server) audit(ctx context.Context, sc svc.Scope, subject string, allowe
 		fallback = "unverified:tool:" + ts.Tool
 	}
 	rec := audit.Record{Time: time.Now().UTC(), Service: ServiceName, Op: sc.Op, Project: sc.Project, Channel: sc.Channel,
-		Actor: actor(ctx, fallback), Allowed: allowed, Subject: subject, Detail: detail}
+		Actor: svc.Signer(ctx, fallback), Allowed: allowed, Subject: subject, Detail: detail}
 	if err != nil {
-		rec.Code, rec.Reason = toolsvc.CodeOf(Codes, err), err.Error()
+		rec.Code, rec.Reason = svc.CodeOf(Codes, err), err.Error()
 	}
-	if perr := audit.Publish(s.nc, s.ver, rec); perr != nil {
-		s.log.Error("registry: audit record not published", "subject", subject, "err", perr)
-	}
+	s.srv.Audit(rec)
 }
 
-// callTool sends op on the tool-scoped subject of tool.
+// callTool sends op, signed, on the tool-scoped subject of tool.
 func (c *Client) callTool(ctx context.Context, project, op, tool string, req, resp any) error {
-	subj, err := subjects.ToolService(c.ep.Version, project, c.ep.Channel, ServiceName, op, tool)
+	subj, err := c.ep.ToolSubject(project, op, tool)
 	if err != nil {
 		return &registry.FieldError{Field: "tool_name", Msg: err.Error()}
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.ep.Timeout)
-		defer cancel()
-	}
-	raw, err := json.Marshal(req)
-	if err != nil {
-		return fmt.Errorf("%w: encode request: %v", svc.ErrBadRequest, err)
-	}
-	body, err := reqsign.Wrap(c.ep.NC, subj.String(), raw)
-	if err != nil {
-		return err
-	}
-	return remoteFieldError(svc.Call(ctx, c.ep.NC, subj.String(), Codes, json.RawMessage(body), resp))
+	return remoteFieldError(c.ep.Send(ctx, subj, true, req, resp))
 }
 
 // signedCall sends a plain write signed with the connection's nkey, when
 // it has one (internal/reqsign), so the server's audit names the identity.
 func (c *Client) signedCall(ctx context.Context, project, op string, req, resp any) error {
-	subj, err := subjects.Service(c.ep.Version, project, c.ep.Channel, ServiceName, op)
+	subj, err := svc.Subject(c.ep.Version, project, c.ep.Channel, ServiceName, op)
 	if err != nil {
 		return &registry.FieldError{Field: "project_id", Msg: err.Error()}
 	}
-	raw, err := json.Marshal(req)
-	if err != nil {
-		return fmt.Errorf("%w: encode request: %v", svc.ErrBadRequest, err)
-	}
-	body, err := reqsign.Wrap(c.ep.NC, subj.String(), raw)
-	if err != nil {
-		return err
-	}
-	return c.call(ctx, project, op, json.RawMessage(body), resp)
+	return remoteFieldError(c.ep.Send(ctx, subj, true, req, resp))
 }
