@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/utpmesh/utpmesh/pkg/builtins"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/services/catalog"
-	"github.com/utpmesh/utpmesh/services/pmo"
 )
 
 // TestEveryEntryCompiles: every registry entry every catalogue ships (and
@@ -32,8 +32,8 @@ func TestEveryEntryCompiles(t *testing.T) {
 			}
 		})
 	}
-	t.Run("pmo", func(t *testing.T) {
-		for _, tool := range pmo.Tools(pmo.Deps{}) {
+	t.Run("builtins", func(t *testing.T) {
+		for _, tool := range builtins.Tools(builtins.Deps{}) {
 			if err := registry.ValidateBuiltin(tool.Entry("p")); err != nil {
 				t.Errorf("%s: %v", tool.Name, err)
 			}
