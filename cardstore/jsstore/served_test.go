@@ -10,6 +10,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore/jsstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/cardstore/storetest"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 )
 
 // TestServedByTwoServers runs the conformance suite through the NATS
@@ -37,7 +38,7 @@ func TestServedByTwoServers(t *testing.T) {
 				}
 			})
 		}
-		c, err := natsstore.NewClient(connect(t, ns), natsstore.WithVersion(ver), natsstore.WithTimeout(20*time.Second))
+		c, err := natsstore.NewClient(connect(t, ns), svc.WithVersion(ver), svc.WithTimeout(20*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,24 +17,6 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/svc"
 )
 
-// DefaultChannel is the channel token a Client uses unless told otherwise.
-const DefaultChannel = svc.DefaultChannel
-
-// ClientOption configures a Client: the option set every service client
-// shares (svc.ClientOption).
-type ClientOption = svc.ClientOption
-
-// WithVersion sets the protocol version token (svc.WithVersion).
-func WithVersion(ver string) ClientOption { return svc.WithVersion(ver) }
-
-// WithChannel sets the channel token of the request subjects
-// (svc.WithChannel). The channel does not isolate cards; the project does.
-func WithChannel(channel string) ClientOption { return svc.WithChannel(channel) }
-
-// WithTimeout sets the timeout of a request whose context has no deadline
-// (svc.WithTimeout).
-func WithTimeout(d time.Duration) ClientOption { return svc.WithTimeout(d) }
-
 // Client is a cardstore.Store that talks to a Server over NATS.
 //
 // Calls whose context names a tool (cardstore.WithTool, which the worker
@@ -68,7 +50,7 @@ const maxHeld = 4096
 var _ cardstore.Store = (*Client)(nil)
 
 // NewClient returns a Store backed by the CardStore service reachable on nc.
-func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
+func NewClient(nc *nats.Conn, opts ...svc.ClientOption) (*Client, error) {
 	ep, err := svc.NewClientEndpoint(nc, ServiceName, Codes, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("natsstore: %w", err)

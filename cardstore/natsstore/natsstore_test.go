@@ -33,7 +33,7 @@ func serve(t *testing.T) (*natsstore.Client, *boltstore.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := natsstore.NewClient(meshtest.Conn(t, srv), natsstore.WithTimeout(20*time.Second))
+	client, err := natsstore.NewClient(meshtest.Conn(t, srv), svc.WithTimeout(20*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestUnavailable(t *testing.T) {
 	if _, err := natsstore.NewClient(nil); err == nil {
 		t.Fatal("NewClient(nil) succeeded")
 	}
-	if _, err := natsstore.NewClient(meshtest.Conn(t, srv), natsstore.WithChannel("a.b")); err == nil {
+	if _, err := natsstore.NewClient(meshtest.Conn(t, srv), svc.WithChannel("a.b")); err == nil {
 		t.Fatal("WithChannel accepted a dotted channel")
 	}
 }

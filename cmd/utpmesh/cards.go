@@ -11,6 +11,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 )
 
 func init() {
@@ -163,7 +164,7 @@ func openStore(ctx context.Context, mf *meshFlags, pf *projectFlags, name string
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := natsstore.NewClient(nc, natsstore.WithVersion(mf.version), natsstore.WithChannel(pf.channel), natsstore.WithTimeout(mf.timeout))
+	store, err := natsstore.NewClient(nc, svc.WithVersion(mf.version), svc.WithChannel(pf.channel), svc.WithTimeout(mf.timeout))
 	if err != nil {
 		nc.Close()
 		return nil, nil, usagef("%v", err)

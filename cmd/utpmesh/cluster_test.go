@@ -25,6 +25,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -250,7 +251,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	t.Logf("%d commands acknowledged", len(calls))
 
 	// Every acknowledged call: one entry, one result card, one wakeup.
-	ic, err := natsinbox.NewClient(nc, natsinbox.WithChannel("main"))
+	ic, err := natsinbox.NewClient(nc, svc.WithChannel("main"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -95,7 +96,7 @@ func TestSIGKILLUpWithReportsInFlight(t *testing.T) {
 		}(g)
 	}
 	// Kill once reports are flowing: some entries exist, more are coming.
-	ic, err := natsinbox.NewClient(nc, natsinbox.WithChannel("main"))
+	ic, err := natsinbox.NewClient(nc, svc.WithChannel("main"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestSIGKILLUpWithReportsInFlight(t *testing.T) {
 	nc, ac = connect()
 	defer nc.Close()
 	defer ac.Close()
-	ic, err = natsinbox.NewClient(nc, natsinbox.WithChannel("main"))
+	ic, err = natsinbox.NewClient(nc, svc.WithChannel("main"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 )
 
 func init() {
@@ -281,7 +282,7 @@ type replacer struct {
 // checkTools validates text against the actions of the project's tools,
 // as the policy service will, for a message before the diff.
 func (r *replacer) checkTools(ctx context.Context, nc *nats.Conn, mf meshFlags, name, text string) error {
-	reg, err := natsreg.NewClient(nc, natsreg.WithVersion(mf.version), natsreg.WithTimeout(mf.timeout))
+	reg, err := natsreg.NewClient(nc, svc.WithVersion(mf.version), svc.WithTimeout(mf.timeout))
 	if err != nil {
 		return err
 	}

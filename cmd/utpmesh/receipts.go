@@ -7,6 +7,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
 )
 
@@ -32,7 +33,7 @@ func (c *receiptsCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	st, err := natsstore.NewClient(nc, natsstore.WithVersion(mf.version), natsstore.WithTimeout(mf.timeout))
+	st, err := natsstore.NewClient(nc, svc.WithVersion(mf.version), svc.WithTimeout(mf.timeout))
 	if err != nil {
 		return err
 	}

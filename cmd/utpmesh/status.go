@@ -19,6 +19,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 )
 
@@ -129,7 +130,7 @@ func (c *statusCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(agents) > 0 {
-		ic, err := natsinbox.NewClient(nc, natsinbox.WithVersion(mf.version), natsinbox.WithChannel(*channel), natsinbox.WithTimeout(mf.timeout))
+		ic, err := natsinbox.NewClient(nc, svc.WithVersion(mf.version), svc.WithChannel(*channel), svc.WithTimeout(mf.timeout))
 		if err != nil {
 			return usagef("%v", err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 )
 
 func init() {
@@ -65,7 +66,7 @@ func (c *toolsCommand) registry(ctx context.Context, mf *meshFlags, pf *projectF
 	if err != nil {
 		return nil, nil, err
 	}
-	reg, err := natsreg.NewClient(nc, natsreg.WithVersion(mf.version), natsreg.WithChannel(pf.channel), natsreg.WithTimeout(mf.timeout))
+	reg, err := natsreg.NewClient(nc, svc.WithVersion(mf.version), svc.WithChannel(pf.channel), svc.WithTimeout(mf.timeout))
 	if err != nil {
 		nc.Close()
 		return nil, nil, usagef("%v", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/turn"
 )
 
@@ -399,7 +400,7 @@ func (c *turnsCommand) ls(ctx context.Context, args []string) error {
 // found). At most limit turns are returned, newest first; more counts the
 // turns with unconsumed results left out.
 func (c *turnsCommand) pendingTurns(ctx context.Context, nc *nats.Conn, store cardstore.Store, mf *meshFlags, pf *projectFlags, agentID string, limit int) (page *turnsPage, more int, err error) {
-	ic, err := natsinbox.NewClient(nc, natsinbox.WithVersion(mf.version), natsinbox.WithChannel(pf.channel), natsinbox.WithTimeout(mf.timeout))
+	ic, err := natsinbox.NewClient(nc, svc.WithVersion(mf.version), svc.WithChannel(pf.channel), svc.WithTimeout(mf.timeout))
 	if err != nil {
 		return nil, 0, usagef("%v", err)
 	}

@@ -14,10 +14,11 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
-	"github.com/utpmesh/utpmesh/pkg/apps/webui"
 	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/apps/webui"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -100,7 +101,7 @@ func startUI(ctx context.Context, nc *nats.Conn, cfg uiConfig) (url string, stop
 		cfg.AgentID = defaultUIAgent
 	}
 	if cfg.Store == nil {
-		store, err := natsstore.NewClient(nc, natsstore.WithVersion(cfg.Version), natsstore.WithChannel(cfg.Channel), natsstore.WithTimeout(cfg.Timeout))
+		store, err := natsstore.NewClient(nc, svc.WithVersion(cfg.Version), svc.WithChannel(cfg.Channel), svc.WithTimeout(cfg.Timeout))
 		if err != nil {
 			return "", nil, usagef("%v", err)
 		}

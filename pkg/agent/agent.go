@@ -53,7 +53,7 @@ var (
 
 // DefaultChannel is the channel a Client uses when Config.Channel is empty,
 // the same default as the CardStore, registry and inbox clients.
-const DefaultChannel = "default"
+const DefaultChannel = svc.DefaultChannel
 
 // DefaultPollInterval is how often a waiting Call re-reads the inbox in case
 // a wakeup was lost (see Config.PollInterval).
@@ -159,17 +159,17 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("agent.New: jetstream: %w", err)
 	}
 	if cfg.Store == nil {
-		if cfg.Store, err = natsstore.NewClient(nc, natsstore.WithVersion(cfg.Version), natsstore.WithChannel(cfg.Channel)); err != nil {
+		if cfg.Store, err = natsstore.NewClient(nc, svc.WithVersion(cfg.Version), svc.WithChannel(cfg.Channel)); err != nil {
 			return nil, fmt.Errorf("agent.New: cardstore client: %w", err)
 		}
 	}
 	if cfg.Registry == nil {
-		if cfg.Registry, err = natsreg.NewClient(nc, natsreg.WithVersion(cfg.Version), natsreg.WithChannel(cfg.Channel)); err != nil {
+		if cfg.Registry, err = natsreg.NewClient(nc, svc.WithVersion(cfg.Version), svc.WithChannel(cfg.Channel)); err != nil {
 			return nil, fmt.Errorf("agent.New: registry client: %w", err)
 		}
 	}
 	if cfg.Inbox == nil {
-		if cfg.Inbox, err = natsinbox.NewClient(nc, natsinbox.WithVersion(cfg.Version), natsinbox.WithChannel(cfg.Channel)); err != nil {
+		if cfg.Inbox, err = natsinbox.NewClient(nc, svc.WithVersion(cfg.Version), svc.WithChannel(cfg.Channel)); err != nil {
 			return nil, fmt.Errorf("agent.New: inbox client: %w", err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/services/echo"
 )
 
@@ -39,7 +40,7 @@ func TestRegistryCache(t *testing.T) {
 		{"off", -1, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			inner, err := natsreg.NewClient(e.nc, natsreg.WithChannel(channel))
+			inner, err := natsreg.NewClient(e.nc, svc.WithChannel(channel))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/turn"
 )
 
@@ -115,7 +116,7 @@ func BenchmarkTurnShow(b *testing.B) {
 		defer cancel()
 		_ = ns.Stop(ctx)
 	})
-	client, err := natsstore.NewClient(meshtest.Conn(b, srv), natsstore.WithTimeout(time.Minute))
+	client, err := natsstore.NewClient(meshtest.Conn(b, srv), svc.WithTimeout(time.Minute))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -66,7 +67,7 @@ func WithVersion(ver string) Option {
 }
 
 // WithChannel sets the channel token of the CardStore and registry
-// requests (default natsstore.DefaultChannel). Commands of every channel
+// requests (default svc.DefaultChannel). Commands of every channel
 // are served whatever it is.
 func WithChannel(channel string) Option {
 	return func(s *settings) error {
@@ -241,17 +242,17 @@ func newSettings(nc *nats.Conn, opts []Option) (*settings, error) {
 	}
 	ch := s.channel
 	if ch == "" {
-		ch = natsstore.DefaultChannel
+		ch = svc.DefaultChannel
 	}
 	if s.cfg.Store == nil {
-		st, err := natsstore.NewClient(nc, natsstore.WithVersion(ver), natsstore.WithChannel(ch))
+		st, err := natsstore.NewClient(nc, svc.WithVersion(ver), svc.WithChannel(ch))
 		if err != nil {
 			return nil, fmt.Errorf("worker: CardStore client: %w", err)
 		}
 		s.cfg.Store = st
 	}
 	if s.cfg.Registry == nil {
-		reg, err := natsreg.NewClient(nc, natsreg.WithVersion(ver), natsreg.WithChannel(ch))
+		reg, err := natsreg.NewClient(nc, svc.WithVersion(ver), svc.WithChannel(ch))
 		if err != nil {
 			return nil, fmt.Errorf("worker: registry client: %w", err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -158,7 +159,7 @@ func New(cfg Config) (*Bridge, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	reg, err := natsreg.NewClient(cfg.Conn, natsreg.WithVersion(cfg.Version), natsreg.WithChannel(cfg.Channel))
+	reg, err := natsreg.NewClient(cfg.Conn, svc.WithVersion(cfg.Version), svc.WithChannel(cfg.Channel))
 	if err != nil {
 		return nil, fmt.Errorf("%w: registry client: %v", ErrConfig, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/inbox/boltinbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -49,7 +50,7 @@ func newEnv(t *testing.T, concurrency int) *env {
 	store, err := boltstore.Open(filepath.Join(t.TempDir(), "cards.db"))
 	must(t, err)
 	t.Cleanup(func() { _ = store.Close() })
-	client, err := natsinbox.NewClient(nc, natsinbox.WithChannel("c1"))
+	client, err := natsinbox.NewClient(nc, svc.WithChannel("c1"))
 	must(t, err)
 	e := &env{t: t, nc: nc, js: js, store: store, path: filepath.Join(t.TempDir(), "inbox.db"), client: client}
 	e.cfg = Config{

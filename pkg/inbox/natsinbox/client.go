@@ -3,55 +3,12 @@ package natsinbox
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/svc"
-	"github.com/utpmesh/utpmesh/subjects"
 )
-
-// DefaultChannel is the channel token a Client uses unless told otherwise.
-const DefaultChannel = "default"
-
-// ClientOption configures a Client.
-type ClientOption func(*Client) error
-
-// WithVersion sets the protocol version token (default subjects.DefaultVersion).
-func WithVersion(ver string) ClientOption {
-	return func(c *Client) error {
-		if err := subjects.ValidateToken("version", ver); err != nil {
-			return fmt.Errorf("%w: natsinbox.WithVersion: %v", inbox.ErrInvalid, err)
-		}
-		c.ep.Version = ver
-		return nil
-	}
-}
-
-// WithChannel sets the channel token of the request subjects (default
-// DefaultChannel). The channel does not isolate entries; the project does.
-func WithChannel(channel string) ClientOption {
-	return func(c *Client) error {
-		if err := subjects.ValidateToken("channel_id", channel); err != nil {
-			return fmt.Errorf("%w: natsinbox.WithChannel: %v", inbox.ErrInvalid, err)
-		}
-		c.ep.Channel = channel
-		return nil
-	}
-}
-
-// WithTimeout sets the timeout of a request whose context has no deadline
-// (default svc.DefaultTimeout).
-func WithTimeout(d time.Duration) ClientOption {
-	return func(c *Client) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: natsinbox.WithTimeout: %v is not a positive duration", inbox.ErrInvalid, d)
-		}
-		c.ep.Timeout = d
-		return nil
-	}
-}
 
 // Client talks to the inbox service over NATS. Its errors match the
 // sentinels of package inbox (and svc's transport errors) with errors.Is.
@@ -61,21 +18,15 @@ type Client struct {
 
 var _ inbox.API = (*Client)(nil)
 
-// NewClient returns a client of the inbox service reachable on nc.
-func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
-	if nc == nil {
-		return nil, fmt.Errorf("%w: natsinbox.NewClient: nil NATS connection", inbox.ErrInvalid)
+// NewClient returns a client of the inbox service reachable on nc,
+// configured with the options every service client shares
+// (svc.WithVersion, svc.WithChannel, svc.WithTimeout).
+func NewClient(nc *nats.Conn, opts ...svc.ClientOption) (*Client, error) {
+	ep, err := svc.NewClientEndpoint(nc, inbox.ServiceName, inbox.Codes, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("natsinbox: %w", err)
 	}
-	c := &Client{ep: svc.NewEndpoint(nc, inbox.ServiceName, inbox.Codes)}
-	for i, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: natsinbox.NewClient: option %d is nil", inbox.ErrInvalid, i)
-		}
-		if err := o(c); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	return &Client{ep: ep}, nil
 }
 
 func (c *Client) call(ctx context.Context, project, op string, req, resp any) error {

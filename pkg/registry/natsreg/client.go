@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -17,21 +16,6 @@ import (
 // DefaultChannel is the channel token a Client uses unless told otherwise.
 const DefaultChannel = svc.DefaultChannel
 
-// ClientOption configures a Client: the option set every service client
-// shares (svc.ClientOption).
-type ClientOption = svc.ClientOption
-
-// WithVersion sets the protocol version token (svc.WithVersion).
-func WithVersion(ver string) ClientOption { return svc.WithVersion(ver) }
-
-// WithChannel sets the channel token of the request subjects
-// (svc.WithChannel). The channel does not isolate entries; the project does.
-func WithChannel(channel string) ClientOption { return svc.WithChannel(channel) }
-
-// WithTimeout sets the timeout of a request whose context has no deadline
-// (svc.WithTimeout).
-func WithTimeout(d time.Duration) ClientOption { return svc.WithTimeout(d) }
-
 // Client is a registry.Registry that talks to a Server over NATS.
 type Client struct {
 	ep svc.Endpoint
@@ -40,7 +24,7 @@ type Client struct {
 var _ registry.Registry = (*Client)(nil)
 
 // NewClient returns a Registry backed by the registry service reachable on nc.
-func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
+func NewClient(nc *nats.Conn, opts ...svc.ClientOption) (*Client, error) {
 	ep, err := svc.NewClientEndpoint(nc, ServiceName, Codes, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("natsreg: %w", err)

@@ -54,7 +54,7 @@ func newMesh(t *testing.T, reg registry.Registry, stopped func()) *mesh {
 		}
 	})
 	nc := meshtest.Conn(t, ns)
-	c, err := natsreg.NewClient(nc, natsreg.WithVersion(ver), natsreg.WithChannel("ch1"), natsreg.WithTimeout(10*time.Second))
+	c, err := natsreg.NewClient(nc, svc.WithVersion(ver), svc.WithChannel("ch1"), svc.WithTimeout(10*time.Second))
 	if err != nil {
 		t.Fatalf("NewClient: %v", err)
 	}
@@ -361,7 +361,7 @@ func TestNewValidates(t *testing.T) {
 	if _, err := natsreg.NewClient(nil); err == nil {
 		t.Error("NewClient(nil): no error")
 	}
-	for _, o := range []natsreg.ClientOption{natsreg.WithVersion("a.b"), natsreg.WithChannel(""), natsreg.WithTimeout(0)} {
+	for _, o := range []svc.ClientOption{svc.WithVersion("a.b"), svc.WithChannel(""), svc.WithTimeout(0)} {
 		if _, err := natsreg.NewClient(nc, o); err == nil {
 			t.Error("NewClient with a bad option: no error")
 		}
