@@ -4,14 +4,19 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
+	"github.com/utpmesh/utpmesh/services/atp/atpcli"
 )
 
 // The catalogues' contributions to the core, registered where the CLI
 // selects its catalogues (services/catalog lists their tool services):
-// ATP's Cedar schema fragment (so `utpmesh policy`/`mandate` validate
-// ATP's names, as every mesh process does).
+// ATP's Cedar schema fragment and rules on mandates (so `utpmesh
+// policy`/`mandate` validate ATP's names, as every mesh process does),
+// and ATP's verbs (`utpmesh atp`, `utpmesh hem`).
 func init() {
 	atpauthz.Register()
+	for _, v := range atpcli.Verbs() {
+		registerVerb(v)
+	}
 }
 
 // authCatalogues are the catalogues whose entity loaders the gate of a
