@@ -30,8 +30,8 @@ type Verb interface {
 type Env interface {
 	// Stdout is where the verb prints its result.
 	Stdout() io.Writer
-	// Dispatch runs the subcommand args[0] of the group name (e.g. "atp
-	// booking"): with none it prints usage and fails with a usage error,
+	// Dispatch runs the subcommand args[0] of the group name (e.g. "tools"
+	// or "x y"): with none it prints usage and fails with a usage error,
 	// with --help it prints usage, an unknown one gets a did-you-mean.
 	Dispatch(ctx context.Context, name, usage string, subs []Sub, args []string) error
 	// CallFlags returns the Caller of subcommand name and its flag set

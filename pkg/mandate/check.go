@@ -8,8 +8,8 @@ import (
 )
 
 // PolicyCheck is a rule a catalogue adds on the policy sets of mandates
-// (e.g. ATP's: a mandate that permits invoke_hem must enumerate its hem_id
-// values). Issue and Narrow refuse a policy set a registered check
+// (e.g. ATP's: a mandate permitting its escalation action must list the
+// escalations it permits). Issue and Narrow refuse a policy set a registered check
 // refuses, and the gate refuses such a token however it was signed
 // (CheckPolicies).
 type PolicyCheck interface {

@@ -50,5 +50,5 @@
 // given): Issue and Narrow refuse a policy set a rule refuses
 // (ErrPolicyRefused), and the gate refuses such a token however it was
 // signed. ATP's rule (services/atp/atpauthz) is that a mandate permitting
-// invoke_hem enumerates its hem_id values.
+// its escalation action lists the escalations it permits.
 package mandate
