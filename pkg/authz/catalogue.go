@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/cedar-policy/cedar-go/types"
+
+	"github.com/utpmesh/utpmesh/pkg/mandate"
 )
 
 // ErrBindingMismatch: a call names a resource other than the one its
@@ -119,14 +121,21 @@ var (
 )
 
 // RegisterCatalogue adds c's schema fragment to every project's schema
-// and makes c the resolver of gates configured without one. The mesh
-// assembly registers the catalogues it serves at start; registering a
-// name again replaces the earlier one.
+// and makes c the resolver of gates configured without one; a catalogue
+// that implements mandate.PolicyCheck has its rule on mandates registered
+// too (mandate.RegisterPolicyCheck). The mesh assembly registers the
+// catalogues it serves at start; registering a name again replaces the
+// earlier one.
 func RegisterCatalogue(c Catalogue) {
 	catMu.Lock()
 	defer catMu.Unlock()
 	catalogues = slices.DeleteFunc(catalogues, func(x Catalogue) bool { return x.Name() == c.Name() })
 	catalogues = append(catalogues, c)
+	if pc, ok := c.(mandate.PolicyCheck); ok {
+		mandate.RegisterPolicyCheck(c.Name(), pc)
+	} else {
+		mandate.UnregisterPolicyCheck(c.Name())
+	}
 }
 
 // UnregisterCatalogue removes the catalogue of a name (tests).
@@ -134,6 +143,7 @@ func UnregisterCatalogue(name string) {
 	catMu.Lock()
 	defer catMu.Unlock()
 	catalogues = slices.DeleteFunc(catalogues, func(x Catalogue) bool { return x.Name() == name })
+	mandate.UnregisterPolicyCheck(name)
 }
 
 // Catalogues returns the registered catalogues, in registration order.

@@ -26,10 +26,18 @@ const (
 	// DemoMandateTTL is how long a demo mandate is valid; SetupDemo
 	// reissues it when less than a day is left.
 	DemoMandateTTL = 30 * 24 * time.Hour
-	// DemoHEMID is the only hem_id the demo grants (when an invoke_hem
-	// tool is served).
-	DemoHEMID = "HEM-MANDATE-01"
 )
+
+// DemoGranter is implemented by a catalogue that grants some of its
+// actions in the demo policy in its own way (e.g. only for values of a
+// context attribute it lists). DemoPolicy asks the registered catalogues.
+type DemoGranter interface {
+	// DemoGrant returns the Cedar text (one or more policies, each line
+	// ending in a newline) that grants action to principal (a Cedar
+	// principal scope, e.g. `principal` or `principal == Agent::"a"`) on
+	// DemoProject, and true; or false to have it granted plainly.
+	DemoGrant(principal string, action types.EntityUID) (policy string, ok bool)
+}
 
 // DemoResult says what SetupDemo did.
 type DemoResult struct {
@@ -46,36 +54,48 @@ type DemoResult struct {
 }
 
 // DemoPolicy is the Cedar text of the demo policy set for the given
-// actions: any agent may call them on the demo project; invoke_hem only
-// for DemoHEMID.
+// actions: any agent may call them on the demo project, except that an
+// action a registered catalogue grants in its own way (DemoGranter) is
+// granted by the catalogue's policy, after the plain ones.
 func DemoPolicy(principal string, actions []types.EntityUID) string {
-	var plain []string
-	hem := false
-	for _, a := range actions {
-		if a == mandate.HEMAction {
-			hem = true
-			continue
-		}
-		plain = append(plain, a.String())
-	}
-	sort.Strings(plain)
 	if principal == "" {
 		principal = "principal"
 	} else {
 		principal = "principal == " + AgentUID(principal).String()
 	}
+	var plain, own []string
+	for _, a := range actions {
+		if p, ok := demoGrant(principal, a); ok {
+			own = append(own, p)
+			continue
+		}
+		plain = append(plain, a.String())
+	}
+	sort.Strings(plain)
 	var b strings.Builder
 	b.WriteString("// Demo policy written by `utpmesh up` (docs/security.md): the tools the mesh serves, on project demo.\n")
 	if len(plain) > 0 {
 		fmt.Fprintf(&b, "@id(\"demo-tools\")\npermit(%s, action in [%s], resource in Project::%q);\n", principal, strings.Join(plain, ", "), DemoProject)
 	}
-	if hem {
-		fmt.Fprintf(&b, "@id(\"demo-hem\")\npermit(%s, action == %s, resource in Project::%q)\nwhen { [%q].contains(context.hem_id) };\n", principal, mandate.HEMAction, DemoProject, DemoHEMID)
+	for _, p := range own {
+		b.WriteString(p)
 	}
-	if len(plain) == 0 && !hem {
+	if len(plain) == 0 && len(own) == 0 {
 		b.WriteString("// (no tools served: nothing is permitted)\n")
 	}
 	return b.String()
+}
+
+// demoGrant asks the registered catalogues for their grant of action.
+func demoGrant(principal string, action types.EntityUID) (string, bool) {
+	for _, c := range Catalogues() {
+		if g, ok := c.(DemoGranter); ok {
+			if p, ok := g.DemoGrant(principal, action); ok {
+				return p, true
+			}
+		}
+	}
+	return "", false
 }
 
 // SetupDemo prepares authorization for `utpmesh up`: an issuer key for

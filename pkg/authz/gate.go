@@ -353,10 +353,11 @@ func (g *Gate) verify(ctx context.Context, token, issuer string) (*mandate.Manda
 	if err := g.verifier.VerifyDecoded(ctx, m, issuer); err != nil {
 		return nil, err
 	}
-	// Issue refuses a mandate that permits invoke_hem without enumerating
-	// hem_id values; a token signed some other way (an old key holder, a
-	// hand-made token) is refused here too.
-	if err := mandate.CheckHEMEnumerated(m.Policies); err != nil {
+	// Issue refuses a policy set a catalogue's rule refuses (ATP's: a
+	// mandate permitting invoke_hem enumerates its hem_ids); a token
+	// signed some other way (an old key holder, a hand-made token) is
+	// refused here too.
+	if err := mandate.CheckPolicies(m.Policies); err != nil {
 		return nil, fmt.Errorf("token %s: %w", m.Claims.JTI, err)
 	}
 	pub, err := g.cfg.Keys.PublicKey(ctx, m.Claims.Issuer, m.Header.Kid)

@@ -88,7 +88,7 @@ func (q *Querier) Query(ctx context.Context, in QueryInput) (*Residual, error) {
 
 // IsMandateError reports whether err is a mandate verification failure.
 func IsMandateError(err error) bool {
-	for _, s := range []error{mandate.ErrMalformed, mandate.ErrExpired, mandate.ErrNotYetValid, mandate.ErrSignature, mandate.ErrWrongIssuer, mandate.ErrUnknownKey, mandate.ErrWildcardHEM} {
+	for _, s := range []error{mandate.ErrMalformed, mandate.ErrExpired, mandate.ErrNotYetValid, mandate.ErrSignature, mandate.ErrWrongIssuer, mandate.ErrUnknownKey, mandate.ErrPolicyRefused} {
 		if errors.Is(err, s) {
 			return true
 		}

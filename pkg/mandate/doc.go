@@ -45,7 +45,10 @@
 // The child's expiry may not exceed the parent's, and a parent bound to a
 // booking binds its children to the same booking.
 //
-// A mandate that permits ATPAction::"invoke_hem" must enumerate its hem_id
-// values (CheckHEMEnumerated): a policy that would permit a hem_id it never
-// names is a wildcard and is refused at issue time (seed decision MCP-D6).
+// A catalogue may add rules on the policy sets of mandates (PolicyCheck,
+// RegisterPolicyCheck; pkg/authz registers those of the catalogues it is
+// given): Issue and Narrow refuse a policy set a rule refuses
+// (ErrPolicyRefused), and the gate refuses such a token however it was
+// signed. ATP's rule (services/atp/atpauthz) is that a mandate permitting
+// its escalation action lists the escalations it permits.
 package mandate

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cedar-policy/cedar-go"
 )
 
 var t0 = time.Date(2026, 4, 7, 12, 0, 0, 0, time.UTC)
@@ -88,6 +91,8 @@ func TestVerify(t *testing.T) {
 
 func TestIssueRefuses(t *testing.T) {
 	k := mustKey(t, "demo")
+	RegisterPolicyCheck("test", testRule{})
+	defer UnregisterPolicyCheck("test")
 	tests := []struct {
 		name   string
 		policy string
@@ -101,10 +106,7 @@ func TestIssueRefuses(t *testing.T) {
 		{"empty booking", readPolicy, func(c *Claims) { s := ""; c.BookingObjectID = &s }, ErrInvalidClaims, "null"},
 		{"bad agent_pub", readPolicy, func(c *Claims) { c.AgentPub = "xyz" }, ErrInvalidClaims, "agent_pub"},
 		{"duplicate id", readPolicy + "\n" + readPolicy, nil, ErrInvalidClaims, "used twice"},
-		{"HEM wildcard", `permit(principal, action == ATPAction::"invoke_hem", resource);`, nil, ErrWildcardHEM, "hem_id"},
-		{"HEM any action", `permit(principal, action, resource);`, nil, ErrWildcardHEM, "hem_id"},
-		{"HEM pattern", `permit(principal, action == ATPAction::"invoke_hem", resource) when { context.hem_id like "HEM-*" };`, nil, ErrWildcardHEM, "hem_id"},
-		{"HEM negated", `permit(principal, action == ATPAction::"invoke_hem", resource) unless { context.hem_id == "HEM-02" };`, nil, ErrWildcardHEM, "hem_id"},
+		{"a catalogue's rule", `@id("refused") permit(principal, action, resource);`, nil, errRefusedByTest, "refused by the test rule"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,9 +120,47 @@ func TestIssueRefuses(t *testing.T) {
 			}
 		})
 	}
-	// Enumerated hem_ids are accepted.
-	issue(t, k, `permit(principal, action == ATPAction::"invoke_hem", resource) when { ["HEM-01", "HEM-MANDATE-01"].contains(context.hem_id) };`, nil)
-	issue(t, k, `permit(principal, action == ATPAction::"invoke_hem", resource) when { context.hem_id == "HEM-01" && context.booking_state == "JOURNEY" };`, nil)
+}
+
+// errRefusedByTest is the error of testRule.
+var errRefusedByTest = errors.New("refused by the test rule")
+
+// testRule is a catalogue's rule on mandates: no policy may have the id
+// "refused".
+type testRule struct{}
+
+func (testRule) CheckPolicies(ps *cedar.PolicySet) error {
+	if ps.Get("refused") != nil {
+		return fmt.Errorf("%w: policy refused", errRefusedByTest)
+	}
+	return nil
+}
+
+// TestPolicyCheck: a registered rule refuses at Issue and in
+// CheckPolicies (wrapping ErrPolicyRefused and its own error, with its own
+// message); unregistered, it refuses nothing.
+func TestPolicyCheck(t *testing.T) {
+	k := mustKey(t, "demo")
+	bad := Claims{Subject: "a1", ExpiresAt: t0.Add(time.Hour).Unix(), Mandate: Grant{PolicySet: `@id("refused") permit(principal, action, resource);`}}
+	for _, tc := range []struct {
+		name     string
+		register bool
+		want     error
+	}{
+		{"registered", true, errRefusedByTest},
+		{"unregistered", false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.register {
+				RegisterPolicyCheck("test", testRule{})
+				defer UnregisterPolicyCheck("test")
+			}
+			_, err := Issue(k, bad, t0)
+			if !errors.Is(err, tc.want) || (tc.want != nil && (!errors.Is(err, ErrPolicyRefused) || err.Error() != "refused by the test rule: policy refused")) {
+				t.Fatalf("Issue = %v, want %v", err, tc.want)
+			}
+		})
+	}
 }
 
 func TestKeyDir(t *testing.T) {

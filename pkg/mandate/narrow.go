@@ -10,61 +10,7 @@ import (
 	cast "github.com/cedar-policy/cedar-go/ast"
 	"github.com/cedar-policy/cedar-go/types"
 	"github.com/cedar-policy/cedar-go/x/exp/ast"
-	"github.com/cedar-policy/cedar-go/x/exp/eval"
 )
-
-// HEMAction is the Cedar action of atp_invoke_hem, whose mandates must
-// enumerate hem_id values.
-var HEMAction = types.NewEntityUID("ATPAction", "invoke_hem")
-
-// hemProbes are hem_id values no real mandate lists: a policy that still
-// permits invoke_hem with one of them does not enumerate its hem_ids.
-var hemProbes = []string{"", "HEM-\x00utpmesh-wildcard-probe", "\x00utpmesh-wildcard-probe"}
-
-// CheckHEMEnumerated refuses (ErrWildcardHEM) a policy set with a permit
-// policy that could permit HEMAction for a hem_id it does not name: with
-// principal, resource and every other context attribute unknown, the
-// policy must evaluate to false for hem_id values no policy lists.
-func CheckHEMEnumerated(ps *cedar.PolicySet) error {
-	for id, p := range ps.All() {
-		if p.Effect() != cedar.Permit {
-			continue
-		}
-		for _, probe := range hemProbes {
-			if keep, ok := partialKeep(p, probe); !ok || keep {
-				pos := p.Position()
-				return fmt.Errorf("%w: policy %s (line %d) permits %s without restricting context.hem_id to listed values; add e.g. `when { [\"HEM-01\", \"HEM-02\"].contains(context.hem_id) }`",
-					ErrWildcardHEM, id, pos.Line, HEMAction)
-			}
-		}
-	}
-	return nil
-}
-
-// partialKeep partially evaluates p for HEMAction with hem_id = probe and
-// everything else unknown. ok is false when evaluation panicked.
-func partialKeep(p *cedar.Policy, probe string) (keep, ok bool) {
-	defer func() {
-		if recover() != nil {
-			keep, ok = true, false
-		}
-	}()
-	env := eval.Env{
-		Entities:  types.EntityMap{},
-		Principal: eval.Variable("principal"),
-		Action:    HEMAction,
-		Resource:  eval.Variable("resource"),
-		Context: types.NewRecord(types.RecordMap{
-			"hem_id":            types.String(probe),
-			"booking_state":     eval.Variable("booking_state"),
-			"booking_object_id": eval.Variable("booking_object_id"),
-			"required_scopes":   eval.Variable("required_scopes"),
-			"tool":              eval.Variable("tool"),
-		}),
-	}
-	_, keep = eval.PartialPolicy(env, (*ast.Policy)(p.AST()))
-	return keep, true
-}
 
 // CheckNarrowing reports whether child is provably no broader than parent
 // (see the package doc for the rules). The error wraps ErrTooWide and

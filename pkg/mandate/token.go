@@ -53,9 +53,9 @@ var (
 	ErrInvalidClaims = errors.New("mandate: invalid claims")
 	// ErrTooWide: a sub-mandate would grant more than its parent.
 	ErrTooWide = errors.New("mandate: sub-mandate is broader than its parent")
-	// ErrWildcardHEM: a mandate permits invoke_hem without enumerating its
-	// hem_id values.
-	ErrWildcardHEM = errors.New("mandate: HEM_INVOKE without enumerated hem_id values")
+	// ErrPolicyRefused: a catalogue's rule (RegisterPolicyCheck) refuses
+	// the mandate's policy set.
+	ErrPolicyRefused = errors.New("mandate: policy set refused by a catalogue's rule")
 	// ErrNoKey: the key file of a project does not exist.
 	ErrNoKey = errors.New("mandate: no issuer key")
 )
@@ -243,9 +243,8 @@ func ParsePolicies(name, text string) (ps *cedar.PolicySet, err error) {
 
 // Issue signs claims with key. Empty jti, iss, iat and atp_version are
 // filled in (a fresh UUID, key.Issuer, now, ATPVersion); exp must be set.
-// The claims are validated as Decode would, and a mandate that permits
-// invoke_hem without enumerating hem_id values is refused
-// (ErrWildcardHEM).
+// The claims are validated as Decode would, and a policy set a registered
+// catalogue rule refuses is refused (CheckPolicies, ErrPolicyRefused).
 func Issue(key *IssuerKey, c Claims, now time.Time) (string, error) {
 	if key == nil || len(key.Private) != ed25519.PrivateKeySize {
 		return "", fmt.Errorf("%w: no signing key", ErrInvalidClaims)
@@ -275,7 +274,7 @@ func Issue(key *IssuerKey, c Claims, now time.Time) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrInvalidClaims, err)
 	}
-	if err := CheckHEMEnumerated(ps); err != nil {
+	if err := CheckPolicies(ps); err != nil {
 		return "", err
 	}
 	hb, err := json.Marshal(Header{Alg: Algorithm, Typ: TokenType, Kid: key.KID})

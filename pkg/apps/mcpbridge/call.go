@@ -22,9 +22,8 @@ const (
 )
 
 // handleCall is the tools/call handler of every mesh tool: one UTP call,
-// or — on the retry of a confirmation — the ATLAS_CONFIRM or ATLAS_CANCEL
-// call (atp_hem_confirm or atp_hem_decline for a HEM task) the answer asks
-// for.
+// or — on the retry of a confirmation — the resolver call (the pending
+// result's confirm or cancel tool, or a Handoff's) the answer asks for.
 func (b *Bridge) handleCall(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	ci, err := b.info(ctx, req.Header.Get(requestIDHeader))
 	if err != nil {
@@ -44,8 +43,8 @@ func (b *Bridge) handleCall(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	if p, ok := pendingConfirm(out.Result.Result); ok {
 		return b.askConfirmation(ctx, ci, out, p)
 	}
-	if p, ok := pendingHEM(out); ok {
-		return b.askOperator(ctx, ci, out, p)
+	if h, t, ok := pendingHandoff(out.Call.ToolName, out.Result.Status, out.Result.Result); ok {
+		return b.askOperator(ctx, ci, out, h, t)
 	}
 	return resultOf(out), nil
 }

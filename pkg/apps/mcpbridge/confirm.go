@@ -27,10 +27,10 @@ var confirmSchema = map[string]any{
 // 2026-07-28 client echoes back with its answer.
 type pendingState struct {
 	ConfirmationID string `json:"confirmation_id,omitempty"`
-	// HEMTaskID is set instead of ConfirmationID for an ATP HEM task
-	// waiting for an operator.
-	HEMTaskID  string `json:"hem_task_id,omitempty"`
-	ToolName   string `json:"tool_name"`
+	// HandoffTaskID is set instead of ConfirmationID for a call waiting
+	// for an operator (a Handoff's task).
+	HandoffTaskID string `json:"handoff_task_id,omitempty"`
+	ToolName      string `json:"tool_name"`
 	ToolCallID string `json:"tool_call_id"`
 	// ConfirmTool and CancelTool are the pending result's resolver tools
 	// (confirm.Pending), kept so the retry runs the right one.
@@ -90,16 +90,20 @@ func (b *Bridge) askConfirmation(ctx context.Context, ci callInfo, out *agent.Ou
 // answer to a confirmation.
 func (b *Bridge) answerConfirmation(ctx context.Context, ci callInfo, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	var st pendingState
-	if err := json.Unmarshal([]byte(req.Params.RequestState), &st); err != nil || (st.ConfirmationID == "" && st.HEMTaskID == "") {
+	if err := json.Unmarshal([]byte(req.Params.RequestState), &st); err != nil || (st.ConfirmationID == "" && st.HandoffTaskID == "") {
 		return errorResult("requestState is not one this bridge issued (want the JSON state of a confirmation); call the tool again without it"), nil
 	}
 	ans := server.ElicitationResponse(req.Params.InputResponses, confirmInputID)
-	if st.HEMTaskID != "" {
-		if ans == nil {
-			return errorResult(fmt.Sprintf("no answer to input request %q for HEM task %s: retry with inputResponses.%s, or call %s / %s with {\"task_id\":%q}",
-				confirmInputID, st.HEMTaskID, confirmInputID, toolHEMConfirm, toolHEMDecline, st.HEMTaskID)), nil
+	if st.HandoffTaskID != "" {
+		h, ok := handoffOf(st.ToolName)
+		if !ok {
+			return errorResult(fmt.Sprintf("requestState names task %s of %s, which this bridge does not know how to decide; call the tool again without it", st.HandoffTaskID, st.ToolName)), nil
 		}
-		return b.resolveHEM(ctx, ci, st.HEMTaskID, ans), nil
+		if ans == nil {
+			return errorResult(fmt.Sprintf("no answer to input request %q for task %s: retry with inputResponses.%s, or decide it by hand: %s",
+				confirmInputID, st.HandoffTaskID, confirmInputID, h.Hint(st.HandoffTaskID))), nil
+		}
+		return b.resolveHandoff(ctx, ci, h, st.HandoffTaskID, ans), nil
 	}
 	p := st.pending()
 	if ans == nil {

@@ -37,15 +37,16 @@
 //     (ATLAS_CONFIRM / ATLAS_CANCEL by default), each a UTP call of the
 //     same turn. A host without elicitation gets the pending result and
 //     the confirmation id, and can call the confirm tool itself.
-//   - ATP operator confirmation: an atp_invoke_hem whose result is PENDING
-//     is asked the same way when the host's mandate is an operator's
-//     (mandate_query permits atp_hem_list and atp_hem_confirm); confirm
-//     runs atp_hem_list (for the task's human_confirmation_token) and
-//     atp_hem_confirm, "confirm": false or decline runs atp_hem_decline
-//     with the form's reason. Other hosts get the PENDING result and the
-//     task id.
-//   - Tasks: a tool whose registry entry has the option "async": true (and
-//     atp_invoke_hem) is listed with execution.taskSupport "optional" for
+//   - Operator handoff: a catalogue registers a Handoff for a tool whose
+//     result may wait for an operator, its outcome arriving later as
+//     another call of the turn (ATP's HEM escalation:
+//     services/atp/atpmcp, registered by cmd/utpmesh). Such a pending
+//     result is asked the same way when the host's mandate is an
+//     operator's (mandate_query permits the task's Operators tools); the
+//     answer is carried out by the Handoff (confirm, or decline with the
+//     form's reason). Other hosts get the pending result and the task id.
+//   - Tasks: a tool whose registry entry has the option "async": true (or
+//     that a Handoff owns) is listed with execution.taskSupport "optional" for
 //     clients before 2026-07-28. A tools/call with "task" dispatches the
 //     UTP call and answers with the task at once; its id (TaskID) encodes
 //     (agent_turn_id, tool_call_id). The bridge serves tasks/get,
@@ -53,8 +54,8 @@
 //     (whose task store is an in-memory map that cannot be replaced),
 //     reading the card store and the inbox, so any bridge of the project
 //     answers for any task of the caller's agent, across restarts.
-//     tasks/cancel is the PMO built-in cancel_tool_call. The result of an
-//     atp_invoke_hem task is its "<tool_call_id>.hem-result" call.
+//     tasks/cancel is the PMO built-in cancel_tool_call. The result of a
+//     task waiting for an operator is the Handoff's outcome call.
 //
 // Identity: on stdio the agent and mandate come from the bridge's
 // configuration (the CLI's --agent/--mandate); on HTTP every request must

@@ -3,7 +3,6 @@ package mcpbridge_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +12,11 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
-	atptools "github.com/utpmesh/utpmesh/services/atp/tools"
+	"github.com/utpmesh/utpmesh/services/atp/atpmcp"
 )
+
+// ATP's renderer of HEM tasks, registered as the command line does.
+func init() { mcpbridge.RegisterHandoff(atpmcp.HEM{}) }
 
 // issue signs a mandate of the demo project for agentID.
 func (f *fixture) issue(t *testing.T, agentID, policies string) string {
@@ -99,15 +101,6 @@ func TestHEMConfirmationAsElicitation(t *testing.T) {
 			t.Fatalf("not an operator: isError %v, structured %v, text %q, asked %d", res.IsError, s, text(res), asked)
 		}
 	})
-}
-
-// TestATPNamesMatch: the ATP names the bridge keeps (so as not to link the
-// ATP service) are the service's.
-func TestATPNamesMatch(t *testing.T) {
-	want := []string{atptools.ToolInvokeHEM, atptools.ToolHEMList, atptools.ToolHEMConfirm, atptools.ToolHEMDecline}
-	if !slices.Equal(mcpbridge.ATPToolNames, want) || atptools.ResultCallID("x") != "x"+mcpbridge.HEMResultSuffix {
-		t.Fatalf("bridge %v %q, ATP %v %q", mcpbridge.ATPToolNames, mcpbridge.HEMResultSuffix, want, atptools.ResultCallID(""))
-	}
 }
 
 // TestHEMTaskThroughToResult: atp_invoke_hem called as a task works until

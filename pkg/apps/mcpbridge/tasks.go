@@ -24,22 +24,10 @@ import (
 // offered as MCP tasks (execution.taskSupport "optional").
 const AsyncOption = "async"
 
-// The ATP tools the bridge knows by name (services/atp/tools; not
-// imported, so the bridge does not link the ATP service): atp_invoke_hem
-// is async even without AsyncOption, and its result is the second call
-// "<tool_call_id>.hem-result" the service writes into the turn.
-const (
-	toolInvokeHEM    = "atp_invoke_hem"
-	toolHEMList      = "atp_hem_list"
-	toolHEMConfirm   = "atp_hem_confirm"
-	toolHEMDecline   = "atp_hem_decline"
-	hemResultSuffix  = ".hem-result"
-	hemStatusPending = "PENDING"
-)
-
-// isAsync reports whether a registry entry is served as an MCP task.
+// isAsync reports whether a registry entry is served as an MCP task: it
+// says so (AsyncOption), or a registered Handoff owns it.
 func isAsync(e *registry.Entry) bool {
-	if e.ToolName == toolInvokeHEM {
+	if _, ok := handoffOf(e.ToolName); ok {
 		return true
 	}
 	var v bool
@@ -83,12 +71,15 @@ func ParseTaskID(id string) (agentTurnID, toolCallID string, err error) {
 type taskState struct {
 	task mcp.Task
 	// final is the call whose result is the task's result (the call
-	// itself, or its .hem-result call); nil while the task runs.
+	// itself, or the later call of a Handoff's task); nil while the task
+	// runs.
 	final *agent.CallState
 	// call is the task's own call.
 	call agent.CallState
-	// hemTaskID is the ATP task id of a pending atp_invoke_hem.
-	hemTaskID string
+	// handoff and handoffTask are set while the call waits for an
+	// operator.
+	handoff     Handoff
+	handoffTask *HandoffTask
 }
 
 // createTask runs a task-augmented tools/call of an async tool: it
@@ -154,39 +145,31 @@ func (b *Bridge) taskOf(ctx context.Context, ci callInfo, turn, callID string) (
 	if err != nil {
 		return nil, fmt.Errorf("read task %s: %w", TaskID(turn, callID), err)
 	}
-	var call, hemRes *agent.CallState
+	byID := map[string]*agent.CallState{}
 	for i := range ts.Calls {
-		switch cs := &ts.Calls[i]; cs.ToolCallID {
-		case callID:
-			call = cs
-		case callID + hemResultSuffix:
-			hemRes = cs
-		}
+		byID[ts.Calls[i].ToolCallID] = &ts.Calls[i]
 	}
+	call := byID[callID]
 	if call == nil || call.CallCard == nil || call.CallCard.Metadata.AgentID != ci.id.AgentID {
 		return nil, fmt.Errorf("%w: %s (no call %s in turn %s made by agent %s)", ErrTaskNotFound, TaskID(turn, callID), callID, turn, ci.id.AgentID)
 	}
-	return stateOf(turn, *call, hemRes), nil
+	return stateOf(turn, *call, byID), nil
 }
 
-// stateOf maps a call (and the .hem-result call of an atp_invoke_hem) to
-// an MCP task: no result yet → working; a success or partial result →
-// completed; failed or timeout → failed; canceled → cancelled. An
-// atp_invoke_hem whose result is PENDING works until its .hem-result.
-func stateOf(turn string, call agent.CallState, hemRes *agent.CallState) *taskState {
+// stateOf maps a call to an MCP task: no result yet → working; a success
+// or partial result → completed; failed or timeout → failed; canceled →
+// cancelled. A call whose result waits for an operator (a Handoff's task)
+// works until the later call of the turn (byID) that carries the outcome.
+func stateOf(turn string, call agent.CallState, byID map[string]*agent.CallState) *taskState {
 	st := &taskState{call: call}
 	t := mcp.NewTask(TaskID(turn, call.ToolCallID), mcp.WithTaskPollInterval(taskPollInterval.Milliseconds()))
 	t.CreatedAt = call.CallCard.CreatedAt.UTC().Format(time.RFC3339)
 	t.LastUpdatedAt = t.CreatedAt
 	final := &call
-	if call.ToolName == toolInvokeHEM && call.Result != nil && call.Result.Status == card.StatusSuccess {
-		var p struct {
-			TaskID string `json:"task_id"`
-			Status string `json:"status"`
-		}
-		if json.Unmarshal(call.Result.Result, &p) == nil && p.Status == hemStatusPending {
-			st.hemTaskID = p.TaskID
-			final = hemRes
+	if call.Result != nil {
+		if h, ht, ok := pendingHandoff(call.ToolName, call.Result.Status, call.Result.Result); ok {
+			st.handoff, st.handoffTask = h, ht
+			final = byID[ht.ResultToolCallID]
 			if final != nil && final.Result == nil {
 				final = nil
 			}
@@ -195,8 +178,8 @@ func stateOf(turn string, call agent.CallState, hemRes *agent.CallState) *taskSt
 	switch {
 	case final == nil || final.Result == nil:
 		t.Status = mcp.TaskStatusWorking
-		if st.hemTaskID != "" {
-			t.StatusMessage = fmt.Sprintf("HEM task %s waits for an operator: atp_hem_confirm or atp_hem_decline with {\"task_id\":%q} (utpmesh hem confirm %s)", st.hemTaskID, st.hemTaskID, st.hemTaskID)
+		if ht := st.handoffTask; ht != nil {
+			t.StatusMessage = fmt.Sprintf("%s waits for an operator: %s", ht.Label, st.handoff.Hint(ht.ID))
 		} else {
 			t.StatusMessage = fmt.Sprintf("%s runs as tool_call_id %s of turn %s", call.ToolName, call.ToolCallID, turn)
 		}
@@ -229,8 +212,8 @@ const entryGrace = 5 * time.Second
 
 // waitTask returns the task's state once it ended (and its result's inbox
 // entry is stored), or ctx's error. It listens for the agent's wakeups of
-// the call (or its .hem-result) and re-reads the store every
-// taskPollInterval, since a core NATS wakeup can be lost while the inbox
+// the call (or of a later call whose id extends its own, as a Handoff's
+// outcome call's does) and re-reads the store every taskPollInterval, since a core NATS wakeup can be lost while the inbox
 // keeps the result.
 func (b *Bridge) waitTask(ctx context.Context, ci callInfo, turn, callID string) (*taskState, error) {
 	c, err := b.client(ci.id.AgentID)
@@ -240,7 +223,7 @@ func (b *Bridge) waitTask(ctx context.Context, ci callInfo, turn, callID string)
 	woken := make(chan struct{}, 1)
 	sub, err := b.cfg.Conn.Subscribe(c.WakeupSubject(), func(m *nats.Msg) {
 		var w utp.Wakeup
-		if json.Unmarshal(m.Data, &w) == nil && w.AgentTurnID == turn && (w.ToolCallID == callID || w.ToolCallID == callID+hemResultSuffix) {
+		if json.Unmarshal(m.Data, &w) == nil && w.AgentTurnID == turn && strings.HasPrefix(w.ToolCallID, callID) {
 			select {
 			case woken <- struct{}{}:
 			default:
@@ -295,7 +278,7 @@ func (b *Bridge) taskResult(ctx context.Context, ci callInfo, st *taskState) *mc
 		ResultCard: f.ResultCard, Result: f.Result}
 	r := resultOf(out)
 	if st.final.ToolCallID != st.call.ToolCallID {
-		// The .hem-result's call is not the task's; say both.
+		// A Handoff's later call is not the task's; say both.
 		r.Meta.AdditionalFields[MetaToolCallID] = st.call.ToolCallID
 		r.Meta.AdditionalFields["utpmesh/result_tool_call_id"] = f.ToolCallID
 	}
@@ -334,7 +317,7 @@ func (b *Bridge) listTasks(ctx context.Context, ci callInfo) ([]mcp.Task, error)
 		if !isTaskCall(cs.CallCard) || cs.CallCard.Metadata.AgentID != ci.id.AgentID {
 			continue
 		}
-		tasks = append(tasks, stateOf(ci.turn, cs, byID[cs.ToolCallID+hemResultSuffix]).task)
+		tasks = append(tasks, stateOf(ci.turn, cs, byID).task)
 	}
 	return tasks, nil
 }
@@ -354,9 +337,9 @@ func (b *Bridge) cancelTask(ctx context.Context, ci callInfo, turn, callID strin
 	if st.task.Status.IsTerminal() {
 		return nil, fmt.Errorf("%w: task %s is %s", ErrTaskTerminal, st.task.TaskId, st.task.Status)
 	}
-	if st.hemTaskID != "" {
-		return nil, fmt.Errorf("task %s: its call ended (HEM task %s is PENDING); only an operator ends it: atp_hem_decline with {\"task_id\":%q, \"reason\":…} (utpmesh hem decline %s --reason …)",
-			st.task.TaskId, st.hemTaskID, st.hemTaskID, st.hemTaskID)
+	if ht := st.handoffTask; ht != nil {
+		return nil, fmt.Errorf("task %s: its call ended (%s waits for an operator); only an operator ends it: %s",
+			st.task.TaskId, ht.Label, st.handoff.Hint(ht.ID))
 	}
 	args, _ := json.Marshal(map[string]string{"tool_call_id": callID, "agent_turn_id": turn, "reason": "tasks/cancel of MCP task " + st.task.TaskId})
 	out, res := b.call(ctx, ci, registry.BuiltinCancelToolCall, args)

@@ -15,6 +15,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -79,7 +80,7 @@ func (s *Service) invokeHEM(ctx context.Context, c *worker.Call) (any, error) {
 	// checked here on every use, not only when the mandate was issued.
 	if tok := callMandate(c); tok != "" {
 		if m, err := mandate.Decode(tok); err == nil {
-			if err := mandate.CheckHEMEnumerated(m.Policies); err != nil {
+			if err := atpauthz.CheckHEMEnumerated(m.Policies); err != nil {
 				return nil, worker.FailDetail(card.CodeAuthFailed, "mandate refused for atp_invoke_hem: "+err.Error(),
 					ScopeDenial{Error: authz.ReasonScopeViolation, RequiredScope: ScopeHEMInvoke, MandateScopes: nonNil(authz.Grants(m.Policies)), ATPErrorCode: "MCP-403-SCOPE"})
 			}

@@ -1,0 +1,94 @@
+// Package atpmcp is the ATP catalogue's renderer in the MCP bridge
+// (pkg/apps/mcpbridge): an atp_invoke_hem whose result is PENDING waits
+// for an operator (a mcpbridge.Handoff). The bridge serves atp_invoke_hem
+// as an MCP task whose result is the "<tool_call_id>.hem-result" call the
+// ATP service writes into the turn; a host whose mandate permits
+// atp_hem_list and atp_hem_confirm is asked, and its answer confirms
+// (atp_hem_list for the task's human_confirmation_token, then
+// atp_hem_confirm) or declines (atp_hem_decline with the reason) the task.
+//
+// The command line registers it (mcpbridge.RegisterHandoff) with ATP's
+// other contributions.
+package atpmcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/services/atp/hem"
+	atptools "github.com/utpmesh/utpmesh/services/atp/tools"
+)
+
+// HEM is ATP's handoff: atp_invoke_hem tasks waiting for an operator.
+type HEM struct{}
+
+var _ mcpbridge.Handoff = HEM{}
+
+// Owns implements mcpbridge.Handoff: atp_invoke_hem.
+func (HEM) Owns(tool string) bool { return tool == atptools.ToolInvokeHEM }
+
+// pending is the first result of an atp_invoke_hem that waits for an
+// operator (docs/protocol.md §18).
+type pending struct {
+	TaskID           string `json:"task_id"`
+	Status           string `json:"status"`
+	HEMID            string `json:"hem_id"`
+	ProtocolDeadline string `json:"protocol_deadline"`
+	ResultToolCallID string `json:"result_tool_call_id"`
+}
+
+// Pending implements mcpbridge.Handoff: a result of status PENDING with a
+// task_id.
+func (HEM) Pending(result json.RawMessage) (*mcpbridge.HandoffTask, bool) {
+	var p pending
+	if json.Unmarshal(result, &p) != nil || p.Status != hem.StatusPending || p.TaskID == "" {
+		return nil, false
+	}
+	q := fmt.Sprintf("atp_invoke_hem asks an operator to confirm HEM task %s (%s)", p.TaskID, p.HEMID)
+	if p.ProtocolDeadline != "" {
+		q += "; without a decision it is decided at " + p.ProtocolDeadline
+	}
+	return &mcpbridge.HandoffTask{ID: p.TaskID, Label: fmt.Sprintf("HEM task %s (%s)", p.TaskID, p.HEMID),
+		Question: q + ". Run the HEM? (false declines it: give a reason)", ResultToolCallID: p.ResultToolCallID,
+		Operators: []string{atptools.ToolHEMList, atptools.ToolHEMConfirm}}, true
+}
+
+// Hint implements mcpbridge.Handoff.
+func (HEM) Hint(taskID string) string {
+	return fmt.Sprintf("an operator confirms it with %s {\"task_id\":%q} (utpmesh hem confirm %s) or declines it with %s {\"task_id\":%q,\"reason\":…} (utpmesh hem decline %s --reason …)",
+		atptools.ToolHEMConfirm, taskID, taskID, atptools.ToolHEMDecline, taskID, taskID)
+}
+
+// Resolve implements mcpbridge.Handoff: a decline is atp_hem_decline with
+// the reason; a confirmation reads the task's human_confirmation_token
+// with atp_hem_list and runs atp_hem_confirm with it and the note.
+func (HEM) Resolve(ctx context.Context, call mcpbridge.CallFunc, taskID string, yes bool, reason, note string) (*agent.Outcome, error) {
+	if !yes {
+		args, _ := json.Marshal(map[string]string{"task_id": taskID, "reason": reason})
+		return call(ctx, atptools.ToolHEMDecline, args)
+	}
+	args, _ := json.Marshal(map[string]string{"status": hem.StatusPending})
+	out, err := call(ctx, atptools.ToolHEMList, args)
+	if err != nil || out.Result.Status != card.StatusSuccess {
+		return out, err
+	}
+	var list struct {
+		Tasks []struct {
+			TaskID string `json:"task_id"`
+			Token  string `json:"human_confirmation_token"`
+		} `json:"tasks"`
+	}
+	_ = json.Unmarshal(out.Result.Result, &list)
+	confirm := map[string]string{"task_id": taskID, "note": note}
+	for _, t := range list.Tasks {
+		if t.TaskID == taskID && t.Token != "" {
+			confirm["human_confirmation_token"] = t.Token
+		}
+	}
+	args, _ = json.Marshal(confirm)
+	return call(ctx, atptools.ToolHEMConfirm, args)
+}
