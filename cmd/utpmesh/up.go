@@ -27,12 +27,14 @@ import (
 type upCommand struct{ env env }
 
 func (c *upCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT] [--project P]... [--services a,b]", c.env)
+	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT] [--project P]... [--services a,b] [--worker-identity SERVICE=TOOL[,TOOL...]]...", c.env)
 	data := fs.String("data", "./utpmesh-data", "data directory: JetStream store and bbolt files (created if missing)")
 	listen := fs.String("nats-listen", "127.0.0.1:4222", "NATS client address; port 0 picks a free port")
 	var projects, services stringList
 	fs.Var(&projects, "project", "project to register the tools in (repeatable; default demo)")
 	fs.Var(&services, "services", "tool services to serve (comma-separated; default: "+strings.Join(defaultNames(), ",")+")")
+	var extraIDs workerIdentities
+	fs.Var(&extraIDs, "worker-identity", workerIdentityUsage)
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on shutdown, how long calls in flight may take before they are canceled")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus /metrics and /healthz on HOST:PORT (empty: off)")
 	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
@@ -75,6 +77,9 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	atlasState, atlasReplicas := cf.atlasState(cl)
+	if *insecure && len(extraIDs) > 0 {
+		return usagef("--worker-identity needs NATS authentication: drop --insecure (a mesh without it has no identities to hand out)")
+	}
 	if *maxPayload < embednats.MinMaxPayload || *maxPayload > embednats.MaxMaxPayload {
 		return usagef("--max-payload %d: use %d (64 KiB) to %d (64 MiB) bytes", *maxPayload, embednats.MinMaxPayload, embednats.MaxMaxPayload)
 	}
@@ -114,7 +119,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		// and a client that connected during a reload after that line
 		// could be refused (found by make stress).
 		var err error
-		credsLine, err = setupIdentities(m, services, workerIDs)
+		credsLine, err = setupIdentities(m, services, append(workerIDs, extraIDs...))
 		if err != nil {
 			return nil, err
 		}
@@ -194,6 +199,9 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(c.env.stdout, "  services   cardstore, registry, inbox, authz (svc subjects)\n")
 	fmt.Fprintf(c.env.stdout, "  auth       %s\n", authLine)
 	fmt.Fprintf(c.env.stdout, "  creds      %s\n", credsLine)
+	for _, l := range extraIDs.bannerLines(m.CredsDir()) {
+		fmt.Fprintf(c.env.stdout, "  worker     %s\n", l)
+	}
 	if atpLine != "" {
 		fmt.Fprintf(c.env.stdout, "  atp        %s\n", atpLine)
 	}

@@ -1,17 +1,14 @@
 package sdk_test
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/utpmesh/utpmesh/internal/gomodtest"
 	"github.com/utpmesh/utpmesh/pkg/sdk"
 )
 
-const module = "github.com/utpmesh/utpmesh"
+const module = gomodtest.Module
 
 // sdkPackages are the packages held to the budget.
 var sdkPackages = []string{
@@ -31,47 +28,10 @@ var forbidden = []string{
 	"google.golang.org/protobuf",
 }
 
-// goTool is the go command of the toolchain running the test.
-func goTool(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err == nil {
-		return p
-	}
-	p, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("no go command: %v", err)
-	}
-	return p
-}
-
-// run runs the go command in dir and returns its standard output.
-func run(t *testing.T, dir string, env []string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(goTool(t), args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
-		}
-		t.Fatalf("go %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr)
-	}
-	return string(out)
-}
-
 func TestDependencyBudget(t *testing.T) {
 	for _, pkg := range sdkPackages {
 		t.Run(strings.TrimPrefix(pkg, module+"/"), func(t *testing.T) {
-			out := run(t, ".", nil, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg)
-			var deps []string
-			for _, l := range strings.Split(out, "\n") {
-				if l = strings.TrimSpace(l); l != "" {
-					deps = append(deps, l)
-				}
-			}
+			deps := gomodtest.Deps(t, ".", nil, pkg)
 			for _, d := range deps {
 				for _, f := range forbidden {
 					if strings.HasPrefix(d, f) {
@@ -151,27 +111,17 @@ func TestExternalModule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a module of its own: skipped in -short")
 	}
-	root := strings.TrimSpace(run(t, ".", nil, "list", "-m", "-f", "{{.Dir}}"))
-	goVersion := strings.TrimSpace(run(t, ".", nil, "list", "-m", "-f", "{{.GoVersion}}"))
 	dir := t.TempDir()
-	gomod := "module example.com/sdkuser\n\ngo " + goVersion + "\n\n" +
-		"require " + module + " v0.0.0-00010101000000-000000000000\n\n" +
-		"replace " + module + " => " + root + "\n"
-	for name, body := range map[string]string{"go.mod": gomod, "main.go": externalMain} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	env := []string{"GOFLAGS=-mod=mod", "GOWORK=off"}
-	run(t, dir, env, "mod", "tidy")
-	run(t, dir, env, "vet", ".")
-	run(t, dir, env, "build", "-o", filepath.Join(dir, "sdkuser"), ".")
+	gomodtest.Write(t, dir, map[string]string{
+		"go.mod":  gomodtest.GoMod("example.com/sdkuser", gomodtest.GoVersion(t), gomodtest.Root(t)),
+		"main.go": externalMain,
+	})
+	gomodtest.Build(t, dir, "sdkuser")
 	// The built program's dependencies keep the budget too: the SDK does
 	// not bring the server in through a path the in-module check misses.
-	out := run(t, dir, env, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".")
-	for _, l := range strings.Split(out, "\n") {
+	for _, l := range gomodtest.Deps(t, dir, gomodtest.Env, ".") {
 		for _, f := range forbidden {
-			if l != "" && strings.HasPrefix(l, f) {
+			if strings.HasPrefix(l, f) {
 				t.Errorf("a program importing the SDK depends on %s (%s)", l, f)
 			}
 		}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/utpmesh/utpmesh/internal/meshauth"
+	"github.com/utpmesh/utpmesh/pkg/creds"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/services/catalog"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// workerIdentityUsage is the --worker-identity flag's help, also the hint
+// of its errors.
+const workerIdentityUsage = "make a worker identity worker-SERVICE.nk for a tool service outside the catalogue, allowed to serve exactly these tools: SERVICE=TOOL[,TOOL...], e.g. reverse=reverse (repeatable; docs/write-a-tool-service.md)"
+
+// errWorkerIdentity: a --worker-identity value is malformed.
+var errWorkerIdentity = errors.New("want SERVICE=TOOL[,TOOL...], e.g. --worker-identity reverse=reverse")
+
+// workerIdentities is the repeatable --worker-identity flag of up: worker
+// identities for tool programs outside the catalogue (docs/security.md).
+type workerIdentities []meshauth.Identity
+
+func (w *workerIdentities) String() string {
+	if w == nil {
+		return ""
+	}
+	var out []string
+	for _, id := range *w {
+		var tools []string
+		for _, t := range id.Tools {
+			tools = append(tools, t.Name)
+		}
+		out = append(out, id.Service+"="+strings.Join(tools, ","))
+	}
+	return strings.Join(out, " ")
+}
+
+// Set parses SERVICE=TOOL[,TOOL...]. Each tool's command target is its
+// name (worker.Tool's default Target): the identity may consume
+// cg.<v>.*.*.cmd.tool.<tool> and nothing else.
+func (w *workerIdentities) Set(v string) error {
+	service, list, ok := strings.Cut(v, "=")
+	service = strings.TrimSpace(service)
+	if !ok || service == "" || strings.TrimSpace(list) == "" {
+		return errWorkerIdentity
+	}
+	if err := checkDotted("service", service); err != nil {
+		return fmt.Errorf("%w (%v)", errWorkerIdentity, err)
+	}
+	if _, err := catalog.Lookup(service); err == nil {
+		return fmt.Errorf("%s is a catalogue service: up makes %s.nk for it already; name the outside service differently", service, creds.WorkerName(service))
+	}
+	for _, id := range *w {
+		if creds.WorkerName(id.Service) == creds.WorkerName(service) {
+			return fmt.Errorf("%s is given twice: list all its tools in one --worker-identity %s=TOOL,TOOL", service, service)
+		}
+	}
+	id := meshauth.Identity{Role: meshauth.RoleWorker, Service: service}
+	seen := map[string]bool{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if err := checkDotted("tool", name); err != nil {
+			return fmt.Errorf("%w (%v)", errWorkerIdentity, err)
+		}
+		if registry.IsReserved(name) {
+			return fmt.Errorf("%q is a built-in PMO tool, which only the mesh serves", name)
+		}
+		if !seen[name] {
+			seen[name] = true
+			id.Tools = append(id.Tools, meshauth.Tool{Name: name, Target: name})
+		}
+	}
+	if err := id.Validate(); err != nil {
+		return fmt.Errorf("%w (%v)", errWorkerIdentity, err)
+	}
+	*w = append(*w, id)
+	return nil
+}
+
+// checkDotted checks a tool or service name: dot-separated subject tokens
+// (a tool's name is its cmd.tool target).
+func checkDotted(what, s string) error {
+	if s == "" {
+		return fmt.Errorf("empty %s name", what)
+	}
+	for _, tok := range strings.Split(s, ".") {
+		if tok == "" {
+			return fmt.Errorf("%s %q has an empty part between dots", what, s)
+		}
+		if err := subjects.ValidateToken(what, tok); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bannerLines are up's banner lines for the identities: where each
+// file is and which tools it covers.
+func (w workerIdentities) bannerLines(credsDir string) []string {
+	var out []string
+	for _, id := range w {
+		var tools []string
+		for _, t := range id.Tools {
+			tools = append(tools, t.Name)
+		}
+		out = append(out, fmt.Sprintf("%s serves %s (--worker-identity)", creds.SeedPath(credsDir, id.Name()), strings.Join(tools, ", ")))
+	}
+	return out
+}
