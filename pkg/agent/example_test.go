@@ -38,7 +38,7 @@ func ExampleClient_Call() {
 	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Auth:   &mesh.AuthConfig{}, Identities: &mesh.IdentityConfig{},
-		Tools:  []worker.Tool{echo.Tool()}})
+		Tools: []worker.Tool{echo.Tool()}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package sdk_test
 import (
 	"strings"
 	"testing"
+
+	"github.com/utpmesh/utpmesh/internal/gomodtest"
 )
 
 // TestCoreKnowsNoCatalogue holds the house's wall between the core and the
@@ -13,7 +15,7 @@ import (
 // convention of pkg/confirm, the CLI's verbs), registered by cmd/utpmesh.
 // Tests may still use a catalogue's tool as a fixture (services/echo).
 func TestCoreKnowsNoCatalogue(t *testing.T) {
-	out := run(t, ".", nil, "list", "-deps", "-f", "{{.ImportPath}}",
+	out := gomodtest.Go(t, ".", nil, "list", "-deps", "-f", "{{.ImportPath}}",
 		module+"/pkg/...", module+"/cardstore/...", module+"/subjects/...")
 	// -deps lists every package the core builds with; a services/ package
 	// among them is imported by a core package, directly or not.

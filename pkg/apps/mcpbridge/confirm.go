@@ -31,7 +31,7 @@ type pendingState struct {
 	// for an operator (a Handoff's task).
 	HandoffTaskID string `json:"handoff_task_id,omitempty"`
 	ToolName      string `json:"tool_name"`
-	ToolCallID string `json:"tool_call_id"`
+	ToolCallID    string `json:"tool_call_id"`
 	// ConfirmTool and CancelTool are the pending result's resolver tools
 	// (confirm.Pending), kept so the retry runs the right one.
 	ConfirmTool string `json:"confirm_tool,omitempty"`
