@@ -17,6 +17,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/utpmesh/utpmesh/pkg/utp"
 )
 
 // Errors of Setup.
@@ -27,19 +29,19 @@ var (
 
 // Span names the mesh uses; see the package documentation.
 const (
-	SpanCommand = "utp.command"
-	SpanExecute = "utp.execute"
-	SpanReport  = "utp.report"
-	SpanWakeup  = "utp.wakeup"
+	SpanCommand = utp.SpanCommand
+	SpanExecute = utp.SpanExecute
+	SpanReport  = utp.SpanReport
+	SpanWakeup  = utp.SpanWakeup
 )
 
 // Attribute keys of the mesh's spans.
 const (
-	AttrToolName    = attribute.Key("tool_name")
-	AttrToolCallID  = attribute.Key("tool_call_id")
-	AttrAgentTurnID = attribute.Key("agent_turn_id")
-	AttrProjectID   = attribute.Key("project_id")
-	AttrStatus      = attribute.Key("status")
+	AttrToolName    = attribute.Key(utp.AttrToolName)
+	AttrToolCallID  = attribute.Key(utp.AttrToolCallID)
+	AttrAgentTurnID = attribute.Key(utp.AttrAgentTurnID)
+	AttrProjectID   = attribute.Key(utp.AttrProjectID)
+	AttrStatus      = attribute.Key(utp.AttrStatus)
 )
 
 // InstrumentationName is the tracer name the mesh's packages use.

@@ -57,7 +57,7 @@ func (r *Runtime) handle(t *Tool, msg jetstream.Msg) {
 		j.trace = utp.NewTraceparent()
 	}
 	j.ctx = r.tracer.Start(r.tracer.Extract(context.Background(), traceHeader(j.trace, msg.Headers().Get(utp.HeaderTracestate))),
-		SpanCommand, AttrToolName, t.Name)
+		utp.SpanCommand, utp.AttrToolName, t.Name)
 	defer r.tracer.End(j.ctx)
 	subj, err := subjects.Parse(msg.Subject())
 	if err != nil {
@@ -97,8 +97,8 @@ func (j *job) setSpanIDs() {
 
 // spanAttrs are the attributes naming the call (key/value pairs), plus kv.
 func (j *job) spanAttrs(kv ...string) []string {
-	return append([]string{AttrToolName, j.tool.Name, AttrToolCallID, j.cmd.ToolCallID,
-		AttrAgentTurnID, j.cmd.AgentTurnID, AttrProjectID, j.subj.Project}, kv...)
+	return append([]string{utp.AttrToolName, j.tool.Name, utp.AttrToolCallID, j.cmd.ToolCallID,
+		utp.AttrAgentTurnID, j.cmd.AgentTurnID, utp.AttrProjectID, j.subj.Project}, kv...)
 }
 
 func (j *job) logAttrs() []any {
@@ -239,7 +239,7 @@ func (j *job) run() {
 		return
 	}
 	execCtx, cancelTimeout := context.WithTimeoutCause(callCtx, j.timeout, context.DeadlineExceeded)
-	execCtx = r.tracer.Start(spanValues{Context: execCtx, spans: j.ctx}, SpanExecute, j.spanAttrs()...)
+	execCtx = r.tracer.Start(spanValues{Context: execCtx, spans: j.ctx}, utp.SpanExecute, j.spanAttrs()...)
 	stopKeepalive := j.keepalive(ctx, cancel)
 	start := time.Now()
 	r.log.Debug("executing", append(j.logAttrs(), "claim_token", claim.Token)...)

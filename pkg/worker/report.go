@@ -27,9 +27,9 @@ func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
 	// The result must be written even during shutdown: j.ctx is never
 	// canceled; it only carries the trace.
 	tr := j.r.tracer
-	ctx := tr.Start(j.ctx, SpanReport, j.spanAttrs(AttrStatus, string(content.Status))...)
+	ctx := tr.Start(j.ctx, utp.SpanReport, j.spanAttrs(utp.AttrStatus, string(content.Status))...)
 	defer tr.End(ctx)
-	tr.SetAttributes(j.ctx, AttrStatus, string(content.Status))
+	tr.SetAttributes(j.ctx, utp.AttrStatus, string(content.Status))
 	rc, err := j.resultOf().Card(content, callCard)
 	if err != nil {
 		j.r.log.Error("encode tool result", append(j.logAttrs(), "err", err)...)
@@ -89,7 +89,7 @@ func (j *job) resultOf() ResultOf {
 
 // reportExisting re-reports a result card that already exists.
 func (j *job) reportExisting(rc *card.Card) {
-	ctx := j.r.tracer.Start(j.ctx, SpanReport, j.spanAttrs()...)
+	ctx := j.r.tracer.Start(j.ctx, utp.SpanReport, j.spanAttrs()...)
 	defer j.r.tracer.End(ctx)
 	j.reportExistingCtx(ctx, rc)
 }
@@ -102,7 +102,7 @@ func (j *job) reportExistingCtx(ctx context.Context, rc *card.Card) {
 		_ = j.msg.Term()
 		return
 	}
-	j.r.tracer.SetAttributes(ctx, AttrStatus, string(tr.Status))
+	j.r.tracer.SetAttributes(ctx, utp.AttrStatus, string(tr.Status))
 	j.report(ctx, rc)
 }
 

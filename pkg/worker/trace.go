@@ -8,20 +8,6 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/utp"
 )
 
-// Span names and attribute keys of the runtime's spans (pkg/telemetry
-// documents the span tree of a call).
-const (
-	SpanCommand = "utp.command" // one delivery of a command; parent: its traceparent
-	SpanExecute = "utp.execute" // the handler
-	SpanReport  = "utp.report"  // writing the result and publishing the report
-
-	AttrToolName    = "tool_name"
-	AttrToolCallID  = "tool_call_id"
-	AttrAgentTurnID = "agent_turn_id"
-	AttrProjectID   = "project_id"
-	AttrStatus      = "status"
-)
-
 // Tracer makes the spans of the calls a Runtime handles (Config.Tracer).
 // The runtime keeps it free of any tracing library: every method takes the
 // context that carries the span, and the types are the standard library's
@@ -34,7 +20,7 @@ type Tracer interface {
 	// Extract returns ctx carrying the remote span that hdr's traceparent
 	// and tracestate name (ctx unchanged when they are absent or invalid).
 	Extract(ctx context.Context, hdr nats.Header) context.Context
-	// Start starts span name (SpanCommand, SpanExecute, SpanReport) as a
+	// Start starts span name (utp.SpanCommand, utp.SpanExecute, utp.SpanReport) as a
 	// child of the span ctx carries; kv are attribute key/value pairs. It
 	// returns ctx carrying the new span.
 	Start(ctx context.Context, name string, kv ...string) context.Context
