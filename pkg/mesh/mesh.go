@@ -66,6 +66,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore/boltpolicy"
 	"github.com/utpmesh/utpmesh/pkg/builtins"
 	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
@@ -388,6 +389,12 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	}
 	m.push(m.regSrv.Stop)
 	if cfg.Auth != nil {
+		if m.policies == nil { // single node: policies.db beside the other files
+			if m.policies, err = boltpolicy.Open(filepath.Join(cfg.DataDir, "policies.db"),
+				boltpolicy.WithActions(authz.RegistryActions{Registry: m.reg})); err != nil {
+				return err
+			}
+		}
 		m.auth, err = natsauthz.Start(ctx, m.nc, natsauthz.StartConfig{DataDir: cfg.DataDir, KeyDir: cfg.Auth.KeyDir, Registry: m.reg, Store: m.policies,
 			Resources: resourceResolvers(cfg.Auth.Catalogues), Version: cfg.ProtocolVersion, Logger: log.With("component", "authz")})
 		if err != nil {

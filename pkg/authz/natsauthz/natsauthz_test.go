@@ -12,6 +12,8 @@ import (
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
+	"github.com/utpmesh/utpmesh/pkg/authz/policystore/boltpolicy"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
@@ -37,7 +39,7 @@ func TestPolicyOps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := natsauthz.Start(ctx, nc, natsauthz.StartConfig{DataDir: dir, Registry: reg})
+	s, err := natsauthz.Start(ctx, nc, natsauthz.StartConfig{DataDir: dir, Registry: reg, Store: boltPolicies(t, dir, reg)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,4 +102,16 @@ func TestPolicyOps(t *testing.T) {
 	if _, err := cl.Rollback(ctx, "demo", 2, 3); !errors.Is(err, authz.ErrInvalidPolicy) || !strings.Contains(err.Error(), "unknown action") {
 		t.Fatalf("rollback to a set naming a removed tool = %v", err)
 	}
+}
+
+// boltPolicies opens the single-node policy store in dir, validating
+// against reg's tools, as the mesh assembly does; Stop of the service
+// closes it.
+func boltPolicies(t *testing.T, dir string, reg registry.Registry) policystore.Store {
+	t.Helper()
+	st, err := boltpolicy.Open(filepath.Join(dir, "policies.db"), boltpolicy.WithActions(authz.RegistryActions{Registry: reg}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

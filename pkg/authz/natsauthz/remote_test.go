@@ -49,7 +49,7 @@ func TestRemote(t *testing.T) {
 		AfterExecution: card.Suspend}); err != nil {
 		t.Fatal(err)
 	}
-	s, err := natsauthz.Start(ctx, meshtest.Conn(t, srv), natsauthz.StartConfig{DataDir: dir, Registry: reg})
+	s, err := natsauthz.Start(ctx, meshtest.Conn(t, srv), natsauthz.StartConfig{DataDir: dir, Registry: reg, Store: boltPolicies(t, dir, reg)})
 	if err != nil {
 		t.Fatal(err)
 	}

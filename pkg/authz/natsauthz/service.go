@@ -17,14 +17,16 @@ import (
 
 // StartConfig configures Start.
 type StartConfig struct {
-	// DataDir holds policies.db and, unless KeyDir is set, keys/.
+	// DataDir holds keys/ unless KeyDir is set.
 	DataDir string
 	// KeyDir holds the projects' issuer keys; default <DataDir>/keys.
 	KeyDir string
 	// Registry lists a project's tools (queries, tests). Required.
 	Registry registry.Registry
-	// Store is the policy store to serve (cluster mode: jspolicy); nil
-	// opens <DataDir>/policies.db (boltpolicy). Stop closes it.
+	// Store is the policy store to serve: boltpolicy on a single node,
+	// jspolicy in a cluster. Required; Stop closes it. (The caller opens
+	// it, so that this package — which external workers import for
+	// NewRemoteGate — carries no storage engine.)
 	Store policystore.Store
 	// Resources are the gate's and the querier's resource resolvers (the
 	// catalogues' entity loaders); optional: without, the registered
@@ -45,7 +47,7 @@ type Service struct {
 	srv     *Server
 }
 
-// Start opens <DataDir>/policies.db and serves the policy service on nc.
+// Start serves the policy service of cfg.Store on nc.
 // Policy sets are validated against the actions of the project's tools in
 // cfg.Registry (and the registered catalogues' actions), so a typo'd
 // action is refused.
@@ -53,8 +55,8 @@ func Start(ctx context.Context, nc *nats.Conn, cfg StartConfig) (*Service, error
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if cfg.DataDir == "" || cfg.Registry == nil {
-		return nil, errors.New("natsauthz: StartConfig needs DataDir and Registry")
+	if cfg.DataDir == "" || cfg.Registry == nil || cfg.Store == nil {
+		return nil, errors.New("natsauthz: StartConfig needs DataDir, Registry and Store (boltpolicy.Open on a single node, jspolicy in a cluster)")
 	}
 	if cfg.KeyDir == "" {
 		cfg.KeyDir = filepath.Join(cfg.DataDir, "keys")
@@ -62,11 +64,9 @@ func Start(ctx context.Context, nc *nats.Conn, cfg StartConfig) (*Service, error
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	st, err := openStore(cfg)
-	if err != nil {
-		return nil, err
-	}
+	st := cfg.Store
 	s := &Service{Store: st, Keys: mandate.NewKeyDir(cfg.KeyDir)}
+	var err error
 	s.Gate, err = authz.NewGate(authz.GateConfig{
 		Policies: st, Keys: s.Keys, Resources: cfg.Resources,
 		Audit: &Publisher{NC: nc, Logger: cfg.Logger}, Logger: cfg.Logger,
