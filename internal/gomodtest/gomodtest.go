@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -25,13 +24,10 @@ var Env = []string{"GOFLAGS=-mod=mod", "GOWORK=off"}
 // ErrNoGo: the go command of the toolchain running the test is not found.
 var ErrNoGo = errors.New("gomodtest: no go command")
 
-// GoTool is the go command of the toolchain running the test.
+// GoTool is the go command of the toolchain running the test: go test puts
+// its GOROOT/bin first on the test's PATH.
 func GoTool(t testing.TB) string {
 	t.Helper()
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err == nil {
-		return p
-	}
 	p, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("%v: %v", ErrNoGo, err)
