@@ -1,4 +1,4 @@
-package mcpbridge_test
+package atpmcp_test
 
 import (
 	"context"
@@ -11,27 +11,11 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
-	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/services/atp/atpmcp"
 )
 
 // ATP's renderer of HEM tasks, registered as the command line does.
 func init() { mcpbridge.RegisterHandoff(atpmcp.HEM{}) }
-
-// issue signs a mandate of the demo project for agentID.
-func (f *fixture) issue(t *testing.T, agentID, policies string) string {
-	t.Helper()
-	key, err := f.m.Auth().Keys.Load(context.Background(), "demo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := mandate.Issue(key, mandate.Claims{Subject: agentID, ExpiresAt: time.Now().Add(time.Hour).Unix(),
-		Mandate: mandate.Grant{PolicySet: policies}}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
 
 // Mandate policies: an agent that may escalate with HEM-MANDATE-01, and
 // an operator who may also list, confirm and decline HEM tasks.
@@ -50,7 +34,7 @@ var invokeHEM = map[string]any{"hem_id": "HEM-MANDATE-01",
 // without elicitation, or whose mandate is not an operator's, gets the
 // PENDING result and the task id.
 func TestHEMConfirmationAsElicitation(t *testing.T) {
-	f := startMesh(t, "atp")
+	f := startMesh(t)
 	n := 0
 	agent := func() string { n++; return fmt.Sprintf("op-%d", n) } // invoke_hem is rate limited per agent
 	each(t, func(t *testing.T, tr transport, ver string) {
@@ -107,7 +91,7 @@ func TestHEMConfirmationAsElicitation(t *testing.T) {
 // an operator decides; the task's result is the .hem-result call the ATP
 // service writes into the turn, read through a new bridge.
 func TestHEMTaskThroughToResult(t *testing.T) {
-	f := startMesh(t, "atp")
+	f := startMesh(t)
 	n := 0
 	eachTransport(t, func(t *testing.T, tr transport) {
 		n++
