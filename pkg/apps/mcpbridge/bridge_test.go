@@ -23,42 +23,37 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/confirm"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
-	"github.com/utpmesh/utpmesh/services/atp"
-	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
-	"github.com/utpmesh/utpmesh/services/catalog"
 	"github.com/utpmesh/utpmesh/services/echo"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// fixture is a real mesh with the Cedar gate on, serving echo and the
-// ATLAS calendar and utility groups, with the demo mandate (every tool)
-// and a narrow one (echo only), both for agent demo-agent.
+// fixture is a real mesh with the Cedar gate on, serving echo and two
+// test-only catalogues — hold (confirmations in the mesh's convention,
+// hold_test.go) and ticket (an operator handoff, ticket_test.go) — with
+// the demo mandate (every tool) and a narrow one (echo only), both for
+// agent demo-agent.
 type fixture struct {
 	m              *mesh.Mesh
+	holds          *holds
+	tickets        *tickets
 	demo, onlyEcho string
 	// callTimeout is the bridges' CallTimeout (default a minute).
 	callTimeout time.Duration
 }
 
-func startMesh(t *testing.T, services ...string) *fixture {
+func startMesh(t *testing.T) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
-	late := catalog.NewLate()
-	tools, err := catalog.Build(append([]string{"echo", "atlas.calendar", "atlas.utility"}, services...), catalog.Deps{DataDir: dir, Context: ctx, Late: late})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	auth := &mesh.AuthConfig{}
-	if slices.Contains(services, "atp") {
-		auth.Catalogues = []authz.Catalogue{atpauthz.New(atp.StatesFor(dir))} // the gate reads ATP booking states
-	}
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools, Logger: quiet, Auth: auth})
+	f := &fixture{holds: newHolds(), tickets: newTickets()}
+	tools := append([]worker.Tool{echo.Tool()}, f.holds.tools()...)
+	tools = append(tools, f.tickets.tools()...)
+	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools, Logger: quiet, Auth: &mesh.AuthConfig{}})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -69,7 +64,8 @@ func startMesh(t *testing.T, services ...string) *fixture {
 		_ = m.Stop(sctx)
 		cancel()
 	})
-	late.Set(m.Conn(), m.Cards())
+	f.m = m
+	f.tickets.setMesh(m.Conn(), m.Cards())
 	var actions []types.EntityUID
 	for _, tl := range m.Runtime().Tools() {
 		if act, err := authz.ActionOf(tl.Entry(authz.DemoProject)); err == nil && !tl.Builtin && !slices.Contains(actions, act) {
@@ -83,16 +79,24 @@ func startMesh(t *testing.T, services ...string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := m.Auth().Keys.Load(ctx, "demo")
+	f.demo = strings.TrimSpace(string(demo))
+	f.onlyEcho = f.issue(t, authz.DemoAgent, `permit(principal, action == Action::"echo", resource);`)
+	return f
+}
+
+// issue signs a mandate of the demo project for agentID.
+func (f *fixture) issue(t *testing.T, agentID, policies string) string {
+	t.Helper()
+	key, err := f.m.Auth().Keys.Load(context.Background(), "demo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	narrow, err := mandate.Issue(key, mandate.Claims{Subject: authz.DemoAgent, ExpiresAt: time.Now().Add(time.Hour).Unix(),
-		Mandate: mandate.Grant{PolicySet: `permit(principal, action == Action::"echo", resource);`}}, time.Now())
+	tok, err := mandate.Issue(key, mandate.Claims{Subject: agentID, ExpiresAt: time.Now().Add(time.Hour).Unix(),
+		Mandate: mandate.Grant{PolicySet: policies}}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{m: m, demo: strings.TrimSpace(string(demo)), onlyEcho: narrow}
+	return tok
 }
 
 func (f *fixture) bridge(t *testing.T) *mcpbridge.Bridge {
@@ -241,14 +245,12 @@ func TestListFilteredByMandate(t *testing.T) {
 	each(t, func(t *testing.T, tr transport, ver string) {
 		cs, _ := f.connect(t, tr, ver, f.demo, nil)
 		all := toolNames(t, cs)
-		for _, want := range []string{"echo", "CALENDAR_CREATE_BLOCKS", "ATLAS_CONFIRM", "ATLAS_CANCEL"} {
-			if all[want] == nil {
-				t.Fatalf("demo mandate: %s not listed; got %v", want, keys(all))
-			}
+		if got, want := keys(all), []string{"echo", toolHold, toolHoldCancel, toolHoldConfirm, toolTicket, toolTicketApprove, toolTicketReject}; !slices.Equal(got, want) {
+			t.Fatalf("demo mandate lists %v, want %v", got, want)
 		}
-		schema, _ := json.Marshal(all["CALENDAR_CREATE_BLOCKS"].InputSchema)
-		if !strings.Contains(string(schema), `"blocks"`) || !strings.Contains(string(schema), `"object"`) {
-			t.Fatalf("inputSchema of CALENDAR_CREATE_BLOCKS = %s", schema)
+		schema, _ := json.Marshal(all[toolHold].InputSchema)
+		if !strings.Contains(string(schema), `"what"`) || !strings.Contains(string(schema), `"object"`) {
+			t.Fatalf("inputSchema of %s = %s", toolHold, schema)
 		}
 		cs2, _ := f.connect(t, tr, ver, f.onlyEcho, nil)
 		if got := keys(toolNames(t, cs2)); !slices.Equal(got, []string{"echo"}) {
@@ -332,7 +334,7 @@ func TestFailuresAreToolErrors(t *testing.T) {
 	f := startMesh(t)
 	each(t, func(t *testing.T, tr transport, ver string) {
 		cs, _ := f.connect(t, tr, ver, f.demo, nil)
-		res := callTool(t, cs, "CALENDAR_CREATE_BLOCKS", map[string]any{"date": 5})
+		res := callTool(t, cs, toolHold, map[string]any{"what": 5})
 		e, _ := structured(t, res)["error"].(map[string]any)
 		if !res.IsError || e["code"] != string(card.CodeBadRequest) || !strings.HasPrefix(text(res), "failed: bad_request: ") {
 			t.Fatalf("schema error: isError %v, text %q, structured %v", res.IsError, text(res), res.StructuredContent)
@@ -342,7 +344,7 @@ func TestFailuresAreToolErrors(t *testing.T) {
 			t.Fatalf("array arguments: isError %v, text %q", res.IsError, text(res))
 		}
 		narrow, _ := f.connect(t, tr, ver, f.onlyEcho, nil)
-		res = callTool(t, narrow, "CALENDAR_CREATE_BLOCKS", blocks("09:00", "10:00"))
+		res = callTool(t, narrow, toolHold, map[string]any{"what": "a room"})
 		e, _ = structured(t, res)["error"].(map[string]any)
 		if !res.IsError || e["code"] != string(card.CodeAuthFailed) || !strings.Contains(text(res), "failed: auth_failed: ") || !strings.Contains(text(res), "utpmesh mandate issue") {
 			t.Fatalf("gate denial: isError %v, text %q, structured %v", res.IsError, text(res), res.StructuredContent)
@@ -350,47 +352,62 @@ func TestFailuresAreToolErrors(t *testing.T) {
 	})
 }
 
-func blocks(start, end string) map[string]any {
-	return map[string]any{"date": "2024-01-15", "blocks": []map[string]string{{"title": "Focus", "start": start, "end": end, "type": "focus"}}}
-}
-
-// TestConfirmationAsElicitation: a PENDING_CONFIRM is asked; accept runs
-// ATLAS_CONFIRM, decline runs ATLAS_CANCEL; a host without elicitation
-// gets the pending result and the confirmation id.
+// TestConfirmationAsElicitation: a result that waits for a human's
+// confirmation (the convention of package confirm, here the hold
+// catalogue's) is asked as an elicitation; accept runs the result's confirm
+// tool, decline its cancel tool, each a UTP call of the session's turn; a
+// host without elicitation gets the pending result and the confirmation
+// id, and confirms it by calling the confirm tool itself.
 func TestConfirmationAsElicitation(t *testing.T) {
 	f := startMesh(t)
 	answer := func(action string, asked *[]string) func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
 		return func(_ context.Context, r *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
 			*asked = append(*asked, r.Params.Message)
-			if action == "accept" {
+			switch action {
+			case "accept":
 				return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}, nil
+			case "accept-false":
+				return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": false}}, nil
 			}
 			return &sdk.ElicitResult{Action: action}, nil
 		}
 	}
-	slot := 0
 	each(t, func(t *testing.T, tr transport, ver string) {
-		for _, tc := range []struct{ action, status string }{{"accept", "OK"}, {"decline", "SKIPPED"}} {
+		for _, tc := range []struct{ action, status, held string }{
+			{"accept", confirm.StatusOK, "a room"},
+			{"accept-false", confirm.StatusSkipped, ""},
+			{"decline", confirm.StatusSkipped, ""},
+			{"cancel", confirm.StatusSkipped, ""},
+		} {
 			var asked []string
 			cs, _ := f.connect(t, tr, ver, f.demo, answer(tc.action, &asked))
-			slot++ // every proposal its own hour: no conflicts between runs
-			res := callTool(t, cs, "CALENDAR_CREATE_BLOCKS", blocks(fmt.Sprintf("%02d:00", slot), fmt.Sprintf("%02d:30", slot)))
+			res := callTool(t, cs, toolHold, map[string]any{"what": "a room"})
 			s := structured(t, res)
-			if res.IsError || s["status"] != tc.status || len(asked) != 1 || !strings.Contains(asked[0], "CALENDAR_CREATE_BLOCKS waits for your confirmation") {
+			id, _ := s["confirmation_id"].(string)
+			if res.IsError || s["status"] != tc.status || len(asked) != 1 || !strings.Contains(asked[0], "hold waits for your confirmation ("+id+"): it would hold a room") {
 				t.Fatalf("%s: isError %v, structured %v, text %q, asked %q", tc.action, res.IsError, s, text(res), asked)
+			}
+			if got, _ := s["result"].(map[string]any); tc.held != "" && (got == nil || got["held"] != tc.held) {
+				t.Fatalf("%s: result %v, want the held value", tc.action, s["result"])
+			}
+			if parkedIn, resolvedIn := f.holds.resolved(id); parkedIn == "" || resolvedIn != parkedIn || res.Meta[mcpbridge.MetaAgentTurnID] != parkedIn {
+				t.Fatalf("%s: parked in turn %q, resolved in %q, answered from %v; want one turn", tc.action, parkedIn, resolvedIn, res.Meta[mcpbridge.MetaAgentTurnID])
 			}
 		}
 		cs, _ := f.connect(t, tr, ver, f.demo, nil)
-		slot++
-		res := callTool(t, cs, "CALENDAR_CREATE_BLOCKS", blocks(fmt.Sprintf("%02d:00", slot), fmt.Sprintf("%02d:30", slot)))
+		res := callTool(t, cs, toolHold, map[string]any{"what": "a desk"})
 		s := structured(t, res)
 		id, _ := s["confirmation_id"].(string)
-		if res.IsError || s["status"] != "PENDING_CONFIRM" || id == "" || !strings.Contains(text(res), `ATLAS_CONFIRM with {"confirmation_id":"`+id+`"}`) {
+		if res.IsError || s["status"] != confirm.StatusPending || id == "" ||
+			!strings.Contains(text(res), toolHoldConfirm+` with {"confirmation_id":"`+id+`"}`) || !strings.Contains(text(res), "drop it with "+toolHoldCancel) {
 			t.Fatalf("no elicitation: isError %v, structured %v, text %q", res.IsError, s, text(res))
 		}
-		res = callTool(t, cs, "ATLAS_CONFIRM", map[string]any{"confirmation_id": id})
-		if res.IsError || structured(t, res)["status"] != "OK" {
-			t.Fatalf("ATLAS_CONFIRM by the host: %q", text(res))
+		if _, resolvedIn := f.holds.resolved(id); resolvedIn != "" {
+			t.Fatalf("no elicitation: hold %s resolved in %s", id, resolvedIn)
+		}
+		res = callTool(t, cs, toolHoldConfirm, map[string]any{"confirmation_id": id})
+		if res.IsError || structured(t, res)["status"] != confirm.StatusOK {
+			t.Fatalf("%s by the host: %q", toolHoldConfirm, text(res))
 		}
 	})
 }

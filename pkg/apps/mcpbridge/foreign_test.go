@@ -101,7 +101,7 @@ func TestForeignClientTypeScript(t *testing.T) {
 		if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 			t.Fatalf("client output %q: %v\nstderr:\n%s", stdout.String(), err, stderr.String())
 		}
-		if !slices.Contains(out.Tools, "echo") || !slices.Contains(out.Tools, "CALENDAR_CREATE_BLOCKS") {
+		if !slices.Contains(out.Tools, "echo") || !slices.Contains(out.Tools, toolHold) {
 			t.Fatalf("tools = %v", out.Tools)
 		}
 		r := out.Result
