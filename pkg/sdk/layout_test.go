@@ -43,30 +43,37 @@ func TestCoreKnowsNoCatalogue(t *testing.T) {
 		// XTestImports), named with their package.
 		out := gomodtest.Go(t, ".", nil, append([]string{"list", "-f",
 			"{{.ImportPath}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}"}, corePatterns...)...)
-		reported := map[string]bool{}
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 			f := strings.Fields(line)
+			if len(f) == 0 {
+				continue
+			}
 			for _, p := range f[1:] {
 				if catalogue(p) && !slices.Contains(testFixtures, p) {
-					reported[p] = true
 					t.Errorf("the tests of %s import %s: a core package's tests use test-only fixtures of the core's interfaces "+
 						"(plain worker.Tool values, a confirm.Pending result, an mcpbridge.Handoff) and only %v of services/; "+
 						"what they prove about a catalogue is tested in the catalogue", f[0], p, testFixtures)
 				}
 			}
 		}
+		if t.Failed() {
+			return // what follows would list their imports again
+		}
 		// Through another package (a test helper that imports a
 		// catalogue): every package the core's tests build with.
 		out = gomodtest.Go(t, ".", nil, append([]string{"list", "-deps", "-test", "-f", "{{.ImportPath}}"}, corePatterns...)...)
+		var indirect []string
 		for _, p := range strings.Fields(out) {
-			if strings.HasPrefix(p, "[") {
-				continue // the " [pkg.test]" of a package recompiled for a test
+			// A package recompiled for a test is listed "p [q.test]":
+			// "[q.test]" is a field of its own.
+			if catalogue(p) && !slices.Contains(testFixtures, p) && !slices.Contains(indirect, p) {
+				indirect = append(indirect, p)
 			}
-			if catalogue(p) && !slices.Contains(testFixtures, p) && !reported[p] {
-				reported[p] = true
-				t.Errorf("the core's tests depend on %s through another package "+
-					"(find it with: go list -test -deps -f '{{.ImportPath}}: {{.Imports}}' ./pkg/... | grep %s)", p, p)
-			}
+		}
+		if len(indirect) > 0 {
+			t.Errorf("the core's tests depend on catalogue packages through another package (a test helper): %s "+
+				"(find the importer with: go list -test -deps -f '{{.ImportPath}}: {{.Imports}}' ./pkg/... ./cardstore/... ./subjects/... | grep services/)",
+				strings.Join(indirect, ", "))
 		}
 	})
 }
