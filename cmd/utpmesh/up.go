@@ -292,7 +292,12 @@ func setupIdentities(m *mesh.Mesh, served []string, ids []meshauth.Identity) (st
 		if err != nil {
 			return "", fmt.Errorf("worker identity for %s: %w", s, err)
 		}
-		ids = append(ids, workerIdentity(s, ts))
+		// Catalogue identities first, so that a --worker-identity that
+		// overlaps one is the one refused.
+		ids = append([]meshauth.Identity{workerIdentity(s, ts)}, ids...)
+	}
+	if err := checkToolsOwned(ids); err != nil {
+		return "", err
 	}
 	if err := m.AddIdentities(ids...); err != nil {
 		return "", err

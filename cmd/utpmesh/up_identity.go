@@ -80,6 +80,26 @@ func (w *workerIdentities) Set(v string) error {
 	return nil
 }
 
+// checkToolsOwned refuses two worker identities that cover one tool (by
+// name or command target): a --worker-identity may not take over a tool a
+// catalogue service serves, or another's. Stateful catalogue services up
+// does not serve are not built here, so their tools are not known to it.
+func checkToolsOwned(ids []meshauth.Identity) error {
+	owner := map[string]string{}
+	for _, id := range ids {
+		for _, t := range id.Tools {
+			for _, key := range []string{t.Name, t.Target} {
+				if o, ok := owner[key]; ok && o != id.Service {
+					return usagef("--worker-identity: tool %s is served by %s already (%s); an identity covers tools no other service serves",
+						key, o, creds.WorkerName(o))
+				}
+				owner[key] = id.Service
+			}
+		}
+	}
+	return nil
+}
+
 // checkDotted checks a tool or service name: dot-separated subject tokens
 // (a tool's name is its cmd.tool target).
 func checkDotted(what, s string) error {

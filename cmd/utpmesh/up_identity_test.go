@@ -32,6 +32,7 @@ func TestUpWorkerIdentityUsage(t *testing.T) {
 		{"empty tool token", "reverse=a..b", nil, "want SERVICE=TOOL[,TOOL...]"},
 		{"built-in tool", "reverse=list_tools", nil, `"list_tools" is a built-in PMO tool`},
 		{"catalogue service", "echo=reverse", nil, "echo is a catalogue service"},
+		{"a catalogue service's tool", "x=echo", nil, "tool echo is served by echo already (worker-echo)"},
 		{"twice", "reverse=reverse", []string{"--worker-identity", "reverse=upper"}, "reverse is given twice"},
 		{"insecure", "reverse=reverse", []string{"--insecure"}, "--worker-identity needs NATS authentication: drop --insecure"},
 	}
