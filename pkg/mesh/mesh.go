@@ -390,10 +390,13 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	m.push(m.regSrv.Stop)
 	if cfg.Auth != nil {
 		if m.policies == nil { // single node: policies.db beside the other files
-			if m.policies, err = boltpolicy.Open(filepath.Join(cfg.DataDir, "policies.db"),
-				boltpolicy.WithActions(authz.RegistryActions{Registry: m.reg})); err != nil {
+			pol, err := boltpolicy.Open(filepath.Join(cfg.DataDir, "policies.db"),
+				boltpolicy.WithActions(authz.RegistryActions{Registry: m.reg}))
+			if err != nil {
 				return err
 			}
+			m.policies = pol
+			m.push(func(context.Context) error { return pol.Close() })
 		}
 		m.auth, err = natsauthz.Start(ctx, m.nc, natsauthz.StartConfig{DataDir: cfg.DataDir, KeyDir: cfg.Auth.KeyDir, Registry: m.reg, Store: m.policies,
 			Resources: resourceResolvers(cfg.Auth.Catalogues), Version: cfg.ProtocolVersion, Logger: log.With("component", "authz")})

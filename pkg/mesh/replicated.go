@@ -131,7 +131,8 @@ func (m *Mesh) openReplicated(ctx context.Context, js jetstream.JetStream) error
 			if err != nil {
 				return err
 			}
-			m.policies = pol // natsauthz closes it
+			m.policies = pol
+			m.push(func(context.Context) error { return pol.Close() })
 			return nil
 		}); err != nil {
 			return err

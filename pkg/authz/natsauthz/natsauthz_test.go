@@ -105,13 +105,15 @@ func TestPolicyOps(t *testing.T) {
 }
 
 // boltPolicies opens the single-node policy store in dir, validating
-// against reg's tools, as the mesh assembly does; Stop of the service
-// closes it.
+// against reg's tools, as the mesh assembly does, and closes it when the
+// test ends (after the service's Stop, which cleanups registered later run
+// before).
 func boltPolicies(t *testing.T, dir string, reg registry.Registry) policystore.Store {
 	t.Helper()
 	st, err := boltpolicy.Open(filepath.Join(dir, "policies.db"), boltpolicy.WithActions(authz.RegistryActions{Registry: reg}))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = st.Close() })
 	return st
 }

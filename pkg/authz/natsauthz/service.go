@@ -24,7 +24,8 @@ type StartConfig struct {
 	// Registry lists a project's tools (queries, tests). Required.
 	Registry registry.Registry
 	// Store is the policy store to serve: boltpolicy on a single node,
-	// jspolicy in a cluster. Required; Stop closes it. (The caller opens
+	// jspolicy in a cluster. Required; the caller opens and closes it
+	// (after Stop). (The caller opens
 	// it, so that this package — which external workers import for
 	// NewRemoteGate — carries no storage engine.)
 	Store policystore.Store
@@ -72,19 +73,17 @@ func Start(ctx context.Context, nc *nats.Conn, cfg StartConfig) (*Service, error
 		Audit: &Publisher{NC: nc, Logger: cfg.Logger}, Logger: cfg.Logger,
 	})
 	if err != nil {
-		_ = st.Close()
 		return nil, err
 	}
 	s.Querier = &authz.Querier{Policies: st, Keys: s.Keys, Registry: cfg.Registry, Resources: cfg.Resources}
 	s.srv, err = NewServer(nc, ServerConfig{Store: st, Gate: s.Gate, Querier: s.Querier, Registry: cfg.Registry, Keys: s.Keys, Version: cfg.Version, Logger: cfg.Logger})
 	if err != nil {
-		_ = st.Close()
 		return nil, fmt.Errorf("natsauthz: %w", err)
 	}
 	return s, nil
 }
 
-// Stop stops the svc server and closes the store.
+// Stop stops the svc server. The store is the caller's to close.
 func (s *Service) Stop(ctx context.Context) error {
-	return errors.Join(s.srv.Stop(ctx), s.Store.Close())
+	return s.srv.Stop(ctx)
 }

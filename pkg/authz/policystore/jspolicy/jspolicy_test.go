@@ -184,6 +184,7 @@ func TestTwoAuthzServices(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = pol.Close() })
 		svc, err := natsauthz.Start(ctx, nc, natsauthz.StartConfig{DataDir: t.TempDir(), Registry: reg, Store: pol})
 		if err != nil {
 			t.Fatal(err)
