@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -333,13 +332,8 @@ func (c *Client) send(ctx context.Context, p *prepared) error {
 	h := m.Header
 	h.Set(utp.HeaderTraceparent, pd.Traceparent)
 	h.Set(jetstream.MsgIDHeader, utp.Ref(c.project, pd.AgentTurnID, pd.ToolCallID).MsgID())
-	h.Set(utp.HeaderProjectID, c.project)
-	h.Set(utp.HeaderChannelID, c.channel)
-	h.Set(utp.HeaderAgentID, c.agentID)
-	h.Set(utp.HeaderAgentTurnID, pd.AgentTurnID)
-	h.Set(utp.HeaderTurnEpoch, strconv.FormatInt(pd.TurnEpoch, 10))
-	h.Set(utp.HeaderToolCallID, pd.ToolCallID)
-	h.Set(utp.HeaderStepID, pd.StepID)
+	utp.CallHeaders{ProjectID: c.project, ChannelID: c.channel, AgentID: c.agentID, AgentTurnID: pd.AgentTurnID,
+		TurnEpoch: pd.TurnEpoch, ToolCallID: pd.ToolCallID, StepID: pd.StepID}.Set(h)
 	h.Set(utp.HeaderMsgType, MsgTypeToolCall)
 	h.Set(utp.HeaderVersion, c.ver)
 	h.Set(utp.HeaderSender, c.agentID)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -133,15 +132,8 @@ func (r ResultOf) Report(rc *card.Card) (*nats.Msg, error) {
 	if r.Tracestate != "" {
 		h.Set(utp.HeaderTracestate, r.Tracestate)
 	}
-	h.Set(utp.HeaderProjectID, r.ProjectID)
-	h.Set(utp.HeaderChannelID, r.ChannelID)
-	h.Set(utp.HeaderAgentID, r.AgentID)
-	h.Set(utp.HeaderAgentTurnID, r.AgentTurnID)
-	h.Set(utp.HeaderTurnEpoch, strconv.FormatInt(r.TurnEpoch, 10))
-	h.Set(utp.HeaderToolCallID, r.ToolCallID)
-	if r.StepID != "" {
-		h.Set(utp.HeaderStepID, r.StepID)
-	}
+	utp.CallHeaders{ProjectID: r.ProjectID, ChannelID: r.ChannelID, AgentID: r.AgentID, AgentTurnID: r.AgentTurnID,
+		TurnEpoch: r.TurnEpoch, ToolCallID: r.ToolCallID, StepID: r.StepID}.Set(h)
 	if r.RecursionDepth != "" {
 		h.Set(utp.HeaderRecursionDepth, r.RecursionDepth)
 	}

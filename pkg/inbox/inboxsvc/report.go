@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
 
@@ -292,15 +291,8 @@ func (s *Service) publishWakeup(ctx context.Context, in nats.Header, e *inbox.En
 			}
 		}
 	}
-	h.Set(utp.HeaderProjectID, e.ProjectID)
-	h.Set(utp.HeaderChannelID, e.ChannelID)
-	h.Set(utp.HeaderAgentID, e.AgentID)
-	h.Set(utp.HeaderAgentTurnID, e.AgentTurnID)
-	h.Set(utp.HeaderTurnEpoch, strconv.FormatInt(e.TurnEpoch, 10))
-	h.Set(utp.HeaderToolCallID, e.ToolCallID)
-	if e.StepID != "" {
-		h.Set(utp.HeaderStepID, e.StepID)
-	}
+	utp.CallHeaders{ProjectID: e.ProjectID, ChannelID: e.ChannelID, AgentID: e.AgentID, AgentTurnID: e.AgentTurnID,
+		TurnEpoch: e.TurnEpoch, ToolCallID: e.ToolCallID, StepID: e.StepID}.Set(h)
 	setEnvelope(h, msgTypeWakeup, s.cfg.Version)
 	if _, err := s.js.PublishMsg(ctx, out, jetstream.WithMsgID("wakeup-"+e.InboxID)); err != nil {
 		return fmt.Errorf("publish %s: %w", subj, err)
