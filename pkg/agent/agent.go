@@ -18,6 +18,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
@@ -77,9 +78,9 @@ type Config struct {
 	// Registry is the tool registry. Default: a natsreg client on the same
 	// connection, version and channel.
 	Registry registry.Registry
-	// Inbox is the inbox service client. Default: an inbox client on the
-	// same connection, version and channel.
-	Inbox *natsinbox.Client
+	// Inbox is the inbox. Default: the inbox service's NATS client
+	// (natsinbox) on the same connection, version and channel.
+	Inbox inbox.API
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// PollInterval is how often a Call waiting for its result re-reads the
@@ -108,7 +109,7 @@ type Client struct {
 	agentID  string
 	store    cardstore.Store
 	reg      registry.Registry
-	inbox    *natsinbox.Client
+	inbox    inbox.API
 	log      *slog.Logger
 	poll     time.Duration
 	wakeSubj string
@@ -225,7 +226,7 @@ func (c *Client) Store() cardstore.Store { return c.store }
 func (c *Client) Registry() registry.Registry { return c.reg }
 
 // Inbox returns the inbox client.
-func (c *Client) Inbox() *natsinbox.Client { return c.inbox }
+func (c *Client) Inbox() inbox.API { return c.inbox }
 
 // Ack acknowledges inbox entries of the client's project (inbox "ack") and
 // returns how many were pending.
