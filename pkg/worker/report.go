@@ -12,6 +12,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -166,7 +167,7 @@ func (j *job) reportDirect(ctx context.Context, m *nats.Msg) bool {
 	switch {
 	case err == nil:
 		return true
-	case errors.As(err, &re) && re.Code == codeReportRefused:
+	case errors.As(err, &re) && re.Code == inbox.CodeRefused:
 		j.r.log.Error("the inbox refused the report and dead-lettered it", append(j.logAttrs(), "err", err)...)
 		return true
 	default:
@@ -174,10 +175,6 @@ func (j *job) reportDirect(ctx context.Context, m *nats.Msg) bool {
 		return false
 	}
 }
-
-// codeReportRefused is the inbox's wire code for a report it refused
-// (pkg/inbox.CodeRefused).
-const codeReportRefused = "refused"
 
 // directReportTimeout bounds the wait for the inbox's answer to a direct
 // report before the report goes through the stream instead.
