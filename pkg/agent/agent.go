@@ -50,6 +50,10 @@ var (
 	ErrNotAcked = errors.New("agent: inbox entry not acknowledged")
 	// ErrClosed: the Client has been closed.
 	ErrClosed = errors.New("agent: client closed")
+	// ErrToolFailed: CallInto's call ended with a status other than
+	// success. The message names the tool, the status and the result's
+	// error code and message; the Outcome is returned with it.
+	ErrToolFailed = errors.New("agent: tool call did not succeed")
 )
 
 // DefaultChannel is the channel a Client uses when Config.Channel is empty,

@@ -634,3 +634,37 @@ func TestCallRemadeAtNewEpoch(t *testing.T) {
 		t.Fatalf("the call's entry = %+v, %v; want it stale (reported at epoch 0 after epoch 1 was declared)", entry, err)
 	}
 }
+
+// TestCallInto: a successful result decodes into the caller's value; a
+// failed call and a result of the wrong shape are the sentinel errors, with
+// the Outcome.
+func TestCallInto(t *testing.T) {
+	e := startMesh(t)
+	c := e.client(t, "agent-into")
+	ctx := ctxT(t)
+	var got struct {
+		Msg string `json:"msg"`
+	}
+	if _, err := c.CallInto(ctx, agent.CallRequest{ToolName: echo.Name, Arguments: json.RawMessage(`{"msg":"hi"}`),
+		AgentTurnID: "turn-into"}, &got); err != nil || got.Msg != "hi" {
+		t.Fatalf("CallInto(echo) = %+v, %v; want msg hi", got, err)
+	}
+	tests := []struct {
+		name string
+		args string
+		into any
+		want error
+	}{
+		{"failed call", `{"sleep_ms":-1}`, &got, agent.ErrToolFailed},
+		{"result of another shape", `{"msg":"hi"}`, new([]int), agent.ErrNoResult},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := c.CallInto(ctx, agent.CallRequest{ToolName: echo.Name, Arguments: json.RawMessage(tc.args),
+				AgentTurnID: "turn-into"}, tc.into)
+			if !errors.Is(err, tc.want) || out == nil {
+				t.Fatalf("CallInto(%s) = %v, %v; want the outcome and %v", tc.args, out, err, tc.want)
+			}
+		})
+	}
+}

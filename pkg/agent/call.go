@@ -161,6 +161,32 @@ func (c *Client) Call(ctx context.Context, req CallRequest) (*Outcome, error) {
 	return c.finish(ctx, p.pending, wk)
 }
 
+// CallInto is Call for a caller that wants the result's value: it decodes
+// a successful result (the JSON value the tool returned) into v. A result
+// of another status is an error wrapping ErrToolFailed; a result that does
+// not decode into v is an error wrapping ErrNoResult. The Outcome is
+// returned whenever the call ended.
+func (c *Client) CallInto(ctx context.Context, req CallRequest, v any) (*Outcome, error) {
+	out, err := c.Call(ctx, req)
+	if err != nil {
+		return out, err
+	}
+	if out.Result == nil {
+		return out, fmt.Errorf("%w: %s has no result content", ErrNoResult, req.ToolName)
+	}
+	if r := out.Result; r.Status != card.StatusSuccess {
+		msg := string(r.Status)
+		if r.Error != nil {
+			msg += fmt.Sprintf(" (%s: %s)", r.Error.Code, r.Error.Message)
+		}
+		return out, fmt.Errorf("%w: %s ended %s", ErrToolFailed, req.ToolName, msg)
+	}
+	if err := json.Unmarshal(out.Result.Result, v); err != nil {
+		return out, fmt.Errorf("%w: the result of %s does not decode: %v", ErrNoResult, req.ToolName, err)
+	}
+	return out, nil
+}
+
 // Dispatch writes the tool.call card and publishes the command, then
 // returns without waiting: the result arrives as a wakeup (see Wakeups)
 // and an inbox entry (see Resume).

@@ -12,7 +12,6 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
-	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 )
 
@@ -179,20 +178,9 @@ func (b *Bridge) residual(ctx context.Context) (*authz.Residual, error) {
 // queryMandate runs the PMO built-in mandate_query (protocol §10.3) for
 // mandate, the booking state unknown.
 func queryMandate(ctx context.Context, c *agent.Client, turnID, mandate string) (*authz.Residual, error) {
-	out, err := c.Call(ctx, agent.CallRequest{ToolName: registry.BuiltinMandateQuery, Arguments: json.RawMessage(`{}`), AgentTurnID: turnID, Mandate: mandate})
-	if err != nil {
-		return nil, err
-	}
-	if out.Result == nil || out.Result.Status != card.StatusSuccess {
-		msg := "no result"
-		if out.Result != nil && out.Result.Error != nil {
-			msg = fmt.Sprintf("%s: %s", out.Result.Error.Code, out.Result.Error.Message)
-		}
-		return nil, fmt.Errorf("mcp: mandate_query failed: %s", msg)
-	}
 	var r authz.Residual
-	if err := json.Unmarshal(out.Result.Result, &r); err != nil {
-		return nil, fmt.Errorf("mcp: mandate_query result: %w", err)
+	if _, err := c.CallInto(ctx, agent.CallRequest{ToolName: registry.BuiltinMandateQuery, Arguments: json.RawMessage(`{}`), AgentTurnID: turnID, Mandate: mandate}, &r); err != nil {
+		return nil, fmt.Errorf("mcp: %w", err)
 	}
 	return &r, nil
 }

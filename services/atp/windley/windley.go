@@ -9,7 +9,6 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
-	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 )
 
@@ -40,20 +39,9 @@ func QueryMandate(ctx context.Context, c *agent.Client, turnID, mandate string, 
 		args["booking_state"] = *bookingState
 	}
 	raw, _ := json.Marshal(args)
-	out, err := c.Call(ctx, agent.CallRequest{ToolName: registry.BuiltinMandateQuery, Arguments: raw, AgentTurnID: turnID, Mandate: mandate})
-	if err != nil {
-		return nil, err
-	}
-	if out.Result == nil || out.Result.Status != card.StatusSuccess {
-		msg := "no result"
-		if out.Result != nil && out.Result.Error != nil {
-			msg = fmt.Sprintf("%s: %s", out.Result.Error.Code, out.Result.Error.Message)
-		}
-		return nil, fmt.Errorf("windley: mandate_query failed: %s", msg)
-	}
 	var r authz.Residual
-	if err := json.Unmarshal(out.Result.Result, &r); err != nil {
-		return nil, fmt.Errorf("windley: mandate_query result: %w", err)
+	if _, err := c.CallInto(ctx, agent.CallRequest{ToolName: registry.BuiltinMandateQuery, Arguments: raw, AgentTurnID: turnID, Mandate: mandate}, &r); err != nil {
+		return nil, fmt.Errorf("windley: %w", err)
 	}
 	return &r, nil
 }
