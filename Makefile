@@ -17,6 +17,9 @@ FUZZ_TARGETS = \
 	./pkg/card:FuzzParseList \
 	./pkg/utp:FuzzParseCommand \
 	./pkg/registry:FuzzParseYAML \
+	./pkg/registry:FuzzCompileSchema \
+	./pkg/confirm:FuzzParse \
+	./cardstore:FuzzCallKey \
 	./pkg/telemetry:FuzzExtractTraceparent \
 	./pkg/turn:FuzzDiff \
 	./pkg/mandate:FuzzDecode \
