@@ -62,14 +62,14 @@ func SeedPath(dir, name string) string { return filepath.Join(dir, name+".nk") }
 func Option(path string) (nats.Option, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v (pass --creds FILE or set $NATS_CREDS; 'utpmesh up' writes them under DATA/creds)", ErrCreds, err)
+		return nil, fmt.Errorf("%w: %w (pass --creds FILE or set $NATS_CREDS; 'utpmesh up' writes them under DATA/creds)", ErrCreds, err)
 	}
 	if bytes.Contains(data, []byte("BEGIN NATS USER JWT")) {
 		return nats.UserCredentials(path), nil
 	}
 	opt, err := nats.NkeyOptionFromSeed(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v (want an nkey seed file or a .creds file)", ErrCreds, path, err)
+		return nil, fmt.Errorf("%w: %s: %w (want an nkey seed file or a .creds file)", ErrCreds, path, err)
 	}
 	return opt, nil
 }

@@ -144,10 +144,10 @@ func New(cfg Config) (*Bridge, error) {
 		cfg.Version = subjects.DefaultVersion
 	}
 	if err := subjects.ValidateToken("project", cfg.Project); err != nil {
-		return nil, fmt.Errorf("%w: project: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: project: %w", ErrConfig, err)
 	}
 	if err := subjects.ValidateToken("channel", cfg.Channel); err != nil {
-		return nil, fmt.Errorf("%w: channel: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: channel: %w", ErrConfig, err)
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
@@ -161,11 +161,11 @@ func New(cfg Config) (*Bridge, error) {
 	}
 	reg, err := natsreg.NewClient(cfg.Conn, svc.WithVersion(cfg.Version), svc.WithChannel(cfg.Channel))
 	if err != nil {
-		return nil, fmt.Errorf("%w: registry client: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: registry client: %w", ErrConfig, err)
 	}
 	az, err := natsauthz.NewClient(cfg.Conn, cfg.Version)
 	if err != nil {
-		return nil, fmt.Errorf("%w: policy client: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: policy client: %w", ErrConfig, err)
 	}
 	b := &Bridge{cfg: cfg, log: log, reg: reg, authz: az, session: card.NewID(),
 		clients: map[string]*agent.Client{}, tools: map[string]string{}, async: map[string]bool{}, verified: map[string]time.Time{}}
