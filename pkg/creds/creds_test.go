@@ -3,6 +3,7 @@ package creds_test
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log"
 	"os"
 	"path/filepath"
@@ -45,10 +46,11 @@ func TestOption(t *testing.T) {
 	}
 	tests := []struct {
 		name, path, wantErr string
+		notExist            bool // the error also matches fs.ErrNotExist
 	}{
-		{"seed", write("ok.nk", string(seed)+"\n"), ""},
-		{"not a seed", write("bad.nk", "not a seed\n"), "want an nkey seed"},
-		{"missing", filepath.Join(dir, "missing.nk"), "--creds"},
+		{"seed", write("ok.nk", string(seed)+"\n"), "", false},
+		{"not a seed", write("bad.nk", "not a seed\n"), "want an nkey seed", false},
+		{"missing", filepath.Join(dir, "missing.nk"), "--creds", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,6 +63,9 @@ func TestOption(t *testing.T) {
 			}
 			if !errors.Is(err, creds.ErrCreds) || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Option = %v, want ErrCreds mentioning %q", err, tc.wantErr)
+			}
+			if errors.Is(err, fs.ErrNotExist) != tc.notExist {
+				t.Fatalf("Option = %v: errors.Is(fs.ErrNotExist) = %v, want %v", err, !tc.notExist, tc.notExist)
 			}
 		})
 	}
