@@ -9,6 +9,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/confirm"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
 	"github.com/utpmesh/utpmesh/services/atlas/utility"
 )
@@ -20,8 +21,11 @@ func init() {
 		make: func(e env) command { return &confirmCommand{env: e, tool: utility.ToolCancel, name: "cancel"} }})
 }
 
-// confirmCommand calls ATLAS_CONFIRM or ATLAS_CANCEL (as the mandate's
-// agent, else agent "cli").
+// confirmCommand calls ATLAS_CONFIRM or ATLAS_CANCEL, the default
+// resolvers of the confirmation convention (docs/protocol.md §19), as the
+// mandate's agent, else agent "cli". A pending result that names its own
+// resolvers is resolved with 'utpmesh call', as its hint says
+// (printPendingConfirm).
 type confirmCommand struct {
 	env  env
 	tool string
@@ -89,28 +93,25 @@ func (c *confirmCommand) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// pendingResult is the result of an ATLAS call that waits for
-// confirmation (docs/catalogues/atlas.md, docs/protocol.md §16).
-type pendingResult = receipts.PendingResult
+// pendingResult is a result that waits for a human's confirmation: the
+// mesh's convention (docs/protocol.md §19), of which ATLAS's
+// PENDING_CONFIRM results are one.
+type pendingResult = confirm.Pending
 
-// pendingConfirm reports whether a tool result is PENDING_CONFIRM.
+// pendingConfirm reports whether a tool result waits for confirmation
+// (confirm.Parse).
 func pendingConfirm(result json.RawMessage) (*pendingResult, bool) {
-	var p pendingResult
-	if json.Unmarshal(result, &p) != nil || p.Status != receipts.StatusPendingConfirm || p.ConfirmationID == "" {
-		return nil, false
-	}
-	return &p, true
+	return confirm.Parse(result)
 }
 
 // printPendingConfirm says what waits for confirmation and the exact
-// commands that confirm or cancel it.
+// commands that confirm or cancel it: 'utpmesh confirm' / 'utpmesh cancel'
+// when p's resolvers are the convention's defaults (what those commands
+// call), else 'utpmesh call' of the resolver p names.
 func printPendingConfirm(w io.Writer, p *pendingResult, project string) {
 	fmt.Fprintf(w, "PENDING_CONFIRM: %s did not run yet; it waits for confirmation %s\n", p.ToolName, p.ConfirmationID)
-	var would struct {
-		Action string `json:"action"`
-	}
-	if json.Unmarshal(p.Would, &would) == nil && would.Action != "" {
-		fmt.Fprintf(w, "  it would:   %s\n", would.Action)
+	if action := p.Summary(); action != "" {
+		fmt.Fprintf(w, "  it would:   %s\n", action)
 	}
 	if len(p.Would) > 0 && string(p.Would) != "null" {
 		var b bytes.Buffer
@@ -121,8 +122,26 @@ func printPendingConfirm(w io.Writer, p *pendingResult, project string) {
 	if p.ExpiresAt != "" {
 		fmt.Fprintf(w, "  expires:    %s\n", p.ExpiresAt)
 	}
-	fmt.Fprintf(w, "  confirm it: utpmesh confirm %s%s\n", p.ConfirmationID, projectArg(project))
-	fmt.Fprintf(w, "  cancel it:  utpmesh cancel %s%s\n", p.ConfirmationID, projectArg(project))
+	fmt.Fprintf(w, "  confirm it: %s\n", resolveCommand(p, true, project))
+	fmt.Fprintf(w, "  cancel it:  %s\n", resolveCommand(p, false, project))
+}
+
+// resolveCommand is the command line that confirms p (yes) or cancels it:
+// 'utpmesh confirm|cancel ID' for the default resolver (ATLAS_CONFIRM,
+// ATLAS_CANCEL), else 'utpmesh call TOOL --args {"confirmation_id":ID}'.
+func resolveCommand(p *pendingResult, yes bool, project string) string {
+	tool, verb, def := p.Resolver(yes), "cancel", confirm.DefaultCancelTool
+	if yes {
+		verb, def = "confirm", confirm.DefaultConfirmTool
+	}
+	if tool == def {
+		return "utpmesh " + verb + " " + p.ConfirmationID + projectArg(project)
+	}
+	args, err := confirm.Args(p.ConfirmationID)
+	if err != nil { // Parse accepted an id no resolver takes
+		args = []byte(`{"confirmation_id":"…"}`)
+	}
+	return "utpmesh call " + tool + " --args '" + string(args) + "'" + projectArg(project)
 }
 
 // undoStep returns the undo step a tool result carries (its top-level

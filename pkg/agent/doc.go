@@ -10,7 +10,7 @@
 //
 // A Client needs a CardStore, a tool registry and an inbox client; New
 // creates the NATS clients of the mesh services (natsstore, natsreg,
-// inbox) for those Config leaves nil, with the same version and channel.
+// natsinbox) for those Config leaves nil, with the same version and channel.
 //
 // # Message flow
 //

@@ -5,7 +5,7 @@
 // server for /metrics and /healthz.
 //
 // The instrumented packages do not import Prometheus: pkg/worker defines
-// worker.Observer, pkg/inbox inbox.Observer and cardstore/boltstore
+// worker.Observer, pkg/inbox/inboxsvc inboxsvc.Observer and cardstore/boltstore
 // boltstore.CommitObserver, and Metrics.Worker, Metrics.Inbox and
 // Metrics.CardStore return implementations of them. A process without
 // metrics passes nil observers and pays nothing.

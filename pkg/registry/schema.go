@@ -62,6 +62,7 @@ func CompileSchema(raw json.RawMessage) (*Schema, error) {
 	if err := json.Unmarshal(raw, root); err != nil {
 		return nil, invalid("parameters", "invalid JSON Schema: "+oneLine(err.Error()))
 	}
+	normalizeDraft(root)
 	res, err := root.Resolve(&jsonschema.ResolveOptions{BaseURI: schemaURL, Loader: refuseLoader})
 	if err != nil {
 		return nil, invalid("parameters", "invalid JSON Schema: "+oneLine(err.Error()))

@@ -173,3 +173,51 @@ func TestSchemaKeywords(t *testing.T) {
 		})
 	}
 }
+
+// TestSchemaDraftSpellings: the usual spellings of the two supported
+// drafts compile as that draft (draft-07's array "items" is a tuple,
+// 2020-12's "prefixItems" is), and the drafts the registry no longer
+// validates are refused saying what to write instead.
+func TestSchemaDraftSpellings(t *testing.T) {
+	const (
+		tuple07   = `"type":"object","properties":{"p":{"items":[{"type":"string"}],"additionalItems":false}}`
+		tuple2020 = `"type":"object","properties":{"p":{"prefixItems":[{"type":"string"}],"items":false}}`
+	)
+	for _, tc := range []struct {
+		schema string // $schema value
+		body   string
+		want   string // "" = compiles with the draft's meaning; else the refusal
+	}{
+		{"http://json-schema.org/draft-07/schema#", tuple07, ""},
+		{"http://json-schema.org/draft-07/schema", tuple07, ""},
+		{"https://json-schema.org/draft-07/schema#", tuple07, ""},
+		{"https://json-schema.org/draft-07/schema", tuple07, ""},
+		{"https://json-schema.org/draft/2020-12/schema", tuple2020, ""},
+		{"https://json-schema.org/draft/2020-12/schema#", tuple2020, ""},
+		{"http://json-schema.org/draft/2020-12/schema", tuple2020, `unsupported spelling "http://json-schema.org/draft/2020-12/schema": write "https://json-schema.org/draft/2020-12/schema"`},
+		{"http://json-schema.org/draft-04/schema#", tuple07, `unsupported draft "http://json-schema.org/draft-04/schema#": draft-04, no longer validated: write "$schema": "http://json-schema.org/draft-07/schema#"`},
+		{"http://json-schema.org/draft-06/schema#", tuple07, `draft-06, no longer validated: write "$schema": "http://json-schema.org/draft-07/schema#"`},
+		{"http://json-schema.org/draft-03/schema#", tuple07, "draft-03, no longer validated"},
+		{"https://json-schema.org/draft/2019-09/schema", tuple2020, `draft 2019-09, no longer validated: write "$schema": "https://json-schema.org/draft/2020-12/schema" or omit it`},
+		{"https://example.com/my-meta-schema", tuple2020, `unsupported draft "https://example.com/my-meta-schema"`},
+	} {
+		t.Run(tc.schema, func(t *testing.T) {
+			s, err := registry.CompileSchema(json.RawMessage(`{"$schema":"` + tc.schema + `",` + tc.body + `}`))
+			if tc.want != "" {
+				if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "at /$schema: ") || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("CompileSchema = %v, want ErrInvalid at /$schema containing %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("CompileSchema: %v", err)
+			}
+			if err := s.Validate(json.RawMessage(`{"p":["a"]}`)); err != nil {
+				t.Errorf(`Validate({"p":["a"]}) = %v, want nil`, err)
+			}
+			if err := s.Validate(json.RawMessage(`{"p":["a",1]}`)); !errors.Is(err, registry.ErrArgs) || !strings.Contains(err.Error(), "arguments/p: must have at most 1 item, got 2") {
+				t.Errorf(`Validate({"p":["a",1]}) = %v, want the tuple's length refused`, err)
+			}
+		})
+	}
+}

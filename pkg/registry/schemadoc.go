@@ -12,12 +12,69 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 )
 
-// Supported "$schema" values: google/jsonschema-go validates draft 2020-12
-// (the default) and draft-07.
-var knownDrafts = []string{
-	"https://json-schema.org/draft/2020-12/schema",
-	"http://json-schema.org/draft-07/schema#",
-	"https://json-schema.org/draft-07/schema#",
+// The "$schema" values google/jsonschema-go recognises, one per supported
+// draft: the library picks a draft by this exact string (anything else is
+// validated as 2020-12 and then refused by Validate), so CompileSchema
+// rewrites every accepted spelling to these (canonicalDraft).
+const (
+	draft202012 = "https://json-schema.org/draft/2020-12/schema"
+	draft07     = "http://json-schema.org/draft-07/schema#"
+)
+
+// draftSpellings maps each accepted "$schema" value, without its scheme
+// and without a trailing empty fragment ("#"), to the draft it names and
+// the schemes it may be written with: draft-07's own id is http but the
+// site serves it over https too, so both are common; 2020-12's is https.
+var draftSpellings = map[string]struct {
+	canonical string
+	schemes   []string
+}{
+	"json-schema.org/draft/2020-12/schema": {draft202012, []string{"https"}},
+	"json-schema.org/draft-07/schema":      {draft07, []string{"http", "https"}},
+}
+
+// legacyDrafts names the drafts the registry once accepted (before it
+// compiled schemas with google/jsonschema-go) and refuses now, each with
+// what to write instead; the key is as in draftSpellings.
+var legacyDrafts = map[string]string{
+	"json-schema.org/draft-03/schema":      `draft-03, no longer validated: rewrite the schema for draft 2020-12 (omit "$schema") or draft-07 ("$schema": "` + draft07 + `")`,
+	"json-schema.org/draft-04/schema":      `draft-04, no longer validated: write "$schema": "` + draft07 + `" (and "$id" for "id", numbers for a boolean exclusiveMinimum/exclusiveMaximum), or omit "$schema" for draft 2020-12`,
+	"json-schema.org/draft-06/schema":      `draft-06, no longer validated: write "$schema": "` + draft07 + `" (a draft-06 schema means the same in draft-07), or omit "$schema" for draft 2020-12`,
+	"json-schema.org/draft/2019-09/schema": `draft 2019-09, no longer validated: write "$schema": "` + draft202012 + `" or omit it (an array "items" becomes "prefixItems", "$recursiveRef" becomes "$dynamicRef")`,
+}
+
+// canonicalDraft returns the library's spelling of the draft a "$schema"
+// value names ("" for ""), or an error saying what to write instead:
+// accepted are draft 2020-12 (https, with or without a trailing "#") and
+// draft-07 (http or https, with or without "#"); draft-03, -04, -06 and
+// 2019-09 are refused with their own advice, anything else as unknown.
+func canonicalDraft(v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	scheme, rest, ok := strings.Cut(v, "://")
+	if !ok {
+		scheme, rest = "", v
+	}
+	rest = strings.TrimSuffix(rest, "#")
+	if d, ok := draftSpellings[rest]; ok {
+		if slices.Contains(d.schemes, scheme) {
+			return d.canonical, nil
+		}
+		return "", fmt.Errorf("at /$schema: unsupported spelling %q: write %q", v, d.canonical)
+	}
+	if advice, ok := legacyDrafts[rest]; ok {
+		return "", fmt.Errorf("at /$schema: unsupported draft %q: %s", v, advice)
+	}
+	return "", fmt.Errorf("at /$schema: unsupported draft %q (use draft 2020-12, the default, or draft-07: %q)", v, draft07)
+}
+
+// normalizeDraft rewrites root's "$schema" to the library's spelling of
+// its draft (canonicalDraft); checkDoc has accepted it already.
+func normalizeDraft(root *jsonschema.Schema) {
+	if c, err := canonicalDraft(root.Schema); err == nil {
+		root.Schema = c
+	}
 }
 
 // Keyword shapes checkDoc enforces: the structural part of the 2020-12 and
@@ -39,8 +96,10 @@ var (
 // be a non-negative integer".
 func checkDoc(doc any) error {
 	if m, ok := doc.(map[string]any); ok {
-		if v, ok := m["$schema"].(string); ok && !slices.Contains(knownDrafts, v) {
-			return fmt.Errorf("at /$schema: unsupported draft %q (use draft 2020-12, the default, or draft-07)", v)
+		if v, ok := m["$schema"].(string); ok {
+			if _, err := canonicalDraft(v); err != nil {
+				return err
+			}
 		}
 	}
 	return checkSchemaDoc(doc, "")

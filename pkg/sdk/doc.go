@@ -1,6 +1,7 @@
-// Package sdk is the map of utpmesh's software development kit: the packages
-// a program outside this module imports to take part in a mesh, and the
-// promise they keep. It holds no code of its own; its tests hold the promise.
+// Package sdk holds no code, only the map of utpmesh's software development
+// kit and the tests of its promises: the packages a program outside this
+// module imports to take part in a mesh (this comment), the promise they
+// keep ([MaxDeps] and the rules below) and the tests that hold it.
 //
 // # The SDK packages
 //
@@ -8,8 +9,9 @@
 //     call a tool, dispatch and wait, consume wakeups, resume a turn, ack,
 //     list what is pending.
 //   - [github.com/utpmesh/utpmesh/pkg/worker]: serve tools to a mesh —
-//     worker.Serve wires its own CardStore, registry and inbox clients on one
-//     NATS connection.
+//     worker.Serve wires its own CardStore and registry clients on one NATS
+//     connection; reports go to the inbox as svc requests (svc.inbox.report)
+//     or through the command stream, with no inbox client.
 //   - [github.com/utpmesh/utpmesh/pkg/creds]: the credentials helper — a
 //     mesh identity's nkey seed file as a nats.Option.
 //   - [github.com/utpmesh/utpmesh/pkg/card], [github.com/utpmesh/utpmesh/pkg/utp]

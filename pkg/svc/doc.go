@@ -73,16 +73,21 @@
 //     its lock on every request, for statistics that would then measure
 //     only the hand-off.
 //   - micro subscribes nine $SRV.PING/INFO/STATS control subjects per
-//     service instance. They are not in docs/protocol.md, every identity's
-//     NATS permissions (internal/meshauth) would have to be written for
-//     them, and they would publish the mesh's service inventory to anyone
-//     allowed to ask.
+//     service instance. For the mesh's own services they would be new
+//     subjects in docs/protocol.md (only the workers' service has them,
+//     §2.7), every identity's NATS permissions (internal/meshauth) would
+//     have to be written for them, and they would publish the mesh's
+//     service inventory to anyone allowed to ask.
 //   - micro's error replies carry Nats-Service-Error and
 //     Nats-Service-Error-Code headers; ours carry Svc-Error-Code and the
 //     {"error": {...}} body. Keeping ours means replying around micro's
 //     Error, which leaves its error statistics empty.
 //
-// What micro would bring (discovery and statistics) the mesh does not use;
-// metrics come from pkg/metrics. The wire format here is micro-compatible
-// in spirit (JSON request-reply in a queue group) should that change.
+// The mesh's own services therefore have no micro discovery or
+// statistics; their metrics come from pkg/metrics. micro is used where it
+// fits: every tool worker registers the micro service "utpmesh-worker"
+// (pkg/worker, docs/protocol.md §2.7), so `nats micro ls|info|stats` list
+// the workers and their tools' statistics, off the hot path. The wire
+// format here is micro-compatible in spirit (JSON request-reply in a queue
+// group) should the services move onto micro.
 package svc

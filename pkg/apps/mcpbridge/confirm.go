@@ -38,6 +38,25 @@ type pendingState struct {
 	CancelTool  string `json:"cancel_tool,omitempty"`
 }
 
+// decodeState reads a 2026-07-28 retry's request state. It accepts
+// "hem_task_id", the key of HandoffTaskID before the bridge knew handoffs
+// generically (ATP's HEM task was the only one), as an alias of
+// "handoff_task_id": a client retrying across a bridge upgrade echoes the
+// state the old bridge issued.
+func decodeState(raw string) (pendingState, error) {
+	var st struct {
+		pendingState
+		LegacyHandoffTaskID string `json:"hem_task_id,omitempty"`
+	}
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		return pendingState{}, err
+	}
+	if st.HandoffTaskID == "" {
+		st.HandoffTaskID = st.LegacyHandoffTaskID
+	}
+	return st.pendingState, nil
+}
+
 // pending is the confirmation a 2026-07-28 retry's state names.
 func (st pendingState) pending() *confirm.Pending {
 	return &confirm.Pending{Status: confirm.StatusPending, ConfirmationID: st.ConfirmationID, ToolName: st.ToolName,
@@ -89,8 +108,8 @@ func (b *Bridge) askConfirmation(ctx context.Context, ci callInfo, out *agent.Ou
 // answerConfirmation handles the retry of a 2026-07-28 client carrying the
 // answer to a confirmation.
 func (b *Bridge) answerConfirmation(ctx context.Context, ci callInfo, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	var st pendingState
-	if err := json.Unmarshal([]byte(req.Params.RequestState), &st); err != nil || (st.ConfirmationID == "" && st.HandoffTaskID == "") {
+	st, err := decodeState(req.Params.RequestState)
+	if err != nil || (st.ConfirmationID == "" && st.HandoffTaskID == "") {
 		return errorResult("requestState is not one this bridge issued (want the JSON state of a confirmation); call the tool again without it"), nil
 	}
 	ans := server.ElicitationResponse(req.Params.InputResponses, confirmInputID)

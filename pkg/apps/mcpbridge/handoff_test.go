@@ -164,3 +164,33 @@ func TestHandoffTaskThroughToResult(t *testing.T) {
 		}
 	})
 }
+
+// TestHandoffRetryState: a 2026-07-28 client's retry carries the answer
+// to a handoff's input request with the request state the bridge issued;
+// the state's task key is handoff_task_id, and hem_task_id (the key before
+// handoffs were generic) is read the same, so a client retrying across a
+// bridge upgrade still gets its answer carried out.
+func TestHandoffRetryState(t *testing.T) {
+	f := startMesh(t)
+	for _, key := range []string{"handoff_task_id", "hem_task_id"} {
+		t.Run(key, func(t *testing.T) {
+			cs, _ := f.connect(t, stdio, "2026-07-28", f.issue(t, "retry-"+key, ticketOperator), nil)
+			s := structured(t, callTool(t, cs, toolTicket, openTicket))
+			id, _ := s["ticket_id"].(string)
+			if s["status"] != ticketWaiting || id == "" {
+				t.Fatalf("open a ticket: %v", s)
+			}
+			state := fmt.Sprintf(`{%q:%q,"tool_name":%q,"tool_call_id":"c-1"}`, key, id, toolTicket)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: toolTicket, Arguments: openTicket, RequestState: state,
+				InputResponses: sdk.InputResponseMap{"confirm": &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := structured(t, res); res.IsError || s["status"] != ticketApproved || s["ticket_id"] != id {
+				t.Fatalf("retry with %s: isError %v, structured %v, text %q", state, res.IsError, s, text(res))
+			}
+		})
+	}
+}

@@ -20,7 +20,7 @@ var HEMAction = types.NewEntityUID("ATPAction", "invoke_hem")
 // ErrWildcardHEM: a mandate permits invoke_hem without enumerating its
 // hem_id values. Through mandate.CheckPolicies it also wraps
 // mandate.ErrPolicyRefused.
-var ErrWildcardHEM = errors.New("mandate: HEM_INVOKE without enumerated hem_id values")
+var ErrWildcardHEM = errors.New("atpauthz: HEM_INVOKE without enumerated hem_id values")
 
 // hemProbes are hem_id values no real mandate lists: a policy that still
 // permits invoke_hem with one of them does not enumerate its hem_ids.
