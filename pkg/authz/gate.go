@@ -131,6 +131,9 @@ type Decision struct {
 	// Granted summarises what the mandate permits (on a scope violation).
 	Granted []string `json:"granted,omitempty"`
 	// Errors are Cedar evaluation errors of policies that did not apply.
+	// An erring permit is skipped; an erring forbid denies the call
+	// (fail closed: Reason project_policy_denied or
+	// mandate_scope_violation, Policies naming the forbid).
 	Errors []string `json:"errors,omitempty"`
 
 	mandate *mandate.Mandate
@@ -290,6 +293,10 @@ func (g *Gate) Decide(ctx context.Context, req *Request) (*Decision, error) {
 		d.Policies = reasons("project", diag)
 		return deny(d, ReasonProjectPolicy, fmt.Sprintf("project %s's policies do not permit %s for agent %s", req.Project, req.Action, req.AgentID)), nil
 	}
+	if fe := unevaluatedForbids(pps, diag); len(fe) > 0 {
+		d.Policies = prefixed("project", fe)
+		return deny(d, ReasonProjectPolicy, forbidDenial("project "+req.Project, pps, fe)), nil
+	}
 	d.Policies = reasons("project", diag)
 	if m == nil {
 		d.Allowed, d.Reason, d.Message = true, ReasonMandateNotRequired, "allowed by the project's policies (project requires no mandate)"
@@ -301,6 +308,11 @@ func (g *Gate) Decide(ctx context.Context, req *Request) (*Decision, error) {
 		d.Policies = append(d.Policies, reasons("mandate", diag)...)
 		d.Granted = Grants(m.Policies)
 		return deny(d, ReasonScopeViolation, fmt.Sprintf("mandate %s does not permit %s (tool %s) for agent %s", m.Claims.JTI, req.Action, req.ToolName, req.AgentID)), nil
+	}
+	if fe := unevaluatedForbids(m.Policies, diag); len(fe) > 0 {
+		d.Policies = append(d.Policies, prefixed("mandate", fe)...)
+		d.Granted = Grants(m.Policies)
+		return deny(d, ReasonScopeViolation, forbidDenial("mandate "+m.Claims.JTI, m.Policies, fe)), nil
 	}
 	d.Policies = append(d.Policies, reasons("mandate", diag)...)
 	d.Allowed, d.Reason, d.Message = true, ReasonAllowed, "allowed by the project's policies and the mandate"
