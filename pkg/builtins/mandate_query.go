@@ -50,7 +50,7 @@ func (d Deps) mandateQuery(ctx context.Context, call *worker.Call) (worker.Resul
 			_ = json.Unmarshal(raw, &a.Mandate)
 		}
 	}
-	r, err := d.Mandates.Query(ctx, authz.QueryInput{Project: call.ProjectID, AgentID: call.Command.AgentID, Mandate: a.Mandate, BookingState: a.BookingState})
+	r, err := d.Mandates.Query(ctx, authz.QueryInput{Project: call.ProjectID, AgentID: call.Command.AgentID, Mandate: a.Mandate, State: a.BookingState})
 	switch {
 	case authz.IsMandateError(err):
 		return worker.Result{}, worker.Fail(card.CodeAuthFailed, err.Error())

@@ -87,13 +87,23 @@ type (
 		AgentID string `json:"agent_id"`
 		// ToolName is looked up in the registry for its action and
 		// scopes; Action overrides (Namespace::"id").
-		ToolName        string   `json:"tool_name"`
-		Action          string   `json:"action,omitempty"`
-		Scopes          []string `json:"scopes,omitempty"`
-		BookingObjectID string   `json:"booking_object_id,omitempty"`
-		BookingState    *string  `json:"booking_state,omitempty"`
-		HEMID           string   `json:"hem_id,omitempty"`
-		Mandate         string   `json:"mandate,omitempty"`
+		ToolName string   `json:"tool_name"`
+		Action   string   `json:"action,omitempty"`
+		Scopes   []string `json:"scopes,omitempty"`
+		// Arguments are the call's arguments (a JSON object, as a
+		// tool.call carries them); the catalogues' entity loaders read
+		// them, e.g. ATP's booking_object_id and hem_id.
+		Arguments map[string]any `json:"arguments,omitempty"`
+		// State is the resource's state to use instead of the
+		// catalogue's own (wire: booking_state).
+		State *string `json:"booking_state,omitempty"`
+		// LegacyResource and LegacyEnumerated are the older form of
+		// arguments.booking_object_id and arguments.hem_id (wire:
+		// booking_object_id, hem_id), kept for clients written against
+		// it; an argument of the same name in Arguments wins.
+		LegacyResource   string `json:"booking_object_id,omitempty"`
+		LegacyEnumerated string `json:"hem_id,omitempty"`
+		Mandate          string `json:"mandate,omitempty"`
 	}
 	// TestReply is the reply of test.
 	TestReply struct {
@@ -101,9 +111,11 @@ type (
 	}
 	// QueryRequest is the body of query (the Windley Loop).
 	QueryRequest struct {
-		AgentID      string  `json:"agent_id,omitempty"`
-		Mandate      string  `json:"mandate,omitempty"`
-		BookingState *string `json:"booking_state,omitempty"`
+		AgentID string `json:"agent_id,omitempty"`
+		Mandate string `json:"mandate,omitempty"`
+		// State is the bound resource's current state (wire:
+		// booking_state); nil when unknown.
+		State *string `json:"booking_state,omitempty"`
 	}
 	// QueryReply is the reply of query.
 	QueryReply struct {
@@ -203,7 +215,7 @@ func (s *Server) test(ctx context.Context, sc svc.Scope, data []byte) (any, erro
 		return nil, fmt.Errorf("%w: agent_id is required", authz.ErrInvalidRequest)
 	}
 	req := &authz.Request{Version: sc.Version, Project: sc.Project, Channel: sc.Channel, AgentID: tr.AgentID,
-		ToolName: tr.ToolName, Scopes: tr.Scopes, Mandate: tr.Mandate, BookingState: tr.BookingState}
+		ToolName: tr.ToolName, Scopes: tr.Scopes, Mandate: tr.Mandate, State: tr.State}
 	switch {
 	case tr.Action != "":
 		a, err := authz.ParseAction(tr.Action)
@@ -228,14 +240,11 @@ func (s *Server) test(ctx context.Context, sc svc.Scope, data []byte) (any, erro
 	default:
 		return nil, fmt.Errorf("%w: tool_name or action is required", authz.ErrInvalidRequest)
 	}
-	args := map[string]string{}
-	if tr.BookingObjectID != "" {
-		args["booking_object_id"] = tr.BookingObjectID
+	args, err := json.Marshal(tr.arguments())
+	if err != nil {
+		return nil, fmt.Errorf("%w: arguments: %v", authz.ErrInvalidRequest, err)
 	}
-	if tr.HEMID != "" {
-		args["hem_id"] = tr.HEMID
-	}
-	req.Arguments, _ = json.Marshal(args)
+	req.Arguments = args
 	d, err := s.cfg.Gate.Decide(ctx, req)
 	if err != nil {
 		return nil, err
@@ -243,12 +252,28 @@ func (s *Server) test(ctx context.Context, sc svc.Scope, data []byte) (any, erro
 	return TestReply{Decision: d}, nil
 }
 
+// arguments returns the call's arguments: Arguments, with the legacy
+// top-level fields added under their argument names when Arguments does
+// not set them.
+func (tr *TestRequest) arguments() map[string]any {
+	args := make(map[string]any, len(tr.Arguments)+2)
+	for k, v := range tr.Arguments {
+		args[k] = v
+	}
+	for name, v := range map[string]string{"booking_object_id": tr.LegacyResource, "hem_id": tr.LegacyEnumerated} {
+		if _, ok := args[name]; !ok && v != "" {
+			args[name] = v
+		}
+	}
+	return args
+}
+
 func (s *Server) query(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var qr QueryRequest
 	if err := natspolicy.Decode(data, &qr); err != nil {
 		return nil, err
 	}
-	r, err := s.cfg.Querier.Query(ctx, authz.QueryInput{Project: sc.Project, AgentID: qr.AgentID, Mandate: qr.Mandate, BookingState: qr.BookingState})
+	r, err := s.cfg.Querier.Query(ctx, authz.QueryInput{Project: sc.Project, AgentID: qr.AgentID, Mandate: qr.Mandate, State: qr.State})
 	if authz.IsMandateError(err) {
 		return nil, fmt.Errorf("%w: %v", errMandate, err)
 	}
