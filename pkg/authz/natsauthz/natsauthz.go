@@ -61,23 +61,21 @@ const (
 // the policy operations' codes are natspolicy's.
 const CodeMandateInvalid = "mandate_invalid"
 
-// errMandate is the client-side sentinel of CodeMandateInvalid.
-var errMandate = errors.New("natsauthz: mandate refused")
+// Errors of the authz service's gate operations; the policy operations'
+// are authz's sentinels and natspolicy.ErrForbidden.
+var (
+	// ErrMandate matches (errors.Is) a mandate_invalid reply: query was
+	// given a mandate that does not verify.
+	ErrMandate = errors.New("natsauthz: mandate refused")
+	// ErrForbidden matches (errors.Is) a forbidden reply: a write whose
+	// signature does not verify or names no identity of the mesh
+	// (natspolicy.ErrForbidden).
+	ErrForbidden = natspolicy.ErrForbidden
+)
 
 // Codes maps sentinels to wire codes and back: natspolicy.Codes and
 // mandate_invalid.
-var Codes = append(slices.Clone(natspolicy.Codes), svc.CodeMap{Err: errMandate, Code: CodeMandateInvalid})
-
-// ErrForbidden matches (errors.Is) a forbidden reply: a write whose
-// signature does not verify or names no identity of the mesh.
-var ErrForbidden = natspolicy.ErrForbidden
-
-// Names resolves the public nkey of a signed request to the name of the
-// mesh identity holding it (natspolicy.Names).
-type Names = natspolicy.Names
-
-// ErrMandate matches (errors.Is) a mandate_invalid reply.
-var ErrMandate = errMandate
+var Codes = append(slices.Clone(natspolicy.Codes), svc.CodeMap{Err: ErrMandate, Code: CodeMandateInvalid})
 
 // Request and reply bodies.
 type (
@@ -163,7 +161,7 @@ func NewServer(nc *nats.Conn, cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, srv: srv}
-	if s.pol, err = natspolicy.Register(srv, nc, natspolicy.ServerConfig{Store: cfg.Store, Version: cfg.Version, Logger: cfg.Logger}); err != nil {
+	if s.pol, err = natspolicy.Register(srv, natspolicy.ServerConfig{Store: cfg.Store, Version: cfg.Version, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	for op, h := range map[string]svc.HandlerFunc{OpTest: s.test, OpQuery: s.query, OpIssuerKey: s.issuerKey} {
@@ -182,12 +180,14 @@ func NewServer(nc *nats.Conn, cfg ServerConfig) (*Server, error) {
 }
 
 // SetIdentities makes the server name the signer of every policy and
-// config change by its identity; see natspolicy.Server.SetIdentities.
-func (s *Server) SetIdentities(names Names) { s.pol.SetIdentities(names) }
+// config change by its mesh identity (the mesh's nkey users); a signed
+// write by a key it does not know is refused (forbidden). Without it a
+// valid signature is recorded by its key (svc.Server.SetIdentities).
+func (s *Server) SetIdentities(names svc.Names) { s.srv.SetIdentities(names) }
 
 // SetIdentities sets the identities of the service's server; see
 // Server.SetIdentities.
-func (s *Service) SetIdentities(names Names) { s.srv.SetIdentities(names) }
+func (s *Service) SetIdentities(names svc.Names) { s.srv.SetIdentities(names) }
 
 // Stop stops serving.
 func (s *Server) Stop(ctx context.Context) error { return s.srv.Stop(ctx) }
@@ -208,7 +208,7 @@ func (s *Server) issuerKey(ctx context.Context, sc svc.Scope, _ []byte) (any, er
 
 func (s *Server) test(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var tr TestRequest
-	if err := natspolicy.Decode(data, &tr); err != nil {
+	if err := svc.DecodeAs(data, &tr, authz.ErrInvalidRequest); err != nil {
 		return nil, err
 	}
 	if tr.AgentID == "" {
@@ -270,12 +270,12 @@ func (tr *TestRequest) arguments() map[string]any {
 
 func (s *Server) query(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var qr QueryRequest
-	if err := natspolicy.Decode(data, &qr); err != nil {
+	if err := svc.DecodeAs(data, &qr, authz.ErrInvalidRequest); err != nil {
 		return nil, err
 	}
 	r, err := s.cfg.Querier.Query(ctx, authz.QueryInput{Project: sc.Project, AgentID: qr.AgentID, Mandate: qr.Mandate, State: qr.State})
 	if authz.IsMandateError(err) {
-		return nil, fmt.Errorf("%w: %v", errMandate, err)
+		return nil, fmt.Errorf("%w: %v", ErrMandate, err)
 	}
 	if err != nil {
 		return nil, err
