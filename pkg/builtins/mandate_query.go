@@ -39,8 +39,8 @@ func (d Deps) mandateQuery(ctx context.Context, call *worker.Call) (worker.Resul
 		return worker.Result{}, worker.Fail(card.CodeBadRequest, "mandate_query: authorization is not enabled on this mesh (mesh.Config.Auth)")
 	}
 	var a struct {
-		State *string `json:"booking_state"`
-		Mandate      string  `json:"mandate"`
+		State   *string `json:"booking_state"`
+		Mandate string  `json:"mandate"`
 	}
 	if err := call.Bind(&a); err != nil {
 		return worker.Result{}, err
