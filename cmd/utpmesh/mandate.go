@@ -130,7 +130,7 @@ func (c *mandateCommand) Run(ctx context.Context, args []string) error {
 		}
 		cl := mandate.Claims{Subject: *agent, ExpiresAt: now.Add(*ttl).Unix(), AgentPub: *agentPub, Mandate: mandate.Grant{PolicySet: text}}
 		if *booking != "" {
-			cl.BookingObjectID = booking
+			cl.Resource = booking
 		}
 		tok, err := mandate.Issue(key, cl, now)
 		if err != nil {
@@ -166,7 +166,7 @@ func (c *mandateCommand) Run(ctx context.Context, args []string) error {
 			cl.ExpiresAt = now.Add(*ttl).Unix()
 		}
 		if *booking != "" {
-			cl.BookingObjectID = booking
+			cl.Resource = booking
 		}
 		tok, err := mandate.Narrow(key, pm, cl, now)
 		if err != nil {
@@ -223,7 +223,7 @@ func (c *mandateCommand) Run(ctx context.Context, args []string) error {
 		defer cancel()
 		req := natsauthz.QueryRequest{AgentID: *agent, Mandate: tok}
 		if *state != "" {
-			req.BookingState = state
+			req.State = state
 		}
 		r, err := cl.Query(qctx, *project, req)
 		if err != nil {

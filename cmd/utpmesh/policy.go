@@ -191,9 +191,14 @@ func (c *policyCommand) Run(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(c.env.stdout, "project %s: mandate %s\n", *project, cfg.Mandate)
 	case "test":
-		req := natsauthz.TestRequest{AgentID: *agent, ToolName: *tool, Action: *action, BookingObjectID: *booking, HEMID: *hem}
+		req := natsauthz.TestRequest{AgentID: *agent, ToolName: *tool, Action: *action, Arguments: map[string]any{}}
+		for name, v := range map[string]string{"booking_object_id": *booking, "hem_id": *hem} {
+			if v != "" {
+				req.Arguments[name] = v
+			}
+		}
 		if *state != "" {
-			req.BookingState = state
+			req.State = state
 		}
 		if *mand != "" {
 			if req.Mandate, err = readToken(*mand); err != nil {

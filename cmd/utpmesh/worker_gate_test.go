@@ -131,7 +131,7 @@ func TestExternalWorkerGate(t *testing.T) {
 	echoOnly := `permit(principal, action == Action::"echo", resource);`
 	issue := func(k *mandate.IssuerKey, agent, policy string, iat, exp time.Time, booking *string) string {
 		t.Helper()
-		tok, err := mandate.Issue(k, mandate.Claims{Subject: agent, IssuedAt: iat.Unix(), ExpiresAt: exp.Unix(), BookingObjectID: booking,
+		tok, err := mandate.Issue(k, mandate.Claims{Subject: agent, IssuedAt: iat.Unix(), ExpiresAt: exp.Unix(), Resource: booking,
 			Mandate: mandate.Grant{PolicySet: policy}}, iat)
 		if err != nil {
 			t.Fatal(err)

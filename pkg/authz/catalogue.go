@@ -14,7 +14,7 @@ import (
 
 // ErrBindingMismatch: a call names a resource other than the one its
 // mandate is bound to. A ResourceResolver returns an error wrapping it;
-// the gate denies the call with ReasonBookingMismatch and the error's
+// the gate denies the call with ReasonResourceMismatch and the error's
 // message.
 var ErrBindingMismatch = errors.New("authz: the call's resource is not the mandate's")
 

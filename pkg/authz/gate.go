@@ -104,16 +104,16 @@ type Request struct {
 	// Scopes are the tool's required scopes (registry options.scopes).
 	Scopes []string
 	// Arguments are the call's arguments; the catalogues' resolvers read
-	// them (ATP: booking_object_id and hem_id).
+	// them.
 	Arguments json.RawMessage
 	// Mandate is the compact token, or "".
 	Mandate string
 	// Builtin: a PMO built-in needs a valid mandate (unless the project
 	// opted out) but no Cedar permission.
 	Builtin bool
-	// BookingState, when set, is the resource's state to use instead of
-	// the catalogue's own (policy tests; ResourceRequest.State).
-	BookingState *string
+	// State, when set, is the resource's state to use instead of the
+	// catalogue's own (policy tests; ResourceRequest.State).
+	State *string
 }
 
 // Decision is the gate's answer.
@@ -123,14 +123,20 @@ type Decision struct {
 	Message string `json:"message"`
 	Action  string `json:"action"`
 	// Policies determined the decision ("project:<id>", "mandate:<id>").
-	Policies        []string `json:"policies"`
-	MandateJTI      string   `json:"mandate_jti,omitempty"`
-	MandateIssuer   string   `json:"mandate_issuer,omitempty"`
-	BookingObjectID string   `json:"booking_object_id,omitempty"`
-	BookingState    string   `json:"booking_state,omitempty"`
+	Policies      []string `json:"policies"`
+	MandateJTI    string   `json:"mandate_jti,omitempty"`
+	MandateIssuer string   `json:"mandate_issuer,omitempty"`
+	// ResourceID is the call's resource as a catalogue resolved it, else
+	// the mandate's bound resource (wire: booking_object_id).
+	ResourceID string `json:"booking_object_id,omitempty"`
+	// ResourceState is the resource's state (wire: booking_state).
+	ResourceState string `json:"booking_state,omitempty"`
 	// Granted summarises what the mandate permits (on a scope violation).
 	Granted []string `json:"granted,omitempty"`
 	// Errors are Cedar evaluation errors of policies that did not apply.
+	// An erring permit is skipped; an erring forbid denies the call
+	// (fail closed: Reason project_policy_denied or
+	// mandate_scope_violation, Policies naming the forbid).
 	Errors []string `json:"errors,omitempty"`
 
 	mandate *mandate.Mandate
@@ -142,14 +148,15 @@ func (d *Decision) Mandate() *mandate.Mandate { return d.mandate }
 // AuthFailedDetail is the detail of an auth_failed tool.result.
 type AuthFailedDetail struct {
 	// Reason is one of the Reason* constants (mandate_scope_violation…).
-	Reason          string   `json:"reason"`
-	Tool            string   `json:"tool"`
-	RequiredAction  string   `json:"required_action"`
-	RequiredScopes  []string `json:"required_scopes"`
-	Granted         []string `json:"granted"`
-	MandateJTI      string   `json:"mandate_jti,omitempty"`
-	BookingObjectID string   `json:"booking_object_id,omitempty"`
-	Policies        []string `json:"policies"`
+	Reason         string   `json:"reason"`
+	Tool           string   `json:"tool"`
+	RequiredAction string   `json:"required_action"`
+	RequiredScopes []string `json:"required_scopes"`
+	Granted        []string `json:"granted"`
+	MandateJTI     string   `json:"mandate_jti,omitempty"`
+	// ResourceID is Decision.ResourceID (wire: booking_object_id).
+	ResourceID string   `json:"booking_object_id,omitempty"`
+	Policies   []string `json:"policies"`
 
 	// Fields a catalogue's DenialDecorator sets for its own actions (the
 	// ATP catalogue's denial body, issue 13: error, required_scope,
@@ -176,7 +183,7 @@ func (g *Gate) Authorize(ctx context.Context, call *worker.Call) error {
 	}
 	detail := AuthFailedDetail{
 		Reason: d.Reason, Tool: req.ToolName, RequiredAction: d.Action, RequiredScopes: nonNil(req.Scopes),
-		Granted: nonNil(d.Granted), MandateJTI: d.MandateJTI, BookingObjectID: d.BookingObjectID, Policies: nonNil(d.Policies),
+		Granted: nonNil(d.Granted), MandateJTI: d.MandateJTI, ResourceID: d.ResourceID, Policies: nonNil(d.Policies),
 	}
 	for _, r := range resolvers(g.cfg.Resources) {
 		if dd, ok := r.(DenialDecorator); ok {
@@ -253,24 +260,24 @@ func (g *Gate) Decide(ctx context.Context, req *Request) (*Decision, error) {
 		}
 		return d, nil
 	}
-	rr := ResourceRequest{Project: req.Project, Tool: req.ToolName, Action: req.Action, Arguments: req.Arguments, State: req.BookingState}
+	rr := ResourceRequest{Project: req.Project, Tool: req.ToolName, Action: req.Action, Arguments: req.Arguments, State: req.State}
 	if m != nil {
-		rr.Bound, rr.MandateJTI = m.Claims.BookingObjectID, m.Claims.JTI
+		rr.Bound, rr.MandateJTI = m.Claims.Resource, m.Claims.JTI
 	}
 	res, err := resolve(ctx, resolvers(g.cfg.Resources), rr)
 	if errors.Is(err, ErrBindingMismatch) {
 		if rr.Bound != nil {
-			d.BookingObjectID = *rr.Bound
+			d.ResourceID = *rr.Bound
 		}
-		return deny(d, ReasonBookingMismatch, strings.TrimPrefix(err.Error(), ErrBindingMismatch.Error()+": ")), nil
+		return deny(d, ReasonResourceMismatch, strings.TrimPrefix(err.Error(), ErrBindingMismatch.Error()+": ")), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("authz: resource of the call: %w", err)
 	}
 	if res != nil {
-		d.BookingObjectID, d.BookingState = res.ID, res.State
+		d.ResourceID, d.ResourceState = res.ID, res.State
 	} else if rr.Bound != nil {
-		d.BookingObjectID = *rr.Bound
+		d.ResourceID = *rr.Bound
 	}
 	doc, err := g.cfg.Policies.Policies(ctx, req.Project)
 	if errors.Is(err, ErrNotFound) {
@@ -290,6 +297,10 @@ func (g *Gate) Decide(ctx context.Context, req *Request) (*Decision, error) {
 		d.Policies = reasons("project", diag)
 		return deny(d, ReasonProjectPolicy, fmt.Sprintf("project %s's policies do not permit %s for agent %s", req.Project, req.Action, req.AgentID)), nil
 	}
+	if fe := unevaluatedForbids(pps, diag); len(fe) > 0 {
+		d.Policies = prefixed("project", fe)
+		return deny(d, ReasonProjectPolicy, forbidDenial("project "+req.Project, pps, fe)), nil
+	}
 	d.Policies = reasons("project", diag)
 	if m == nil {
 		d.Allowed, d.Reason, d.Message = true, ReasonMandateNotRequired, "allowed by the project's policies (project requires no mandate)"
@@ -301,6 +312,11 @@ func (g *Gate) Decide(ctx context.Context, req *Request) (*Decision, error) {
 		d.Policies = append(d.Policies, reasons("mandate", diag)...)
 		d.Granted = Grants(m.Policies)
 		return deny(d, ReasonScopeViolation, fmt.Sprintf("mandate %s does not permit %s (tool %s) for agent %s", m.Claims.JTI, req.Action, req.ToolName, req.AgentID)), nil
+	}
+	if fe := unevaluatedForbids(m.Policies, diag); len(fe) > 0 {
+		d.Policies = append(d.Policies, prefixed("mandate", fe)...)
+		d.Granted = Grants(m.Policies)
+		return deny(d, ReasonScopeViolation, forbidDenial("mandate "+m.Claims.JTI, m.Policies, fe)), nil
 	}
 	d.Policies = append(d.Policies, reasons("mandate", diag)...)
 	d.Allowed, d.Reason, d.Message = true, ReasonAllowed, "allowed by the project's policies and the mandate"
@@ -411,7 +427,7 @@ func (g *Gate) audit(ctx context.Context, req *Request, d *Decision) {
 	g.cfg.Audit.Audit(ctx, req.Version, &AuditRecord{
 		Time: g.cfg.Now().UTC(), ProjectID: req.Project, ChannelID: req.Channel, AgentID: req.AgentID,
 		ToolName: req.ToolName, ToolCallID: req.ToolCallID, Action: d.Action, Decision: dec, Reason: d.Reason,
-		Policies: nonNil(d.Policies), MandateJTI: d.MandateJTI, MandateIssuer: d.MandateIssuer, BookingObjectID: d.BookingObjectID,
+		Policies: nonNil(d.Policies), MandateJTI: d.MandateJTI, MandateIssuer: d.MandateIssuer, ResourceID: d.ResourceID,
 	})
 }
 

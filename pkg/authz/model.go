@@ -114,10 +114,12 @@ const (
 
 // Deny reasons (AuditRecord.Reason and the auth_failed detail's reason).
 const (
-	ReasonMandateMissing     = "mandate_missing"
-	ReasonMandateInvalid     = "mandate_invalid"
-	ReasonSubjectMismatch    = "mandate_subject_mismatch"
-	ReasonBookingMismatch    = "booking_mismatch"
+	ReasonMandateMissing  = "mandate_missing"
+	ReasonMandateInvalid  = "mandate_invalid"
+	ReasonSubjectMismatch = "mandate_subject_mismatch"
+	// ReasonResourceMismatch: the call names a resource other than the
+	// one its mandate is bound to (ErrBindingMismatch).
+	ReasonResourceMismatch   = "booking_mismatch"
 	ReasonNoProjectPolicy    = "no_project_policy"
 	ReasonProjectPolicy      = "project_policy_denied"
 	ReasonScopeViolation     = "mandate_scope_violation"
@@ -141,10 +143,11 @@ type AuditRecord struct {
 	Reason     string    `json:"reason"`
 	// Policies are the ids of the policies that determined the decision,
 	// prefixed "project:" or "mandate:".
-	Policies        []string `json:"policies"`
-	MandateJTI      string   `json:"mandate_jti,omitempty"`
-	MandateIssuer   string   `json:"mandate_issuer,omitempty"`
-	BookingObjectID string   `json:"booking_object_id,omitempty"`
+	Policies      []string `json:"policies"`
+	MandateJTI    string   `json:"mandate_jti,omitempty"`
+	MandateIssuer string   `json:"mandate_issuer,omitempty"`
+	// ResourceID is Decision.ResourceID (wire: booking_object_id).
+	ResourceID string `json:"booking_object_id,omitempty"`
 }
 
 // Auditor receives every decision of the gate.

@@ -31,9 +31,9 @@ type QueryInput struct {
 	AgentID string
 	// Mandate is the compact token; "" only when the project requires none.
 	Mandate string
-	// BookingState is the current state of the bound resource (protocol
-	// §10.3 booking_state); nil when unknown.
-	BookingState *string
+	// State is the current state of the bound resource (protocol §10.3
+	// booking_state); nil when unknown.
+	State *string
 }
 
 // Query runs the query. A mandate that does not verify wraps its mandate
@@ -83,7 +83,7 @@ func (q *Querier) Query(ctx context.Context, in QueryInput) (*Residual, error) {
 		}
 		tools = append(tools, ToolAction{ToolName: e.ToolName, Action: a, Scopes: e.Options.Scopes})
 	}
-	return Query(ctx, QueryRequest{Project: in.Project, AgentID: in.AgentID, Mandate: m, ProjectPolicies: pps, Tools: tools, BookingState: in.BookingState, Resources: q.Resources})
+	return Query(ctx, QueryRequest{Project: in.Project, AgentID: in.AgentID, Mandate: m, ProjectPolicies: pps, Tools: tools, State: in.State, Resources: q.Resources})
 }
 
 // IsMandateError reports whether err is a mandate verification failure.

@@ -25,7 +25,7 @@ type ToolAction struct {
 }
 
 // QueryRequest is a Windley Loop query: which tools may this agent call in
-// the current booking state?
+// the current state of its mandate's bound resource?
 type QueryRequest struct {
 	Project string
 	AgentID string
@@ -36,10 +36,10 @@ type QueryRequest struct {
 	ProjectPolicies *cedar.PolicySet
 	// Tools are the project's tools (registry), with their actions.
 	Tools []ToolAction
-	// BookingState is the current state of the mandate's bound resource;
-	// nil when unknown (then the conditions on the catalogues' state
+	// State is the current state of the mandate's bound resource; nil
+	// when unknown (then the conditions on the catalogues' state
 	// attributes stay in the residual).
-	BookingState *string
+	State *string
 	// Resources resolve the bound resource (GateConfig.Resources);
 	// optional: without, the registered catalogues are asked.
 	Resources []ResourceResolver
@@ -50,42 +50,48 @@ type PermittedTool struct {
 	ToolName string `json:"tool_name"`
 	Action   string `json:"action"`
 	// Conditional: the call is permitted only when Conditions hold (or
-	// only for HEMIDs, the permitted values of the enumerated attribute).
+	// only for Enumerated, the permitted values of the enumerated
+	// attribute; wire: hem_ids).
 	Conditional bool     `json:"conditional"`
-	HEMIDs      []string `json:"hem_ids,omitempty"`
+	Enumerated  []string `json:"hem_ids,omitempty"`
 	// Conditions are the residual Cedar policies that still decide.
 	Conditions []string `json:"conditions,omitempty"`
 }
 
 // Residual is the answer of a Windley query.
 type Residual struct {
-	TemplateVersion string          `json:"template_version"`
-	ProjectID       string          `json:"project_id"`
-	AgentID         string          `json:"agent_id"`
-	MandateJTI      string          `json:"mandate_jti,omitempty"`
-	ExpiresAt       *time.Time      `json:"expires_at,omitempty"`
-	BookingObjectID *string         `json:"booking_object_id"`
-	BookingState    *string         `json:"booking_state"`
-	Permitted       []PermittedTool `json:"permitted"`
-	NotPermitted    []string        `json:"not_permitted"`
-	// HEMIDs are the permitted values of the catalogues' first enumerated
-	// context attribute (SchemaFragment.Enumerated; ATP: hem_id).
-	HEMIDs []string `json:"hem_ids"`
+	TemplateVersion string     `json:"template_version"`
+	ProjectID       string     `json:"project_id"`
+	AgentID         string     `json:"agent_id"`
+	MandateJTI      string     `json:"mandate_jti,omitempty"`
+	ExpiresAt       *time.Time `json:"expires_at,omitempty"`
+	// ResourceID is the mandate's bound resource (wire:
+	// booking_object_id).
+	ResourceID *string `json:"booking_object_id"`
+	// State is the resource's state as the query was told it (wire:
+	// booking_state).
+	State        *string         `json:"booking_state"`
+	Permitted    []PermittedTool `json:"permitted"`
+	NotPermitted []string        `json:"not_permitted"`
+	// Enumerated are the permitted values of the catalogues' first
+	// enumerated context attribute (SchemaFragment.Enumerated; wire:
+	// hem_ids).
+	Enumerated []string `json:"hem_ids"`
 	// ContextBlock is the rendered Windley context block (the registered
 	// ContextRenderer's, else a plain list).
 	ContextBlock string `json:"context_block"`
 }
 
-// Allows reports whether tool is in the residual set for hemID (the value
+// Allows reports whether tool is in the residual set for value (the value
 // of the enumerated attribute; ignored unless the tool is permitted only
 // for listed values).
-func (r *Residual) Allows(tool, hemID string) bool {
+func (r *Residual) Allows(tool, value string) bool {
 	for _, p := range r.Permitted {
 		if p.ToolName != tool {
 			continue
 		}
-		if len(p.HEMIDs) > 0 {
-			return slices.Contains(p.HEMIDs, hemID)
+		if len(p.Enumerated) > 0 {
+			return slices.Contains(p.Enumerated, value)
 		}
 		return !p.Conditional
 	}
@@ -114,8 +120,8 @@ func Query(ctx context.Context, q QueryRequest) (*Residual, error) {
 		return nil, fmt.Errorf("%w: no project policies", ErrInvalidRequest)
 	}
 	agent := q.AgentID
-	r := &Residual{ProjectID: q.Project, BookingState: q.BookingState,
-		Permitted: []PermittedTool{}, NotPermitted: []string{}, HEMIDs: []string{}}
+	r := &Residual{ProjectID: q.Project, State: q.State,
+		Permitted: []PermittedTool{}, NotPermitted: []string{}, Enumerated: []string{}}
 	var bound *string
 	sets := []*cedar.PolicySet{q.ProjectPolicies}
 	if m := q.Mandate; m != nil {
@@ -123,9 +129,9 @@ func Query(ctx context.Context, q QueryRequest) (*Residual, error) {
 		r.MandateJTI = m.Claims.JTI
 		exp := m.Expires()
 		r.ExpiresAt = &exp
-		if m.Claims.BookingObjectID != nil {
-			b := *m.Claims.BookingObjectID
-			bound, r.BookingObjectID = &b, &b
+		if m.Claims.Resource != nil {
+			b := *m.Claims.Resource
+			bound, r.ResourceID = &b, &b
 		}
 		sets = append(sets, m.Policies)
 	}
@@ -134,10 +140,10 @@ func Query(ctx context.Context, q QueryRequest) (*Residual, error) {
 	}
 	r.AgentID = agent
 	frags := fragments()
-	unknown, enumAttr := queryUnknowns(frags, q.BookingState == nil)
+	unknown, enumAttr := queryUnknowns(frags, q.State == nil)
 	state := ""
-	if q.BookingState != nil {
-		state = *q.BookingState
+	if q.State != nil {
+		state = *q.State
 	}
 	rs := resolvers(q.Resources)
 	candidates := stringLiterals(sets...)
@@ -174,16 +180,16 @@ func Query(ctx context.Context, q QueryRequest) (*Residual, error) {
 			continue
 		}
 		pt.Conditional, pt.Conditions = true, conds
-		if q.BookingState != nil && enumAttr != "" {
+		if q.State != nil && enumAttr != "" {
 			// Only the enumerated attribute is unknown: enumerate it.
 			for _, c := range candidates {
 				env.Context.Attrs = withAttr(env.Context.Attrs, enumAttr, c)
 				if allAllow(env, sets) {
-					pt.HEMIDs = append(pt.HEMIDs, c)
+					pt.Enumerated = append(pt.Enumerated, c)
 					hemSet[c] = true
 				}
 			}
-			if len(pt.HEMIDs) == 0 {
+			if len(pt.Enumerated) == 0 {
 				env.Context.Attrs = withAttr(env.Context.Attrs, enumAttr, wildcardProbe)
 				if !allAllow(env, sets) {
 					r.NotPermitted = append(r.NotPermitted, t.ToolName)
@@ -194,9 +200,9 @@ func Query(ctx context.Context, q QueryRequest) (*Residual, error) {
 		r.Permitted = append(r.Permitted, pt)
 	}
 	for h := range hemSet {
-		r.HEMIDs = append(r.HEMIDs, h)
+		r.Enumerated = append(r.Enumerated, h)
 	}
-	sort.Strings(r.HEMIDs)
+	sort.Strings(r.Enumerated)
 	r.TemplateVersion, r.ContextBlock = renderContext(r)
 	return r, nil
 }

@@ -39,8 +39,8 @@ func (d Deps) mandateQuery(ctx context.Context, call *worker.Call) (worker.Resul
 		return worker.Result{}, worker.Fail(card.CodeBadRequest, "mandate_query: authorization is not enabled on this mesh (mesh.Config.Auth)")
 	}
 	var a struct {
-		BookingState *string `json:"booking_state"`
-		Mandate      string  `json:"mandate"`
+		State   *string `json:"booking_state"`
+		Mandate string  `json:"mandate"`
 	}
 	if err := call.Bind(&a); err != nil {
 		return worker.Result{}, err
@@ -50,7 +50,7 @@ func (d Deps) mandateQuery(ctx context.Context, call *worker.Call) (worker.Resul
 			_ = json.Unmarshal(raw, &a.Mandate)
 		}
 	}
-	r, err := d.Mandates.Query(ctx, authz.QueryInput{Project: call.ProjectID, AgentID: call.Command.AgentID, Mandate: a.Mandate, BookingState: a.BookingState})
+	r, err := d.Mandates.Query(ctx, authz.QueryInput{Project: call.ProjectID, AgentID: call.Command.AgentID, Mandate: a.Mandate, State: a.State})
 	switch {
 	case authz.IsMandateError(err):
 		return worker.Result{}, worker.Fail(card.CodeAuthFailed, err.Error())

@@ -27,6 +27,6 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(m.Header.Typ, m.Claims.Subject, m.Claims.Issuer, m.Claims.Booking() == "")
+	fmt.Println(m.Header.Typ, m.Claims.Subject, m.Claims.Issuer, m.Claims.BoundResource() == "")
 	// Output: atp-mandate+jwt agent-1 utpmesh:project:demo true
 }

@@ -82,7 +82,7 @@ func TestVerify(t *testing.T) {
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Verify = %v, want %v", err, tc.want)
 			}
-			if err == nil && (m.Claims.Subject != "a1" || m.Policies == nil || m.Claims.Booking() != "") {
+			if err == nil && (m.Claims.Subject != "a1" || m.Policies == nil || m.Claims.BoundResource() != "") {
 				t.Fatalf("claims = %+v", m.Claims)
 			}
 		})
@@ -103,7 +103,7 @@ func TestIssueRefuses(t *testing.T) {
 		{"syntax error names the line", "permit(principal, action, resource);\npermit(principal action);", nil, ErrInvalidClaims, ":2:"},
 		{"no subject", readPolicy, func(c *Claims) { c.Subject = "" }, ErrInvalidClaims, "sub"},
 		{"exp before iat", readPolicy, func(c *Claims) { c.ExpiresAt = t0.Add(-time.Hour).Unix() }, ErrInvalidClaims, "exp"},
-		{"empty booking", readPolicy, func(c *Claims) { s := ""; c.BookingObjectID = &s }, ErrInvalidClaims, "null"},
+		{"empty booking", readPolicy, func(c *Claims) { s := ""; c.Resource = &s }, ErrInvalidClaims, "null"},
 		{"bad agent_pub", readPolicy, func(c *Claims) { c.AgentPub = "xyz" }, ErrInvalidClaims, "agent_pub"},
 		{"duplicate id", readPolicy + "\n" + readPolicy, nil, ErrInvalidClaims, "used twice"},
 		{"a catalogue's rule", `@id("refused") permit(principal, action, resource);`, nil, errRefusedByTest, "refused by the test rule"},
@@ -201,7 +201,7 @@ func FuzzDecode(f *testing.F) {
 	k := mustKey(f, "demo")
 	f.Add(issue(f, k, readPolicy, nil))
 	f.Add(issue(f, k, `permit(principal, action == ATPAction::"invoke_hem", resource) when { ["HEM-01"].contains(context.hem_id) };`,
-		func(c *Claims) { b := "bk-1"; c.BookingObjectID = &b; c.ParentChain = []string{"root"} }))
+		func(c *Claims) { b := "bk-1"; c.Resource = &b; c.ParentChain = []string{"root"} }))
 	f.Add("a.b.c")
 	f.Add("")
 	f.Add("eyJhbGciOiJFZERTQSIsInR5cCI6ImF0cC1tYW5kYXRlK2p3dCJ9.e30.AAAA")

@@ -24,8 +24,8 @@ func CheckNarrowing(parent, child *Mandate) error {
 		return fmt.Errorf("%w: exp %s is after the parent's %s", ErrTooWide,
 			time.Unix(cc.ExpiresAt, 0).UTC().Format(time.RFC3339), time.Unix(pc.ExpiresAt, 0).UTC().Format(time.RFC3339))
 	}
-	if pc.BookingObjectID != nil && (cc.BookingObjectID == nil || *cc.BookingObjectID != *pc.BookingObjectID) {
-		return fmt.Errorf("%w: the parent is bound to booking %s, the child must be bound to the same booking (got %s)", ErrTooWide, *pc.BookingObjectID, bookingString(cc.BookingObjectID))
+	if pc.Resource != nil && (cc.Resource == nil || *cc.Resource != *pc.Resource) {
+		return fmt.Errorf("%w: the parent is bound to resource %s (booking_object_id), the child must be bound to the same resource (got %s)", ErrTooWide, *pc.Resource, resourceString(cc.Resource))
 	}
 	want := append(slices.Clone(pc.ParentChain), pc.JTI)
 	if !slices.Equal(cc.ParentChain, want) {
@@ -34,7 +34,7 @@ func CheckNarrowing(parent, child *Mandate) error {
 	return CheckPolicyNarrowing(parent.Policies, child.Policies)
 }
 
-func bookingString(b *string) string {
+func resourceString(b *string) string {
 	if b == nil {
 		return "null"
 	}
@@ -260,9 +260,9 @@ func Narrow(key *IssuerKey, parent *Mandate, child Claims, now time.Time) (strin
 	if child.ExpiresAt == 0 {
 		child.ExpiresAt = parent.Claims.ExpiresAt
 	}
-	if child.BookingObjectID == nil && parent.Claims.BookingObjectID != nil {
-		b := *parent.Claims.BookingObjectID
-		child.BookingObjectID = &b
+	if child.Resource == nil && parent.Claims.Resource != nil {
+		b := *parent.Claims.Resource
+		child.Resource = &b
 	}
 	child.ParentChain = append(slices.Clone(parent.Claims.ParentChain), parent.Claims.JTI)
 	if child.IssuedAt == 0 {

@@ -24,7 +24,7 @@ forbid(principal, action, resource) when { context has booking_state && context.
 
 func TestNarrow(t *testing.T) {
 	k := mustKey(t, "demo")
-	ptok := issue(t, k, parentPolicy, func(c *Claims) { b := "bk-1"; c.BookingObjectID = &b })
+	ptok := issue(t, k, parentPolicy, func(c *Claims) { b := "bk-1"; c.Resource = &b })
 	v := &Verifier{Keys: StaticKeys{k}, Now: func() time.Time { return t0 }}
 	parent, err := v.Verify(context.Background(), ptok, "")
 	if err != nil {
@@ -48,7 +48,7 @@ when { ["HEM-01", "HEM-02"].contains(context.hem_id) } when { context.hem_id == 
 		{"drops the state condition", `permit(principal, action == ATPAction::"update_pre_arrangement", resource);` + forbidCopy, nil, `context.booking_state == "PRE_JOURNEY"`},
 		{"drops a forbid", `permit(principal, action == ATPAction::"get_booking_status", resource);`, nil, "forbid policy no-disruption"},
 		{"later expiry", parentPolicy, func(c *Claims) { c.ExpiresAt = t0.Add(3 * time.Hour).Unix() }, "after the parent's"},
-		{"other booking", parentPolicy, func(c *Claims) { b := "bk-2"; c.BookingObjectID = &b }, "same booking"},
+		{"other booking", parentPolicy, func(c *Claims) { b := "bk-2"; c.Resource = &b }, "same resource"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,7 +65,7 @@ when { ["HEM-01", "HEM-02"].contains(context.hem_id) } when { context.hem_id == 
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(child.Claims.ParentChain) != 1 || child.Claims.ParentChain[0] != parent.Claims.JTI || child.Claims.Booking() != "bk-1" {
+				if len(child.Claims.ParentChain) != 1 || child.Claims.ParentChain[0] != parent.Claims.JTI || child.Claims.BoundResource() != "bk-1" {
 					t.Fatalf("child claims = %+v", child.Claims)
 				}
 				return

@@ -83,20 +83,22 @@ type Claims struct {
 	IssuedAt   int64  `json:"iat"`
 	ExpiresAt  int64  `json:"exp"`
 	ATPVersion string `json:"atp_version"`
-	// BookingObjectID binds the mandate to one booking; nil (JSON null)
-	// when it is not bound.
-	BookingObjectID *string  `json:"booking_object_id"`
-	ParentChain     []string `json:"parent_chain"`
-	AgentPub        string   `json:"agent_pub"`
-	Mandate         Grant    `json:"mandate"`
+	// Resource binds the mandate to one resource (a catalogue's entity,
+	// e.g. an ATP booking; claim booking_object_id); nil (JSON null) when
+	// it is not bound.
+	Resource    *string  `json:"booking_object_id"`
+	ParentChain []string `json:"parent_chain"`
+	AgentPub    string   `json:"agent_pub"`
+	Mandate     Grant    `json:"mandate"`
 }
 
-// Booking returns the bound booking id, or "".
-func (c *Claims) Booking() string {
-	if c.BookingObjectID == nil {
+// BoundResource returns the id of the bound resource (claim
+// booking_object_id), or "".
+func (c *Claims) BoundResource() string {
+	if c.Resource == nil {
 		return ""
 	}
-	return *c.BookingObjectID
+	return *c.Resource
 }
 
 // Mandate is a decoded token.
@@ -194,7 +196,7 @@ func checkClaims(c *Claims) (*cedar.PolicySet, error) {
 		return nil, fmt.Errorf("claim exp (%d) is not after iat (%d)", c.ExpiresAt, c.IssuedAt)
 	case c.ATPVersion == "":
 		return nil, errors.New("claim atp_version is empty")
-	case c.BookingObjectID != nil && *c.BookingObjectID == "":
+	case c.Resource != nil && *c.Resource == "":
 		return nil, errors.New(`claim booking_object_id is "", use null for an unbound mandate`)
 	case c.Mandate.RARFormat != RARFormat:
 		return nil, fmt.Errorf("mandate.rarFormat is %q, want %q", c.Mandate.RARFormat, RARFormat)

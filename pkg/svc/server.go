@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -98,6 +99,9 @@ type Server struct {
 	toolSub  *nats.Subscription
 	baseCtx  context.Context
 	cancel   context.CancelFunc
+	// names are the identities Unwrap names signers by (Config.Identities,
+	// replaced by SetIdentities).
+	names atomic.Pointer[Names]
 }
 
 // NewServer returns a server for cfg.Service. Register operations with Handle,
@@ -128,11 +132,13 @@ func NewServer(nc *nats.Conn, cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		nc: nc, cfg: cfg, handlers: map[string]HandlerFunc{},
 		sem: make(chan struct{}, cfg.Concurrency), toolSem: make(chan struct{}, cfg.Concurrency),
 		baseCtx: ctx, cancel: cancel,
-	}, nil
+	}
+	s.SetIdentities(cfg.Identities)
+	return s, nil
 }
 
 // Handle registers the handler of one operation. It must be called before Start.
@@ -355,14 +361,28 @@ func RequestHeader(ctx context.Context) nats.Header {
 
 // Decode unmarshals a request body into v, reporting malformed JSON as
 // ErrBadRequest. Unknown fields are ignored.
-func Decode(data []byte, v any) error {
+func Decode(data []byte, v any) error { return DecodeAs(data, v, ErrBadRequest) }
+
+// DecodeAs unmarshals a request body into v (an empty body is {}); unknown
+// fields are ignored. Malformed JSON is an error wrapping sentinel, the
+// service's own "bad request" sentinel, whose message is "<sentinel>:
+// request body: <why>" (a sentinel made with fmt.Errorf("%w: %w", a, b)
+// wraps both). An error of v's own UnmarshalJSON that wraps one of keep
+// is returned as is (say, a registry.FieldError naming the field).
+func DecodeAs(data []byte, v any, sentinel error, keep ...error) error {
 	if len(data) == 0 {
 		data = []byte("{}")
 	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("%w: request body: %v", ErrBadRequest, err)
+	err := json.Unmarshal(data, v)
+	if err == nil {
+		return nil
 	}
-	return nil
+	for _, k := range keep {
+		if errors.Is(err, k) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: request body: %v", sentinel, err)
 }
 
 // Encoded is a reply a handler has encoded as JSON itself (say, from a

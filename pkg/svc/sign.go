@@ -23,13 +23,13 @@ type signerKey struct{}
 
 // Unwrap verifies a request received on subject: a signed body yields the
 // request inside it, and ctx carries its signer (Signer). An unsigned body
-// is returned as is. A bad signature, or a key Config.Identities does not
-// know, is an error naming the key (reqsign.ErrSignature); the caller
+// is returned as is. A bad signature, or a key the server's identities
+// (Config.Identities, SetIdentities) do not know, is an error naming the key (reqsign.ErrSignature); the caller
 // refuses and audits it.
 func (s *Server) Unwrap(ctx context.Context, subject string, data []byte) (context.Context, []byte, error) {
 	var names reqsign.Names
-	if s.cfg.Identities != nil {
-		names = reqsign.Names(s.cfg.Identities)
+	if n := s.names.Load(); n != nil && *n != nil {
+		names = reqsign.Names(*n)
 	}
 	req, signer, err := reqsign.Unwrap(subject, data, time.Now(), names)
 	if err != nil {
@@ -37,6 +37,11 @@ func (s *Server) Unwrap(ctx context.Context, subject string, data []byte) (conte
 	}
 	return context.WithValue(ctx, signerKey{}, signer), req, nil
 }
+
+// SetIdentities replaces Config.Identities, also while the server serves
+// (a mesh learns its identities after it starts the service); nil: a
+// valid signature is named by its key.
+func (s *Server) SetIdentities(names Names) { s.names.Store(&names) }
 
 // Signer is who signed the request a handler serves, as Unwrap verified
 // it ("identity:<name>", or "key:<pub>" without Identities), else

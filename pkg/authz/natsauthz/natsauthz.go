@@ -61,23 +61,21 @@ const (
 // the policy operations' codes are natspolicy's.
 const CodeMandateInvalid = "mandate_invalid"
 
-// errMandate is the client-side sentinel of CodeMandateInvalid.
-var errMandate = errors.New("natsauthz: mandate refused")
+// Errors of the authz service's gate operations; the policy operations'
+// are authz's sentinels and natspolicy.ErrForbidden.
+var (
+	// ErrMandate matches (errors.Is) a mandate_invalid reply: query was
+	// given a mandate that does not verify.
+	ErrMandate = errors.New("natsauthz: mandate refused")
+	// ErrForbidden matches (errors.Is) a forbidden reply: a write whose
+	// signature does not verify or names no identity of the mesh
+	// (natspolicy.ErrForbidden).
+	ErrForbidden = natspolicy.ErrForbidden
+)
 
 // Codes maps sentinels to wire codes and back: natspolicy.Codes and
 // mandate_invalid.
-var Codes = append(slices.Clone(natspolicy.Codes), svc.CodeMap{Err: errMandate, Code: CodeMandateInvalid})
-
-// ErrForbidden matches (errors.Is) a forbidden reply: a write whose
-// signature does not verify or names no identity of the mesh.
-var ErrForbidden = natspolicy.ErrForbidden
-
-// Names resolves the public nkey of a signed request to the name of the
-// mesh identity holding it (natspolicy.Names).
-type Names = natspolicy.Names
-
-// ErrMandate matches (errors.Is) a mandate_invalid reply.
-var ErrMandate = errMandate
+var Codes = append(slices.Clone(natspolicy.Codes), svc.CodeMap{Err: ErrMandate, Code: CodeMandateInvalid})
 
 // Request and reply bodies.
 type (
@@ -87,13 +85,23 @@ type (
 		AgentID string `json:"agent_id"`
 		// ToolName is looked up in the registry for its action and
 		// scopes; Action overrides (Namespace::"id").
-		ToolName        string   `json:"tool_name"`
-		Action          string   `json:"action,omitempty"`
-		Scopes          []string `json:"scopes,omitempty"`
-		BookingObjectID string   `json:"booking_object_id,omitempty"`
-		BookingState    *string  `json:"booking_state,omitempty"`
-		HEMID           string   `json:"hem_id,omitempty"`
-		Mandate         string   `json:"mandate,omitempty"`
+		ToolName string   `json:"tool_name"`
+		Action   string   `json:"action,omitempty"`
+		Scopes   []string `json:"scopes,omitempty"`
+		// Arguments are the call's arguments (a JSON object, as a
+		// tool.call carries them); the catalogues' entity loaders read
+		// them, e.g. ATP's booking_object_id and hem_id.
+		Arguments map[string]any `json:"arguments,omitempty"`
+		// State is the resource's state to use instead of the
+		// catalogue's own (wire: booking_state).
+		State *string `json:"booking_state,omitempty"`
+		// LegacyResource and LegacyEnumerated are the older form of
+		// arguments.booking_object_id and arguments.hem_id (wire:
+		// booking_object_id, hem_id), kept for clients written against
+		// it; an argument of the same name in Arguments wins.
+		LegacyResource   string `json:"booking_object_id,omitempty"`
+		LegacyEnumerated string `json:"hem_id,omitempty"`
+		Mandate          string `json:"mandate,omitempty"`
 	}
 	// TestReply is the reply of test.
 	TestReply struct {
@@ -101,9 +109,11 @@ type (
 	}
 	// QueryRequest is the body of query (the Windley Loop).
 	QueryRequest struct {
-		AgentID      string  `json:"agent_id,omitempty"`
-		Mandate      string  `json:"mandate,omitempty"`
-		BookingState *string `json:"booking_state,omitempty"`
+		AgentID string `json:"agent_id,omitempty"`
+		Mandate string `json:"mandate,omitempty"`
+		// State is the bound resource's current state (wire:
+		// booking_state); nil when unknown.
+		State *string `json:"booking_state,omitempty"`
 	}
 	// QueryReply is the reply of query.
 	QueryReply struct {
@@ -151,7 +161,7 @@ func NewServer(nc *nats.Conn, cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, srv: srv}
-	if s.pol, err = natspolicy.Register(srv, nc, natspolicy.ServerConfig{Store: cfg.Store, Version: cfg.Version, Logger: cfg.Logger}); err != nil {
+	if s.pol, err = natspolicy.Register(srv, natspolicy.ServerConfig{Store: cfg.Store, Version: cfg.Version, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	for op, h := range map[string]svc.HandlerFunc{OpTest: s.test, OpQuery: s.query, OpIssuerKey: s.issuerKey} {
@@ -170,12 +180,14 @@ func NewServer(nc *nats.Conn, cfg ServerConfig) (*Server, error) {
 }
 
 // SetIdentities makes the server name the signer of every policy and
-// config change by its identity; see natspolicy.Server.SetIdentities.
-func (s *Server) SetIdentities(names Names) { s.pol.SetIdentities(names) }
+// config change by its mesh identity (the mesh's nkey users); a signed
+// write by a key it does not know is refused (forbidden). Without it a
+// valid signature is recorded by its key (svc.Server.SetIdentities).
+func (s *Server) SetIdentities(names svc.Names) { s.srv.SetIdentities(names) }
 
 // SetIdentities sets the identities of the service's server; see
 // Server.SetIdentities.
-func (s *Service) SetIdentities(names Names) { s.srv.SetIdentities(names) }
+func (s *Service) SetIdentities(names svc.Names) { s.srv.SetIdentities(names) }
 
 // Stop stops serving.
 func (s *Server) Stop(ctx context.Context) error { return s.srv.Stop(ctx) }
@@ -196,14 +208,14 @@ func (s *Server) issuerKey(ctx context.Context, sc svc.Scope, _ []byte) (any, er
 
 func (s *Server) test(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var tr TestRequest
-	if err := natspolicy.Decode(data, &tr); err != nil {
+	if err := svc.DecodeAs(data, &tr, authz.ErrInvalidRequest); err != nil {
 		return nil, err
 	}
 	if tr.AgentID == "" {
 		return nil, fmt.Errorf("%w: agent_id is required", authz.ErrInvalidRequest)
 	}
 	req := &authz.Request{Version: sc.Version, Project: sc.Project, Channel: sc.Channel, AgentID: tr.AgentID,
-		ToolName: tr.ToolName, Scopes: tr.Scopes, Mandate: tr.Mandate, BookingState: tr.BookingState}
+		ToolName: tr.ToolName, Scopes: tr.Scopes, Mandate: tr.Mandate, State: tr.State}
 	switch {
 	case tr.Action != "":
 		a, err := authz.ParseAction(tr.Action)
@@ -228,14 +240,11 @@ func (s *Server) test(ctx context.Context, sc svc.Scope, data []byte) (any, erro
 	default:
 		return nil, fmt.Errorf("%w: tool_name or action is required", authz.ErrInvalidRequest)
 	}
-	args := map[string]string{}
-	if tr.BookingObjectID != "" {
-		args["booking_object_id"] = tr.BookingObjectID
+	args, err := json.Marshal(tr.arguments())
+	if err != nil {
+		return nil, fmt.Errorf("%w: arguments: %v", authz.ErrInvalidRequest, err)
 	}
-	if tr.HEMID != "" {
-		args["hem_id"] = tr.HEMID
-	}
-	req.Arguments, _ = json.Marshal(args)
+	req.Arguments = args
 	d, err := s.cfg.Gate.Decide(ctx, req)
 	if err != nil {
 		return nil, err
@@ -243,14 +252,30 @@ func (s *Server) test(ctx context.Context, sc svc.Scope, data []byte) (any, erro
 	return TestReply{Decision: d}, nil
 }
 
+// arguments returns the call's arguments: Arguments, with the legacy
+// top-level fields added under their argument names when Arguments does
+// not set them.
+func (tr *TestRequest) arguments() map[string]any {
+	args := make(map[string]any, len(tr.Arguments)+2)
+	for k, v := range tr.Arguments {
+		args[k] = v
+	}
+	for name, v := range map[string]string{"booking_object_id": tr.LegacyResource, "hem_id": tr.LegacyEnumerated} {
+		if _, ok := args[name]; !ok && v != "" {
+			args[name] = v
+		}
+	}
+	return args
+}
+
 func (s *Server) query(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var qr QueryRequest
-	if err := natspolicy.Decode(data, &qr); err != nil {
+	if err := svc.DecodeAs(data, &qr, authz.ErrInvalidRequest); err != nil {
 		return nil, err
 	}
-	r, err := s.cfg.Querier.Query(ctx, authz.QueryInput{Project: sc.Project, AgentID: qr.AgentID, Mandate: qr.Mandate, BookingState: qr.BookingState})
+	r, err := s.cfg.Querier.Query(ctx, authz.QueryInput{Project: sc.Project, AgentID: qr.AgentID, Mandate: qr.Mandate, State: qr.State})
 	if authz.IsMandateError(err) {
-		return nil, fmt.Errorf("%w: %v", errMandate, err)
+		return nil, fmt.Errorf("%w: %v", ErrMandate, err)
 	}
 	if err != nil {
 		return nil, err

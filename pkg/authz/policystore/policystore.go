@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,16 @@ import (
 
 // MaxPolicyBytes bounds one project's policy text (authz.MaxPolicyBytes).
 const MaxPolicyBytes = authz.MaxPolicyBytes
+
+// DecodeDoc decodes a stored policy document of project, as a backend
+// reads it; the error names the backend (say "boltpolicy") and project.
+func DecodeDoc(backend, project string, v []byte) (*authz.PolicyDoc, error) {
+	d := new(authz.PolicyDoc)
+	if err := json.Unmarshal(v, d); err != nil {
+		return nil, fmt.Errorf("%s: stored policies of %s: %w", backend, project, err)
+	}
+	return d, nil
+}
 
 // HistoryLimit is how many versions of each project's policy set a store
 // keeps by default (the current one included).

@@ -179,10 +179,9 @@ func (s *Service) handleSetEpoch(ctx context.Context, sc svc.Scope, data []byte)
 	return inbox.SetEpochReply{TurnEpoch: n}, nil
 }
 
+// errBadBody is the sentinel of a malformed body: inbox.ErrInvalid and
+// svc.ErrBadRequest.
+var errBadBody = fmt.Errorf("%w: %w", inbox.ErrInvalid, svc.ErrBadRequest)
+
 // decode is svc.Decode reporting a malformed body as inbox.ErrInvalid too.
-func decode(data []byte, v any) error {
-	if err := svc.Decode(data, v); err != nil {
-		return fmt.Errorf("%w: %w", inbox.ErrInvalid, err)
-	}
-	return nil
-}
+func decode(data []byte, v any) error { return svc.DecodeAs(data, v, errBadBody) }

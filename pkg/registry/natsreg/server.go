@@ -2,7 +2,6 @@ package natsreg
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -72,20 +71,10 @@ func fieldDetails(h svc.HandlerFunc) svc.HandlerFunc {
 }
 
 // decode unmarshals a request body like svc.Decode, but passes a
-// *registry.FieldError (from registry.Options' decoder) through unchanged.
+// *registry.FieldError (from registry.Options' decoder; it wraps
+// registry.ErrInvalid) through unchanged.
 func decode(data []byte, v any) error {
-	if len(data) == 0 {
-		data = []byte("{}")
-	}
-	err := json.Unmarshal(data, v)
-	var fe *registry.FieldError
-	if errors.As(err, &fe) {
-		return fe
-	}
-	if err != nil {
-		return fmt.Errorf("%w: request body: %v", svc.ErrBadRequest, err)
-	}
-	return nil
+	return svc.DecodeAs(data, v, svc.ErrBadRequest, registry.ErrInvalid)
 }
 
 func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error) {

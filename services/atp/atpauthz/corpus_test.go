@@ -83,7 +83,7 @@ func loadFixture(t testing.TB) *fixture {
 	}
 	issue := func(exp time.Time) string {
 		b := f.c.Booking
-		tok, err := mandate.Issue(f.keys[0], mandate.Claims{Subject: "guest-agent", BookingObjectID: &b, ExpiresAt: exp.Unix(),
+		tok, err := mandate.Issue(f.keys[0], mandate.Claims{Subject: "guest-agent", Resource: &b, ExpiresAt: exp.Unix(),
 			Mandate: mandate.Grant{PolicySet: f.c.MandatePolicies}}, now.Add(-2*time.Hour))
 		if err != nil {
 			t.Fatal(err)
@@ -120,7 +120,7 @@ func (f *fixture) request(tool, state, hemID, booking, token string) *authz.Requ
 	}
 	raw, _ := json.Marshal(args)
 	return &authz.Request{Version: "v1r3", Project: f.c.Project, Channel: "main", AgentID: "guest-agent", ToolName: tool,
-		Action: ta.Action, Scopes: ta.Scopes, Arguments: raw, Mandate: token, BookingState: &state}
+		Action: ta.Action, Scopes: ta.Scopes, Arguments: raw, Mandate: token, State: &state}
 }
 
 func forge(tok string) string {
@@ -184,7 +184,7 @@ func TestResidualAgreesWithGate(t *testing.T) {
 	}
 	checked := 0
 	for _, state := range f.c.States {
-		r, err := authz.Query(context.Background(), authz.QueryRequest{Project: f.c.Project, Mandate: f.mandate, ProjectPolicies: pps, Tools: tools, BookingState: &state})
+		r, err := authz.Query(context.Background(), authz.QueryRequest{Project: f.c.Project, Mandate: f.mandate, ProjectPolicies: pps, Tools: tools, State: &state})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,13 +26,13 @@ func RenderContext(r *authz.Residual) string {
 		}
 	}
 	b.WriteString("\n")
-	if r.BookingObjectID != nil {
-		fmt.Fprintf(&b, "Bound booking_object_id: %s\n", *r.BookingObjectID)
+	if r.ResourceID != nil {
+		fmt.Fprintf(&b, "Bound booking_object_id: %s\n", *r.ResourceID)
 	} else {
 		b.WriteString("Bound booking_object_id: none\n")
 	}
-	if r.BookingState != nil {
-		fmt.Fprintf(&b, "Booking state: %s\n", *r.BookingState)
+	if r.State != nil {
+		fmt.Fprintf(&b, "Booking state: %s\n", *r.State)
 	} else {
 		b.WriteString("Booking state: unknown (state-dependent conditions are listed)\n")
 	}
@@ -43,15 +43,15 @@ func RenderContext(r *authz.Residual) string {
 	for _, p := range r.Permitted {
 		fmt.Fprintf(&b, "- %s (%s)", p.ToolName, p.Action)
 		switch {
-		case len(p.HEMIDs) > 0:
-			fmt.Fprintf(&b, " only with hem_id in: %s", strings.Join(p.HEMIDs, ", "))
+		case len(p.Enumerated) > 0:
+			fmt.Fprintf(&b, " only with hem_id in: %s", strings.Join(p.Enumerated, ", "))
 		case p.Conditional:
 			fmt.Fprintf(&b, " only when: %s", strings.Join(p.Conditions, " ; "))
 		}
 		b.WriteString("\n")
 	}
-	if len(r.HEMIDs) > 0 {
-		fmt.Fprintf(&b, "Permitted hem_id values: %s\n", strings.Join(r.HEMIDs, ", "))
+	if len(r.Enumerated) > 0 {
+		fmt.Fprintf(&b, "Permitted hem_id values: %s\n", strings.Join(r.Enumerated, ", "))
 	}
 	b.WriteString("Plan only calls to the permitted tools. If the plan needs any other action, do not call it: " +
 		"request a mandate expansion (atp_invoke_hem, hem_id HEM-MANDATE-01, trigger_reason MANDATE_GAP_DETECTED).\n")

@@ -337,13 +337,13 @@ when { context.booking_state == "PRE_JOURNEY" };`); err != nil {
 		}
 		return d
 	}
-	if d := decide(); !d.Allowed || d.BookingState != "PRE_JOURNEY" {
+	if d := decide(); !d.Allowed || d.ResourceState != "PRE_JOURNEY" {
 		t.Fatalf("in PRE_JOURNEY: %+v", d)
 	}
 	if _, _, err := s.Transition(ctx, "demo", b.ID, booking.InJourney, "operator", ""); err != nil {
 		t.Fatal(err)
 	}
-	if d := decide(); d.Allowed || d.BookingState != "JOURNEY" || d.Reason != authz.ReasonProjectPolicy {
+	if d := decide(); d.Allowed || d.ResourceState != "JOURNEY" || d.Reason != authz.ReasonProjectPolicy {
 		t.Fatalf("in JOURNEY: %+v", d)
 	}
 	if st, err := s.BookingState(ctx, "demo", booking.NewID()); err != nil || st != "" {

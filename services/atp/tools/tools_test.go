@@ -346,7 +346,7 @@ permit(principal, action == ATPAction::"record_safety_check", resource in Projec
 	ag.OK(tools.ToolBookingTransition, map[string]any{"booking_object_id": b.ID, "to": "IN_JOURNEY"})
 	e := ag.Fail(tools.ToolRecordSafetyCheck, check, card.CodeAuthFailed)
 	var d authz.AuthFailedDetail
-	if err := json.Unmarshal(e.Detail, &d); err != nil || d.Reason != authz.ReasonProjectPolicy || d.BookingObjectID != b.ID {
+	if err := json.Unmarshal(e.Detail, &d); err != nil || d.Reason != authz.ReasonProjectPolicy || d.ResourceID != b.ID {
 		t.Fatalf("denial = %+v (%v)", e, err)
 	}
 	ag.OK(tools.ToolBookingTransition, map[string]any{"booking_object_id": b.ID, "to": "DISRUPTION_REVIEW"})

@@ -198,15 +198,15 @@ func NewMandateGap(r *authz.Residual, tool, action, hemID, assessment string) (*
 	}
 	g := &MandateGap{MissingAction: action, ToolName: tool, MandateJTI: r.MandateJTI, AgentAssessment: assessment,
 		ResourceCondition: fmt.Sprintf("resource == Project::%q", r.ProjectID)}
-	if r.BookingObjectID != nil {
-		b := *r.BookingObjectID
+	if r.ResourceID != nil {
+		b := *r.ResourceID
 		g.BookingObjectID = &b
 		g.ResourceCondition = fmt.Sprintf("resource == Booking::%q", b)
 	}
 	if hemID != "" {
 		g.HEMID = hemID
-		if r.BookingState != nil {
-			g.BookingState = *r.BookingState
+		if r.State != nil {
+			g.BookingState = *r.State
 		}
 	}
 	return g, nil

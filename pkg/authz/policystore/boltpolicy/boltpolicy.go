@@ -112,12 +112,9 @@ func (f *file) update(fn func(*bolt.Tx) error) error {
 	return err
 }
 
+// decodeDoc decodes a stored document (policystore.DecodeDoc).
 func decodeDoc(project string, v []byte) (*authz.PolicyDoc, error) {
-	d := new(authz.PolicyDoc)
-	if err := json.Unmarshal(v, d); err != nil {
-		return nil, fmt.Errorf("boltpolicy: stored policies of %s: %w", project, err)
-	}
-	return d, nil
+	return policystore.DecodeDoc("boltpolicy", project, v)
 }
 
 // current decodes the project's current document in tx; nil when none.

@@ -193,12 +193,9 @@ func (k *bucket) PutConfig(ctx context.Context, project string, c authz.ProjectC
 	return wrap("config put of "+project, err)
 }
 
+// decodeDoc decodes a stored document (policystore.DecodeDoc).
 func decodeDoc(project string, v []byte) (*authz.PolicyDoc, error) {
-	d := new(authz.PolicyDoc)
-	if err := json.Unmarshal(v, d); err != nil {
-		return nil, fmt.Errorf("jspolicy: stored policies of %s: %w", project, err)
-	}
-	return d, nil
+	return policystore.DecodeDoc("jspolicy", project, v)
 }
 
 // wrap passes authz sentinels and context errors through, maps a closed

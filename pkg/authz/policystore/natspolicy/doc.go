@@ -12,8 +12,10 @@
 // its own.
 //
 // Writes (put, config_put, rollback) may be signed with the caller's nkey
-// (internal/reqsign); Server.SetIdentities names the signer of every
-// change, and a bad signature is refused (forbidden). Every change is
-// audited on cg.<ver>.<project>.<channel>.evt.sys.audit.authz with its
+// and are verified and audited with pkg/svc's helpers (Endpoint.Send,
+// Server.Unwrap, Signer, Server.Audit): the svc server's identities
+// (svc.Server.SetIdentities) name the signer of every change, and a bad
+// signature is refused (ErrForbidden, wire code forbidden). Every change
+// is audited on cg.<ver>.<project>.<channel>.evt.sys.audit.authz with its
 // version and hash, never the policy text.
 package natspolicy

@@ -1,8 +1,7 @@
 package natspolicy
 
 import (
-	"encoding/json"
-	"fmt"
+	"errors"
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/svc"
@@ -24,6 +23,13 @@ const (
 	OpHistoryGet = "history_get"
 	// OpRollback stores a kept version's text as a new version.
 	OpRollback = "rollback"
+)
+
+// Errors of the policy service's client and server.
+var (
+	// ErrForbidden matches (errors.Is) a forbidden reply: a write whose
+	// signature does not verify or names no identity of the mesh.
+	ErrForbidden = errors.New("natspolicy: forbidden")
 )
 
 // Wire codes of the policy operations besides svc's common ones.
@@ -78,14 +84,6 @@ type (
 	}
 )
 
-// Decode decodes a request body (empty: {}); a malformed one is an error
-// wrapping authz.ErrInvalidRequest.
-func Decode(data []byte, v any) error {
-	if len(data) == 0 {
-		data = []byte("{}")
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("%w: request body: %v", authz.ErrInvalidRequest, err)
-	}
-	return nil
-}
+// decode decodes a request body of the authz service (empty: {}); a
+// malformed one is an error wrapping authz.ErrInvalidRequest.
+func decode(data []byte, v any) error { return svc.DecodeAs(data, v, authz.ErrInvalidRequest) }

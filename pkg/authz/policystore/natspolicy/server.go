@@ -5,13 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/svc"
-	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // ServerConfig configures Register.
@@ -20,28 +16,31 @@ type ServerConfig struct {
 	// rollback need it to be an authz.PolicyHistory (else they reply
 	// bad_request), as is put with base_version.
 	Store authz.PolicyStore
-	// Version is the protocol version token (audit subjects).
+	// Version is the protocol version token (audit subjects); the svc
+	// server's when empty.
 	Version string
 	Logger  *slog.Logger
 }
 
 // Server holds the policy operations' handlers.
 type Server struct {
-	cfg   ServerConfig
-	nc    *nats.Conn            // audit records
-	names atomic.Pointer[Names] // SetIdentities
+	cfg ServerConfig
+	// srv verifies signed writes (Unwrap, with the identities of its
+	// SetIdentities) and publishes the change audits (Audit).
+	srv *svc.Server
 }
 
-// Register adds the policy operations to srv (before srv.Start); change
-// audits are published on nc.
-func Register(srv *svc.Server, nc *nats.Conn, cfg ServerConfig) (*Server, error) {
-	if srv == nil || nc == nil || cfg.Store == nil {
-		return nil, errors.New("natspolicy: Register needs a svc server, a connection and a Store")
+// Register adds the policy operations to srv (before srv.Start); srv
+// verifies signed writes against its identities (svc.Server.SetIdentities)
+// and publishes the change audits.
+func Register(srv *svc.Server, cfg ServerConfig) (*Server, error) {
+	if srv == nil || cfg.Store == nil {
+		return nil, errors.New("natspolicy: Register needs a svc server and a Store")
 	}
 	if cfg.Version == "" {
-		cfg.Version = subjects.DefaultVersion
+		cfg.Version = srv.Version()
 	}
-	s := &Server{cfg: cfg, nc: nc}
+	s := &Server{cfg: cfg, srv: srv}
 	for op, h := range map[string]svc.HandlerFunc{
 		OpPut: s.signed(s.put), OpGet: s.get, OpConfigGet: s.configGet, OpConfigPut: s.signed(s.configPut),
 		OpHistory: s.history, OpHistoryGet: s.historyGet, OpRollback: s.signed(s.rollback),
@@ -55,7 +54,7 @@ func Register(srv *svc.Server, nc *nats.Conn, cfg ServerConfig) (*Server, error)
 
 func (s *Server) put(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req PutRequest
-	if err := Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	var doc *authz.PolicyDoc
@@ -101,7 +100,7 @@ func (s *Server) history(ctx context.Context, sc svc.Scope, _ []byte) (any, erro
 
 func (s *Server) historyGet(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req HistoryGetRequest
-	if err := Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	h, err := s.historyStore()
@@ -117,7 +116,7 @@ func (s *Server) historyGet(ctx context.Context, sc svc.Scope, data []byte) (any
 
 func (s *Server) rollback(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req RollbackRequest
-	if err := Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	if req.Version == 0 {
@@ -153,7 +152,7 @@ func (s *Server) configGet(ctx context.Context, sc svc.Scope, _ []byte) (any, er
 
 func (s *Server) configPut(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var c authz.ProjectConfig
-	if err := Decode(data, &c); err != nil {
+	if err := decode(data, &c); err != nil {
 		return nil, err
 	}
 	if err := s.cfg.Store.PutConfig(ctx, sc.Project, c); err != nil {

@@ -203,13 +203,13 @@ func testActions(t *testing.T, open Opener) {
 	ctx := context.Background()
 	authz.RegisterCatalogue(alwaysKnown{})
 	t.Cleanup(func() { authz.UnregisterCatalogue(alwaysKnown{}.Name()) })
-	s := open(t, Config{Actions: actionList{"demo": {types.NewEntityUID("ATLASAction", "TASK_LIST")}}})
+	s := open(t, Config{Actions: actionList{"demo": {types.NewEntityUID("TicketAction", "LIST_TICKETS")}}})
 	tests := []struct {
 		name, project, text, want string
 	}{
-		{"typo", "demo", `permit(principal, action == ATLASAction::"TASK_LST", resource);`, `did you mean ATLASAction::"TASK_LIST"?`},
-		{"other project has no tools", "other", `permit(principal, action == ATLASAction::"TASK_LIST", resource);`, "unknown action"},
-		{"ok", "demo", `permit(principal, action == ATLASAction::"TASK_LIST", resource);`, ""},
+		{"typo", "demo", `permit(principal, action == TicketAction::"LIST_TICKET", resource);`, `did you mean TicketAction::"LIST_TICKETS"?`},
+		{"other project has no tools", "other", `permit(principal, action == TicketAction::"LIST_TICKETS", resource);`, "unknown action"},
+		{"ok", "demo", `permit(principal, action == TicketAction::"LIST_TICKETS", resource);`, ""},
 		{"catalogue actions always known", "other", `permit(principal, action == TestCatalogueAction::"status", resource);`, ""},
 	}
 	for _, tc := range tests {
