@@ -8,14 +8,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cedar-policy/cedar-go/types"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/utpmesh/utpmesh/cardstore"
@@ -28,6 +25,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/confirm/confirmtest"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/mesh/gatetest"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/echo"
 )
@@ -40,6 +38,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // the demo mandate (every tool) and a narrow one (echo only), both for
 // agent demo-agent.
 type fixture struct {
+	g              *gatetest.Mesh // nil: a mesh without the gate
 	m              *mesh.Mesh
 	holds          *confirmtest.Holds
 	tickets        *tickets
@@ -50,55 +49,14 @@ type fixture struct {
 
 func startMesh(t *testing.T) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	dir := t.TempDir()
 	f := &fixture{holds: confirmtest.New(), tickets: newTickets()}
 	tools := append([]worker.Tool{echo.Tool()}, f.holds.Tools()...)
 	tools = append(tools, f.tickets.tools()...)
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools, Logger: quiet, Auth: &mesh.AuthConfig{}})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		_ = m.Stop(sctx)
-		cancel()
-	})
-	f.m = m
-	f.tickets.setMesh(m.Conn(), m.Cards())
-	var actions []types.EntityUID
-	for _, tl := range m.Runtime().Tools() {
-		if act, err := authz.ActionOf(tl.Entry(authz.DemoProject)); err == nil && !tl.Builtin && !slices.Contains(actions, act) {
-			actions = append(actions, act)
-		}
-	}
-	if _, err := authz.SetupDemo(ctx, m.Auth().Store, m.Auth().Keys, []string{"demo"}, actions, dir, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	demo, err := os.ReadFile(filepath.Join(dir, authz.DemoMandateFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.demo = strings.TrimSpace(string(demo))
-	f.onlyEcho = f.issue(t, authz.DemoAgent, `permit(principal, action == Action::"echo", resource);`)
+	f.g = gatetest.Start(t, gatetest.Options{Tools: tools, Logger: quiet})
+	f.m, f.demo = f.g.Mesh, f.g.Demo
+	f.tickets.setMesh(f.m.Conn(), f.m.Cards())
+	f.onlyEcho = f.g.Issue(t, authz.DemoAgent, `permit(principal, action == Action::"echo", resource);`)
 	return f
-}
-
-// issue signs a mandate of the demo project for agentID.
-func (f *fixture) issue(t *testing.T, agentID, policies string) string {
-	t.Helper()
-	key, err := f.m.Auth().Keys.Load(context.Background(), "demo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := mandate.Issue(key, mandate.Claims{Subject: agentID, ExpiresAt: time.Now().Add(time.Hour).Unix(),
-		Mandate: mandate.Grant{PolicySet: policies}}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
 }
 
 func (f *fixture) bridge(t *testing.T) *mcpbridge.Bridge {

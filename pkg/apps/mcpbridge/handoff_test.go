@@ -50,7 +50,7 @@ func TestHandoffAsElicitation(t *testing.T) {
 			{"refuse", &sdk.ElicitResult{Action: "decline"}, ticketRejected, "declined by the operator in an MCP host"},
 		} {
 			var asked []string
-			cs, _ := f.connect(t, tr, ver, f.issue(t, agentID(), ticketOperator), mcptest.Answer(tc.answer, &asked))
+			cs, _ := f.connect(t, tr, ver, f.g.Issue(t, agentID(), ticketOperator), mcptest.Answer(tc.answer, &asked))
 			res := mcptest.CallTool(t, cs, toolTicket, openTicket)
 			s := mcptest.Structured(t, res)
 			id, _ := s["ticket_id"].(string)
@@ -65,7 +65,7 @@ func TestHandoffAsElicitation(t *testing.T) {
 			}
 		}
 		// No elicitation: the pending result, its ticket id and the hint.
-		cs, _ := f.connect(t, tr, ver, f.issue(t, agentID(), ticketOperator), nil)
+		cs, _ := f.connect(t, tr, ver, f.g.Issue(t, agentID(), ticketOperator), nil)
 		res := mcptest.CallTool(t, cs, toolTicket, openTicket)
 		s := mcptest.Structured(t, res)
 		id, _ := s["ticket_id"].(string)
@@ -80,7 +80,7 @@ func TestHandoffAsElicitation(t *testing.T) {
 		}
 		// Not an operator: never asked.
 		asked := 0
-		cs, _ = f.connect(t, tr, ver, f.issue(t, agentID(), ticketInvoker), func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+		cs, _ = f.connect(t, tr, ver, f.g.Issue(t, agentID(), ticketInvoker), func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
 			asked++
 			return &sdk.ElicitResult{Action: "accept"}, nil
 		})
@@ -102,7 +102,7 @@ func TestHandoffTaskThroughToResult(t *testing.T) {
 	mcptest.EachTransport(t, func(t *testing.T, tr mcptest.Transport) {
 		n++
 		agentID := fmt.Sprintf("ticket-agent-%d", n)
-		tok := f.issue(t, agentID, ticketOperator)
+		tok := f.g.Issue(t, agentID, ticketOperator)
 		tb := serveTasks(t, f.m, tr, tok)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -172,7 +172,7 @@ func TestHandoffRetryState(t *testing.T) {
 	f := startMesh(t)
 	for _, key := range []string{"handoff_task_id", "hem_task_id"} {
 		t.Run(key, func(t *testing.T) {
-			cs, _ := f.connect(t, mcptest.Stdio, "2026-07-28", f.issue(t, "retry-"+key, ticketOperator), nil)
+			cs, _ := f.connect(t, mcptest.Stdio, "2026-07-28", f.g.Issue(t, "retry-"+key, ticketOperator), nil)
 			s := mcptest.Structured(t, mcptest.CallTool(t, cs, toolTicket, openTicket))
 			id, _ := s["ticket_id"].(string)
 			if s["status"] != ticketWaiting || id == "" {
