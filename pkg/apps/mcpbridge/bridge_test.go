@@ -360,11 +360,7 @@ func TestWatchAnnouncesRegistryChanges(t *testing.T) {
 // (nothing on the mesh verifies mandates).
 func TestMeshWithoutGate(t *testing.T) {
 	ctx := context.Background()
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Tools: []worker.Tool{echo.Tool()}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	m := plainMesh(t, echo.Tool())
 	key, _, err := mandate.NewKeyDir(t.TempDir()).Ensure(ctx, "demo")
 	if err != nil {
 		t.Fatal(err)
@@ -391,21 +387,8 @@ func TestMeshWithoutGate(t *testing.T) {
 // with its result card in the session's turn.
 func TestCallStillRunning(t *testing.T) {
 	ctx := context.Background()
-	release := make(chan struct{})
-	slow := worker.Tool{Name: "slow", Description: "returns when the test releases it",
-		Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
-			select {
-			case <-release:
-				return worker.OK(map[string]any{"done": true}), nil
-			case <-ctx.Done():
-				return worker.Result{}, ctx.Err()
-			}
-		}}
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Tools: []worker.Tool{slow}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	release := make(chan string)
+	m := plainMesh(t, slowTool(release))
 	defer close(release)
 	f := &fixture{m: m, callTimeout: 50 * time.Millisecond}
 	cs, _ := f.connect(t, mcptest.Stdio, "2025-11-25", "", nil)
@@ -415,7 +398,7 @@ func TestCallStillRunning(t *testing.T) {
 	if !res.IsError || res.Meta[mcpbridge.MetaStatus] != "pending" || !strings.Contains(mcptest.Text(res), "still running and goes on") || callID == "" {
 		t.Fatalf("isError %v, _meta %v, text %q", res.IsError, res.Meta, mcptest.Text(res))
 	}
-	release <- struct{}{}
+	release <- "yes"
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	// The same call again (same turn and tool_call_id) is idempotent: it
@@ -426,7 +409,7 @@ func TestCallStillRunning(t *testing.T) {
 	}
 	defer ac.Close()
 	out, err := ac.Call(wctx, agent.CallRequest{ToolName: "slow", AgentTurnID: turn, ToolCallID: callID})
-	if err != nil || out.Result.Status != card.StatusSuccess || string(out.Result.Result) != `{"done":true}` {
+	if err != nil || out.Result.Status != card.StatusSuccess || string(out.Result.Result) != `{"done":"yes"}` {
 		t.Fatalf("the call's result: %v, %+v", err, out)
 	}
 }

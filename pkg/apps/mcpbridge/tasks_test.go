@@ -32,22 +32,9 @@ func startTaskMesh(t *testing.T) *taskMesh {
 	t.Helper()
 	ctx := context.Background()
 	tm := &taskMesh{release: make(chan string)}
-	slow := worker.Tool{Name: "slow", Description: "returns what the test releases it with",
-		Options: registry.Options{TimeoutSeconds: 300, Extra: map[string]json.RawMessage{mcpbridge.AsyncOption: json.RawMessage(`true`)}},
-		Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
-			select {
-			case v := <-tm.release:
-				return worker.OK(map[string]any{"done": v}), nil
-			case <-ctx.Done():
-				return worker.Result{}, ctx.Err()
-			}
-		}}
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Tools: []worker.Tool{slow}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Stop(context.Background()) })
-	tm.m = m
+	slow := slowTool(tm.release)
+	slow.Options = registry.Options{TimeoutSeconds: 300, Extra: map[string]json.RawMessage{mcpbridge.AsyncOption: json.RawMessage(`true`)}}
+	tm.m = plainMesh(t, slow)
 	key, _, err := mandate.NewKeyDir(t.TempDir()).Ensure(ctx, "demo")
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +50,32 @@ func startTaskMesh(t *testing.T) *taskMesh {
 		}
 	}
 	return tm
+}
+
+// slowTool is "slow", a tool that returns {"done": v} when the test
+// sends v on release (or ends with its call's context).
+func slowTool(release <-chan string) worker.Tool {
+	return worker.Tool{Name: "slow", Description: "returns what the test releases it with",
+		Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
+			select {
+			case v := <-release:
+				return worker.OK(map[string]any{"done": v}), nil
+			case <-ctx.Done():
+				return worker.Result{}, ctx.Err()
+			}
+		}}
+}
+
+// plainMesh starts a mesh without the Cedar gate serving tools; it stops
+// when the test ends.
+func plainMesh(t *testing.T, tools ...worker.Tool) *mesh.Mesh {
+	t.Helper()
+	m, err := mesh.Start(context.Background(), mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Tools: tools, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	return m
 }
 
 // serve starts a new bridge over tr and connects mcp-go's client to it
