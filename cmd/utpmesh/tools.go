@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/cli"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/svc"
@@ -326,12 +327,5 @@ func quoteAll(s []string) []string {
 	return out
 }
 
-// cut shortens s to n runes with "…".
-func cut(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
-}
+// cut shortens s to n runes with "…" (cli.Cut, shared with the catalogues' verbs).
+var cut = cli.Cut

@@ -2,9 +2,7 @@ package atlas_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +10,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge/mcptest"
 	"github.com/utpmesh/utpmesh/services/atlas/calendar"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/atlastest"
 	"github.com/utpmesh/utpmesh/services/atlas/utility"
@@ -21,59 +20,22 @@ import (
 // over stdio and connects an official-SDK client with protocol version
 // ver; elicit answers elicitations (nil: the client does not declare
 // elicitation). The mesh has no gate: the bridge calls as agent tester.
-func mcpSession(t *testing.T, h *atlastest.Harness, ver string, elicit func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error)) *sdk.ClientSession {
+func mcpSession(t *testing.T, h *atlastest.Harness, ver string, elicit mcptest.Elicit) *sdk.ClientSession {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	b, err := mcpbridge.New(mcpbridge.Config{Conn: h.Mesh.Conn(), Project: atlastest.Project, CallTimeout: time.Minute, Logger: atlastest.Quiet})
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
-	id, err := mcpbridge.NewIdentity("tester", "")
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	cr, sw := io.Pipe()
-	sr, cw := io.Pipe()
-	done := make(chan error, 1)
-	go func() { done <- b.ServeStdio(ctx, id, sr, sw) }()
-	t.Cleanup(func() {
-		_ = cw.Close()
-		cancel()
-		<-done
-		_ = b.Close()
-	})
-	c := sdk.NewClient(&sdk.Implementation{Name: "atlas-test", Version: "1"}, &sdk.ClientOptions{ElicitationHandler: elicit})
-	cs, err := c.Connect(ctx, &sdk.IOTransport{Reader: cr, Writer: cw}, &sdk.ClientSessionOptions{ProtocolVersion: ver})
-	if err != nil {
-		t.Fatalf("connect with %s: %v", ver, err)
-	}
-	t.Cleanup(func() { _ = cs.Close() })
-	return cs
+	t.Cleanup(func() { _ = b.Close() })
+	return mcptest.Connect(t, b, mcptest.Stdio, ver, "", mcptest.Elicitation(elicit))
 }
 
 // mcpCall calls a tool through the bridge and returns whether it is an
 // error, its structuredContent as an object and its text.
 func mcpCall(t *testing.T, cs *sdk.ClientSession, name string, args any) (isError bool, s map[string]any, text string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		t.Fatalf("call %s: %v", name, err)
-	}
-	raw, _ := json.Marshal(res.StructuredContent)
-	if err := json.Unmarshal(raw, &s); err != nil {
-		t.Fatalf("structuredContent %s: %v", raw, err)
-	}
-	var b strings.Builder
-	for _, c := range res.Content {
-		if tc, ok := c.(*sdk.TextContent); ok {
-			b.WriteString(tc.Text)
-		}
-	}
-	return res.IsError, s, b.String()
+	res := mcptest.CallTool(t, cs, name, args)
+	return res.IsError, mcptest.Structured(t, res), mcptest.Text(res)
 }
 
 // TestConfirmationThroughMCP: ATLAS's confirmations through the MCP
@@ -100,20 +62,18 @@ func TestConfirmationThroughMCP(t *testing.T) {
 		}
 		return len(list)
 	}
-	for _, ver := range []string{"2026-07-28", "2025-11-25"} {
+	for _, ver := range mcptest.Versions {
 		t.Run(ver, func(t *testing.T) {
 			for _, tc := range []struct {
 				action, status string
 				created        int
 			}{{"accept", "OK", 1}, {"decline", "SKIPPED", 0}} {
 				var asked []string
-				cs := mcpSession(t, h, ver, func(_ context.Context, r *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
-					asked = append(asked, r.Params.Message)
-					if tc.action == "accept" {
-						return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}, nil
-					}
-					return &sdk.ElicitResult{Action: tc.action}, nil
-				})
+				answer := &sdk.ElicitResult{Action: tc.action}
+				if tc.action == "accept" {
+					answer = mcptest.Confirm(true, "")
+				}
+				cs := mcpSession(t, h, ver, mcptest.Answer(answer, &asked))
 				args := blocks()
 				isErr, s, text := mcpCall(t, cs, calendar.ToolCreateBlocks, args)
 				if isErr || s["status"] != tc.status || len(asked) != 1 || !strings.Contains(asked[0], calendar.ToolCreateBlocks+" waits for your confirmation (cfm_") {

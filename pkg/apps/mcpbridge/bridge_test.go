@@ -8,24 +8,24 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cedar-policy/cedar-go/types"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge/mcptest"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/confirm"
+	"github.com/utpmesh/utpmesh/pkg/confirm/confirmtest"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/mesh/gatetest"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/echo"
 )
@@ -34,12 +34,13 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // fixture is a real mesh with the Cedar gate on, serving echo and two
 // test-only catalogues — hold (confirmations in the mesh's convention,
-// hold_test.go) and ticket (an operator handoff, ticket_test.go) — with
+// pkg/confirm/confirmtest) and ticket (an operator handoff, ticket_test.go) — with
 // the demo mandate (every tool) and a narrow one (echo only), both for
 // agent demo-agent.
 type fixture struct {
+	g              *gatetest.Mesh // nil: a mesh without the gate
 	m              *mesh.Mesh
-	holds          *holds
+	holds          *confirmtest.Holds
 	tickets        *tickets
 	demo, onlyEcho string
 	// callTimeout is the bridges' CallTimeout (default a minute).
@@ -48,55 +49,14 @@ type fixture struct {
 
 func startMesh(t *testing.T) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	dir := t.TempDir()
-	f := &fixture{holds: newHolds(), tickets: newTickets()}
-	tools := append([]worker.Tool{echo.Tool()}, f.holds.tools()...)
+	f := &fixture{holds: confirmtest.New(), tickets: newTickets()}
+	tools := append([]worker.Tool{echo.Tool()}, f.holds.Tools()...)
 	tools = append(tools, f.tickets.tools()...)
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools, Logger: quiet, Auth: &mesh.AuthConfig{}})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		_ = m.Stop(sctx)
-		cancel()
-	})
-	f.m = m
-	f.tickets.setMesh(m.Conn(), m.Cards())
-	var actions []types.EntityUID
-	for _, tl := range m.Runtime().Tools() {
-		if act, err := authz.ActionOf(tl.Entry(authz.DemoProject)); err == nil && !tl.Builtin && !slices.Contains(actions, act) {
-			actions = append(actions, act)
-		}
-	}
-	if _, err := authz.SetupDemo(ctx, m.Auth().Store, m.Auth().Keys, []string{"demo"}, actions, dir, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	demo, err := os.ReadFile(filepath.Join(dir, authz.DemoMandateFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.demo = strings.TrimSpace(string(demo))
-	f.onlyEcho = f.issue(t, authz.DemoAgent, `permit(principal, action == Action::"echo", resource);`)
+	f.g = gatetest.Start(t, gatetest.Options{Tools: tools, Logger: quiet})
+	f.m, f.demo = f.g.Mesh, f.g.Demo
+	f.tickets.setMesh(f.m.Conn(), f.m.Cards())
+	f.onlyEcho = f.g.Issue(t, authz.DemoAgent, `permit(principal, action == Action::"echo", resource);`)
 	return f
-}
-
-// issue signs a mandate of the demo project for agentID.
-func (f *fixture) issue(t *testing.T, agentID, policies string) string {
-	t.Helper()
-	key, err := f.m.Auth().Keys.Load(context.Background(), "demo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := mandate.Issue(key, mandate.Claims{Subject: agentID, ExpiresAt: time.Now().Add(time.Hour).Unix(),
-		Mandate: mandate.Grant{PolicySet: policies}}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
 }
 
 func (f *fixture) bridge(t *testing.T) *mcpbridge.Bridge {
@@ -113,147 +73,37 @@ func (f *fixture) bridge(t *testing.T) *mcpbridge.Bridge {
 	return b
 }
 
-// transport is how a test client reaches the bridge.
-type transport string
-
-const (
-	stdio   transport = "stdio"
-	httpTrp transport = "http"
-)
-
-// bearer adds the mandate as the bearer token of every request.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
-}
-
 // connect serves a new bridge over tr and connects an official-SDK
 // client with protocol version ver, calling as the mandate token. elicit
 // answers confirmations (nil: the client does not declare elicitation).
-func (f *fixture) connect(t *testing.T, tr transport, ver, token string, elicit func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error)) (*sdk.ClientSession, *mcpbridge.Bridge) {
+func (f *fixture) connect(t *testing.T, tr mcptest.Transport, ver, token string, elicit mcptest.Elicit) (*sdk.ClientSession, *mcpbridge.Bridge) {
 	t.Helper()
-	return f.connectWith(t, tr, ver, token, &sdk.ClientOptions{ElicitationHandler: elicit})
+	return f.connectWith(t, tr, ver, token, mcptest.Elicitation(elicit))
 }
 
 // connectWith is connect with the client's options.
-func (f *fixture) connectWith(t *testing.T, tr transport, ver, token string, opts *sdk.ClientOptions) (*sdk.ClientSession, *mcpbridge.Bridge) {
+func (f *fixture) connectWith(t *testing.T, tr mcptest.Transport, ver, token string, opts *sdk.ClientOptions) (*sdk.ClientSession, *mcpbridge.Bridge) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	b := f.bridge(t)
-	var ct sdk.Transport
-	switch tr {
-	case stdio:
-		agentID := ""
-		if token == "" {
-			agentID = "tester" // a mesh without the gate: no mandate
-		}
-		id, err := mcpbridge.NewIdentity(agentID, token)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cr, sw := io.Pipe()
-		sr, cw := io.Pipe()
-		done := make(chan error, 1)
-		go func() { done <- b.ServeStdio(ctx, id, sr, sw) }()
-		t.Cleanup(func() {
-			_ = cw.Close()
-			cancel()
-			<-done
-		})
-		ct = &sdk.IOTransport{Reader: cr, Writer: cw}
-	case httpTrp:
-		hs := httptest.NewServer(b.HTTPHandler())
-		t.Cleanup(hs.Close)
-		ct = &sdk.StreamableClientTransport{Endpoint: hs.URL + mcpbridge.HTTPPath,
-			HTTPClient: &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}}, DisableStandaloneSSE: opts.ToolListChangedHandler == nil}
-	}
-	c := sdk.NewClient(&sdk.Implementation{Name: "bridge-test", Version: "1"}, opts)
-	cs, err := c.Connect(ctx, ct, &sdk.ClientSessionOptions{ProtocolVersion: ver})
-	if err != nil {
-		t.Fatalf("connect over %s with %s: %v", tr, ver, err)
-	}
-	t.Cleanup(func() { _ = cs.Close() })
-	return cs, b
-}
-
-// each runs fn for both transports and both protocol versions.
-func each(t *testing.T, fn func(t *testing.T, tr transport, ver string)) {
-	for _, tr := range []transport{stdio, httpTrp} {
-		for _, ver := range []string{"2026-07-28", "2025-11-25"} {
-			t.Run(string(tr)+"/"+ver, func(t *testing.T) { fn(t, tr, ver) })
-		}
-	}
-}
-
-func toolNames(t *testing.T, cs *sdk.ClientSession) map[string]*sdk.Tool {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	res, err := cs.ListTools(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]*sdk.Tool{}
-	for _, tl := range res.Tools {
-		out[tl.Name] = tl
-	}
-	return out
-}
-
-func callTool(t *testing.T, cs *sdk.ClientSession, name string, args any) *sdk.CallToolResult {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		t.Fatalf("call %s: %v", name, err)
-	}
-	return res
-}
-
-func text(r *sdk.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		if tc, ok := c.(*sdk.TextContent); ok {
-			b.WriteString(tc.Text)
-		}
-	}
-	return b.String()
-}
-
-func structured(t *testing.T, r *sdk.CallToolResult) map[string]any {
-	t.Helper()
-	raw, _ := json.Marshal(r.StructuredContent)
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatalf("structuredContent %s: %v", raw, err)
-	}
-	return m
+	return mcptest.Connect(t, b, tr, ver, token, opts), b
 }
 
 // TestListFilteredByMandate: tools/list is the registry with each JSON
 // Schema as inputSchema, narrowed to what the mandate permits.
 func TestListFilteredByMandate(t *testing.T) {
 	f := startMesh(t)
-	each(t, func(t *testing.T, tr transport, ver string) {
+	mcptest.Each(t, func(t *testing.T, tr mcptest.Transport, ver string) {
 		cs, _ := f.connect(t, tr, ver, f.demo, nil)
-		all := toolNames(t, cs)
-		if got, want := keys(all), []string{"echo", toolHold, toolHoldCancel, toolHoldConfirm, toolTicket, toolTicketApprove, toolTicketReject}; !slices.Equal(got, want) {
+		all := mcptest.ToolNames(t, cs)
+		if got, want := keys(all), []string{"echo", confirmtest.Tool, confirmtest.CancelTool, confirmtest.ConfirmTool, toolTicket, toolTicketApprove, toolTicketReject}; !slices.Equal(got, want) {
 			t.Fatalf("demo mandate lists %v, want %v", got, want)
 		}
-		schema, _ := json.Marshal(all[toolHold].InputSchema)
+		schema, _ := json.Marshal(all[confirmtest.Tool].InputSchema)
 		if !strings.Contains(string(schema), `"what"`) || !strings.Contains(string(schema), `"object"`) {
-			t.Fatalf("inputSchema of %s = %s", toolHold, schema)
+			t.Fatalf("inputSchema of %s = %s", confirmtest.Tool, schema)
 		}
 		cs2, _ := f.connect(t, tr, ver, f.onlyEcho, nil)
-		if got := keys(toolNames(t, cs2)); !slices.Equal(got, []string{"echo"}) {
+		if got := keys(mcptest.ToolNames(t, cs2)); !slices.Equal(got, []string{"echo"}) {
 			t.Fatalf("echo-only mandate lists %v, want [echo]", got)
 		}
 	})
@@ -273,18 +123,18 @@ func keys(m map[string]*sdk.Tool) []string {
 // carries the MCP request id and session.
 func TestCallIsOneUTPCall(t *testing.T) {
 	f := startMesh(t)
-	each(t, func(t *testing.T, tr transport, ver string) {
+	mcptest.Each(t, func(t *testing.T, tr mcptest.Transport, ver string) {
 		cs, b := f.connect(t, tr, ver, f.demo, nil)
-		res := callTool(t, cs, "echo", map[string]any{"x": 1})
-		if res.IsError || structured(t, res)["x"] != float64(1) || text(res) != `{"x":1}` {
-			t.Fatalf("echo: isError %v, structured %v, text %q", res.IsError, res.StructuredContent, text(res))
+		res := mcptest.CallTool(t, cs, "echo", map[string]any{"x": 1})
+		if res.IsError || mcptest.Structured(t, res)["x"] != float64(1) || mcptest.Text(res) != `{"x":1}` {
+			t.Fatalf("echo: isError %v, structured %v, text %q", res.IsError, res.StructuredContent, mcptest.Text(res))
 		}
 		turn, _ := res.Meta[mcpbridge.MetaAgentTurnID].(string)
 		callID, _ := res.Meta[mcpbridge.MetaToolCallID].(string)
 		if !strings.HasPrefix(turn, "mcp-") || callID == "" {
 			t.Fatalf("_meta = %v", res.Meta)
 		}
-		if tr == stdio && turn != b.SessionTurn() {
+		if tr == mcptest.Stdio && turn != b.SessionTurn() {
 			t.Fatalf("stdio turn %s, want the session's %s", turn, b.SessionTurn())
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -319,7 +169,7 @@ func TestCallIsOneUTPCall(t *testing.T) {
 		}{&md.SessionID, &md.RequestID, &md.ProtocolVersion}); err != nil {
 			t.Fatalf("metadata.mcp = %s: %v", raw, err)
 		}
-		if md.RequestID == "" || (md.SessionID == "") != (tr == httpTrp && ver == "2026-07-28") {
+		if md.RequestID == "" || (md.SessionID == "") != (tr == mcptest.HTTP && ver == "2026-07-28") {
 			t.Fatalf("metadata.mcp = %s", raw)
 		}
 		if md.ProtocolVersion != ver {
@@ -332,22 +182,22 @@ func TestCallIsOneUTPCall(t *testing.T) {
 // back as isError results with the UTP error code and message.
 func TestFailuresAreToolErrors(t *testing.T) {
 	f := startMesh(t)
-	each(t, func(t *testing.T, tr transport, ver string) {
+	mcptest.Each(t, func(t *testing.T, tr mcptest.Transport, ver string) {
 		cs, _ := f.connect(t, tr, ver, f.demo, nil)
-		res := callTool(t, cs, toolHold, map[string]any{"what": 5})
-		e, _ := structured(t, res)["error"].(map[string]any)
-		if !res.IsError || e["code"] != string(card.CodeBadRequest) || !strings.HasPrefix(text(res), "failed: bad_request: ") {
-			t.Fatalf("schema error: isError %v, text %q, structured %v", res.IsError, text(res), res.StructuredContent)
+		res := mcptest.CallTool(t, cs, confirmtest.Tool, map[string]any{"what": 5})
+		e, _ := mcptest.Structured(t, res)["error"].(map[string]any)
+		if !res.IsError || e["code"] != string(card.CodeBadRequest) || !strings.HasPrefix(mcptest.Text(res), "failed: bad_request: ") {
+			t.Fatalf("schema error: isError %v, text %q, structured %v", res.IsError, mcptest.Text(res), res.StructuredContent)
 		}
-		res = callTool(t, cs, "echo", []int{1, 2})
-		if !res.IsError || !strings.Contains(text(res), "the arguments of echo must be a JSON object") {
-			t.Fatalf("array arguments: isError %v, text %q", res.IsError, text(res))
+		res = mcptest.CallTool(t, cs, "echo", []int{1, 2})
+		if !res.IsError || !strings.Contains(mcptest.Text(res), "the arguments of echo must be a JSON object") {
+			t.Fatalf("array arguments: isError %v, text %q", res.IsError, mcptest.Text(res))
 		}
 		narrow, _ := f.connect(t, tr, ver, f.onlyEcho, nil)
-		res = callTool(t, narrow, toolHold, map[string]any{"what": "a room"})
-		e, _ = structured(t, res)["error"].(map[string]any)
-		if !res.IsError || e["code"] != string(card.CodeAuthFailed) || !strings.Contains(text(res), "failed: auth_failed: ") || !strings.Contains(text(res), "utpmesh mandate issue") {
-			t.Fatalf("gate denial: isError %v, text %q, structured %v", res.IsError, text(res), res.StructuredContent)
+		res = mcptest.CallTool(t, narrow, confirmtest.Tool, map[string]any{"what": "a room"})
+		e, _ = mcptest.Structured(t, res)["error"].(map[string]any)
+		if !res.IsError || e["code"] != string(card.CodeAuthFailed) || !strings.Contains(mcptest.Text(res), "failed: auth_failed: ") || !strings.Contains(mcptest.Text(res), "utpmesh mandate issue") {
+			t.Fatalf("gate denial: isError %v, text %q, structured %v", res.IsError, mcptest.Text(res), res.StructuredContent)
 		}
 	})
 }
@@ -360,54 +210,46 @@ func TestFailuresAreToolErrors(t *testing.T) {
 // id, and confirms it by calling the confirm tool itself.
 func TestConfirmationAsElicitation(t *testing.T) {
 	f := startMesh(t)
-	answer := func(action string, asked *[]string) func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
-		return func(_ context.Context, r *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
-			*asked = append(*asked, r.Params.Message)
-			switch action {
-			case "accept":
-				return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}, nil
-			case "accept-false":
-				return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": false}}, nil
-			}
-			return &sdk.ElicitResult{Action: action}, nil
-		}
-	}
-	each(t, func(t *testing.T, tr transport, ver string) {
-		for _, tc := range []struct{ action, status, held string }{
-			{"accept", confirm.StatusOK, "a room"},
-			{"accept-false", confirm.StatusSkipped, ""},
-			{"decline", confirm.StatusSkipped, ""},
-			{"cancel", confirm.StatusSkipped, ""},
+	mcptest.Each(t, func(t *testing.T, tr mcptest.Transport, ver string) {
+		for _, tc := range []struct {
+			action       string
+			answer       *sdk.ElicitResult
+			status, held string
+		}{
+			{"accept", mcptest.Confirm(true, ""), confirm.StatusOK, "a room"},
+			{"accept-false", mcptest.Confirm(false, ""), confirm.StatusSkipped, ""},
+			{"decline", &sdk.ElicitResult{Action: "decline"}, confirm.StatusSkipped, ""},
+			{"cancel", &sdk.ElicitResult{Action: "cancel"}, confirm.StatusSkipped, ""},
 		} {
 			var asked []string
-			cs, _ := f.connect(t, tr, ver, f.demo, answer(tc.action, &asked))
-			res := callTool(t, cs, toolHold, map[string]any{"what": "a room"})
-			s := structured(t, res)
+			cs, _ := f.connect(t, tr, ver, f.demo, mcptest.Answer(tc.answer, &asked))
+			res := mcptest.CallTool(t, cs, confirmtest.Tool, map[string]any{"what": "a room"})
+			s := mcptest.Structured(t, res)
 			id, _ := s["confirmation_id"].(string)
 			if res.IsError || s["status"] != tc.status || len(asked) != 1 || !strings.Contains(asked[0], "hold waits for your confirmation ("+id+"): it would hold a room") {
-				t.Fatalf("%s: isError %v, structured %v, text %q, asked %q", tc.action, res.IsError, s, text(res), asked)
+				t.Fatalf("%s: isError %v, structured %v, text %q, asked %q", tc.action, res.IsError, s, mcptest.Text(res), asked)
 			}
 			if got, _ := s["result"].(map[string]any); tc.held != "" && (got == nil || got["held"] != tc.held) {
 				t.Fatalf("%s: result %v, want the held value", tc.action, s["result"])
 			}
-			if parkedIn, resolvedIn := f.holds.resolved(id); parkedIn == "" || resolvedIn != parkedIn || res.Meta[mcpbridge.MetaAgentTurnID] != parkedIn {
+			if parkedIn, resolvedIn := f.holds.Resolved(id); parkedIn == "" || resolvedIn != parkedIn || res.Meta[mcpbridge.MetaAgentTurnID] != parkedIn {
 				t.Fatalf("%s: parked in turn %q, resolved in %q, answered from %v; want one turn", tc.action, parkedIn, resolvedIn, res.Meta[mcpbridge.MetaAgentTurnID])
 			}
 		}
 		cs, _ := f.connect(t, tr, ver, f.demo, nil)
-		res := callTool(t, cs, toolHold, map[string]any{"what": "a desk"})
-		s := structured(t, res)
+		res := mcptest.CallTool(t, cs, confirmtest.Tool, map[string]any{"what": "a desk"})
+		s := mcptest.Structured(t, res)
 		id, _ := s["confirmation_id"].(string)
 		if res.IsError || s["status"] != confirm.StatusPending || id == "" ||
-			!strings.Contains(text(res), toolHoldConfirm+` with {"confirmation_id":"`+id+`"}`) || !strings.Contains(text(res), "drop it with "+toolHoldCancel) {
-			t.Fatalf("no elicitation: isError %v, structured %v, text %q", res.IsError, s, text(res))
+			!strings.Contains(mcptest.Text(res), confirmtest.ConfirmTool+` with {"confirmation_id":"`+id+`"}`) || !strings.Contains(mcptest.Text(res), "drop it with "+confirmtest.CancelTool) {
+			t.Fatalf("no elicitation: isError %v, structured %v, text %q", res.IsError, s, mcptest.Text(res))
 		}
-		if _, resolvedIn := f.holds.resolved(id); resolvedIn != "" {
+		if _, resolvedIn := f.holds.Resolved(id); resolvedIn != "" {
 			t.Fatalf("no elicitation: hold %s resolved in %s", id, resolvedIn)
 		}
-		res = callTool(t, cs, toolHoldConfirm, map[string]any{"confirmation_id": id})
-		if res.IsError || structured(t, res)["status"] != confirm.StatusOK {
-			t.Fatalf("%s by the host: %q", toolHoldConfirm, text(res))
+		res = mcptest.CallTool(t, cs, confirmtest.ConfirmTool, map[string]any{"confirmation_id": id})
+		if res.IsError || mcptest.Structured(t, res)["status"] != confirm.StatusOK {
+			t.Fatalf("%s by the host: %q", confirmtest.ConfirmTool, mcptest.Text(res))
 		}
 	})
 }
@@ -458,11 +300,11 @@ func TestHTTPNeedsBearer(t *testing.T) {
 func TestListChangedOnRegistryChange(t *testing.T) {
 	f := startMesh(t)
 	n := 0
-	each(t, func(t *testing.T, tr transport, ver string) {
+	mcptest.Each(t, func(t *testing.T, tr mcptest.Transport, ver string) {
 		changed := make(chan struct{}, 8)
 		cs, _ := f.connectWith(t, tr, ver, f.demo, &sdk.ClientOptions{
 			ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { changed <- struct{}{} }})
-		toolNames(t, cs) // the bridge has served the registry's tools
+		mcptest.ToolNames(t, cs) // the bridge has served the registry's tools
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		e, err := f.m.Registry().Get(ctx, "demo", "echo")
@@ -474,7 +316,7 @@ func TestListChangedOnRegistryChange(t *testing.T) {
 		if _, err := f.m.Registry().Put(ctx, e); err != nil {
 			t.Fatal(err)
 		}
-		if got := toolNames(t, cs)["echo"].Description; got != e.Description {
+		if got := mcptest.ToolNames(t, cs)["echo"].Description; got != e.Description {
 			t.Fatalf("description after the change = %q, want %q", got, e.Description)
 		}
 		select {
@@ -490,7 +332,7 @@ func TestListChangedOnRegistryChange(t *testing.T) {
 func TestWatchAnnouncesRegistryChanges(t *testing.T) {
 	f := startMesh(t)
 	changed := make(chan struct{}, 8)
-	cs, b := f.connectWith(t, stdio, "2025-11-25", f.demo, &sdk.ClientOptions{
+	cs, b := f.connectWith(t, mcptest.Stdio, "2025-11-25", f.demo, &sdk.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { changed <- struct{}{} }})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -508,7 +350,7 @@ func TestWatchAnnouncesRegistryChanges(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no notifications/tools/list_changed from Watch")
 	}
-	if got := toolNames(t, cs)["echo"].Description; got != "echo, watched" {
+	if got := mcptest.ToolNames(t, cs)["echo"].Description; got != "echo, watched" {
 		t.Fatalf("description = %q", got)
 	}
 }
@@ -518,11 +360,7 @@ func TestWatchAnnouncesRegistryChanges(t *testing.T) {
 // (nothing on the mesh verifies mandates).
 func TestMeshWithoutGate(t *testing.T) {
 	ctx := context.Background()
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Tools: []worker.Tool{echo.Tool()}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	m := plainMesh(t, echo.Tool())
 	key, _, err := mandate.NewKeyDir(t.TempDir()).Ensure(ctx, "demo")
 	if err != nil {
 		t.Fatal(err)
@@ -533,13 +371,13 @@ func TestMeshWithoutGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &fixture{m: m}
-	each(t, func(t *testing.T, tr transport, ver string) {
+	mcptest.Each(t, func(t *testing.T, tr mcptest.Transport, ver string) {
 		cs, _ := f.connect(t, tr, ver, tok, nil)
-		if got := keys(toolNames(t, cs)); !slices.Equal(got, []string{"echo"}) {
+		if got := keys(mcptest.ToolNames(t, cs)); !slices.Equal(got, []string{"echo"}) {
 			t.Fatalf("tools = %v, want [echo]", got)
 		}
-		if res := callTool(t, cs, "echo", map[string]any{"y": 2}); res.IsError || text(res) != `{"y":2}` {
-			t.Fatalf("echo: %q", text(res))
+		if res := mcptest.CallTool(t, cs, "echo", map[string]any{"y": 2}); res.IsError || mcptest.Text(res) != `{"y":2}` {
+			t.Fatalf("echo: %q", mcptest.Text(res))
 		}
 	})
 }
@@ -549,31 +387,18 @@ func TestMeshWithoutGate(t *testing.T) {
 // with its result card in the session's turn.
 func TestCallStillRunning(t *testing.T) {
 	ctx := context.Background()
-	release := make(chan struct{})
-	slow := worker.Tool{Name: "slow", Description: "returns when the test releases it",
-		Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
-			select {
-			case <-release:
-				return worker.OK(map[string]any{"done": true}), nil
-			case <-ctx.Done():
-				return worker.Result{}, ctx.Err()
-			}
-		}}
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Tools: []worker.Tool{slow}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	release := make(chan string)
+	m := plainMesh(t, slowTool(release))
 	defer close(release)
 	f := &fixture{m: m, callTimeout: 50 * time.Millisecond}
-	cs, _ := f.connect(t, stdio, "2025-11-25", "", nil)
-	res := callTool(t, cs, "slow", map[string]any{})
+	cs, _ := f.connect(t, mcptest.Stdio, "2025-11-25", "", nil)
+	res := mcptest.CallTool(t, cs, "slow", map[string]any{})
 	callID, _ := res.Meta[mcpbridge.MetaToolCallID].(string)
 	turn, _ := res.Meta[mcpbridge.MetaAgentTurnID].(string)
-	if !res.IsError || res.Meta[mcpbridge.MetaStatus] != "pending" || !strings.Contains(text(res), "still running and goes on") || callID == "" {
-		t.Fatalf("isError %v, _meta %v, text %q", res.IsError, res.Meta, text(res))
+	if !res.IsError || res.Meta[mcpbridge.MetaStatus] != "pending" || !strings.Contains(mcptest.Text(res), "still running and goes on") || callID == "" {
+		t.Fatalf("isError %v, _meta %v, text %q", res.IsError, res.Meta, mcptest.Text(res))
 	}
-	release <- struct{}{}
+	release <- "yes"
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	// The same call again (same turn and tool_call_id) is idempotent: it
@@ -584,7 +409,7 @@ func TestCallStillRunning(t *testing.T) {
 	}
 	defer ac.Close()
 	out, err := ac.Call(wctx, agent.CallRequest{ToolName: "slow", AgentTurnID: turn, ToolCallID: callID})
-	if err != nil || out.Result.Status != card.StatusSuccess || string(out.Result.Result) != `{"done":true}` {
+	if err != nil || out.Result.Status != card.StatusSuccess || string(out.Result.Result) != `{"done":"yes"}` {
 		t.Fatalf("the call's result: %v, %+v", err, out)
 	}
 }
@@ -608,9 +433,9 @@ func TestInvalidHeaderAnnotationSkipped(t *testing.T) {
 	if _, err := f.m.Registry().Put(ctx, &bad); err != nil {
 		t.Fatal(err)
 	}
-	each(t, func(t *testing.T, tr transport, ver string) {
+	mcptest.Each(t, func(t *testing.T, tr mcptest.Transport, ver string) {
 		cs, _ := f.connect(t, tr, ver, f.demo, nil)
-		names := toolNames(t, cs)
+		names := mcptest.ToolNames(t, cs)
 		if _, ok := names["echo"]; !ok {
 			t.Fatalf("echo is not listed beside the invalid entry: %v", names)
 		}

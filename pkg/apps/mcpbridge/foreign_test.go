@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/confirm/confirmtest"
 )
 
 // helperEnv makes the test binary run as a stdio bridge (see TestMain):
@@ -101,7 +102,7 @@ func TestForeignClientTypeScript(t *testing.T) {
 		if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 			t.Fatalf("client output %q: %v\nstderr:\n%s", stdout.String(), err, stderr.String())
 		}
-		if !slices.Contains(out.Tools, "echo") || !slices.Contains(out.Tools, toolHold) {
+		if !slices.Contains(out.Tools, "echo") || !slices.Contains(out.Tools, confirmtest.Tool) {
 			t.Fatalf("tools = %v", out.Tools)
 		}
 		r := out.Result

@@ -12,6 +12,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge/mcptest"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -37,27 +38,24 @@ func TestHandoffAsElicitation(t *testing.T) {
 	f := startMesh(t)
 	n := 0
 	agentID := func() string { n++; return fmt.Sprintf("op-%d", n) }
-	each(t, func(t *testing.T, tr transport, ver string) {
+	mcptest.Each(t, func(t *testing.T, tr mcptest.Transport, ver string) {
 		for _, tc := range []struct {
 			name   string
 			answer *sdk.ElicitResult
 			status string
 			reason string
 		}{
-			{"approve", &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}, ticketApproved, ""},
-			{"reject", &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": false, "reason": "not this week"}}, ticketRejected, "not this week"},
+			{"approve", mcptest.Confirm(true, ""), ticketApproved, ""},
+			{"reject", mcptest.Confirm(false, "not this week"), ticketRejected, "not this week"},
 			{"refuse", &sdk.ElicitResult{Action: "decline"}, ticketRejected, "declined by the operator in an MCP host"},
 		} {
 			var asked []string
-			cs, _ := f.connect(t, tr, ver, f.issue(t, agentID(), ticketOperator), func(_ context.Context, r *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
-				asked = append(asked, r.Params.Message)
-				return tc.answer, nil
-			})
-			res := callTool(t, cs, toolTicket, openTicket)
-			s := structured(t, res)
+			cs, _ := f.connect(t, tr, ver, f.g.Issue(t, agentID(), ticketOperator), mcptest.Answer(tc.answer, &asked))
+			res := mcptest.CallTool(t, cs, toolTicket, openTicket)
+			s := mcptest.Structured(t, res)
 			id, _ := s["ticket_id"].(string)
 			if res.IsError || s["status"] != tc.status || len(asked) != 1 || asked[0] != fmt.Sprintf("ticket %s waits for an operator. Approve it? (false rejects it: give a reason)", id) {
-				t.Fatalf("%s: isError %v, structured %v, text %q, asked %q", tc.name, res.IsError, s, text(res), asked)
+				t.Fatalf("%s: isError %v, structured %v, text %q, asked %q", tc.name, res.IsError, s, mcptest.Text(res), asked)
 			}
 			if tc.reason != "" && s["reason"] != tc.reason {
 				t.Fatalf("%s: reason %v, want %q", tc.name, s["reason"], tc.reason)
@@ -67,28 +65,28 @@ func TestHandoffAsElicitation(t *testing.T) {
 			}
 		}
 		// No elicitation: the pending result, its ticket id and the hint.
-		cs, _ := f.connect(t, tr, ver, f.issue(t, agentID(), ticketOperator), nil)
-		res := callTool(t, cs, toolTicket, openTicket)
-		s := structured(t, res)
+		cs, _ := f.connect(t, tr, ver, f.g.Issue(t, agentID(), ticketOperator), nil)
+		res := mcptest.CallTool(t, cs, toolTicket, openTicket)
+		s := mcptest.Structured(t, res)
 		id, _ := s["ticket_id"].(string)
 		if res.IsError || s["status"] != ticketWaiting || id == "" ||
-			!strings.Contains(text(res), "PENDING: ticket "+id+" waits for an operator") ||
-			!strings.Contains(text(res), toolTicketApprove+` {"ticket_id":"`+id+`"}`) ||
-			!strings.Contains(text(res), "cannot answer elicitations") && !strings.Contains(text(res), "did not answer the elicitation") {
-			t.Fatalf("no elicitation: isError %v, structured %v, text %q", res.IsError, s, text(res))
+			!strings.Contains(mcptest.Text(res), "PENDING: ticket "+id+" waits for an operator") ||
+			!strings.Contains(mcptest.Text(res), toolTicketApprove+` {"ticket_id":"`+id+`"}`) ||
+			!strings.Contains(mcptest.Text(res), "cannot answer elicitations") && !strings.Contains(mcptest.Text(res), "did not answer the elicitation") {
+			t.Fatalf("no elicitation: isError %v, structured %v, text %q", res.IsError, s, mcptest.Text(res))
 		}
-		if res = callTool(t, cs, toolTicketReject, map[string]any{"ticket_id": id, "reason": "by the host"}); res.IsError || structured(t, res)["status"] != ticketRejected {
-			t.Fatalf("%s by the host: %q", toolTicketReject, text(res))
+		if res = mcptest.CallTool(t, cs, toolTicketReject, map[string]any{"ticket_id": id, "reason": "by the host"}); res.IsError || mcptest.Structured(t, res)["status"] != ticketRejected {
+			t.Fatalf("%s by the host: %q", toolTicketReject, mcptest.Text(res))
 		}
 		// Not an operator: never asked.
 		asked := 0
-		cs, _ = f.connect(t, tr, ver, f.issue(t, agentID(), ticketInvoker), func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+		cs, _ = f.connect(t, tr, ver, f.g.Issue(t, agentID(), ticketInvoker), func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
 			asked++
 			return &sdk.ElicitResult{Action: "accept"}, nil
 		})
-		res = callTool(t, cs, toolTicket, openTicket)
-		if s := structured(t, res); res.IsError || s["status"] != ticketWaiting || asked != 0 || !strings.Contains(text(res), "not an operator's") {
-			t.Fatalf("not an operator: isError %v, structured %v, text %q, asked %d", res.IsError, s, text(res), asked)
+		res = mcptest.CallTool(t, cs, toolTicket, openTicket)
+		if s := mcptest.Structured(t, res); res.IsError || s["status"] != ticketWaiting || asked != 0 || !strings.Contains(mcptest.Text(res), "not an operator's") {
+			t.Fatalf("not an operator: isError %v, structured %v, text %q, asked %d", res.IsError, s, mcptest.Text(res), asked)
 		}
 	})
 }
@@ -101,14 +99,14 @@ func TestHandoffAsElicitation(t *testing.T) {
 func TestHandoffTaskThroughToResult(t *testing.T) {
 	f := startMesh(t)
 	n := 0
-	eachTransport(t, func(t *testing.T, tr transport) {
+	mcptest.EachTransport(t, func(t *testing.T, tr mcptest.Transport) {
 		n++
 		agentID := fmt.Sprintf("ticket-agent-%d", n)
-		tok := f.issue(t, agentID, ticketOperator)
+		tok := f.g.Issue(t, agentID, ticketOperator)
 		tb := serveTasks(t, f.m, tr, tok)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		lr, err := tb.c.ListTools(ctx, mcp.ListToolsRequest{})
+		lr, err := tb.C.ListTools(ctx, mcp.ListToolsRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,25 +125,25 @@ func TestHandoffTaskThroughToResult(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = woken.Unsubscribe() }()
-		task := tb.startTaskOf(t, toolTicket, openTicket)
+		task := tb.StartTask(t, toolTicket, openTicket)
 		if _, err := woken.NextMsg(time.Minute); err != nil {
 			t.Fatalf("no wakeup for the first result: %v", err)
 		}
-		g := tb.get(t, task.TaskId)
+		g := tb.Get(t, task.TaskId)
 		ticketID, _, _ := strings.Cut(strings.TrimPrefix(g.StatusMessage, "ticket "), " ")
 		if g.Status != mcp.TaskStatusWorking || !strings.HasPrefix(ticketID, "tk_") || !strings.Contains(g.StatusMessage, "waits for an operator: an operator approves it") {
 			t.Fatalf("tasks/get while waiting = %+v", g)
 		}
-		if _, rerr := tb.rpcErr(t, "tasks/cancel", map[string]any{"taskId": task.TaskId}); rerr == nil || !strings.Contains(rerr.Message, "only an operator ends it") {
+		if _, rerr := tb.RPCErr(t, "tasks/cancel", map[string]any{"taskId": task.TaskId}); rerr == nil || !strings.Contains(rerr.Message, "only an operator ends it") {
 			t.Fatalf("tasks/cancel of a task waiting for an operator: %+v", rerr)
 		}
-		tb.stop()
+		tb.Stop()
 		second := serveTasks(t, f.m, tr, tok)
-		r := second.awaitResult(t, task.TaskId, func() {
+		r := second.AwaitResult(t, task.TaskId, func() {
 			// The operator (this host's mandate is one) rejects it.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			res, err := second.c.CallTool(ctx, mcp.CallToolRequest{Params: mcp.CallToolParams{Name: toolTicketReject,
+			res, err := second.C.CallTool(ctx, mcp.CallToolRequest{Params: mcp.CallToolParams{Name: toolTicketReject,
 				Arguments: map[string]any{"ticket_id": ticketID, "reason": "task test"}}})
 			if err != nil || res.IsError {
 				t.Errorf("%s: %+v, %v", toolTicketReject, res, err)
@@ -155,11 +153,11 @@ func TestHandoffTaskThroughToResult(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.IsError || !strings.Contains(textContent(r.Content), `"status":"REJECTED"`) ||
+		if r.IsError || !strings.Contains(mcptest.TextContent(r.Content), `"status":"REJECTED"`) ||
 			r.Meta.AdditionalFields[mcpbridge.MetaToolCallID] != callID || r.Meta.AdditionalFields["utpmesh/result_tool_call_id"] != callID+outcomeSuffix {
 			t.Fatalf("tasks/result = %+v", r)
 		}
-		if g := second.get(t, task.TaskId); g.Status != mcp.TaskStatusCompleted {
+		if g := second.Get(t, task.TaskId); g.Status != mcp.TaskStatusCompleted {
 			t.Fatalf("tasks/get after the decision = %+v", g)
 		}
 	})
@@ -174,8 +172,8 @@ func TestHandoffRetryState(t *testing.T) {
 	f := startMesh(t)
 	for _, key := range []string{"handoff_task_id", "hem_task_id"} {
 		t.Run(key, func(t *testing.T) {
-			cs, _ := f.connect(t, stdio, "2026-07-28", f.issue(t, "retry-"+key, ticketOperator), nil)
-			s := structured(t, callTool(t, cs, toolTicket, openTicket))
+			cs, _ := f.connect(t, mcptest.Stdio, "2026-07-28", f.g.Issue(t, "retry-"+key, ticketOperator), nil)
+			s := mcptest.Structured(t, mcptest.CallTool(t, cs, toolTicket, openTicket))
 			id, _ := s["ticket_id"].(string)
 			if s["status"] != ticketWaiting || id == "" {
 				t.Fatalf("open a ticket: %v", s)
@@ -184,12 +182,12 @@ func TestHandoffRetryState(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: toolTicket, Arguments: openTicket, RequestState: state,
-				InputResponses: sdk.InputResponseMap{"confirm": &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}}})
+				InputResponses: sdk.InputResponseMap{"confirm": mcptest.Confirm(true, "")}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s := structured(t, res); res.IsError || s["status"] != ticketApproved || s["ticket_id"] != id {
-				t.Fatalf("retry with %s: isError %v, structured %v, text %q", state, res.IsError, s, text(res))
+			if s := mcptest.Structured(t, res); res.IsError || s["status"] != ticketApproved || s["ticket_id"] != id {
+				t.Fatalf("retry with %s: isError %v, structured %v, text %q", state, res.IsError, s, mcptest.Text(res))
 			}
 		})
 	}

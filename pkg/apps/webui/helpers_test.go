@@ -19,6 +19,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/apps/webui"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/confirm/confirmtest"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 )
@@ -45,8 +46,8 @@ func newFixture(t *testing.T, opts ...option) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
-	h := newHolds()
-	tools := append(h.tools(), worker.Tool{Name: "echo", Description: "returns its arguments",
+	h := confirmtest.New()
+	tools := append(h.Tools(), worker.Tool{Name: "echo", Description: "returns its arguments",
 		Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) { return worker.OK(c.Arguments), nil }},
 		worker.Tool{Name: "fail", Description: "always fails",
 			Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
@@ -56,7 +57,7 @@ func newFixture(t *testing.T, opts ...option) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.cards = m.Cards()
+	h.Record(m.Cards())
 	f := &fixture{m: m}
 	store, err := natsstore.NewClient(m.Conn())
 	if err != nil {
@@ -113,13 +114,13 @@ func (f *fixture) call(t *testing.T, turn, tool string, args any) *card.ToolResu
 // propose parks a hold of what and returns its confirmation id.
 func (f *fixture) propose(t *testing.T, turn, what string) string {
 	t.Helper()
-	res := f.call(t, turn, toolHold, map[string]any{"what": what})
+	res := f.call(t, turn, confirmtest.Tool, map[string]any{"what": what})
 	var v struct {
 		Status         string `json:"status"`
 		ConfirmationID string `json:"confirmation_id"`
 	}
 	if err := json.Unmarshal(res.Result, &v); err != nil || v.Status != "PENDING_CONFIRM" {
-		t.Fatalf("%s result = %s, want PENDING_CONFIRM", toolHold, res.Result)
+		t.Fatalf("%s result = %s, want PENDING_CONFIRM", confirmtest.Tool, res.Result)
 	}
 	return v.ConfirmationID
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/apps/webui"
+	"github.com/utpmesh/utpmesh/pkg/confirm/confirmtest"
 )
 
 // TestAccess: the token is needed once in the URL, becomes an HttpOnly
@@ -284,9 +285,9 @@ func TestConfirmCancel(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("confirm: %d\n%s", status, out)
 	}
-	wantContains(t, "confirm outcome", out, `id="outcome"`, toolHoldConfirm, "OK", "room 1", `href="/turns/turn-plan"`)
+	wantContains(t, "confirm outcome", out, `id="outcome"`, confirmtest.ConfirmTool, "OK", "room 1", `href="/turns/turn-plan"`)
 	status, out = post(t, c, f.srv.URL+"/cancel", url.Values{"csrf": {token}, "confirmation_id": {id2}, "turn": {"turn-plan"}})
-	if status != http.StatusOK || !strings.Contains(out, "SKIPPED") || !strings.Contains(out, toolHoldCancel) {
+	if status != http.StatusOK || !strings.Contains(out, "SKIPPED") || !strings.Contains(out, confirmtest.CancelTool) {
 		t.Fatalf("cancel: %d\n%s", status, out)
 	}
 	status, out = post(t, c, f.srv.URL+"/confirm", url.Values{"csrf": {token}, "confirmation_id": {id1}, "turn": {"turn-plan"}})

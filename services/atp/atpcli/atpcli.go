@@ -236,7 +236,7 @@ func (c *atpCommand) events(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(c.env.Stdout(), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tTIME\tTYPE\tACTOR\tDATA")
 	for _, e := range r.Events {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", e.Seq, e.Time, e.Type, e.Actor, cut(string(e.Data), 100))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", e.Seq, e.Time, e.Type, e.Actor, cli.Cut(string(e.Data), 100))
 	}
 	return tw.Flush()
 }
@@ -343,16 +343,6 @@ func (c *hemCommand) print(t cli.Caller, res json.RawMessage) error {
 	}
 	fmt.Fprintln(c.env.Stdout())
 	return nil
-}
-
-// cut shortens s to n runes with "…".
-func cut(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
 }
 
 // orDash is s, or "-" when it is empty.

@@ -4,69 +4,28 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cedar-policy/cedar-go/types"
-
-	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
-	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/mesh/gatetest"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 	"github.com/utpmesh/utpmesh/services/atp/windley"
 	"github.com/utpmesh/utpmesh/services/echo"
 )
 
-// authMesh starts a mesh with the gate on and the ATP catalogue's
-// authorization registered, echo served, and the demo setup of `utpmesh
-// up`; it returns the demo mandate.
-func authMesh(t *testing.T) (*mesh.Mesh, string) {
-	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	m, err := mesh.Start(ctx, mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: []worker.Tool{echo.Tool()},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: &mesh.AuthConfig{Catalogues: []authz.Catalogue{atpauthz.New(nil)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Stop(context.Background()) })
-	act, _ := authz.ActionOf((&worker.Tool{Name: echo.Name}).Entry("demo"))
-	res, err := authz.SetupDemo(ctx, m.Auth().Store, m.Auth().Keys, []string{"demo"}, []types.EntityUID{act}, dir, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := os.ReadFile(filepath.Join(dir, authz.DemoMandateFile))
-	if err != nil || res.MandatePath == "" || !res.PolicyInstalled {
-		t.Fatalf("demo setup: %+v, %v", res, err)
-	}
-	return m, strings.TrimSpace(string(tok))
-}
-
-func newAgent(t *testing.T, m *mesh.Mesh, id, mand string) *agent.Client {
-	t.Helper()
-	c, err := agent.New(m.Conn(), agent.Config{Project: "demo", AgentID: id, Mandate: mand})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // TestLoop: the loop queries before planning, re-queries on a state
 // transition and a new mandate only, and turns a missing action into the
 // atp_invoke_hem arguments of a mandate-gap escalation.
 func TestLoop(t *testing.T) {
-	m, demo := authMesh(t)
+	g := gatetest.Start(t, gatetest.Options{Catalogues: []authz.Catalogue{atpauthz.New(nil)}, Tools: []worker.Tool{echo.Tool()}})
+	m, demo := g.Mesh, g.Demo
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := newAgent(t, m, authz.DemoAgent, demo)
+	c := g.Agent(t, authz.DemoAgent, demo)
 	w := windley.NewLoop(c, "turn-w", "")
 	state := "PRE_JOURNEY"
 	r, err := w.Start(ctx, &state)
