@@ -1,7 +1,8 @@
-// Package sdk holds no code, only the map of utpmesh's software development
-// kit and the tests of its promises: the packages a program outside this
-// module imports to take part in a mesh (this comment), the promise they
-// keep ([MaxDeps] and the rules below) and the tests that hold it.
+// Package sdk holds no code but one constant: it is the map of utpmesh's
+// software development kit and the home of the tests of its promises — the
+// packages a program outside this module imports to take part in a mesh
+// (this comment), the promise they keep ([MaxDeps] and the rules below) and
+// the tests that hold it.
 //
 // # The SDK packages
 //
