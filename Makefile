@@ -32,7 +32,7 @@ FUZZ_TARGETS = \
 # (brokers, leases, group commit, redelivery, schedulers): `make stress`.
 STRESS_PKGS  = ./pkg/inbox/... ./pkg/worker ./pkg/agent ./pkg/mesh ./pkg/svc ./pkg/turn ./pkg/streams ./pkg/unrouted \
 	./pkg/registry/... ./pkg/authz/... ./cardstore/... ./services/... ./cmd/utpmesh \
-	./pkg/apps/webui/... ./internal/meshtest ./pkg/apps/mcpbridge ./internal/jskv/...
+	./pkg/apps/... ./pkg/mandate ./pkg/sdk ./internal/meshtest ./internal/jskv/...
 STRESS_COUNT ?= 10
 
 .PHONY: all build test test-deps mcp-client stress ui-screenshot lint fuzz bench clean
