@@ -54,6 +54,9 @@ func docDetail(d *authz.PolicyDoc) map[string]string {
 // signedCall sends a write signed with the connection's nkey, when it
 // has one (svc.Endpoint.Send), so the server's audit names this identity.
 func (c *Client) signedCall(ctx context.Context, project, op string, req, resp any) error {
+	if err := c.begin(ctx, project); err != nil {
+		return err
+	}
 	subj, err := subjects.Service(c.ep.Version, project, c.ep.Channel, ServiceName, op)
 	if err != nil {
 		return fmt.Errorf("%w: %v", svc.ErrBadRequest, err)
