@@ -1,7 +1,8 @@
 // Package policystoretest is the conformance suite of the
-// policystore.Store contract, run by both backends: the bbolt boltpolicy
-// and the JetStream KV jspolicy. Each
-// store's tests call Run:
+// policystore.Store contract, run by both backends, the bbolt boltpolicy
+// and the JetStream KV jspolicy, and by natspolicy's Client over the authz
+// service (a boltpolicy store behind natsauthz on a real nats-server).
+// Each store's tests call Run:
 //
 //	func TestConformance(t *testing.T) {
 //		policystoretest.Run(t, func(t *testing.T) policystoretest.Opener {
@@ -15,7 +16,10 @@
 // newStorage must return an Opener of fresh, empty storage per call; every
 // call of that Opener opens the same storage again (the suite closes a
 // store before it reopens it, to check that what was acknowledged is
-// still there). The Opener arranges cleanup with t.Cleanup.
+// still there). The Opener arranges cleanup with t.Cleanup. For a client
+// of a remote store, "reopen" is a new client: its Opener stops the
+// previous service, closes and reopens the storage with cfg and serves it
+// again, so the suite checks what the service acknowledged was stored.
 package policystoretest
 
 import (
