@@ -33,7 +33,8 @@ const HistoryLimit = 20
 // Store is the contract of a policy store: the policy history the authz
 // service serves and its gate reads (put, replace, rollback, history),
 // and Close. boltpolicy and jspolicy implement it (both through
-// Versioned); both pass policystoretest.
+// Versioned), and natspolicy's Client over NATS; all three pass
+// policystoretest.
 type Store interface {
 	authz.PolicyHistory
 	// Close releases the store; later calls fail with authz.ErrClosed.
