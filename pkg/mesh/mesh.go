@@ -206,20 +206,20 @@ type Mesh struct {
 	boltDB *bolt.DB // cards.db, nil when the cards are replicated
 	// Replicated state only (nil with files): the policy store and the
 	// inbox's backend on its bucket (serve opens inbox.db when nil).
-	policies   policystore.Store
-	inboxStore inbox.Backend
-	inboxDB    *boltinbox.DB // inbox.db, nil when the inbox is replicated
-	cardSrv    *natsstore.Server
-	regSrv     *natsreg.Server
-	auth       *natsauthz.Service
-	inbox      *inboxsvc.Service
-	rt         *worker.Runtime
-	metrics    *metrics.Metrics
-	msrv       *metrics.Server
-	stoppers   []func(context.Context) error
-	names      sync.Map // public nkey → identity name (Config.Identities): signed admin requests
-	unrouted   *unrouted.Sweeper
-	ready      atomic.Bool // Start has finished (health)
+	policies    policystore.Store
+	inboxStore  inbox.Backend
+	inboxBoltDB *boltinbox.DB // inbox.db, nil when the inbox is replicated
+	cardSrv     *natsstore.Server
+	regSrv      *natsreg.Server
+	auth        *natsauthz.Service
+	inbox       *inboxsvc.Service
+	rt          *worker.Runtime
+	metrics     *metrics.Metrics
+	msrv        *metrics.Server
+	stoppers    []func(context.Context) error
+	names       sync.Map // public nkey → identity name (Config.Identities): signed admin requests
+	unrouted    *unrouted.Sweeper
+	ready       atomic.Bool // Start has finished (health)
 }
 
 // Start starts a mesh. On error everything started so far is stopped.
@@ -414,7 +414,7 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		m.inboxStore, m.inboxDB = db, db
+		m.inboxStore, m.inboxBoltDB = db, db
 		// Closed after the service's Stop (stoppers run in reverse), even
 		// when Start fails, or the file lock outlives the mesh.
 		m.push(func(context.Context) error { return db.Close() })
@@ -591,10 +591,10 @@ func (m *Mesh) Inbox() *inboxsvc.Service { return m.inbox }
 // InboxDB is the inbox's bbolt file (for inspection and benchmarks), nil
 // when the inbox is replicated.
 func (m *Mesh) InboxDB() *bolt.DB {
-	if m.inboxDB == nil {
+	if m.inboxBoltDB == nil {
 		return nil
 	}
-	return m.inboxDB.Bolt()
+	return m.inboxBoltDB.Bolt()
 }
 
 // NATS is the embedded nats-server.
