@@ -14,7 +14,8 @@
 //
 //	inbox       this contract
 //	inboxsvc    the service: consumes reports, checks their cards, stores
-//	            entries, publishes wakeups, serves the svc operations
+//	            entries, publishes wakeups, serves the svc operations; it
+//	            takes a Backend its caller opened (and closes)
 //	natsinbox   the agent's client of the svc operations (inbox.API)
 //	boltinbox   Backend in a bbolt file (one node)
 //	kvinbox     Backend in a JetStream key-value bucket (cluster mode)

@@ -60,7 +60,6 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/internal/datalock"
-	"github.com/utpmesh/utpmesh/internal/jskv"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/portcheck"
 	"github.com/utpmesh/utpmesh/pkg/authz"
@@ -70,6 +69,8 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/builtins"
 	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/boltinbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/inboxsvc"
 	"github.com/utpmesh/utpmesh/pkg/metrics"
 	"github.com/utpmesh/utpmesh/pkg/registry"
@@ -204,9 +205,10 @@ type Mesh struct {
 	reg    registry.Registry
 	boltDB *bolt.DB // cards.db, nil when the cards are replicated
 	// Replicated state only (nil with files): the policy store and the
-	// inbox's bucket.
+	// inbox's backend on its bucket (serve opens inbox.db when nil).
 	policies    policystore.Store
-	inboxBucket *jskv.Bucket
+	inboxStore  inbox.Backend
+	inboxBoltDB *boltinbox.DB // inbox.db, nil when the inbox is replicated
 	cardSrv     *natsstore.Server
 	regSrv      *natsreg.Server
 	auth        *natsauthz.Service
@@ -407,8 +409,17 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 		m.auth.SetIdentities(m.identityNames())
 	}
 
-	icfg := inboxsvc.Config{Version: cfg.ProtocolVersion, Store: m.cards, Path: filepath.Join(cfg.DataDir, "inbox.db"), Logger: log, TracerProvider: cfg.TracerProvider,
-		Bucket: m.inboxBucket}
+	if m.inboxStore == nil { // single node: inbox.db beside the other files
+		db, err := boltinbox.Open(filepath.Join(cfg.DataDir, "inbox.db"), boltinbox.DefaultOpenTimeout)
+		if err != nil {
+			return err
+		}
+		m.inboxStore, m.inboxBoltDB = db, db
+		// Closed after the service's Stop (stoppers run in reverse), even
+		// when Start fails, or the file lock outlives the mesh.
+		m.push(func(context.Context) error { return db.Close() })
+	}
+	icfg := inboxsvc.Config{Version: cfg.ProtocolVersion, Store: m.cards, Backend: m.inboxStore, Logger: log, TracerProvider: cfg.TracerProvider}
 	if m.metrics != nil {
 		icfg.Observer = m.metrics.Inbox()
 	}
@@ -416,9 +427,7 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	// New has opened inbox.db: a failed Start must still close it (Stop
-	// works on a service that never started), or its file lock outlives
-	// the mesh.
+	// Stop works on a service that never started.
 	m.push(m.inbox.Stop)
 	if m.metrics != nil {
 		m.metrics.WatchPending(m.inbox.Pending)
@@ -578,6 +587,15 @@ func (m *Mesh) CardsDB() *bolt.DB { return m.boltDB }
 
 // Inbox is the mesh's inbox service.
 func (m *Mesh) Inbox() *inboxsvc.Service { return m.inbox }
+
+// InboxDB is the inbox's bbolt file (for inspection and benchmarks), nil
+// when the inbox is replicated.
+func (m *Mesh) InboxDB() *bolt.DB {
+	if m.inboxBoltDB == nil {
+		return nil
+	}
+	return m.inboxBoltDB.Bolt()
+}
 
 // NATS is the embedded nats-server.
 func (m *Mesh) NATS() *embednats.Server { return m.srv }

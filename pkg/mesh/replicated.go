@@ -138,9 +138,16 @@ func (m *Mesh) openReplicated(ctx context.Context, js jetstream.JetStream) error
 			return err
 		}
 	}
-	if err := retry("inbox", func(c context.Context) (err error) {
-		m.inboxBucket, err = kvinbox.OpenBucket(c, js, "", r)
-		return err
+	if err := retry("inbox", func(c context.Context) error {
+		bk, err := kvinbox.OpenBucket(c, js, "", r)
+		if err != nil {
+			return err
+		}
+		kv := kvinbox.New(bk)
+		m.inboxStore = kv
+		// Runs after the inbox service's Stop: waits for its last marks.
+		m.push(func(context.Context) error { return kv.Close() })
+		return nil
 	}); err != nil {
 		return err
 	}

@@ -96,9 +96,14 @@ func (d *DB) overlay(project string, e *inbox.Entry) {
 
 var _ inbox.Backend = (*DB)(nil)
 
+// DefaultOpenTimeout is the lock wait a mesh gives Open: how long a second
+// process waits for the inbox file before failing with ErrLocked.
+const DefaultOpenTimeout = 5 * time.Second
+
 // Open opens (creating it, mode 0600, if missing) the inbox file at path,
 // waiting up to timeout for another process's lock (then ErrLocked); 0
-// waits forever.
+// waits forever. The caller closes it (after the inbox service using it
+// has stopped).
 func Open(path string, timeout time.Duration) (*DB, error) {
 	b, err := boltfile.Open(path, boltfile.Options{Timeout: timeout, Schema: &boltfile.Schema{
 		Kind: "inbox", Version: schemaVersion, Buckets: allBuckets,

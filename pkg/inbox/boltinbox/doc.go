@@ -1,5 +1,6 @@
 // Package boltinbox keeps the inbox's entries in a bbolt file: the
-// inbox.Backend of a single-node mesh (inboxsvc.Config.Path).
+// inbox.Backend of a single-node mesh (pkg/mesh opens <DataDir>/inbox.db
+// with Open and DefaultOpenTimeout and hands it to inboxsvc.Config.Backend).
 //
 // The file (fsync on every commit) has a schema version; another process
 // holding it makes Open fail with ErrLocked after the timeout. Besides the

@@ -1,9 +1,21 @@
 // Package inboxsvc is the mesh's inbox service: it consumes the reports
 // tool services send once a tool.result card is written, checks each
 // against its card, keeps one entry per tool call in an inbox.Backend
-// (boltinbox, or kvinbox with Config.Bucket), rings the calling agent's
-// wakeup and serves the svc operations of package inbox (whose doc
-// describes entries, states, epochs and de-duplication).
+// (Config.Backend), rings the calling agent's wakeup and serves the svc
+// operations of package inbox (whose doc describes entries, states, epochs
+// and de-duplication).
+//
+// # The backend belongs to the caller
+//
+// The service neither chooses nor opens its storage, and imports no
+// storage engine: the caller opens a Backend — a boltinbox.DB on one node
+// (pkg/mesh: boltinbox.Open of <DataDir>/inbox.db, which fails with
+// boltinbox.ErrLocked while another process holds the file), or a
+// kvinbox.KV on the replicated bucket in cluster mode — passes it in
+// Config.Backend, and closes it after Stop has returned. Stop leaves the
+// backend open; Close then writes what is still queued (wakeup marks, lazy
+// acks). After Stop the service's own methods fail with inbox.ErrClosed.
+// Several services may share one kvinbox bucket; a boltinbox file has one.
 //
 // # Flow
 //
@@ -106,14 +118,13 @@
 //
 // # Caveats
 //
-//   - With Config.Bucket, see the caveat of package kvinbox.
+//   - With a kvinbox backend, see the caveat of package kvinbox.
 //   - One inbox file, one process. JetStream lets several processes bind
 //     the consumer, but each would keep its own file: de-duplication and
 //     the svc queries would then see only part of the entries. Run one
-//     inbox per mesh (a second one on the same file fails with
-//     boltinbox.ErrLocked,
-//     which makes it a safe standby that can be restarted once the first
-//     has gone).
+//     inbox per mesh (a second one opening the same file fails with
+//     boltinbox.ErrLocked, which makes it a safe standby that can be
+//     restarted once the first has gone).
 //   - Entries are kept forever; there is no purge yet. Listing acked,
 //     stale or all entries reads the agent's whole history (up to limit
 //     matches), and "agent_turn_id" filters after reading.

@@ -34,6 +34,7 @@ type env struct {
 	js     jetstream.JetStream
 	store  *boltstore.Store
 	path   string
+	db     *boltinbox.DB // the backend, opened by start, closed by stop
 	cfg    Config
 	svc    *Service
 	client *natsinbox.Client
@@ -54,7 +55,7 @@ func newEnv(t *testing.T, concurrency int) *env {
 	must(t, err)
 	e := &env{t: t, nc: nc, js: js, store: store, path: filepath.Join(t.TempDir(), "inbox.db"), client: client}
 	e.cfg = Config{
-		Store: store, Path: e.path, Concurrency: concurrency, AckWait: 5 * time.Second,
+		Store: store, Concurrency: concurrency, AckWait: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	e.start()
@@ -66,8 +67,12 @@ func newEnv(t *testing.T, concurrency int) *env {
 	return e
 }
 
+// start opens the inbox file and starts a Service on it.
 func (e *env) start() {
 	e.t.Helper()
+	db, err := boltinbox.Open(e.path, boltinbox.DefaultOpenTimeout)
+	must(e.t, err)
+	e.db, e.cfg.Backend = db, db
 	s, err := New(e.nc, e.cfg)
 	must(e.t, err)
 	must(e.t, s.Start(context.Background()))
@@ -80,6 +85,9 @@ func (e *env) stop() {
 	defer cancel()
 	if err := e.svc.Stop(ctx); err != nil {
 		e.t.Errorf("stop: %v", err)
+	}
+	if err := e.db.Close(); err != nil {
+		e.t.Errorf("close the inbox file: %v", err)
 	}
 }
 
@@ -197,7 +205,7 @@ func (e *env) settle() {
 	must(e.t, e.nc.Flush())
 	// Wakeup-sent marks ride along with the next write: one empty write
 	// commits those queued so far (their callbacks run before it returns).
-	must(e.t, e.svc.db.Flush(context.Background()))
+	must(e.t, e.db.Flush(context.Background()))
 }
 
 // pendingCount returns how many messages a subscription holds now.

@@ -42,5 +42,9 @@ func (s *Service) observe(outcome string) {
 // acknowledged by their agent), across every project. It reads the pending
 // index, so its cost grows with what is pending, not with history.
 func (s *Service) Pending() (int, error) {
-	return s.st.Pending(context.Background())
+	st, err := s.backend()
+	if err != nil {
+		return 0, err
+	}
+	return st.Pending(context.Background())
 }

@@ -25,7 +25,11 @@ func (s *Service) List(ctx context.Context, project string, q inbox.ListQuery) (
 	if err != nil {
 		return nil, err
 	}
-	return s.st.List(ctx, project, q)
+	st, err := s.backend()
+	if err != nil {
+		return nil, err
+	}
+	return st.List(ctx, project, q)
 }
 
 // Get returns the entry inboxID of the project, or ErrNotFound.
@@ -39,7 +43,11 @@ func (s *Service) Get(ctx context.Context, project, inboxID string) (*inbox.Entr
 	if err := inbox.CheckInboxID("inbox_id", inboxID); err != nil {
 		return nil, err
 	}
-	return s.st.Get(ctx, project, inboxID)
+	st, err := s.backend()
+	if err != nil {
+		return nil, err
+	}
+	return st.Get(ctx, project, inboxID)
 }
 
 // Ack marks the given entries of the project acked, atomically, and returns
@@ -81,8 +89,12 @@ func (s *Service) ack(ctx context.Context, project string, inboxIDs []string, la
 			ids = append(ids, id)
 		}
 	}
+	st, err := s.backend()
+	if err != nil {
+		return 0, err
+	}
 	if lazy {
-		n, err := s.st.AckLater(ctx, project, ids, time.Now(), func(err error) {
+		n, err := st.AckLater(ctx, project, ids, time.Now(), func(err error) {
 			if err != nil {
 				s.log.Warn("inbox: lazy ack not written; the entries stay pending", "project_id", project, "inbox_ids", inbox.JoinIDs(ids), "err", err)
 			}
@@ -93,7 +105,7 @@ func (s *Service) ack(ctx context.Context, project string, inboxIDs []string, la
 		s.log.Debug("inbox: entries acked (lazy)", "project_id", project, "requested", len(ids), "pending", n)
 		return n, nil
 	}
-	n, err := s.st.Ack(ctx, project, ids, time.Now())
+	n, err := st.Ack(ctx, project, ids, time.Now())
 	if err != nil {
 		return 0, err
 	}
@@ -116,7 +128,11 @@ func (s *Service) SetEpoch(ctx context.Context, project, agentTurnID string, epo
 	if err := inbox.CheckTurn(agentTurnID, epoch); err != nil {
 		return 0, err
 	}
-	highest, staled, err := s.st.SetEpoch(ctx, project, agentTurnID, epoch)
+	st, err := s.backend()
+	if err != nil {
+		return 0, err
+	}
+	highest, staled, err := st.SetEpoch(ctx, project, agentTurnID, epoch)
 	if err != nil {
 		return 0, err
 	}

@@ -149,7 +149,7 @@ func TestAckLazy(t *testing.T) {
 		t.Fatalf("lazy ack of an unknown id: err = %v, want inbox.ErrNotFound", err)
 	}
 	// The next transaction carries it to disk (boltinbox tests the details).
-	must(t, e.svc.db.Flush(ctx))
+	must(t, e.db.Flush(ctx))
 	// A restart reads it from the file.
 	e.stop()
 	e.start()

@@ -6,18 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	bolt "go.etcd.io/bbolt"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
-	"github.com/utpmesh/utpmesh/internal/jskv"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
-	"github.com/utpmesh/utpmesh/pkg/inbox/boltinbox"
-	"github.com/utpmesh/utpmesh/pkg/inbox/kvinbox"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
@@ -28,7 +25,6 @@ import (
 const (
 	DefaultConcurrency = 32
 	DefaultAckWait     = 30 * time.Second
-	DefaultOpenTimeout = 5 * time.Second
 )
 
 // Config configures a Service.
@@ -38,13 +34,12 @@ type Config struct {
 	// Store is the CardStore the pointed tool.result cards are checked in.
 	// Required.
 	Store cardstore.Store
-	// Path is the inbox's bbolt file (created, mode 0600, if missing).
-	// Required unless Bucket is set.
-	Path string
-	// Bucket, when set, keeps the entries in this JetStream key-value
-	// bucket (see kvinbox.OpenBucket) instead of a file: cluster mode, where the
-	// bucket is replicated (R3) and any number of inbox processes share it.
-	Bucket *jskv.Bucket
+	// Backend keeps the entries: a boltinbox.DB (single node) or a
+	// kvinbox.KV (cluster mode, where the bucket is replicated and any
+	// number of inbox processes share it). Required. The caller owns it:
+	// it opens the backend before New and closes it after Stop (Close
+	// writes what is still queued: wakeup marks, lazy acks).
+	Backend inbox.Backend
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// Concurrency bounds the reports handled at once; default 32.
@@ -52,8 +47,6 @@ type Config struct {
 	// AckWait is the consumer's ack wait; default 30s. A report not
 	// acknowledged within it is redelivered.
 	AckWait time.Duration
-	// OpenTimeout bounds the wait for the file lock of Path; default 5s.
-	OpenTimeout time.Duration
 	// Observer receives report outcomes and wakeup lags for metrics; nil
 	// records nothing.
 	Observer Observer
@@ -62,19 +55,23 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-// Service is the inbox: it consumes reports, keeps entries (boltinbox or
-// kvinbox), rings
-// agents' wakeups and serves the svc operations. Create it with New, then
-// Start; Stop releases everything. The local methods (List, Get, Ack,
-// SetEpoch) work between New and Stop, started or not.
+// Service is the inbox: it consumes reports, keeps entries in its
+// Config.Backend, rings agents' wakeups and serves the svc operations.
+// Create it with New, then Start; Stop releases everything but the
+// backend, which the caller closes. The local methods (List, Get, Ack,
+// SetEpoch, Pending) work between New and Stop, started or not, and fail
+// with inbox.ErrClosed after Stop.
 type Service struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
 	cfg Config
 	log *slog.Logger
 	st  inbox.Backend
-	db  *boltinbox.DB // the bbolt backend, nil with Config.Bucket
 	tr  trace.Tracer
+	// closed is set once Stop has finished: the local methods then fail
+	// with inbox.ErrClosed, as they did when the service closed the
+	// backend itself, whatever the caller does with the backend.
+	closed atomic.Bool
 
 	// mu guards started, stopping, cc, srv and the Add side of wg.
 	mu       sync.Mutex
@@ -95,10 +92,8 @@ type Service struct {
 	stopErr  error
 }
 
-// New validates cfg and opens the backend: the bucket of Config.Bucket
-// (kvinbox), or the file of Config.Path (boltinbox; another process
-// holding it makes New fail with boltinbox.ErrLocked after
-// Config.OpenTimeout). It does not touch NATS until Start.
+// New validates cfg. It neither opens the backend (the caller has) nor
+// touches NATS until Start.
 func New(nc *nats.Conn, cfg Config) (*Service, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: inboxsvc.New: nil NATS connection", inbox.ErrInvalid)
@@ -106,8 +101,8 @@ func New(nc *nats.Conn, cfg Config) (*Service, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("%w: inboxsvc.New: Config.Store is required", inbox.ErrInvalid)
 	}
-	if cfg.Path == "" && cfg.Bucket == nil {
-		return nil, fmt.Errorf("%w: inboxsvc.New: Config.Path (the inbox.db file) or Config.Bucket is required", inbox.ErrInvalid)
+	if cfg.Backend == nil {
+		return nil, fmt.Errorf("%w: inboxsvc.New: Config.Backend is required", inbox.ErrInvalid)
 	}
 	if cfg.Version == "" {
 		cfg.Version = subjects.DefaultVersion
@@ -115,18 +110,15 @@ func New(nc *nats.Conn, cfg Config) (*Service, error) {
 	if err := subjects.ValidateToken("version", cfg.Version); err != nil {
 		return nil, fmt.Errorf("%w: inboxsvc.New: Config.Version: %v", inbox.ErrInvalid, err)
 	}
-	if cfg.Concurrency < 0 || cfg.AckWait < 0 || cfg.OpenTimeout < 0 {
-		return nil, fmt.Errorf("%w: inboxsvc.New: Concurrency (%d), AckWait (%v) and OpenTimeout (%v) must not be negative",
-			inbox.ErrInvalid, cfg.Concurrency, cfg.AckWait, cfg.OpenTimeout)
+	if cfg.Concurrency < 0 || cfg.AckWait < 0 {
+		return nil, fmt.Errorf("%w: inboxsvc.New: Concurrency (%d) and AckWait (%v) must not be negative",
+			inbox.ErrInvalid, cfg.Concurrency, cfg.AckWait)
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
 	if cfg.AckWait == 0 {
 		cfg.AckWait = DefaultAckWait
-	}
-	if cfg.OpenTimeout == 0 {
-		cfg.OpenTimeout = DefaultOpenTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -135,21 +127,9 @@ func New(nc *nats.Conn, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: jetstream: %w", err)
 	}
-	var (
-		d  *boltinbox.DB
-		st inbox.Backend
-	)
-	if cfg.Bucket != nil {
-		st = kvinbox.New(cfg.Bucket)
-	} else {
-		if d, err = boltinbox.Open(cfg.Path, cfg.OpenTimeout); err != nil {
-			return nil, err
-		}
-		st = d
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{
-		nc: nc, js: js, cfg: cfg, db: d, st: st,
+		nc: nc, js: js, cfg: cfg, st: cfg.Backend,
 		log:     cfg.Logger.With("component", "inbox"),
 		tr:      telemetry.Tracer(cfg.TracerProvider),
 		sem:     make(chan struct{}, cfg.Concurrency),
@@ -211,7 +191,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.srv, s.cc, s.started = srv, cc, true
 	s.log.Info("inbox: started", "filter", filter, "consumer", streams.InboxConsumer,
-		"service", srv.Subject(), "path", s.cfg.Path, "replicated", s.cfg.Bucket != nil, "concurrency", s.cfg.Concurrency)
+		"service", srv.Subject(), "backend", fmt.Sprintf("%T", s.st), "concurrency", s.cfg.Concurrency)
 	return nil
 }
 
@@ -240,7 +220,8 @@ func (s *Service) onMessage(m jetstream.Msg) {
 }
 
 // Stop stops fetching reports, waits (until ctx ends) for the reports and
-// requests in flight, stops the svc operations and closes the inbox file.
+// requests in flight and stops the svc operations; it leaves the backend
+// open for the caller to close.
 // Reports still unfinished when ctx ends see their context canceled and
 // are redelivered later. Stop is idempotent: every call returns the first
 // call's result.
@@ -279,20 +260,16 @@ func (s *Service) stop(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("inbox: stopped with reports in flight (they will be redelivered): %w", ctx.Err()))
 	}
 	s.cancel()
-	if err := s.st.Close(); err != nil {
-		errs = append(errs, err)
-	}
-	s.log.Info("inbox: stopped", "path", s.cfg.Path)
+	s.closed.Store(true)
+	s.log.Info("inbox: stopped")
 	return errors.Join(errs...)
 }
 
-// DB returns the inbox's bbolt database for read-only inspection (tx.Check,
-// tx.WriteTo backups) while the service runs. Writing to it bypasses every
-// rule of the inbox; don't.
-// It is nil when the entries live in a key-value bucket (Config.Bucket).
-func (s *Service) DB() *bolt.DB {
-	if s.db == nil {
-		return nil
+// backend returns the backend for a local method, or inbox.ErrClosed once
+// Stop has finished.
+func (s *Service) backend() (inbox.Backend, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("inbox: service stopped: %w", inbox.ErrClosed)
 	}
-	return s.db.Bolt()
+	return s.st, nil
 }

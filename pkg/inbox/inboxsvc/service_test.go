@@ -134,7 +134,7 @@ func TestUnpublishedWakeupIsPublishedOnRedelivery(t *testing.T) {
 	// wakeup is published and the report acked.
 	rep, err := utp.ParseReport(mustJSON(t, c.report()))
 	must(t, err)
-	stored, created, err := e.svc.db.Insert(context.Background(), "p1", "c1", rep, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	stored, created, err := e.db.Insert(context.Background(), "p1", "c1", rep, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 	if err != nil || !created {
 		t.Fatalf("insert = created %v, %v", created, err)
 	}
@@ -314,10 +314,8 @@ func TestRestartKeepsEntriesAndDedupe(t *testing.T) {
 	e.settle()
 
 	// A second process cannot open the file while the first runs.
-	cfg := e.cfg
-	cfg.OpenTimeout = 50 * time.Millisecond
-	if _, err := New(e.nc, cfg); !errors.Is(err, boltinbox.ErrLocked) || !strings.Contains(err.Error(), "locked by another process") {
-		t.Fatalf("second New = %v, want boltinbox.ErrLocked", err)
+	if _, err := boltinbox.Open(e.path, 50*time.Millisecond); !errors.Is(err, boltinbox.ErrLocked) || !strings.Contains(err.Error(), "locked by another process") {
+		t.Fatalf("second open = %v, want boltinbox.ErrLocked", err)
 	}
 
 	e.stop()
@@ -451,17 +449,51 @@ func TestListPagesInCreationOrder(t *testing.T) {
 func TestNewValidatesConfig(t *testing.T) {
 	e := newEnv(t, 0)
 	for name, cfg := range map[string]Config{
-		"no store":    {Path: e.path + "x"},
-		"no path":     {Store: e.store},
-		"bad version": {Store: e.store, Path: e.path + "y", Version: "v.1"},
-		"negative":    {Store: e.store, Path: e.path + "z", Concurrency: -1},
+		"no store":          {Backend: e.db},
+		"no backend":        {Store: e.store},
+		"bad version":       {Store: e.store, Backend: e.db, Version: "v.1"},
+		"negative":          {Store: e.store, Backend: e.db, Concurrency: -1},
+		"negative ack wait": {Store: e.store, Backend: e.db, AckWait: -time.Second},
 	} {
 		if _, err := New(e.nc, cfg); !errors.Is(err, inbox.ErrInvalid) {
 			t.Errorf("%s: err = %v, want inbox.ErrInvalid", name, err)
 		}
 	}
-	if _, err := New(nil, Config{Store: e.store, Path: e.path}); !errors.Is(err, inbox.ErrInvalid) {
+	if _, err := New(nil, Config{Store: e.store, Backend: e.db}); !errors.Is(err, inbox.ErrInvalid) {
 		t.Errorf("nil conn: err = %v", err)
+	}
+}
+
+// TestStopLeavesTheBackendToItsOwner: Stop ends the service (its local
+// methods fail with inbox.ErrClosed) but does not close the backend, which
+// the caller opened and closes; a new service on the same backend sees the
+// entries.
+func TestStopLeavesTheBackendToItsOwner(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	wk := e.wakeups("p1", "a")
+	c := e.putResult("p1", "a", "t", "k", 0)
+	e.publish("p1", c.report(), "")
+	w := decodeWakeup(t, next(t, wk))
+	e.settle()
+
+	must(t, e.svc.Stop(ctx))
+	if _, err := e.svc.Get(ctx, "p1", w.InboxID); !errors.Is(err, inbox.ErrClosed) {
+		t.Fatalf("service get after stop = %v, want inbox.ErrClosed", err)
+	}
+	if _, err := e.svc.Pending(); !errors.Is(err, inbox.ErrClosed) {
+		t.Fatalf("service pending after stop = %v, want inbox.ErrClosed", err)
+	}
+	if got, err := e.db.Get(ctx, "p1", w.InboxID); err != nil || got.State != inbox.StatePending {
+		t.Fatalf("backend get after the service stopped = %+v, %v; want the pending entry", got, err)
+	}
+
+	again, err := New(e.nc, e.cfg)
+	must(t, err)
+	must(t, again.Start(ctx))
+	e.svc = again // stopped (and the file closed) by the env's cleanup
+	if n, err := again.Ack(ctx, "p1", w.InboxID); err != nil || n != 1 {
+		t.Fatalf("ack through a new service on the same backend = %d, %v", n, err)
 	}
 }
 

@@ -1,5 +1,6 @@
 // Package kvinbox keeps the inbox's entries in a JetStream key-value
-// bucket: the inbox.Backend of a clustered mesh (inboxsvc.Config.Bucket).
+// bucket: the inbox.Backend of a clustered mesh (pkg/mesh opens it with
+// OpenBucket and New and hands it to inboxsvc.Config.Backend).
 //
 // The bucket (made by OpenBucket with 3 replicas in a 3-node cluster)
 // acknowledges a write once a majority of the servers stored it, so the

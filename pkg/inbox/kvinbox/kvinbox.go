@@ -27,8 +27,7 @@ var _ inbox.Backend = (*KV)(nil)
 const DefaultBucket = "utpmesh_inbox"
 
 // OpenBucket creates (or opens) the inbox's key-value bucket with the given
-// number of replicas (3 in a 3-node cluster, 1 on one server), for New
-// (and inboxsvc.Config.Bucket). An empty name is DefaultBucket.
+// number of replicas (3 in a 3-node cluster, 1 on one server), for New. An empty name is DefaultBucket.
 func OpenBucket(ctx context.Context, js jetstream.JetStream, name string, replicas int) (*jskv.Bucket, error) {
 	if name == "" {
 		name = DefaultBucket
