@@ -232,6 +232,14 @@ func (s *Server) Stop(ctx context.Context) error {
 			_ = sub.Unsubscribe()
 		}
 	}
+	// Wait until the server has taken the unsubscriptions in: a request
+	// sent after Stop returns then finds no responder at once, instead of
+	// being routed to this connection, dropped, and timing out.
+	if !s.nc.IsClosed() {
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = s.nc.FlushWithContext(fctx)
+		cancel()
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
