@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
-	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 )
@@ -41,27 +39,11 @@ func (regionCatalogue) ResolveResource(context.Context, authz.ResourceRequest) (
 func TestRemoteGateFailsClosed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := meshtest.NATS(t)
-	dir := t.TempDir()
-	reg, err := boltreg.Open(filepath.Join(dir, "registry.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
-	entry := &registry.Entry{ProjectID: "demo", ToolName: "echo", Description: "echo",
-		Parameters: json.RawMessage(`{"type":"object"}`), TargetSubject: "cg.{ver}.{project_id}.{channel_id}.cmd.tool.echo",
-		AfterExecution: card.Suspend}
-	if _, err := reg.Put(ctx, entry); err != nil {
-		t.Fatal(err)
-	}
-	s, err := natsauthz.Start(ctx, meshtest.Conn(t, srv), natsauthz.StartConfig{DataDir: dir, Registry: reg, Store: boltPolicies(t, dir, reg)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop(context.Background())
+	entry := toolEntry("echo", "")
+	srv, s, _ := startService(ctx, t, []*registry.Entry{entry})
 
 	authz.RegisterCatalogue(regionCatalogue{})
-	_, err = s.Store.PutPolicies(ctx, "demo", `@id("echo") permit(principal, action == Action::"echo", resource);
+	_, err := s.Store.PutPolicies(ctx, "demo", `@id("echo") permit(principal, action == Action::"echo", resource);
 @id("no-eu") forbid(principal, action, resource) when { context.region == "eu" };`)
 	authz.UnregisterCatalogue(regionCatalogue{}.Name())
 	if err != nil {

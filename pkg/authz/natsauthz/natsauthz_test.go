@@ -12,9 +12,9 @@ import (
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
-	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/boltpolicy"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 )
@@ -25,25 +25,7 @@ import (
 func TestPolicyOps(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := meshtest.NATS(t)
-	nc := meshtest.Conn(t, srv)
-	dir := t.TempDir()
-	reg, err := boltreg.Open(filepath.Join(dir, "registry.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
-	_, err = reg.Put(ctx, &registry.Entry{ProjectID: "demo", ToolName: "ATLAS_TASK_LIST", Description: "list tasks",
-		Parameters: json.RawMessage(`{"type":"object"}`), TargetSubject: "cg.{ver}.{project_id}.{channel_id}.cmd.tool.atlas_task_list",
-		AfterExecution: card.Suspend, Options: registry.Options{CedarAction: `ATLASAction::"TASK_LIST"`}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := natsauthz.Start(ctx, nc, natsauthz.StartConfig{DataDir: dir, Registry: reg, Store: boltPolicies(t, dir, reg)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop(context.Background())
+	srv, _, reg := startService(ctx, t, []*registry.Entry{toolEntry("ATLAS_TASK_LIST", `ATLASAction::"TASK_LIST"`)})
 	cl, err := natsauthz.NewClient(meshtest.Conn(t, srv), "")
 	if err != nil {
 		t.Fatal(err)
@@ -104,16 +86,43 @@ func TestPolicyOps(t *testing.T) {
 	}
 }
 
-// boltPolicies opens the single-node policy store in dir, validating
-// against reg's tools, as the mesh assembly does, and closes it when the
-// test ends (after the service's Stop, which cleanups registered later run
-// before).
-func boltPolicies(t *testing.T, dir string, reg registry.Registry) policystore.Store {
+// toolEntry is the registry entry of a tool of project demo (action its
+// options' cedar_action, when not empty).
+func toolEntry(tool, action string) *registry.Entry {
+	return &registry.Entry{ProjectID: "demo", ToolName: tool, Description: tool,
+		Parameters: json.RawMessage(`{"type":"object"}`), TargetSubject: "cg.{ver}.{project_id}.{channel_id}.cmd.tool." + strings.ToLower(tool),
+		AfterExecution: card.Suspend, Options: registry.Options{CedarAction: action}}
+}
+
+// startService runs the authz service on a fresh in-process nats-server,
+// over a bbolt registry holding entries and the single-node policy store
+// (validating against the registry's tools, as the mesh assembly opens
+// it), in a temporary directory. The service stops, then the stores
+// close, when the test ends; stopping it earlier is allowed. It returns
+// the server, the service and the registry.
+func startService(ctx context.Context, t *testing.T, entries []*registry.Entry, resources ...authz.ResourceResolver) (*embednats.Server, *natsauthz.Service, registry.Registry) {
 	t.Helper()
+	srv := meshtest.NATS(t)
+	dir := t.TempDir()
+	reg, err := boltreg.Open(filepath.Join(dir, "registry.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Close() })
+	for _, e := range entries {
+		if _, err := reg.Put(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
 	st, err := boltpolicy.Open(filepath.Join(dir, "policies.db"), boltpolicy.WithActions(authz.RegistryActions{Registry: reg}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	return st
+	s, err := natsauthz.Start(ctx, meshtest.Conn(t, srv), natsauthz.StartConfig{DataDir: dir, Registry: reg, Store: st, Resources: resources})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	return srv, s, reg
 }

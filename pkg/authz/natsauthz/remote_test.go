@@ -2,9 +2,7 @@ package natsauthz_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -12,10 +10,8 @@ import (
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
-	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/registry"
-	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 )
 
 type fakeClock struct {
@@ -37,28 +33,7 @@ func (c *fakeClock) Add(d time.Duration) {
 func TestRemote(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := meshtest.NATS(t)
-	dir := t.TempDir()
-	reg, err := boltreg.Open(filepath.Join(dir, "registry.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
-	if _, err := reg.Put(ctx, &registry.Entry{ProjectID: "demo", ToolName: "echo", Description: "echo",
-		Parameters: json.RawMessage(`{"type":"object"}`), TargetSubject: "cg.{ver}.{project_id}.{channel_id}.cmd.tool.echo",
-		AfterExecution: card.Suspend}); err != nil {
-		t.Fatal(err)
-	}
-	s, err := natsauthz.Start(ctx, meshtest.Conn(t, srv), natsauthz.StartConfig{DataDir: dir, Registry: reg, Store: boltPolicies(t, dir, reg)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = s.Stop(context.Background())
-		}
-	}()
+	srv, s, _ := startService(ctx, t, []*registry.Entry{toolEntry("echo", "")})
 	key, _, err := s.Keys.Ensure(ctx, "demo")
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +83,6 @@ func TestRemote(t *testing.T) {
 	if err := s.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	stopped = true
 	if _, err := r.Policies(ctx, "demo"); err != nil {
 		t.Fatalf("within the TTL: %v", err)
 	}

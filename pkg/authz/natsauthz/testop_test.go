@@ -3,14 +3,12 @@ package natsauthz_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
-	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 )
 
 // argResolver resolves a call's resource from its booking_object_id
@@ -35,19 +33,7 @@ func (argResolver) ResolveResource(_ context.Context, in authz.ResourceRequest) 
 func TestTestOpArguments(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := meshtest.NATS(t)
-	dir := t.TempDir()
-	reg, err := boltreg.Open(filepath.Join(dir, "registry.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
-	s, err := natsauthz.Start(ctx, meshtest.Conn(t, srv), natsauthz.StartConfig{DataDir: dir, Registry: reg,
-		Store: boltPolicies(t, dir, reg), Resources: []authz.ResourceResolver{argResolver{}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop(context.Background())
+	srv, s, _ := startService(ctx, t, nil, argResolver{})
 	if err := s.Store.PutConfig(ctx, "demo", authz.ProjectConfig{Mandate: authz.MandateNotRequired}); err != nil {
 		t.Fatal(err)
 	}
