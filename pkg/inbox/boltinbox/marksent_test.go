@@ -43,12 +43,7 @@ func openTest(t *testing.T) *DB {
 func TestMarkSentFirstWins(t *testing.T) {
 	d := openTest(t)
 	ctx := context.Background()
-	rep := &utp.Report{AgentID: "a1", AgentTurnID: "t1", TurnEpoch: 1, ToolCallID: "c1",
-		ToolResultCardID: card.NewID(), Status: card.StatusSuccess, AfterExecution: card.Suspend}
-	e, _, err := d.Insert(ctx, "p1", "main", rep, utp.NewTraceparent())
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := insertOne(ctx, t, d)
 	const n = 8
 	var (
 		wg     sync.WaitGroup
@@ -212,12 +207,7 @@ func TestConcurrentReportsShareACommit(t *testing.T) {
 func TestAckLaterRidesWithNextWrite(t *testing.T) {
 	d := openTest(t)
 	ctx := context.Background()
-	rep := &utp.Report{AgentID: "a1", AgentTurnID: "t1", TurnEpoch: 1, ToolCallID: "c1",
-		ToolResultCardID: card.NewID(), Status: card.StatusSuccess, AfterExecution: card.Suspend}
-	e, _, err := d.Insert(ctx, "p1", "main", rep, utp.NewTraceparent())
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := insertOne(ctx, t, d)
 	done := make(chan error, 1)
 	if n, err := d.AckLater(ctx, "p1", []string{e.InboxID}, time.Now(), func(err error) { done <- err }); err != nil || n != 1 {
 		t.Fatalf("AckLater = %d, %v; want 1", n, err)
@@ -244,12 +234,7 @@ func TestAckLaterRidesWithNextWrite(t *testing.T) {
 func TestAckLaterCommitsAlone(t *testing.T) {
 	d := openTest(t)
 	ctx := context.Background()
-	rep := &utp.Report{AgentID: "a1", AgentTurnID: "t1", TurnEpoch: 1, ToolCallID: "c1",
-		ToolResultCardID: card.NewID(), Status: card.StatusSuccess, AfterExecution: card.Suspend}
-	e, _, err := d.Insert(ctx, "p1", "main", rep, utp.NewTraceparent())
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := insertOne(ctx, t, d)
 	done := make(chan error, 1)
 	if _, err := d.AckLater(ctx, "p1", []string{e.InboxID}, time.Now(), func(err error) { done <- err }); err != nil {
 		t.Fatal(err)
@@ -276,4 +261,17 @@ func fileState(t *testing.T, d *DB, project, id string) inbox.State {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// insertOne stores the entry of one successful call (project p1, agent a1,
+// turn t1, call c1) and returns it.
+func insertOne(ctx context.Context, t *testing.T, d *DB) *inbox.Entry {
+	t.Helper()
+	rep := &utp.Report{AgentID: "a1", AgentTurnID: "t1", TurnEpoch: 1, ToolCallID: "c1",
+		ToolResultCardID: card.NewID(), Status: card.StatusSuccess, AfterExecution: card.Suspend}
+	e, _, err := d.Insert(ctx, "p1", "main", rep, utp.NewTraceparent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

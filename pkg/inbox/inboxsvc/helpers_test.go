@@ -130,21 +130,41 @@ func (c *call) report() map[string]any {
 // with JetStream on the project's report subject.
 func (e *env) publish(project string, body any, traceparent string) {
 	e.t.Helper()
+	subj, err := subjects.InboxReport(ver, project, "c1")
+	must(e.t, err)
+	_, err = e.js.PublishMsg(context.Background(), e.reportMsg(subj.String(), body, traceparent))
+	must(e.t, err)
+}
+
+// reportMsg is a report body (a map is JSON-encoded, []byte is sent as
+// is) on subject, with the traceparent when not empty.
+func (e *env) reportMsg(subject string, body any, traceparent string) *nats.Msg {
+	e.t.Helper()
 	data, ok := body.([]byte)
 	if !ok {
 		var err error
 		data, err = json.Marshal(body)
 		must(e.t, err)
 	}
-	subj, err := subjects.InboxReport(ver, project, "c1")
-	must(e.t, err)
-	m := nats.NewMsg(subj.String())
+	m := nats.NewMsg(subject)
 	m.Data = data
 	if traceparent != "" {
 		m.Header.Set(utp.HeaderTraceparent, traceparent)
 	}
-	_, err = e.js.PublishMsg(context.Background(), m)
-	must(e.t, err)
+	return m
+}
+
+// reported stores the result of call k of turn t for agent a in project,
+// reports it through the stream and waits for its wakeup and for the
+// inbox to settle: the wakeup subscription, the call and its wakeup.
+func (e *env) reported(project string) (*nats.Subscription, *call, utp.Wakeup) {
+	e.t.Helper()
+	wk := e.wakeups(project, "a")
+	c := e.putResult(project, "a", "t", "k", 0)
+	e.publish(project, c.report(), "")
+	w := decodeWakeup(e.t, next(e.t, wk))
+	e.settle()
+	return wk, c, w
 }
 
 // subscribe opens a core subscription, flushed so it is live on the server.

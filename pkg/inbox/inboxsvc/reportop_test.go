@@ -6,13 +6,11 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/svc"
-	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -20,21 +18,10 @@ import (
 // the reply or the error.
 func (e *env) request(project string, body any, traceparent string) (inbox.ReportReply, error) {
 	e.t.Helper()
-	data, ok := body.([]byte)
-	if !ok {
-		var err error
-		data, err = json.Marshal(body)
-		must(e.t, err)
-	}
 	subj, err := subjects.InboxReportRequest(ver, project, "c1")
 	must(e.t, err)
-	m := nats.NewMsg(subj.String())
-	m.Data = data
-	if traceparent != "" {
-		m.Header.Set(utp.HeaderTraceparent, traceparent)
-	}
 	var rep inbox.ReportReply
-	err = svc.CallMsg(context.Background(), e.nc, m, inbox.Codes, &rep)
+	err = svc.CallMsg(context.Background(), e.nc, e.reportMsg(subj.String(), body, traceparent), inbox.Codes, &rep)
 	return rep, err
 }
 

@@ -280,11 +280,7 @@ func TestDeadLetterBodyIsTruncated(t *testing.T) {
 func TestProjectIsolation(t *testing.T) {
 	e := newEnv(t, 0)
 	ctx := context.Background()
-	wk := e.wakeups("A", "a")
-	c := e.putResult("A", "a", "t", "k", 0)
-	e.publish("A", c.report(), "")
-	w := decodeWakeup(t, next(t, wk))
-	e.settle()
+	_, _, w := e.reported("A")
 
 	if es := e.list("B", inbox.ListQuery{AgentID: "a", State: inbox.StateAll}); len(es) != 0 {
 		t.Fatalf("project B lists A's entries: %+v", es)
@@ -307,11 +303,7 @@ func TestProjectIsolation(t *testing.T) {
 func TestRestartKeepsEntriesAndDedupe(t *testing.T) {
 	e := newEnv(t, 1)
 	ctx := context.Background()
-	wk := e.wakeups("p1", "a")
-	c := e.putResult("p1", "a", "t", "k", 0)
-	e.publish("p1", c.report(), "")
-	w := decodeWakeup(t, next(t, wk))
-	e.settle()
+	wk, c, w := e.reported("p1")
 
 	// A second process cannot open the file while the first runs.
 	if _, err := boltinbox.Open(e.path, 50*time.Millisecond); !errors.Is(err, boltinbox.ErrLocked) || !strings.Contains(err.Error(), "locked by another process") {
@@ -354,11 +346,7 @@ func TestRestartKeepsEntriesAndDedupe(t *testing.T) {
 func TestClientErrorsMapToSentinels(t *testing.T) {
 	e := newEnv(t, 0)
 	ctx := context.Background()
-	wk := e.wakeups("p1", "a")
-	c := e.putResult("p1", "a", "t", "k", 0)
-	e.publish("p1", c.report(), "")
-	w := decodeWakeup(t, next(t, wk))
-	e.settle()
+	_, _, w := e.reported("p1")
 
 	unknown := card.NewID()
 	cases := []struct {
@@ -471,11 +459,7 @@ func TestNewValidatesConfig(t *testing.T) {
 func TestStopLeavesTheBackendToItsOwner(t *testing.T) {
 	e := newEnv(t, 1)
 	ctx := context.Background()
-	wk := e.wakeups("p1", "a")
-	c := e.putResult("p1", "a", "t", "k", 0)
-	e.publish("p1", c.report(), "")
-	w := decodeWakeup(t, next(t, wk))
-	e.settle()
+	_, _, w := e.reported("p1")
 
 	must(t, e.svc.Stop(ctx))
 	if _, err := e.svc.Get(ctx, "p1", w.InboxID); !errors.Is(err, inbox.ErrClosed) {
