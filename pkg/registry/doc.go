@@ -65,7 +65,8 @@
 //     when_multiple; cedar_action is empty or shaped Namespace::"name"
 //     (namespaces may nest: A::B::"n"); scopes are non-empty, unique, at
 //     most 256 bytes, without white space; max_deliveries is 0 (mesh
-//     default) or 1..100. Other keys are kept verbatim in Options.Extra.
+//     default) or 1..100; principal is empty (agents) or "operator"
+//     (operator-only tools). Other keys are kept verbatim in Options.Extra.
 //
 // ValidateBuiltin applies the same rules to the mesh's own built-in tools,
 // except that reserved names are allowed and the subject must be

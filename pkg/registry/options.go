@@ -92,13 +92,22 @@ type Options struct {
 	// MaxDeliveries caps command redeliveries; 0 means the mesh default,
 	// else 1..MaxDeliveriesLimit. JSON "max_deliveries".
 	MaxDeliveries int `json:"max_deliveries,omitempty"`
+	// Principal is who may call the tool: empty (agents, with their
+	// mandates) or PrincipalOperator (operators only: the mesh's admission
+	// refuses the tool to agents, whatever their mandate says; HEM
+	// confirmations, settings that guard an agent's own permissions).
+	// JSON "principal".
+	Principal string `json:"principal,omitempty"`
 	// Extra holds option keys this package does not know, verbatim.
 	Extra map[string]json.RawMessage `json:"-"`
 }
 
 // knownOptions are the JSON keys of the typed Options fields.
 var knownOptions = []string{"timeout_seconds", "args", "envs", "risk_level",
-	"confirmation", "cedar_action", "scopes", "max_deliveries"}
+	"confirmation", "cedar_action", "scopes", "max_deliveries", "principal"}
+
+// PrincipalOperator is the Options.Principal of an operator-only tool.
+const PrincipalOperator = "operator"
 
 // Timeout returns the handler timeout: TimeoutSeconds, or DefaultTimeout
 // when it is 0.
@@ -194,6 +203,8 @@ func (o *Options) UnmarshalJSON(data []byte) error {
 			dst = &o.Scopes
 		case "max_deliveries":
 			dst = &o.MaxDeliveries
+		case "principal":
+			dst = &o.Principal
 		default:
 			if o.Extra == nil {
 				o.Extra = map[string]json.RawMessage{}

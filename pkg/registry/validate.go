@@ -266,6 +266,9 @@ func validateOptions(o *Options, sch *Schema) error {
 	if o.MaxDeliveries < 0 || o.MaxDeliveries > MaxDeliveriesLimit {
 		return invalid("options.max_deliveries", fmt.Sprintf("%d is out of range (0 = default, else 1..%d)", o.MaxDeliveries, MaxDeliveriesLimit))
 	}
+	if o.Principal != "" && o.Principal != PrincipalOperator {
+		return invalid("options.principal", fmt.Sprintf("%s is not a principal kind (empty for agents, or %q)", quote(o.Principal), PrincipalOperator))
+	}
 	for _, k := range sortedKeys(o.Extra) {
 		if slices.Contains(knownOptions, k) {
 			return invalid("options."+k, "is set in Extra but is a typed option")

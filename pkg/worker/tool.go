@@ -113,6 +113,14 @@ type Call struct {
 	Delivery int
 	// Builtin reports whether the tool is a PMO built-in.
 	Builtin bool
+	// Admission is the mesh's verified admission of the call
+	// (utp.HeaderAdmission), or nil when the call was not admitted by the
+	// mesh (a mesh without identities, a project that allows raw commands).
+	Admission *utp.Admission
+	// Principal is who made the call: "agent:<agent_id>" or
+	// "operator:<name>" (utp.Admission.Principal); for a call without an
+	// admission, "agent:" + Command.AgentID.
+	Principal string
 }
 
 // Bind decodes the arguments into v. A mismatch is a bad_request failure.
