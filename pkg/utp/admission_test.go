@@ -58,7 +58,7 @@ func TestAdmissionRefused(t *testing.T) {
 	forged, _ := utp.SignAdmission(other, a)
 	cases := []struct {
 		name, hdr, subject string
-		mutate            func(c *utp.Command)
+		mutate             func(c *utp.Command)
 	}{
 		{"missing", "", a.Subject, nil},
 		{"no dot", "abc", a.Subject, nil},
