@@ -44,3 +44,21 @@ func TestToolService(t *testing.T) {
 		t.Fatal("Parse accepts a tool-scoped subject; plain svc servers would then see it")
 	}
 }
+
+func TestDispatchSubjects(t *testing.T) {
+	s, err := subjects.Dispatch("v1r4", "demo", "main", "demo-agent")
+	if err != nil || s.String() != "cg.v1r4.demo.main.svc.dispatch.call.demo-agent" {
+		t.Fatalf("Dispatch = %v, %v", s, err)
+	}
+	if p, err := subjects.ParseToolService(s.String()); err != nil || p.Tool != "demo-agent" || p.Op != subjects.DispatchCallOp {
+		t.Fatalf("parse: %+v %v", p, err)
+	}
+	o, err := subjects.OperatorDispatch("v1r4", "demo", "main", "ops")
+	if err != nil || o.String() != "cg.v1r4.demo.main.svc.dispatch.operator.ops" {
+		t.Fatalf("OperatorDispatch = %v, %v", o, err)
+	}
+	k, err := subjects.DispatchKeys("v1r4", "demo", "main")
+	if err != nil || k.String() != "cg.v1r4.demo.main.svc.dispatch.keys" {
+		t.Fatalf("DispatchKeys = %v, %v", k, err)
+	}
+}
