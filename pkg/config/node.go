@@ -160,7 +160,7 @@ func (d *decoder) value(n *Node, v reflect.Value, secret bool) {
 	case reflect.Struct:
 		d.structure(n, v)
 	case reflect.Map:
-		d.mapping(n, v)
+		d.mapping(n, v, secret)
 	case reflect.Slice:
 		if y.Kind != yaml.SequenceNode {
 			if y.Tag == "!!null" {
@@ -357,7 +357,7 @@ func (d *decoder) validate(n *Node, v reflect.Value, keys map[string]*yaml.Node,
 	d.fail(n, "%v", err)
 }
 
-func (d *decoder) mapping(n *Node, v reflect.Value) {
+func (d *decoder) mapping(n *Node, v reflect.Value, secret bool) {
 	y := n.y
 	if y.Kind != yaml.MappingNode {
 		if y.Tag == "!!null" {
@@ -381,7 +381,7 @@ func (d *decoder) mapping(n *Node, v reflect.Value) {
 		}
 		seen[k.Value] = k.Line
 		e := reflect.New(v.Type().Elem()).Elem()
-		d.value(kn, e, false)
+		d.value(kn, e, secret)
 		m.SetMapIndex(reflect.ValueOf(k.Value).Convert(v.Type().Key()), e)
 	}
 	v.Set(m)

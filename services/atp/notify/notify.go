@@ -6,6 +6,10 @@ package notify
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/smtp"
+	"net/url"
 	"strings"
 	"time"
 
@@ -22,8 +27,9 @@ import (
 // ErrDelivery: the provider refused or could not be reached.
 var ErrDelivery = errors.New("notify: delivery failed")
 
-// SMTP delivers EMAIL through an SMTP server (plain SMTP with optional
-// PLAIN auth; STARTTLS when the server offers it, as net/smtp does).
+// SMTP delivers EMAIL through an SMTP server: STARTTLS when the server
+// offers it, then PLAIN auth when Username is set (net/smtp refuses to
+// send the password unencrypted to any host but localhost).
 type SMTP struct {
 	// Addr is host:port of the server.
 	Addr string
@@ -62,6 +68,11 @@ func (s *SMTP) Send(ctx context.Context, m atp.Message) (string, error) {
 		return "", fmt.Errorf("%w: smtp %s: %v", ErrDelivery, s.Addr, err)
 	}
 	defer c.Close()
+	if ok, _ := c.Extension("STARTTLS"); ok {
+		if err := c.StartTLS(&tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}); err != nil {
+			return "", fmt.Errorf("%w: smtp %s STARTTLS: %v", ErrDelivery, s.Addr, err)
+		}
+	}
 	if s.Username != "" {
 		if err := c.Auth(smtp.PlainAuth("", s.Username, s.Password, host)); err != nil {
 			return "", fmt.Errorf("%w: smtp auth: %v", ErrDelivery, err)
@@ -97,12 +108,42 @@ func (s *SMTP) Send(ctx context.Context, m atp.Message) (string, error) {
 // {"notification_id","channel","to","body","template_id","booking_object_id"}
 // with the header Idempotency-Key: <notification_id>. A 2xx answer is
 // success; its JSON "message_id", when present, is the provider id.
+// Errors name the URL without its query, user info or fragment, which
+// may hold credentials.
 type Webhook struct {
 	URL string
 	// Token, when set, is sent as "Authorization: Bearer <token>".
 	Token string
-	// Client; default one with a 10s timeout.
+	// Secret, when set, signs the body: the header SignatureHeader
+	// carries "sha256=" and the hex HMAC-SHA256 of the body under Secret.
+	Secret string
+	// Headers are added to every request (e.g. a provider's account id).
+	Headers map[string]string
+	// Timeout bounds one delivery when Client is nil; default 10s.
+	Timeout time.Duration
+	// Client; default one with Timeout.
 	Client *http.Client
+}
+
+// SignatureHeader carries a Webhook's body signature.
+const SignatureHeader = "X-Utpmesh-Signature"
+
+// Sign is the SignatureHeader value of body under secret.
+func Sign(secret string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// Redact is u without its query, user info and fragment, for errors and
+// logs.
+func Redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	p.User, p.RawQuery, p.Fragment, p.ForceQuery = nil, "", "", false
+	return p.String()
 }
 
 var _ atp.Notifier = (*Webhook)(nil)
@@ -113,25 +154,40 @@ func (w *Webhook) Send(ctx context.Context, m atp.Message) (string, error) {
 		"body": m.Body, "template_id": m.TemplateID, "booking_object_id": m.BookingID})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(payload))
 	if err != nil {
-		return "", fmt.Errorf("%w: webhook URL %q: %v", ErrDelivery, w.URL, err)
+		return "", fmt.Errorf("%w: webhook URL %s is not valid", ErrDelivery, Redact(w.URL))
+	}
+	for k, v := range w.Headers {
+		req.Header.Set(k, v)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", m.NotificationID)
 	if w.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+w.Token)
 	}
+	if w.Secret != "" {
+		req.Header.Set(SignatureHeader, Sign(w.Secret, payload))
+	}
 	cl := w.Client
 	if cl == nil {
-		cl = &http.Client{Timeout: 10 * time.Second}
+		timeout := w.Timeout
+		if timeout <= 0 {
+			timeout = 10 * time.Second
+		}
+		cl = &http.Client{Timeout: timeout}
 	}
 	resp, err := cl.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("%w: webhook: %v", ErrDelivery, err)
+		// *url.Error repeats the whole URL; name the redacted one.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return "", fmt.Errorf("%w: webhook %s: %v", ErrDelivery, Redact(w.URL), err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode/100 != 2 {
-		return "", fmt.Errorf("%w: webhook answered %s: %s", ErrDelivery, resp.Status, strings.TrimSpace(string(body)))
+		return "", fmt.Errorf("%w: webhook %s answered %s: %s", ErrDelivery, Redact(w.URL), resp.Status, strings.TrimSpace(string(body)))
 	}
 	var r struct {
 		MessageID string `json:"message_id"`

@@ -16,6 +16,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -35,6 +36,9 @@ type Supplier struct {
 	// Category and Location fill the ATP fields OCTO core lacks.
 	Category string `json:"category"`
 	Location string `json:"location"`
+	// ProductIDs, when set, are the only product ids bridged (the
+	// supplier's other products are skipped); empty: every product.
+	ProductIDs []string `json:"products,omitempty"`
 	// Timeout bounds each request; default 5s.
 	Timeout time.Duration `json:"timeout"`
 	// Client; default http.DefaultClient (with Timeout per request).
@@ -204,6 +208,9 @@ func (s *Supplier) Search(ctx context.Context, date string, participants int) ([
 	}
 	var out []Declaration
 	for _, p := range ps {
+		if len(s.ProductIDs) > 0 && !slices.Contains(s.ProductIDs, p.ID) {
+			continue
+		}
 		for _, o := range p.Options {
 			slots, err := s.Availability(ctx, p.ID, o.ID, date, date)
 			if err != nil {
