@@ -108,7 +108,7 @@ func policyErr(format string, a ...any) *gateway.Error {
 func (s *Service) policy(project string) (gateway.WebPolicy, error) {
 	p, ok := s.cfg.Projects[project]
 	if !ok {
-		return p, policyErr("project %s has no web policy, so it may fetch nothing: the operator adds web.projects.%s {\"domains\":[…]} to cynode.json", project, project)
+		return p, policyErr("project %s has no web policy, so it may fetch nothing: the operator adds web.projects.%s {\"domains\":[…]} to cynode.json, or under cynode.web in the --config file", project, project)
 	}
 	if len(p.Schemes) == 0 {
 		p.Schemes = []string{"https"}
