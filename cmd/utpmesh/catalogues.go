@@ -1,12 +1,20 @@
 package main
 
 import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
 	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
 	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/config"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 	"github.com/utpmesh/utpmesh/services/atp/atpcli"
+	"github.com/utpmesh/utpmesh/services/atp/atpconfig"
 	"github.com/utpmesh/utpmesh/services/atp/atpmcp"
+	"github.com/utpmesh/utpmesh/services/cynode/cynodeconfig"
 )
 
 // The catalogues' contributions to the core, registered where the CLI
@@ -28,4 +36,35 @@ func init() {
 // the atp service of dir.
 func authCatalogues(dir string) []authz.Catalogue {
 	return []authz.Catalogue{atpauthz.New(atp.StatesFor(dir))}
+}
+
+// configSections are the sections of the configuration file (--config)
+// this build reads, one per catalogue that has an outside world to set;
+// each is named like the tool service that uses it. A file with any
+// other top-level key is refused.
+func configSections() []config.Section {
+	return []config.Section{atpconfig.Section(), cynodeconfig.Section()}
+}
+
+// loadConfig reads and validates the --config file (nil for ""), and
+// logs the sections that none of services uses (another process's part
+// of a shared file).
+func loadConfig(path string, services []string, log *slog.Logger) (*config.File, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := config.Load(path, configSections()...)
+	if err != nil {
+		msg := err.Error()
+		if n := strings.Count(msg, "\n") + 1; n > 1 {
+			msg = fmt.Sprintf("%d problems:\n  %s", n, strings.ReplaceAll(msg, "\n", "\n  "))
+		}
+		return nil, usagef("--config: %s", msg)
+	}
+	for _, name := range f.Names() {
+		if !slices.Contains(services, name) {
+			log.Info(fmt.Sprintf("config: section %s of %s is not used: this process does not serve %s", name, path, name), "services", strings.Join(services, ","))
+		}
+	}
+	return f, nil
 }

@@ -27,7 +27,7 @@ import (
 type upCommand struct{ env env }
 
 func (c *upCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT] [--project P]... [--services a,b] [--worker-identity SERVICE=TOOL[,TOOL...]]...", c.env)
+	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT] [--project P]... [--services a,b] [--worker-identity SERVICE=TOOL[,TOOL...]]... [--config FILE]", c.env)
 	data := fs.String("data", "./utpmesh-data", "data directory: JetStream store and bbolt files (created if missing)")
 	listen := fs.String("nats-listen", "127.0.0.1:4222", "NATS client address; port 0 picks a free port")
 	var projects, services stringList
@@ -45,6 +45,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	uiOpen := fs.Bool("ui-open", false, "serve the web UI without an access token (logged as a warning): anyone who can reach it can confirm, cancel and replay calls")
 	tlsCert := fs.String("tls-cert", "", "require TLS on the NATS port with this certificate (PEM); clients pass --tls-ca")
 	tlsKey := fs.String("tls-key", "", "the --tls-cert certificate's private key (PEM)")
+	configPath := fs.String("config", "", "YAML configuration file for the catalogues' outside world: ATP notification channels, OCTO suppliers, CyNodeAI egress (see docs/operations.md, Configuration file)")
 	insecure := fs.Bool("insecure", false, "no NATS authentication: anyone who reaches the NATS port may do anything (logged as a warning; default: nkey identities under DIR/creds)")
 	var cf clusterFlags
 	cf.register(fs)
@@ -73,6 +74,10 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		}
 	}
 	cl, err := cf.resolve(services)
+	if err != nil {
+		return err
+	}
+	cfgFile, err := loadConfig(*configPath, services, log)
 	if err != nil {
 		return err
 	}
@@ -107,7 +112,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		var tools []worker.Tool
 		for _, s := range services {
 			ts, err := catalog.Build([]string{s}, catalog.Deps{NC: m.Conn(), Store: m.Cards(), Registry: m.Registry(),
-				DataDir: *data, Context: sctx, Logger: log, AtlasState: atlasState, AtlasStateReplicas: atlasReplicas})
+				DataDir: *data, Context: sctx, Logger: log, AtlasState: atlasState, AtlasStateReplicas: atlasReplicas, Config: cfgFile})
 			if err != nil {
 				return nil, err
 			}

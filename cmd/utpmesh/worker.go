@@ -28,7 +28,7 @@ import (
 type workerCommand struct{ env env }
 
 func (c *workerCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("worker", "utpmesh worker [--nats URL] [--project P]... [--creds FILE] [--no-gate] SERVICE... (services: "+strings.Join(catalog.Names(), ", ")+")", c.env)
+	fs := newFlagSet("worker", "utpmesh worker [--nats URL] [--project P]... [--creds FILE] [--no-gate] [--config FILE] SERVICE... (services: "+strings.Join(catalog.Names(), ", ")+")", c.env)
 	url := fs.String("nats", natsURL(c.env), "NATS server URL (default $NATS_URL or nats://127.0.0.1:4222)")
 	var projects stringList
 	fs.Var(&projects, "project", "project to register the tools in (repeatable; default demo)")
@@ -45,6 +45,7 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	noGate := fs.Bool("no-gate", false, "run every call without the Cedar gate (logged as a warning); only for a mesh started without authorization, never for 'utpmesh up'")
 	authzTTL := fs.Duration("authz-ttl", natsauthz.DefaultRemoteTTL, "how long the gate uses the policies, configs and issuer keys it read from the mesh before reading them again")
 	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
+	configPath := fs.String("config", "", "YAML configuration file for the catalogues' outside world: ATP notification channels, OCTO suppliers, CyNodeAI egress (see docs/operations.md, Configuration file)")
 	atlasState := fs.String("atlas-state", "bolt", "where ATLAS groups keep their data: bolt (a file under --data; one worker per group) or jetstream (a key-value bucket every worker of the group shares)")
 	atlasReplicas := fs.Int("atlas-state-replicas", 1, "with --atlas-state jetstream: copies of the bucket (3 on a 3-node cluster)")
 	var lf logFlags
@@ -71,6 +72,10 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 		}
 	}
 	log, err := lf.logger(c.env.stderr)
+	if err != nil {
+		return err
+	}
+	cfgFile, err := loadConfig(*configPath, services, log)
 	if err != nil {
 		return err
 	}
@@ -155,7 +160,7 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	svcCtx, stopServices := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServices()
 	tools, err := catalog.Build(services, catalog.Deps{NC: nc, Store: store, Registry: reg, DataDir: *data, Context: svcCtx, Logger: log,
-		AtlasState: *atlasState, AtlasStateReplicas: *atlasReplicas})
+		AtlasState: *atlasState, AtlasStateReplicas: *atlasReplicas, Config: cfgFile})
 	if err != nil {
 		return err
 	}

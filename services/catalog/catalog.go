@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/pkg/config"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas"
@@ -23,8 +24,10 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/utility"
 	"github.com/utpmesh/utpmesh/services/atlas/workflows"
 	"github.com/utpmesh/utpmesh/services/atp"
+	"github.com/utpmesh/utpmesh/services/atp/atpconfig"
 	atptools "github.com/utpmesh/utpmesh/services/atp/tools"
 	"github.com/utpmesh/utpmesh/services/cynode"
+	"github.com/utpmesh/utpmesh/services/cynode/cynodeconfig"
 	"github.com/utpmesh/utpmesh/services/echo"
 )
 
@@ -56,6 +59,10 @@ type Deps struct {
 	// AtlasStateReplicas is the replica count of that bucket (3 on a
 	// cluster).
 	AtlasStateReplicas int
+	// Config is the configuration file (--config), already validated
+	// with the catalogues' sections (atpconfig, cynodeconfig); each
+	// service takes its own section. Nil: no file.
+	Config *config.File
 }
 
 // Late hands a mesh's NATS connection and CardStore to services built
@@ -105,6 +112,9 @@ func cynodeService() Service {
 	return Service{Name: "cynode", Description: "CyNodeAI catalogue behind its gateway: artifact.*, db.*, model.*, skills.*, node.*, help.get, web.*, api.call, git.*, sandbox.*", KeepsFiles: true,
 		Build: func(d Deps) ([]worker.Tool, error) {
 			cd := cynode.Deps{NC: d.NC, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger}
+			if err := cynodeconfig.Apply(d.Config, &cd, d.Logger); err != nil {
+				return nil, err
+			}
 			if d.Late != nil {
 				cd.Resolve = func(ctx context.Context) (*nats.Conn, error) {
 					nc, _, err := d.Late.Resolve(ctx)
@@ -165,6 +175,7 @@ func atpService() Service {
 		InUp: true, KeepsFiles: true,
 		Build: func(d Deps) ([]worker.Tool, error) {
 			ad := atp.Deps{NC: d.NC, Cards: d.Store, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger}
+			atpconfig.Apply(d.Config, &ad, d.Logger)
 			if d.Late != nil {
 				ad.Resolve = d.Late.Resolve
 			}
