@@ -130,7 +130,7 @@ func checkURL(raw string) error {
 		return fmt.Errorf("is not an http(s) URL; write e.g. https://provider.example/v1/send")
 	}
 	if u.User != nil {
-		return fmt.Errorf("%s carries a user name or password; put the credential under token: or headers:", notify.Redact(raw))
+		return fmt.Errorf("%s carries a user name or password; put the credential under token, headers or api_key instead", notify.Redact(raw))
 	}
 	if u.Scheme == "http" && !loopback(u.Hostname()) {
 		return fmt.Errorf("%s is plain http to a host that is not loopback: its credentials would cross the network in clear; use https", notify.Redact(raw))

@@ -49,7 +49,10 @@ func TestBridgeAgainstFakeSupplier(t *testing.T) {
 			return err
 		}, "INVALID_AVAILABILITY_ID"},
 		{"unknown booking", func() error { _, err := s.Confirm(ctx, "uuid-9", "x", "x@example.test"); return err }, "INVALID_BOOKING_UUID"},
-		{"unknown option", func() error { _, err := s.Availability(ctx, "prod-kayak", "opt-pm", "2027-01-18", "2027-01-18"); return err }, "INVALID_OPTION_ID"},
+		{"unknown option", func() error {
+			_, err := s.Availability(ctx, "prod-kayak", "opt-pm", "2027-01-18", "2027-01-18")
+			return err
+		}, "INVALID_OPTION_ID"},
 		{"wrong key", func() error {
 			_, err := (&octo.Supplier{ID: "kayak", BaseURL: srv.URL, APIKey: "key-2"}).Search(ctx, "2027-01-18", 0)
 			return err
