@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,8 +12,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/config"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/services/atp/notify/notifytest"
 	"github.com/utpmesh/utpmesh/services/atp/octo"
 	"github.com/utpmesh/utpmesh/services/atp/octo/octotest"
@@ -181,4 +187,55 @@ func TestConfigExampleInDocs(t *testing.T) {
 	if got := strings.Join(f.Names(), ","); got != "atp,cynode" {
 		t.Fatalf("the example has sections %s, want every section of this build (atp,cynode)", got)
 	}
+}
+
+// TestWorkerConfigFile: 'utpmesh worker atp --config' in its own process
+// bridges the file's OCTO suppliers; the search is partial because one
+// of them fails.
+func TestWorkerConfigFile(t *testing.T) {
+	root := t.TempDir()
+	cm := startServicesMesh(t, root, []string{"echo"}, func(dir string) *mesh.AuthConfig {
+		return &mesh.AuthConfig{Catalogues: authCatalogues(dir)}
+	})
+	ctx := context.Background()
+	if _, err := cm.m.Auth().Store.PutPolicies(ctx, "demo", `permit(principal, action == ATPAction::"search_activities", resource);`); err != nil {
+		t.Fatal(err)
+	}
+	sup := octotest.Start(t, "octo-key", []octo.Product{{ID: "prod-bike", InternalName: "E-bike rental", Options: []octo.Option{{ID: "opt-day", Default: true}}}},
+		map[string][]octo.Availability{"opt-day": {{ID: "slot-day", LocalDateTimeStart: "2027-01-18T00:00:00+09:00", Available: true, Status: "FREESALE"}}})
+	down := notifytest.StartWebhook(t, http.StatusBadGateway, "")
+	cfg := filepath.Join(root, "worker.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("atp:\n  octo:\n    suppliers:\n      - {id: bikes, base_url: '%s', api_key: octo-key, category: OUTDOOR}\n      - {id: down, base_url: '%s', api_key: k}\n",
+		sup.URL, down.URL)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	child := startProc(t, "worker", "--nats", cm.url, "--data", filepath.Join(root, "worker"), "--config", cfg, "--log-level", "debug", "atp")
+	child.waitLine(t, "worker serving")
+	key, err := cm.m.Auth().Keys.Load(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := mandate.Issue(key, mandate.Claims{Subject: "finder", ExpiresAt: time.Now().Add(time.Hour).Unix(),
+		Mandate: mandate.Grant{PolicySet: `permit(principal, action == ATPAction::"search_activities", resource);`}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag, err := agent.New(cm.m.Conn(), agent.Config{Project: "demo", AgentID: "finder", Mandate: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := ag.Call(cctx, agent.CallRequest{ToolName: "atp_search_activities", Arguments: json.RawMessage(`{"date":"2027-01-18","category":"OUTDOOR"}`), AgentTurnID: "cfg-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Result.Status != card.StatusPartial || !strings.Contains(string(out.Result.Result), `"activity_id":"octo:bikes:prod-bike:opt-day"`) {
+		t.Fatalf("search: %s %s %+v", out.Result.Status, out.Result.Result, out.Result.Error)
+	}
+	child.mu.Lock()
+	log := strings.Join(child.lines, "\n")
+	child.mu.Unlock()
+	wantContains(t, "worker log", log, "atp: configured from "+cfg, "bikes="+sup.URL)
 }
