@@ -1,8 +1,10 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -84,8 +86,17 @@ func Parse(name string, data []byte, sections ...Section) (*File, error) {
 	sort.Strings(known)
 	f := &File{Path: name, sections: map[string]any{}}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, &Error{File: name, Line: yamlLine(err), Msg: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	var more yaml.Node
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		line := more.Line
+		if err != nil {
+			line = yamlLine(err)
+		}
+		return nil, &Error{File: name, Line: line, Msg: "a second YAML document (after ---): the file holds one; merge them"}
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return f, nil // an empty file configures nothing

@@ -96,6 +96,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown section", "demoo:\n  hooks: []\n", []string{`mesh.yaml:1: unknown section "demoo"`, `did you mean "demo"?`, "sections: demo, other"}},
 		{"section twice", "demo: {}\ndemo: {}\n", []string{"mesh.yaml:2: demo: section given twice (first on line 1)"}},
 		{"not yaml", "demo:\n  hooks: [\n", []string{"mesh.yaml:", "not valid YAML"}},
+		{"two documents", "demo: {}\n---\nother: {}\n", []string{"mesh.yaml:2: a second YAML document (after ---)"}},
 		{"not a mapping", "- demo\n", []string{"mesh.yaml:1: the file must be a mapping of sections (demo, other)"}},
 		{"unknown key", "demo:\n  hooks:\n    - url: https://x.example\n      timout: 5s\n", []string{`mesh.yaml:4: demo.hooks[0]: unknown key "timout"; did you mean "timeout"?`, "keys here: headers, retries, secret, timeout, url"}},
 		{"missing required", "demo:\n  hooks:\n    - secret: x\n", []string{`mesh.yaml:3: demo.hooks[0]: missing required key "url"`}},
