@@ -10,6 +10,7 @@ package cynodeconfig
 import (
 	"fmt"
 	"log/slog"
+	"net/url"
 	"sort"
 	"strings"
 
@@ -97,7 +98,7 @@ func Apply(f *config.File, d *cynode.Deps, log *slog.Logger) error {
 		sort.Strings(projects)
 		search := "off"
 		if c.Web.Search != nil {
-			search = c.Web.Search.URL
+			search = redact(c.Web.Search.URL)
 		}
 		parts = append(parts, fmt.Sprintf("web (egress allowlists %s; search %s)", strings.Join(projects, ", "), search))
 	}
@@ -113,4 +114,14 @@ func Apply(f *config.File, d *cynode.Deps, log *slog.Logger) error {
 		log.Info("cynode: configured from "+f.Path+", replacing the same parts of "+cynode.ConfigFile, "parts", strings.Join(parts, "; "))
 	}
 	return nil
+}
+
+// redact is u without its query, user info and fragment, for the log.
+func redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	p.User, p.RawQuery, p.Fragment, p.ForceQuery = nil, "", "", false
+	return p.String()
 }

@@ -125,7 +125,7 @@ func (r staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.
 // only what the section sets; a file without the section changes nothing.
 func TestApplyKeepsTheRest(t *testing.T) {
 	dir := t.TempDir()
-	f, err := parse(t, "cynode:\n  web:\n    projects:\n      demo: {domains: [example.org]}\n")
+	f, err := parse(t, "cynode:\n  web:\n    projects:\n      demo: {domains: [example.org]}\n    search: {url: 'http://127.0.0.1:8888/search?token=s3cret'}\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestApplyKeepsTheRest(t *testing.T) {
 		t.Fatalf("cynode.json not written: %v", err)
 	}
 	if d.Config == nil || d.Config.Agents["demo-agent"].Type != cynode.PM || d.Config.Web.Projects["demo"].Domains[0] != "example.org" ||
-		!strings.Contains(logs.String(), "egress allowlists demo=example.org") {
+		!strings.Contains(logs.String(), "egress allowlists demo=example.org; search http://127.0.0.1:8888/search)") || strings.Contains(logs.String(), "s3cret") {
 		t.Fatalf("config %+v; logs %s", d.Config, logs.String())
 	}
 	empty, err := parse(t, "")
