@@ -117,7 +117,7 @@ func Parse(name string, data []byte, sections ...Section) (*File, error) {
 		s, ok := byName[k.Value]
 		if !ok {
 			msg := fmt.Sprintf("unknown section %q: no catalogue of this build reads it (sections: %s)", k.Value, orNone(known))
-			if m := suggest.Nearest(k.Value, known, suggest.Limit(len(k.Value), 2), true); m != "" {
+			if m := nearest(k.Value, known); m != "" {
 				msg += fmt.Sprintf("; did you mean %q?", m)
 			}
 			errs = append(errs, &Error{File: name, Line: k.Line, Msg: msg})
@@ -177,4 +177,26 @@ func yamlLine(err error) int {
 		_, _ = fmt.Sscanf(msg[i:], "line %d", &n)
 	}
 	return n
+}
+
+// nearest is the "did you mean" candidate for a mistyped key: one with
+// two neighbouring letters swapped (smpt → smtp) first, else the nearest
+// by edit distance (internal/suggest).
+func nearest(key string, candidates []string) string {
+	k := strings.ToLower(key)
+	for _, c := range candidates {
+		lc := strings.ToLower(c)
+		if len(lc) != len(k) {
+			continue
+		}
+		for i := 0; i+1 < len(k); i++ {
+			if k[i] != lc[i] {
+				if k[i] == lc[i+1] && k[i+1] == lc[i] && k[i+2:] == lc[i+2:] {
+					return c
+				}
+				break
+			}
+		}
+	}
+	return suggest.Nearest(key, candidates, suggest.Limit(len(key), 2), true)
 }

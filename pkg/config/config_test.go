@@ -100,6 +100,7 @@ func TestParseErrors(t *testing.T) {
 		{"not a mapping", "- demo\n", []string{"mesh.yaml:1: the file must be a mapping of sections (demo, other)"}},
 		{"unknown key", "demo:\n  hooks:\n    - url: https://x.example\n      timout: 5s\n", []string{`mesh.yaml:4: demo.hooks[0]: unknown key "timout"; did you mean "timeout"?`, "keys here: headers, retries, secret, timeout, url"}},
 		{"missing required", "demo:\n  hooks:\n    - secret: x\n", []string{`mesh.yaml:3: demo.hooks[0]: missing required key "url"`}},
+		{"swapped letters", "demo:\n  hooks:\n    - url: https://x.example\n      sercet: x\n", []string{`mesh.yaml:4: demo.hooks[0]: unknown key "sercet"; did you mean "secret"?`}},
 		{"bad duration", "demo:\n  hooks:\n    - url: https://x.example\n      timeout: 5\n", []string{`mesh.yaml:4: demo.hooks[0].timeout: "5" is not a duration; write a number with a unit, e.g. 10s`}},
 		{"bad int", "demo:\n  hooks:\n    - url: https://x.example\n      retries: many\n", []string{`mesh.yaml:4: demo.hooks[0].retries: want a whole number, got "many"`}},
 		{"bad bool", "demo:\n  enable: yes\n", []string{`mesh.yaml:2: demo.enable: want true or false, got "yes"`}},

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/utpmesh/utpmesh/internal/suggest"
 )
 
 // Node is one value of the file with its position: a section, or a key
@@ -316,7 +314,7 @@ func (d *decoder) structure(n *Node, v reflect.Value) {
 		f, ok := byName[k.Value]
 		if !ok {
 			msg := fmt.Sprintf("unknown key %q", k.Value)
-			if m := suggest.Nearest(k.Value, names(fields), suggest.Limit(len(k.Value), 2), true); m != "" {
+			if m := nearest(k.Value, names(fields)); m != "" {
 				msg += fmt.Sprintf("; did you mean %q?", m)
 			}
 			msg += " (keys here: " + strings.Join(names(fields), ", ") + ")"

@@ -35,7 +35,7 @@ func TestSectionErrors(t *testing.T) {
 		name, yaml string
 		want       []string
 	}{
-		{"unknown channel", "atp:\n  notify:\n    smtps: {host: x}\n", []string{`mesh.yaml:3: atp.notify: unknown key "smtps"; did you mean "smtp"?`, "keys here: sms, smtp, whatsapp"}},
+		{"unknown channel", "atp:\n  notify:\n    smpt: {host: x}\n", []string{`mesh.yaml:3: atp.notify: unknown key "smpt"; did you mean "smtp"?`, "keys here: sms, smtp, whatsapp"}},
 		{"smtp missing keys", "atp:\n  notify:\n    smtp:\n      host: smtp.example.org\n", []string{`mesh.yaml:3: atp.notify.smtp: missing required key "port"`, `missing required key "from"`}},
 		{"smtp port", "atp:\n  notify:\n    smtp: {host: smtp.example.org, port: 70000, from: atp@example.org}\n", []string{"mesh.yaml:3: atp.notify.smtp.port: 70000 is not a port; use 1..65535"}},
 		{"smtp host with port", "atp:\n  notify:\n    smtp: {host: 'smtp.example.org:587', port: 587, from: atp@example.org}\n", []string{"atp.notify.smtp.host:", "the port goes under port"}},
