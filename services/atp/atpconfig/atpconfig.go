@@ -9,12 +9,14 @@
 package atpconfig
 
 import (
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/mail"
 	"net/url"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -61,6 +63,26 @@ type SMTP struct {
 	Password string `json:"password,omitempty" config:"secret"`
 	// Timeout bounds one delivery; default 10s.
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// CAFile is a PEM file of the CA certificates that verify the
+	// server's STARTTLS certificate (a private CA); left out: the
+	// system's roots.
+	CAFile string `json:"ca_file,omitempty"`
+}
+
+// rootCAs reads CAFile (nil for none).
+func (s SMTP) rootCAs() (*x509.CertPool, error) {
+	if s.CAFile == "" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(s.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("cannot be read: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(raw) {
+		return nil, fmt.Errorf("%s holds no PEM certificate; give the CA's certificate (-----BEGIN CERTIFICATE-----)", s.CAFile)
+	}
+	return pool, nil
 }
 
 // Validate implements config.Validator.
@@ -76,6 +98,9 @@ func (s SMTP) Validate() error {
 	}
 	if (s.Username == "") != (s.Password == "") {
 		return config.Fieldf("password", "username and password go together: set both for AUTH PLAIN, or neither")
+	}
+	if _, err := s.rootCAs(); err != nil {
+		return config.Fieldf("ca_file", "%v", err)
 	}
 	return nil
 }
@@ -251,7 +276,8 @@ func Section() config.Section {
 func (c Config) Notifiers() map[string]atp.Notifier {
 	out := map[string]atp.Notifier{}
 	if s := c.Notify.SMTP; s != nil {
-		out["EMAIL"] = &notify.SMTP{Addr: s.Addr(), From: s.From, Username: s.Username, Password: s.Password, Timeout: s.Timeout}
+		roots, _ := s.rootCAs() // read and checked by Validate
+		out["EMAIL"] = &notify.SMTP{Addr: s.Addr(), From: s.From, Username: s.Username, Password: s.Password, Timeout: s.Timeout, RootCAs: roots}
 	}
 	for ch, w := range map[string]*Webhook{"SMS": c.Notify.SMS, "WHATSAPP": c.Notify.WhatsApp} {
 		if w != nil {

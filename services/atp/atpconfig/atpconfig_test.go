@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +42,7 @@ func TestSectionErrors(t *testing.T) {
 		{"smtp port", "atp:\n  notify:\n    smtp: {host: smtp.example.org, port: 70000, from: atp@example.org}\n", []string{"mesh.yaml:3: atp.notify.smtp.port: 70000 is not a port; use 1..65535"}},
 		{"smtp host with port", "atp:\n  notify:\n    smtp: {host: 'smtp.example.org:587', port: 587, from: atp@example.org}\n", []string{"atp.notify.smtp.host:", "the port goes under port"}},
 		{"smtp from", "atp:\n  notify:\n    smtp: {host: smtp.example.org, port: 587, from: 'ATP <atp@example.org>'}\n", []string{"atp.notify.smtp.from:", "write e.g. atp@example.org"}},
+		{"smtp ca file", "atp:\n  notify:\n    smtp: {host: smtp.example.org, port: 587, from: atp@example.org, ca_file: /nonexistent/ca.pem}\n", []string{"mesh.yaml:3: atp.notify.smtp.ca_file: cannot be read: open /nonexistent/ca.pem: no such file or directory"}},
 		{"smtp half auth", "atp:\n  notify:\n    smtp: {host: smtp.example.org, port: 587, from: atp@example.org, username: atp}\n", []string{"atp.notify.smtp.password: username and password go together"}},
 		{"webhook plain http", "atp:\n  notify:\n    sms:\n      url: http://sms.example.org/send?key=hunter2\n", []string{"mesh.yaml:4: atp.notify.sms.url: http://sms.example.org/send is plain http", "use https"}},
 		{"webhook reserved header", "atp:\n  notify:\n    sms:\n      url: https://sms.example.org/send\n      headers: {authorization: x}\n", []string{"atp.notify.sms.headers: Authorization is set by the service; use token:"}},
@@ -80,7 +83,11 @@ func TestConfiguredIntegrations(t *testing.T) {
 	const smtpPass, smsToken, smsSecret, octoKey, waKey = "smtp-pass-s3cret", "sms-token-s3cret", "sms-sign-s3cret", "octo-key-s3cret", "wa-url-s3cret"
 	t.Setenv("ATPCONFIG_TEST_SMTP_PASSWORD", smtpPass)
 	t.Setenv("ATPCONFIG_TEST_OCTO_KEY", octoKey)
-	sink := notifytest.StartSMTP(t, "atp-mailer", smtpPass)
+	sink := notifytest.StartSMTPTLS(t, "atp-mailer", smtpPass)
+	caFile := filepath.Join(t.TempDir(), "smtp-ca.pem")
+	if err := os.WriteFile(caFile, sink.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	sms := notifytest.StartWebhook(t, http.StatusOK, `{"message_id":"sms-1"}`)
 	wa := notifytest.StartWebhook(t, http.StatusBadGateway, `{"error":"carrier down"}`)
 	intp := func(n int) *int { return &n }
@@ -102,6 +109,7 @@ func TestConfiguredIntegrations(t *testing.T) {
       username: atp-mailer
       password: ${ATPCONFIG_TEST_SMTP_PASSWORD}
       timeout: 10s
+      ca_file: %s
     sms:
       url: %s/send
       token: %s
@@ -125,7 +133,7 @@ func TestConfiguredIntegrations(t *testing.T) {
     calls_per_minute: 50
     projects:
       other: {calls_per_minute: -1}
-`, sink.Addr[strings.LastIndexByte(sink.Addr, ':')+1:], sms.URL, smsToken, smsSecret, wa.URL, waKey, good.URL, wrongKey.URL, octoKey)
+`, sink.Addr[strings.LastIndexByte(sink.Addr, ':')+1:], caFile, sms.URL, smsToken, smsSecret, wa.URL, waKey, good.URL, wrongKey.URL, octoKey)
 	f, err := parse(t, yaml)
 	if err != nil {
 		t.Fatal(err)
@@ -150,11 +158,11 @@ func TestConfiguredIntegrations(t *testing.T) {
 		return map[string]any{"booking_object_id": b.ID, "recipient_participant_id": to, "channel": ch, "message_body": "Meet at the gondola at 08:45"}
 	}
 
-	t.Run("EMAIL through SMTP with AUTH PLAIN", func(t *testing.T) {
+	t.Run("EMAIL through SMTP with STARTTLS and AUTH PLAIN", func(t *testing.T) {
 		r := ag.OK(tools.ToolNotifyTraveller, notifyArgs("EMAIL", "p-ben"))
 		seen = append(seen, string(r.Raw))
 		mails := sink.Mails()
-		if len(mails) != 1 || mails[0].From != "atp@example.test" || strings.Join(mails[0].To, ",") != "ben@example.test" || mails[0].User != "atp-mailer" ||
+		if len(mails) != 1 || mails[0].From != "atp@example.test" || strings.Join(mails[0].To, ",") != "ben@example.test" || mails[0].User != "atp-mailer" || !mails[0].TLS ||
 			!strings.Contains(mails[0].Data, "Meet at the gondola at 08:45") || r.Obj()["provider_message_id"] != "<"+r.Obj()["notification_id"].(string)+"@utpmesh.atp>" {
 			t.Fatalf("mails %+v, result %s", mails, r.Raw)
 		}

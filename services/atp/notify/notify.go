@@ -9,6 +9,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -39,6 +40,9 @@ type SMTP struct {
 	Username, Password string
 	// Timeout bounds one delivery; default 10s.
 	Timeout time.Duration
+	// RootCAs verify the server's STARTTLS certificate; nil: the
+	// system's roots.
+	RootCAs *x509.CertPool
 }
 
 var _ atp.Notifier = (*SMTP)(nil)
@@ -69,7 +73,7 @@ func (s *SMTP) Send(ctx context.Context, m atp.Message) (string, error) {
 	}
 	defer c.Close()
 	if ok, _ := c.Extension("STARTTLS"); ok {
-		if err := c.StartTLS(&tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}); err != nil {
+		if err := c.StartTLS(&tls.Config{ServerName: host, RootCAs: s.RootCAs, MinVersion: tls.VersionTLS12}); err != nil {
 			return "", fmt.Errorf("%w: smtp %s STARTTLS: %v", ErrDelivery, s.Addr, err)
 		}
 	}

@@ -86,3 +86,25 @@ func TestSMTP(t *testing.T) {
 		t.Fatal("a recipient with a line break was sent")
 	}
 }
+
+// TestSMTPStartTLS: a server that offers STARTTLS gets the message and
+// the password over TLS only; a certificate the client does not trust
+// stops the delivery before AUTH.
+func TestSMTPStartTLS(t *testing.T) {
+	sink := notifytest.StartSMTPTLS(t, "mailer", "pw-s3cret")
+	m := msg
+	m.Channel, m.To = "EMAIL", "ben@example.test"
+	s := &notify.SMTP{Addr: sink.Addr, From: "atp@example.test", Username: "mailer", Password: "pw-s3cret", RootCAs: sink.CertPool}
+	if _, err := s.Send(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	if got := sink.Mails(); len(got) != 1 || !got[0].TLS || got[0].User != "mailer" {
+		t.Fatalf("mails %+v", got)
+	}
+	untrusted := *s
+	untrusted.RootCAs = nil
+	_, err := untrusted.Send(context.Background(), m)
+	if !errors.Is(err, notify.ErrDelivery) || !strings.Contains(err.Error(), "STARTTLS") || !strings.Contains(err.Error(), "certificate") || len(sink.Mails()) != 1 || sink.AuthFailures() != 0 {
+		t.Fatalf("untrusted certificate: %v", err)
+	}
+}

@@ -1,21 +1,30 @@
 // Package notifytest holds local endpoints for tests of ATP's notify
 // adapters: an SMTP sink on a random port that speaks enough of RFC 5321
-// (EHLO/HELO, AUTH PLAIN, MAIL, RCPT, DATA with dot-unstuffing, RSET,
-// NOOP, QUIT) and a webhook receiver over net/http/httptest. Both keep
+// (EHLO/HELO, STARTTLS with a certificate of its own, AUTH PLAIN, MAIL,
+// RCPT, DATA with dot-unstuffing, RSET, NOOP, QUIT) and a webhook
+// receiver over net/http/httptest. Both keep
 // what they received; a delivery is recorded before it is acknowledged,
 // so a test reads it as soon as the send returns.
 package notifytest
 
 import (
 	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Mail is one message the SMTP sink accepted.
@@ -26,6 +35,8 @@ type Mail struct {
 	Data string
 	// User is the AUTH PLAIN identity, "" without auth.
 	User string
+	// TLS reports whether the session had switched to TLS (STARTTLS).
+	TLS bool
 }
 
 // SMTP is a running SMTP sink.
@@ -35,20 +46,54 @@ type SMTP struct {
 	// user and password, when user is set, are required (AUTH PLAIN)
 	// before MAIL; a wrong pair is answered 535.
 	user, password string
-	mu             sync.Mutex
-	mails          []Mail
-	authFailures   int
+	// CertPool trusts the sink's certificate and CertPEM is it, PEM
+	// encoded (StartSMTPTLS); nil otherwise.
+	CertPool     *x509.CertPool
+	CertPEM      []byte
+	tlsConfig    *tls.Config
+	mu           sync.Mutex
+	mails        []Mail
+	authFailures int
 }
 
 // StartSMTP starts a sink on 127.0.0.1; with user set it requires AUTH
 // PLAIN with user and password. It stops when the test ends.
 func StartSMTP(t testing.TB, user, password string) *SMTP {
 	t.Helper()
+	return start(t, &SMTP{user: user, password: password})
+}
+
+// StartSMTPTLS is StartSMTP with STARTTLS offered, under a certificate
+// for 127.0.0.1 that only CertPool trusts.
+func StartSMTPTLS(t testing.TB, user, password string) *SMTP {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return start(t, &SMTP{user: user, password: password, CertPool: pool, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		tlsConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}})
+}
+
+func start(t testing.TB, s *SMTP) *SMTP {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &SMTP{Addr: ln.Addr().String(), user: user, password: password}
+	s.Addr = ln.Addr().String()
 	var wg sync.WaitGroup
 	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
 	wg.Add(1)
@@ -81,12 +126,12 @@ func (s *SMTP) AuthFailures() int {
 }
 
 func (s *SMTP) serve(c net.Conn) {
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	r := bufio.NewReader(c)
 	say := func(line string) { _, _ = io.WriteString(c, line+"\r\n") }
 	say("220 notifytest ESMTP")
 	var cur Mail
-	authed := ""
+	authed, secure := "", false
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {
@@ -98,7 +143,22 @@ func (s *SMTP) serve(c net.Conn) {
 		case "EHLO":
 			say("250-notifytest")
 			say("250-8BITMIME")
+			if s.tlsConfig != nil && !secure {
+				say("250-STARTTLS")
+			}
 			say("250 AUTH PLAIN")
+		case "STARTTLS":
+			if s.tlsConfig == nil || secure {
+				say("502 5.5.1 STARTTLS not offered")
+				continue
+			}
+			say("220 2.0.0 ready to start TLS")
+			tc := tls.Server(c, s.tlsConfig)
+			if err := tc.Handshake(); err != nil {
+				return // the client refused the certificate
+			}
+			c, r, secure = tc, bufio.NewReader(tc), true
+			cur, authed = Mail{}, "" // RFC 3207: the session starts over
 		case "HELO":
 			say("250 notifytest")
 		case "AUTH":
@@ -131,7 +191,7 @@ func (s *SMTP) serve(c net.Conn) {
 				say("530 5.7.0 authentication required")
 				continue
 			}
-			cur = Mail{From: address(arg), User: authed}
+			cur = Mail{From: address(arg), User: authed, TLS: secure}
 			say("250 2.1.0 ok")
 		case "RCPT":
 			cur.To = append(cur.To, address(arg))
