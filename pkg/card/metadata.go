@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sort"
 )
 
 // Metadata holds the routing and trace fields of a card. Known keys are
@@ -127,6 +128,19 @@ func (m *Metadata) validate() error {
 	}
 	if m.TurnEpoch < 0 {
 		return fmt.Errorf("%w: metadata.turn_epoch must not be negative", ErrInvalid)
+	}
+	keys := make([]string, 0, len(m.Extra))
+	for k := range m.Extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := checkString("a key of metadata", k); err != nil {
+			return err
+		}
+		if err := CheckUTF8("metadata."+k, m.Extra[k]); err != nil {
+			return err
+		}
 	}
 	return nil
 }
