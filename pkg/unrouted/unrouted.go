@@ -59,7 +59,9 @@ type Config struct {
 	// Interval between sweeps; default DefaultInterval.
 	Interval time.Duration
 	// Grace is how old a command must be before it is answered; default
-	// DefaultGrace. Negative means 0 (tests).
+	// DefaultGrace. Negative means 0 (tests). An unrouted command is
+	// answered by the first sweep after it is Grace old: between Grace
+	// and Grace+Interval after it was stored, plus the sweep's own time.
 	Grace time.Duration
 	// Report delivers the report of an answered call to the inbox;
 	// default: a JetStream publish on cmd.sys.inbox.report of the call's
@@ -78,7 +80,8 @@ type Config struct {
 type Stats struct {
 	// Subjects is how many tool subjects with messages the stream holds.
 	Subjects int `json:"subjects"`
-	// Unrouted is how many of them no consumer and no registered tool serve.
+	// Unrouted is how many of them no durable consumer and no registered
+	// tool serve.
 	Unrouted int `json:"unrouted"`
 	// Answered commands got a failed result (or their existing one) and a
 	// report; DeadLettered ones a dead-letter event.
