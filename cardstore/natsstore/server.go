@@ -78,7 +78,7 @@ func (s *Server) putResult(ctx context.Context, sc svc.Scope, data []byte) (any,
 // cards, so a NATS permission on put_result decides who may write results.
 func (s *Server) putCards(ctx context.Context, sc svc.Scope, data []byte, results bool) (any, error) {
 	var req putRequest
-	if err := svc.Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	if len(req.Cards) == 0 {
@@ -111,7 +111,7 @@ func (s *Server) putCards(ctx context.Context, sc svc.Scope, data []byte, result
 
 func (s *Server) get(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req getRequest
-	if err := svc.Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	if js, ok := s.store.(cardJSONGetter); ok {
@@ -141,7 +141,7 @@ const cardHead = `{"card":`
 
 func (s *Server) getMany(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req getManyRequest
-	if err := svc.Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	return s.store.GetMany(ctx, sc.Project, req.CardIDs)
@@ -149,7 +149,7 @@ func (s *Server) getMany(ctx context.Context, sc svc.Scope, data []byte) (any, e
 
 func (s *Server) listTurn(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req listTurnRequest
-	if err := svc.Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	lr := cardstore.ListTurnRequest{ProjectID: sc.Project, AgentTurnID: req.AgentTurnID, After: req.After, Limit: req.Limit}
@@ -186,7 +186,7 @@ const (
 
 func (s *Server) listTurns(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req listTurnsRequest
-	if err := svc.Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	return s.store.ListTurns(ctx, cardstore.ListTurnsRequest{
@@ -196,7 +196,7 @@ func (s *Server) listTurns(ctx context.Context, sc svc.Scope, data []byte) (any,
 
 func (s *Server) findResult(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req findResultRequest
-	if err := svc.Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	c, err := s.store.FindToolResult(ctx, sc.Project, req.AgentTurnID, req.ToolCallID)
@@ -208,7 +208,7 @@ func (s *Server) findResult(ctx context.Context, sc svc.Scope, data []byte) (any
 
 func (s *Server) boxCreate(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req boxRequest
-	if err := svc.Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	b, err := s.store.CreateBox(ctx, sc.Project, req.BoxID, req.CardIDs)
@@ -220,7 +220,7 @@ func (s *Server) boxCreate(ctx context.Context, sc svc.Scope, data []byte) (any,
 
 func (s *Server) boxAppend(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req boxRequest
-	if err := svc.Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	b, err := s.store.AppendBox(ctx, sc.Project, req.BoxID, req.CardIDs)
@@ -232,7 +232,7 @@ func (s *Server) boxAppend(ctx context.Context, sc svc.Scope, data []byte) (any,
 
 func (s *Server) boxGet(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req boxRequest
-	if err := svc.Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	b, err := s.store.GetBox(ctx, sc.Project, req.BoxID)
@@ -244,7 +244,7 @@ func (s *Server) boxGet(ctx context.Context, sc svc.Scope, data []byte) (any, er
 
 func (s *Server) claim(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req claimRequest
-	if err := svc.Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	c, err := s.store.Claim(ctx, cardstore.ClaimRequest{
@@ -263,7 +263,7 @@ func (s *Server) claim(ctx context.Context, sc svc.Scope, data []byte) (any, err
 
 func (s *Server) release(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req claimRequest
-	if err := svc.Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	if err := s.store.Release(ctx, sc.Project, req.Key, req.Holder); err != nil {
@@ -274,7 +274,7 @@ func (s *Server) release(ctx context.Context, sc svc.Scope, data []byte) (any, e
 
 func (s *Server) getClaim(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req getClaimRequest
-	if err := svc.Decode(data, &req); err != nil {
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
 	c, err := s.store.GetClaim(ctx, sc.Project, req.Key)

@@ -68,7 +68,7 @@ func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) 
 	switch ts.Op {
 	case OpClaim, OpRelease:
 		var req claimRequest
-		if err := svc.Decode(data, &req); err != nil {
+		if err := decode(data, &req); err != nil {
 			return nil, info, err
 		}
 		info["key"], info["holder"] = req.Key, req.Holder
@@ -91,7 +91,7 @@ func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) 
 		return claimReply{Claim: c}, info, nil
 	case OpStartCall:
 		var req startCallRequest
-		if err := svc.Decode(data, &req); err != nil {
+		if err := decode(data, &req); err != nil {
 			return nil, info, err
 		}
 		info["key"], info["holder"] = cardstore.CallKey{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID}.String(), req.Holder
@@ -110,7 +110,7 @@ func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) 
 		return out, info, nil
 	case OpPutResult:
 		var req putRequest
-		if err := svc.Decode(data, &req); err != nil {
+		if err := decode(data, &req); err != nil {
 			return nil, info, err
 		}
 		if err := checkCards(req.Cards, ts.Project); err != nil {
@@ -140,7 +140,7 @@ func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) 
 func notToolCall(h svc.HandlerFunc) svc.HandlerFunc {
 	return func(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 		var req claimRequest
-		if err := svc.Decode(data, &req); err != nil {
+		if err := decode(data, &req); err != nil {
 			return nil, err
 		}
 		if isToolCallKey(req.Key) {

@@ -2,6 +2,7 @@ package natsstore
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/utpmesh/utpmesh/cardstore"
@@ -151,3 +152,14 @@ type (
 	}
 	emptyReply struct{}
 )
+
+// decode is svc.Decode for the CardStore's requests, which first refuses
+// a body holding invalid UTF-8 with the JSON path of the string that
+// holds it (cards[0].metadata.agent_id): encoding/json would replace the
+// bytes with U+FFFD, and the card stored would not be the card sent.
+func decode(data []byte, v any) error {
+	if err := card.CheckUTF8("", data); err != nil {
+		return fmt.Errorf("%w: request body: %w", cardstore.ErrInvalid, err)
+	}
+	return svc.Decode(data, v)
+}

@@ -52,6 +52,7 @@ func Run(t *testing.T, newStore func(t *testing.T) cardstore.Store) {
 		{"ListTurn", testListTurn},
 		{"ToolResult", testToolResult},
 		{"InvalidCards", testInvalidCards},
+		{"InvalidUTF8", testInvalidUTF8},
 		{"InvalidArguments", testInvalidArguments},
 		{"TooLarge", testTooLarge},
 		{"Boxes", testBoxes},

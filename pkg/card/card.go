@@ -100,8 +100,9 @@ func ValidID(s string) bool {
 	return true
 }
 
-// Validate checks every rule a stored card must satisfy. The error names the
-// first offending field and wraps ErrInvalid.
+// Validate checks every rule a stored card must satisfy, among them that
+// every string of the card (content and metadata included) is valid UTF-8.
+// The error names the first offending field and wraps ErrInvalid.
 func (c *Card) Validate() error {
 	if c == nil {
 		return fmt.Errorf("%w: card is null", ErrInvalid)
@@ -118,8 +119,14 @@ func (c *Card) Validate() error {
 	if len(c.Type) > MaxTypeLen || strings.ContainsAny(c.Type, " \t\r\n") {
 		return fmt.Errorf("%w: type %q must be at most %d bytes with no white space", ErrInvalid, c.Type, MaxTypeLen)
 	}
+	if err := checkString("type", c.Type); err != nil {
+		return err
+	}
 	if len(c.AuthorID) > MaxIDLen {
 		return fmt.Errorf("%w: author_id is longer than %d bytes", ErrInvalid, MaxIDLen)
+	}
+	if err := checkString("author_id", c.AuthorID); err != nil {
+		return err
 	}
 	if c.CreatedAt.IsZero() {
 		return fmt.Errorf("%w: created_at is required (RFC 3339 time)", ErrInvalid)
@@ -132,6 +139,9 @@ func (c *Card) Validate() error {
 	}
 	if len(c.Content) > 0 && !json.Valid(c.Content) {
 		return fmt.Errorf("%w: content is not valid JSON", ErrInvalid)
+	}
+	if err := CheckUTF8("content", c.Content); err != nil {
+		return err
 	}
 	switch c.Type {
 	case TypeToolCall, TypeToolResult:
@@ -193,8 +203,13 @@ func Encode(c *Card) ([]byte, error) {
 }
 
 // Decode parses and validates one card. It never panics on any input; the
-// error wraps ErrInvalid and names what is wrong.
+// error wraps ErrInvalid and names what is wrong. Invalid UTF-8 anywhere
+// in data is refused with the path of its field (CheckUTF8), where
+// encoding/json would replace it with U+FFFD.
 func Decode(data []byte) (*Card, error) {
+	if err := CheckUTF8("", data); err != nil {
+		return nil, err
+	}
 	c, err := Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)

@@ -44,6 +44,18 @@
 // the two paths to the same result; TestFastDecodeCanonical checks that
 // canonical cards take the one-pass path.
 //
+// # Invalid UTF-8
+//
+// JSON text is UTF-8, and encoding/json replaces every invalid byte with
+// U+FFFD without a word, on decoding and on encoding alike. A card is
+// therefore refused (ErrInvalid, naming the field's JSON path, such as
+// content.arguments.text or metadata.agent_id) when any of its strings,
+// keys included, holds invalid UTF-8: Decode checks the raw bytes,
+// Validate the strings, content and metadata values of a card built in
+// Go, and CheckUTF8 is the check itself for writers that decode cards
+// inside a larger body (the CardStore's NATS server). Parse and
+// UnmarshalJSON do not check: they read cards already stored.
+//
 // # Caveats
 //
 //   - Metadata keeps unknown keys (Extra) so that cards written by other

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // FuzzDecode checks that Decode never panics and that every card it accepts
@@ -19,10 +20,20 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`{"metadata":[]}`))
+	// Invalid UTF-8 in a metadata field, a content string and a key.
+	f.Add(bytes.Replace(good, []byte(`"a1"`), []byte("\"a\xff1\""), 1))
+	f.Add(bytes.Replace(good, []byte(`"echo"`), []byte("\"ech\xc3\""), 1))
+	f.Add(bytes.Replace(good, []byte(`"x"`), []byte("\"\xfex\""), 1))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := CheckUTF8("f", data); (err == nil) != utf8.Valid(data) {
+			t.Fatalf("CheckUTF8 = %v on %q, valid UTF-8 %v", err, data, utf8.Valid(data))
+		}
 		c, err := Decode(data)
 		if err != nil {
 			return
+		}
+		if !utf8.Valid(data) {
+			t.Fatalf("Decode accepted invalid UTF-8: %q", data)
 		}
 		enc, err := Encode(c)
 		if err != nil {

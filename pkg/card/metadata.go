@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sort"
+	"unicode/utf8"
 )
 
 // Metadata holds the routing and trace fields of a card. Known keys are
@@ -127,6 +129,26 @@ func (m *Metadata) validate() error {
 	}
 	if m.TurnEpoch < 0 {
 		return fmt.Errorf("%w: metadata.turn_epoch must not be negative", ErrInvalid)
+	}
+	ok := true
+	for k, v := range m.Extra {
+		ok = ok && utf8.ValidString(k) && utf8.Valid(v)
+	}
+	if ok {
+		return nil
+	}
+	keys := make([]string, 0, len(m.Extra))
+	for k := range m.Extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // name the first bad key in order
+	for _, k := range keys {
+		if err := checkString("a key of metadata", k); err != nil {
+			return err
+		}
+		if err := CheckUTF8("metadata."+k, m.Extra[k]); err != nil {
+			return err
+		}
 	}
 	return nil
 }

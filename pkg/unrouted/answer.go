@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,7 +20,7 @@ import (
 
 // answer ends one command on an unrouted subject: done is false when it
 // must wait (its call is claimed by someone).
-func (s *Sweeper) answer(ctx context.Context, msg jetstream.Msg, sub subjects.Subject, es []*registry.Entry, st *Stats) (done bool, err error) {
+func (s *Sweeper) answer(ctx context.Context, msg *jetstream.RawStreamMsg, sub subjects.Subject, es []*registry.Entry, st *Stats) (done bool, err error) {
 	cmd, field, err := command(msg, sub)
 	if errors.Is(err, errNotRoutable) {
 		if err := s.deadLetter(ctx, msg, sub, field, err.Error()); err != nil {
@@ -47,7 +48,7 @@ func (s *Sweeper) answer(ctx context.Context, msg jetstream.Msg, sub subjects.Su
 	}
 	tool := cmd.ToolName
 	if tool == "" {
-		tool = fullTarget(sub)
+		tool = strings.ToValidUTF8(fullTarget(sub), "\uFFFD")
 	}
 	of := resultOf(msg, sub, cmd)
 	of.ToolName = tool
@@ -70,8 +71,8 @@ func (s *Sweeper) answer(ctx context.Context, msg jetstream.Msg, sub subjects.Su
 
 // resultOf names the call of cmd for its result card and report: the
 // author is the sweeper, the trace headers are the command's.
-func resultOf(msg jetstream.Msg, sub subjects.Subject, cmd *utp.Command) worker.ResultOf {
-	h := msg.Headers()
+func resultOf(msg *jetstream.RawStreamMsg, sub subjects.Subject, cmd *utp.Command) worker.ResultOf {
+	h := msg.Header
 	return worker.ResultOf{Version: sub.Version, ProjectID: sub.Project, ChannelID: sub.Channel,
 		AgentID: cmd.AgentID, AgentTurnID: cmd.AgentTurnID, TurnEpoch: cmd.TurnEpoch, ToolCallID: cmd.ToolCallID,
 		StepID: cmd.StepID, AuthorID: "mesh.unrouted",
@@ -81,7 +82,7 @@ func resultOf(msg jetstream.Msg, sub subjects.Subject, cmd *utp.Command) worker.
 // report sends the report of result card rc to the inbox (Config.Report;
 // default: JetStream on the inbox report subject, acknowledged, as a
 // worker does). Its tool_name is the card's function_name.
-func (s *Sweeper) report(ctx context.Context, msg jetstream.Msg, sub subjects.Subject, cmd *utp.Command, rc *card.Card) error {
+func (s *Sweeper) report(ctx context.Context, msg *jetstream.RawStreamMsg, sub subjects.Subject, cmd *utp.Command, rc *card.Card) error {
 	m, err := resultOf(msg, sub, cmd).Report(rc)
 	if err != nil {
 		return fmt.Errorf("unrouted: %w", err)
@@ -100,13 +101,13 @@ func (s *Sweeper) report(ctx context.Context, msg jetstream.Msg, sub subjects.Su
 
 // deadLetter publishes the dead-letter event of a command that cannot
 // address a result.
-func (s *Sweeper) deadLetter(ctx context.Context, msg jetstream.Msg, sub subjects.Subject, field, reason string) error {
-	body := msg.Data()
+func (s *Sweeper) deadLetter(ctx context.Context, msg *jetstream.RawStreamMsg, sub subjects.Subject, field, reason string) error {
+	body := msg.Data
 	if len(body) > 4096 {
 		body = body[:4096]
 	}
 	rec, _ := json.Marshal(worker.DeadLetter{Reason: "no tool serves " + sub.String() + " and the command cannot address a result: " + reason,
-		Field: field, Subject: msg.Subject(), Body: string(body), Source: "unrouted", ReceivedAt: time.Now().UTC()})
+		Field: field, Subject: msg.Subject, Body: string(body), Source: "unrouted", ReceivedAt: time.Now().UTC()})
 	dl, err := subjects.DeadLetter(sub.Version, sub.Project, sub.Channel)
 	if err != nil {
 		return err

@@ -19,15 +19,19 @@ func TestRoutingRules(t *testing.T) {
 		consumed   bool
 	}{
 		{"cg.v1r3.demo.main.cmd.tool.atlas.TASK_CREATE", true, false},
-		{"cg.v1r3.demo.main.cmd.tool.atlas.TASK_CREATE.x", true, false},
+		{"cg.v1r3.demo.main.cmd.tool.atlas.TASK_CREATE.x", false, false}, // a target serves its subject only
+		{"cg.v1r3.demo.main.cmd.tool.tree", false, false},                // tree.> needs one more token
+		{"cg.v1r3.demo.main.cmd.tool.tree.a.b", false, true},
+		{"cg.v1r3.demo.main.cmd.tool.one.x", false, true},
+		{"cg.v1r3.demo.main.cmd.tool.one.x.y", false, false},
 		{"cg.v1r3.demo.main.cmd.tool.atlas.NOSUCH", false, false},
 		{"cg.v1r3.demo.main.cmd.tool.atlas", false, false},
 		{"cg.v1r3.demo.main.cmd.tool.echo", true, true},
-		{"cg.v1r3.demo.main.cmd.tool.echo.sub", true, true},
+		{"cg.v1r3.demo.main.cmd.tool.echo.sub", false, false},
 		{"cg.v1r3.demo.main.cmd.tool.only_other", false, false},
 		{"cg.v1r3.demo.main.cmd.tool.ech0", false, false},
 	}
-	filters := []string{"cg.v1r3.*.*.cmd.tool.echo", "cg.v1r3.*.*.cmd.tool.echo.>"}
+	filters := []string{"cg.v1r3.*.*.cmd.tool.echo", "cg.v1r3.*.*.cmd.tool.tree.>", "cg.v1r3.*.*.cmd.tool.one.*", "cg.v1r3.other.*.cmd.tool.>"}
 	for _, tc := range tests {
 		t.Run(tc.subject, func(t *testing.T) {
 			sub, err := subjects.Parse(tc.subject)

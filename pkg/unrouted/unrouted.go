@@ -59,7 +59,9 @@ type Config struct {
 	// Interval between sweeps; default DefaultInterval.
 	Interval time.Duration
 	// Grace is how old a command must be before it is answered; default
-	// DefaultGrace. Negative means 0 (tests).
+	// DefaultGrace. Negative means 0 (tests). An unrouted command is
+	// answered by the first sweep after it is Grace old: between Grace
+	// and Grace+Interval after it was stored, plus the sweep's own time.
 	Grace time.Duration
 	// Report delivers the report of an answered call to the inbox;
 	// default: a JetStream publish on cmd.sys.inbox.report of the call's
@@ -78,7 +80,8 @@ type Config struct {
 type Stats struct {
 	// Subjects is how many tool subjects with messages the stream holds.
 	Subjects int `json:"subjects"`
-	// Unrouted is how many of them no consumer and no registered tool serve.
+	// Unrouted is how many of them no durable consumer and no registered
+	// tool serve.
 	Unrouted int `json:"unrouted"`
 	// Answered commands got a failed result (or their existing one) and a
 	// report; DeadLettered ones a dead-letter event.
@@ -97,6 +100,31 @@ type Sweeper struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	mu     sync.Mutex // one sweep at a time
+	// warnOnce logs each unaddressable subject once.
+	warnOnce onceSet
+}
+
+// onceSet runs a function once per key, for the first maxOnceKeys keys.
+type onceSet struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+const maxOnceKeys = 1024
+
+// Do runs fn unless key was seen (or the set is full).
+func (o *onceSet) Do(key string, fn func()) {
+	o.mu.Lock()
+	if o.seen == nil {
+		o.seen = map[string]bool{}
+	}
+	if o.seen[key] || len(o.seen) >= maxOnceKeys {
+		o.mu.Unlock()
+		return
+	}
+	o.seen[key] = true
+	o.mu.Unlock()
+	fn()
 }
 
 // New returns a Sweeper on nc; call Start to sweep every Interval, or Sweep.
@@ -171,7 +199,8 @@ func (s *Sweeper) Stop(ctx context.Context) error {
 }
 
 // Sweep looks at the command stream once and answers the unrouted
-// commands older than Grace.
+// commands older than Grace. An error on one subject does not stop the
+// others: Sweep answers what it can and returns every error, joined.
 func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -189,19 +218,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
 	if st.Subjects == 0 {
 		return st, nil
 	}
-	var filters []string
-	lister := stream.ListConsumers(ctx)
-	for ci := range lister.Info() {
-		if f := ci.Config.FilterSubject; f != "" {
-			filters = append(filters, f)
-		}
-		filters = append(filters, ci.Config.FilterSubjects...)
-		if ci.Config.FilterSubject == "" && len(ci.Config.FilterSubjects) == 0 {
-			filters = append(filters, ">") // an unfiltered consumer sees everything
-		}
-	}
-	if err := lister.Err(); err != nil {
-		return st, fmt.Errorf("unrouted: list consumers: %w", err)
+	filters, err := servingFilters(ctx, stream)
+	if err != nil {
+		return st, err
 	}
 	entries := map[string][]*registry.Entry{}
 	names := make([]string, 0, len(info.State.Subjects))
@@ -209,19 +228,21 @@ func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
 		names = append(names, subj)
 	}
 	sort.Strings(names)
+	var errs []error
 	for _, subj := range names {
 		if matchesAny(filters, subj) {
 			continue
 		}
-		sub, err := subjects.Parse(subj)
-		if err != nil || sub.Kind() != subjects.KindToolCommand {
+		sub, ok := s.toolSubject(subj)
+		if !ok {
 			continue
 		}
 		es, ok := entries[sub.Project]
 		if !ok {
 			es, err = s.cfg.Registry.List(ctx, sub.Project)
 			if err != nil {
-				return st, fmt.Errorf("unrouted: registry of project %s: %w", sub.Project, err)
+				errs = append(errs, fmt.Errorf("unrouted: registry of project %s: %w", sub.Project, err))
+				continue
 			}
 			entries[sub.Project] = es
 		}
@@ -229,64 +250,116 @@ func (s *Sweeper) Sweep(ctx context.Context) (Stats, error) {
 			continue // the tool exists: its command waits for a worker
 		}
 		st.Unrouted++
-		if err := s.answerSubject(ctx, stream, sub, es, &st); err != nil {
-			return st, err
+		if err := s.answerSubject(ctx, stream, subj, info.State.FirstSeq, info.State.Subjects[subj], sub, es, &st); err != nil {
+			errs = append(errs, err)
+		}
+		if ctx.Err() != nil {
+			break
 		}
 	}
-	return st, nil
+	return st, errors.Join(errs...)
 }
 
-// answerSubject answers every command on one unrouted subject.
-func (s *Sweeper) answerSubject(ctx context.Context, stream jetstream.Stream, sub subjects.Subject, es []*registry.Entry, st *Stats) error {
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{sub.String()}})
-	if err != nil {
-		return fmt.Errorf("unrouted: read %s: %w", sub, err)
+// servingFilters returns the filter subjects of the command stream's
+// durable consumers: the ones that serve a subject. An unfiltered durable
+// consumer serves every subject (">"). Ephemeral consumers are readers,
+// not servers — an ordered consumer of `nats stream view`, say — and the
+// sweeper's own reads use no consumer at all (direct message gets), so
+// neither makes a subject look served.
+func servingFilters(ctx context.Context, stream jetstream.Stream) ([]string, error) {
+	var filters []string
+	lister := stream.ListConsumers(ctx)
+	for ci := range lister.Info() {
+		if ci.Config.Durable == "" {
+			continue
+		}
+		if f := ci.Config.FilterSubject; f != "" {
+			filters = append(filters, f)
+		}
+		filters = append(filters, ci.Config.FilterSubjects...)
+		if ci.Config.FilterSubject == "" && len(ci.Config.FilterSubjects) == 0 {
+			filters = append(filters, ">")
+		}
 	}
+	if err := lister.Err(); err != nil {
+		return nil, fmt.Errorf("unrouted: list consumers: %w", err)
+	}
+	return filters, nil
+}
+
+// toolSubject parses a subject of the command stream under cmd.tool.>.
+// A subject whose target tokens break the token rules is still a tool
+// command nobody serves, answered like any other; one whose version,
+// project or channel is not a valid token cannot address a result or a
+// dead letter: it is logged (once per sweeper) and left to age out.
+func (s *Sweeper) toolSubject(subj string) (subjects.Subject, bool) {
+	if sub, err := subjects.Parse(subj); err == nil {
+		return sub, sub.Kind() == subjects.KindToolCommand
+	}
+	toks := strings.Split(subj, ".")
+	if len(toks) >= 7 && toks[0] == "cg" && toks[1] == s.cfg.Version && toks[4] == "cmd" && toks[5] == "tool" &&
+		subjects.ValidateToken("project_id", toks[2]) == nil && subjects.ValidateToken("channel_id", toks[3]) == nil {
+		for _, tok := range toks[6:] {
+			if tok == "" {
+				return subjects.Subject{}, false // no such NATS subject
+			}
+		}
+		sub := subjects.Subject{Version: toks[1], Project: toks[2], Channel: toks[3], Category: subjects.Cmd, Component: subjects.Tool, Target: toks[6]}
+		if len(toks) > 7 {
+			sub.Suffix = toks[7:]
+		}
+		return sub, true
+	}
+	s.warnOnce.Do(subj, func() {
+		s.log.Warn("unrouted: a command subject with an invalid project or channel token: no result or dead letter can be addressed; it ages out of the stream",
+			"subject", strings.ToValidUTF8(subj, "\uFFFD"))
+	})
+	return subjects.Subject{}, false
+}
+
+// answerSubject answers every command older than Grace on one unrouted
+// subject: count messages from stream sequence first on. It reads them
+// with direct message gets (next message on the subject), so the sweep
+// leaves no consumer behind that could pass for the subject's server.
+func (s *Sweeper) answerSubject(ctx context.Context, stream jetstream.Stream, subj string, first, count uint64, sub subjects.Subject, es []*registry.Entry, st *Stats) error {
 	now := time.Now()
-	for {
-		batch, err := cons.FetchNoWait(64)
+	seq := max(first, 1)
+	for n := uint64(0); n < count; n++ {
+		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil // taken or deleted since the stream info
+		}
 		if err != nil {
 			return fmt.Errorf("unrouted: read %s: %w", sub, err)
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			md, err := msg.Metadata()
-			if err != nil {
-				continue
-			}
-			if now.Sub(md.Timestamp) < s.cfg.Grace {
-				st.Waiting++
-				continue
-			}
-			done, err := s.answer(ctx, msg, sub, es, st)
-			if err != nil {
-				return err
-			}
-			if !done {
-				st.Waiting++
-				continue
-			}
-			if err := stream.DeleteMsg(ctx, md.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-				return fmt.Errorf("unrouted: delete answered command %d on %s: %w", md.Sequence.Stream, sub, err)
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return fmt.Errorf("unrouted: read %s: %w", sub, err)
-		}
-		if n == 0 {
+		seq = msg.Sequence + 1
+		if now.Sub(msg.Time) < s.cfg.Grace {
+			st.Waiting += int(count - n) // the stream keeps them in time order
 			return nil
 		}
+		done, err := s.answer(ctx, msg, sub, es, st)
+		if err != nil {
+			return err
+		}
+		if !done {
+			st.Waiting++
+			continue
+		}
+		if err := stream.DeleteMsg(ctx, msg.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("unrouted: delete answered command %d on %s: %w", msg.Sequence, sub, err)
+		}
 	}
+	return nil
 }
 
 // registered reports whether an entry of the project targets sub: its
-// target subject rendered for sub's project and channel is sub, or a
-// prefix of it.
+// target subject rendered for sub's project and channel is sub. Only the
+// exact subject: a worker's consumer filters on its target and nothing
+// under it, so cmd.tool.echo.extra is not echo's.
 func registered(es []*registry.Entry, sub subjects.Subject) bool {
 	want := fullTarget(sub)
 	for _, e := range es {
-		if t := target(e, sub); t != "" && (t == want || strings.HasPrefix(want, t+".")) {
+		if t := target(e, sub); t != "" && t == want {
 			return true
 		}
 	}
@@ -385,8 +458,8 @@ var errNotRoutable = errors.New("not routable")
 
 // command parses msg; a command without the ids of a result is
 // errNotRoutable (with the field and reason).
-func command(msg jetstream.Msg, sub subjects.Subject) (*utp.Command, string, error) {
-	cmd, err := utp.ParseCommand(msg.Data(), msg.Headers(), sub.Project, sub.Channel, false)
+func command(msg *jetstream.RawStreamMsg, sub subjects.Subject) (*utp.Command, string, error) {
+	cmd, err := utp.ParseCommand(msg.Data, msg.Header, sub.Project, sub.Channel, false)
 	if err == nil {
 		return cmd, "", nil
 	}
@@ -412,6 +485,7 @@ func resultContent(cmd *utp.Command, sub subjects.Subject, near []string) card.T
 		msg += "; nearest registered targets: " + strings.Join(near, ", ")
 	}
 	msg += " (utpmesh tools ls lists the project's tools; register a tool with utpmesh tools import and start its worker)"
+	msg = strings.ToValidUTF8(msg, "\uFFFD") // a subject's tokens may be any bytes; a card's text is UTF-8
 	detail, _ := json.Marshal(map[string]any{"subject": sub.String(), "target": fullTarget(sub), "nearest_targets": nonNil(near)})
 	return card.NewResultContent(card.StatusFailed, cmd.AfterExecution, CodeNotFound, msg, detail)
 }

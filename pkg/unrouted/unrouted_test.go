@@ -28,23 +28,34 @@ const v = subjects.DefaultVersion
 // cmd.tool.<target> of project demo, channel main.
 func send(t *testing.T, m *mesh.Mesh, target, call string) {
 	t.Helper()
+	sendSubject(t, m, "cg."+v+".demo.main.cmd.tool."+target, target, call)
+}
+
+// sendSubject writes the tool.call card of call to tool and publishes its
+// command on subject.
+func sendSubject(t *testing.T, m *mesh.Mesh, subject, tool, call string) {
+	t.Helper()
 	ctx := context.Background()
-	content, _ := json.Marshal(card.ToolCallContent{ToolName: target, Arguments: json.RawMessage(`{}`), TargetSubject: "cg." + v + ".demo.main.cmd.tool." + target})
+	content, _ := json.Marshal(card.ToolCallContent{ToolName: tool, Arguments: json.RawMessage(`{}`), TargetSubject: subject})
 	cc := &card.Card{CardID: card.NewID(), ProjectID: "demo", Type: card.TypeToolCall, ToolCallID: call, Content: content, CreatedAt: time.Now().UTC(),
 		Metadata: card.Metadata{AgentID: "a1", AgentTurnID: "turn-" + call, TurnEpoch: 1, StepID: "s1", ToolCallID: call}}
 	if err := m.Cards().Put(ctx, cc); err != nil {
 		t.Fatal(err)
 	}
 	body, _ := json.Marshal(utp.Command{AgentID: "a1", AgentTurnID: "turn-" + call, TurnEpoch: 1, ToolCallID: call,
-		AfterExecution: card.Suspend, ToolCallCardID: cc.CardID, StepID: "s1", ToolName: target})
-	publish(t, m, target, body)
+		AfterExecution: card.Suspend, ToolCallCardID: cc.CardID, StepID: "s1", ToolName: tool})
+	publishOn(t, m, subject, body)
 }
 
 func publish(t *testing.T, m *mesh.Mesh, target string, body []byte) {
 	t.Helper()
-	subj, _ := subjects.ToolCommand(v, "demo", "main", target)
+	publishOn(t, m, "cg."+v+".demo.main.cmd.tool."+target, body)
+}
+
+func publishOn(t *testing.T, m *mesh.Mesh, subject string, body []byte) {
+	t.Helper()
 	js, _ := m.Conn().JetStream()
-	if _, err := js.Publish(subj.String(), body); err != nil {
+	if _, err := js.Publish(subject, body); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,6 +21,10 @@ import (
 
 // publishTimeout bounds one JetStream publish (report, dead letter).
 const publishTimeout = 10 * time.Second
+
+// invalidResult begins the message of a call failed because the CardStore
+// refused its result card as invalid.
+const invalidResult = "the tool's result is not a valid card: "
 
 // complete writes the tool.result card and reports it. If another worker
 // already wrote this call's result, that result is reported instead: a
@@ -52,6 +57,15 @@ func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
 			return
 		}
 		j.complete(small, callCard)
+		return
+	}
+	if errors.Is(err, cardstore.ErrInvalid) && (content.Error == nil || !strings.HasPrefix(content.Error.Message, invalidResult)) {
+		// The tool's result is no valid card (invalid UTF-8 in a raw JSON
+		// value or detail, say): a retry would rerun the tool for the same
+		// refusal. The call fails instead, naming what the store refused.
+		tr.SetError(ctx, err)
+		j.r.log.Warn("tool result refused by the CardStore; failing the call instead", append(j.logAttrs(), "status", content.Status, "err", err)...)
+		j.complete(card.NewResultContent(card.StatusFailed, content.AfterExecution, card.CodeInternalError, invalidResult+err.Error(), nil), callCard)
 		return
 	}
 	if existed {
