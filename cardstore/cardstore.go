@@ -125,6 +125,18 @@ type Store interface {
 	// holds its claim. A remote store (natsstore) serves StartCall only on
 	// the tool's own subject: the context must name the tool (WithTool).
 	StartCall(ctx context.Context, req StartCallRequest) (*StartCallResult, error)
+
+	// DeleteTurn removes a turn for retention, in one atomic write: every
+	// card whose metadata.agent_turn_id is agentTurnID, the turn's
+	// tool-result index, its summary (ListTurns no longer lists it) and
+	// the ended claims (tombstones) of its calls. It returns how many
+	// cards it removed; a turn the project does not have removes nothing
+	// and is no error. A call of the turn whose claim is live (a claim with
+	// no result, expired or not: the call is running or was abandoned
+	// mid-way) makes it fail with ErrClaimHeld and remove nothing. Boxes
+	// are kept: ids they hold may then name no card. A remote store serves
+	// it on an operation only the mesh core and admins may use.
+	DeleteTurn(ctx context.Context, projectID, agentTurnID string) (int, error)
 }
 
 // StartCallRequest asks to begin one call: its result if it has one,

@@ -205,9 +205,37 @@ func (s *Store) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (
 		}
 		from = i
 	}
+	// Walk the chain newest first, a batch of candidates at a time, and
+	// keep the turns that still have a summary: a turn removed by
+	// DeleteTurn stays named in the list records but has none.
 	first := req.Before != 0
-	var turns []string
-	var poss []uint64
+	var (
+		turns []string
+		poss  []uint64
+		recs  []turnRecord
+	)
+	type cand struct {
+		turn string
+		pos  uint64
+	}
+	var cands []cand
+	flush := func() error {
+		names := make([]string, len(cands))
+		for i, c := range cands {
+			names[i] = c.turn
+		}
+		got, err := s.summaries(ctx, req.ProjectID, names)
+		if err != nil {
+			return err
+		}
+		for i, r := range got {
+			if r != nil {
+				turns, poss, recs = append(turns, cands[i].turn), append(poss, cands[i].pos), append(recs, *r)
+			}
+		}
+		cands = cands[:0]
+		return nil
+	}
 	for m != nil && len(turns) <= limit {
 		var tl turnList
 		if err := json.Unmarshal(m.data, &tl); err != nil {
@@ -220,9 +248,16 @@ func (s *Store) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (
 			}
 			start, first = from-1, false
 		}
-		for i := start; i >= 0 && len(turns) <= limit; i-- {
-			turns = append(turns, tl.Turns[i])
-			poss = append(poss, pos(m.seq, i))
+		for i := start; i >= 0; i-- {
+			cands = append(cands, cand{tl.Turns[i], pos(m.seq, i)})
+			if len(turns)+len(cands) > limit {
+				if err := flush(); err != nil {
+					return nil, err
+				}
+				if len(turns) > limit {
+					break
+				}
+			}
 		}
 		if tl.Prev == 0 || len(turns) > limit {
 			break
@@ -234,14 +269,15 @@ func (s *Store) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (
 			return nil, fmt.Errorf("jsstore: turn list %s names record %d, which is missing", subject, tl.Prev)
 		}
 	}
+	if len(cands) > 0 && len(turns) <= limit {
+		if err := flush(); err != nil {
+			return nil, err
+		}
+	}
 	res := &cardstore.ListTurnsResult{Turns: []cardstore.TurnInfo{}}
 	if len(turns) > limit {
-		turns, poss = turns[:limit], poss[:limit]
+		turns, poss, recs = turns[:limit], poss[:limit], recs[:limit]
 		res.Next = poss[limit-1]
-	}
-	recs, err := s.summaries(ctx, req.ProjectID, turns)
-	if err != nil {
-		return nil, err
 	}
 	for i, r := range recs {
 		res.Turns = append(res.Turns, r.Info(turns[i]))
@@ -251,8 +287,9 @@ func (s *Store) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (
 
 // summaries reads the summaries of turns: in one request on a single
 // replica, from the leader one by one on a replicated stream (summaries
-// change, and a lagging replica would show an old count).
-func (s *Store) summaries(ctx context.Context, project string, turns []string) ([]turnRecord, error) {
+// change, and a lagging replica would show an old count). A turn without
+// a summary (removed by DeleteTurn) has nil.
+func (s *Store) summaries(ctx context.Context, project string, turns []string) ([]*turnRecord, error) {
 	subjects := make([]string, len(turns))
 	for i, t := range turns {
 		subjects[i] = s.lay.summary(project, t)
@@ -273,12 +310,13 @@ func (s *Store) summaries(ctx context.Context, project string, turns []string) (
 			return nil, err
 		}
 	}
-	out := make([]turnRecord, len(turns))
+	out := make([]*turnRecord, len(turns))
 	for i, m := range stored {
 		if m == nil {
-			return nil, fmt.Errorf("jsstore: turn list of project %s names turn %q, which has no summary", project, turns[i])
+			continue // deleted (DeleteTurn)
 		}
-		if err := json.Unmarshal(m.data, &out[i]); err != nil {
+		out[i] = new(turnRecord)
+		if err := json.Unmarshal(m.data, out[i]); err != nil {
 			return nil, fmt.Errorf("jsstore: stored summary of turn %q in project %s is corrupt: %w", turns[i], project, err)
 		}
 	}

@@ -264,6 +264,16 @@ func (c *Client) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) 
 	return &r, nil
 }
 
+// DeleteTurn implements cardstore.Store, on the delete_turn operation
+// (mesh core and admin identities only).
+func (c *Client) DeleteTurn(ctx context.Context, projectID, agentTurnID string) (int, error) {
+	var r deleteTurnReply
+	if err := c.call(ctx, projectID, OpDeleteTurn, deleteTurnRequest{AgentTurnID: agentTurnID}, &r); err != nil {
+		return 0, err
+	}
+	return r.Deleted, nil
+}
+
 // FindToolResult implements cardstore.Store.
 func (c *Client) FindToolResult(ctx context.Context, projectID, agentTurnID, toolCallID string) (*card.Card, error) {
 	var r cardReply

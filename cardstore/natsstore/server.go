@@ -48,7 +48,7 @@ func NewServer(nc *nats.Conn, store cardstore.Store, cfg ServerConfig) (*Server,
 		OpPut: s.put, OpPutResult: s.putResult, OpGet: s.get, OpGetMany: s.getMany, OpListTurn: s.listTurn,
 		OpFindResult: s.findResult, OpBoxCreate: s.boxCreate, OpBoxAppend: s.boxAppend,
 		OpBoxGet: s.boxGet, OpClaim: s.claim, OpRelease: s.release,
-		OpListTurns: s.listTurns, OpGetClaim: s.getClaim,
+		OpListTurns: s.listTurns, OpGetClaim: s.getClaim, OpDeleteTurn: s.deleteTurn,
 		OpClaimKey: notToolCall(s.claim), OpReleaseKey: notToolCall(s.release),
 	}, s.toolOps().serve)
 	if err != nil {
@@ -282,4 +282,17 @@ func (s *Server) getClaim(ctx context.Context, sc svc.Scope, data []byte) (any, 
 		return nil, err
 	}
 	return claimReply{Claim: c}, nil
+}
+
+func (s *Server) deleteTurn(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req deleteTurnRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	n, err := s.store.DeleteTurn(ctx, sc.Project, req.AgentTurnID)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("cardstore: turn deleted", "project_id", sc.Project, "agent_turn_id", req.AgentTurnID, "cards", n)
+	return deleteTurnReply{Deleted: n}, nil
 }

@@ -44,6 +44,10 @@ const (
 	// one, else its claim and its tool.call card (cardstore.Store's
 	// StartCall).
 	OpStartCall = "start_call"
+	// OpDeleteTurn removes a turn for retention (cardstore.Store's
+	// DeleteTurn). Only the mesh core and admins may use it: no role's
+	// NATS permissions list it.
+	OpDeleteTurn = "delete_turn"
 )
 
 // Wire error codes of the CardStore service (besides svc's common ones).
@@ -140,6 +144,12 @@ type (
 	}
 	// The start_call reply is a cardstore.StartCallResult:
 	// {"result": card} or {"claim": claim, "call_card": card}.
+	deleteTurnRequest struct {
+		AgentTurnID string `json:"agent_turn_id"`
+	}
+	deleteTurnReply struct {
+		Deleted int `json:"deleted"`
+	}
 	getClaimRequest struct {
 		Key string `json:"key"`
 	}

@@ -66,6 +66,7 @@ func Run(t *testing.T, newStore func(t *testing.T) cardstore.Store) {
 		{"ListTurns", testListTurns},
 		{"ListTurnsPaging", testListTurnsPaging},
 		{"ListTurnsInvalid", testListTurnsInvalid},
+		{"DeleteTurn", testDeleteTurn},
 		{"Context", testContext},
 		{"Concurrency", testConcurrency},
 	}
