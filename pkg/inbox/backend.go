@@ -53,6 +53,12 @@ type Backend interface {
 	// returns the highest epoch after the call and the entries it made
 	// stale.
 	SetEpoch(ctx context.Context, project, agentTurnID string, epoch int64) (highest int64, staled []Entry, err error)
+	// DeleteTurn removes the turn's entries (acked and stale), its
+	// dedupe keys and its epoch, for retention, and returns how many
+	// entries it removed (0 for a turn with none: no error). A pending
+	// entry in the turn (as written: a lazy ack not yet committed does
+	// not count) fails it with ErrPending and removes nothing.
+	DeleteTurn(ctx context.Context, project, agentTurnID string) (int, error)
 	// Pending returns how many entries are pending, across every project.
 	Pending(ctx context.Context) (int, error)
 	// Close writes what is queued (wakeup marks, lazy acks) and releases

@@ -25,6 +25,9 @@ var (
 	// body). Its dead-letter record is already published; sending it again
 	// changes nothing.
 	ErrRefused = errors.New("inbox: report refused")
+	// ErrPending: DeleteTurn found a pending entry in the turn (a result
+	// its agent has not consumed yet) and removed nothing.
+	ErrPending = errors.New("inbox: turn has a pending entry")
 )
 
 // Limits.

@@ -18,6 +18,10 @@ const (
 	// answered once the entry is on disk instead of being stored in the
 	// command stream first (docs/protocol.md §8).
 	OpReport = "report"
+	// OpDeleteTurn removes a turn's entries for retention (Backend's
+	// DeleteTurn). Only the mesh core and admins may use it: no role's
+	// NATS permissions list it.
+	OpDeleteTurn = "delete_turn"
 )
 
 // Wire codes of the inbox's own errors (the others are svc's common codes).
@@ -26,6 +30,8 @@ const (
 	CodeClosed = "closed"
 	// CodeRefused is the wire code of ErrRefused.
 	CodeRefused = "refused"
+	// CodePending is the wire code of ErrPending.
+	CodePending = "pending"
 )
 
 // Codes maps the inbox's sentinel errors to svc wire codes and back.
@@ -34,6 +40,7 @@ var Codes = svc.Codes{
 	{Err: ErrInvalid, Code: svc.CodeBadRequest},
 	{Err: ErrClosed, Code: CodeClosed},
 	{Err: ErrRefused, Code: CodeRefused},
+	{Err: ErrPending, Code: CodePending},
 }
 
 // Request and reply bodies of the svc operations (docs/protocol.md §9.6, §11.5).
@@ -69,6 +76,14 @@ type (
 	// SetEpochReply is the reply of set_epoch: the turn's highest epoch.
 	SetEpochReply struct {
 		TurnEpoch int64 `json:"turn_epoch"`
+	}
+	// DeleteTurnRequest is the request of delete_turn.
+	DeleteTurnRequest struct {
+		AgentTurnID string `json:"agent_turn_id"`
+	}
+	// DeleteTurnReply is the reply of delete_turn: how many entries went.
+	DeleteTurnReply struct {
+		Deleted int `json:"deleted"`
 	}
 	// ReportReply is the reply of report.
 	ReportReply struct {

@@ -144,6 +144,44 @@ func (s *Service) SetEpoch(ctx context.Context, project, agentTurnID string, epo
 	return highest, nil
 }
 
+// DeleteTurn removes the project's turn agentTurnID from the inbox for
+// retention: its acked and stale entries, its dedupe keys and its epoch
+// (inbox.Backend's DeleteTurn). A pending entry fails it with
+// inbox.ErrPending and removes nothing. It returns how many entries went.
+func (s *Service) DeleteTurn(ctx context.Context, project, agentTurnID string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := inbox.CheckProject(project); err != nil {
+		return 0, err
+	}
+	if err := inbox.CheckTurn(agentTurnID, 0); err != nil {
+		return 0, err
+	}
+	st, err := s.backend()
+	if err != nil {
+		return 0, err
+	}
+	n, err := st.DeleteTurn(ctx, project, agentTurnID)
+	if err != nil {
+		return 0, err
+	}
+	s.log.Info("inbox: turn deleted", "project_id", project, "agent_turn_id", agentTurnID, "entries", n)
+	return n, nil
+}
+
+func (s *Service) handleDeleteTurn(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+	var req inbox.DeleteTurnRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	n, err := s.DeleteTurn(ctx, sc.Project, req.AgentTurnID)
+	if err != nil {
+		return nil, err
+	}
+	return inbox.DeleteTurnReply{Deleted: n}, nil
+}
+
 func (s *Service) handleList(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
 	var req inbox.ListQuery
 	if err := decode(data, &req); err != nil {

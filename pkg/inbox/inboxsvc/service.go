@@ -169,7 +169,8 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	for op, h := range map[string]svc.HandlerFunc{
 		inbox.OpList: s.handleList, inbox.OpGet: s.handleGet, inbox.OpAck: s.handleAck, inbox.OpSetEpoch: s.handleSetEpoch,
-		inbox.OpReport: s.handleReportOp,
+		inbox.OpDeleteTurn: s.handleDeleteTurn,
+		inbox.OpReport:     s.handleReportOp,
 	} {
 		if err := srv.Handle(op, h); err != nil {
 			return fmt.Errorf("inbox: %w", err)

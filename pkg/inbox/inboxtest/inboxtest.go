@@ -304,6 +304,68 @@ func Run(t *testing.T, open func(t *testing.T) inbox.Backend) {
 		}
 	})
 
+	t.Run("delete turn", func(t *testing.T) {
+		b := open(t)
+		ctx := context.Background()
+		a1, _, err := b.Insert(ctx, "p1", "c1", Report("turn-1", "call-1", 1), "")
+		must(t, err)
+		a2, _, err := b.Insert(ctx, "p1", "c1", Report("turn-1", "call-2", 1), "")
+		must(t, err)
+		keep, _, err := b.Insert(ctx, "p1", "c1", Report("turn-2", "call-1", 1), "")
+		must(t, err)
+		other, _, err := b.Insert(ctx, "p2", "c1", Report("turn-1", "call-1", 1), "")
+		must(t, err)
+		_, err = b.Ack(ctx, "p1", []string{a1.InboxID}, time.Now())
+		must(t, err)
+		// A pending entry keeps the whole turn.
+		if n, err := b.DeleteTurn(ctx, "p1", "turn-1"); !errors.Is(err, inbox.ErrPending) || n != 0 {
+			t.Fatalf("delete a turn with a pending entry = %d, %v; want 0, inbox.ErrPending", n, err)
+		}
+		if _, err := b.Get(ctx, "p1", a1.InboxID); err != nil {
+			t.Fatalf("the refused delete removed entry %s: %v", a1.InboxID, err)
+		}
+		// Acked and stale entries go.
+		_, _, err = b.SetEpoch(ctx, "p1", "turn-1", 2) // a2 stale
+		must(t, err)
+		n, err := b.DeleteTurn(ctx, "p1", "turn-1")
+		must(t, err)
+		if n != 2 {
+			t.Fatalf("delete turn-1 = %d entries, want 2", n)
+		}
+		for _, id := range []string{a1.InboxID, a2.InboxID} {
+			if _, err := b.Get(ctx, "p1", id); !errors.Is(err, inbox.ErrNotFound) {
+				t.Fatalf("get deleted entry %s: %v, want inbox.ErrNotFound", id, err)
+			}
+		}
+		es, err := b.List(ctx, "p1", inbox.ListQuery{AgentID: "agent-a", State: inbox.StateAll, Limit: inbox.MaxList})
+		must(t, err)
+		if got := IDs(es); len(got) != 1 || got[0] != keep.InboxID {
+			t.Fatalf("list after delete = %v, want only %s", got, keep.InboxID)
+		}
+		if _, err := b.Get(ctx, "p2", other.InboxID); err != nil {
+			t.Fatalf("the same turn in another project: %v", err)
+		}
+		// The epoch went with the turn: a report of epoch 1 is pending
+		// again, as in a turn never seen (and it makes a new entry: the
+		// dedupe key went too).
+		again, created, err := b.Insert(ctx, "p1", "c1", Report("turn-1", "call-1", 1), "")
+		must(t, err)
+		if !created || again.State != inbox.StatePending || again.InboxID == a1.InboxID {
+			t.Fatalf("report after delete = %+v, created %v; want a new pending entry", again, created)
+		}
+		_, err = b.Ack(ctx, "p1", []string{again.InboxID}, time.Now())
+		must(t, err)
+		if n, err := b.DeleteTurn(ctx, "p1", "turn-1"); err != nil || n != 1 {
+			t.Fatalf("delete turn-1 again = %d, %v; want 1, nil", n, err)
+		}
+		if n, err := b.DeleteTurn(ctx, "p1", "turn-never"); err != nil || n != 0 {
+			t.Fatalf("delete a turn with no entries = %d, %v; want 0, nil", n, err)
+		}
+		if n, err := b.Pending(ctx); err != nil || n != 2 {
+			t.Fatalf("pending after deletes = %d, %v; want 2 (turn-2 of p1, turn-1 of p2)", n, err)
+		}
+	})
+
 	t.Run("concurrent duplicates make one entry", func(t *testing.T) {
 		b := open(t)
 		ctx := context.Background()

@@ -90,6 +90,17 @@ func (c *Client) AckLazy(ctx context.Context, project string, inboxIDs ...string
 	return r.Acked, nil
 }
 
+// DeleteTurn removes the turn's entries for retention, on the
+// delete_turn operation (mesh core and admin identities only); see
+// inbox.Backend's DeleteTurn.
+func (c *Client) DeleteTurn(ctx context.Context, project, agentTurnID string) (int, error) {
+	var r inbox.DeleteTurnReply
+	if err := c.call(ctx, project, inbox.OpDeleteTurn, inbox.DeleteTurnRequest{AgentTurnID: agentTurnID}, &r); err != nil {
+		return 0, err
+	}
+	return r.Deleted, nil
+}
+
 // SetEpoch raises the turn's highest epoch to epoch (never lowers it) and
 // returns the highest epoch now.
 func (c *Client) SetEpoch(ctx context.Context, project, agentTurnID string, epoch int64) (int64, error) {
