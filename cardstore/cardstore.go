@@ -231,6 +231,10 @@ type TurnInfo struct {
 	Cards       int `json:"cards"`
 	ToolCalls   int `json:"tool_calls"`
 	ToolResults int `json:"tool_results"`
+	// Bytes is the sum of the turn's cards' canonical encodings (what
+	// retention's size limit counts); 0 for cards written by a version
+	// that did not count it.
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // ListTurnsResult is one page of a project's turns.

@@ -89,17 +89,19 @@ type TurnSummary struct {
 	Cards       int       `json:"cards"`
 	ToolCalls   int       `json:"tool_calls"`
 	ToolResults int       `json:"tool_results"`
+	Bytes       int64     `json:"bytes,omitempty"`
 }
 
 // Add counts one more card of the turn, of type typ, naming agentID (or
-// ""), created at createdAt. It reports whether the card set the turn's
+// ""), created at createdAt, size bytes in its canonical encoding. It reports whether the card set the turn's
 // AgentID (the first card naming one), so that a store listing turns by
 // agent adds the turn to the agent's list.
-func (r *TurnSummary) Add(typ, agentID string, createdAt time.Time) (agentSet bool) {
+func (r *TurnSummary) Add(typ, agentID string, createdAt time.Time, size int) (agentSet bool) {
 	if r.Cards == 0 {
 		r.FirstAt = createdAt
 	}
 	r.Cards++
+	r.Bytes += int64(size)
 	r.LastAt = createdAt
 	switch typ {
 	case card.TypeToolCall:
@@ -118,6 +120,6 @@ func (r *TurnSummary) Add(typ, agentID string, createdAt time.Time) (agentSet bo
 func (r *TurnSummary) Info(turnID string) TurnInfo {
 	return TurnInfo{
 		AgentTurnID: turnID, AgentID: r.AgentID, FirstAt: r.FirstAt, LastAt: r.LastAt,
-		Cards: r.Cards, ToolCalls: r.ToolCalls, ToolResults: r.ToolResults,
+		Cards: r.Cards, ToolCalls: r.ToolCalls, ToolResults: r.ToolResults, Bytes: r.Bytes,
 	}
 }

@@ -26,11 +26,11 @@ type turnRecord struct {
 // add counts one more card of the turn, written with sequence seq. It
 // reports whether the turn's AgentID was set by this card (so that the
 // agentturns entry must be written).
-func (r *turnRecord) add(seq uint64, typ, agentID string, createdAt time.Time) (agentSet bool) {
+func (r *turnRecord) add(seq uint64, typ, agentID string, createdAt time.Time, size int) (agentSet bool) {
 	if r.Cards == 0 {
 		r.FirstSeq = seq
 	}
-	return r.Add(typ, agentID, createdAt)
+	return r.Add(typ, agentID, createdAt, size)
 }
 
 // turnInfoKey is the key of a turn's record in the turninfo bucket.
@@ -108,7 +108,7 @@ func (u *turnUpdates) load(b *buckets, pcs []putCard, skip []bool) error {
 // add counts a card written with sequence seq.
 func (u *turnUpdates) add(pc *putCard, seq uint64) {
 	tu := u.byKey[string(turnInfoKey(pc.ProjectID, pc.Turn))]
-	if tu.rec.add(seq, pc.Type, pc.AgentID, pc.CreatedAt) {
+	if tu.rec.add(seq, pc.Type, pc.AgentID, pc.CreatedAt, len(pc.Data)) {
 		tu.agentSet = true
 	}
 }
@@ -275,7 +275,7 @@ func buildTurnIndex(tx *bolt.Tx) error {
 		if err := json.Unmarshal(data, &ic); err != nil {
 			return fmt.Errorf("boltstore: build turn index: card %s of project %s is corrupt: %w", v, curProject, err)
 		}
-		cur.add(seq, ic.Type, ic.Metadata.AgentID, ic.CreatedAt.UTC())
+		cur.add(seq, ic.Type, ic.Metadata.AgentID, ic.CreatedAt.UTC(), len(data))
 	}
 	return flush()
 }

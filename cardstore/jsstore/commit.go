@@ -357,7 +357,7 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 				}
 			}
 			tu.touched = true
-			if tu.rec.Add(pc.Type, pc.AgentID, pc.CreatedAt) {
+			if tu.rec.Add(pc.Type, pc.AgentID, pc.CreatedAt, len(pc.Data)) {
 				al := s.lay.agentList(pc.ProjectID, pc.AgentID)
 				if agentTurns[al] == nil {
 					agents = append(agents, al)

@@ -34,6 +34,15 @@ func testDeleteTurn(t *testing.T, s cardstore.Store) {
 		t.Fatal(err)
 	}
 
+	// A turn's summary counts its cards' bytes (retention's size limit).
+	all := listAllTurns(t, s, cardstore.ListTurnsRequest{ProjectID: p})
+	wantBytes := int64(len(encode(t, callB)) + len(encode(t, resB)))
+	for _, ti := range all {
+		if ti.AgentTurnID == "turn-b" && ti.Bytes != wantBytes {
+			t.Fatalf("turn-b's summary counts %d bytes, want %d (its two cards' canonical encodings)", ti.Bytes, wantBytes)
+		}
+	}
+
 	n, err := s.DeleteTurn(ctx, p, "turn-a")
 	if err != nil {
 		t.Fatalf("delete turn-a: %v", err)
