@@ -22,13 +22,13 @@ import (
 )
 
 func init() {
-	register(spec{name: "turns", order: 60, summary: "inspect turns from the CardStore: ls, show, replay, resume",
+	register(spec{name: "turns", order: 60, summary: "inspect turns from the CardStore: ls, show, replay, resume; retention, export, gc",
 		make: func(e env) command { return &turnsCommand{env: e} }})
 }
 
 type turnsCommand struct{ env env }
 
-const turnsUsage = `Usage: utpmesh turns <ls|show|replay|resume> [flags]
+const turnsUsage = `Usage: utpmesh turns <ls|show|replay|resume|retention|export|gc> [flags]
 
   ls                the project's turns, newest first (--agent A: one agent's;
                     --pending: those with results the agent has not consumed)
@@ -38,6 +38,12 @@ const turnsUsage = `Usage: utpmesh turns <ls|show|replay|resume> [flags]
                     results with the recorded ones (--dry-run: the plan only)
   resume TURN       which calls have no result yet, which results are not
                     consumed, by step_id
+  retention         print or set the project's retention policy (--max-age,
+                    --max-bytes; admin)
+  export FILE       write turns as JSON lines, one card per line (--turn,
+                    --before)
+  gc                archive and delete the turns past the retention policy
+                    now (--dry-run: list them only; admin)
 
 Exit codes: 0 ok (replay: every call came out equal), 1 failure (replay: a
 call differs or could not be made), 2 usage.
@@ -50,6 +56,9 @@ func (c *turnsCommand) Run(ctx context.Context, args []string) error {
 		{[]string{"show"}, c.show},
 		{[]string{"replay"}, c.replay},
 		{[]string{"resume"}, c.resume},
+		{[]string{"retention"}, c.retention},
+		{[]string{"export"}, c.export},
+		{[]string{"gc"}, c.gc},
 	}, args)
 }
 

@@ -26,10 +26,16 @@ type ProjectConfig struct {
 	// Mandate is "required" (the default when empty or unset) or
 	// "not_required" (an explicit opt-out).
 	Mandate MandateMode `json:"mandate"`
+	// Retention is the project's retention policy for turns
+	// (pkg/retention); nil keeps every turn.
+	Retention *ProjectRetention `json:"retention,omitempty"`
 }
 
 // Check validates c; the error names the field and the values accepted.
 func (c ProjectConfig) Check() error {
+	if err := c.Retention.check(); err != nil {
+		return err
+	}
 	switch c.Mandate {
 	case "", MandateRequired, MandateNotRequired:
 		return nil

@@ -14,6 +14,7 @@
 //	<DataDir>/policies.db  Cedar policy sets and auth configs (Config.Auth)
 //	<DataDir>/keys/        projects' mandate issuer keys (Config.Auth)
 //	<DataDir>/creds/       NATS identities' nkey seeds (Config.Identities)
+//	<DataDir>/archive/     turns archived by retention (Config.Retention)
 //
 // Start takes the data directory's lock (internal/datalock) before it opens
 // anything else, so a second mesh (or a `utpmesh worker` keeping files
@@ -78,6 +79,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
+	"github.com/utpmesh/utpmesh/pkg/retention"
 	"github.com/utpmesh/utpmesh/pkg/unrouted"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -155,6 +157,12 @@ type Config struct {
 	// Unrouted tunes the sweeper that answers tool commands no tool
 	// serves (pkg/unrouted); Version, Store and Registry are the mesh's.
 	Unrouted unrouted.Config
+	// Retention tunes the retention sweeper (pkg/retention), which applies
+	// each project's retention policy (its configuration in the policy
+	// store; needs Auth) every Interval, archiving to <DataDir>/archive
+	// unless Archive is set. Store, Inbox, Policies and Projects are the
+	// mesh's.
+	Retention retention.Config
 }
 
 // ReplicatedConfig configures the replicated state (Config.Replicated).
@@ -219,6 +227,7 @@ type Mesh struct {
 	stoppers    []func(context.Context) error
 	names       sync.Map // public nkey → identity name (Config.Identities): signed admin requests
 	unrouted    *unrouted.Sweeper
+	retention   *retention.Sweeper // nil without Auth (no project configs)
 	ready       atomic.Bool // Start has finished (health)
 }
 
@@ -485,6 +494,24 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	}
 	m.unrouted.Start()
 	m.push(m.unrouted.Stop)
+	if m.policies != nil {
+		rcfg := cfg.Retention
+		rcfg.Store, rcfg.Inbox, rcfg.Policies, rcfg.Projects = m.cards, m.inbox, retention.FromConfigs{Configs: m.policies}, cfg.Projects
+		if rcfg.Archive == nil {
+			rcfg.Archive = &retention.FileArchive{Dir: filepath.Join(cfg.DataDir, "archive"), Clock: rcfg.Clock}
+		}
+		if rcfg.Holder == "" {
+			rcfg.Holder = wcfg.InstanceID + "-retention"
+		}
+		if rcfg.Logger == nil {
+			rcfg.Logger = log.With("component", "retention")
+		}
+		if m.retention, err = retention.New(rcfg); err != nil {
+			return err
+		}
+		m.retention.Start()
+		m.push(func(context.Context) error { m.retention.Stop(); return nil })
+	}
 	return nil
 }
 
@@ -602,6 +629,9 @@ func (m *Mesh) NATS() *embednats.Server { return m.srv }
 
 // Registry is the mesh's tool registry.
 func (m *Mesh) Registry() registry.Registry { return m.reg }
+
+// Retention is the retention sweeper, nil without Config.Auth.
+func (m *Mesh) Retention() *retention.Sweeper { return m.retention }
 
 // Unrouted is the sweeper answering tool commands no tool serves.
 func (m *Mesh) Unrouted() *unrouted.Sweeper { return m.unrouted }
