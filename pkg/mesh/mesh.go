@@ -77,9 +77,9 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
+	"github.com/utpmesh/utpmesh/pkg/retention"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
-	"github.com/utpmesh/utpmesh/pkg/retention"
 	"github.com/utpmesh/utpmesh/pkg/unrouted"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -228,7 +228,7 @@ type Mesh struct {
 	names       sync.Map // public nkey → identity name (Config.Identities): signed admin requests
 	unrouted    *unrouted.Sweeper
 	retention   *retention.Sweeper // nil without Auth (no project configs)
-	ready       atomic.Bool // Start has finished (health)
+	ready       atomic.Bool        // Start has finished (health)
 }
 
 // Start starts a mesh. On error everything started so far is stopped.
