@@ -19,11 +19,12 @@
 //   - a turn with a pending inbox entry: a result its agent has not
 //     consumed yet (inbox.ErrPending).
 //
-// Order of one turn's removal: read its cards; append them to the archive
-// and sync it; delete its inbox entries (acked and stale); delete its
-// cards. A sweep cut short after the archive write archives the turn
-// again the next time: an archive may hold a turn twice, and card ids
-// tell the copies apart.
+// Order of one turn's removal: read its cards and check their claims;
+// delete its inbox entries (acked and stale: pointers to the cards; a
+// pending one stops here, before anything is archived); append the cards
+// to the archive and sync it; delete the cards. A sweep cut short after
+// the archive write archives the turn again the next time: an archive
+// may hold a turn twice, and card ids tell the copies apart.
 //
 // In a cluster every node runs a Sweeper; a project's sweep holds the
 // CardStore claim "retention/<project>" while it runs, so one node sweeps

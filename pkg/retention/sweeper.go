@@ -324,15 +324,18 @@ func (s *Sweeper) removeTurn(ctx context.Context, project string, ti cardstore.T
 		}
 		return fmt.Sprintf("call %q has a live claim (held by %s): it is running or was abandoned without a result", c.ToolCallID, cl.Holder), nil
 	}
-	if err := s.cfg.Archive.Archive(ctx, project, ti.AgentTurnID, cards); err != nil {
-		return "", err
-	}
+	// The inbox first: its entries are pointers to the cards (the archive
+	// keeps the cards), and a pending one it finds (an ack not yet
+	// written) keeps the turn before anything is archived.
 	entries, err := s.cfg.Inbox.DeleteTurn(ctx, project, ti.AgentTurnID)
 	if errors.Is(err, inbox.ErrPending) {
 		return err.Error(), nil
 	}
 	if err != nil {
 		return "", fmt.Errorf("retention: delete inbox entries of turn %q: %w", ti.AgentTurnID, err)
+	}
+	if err := s.cfg.Archive.Archive(ctx, project, ti.AgentTurnID, cards); err != nil {
+		return "", err
 	}
 	n, err := s.cfg.Store.DeleteTurn(ctx, project, ti.AgentTurnID)
 	if errors.Is(err, cardstore.ErrClaimHeld) {

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +23,8 @@ import (
 )
 
 const project = "demo"
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // fixture is a CardStore and an inbox on bbolt files, and a sweeper over
 // them whose clock the test sets.
@@ -52,7 +56,7 @@ func newFixture(t *testing.T) *fixture {
 		}
 	})
 	f.archive = &retention.FileArchive{Dir: filepath.Join(dir, "archive"), Clock: func() time.Time { return f.now }}
-	f.sw, err = retention.New(retention.Config{Store: st, Inbox: ib, Archive: f.archive, Clock: func() time.Time { return f.now }, Holder: "sweeper-1"})
+	f.sw, err = retention.New(retention.Config{Store: st, Inbox: ib, Archive: f.archive, Clock: func() time.Time { return f.now }, Holder: "sweeper-1", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +297,7 @@ func TestStartSweepsConfiguredProjects(t *testing.T) {
 	f := newFixture(t)
 	f.call(t, "old", f.now.Add(-48*time.Hour), false, true)
 	sw, err := retention.New(retention.Config{Store: f.store, Inbox: f.inbox, Archive: f.archive, Clock: func() time.Time { return f.now },
-		Projects: []string{project, "other"}, Policies: policies{project: {MaxAge: time.Hour}}, Interval: 10 * time.Millisecond})
+		Projects: []string{project, "other"}, Policies: policies{project: {MaxAge: time.Hour}}, Interval: 10 * time.Millisecond, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
