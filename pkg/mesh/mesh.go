@@ -158,10 +158,11 @@ type Config struct {
 	// serves (pkg/unrouted); Version, Store and Registry are the mesh's.
 	Unrouted unrouted.Config
 	// Retention tunes the retention sweeper (pkg/retention), which applies
-	// each project's retention policy (its configuration in the policy
-	// store; needs Auth) every Interval, archiving to <DataDir>/archive
-	// unless Archive is set. Store, Inbox, Policies and Projects are the
-	// mesh's.
+	// each project's retention policy every Interval, archiving to
+	// <DataDir>/archive unless Archive is set. The policies are the
+	// projects' configurations in the policy store (needs Auth) unless
+	// Policies is set; with neither, no sweeper runs. Store, Inbox and
+	// Projects are the mesh's.
 	Retention retention.Config
 }
 
@@ -227,7 +228,7 @@ type Mesh struct {
 	stoppers    []func(context.Context) error
 	names       sync.Map // public nkey → identity name (Config.Identities): signed admin requests
 	unrouted    *unrouted.Sweeper
-	retention   *retention.Sweeper // nil without Auth (no project configs)
+	retention   *retention.Sweeper // nil without Auth or Config.Retention.Policies
 	ready       atomic.Bool        // Start has finished (health)
 }
 
@@ -494,9 +495,11 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	}
 	m.unrouted.Start()
 	m.push(m.unrouted.Stop)
-	if m.policies != nil {
-		rcfg := cfg.Retention
-		rcfg.Store, rcfg.Inbox, rcfg.Policies, rcfg.Projects = m.cards, m.inbox, retention.FromConfigs{Configs: m.policies}, cfg.Projects
+	if rcfg := cfg.Retention; m.policies != nil || rcfg.Policies != nil {
+		rcfg.Store, rcfg.Inbox, rcfg.Projects = m.cards, m.inbox, cfg.Projects
+		if rcfg.Policies == nil {
+			rcfg.Policies = retention.FromConfigs{Configs: m.policies}
+		}
 		if rcfg.Archive == nil {
 			rcfg.Archive = &retention.FileArchive{Dir: filepath.Join(cfg.DataDir, "archive"), Clock: rcfg.Clock}
 		}
@@ -630,7 +633,8 @@ func (m *Mesh) NATS() *embednats.Server { return m.srv }
 // Registry is the mesh's tool registry.
 func (m *Mesh) Registry() registry.Registry { return m.reg }
 
-// Retention is the retention sweeper, nil without Config.Auth.
+// Retention is the retention sweeper, nil without Config.Auth or
+// Config.Retention.Policies.
 func (m *Mesh) Retention() *retention.Sweeper { return m.retention }
 
 // Unrouted is the sweeper answering tool commands no tool serves.
