@@ -35,6 +35,9 @@ func fileSize(t testing.TB, path string) int64 {
 func dirSize(t testing.TB, dir string) int64 {
 	t.Helper()
 	var n int64
+	if _, err := os.Stat(dir); os.IsNotExist(err) {
+		return 0
+	}
 	err := filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
 		if err == nil && !info.IsDir() {
 			n += info.Size()
