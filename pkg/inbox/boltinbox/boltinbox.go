@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -252,64 +253,68 @@ func (d *DB) Insert(ctx context.Context, project, channel string, rep *utp.Repor
 		res     *inbox.Entry
 	)
 	err := d.update(ctx, func(tx *bolt.Tx) error {
-		created, res = false, nil
-		calls := tx.Bucket(bucketCalls)
-		callKey := key(project, rep.AgentTurnID, rep.ToolCallID)
-		if id := calls.Get(callKey); id != nil {
-			r, err := getRecord(tx, project, string(id))
-			if err != nil {
-				return err
-			}
-			if r == nil {
-				return fmt.Errorf("inbox: dedupe index names entry %s of project %s, which does not exist", id, project)
-			}
-			res = &r.Entry
-			return nil
-		}
-		// Only set_epoch (the agent's runtime) raises a turn's epoch: a
-		// report is judged against it and never moves it, or any worker
-		// could silence a turn with one report of a huge epoch.
-		state := inbox.StatePending
-		if highest, seen := readEpoch(tx.Bucket(bucketEpochs), key(project, rep.AgentTurnID)); seen && rep.TurnEpoch < highest {
-			state = inbox.StateStale
-		}
-		entries := tx.Bucket(bucketEntries)
-		seq, err := entries.NextSequence()
-		if err != nil {
-			return err
-		}
-		r := &record{Seq: seq, Entry: inbox.Entry{
-			InboxID: card.NewID(), ProjectID: project, ChannelID: channel,
-			AgentID: rep.AgentID, AgentTurnID: rep.AgentTurnID, TurnEpoch: rep.TurnEpoch,
-			ToolCallID: rep.ToolCallID, ToolResultCardID: rep.ToolResultCardID,
-			Status: rep.Status, AfterExecution: rep.AfterExecution,
-			StepID: rep.StepID, ToolName: rep.ToolName,
-			State: state, CreatedAt: time.Now().UTC(), Traceparent: traceparent,
-		}}
-		if err := putRecord(tx, r); err != nil {
-			return err
-		}
-		id := []byte(r.InboxID)
-		if err := calls.Put(callKey, id); err != nil {
-			return err
-		}
-		agentKey := seqKey(key(project, rep.AgentID), seq)
-		if err := tx.Bucket(bucketAgents).Put(agentKey, id); err != nil {
-			return err
-		}
-		created = true
-		if state == inbox.StatePending {
-			if err := tx.Bucket(bucketPending).Put(agentKey, id); err != nil {
-				return err
-			}
-		}
-		res = &r.Entry
-		return nil
+		var err error
+		res, created, err = insertTx(tx, project, channel, rep, traceparent)
+		return err
 	})
 	if err != nil {
 		return nil, false, err
 	}
 	return res, created, nil
+}
+
+// insertTx is Insert's transaction: the dedupe check, the epoch check and
+// every index write.
+func insertTx(tx *bolt.Tx, project, channel string, rep *utp.Report, traceparent string) (*inbox.Entry, bool, error) {
+	calls := tx.Bucket(bucketCalls)
+	callKey := key(project, rep.AgentTurnID, rep.ToolCallID)
+	if id := calls.Get(callKey); id != nil {
+		r, err := getRecord(tx, project, string(id))
+		if err != nil {
+			return nil, false, err
+		}
+		if r == nil {
+			return nil, false, fmt.Errorf("inbox: dedupe index names entry %s of project %s, which does not exist", id, project)
+		}
+		return &r.Entry, false, nil
+	}
+	// Only set_epoch (the agent's runtime) raises a turn's epoch: a
+	// report is judged against it and never moves it, or any worker
+	// could silence a turn with one report of a huge epoch.
+	state := inbox.StatePending
+	if highest, seen := readEpoch(tx.Bucket(bucketEpochs), key(project, rep.AgentTurnID)); seen && rep.TurnEpoch < highest {
+		state = inbox.StateStale
+	}
+	entries := tx.Bucket(bucketEntries)
+	seq, err := entries.NextSequence()
+	if err != nil {
+		return nil, false, err
+	}
+	r := &record{Seq: seq, Entry: inbox.Entry{
+		InboxID: card.NewID(), ProjectID: project, ChannelID: channel,
+		AgentID: rep.AgentID, AgentTurnID: rep.AgentTurnID, TurnEpoch: rep.TurnEpoch,
+		ToolCallID: rep.ToolCallID, ToolResultCardID: rep.ToolResultCardID,
+		Status: rep.Status, AfterExecution: rep.AfterExecution,
+		StepID: rep.StepID, ToolName: rep.ToolName,
+		State: state, CreatedAt: time.Now().UTC(), Traceparent: traceparent,
+	}}
+	if err := putRecord(tx, r); err != nil {
+		return nil, false, err
+	}
+	id := []byte(r.InboxID)
+	if err := calls.Put(callKey, id); err != nil {
+		return nil, false, err
+	}
+	agentKey := seqKey(key(project, rep.AgentID), seq)
+	if err := tx.Bucket(bucketAgents).Put(agentKey, id); err != nil {
+		return nil, false, err
+	}
+	if state == inbox.StatePending {
+		if err := tx.Bucket(bucketPending).Put(agentKey, id); err != nil {
+			return nil, false, err
+		}
+	}
+	return &r.Entry, true, nil
 }
 
 func readEpoch(b *bolt.Bucket, k []byte) (int64, bool) {
@@ -381,17 +386,16 @@ func (d *DB) Get(ctx context.Context, project, id string) (*inbox.Entry, error) 
 	return e, err
 }
 
-// List scans the agent's index (the pending one for pending entries, the
-// full one otherwise) in creation order.
+// List reads one index in creation order: for a turn, the turn's
+// entries (the calls index, whose keys of a turn share the prefix
+// project·agent_turn_id: a turn has few entries); otherwise the agent's
+// pending index for pending entries and its full index for the others.
+// A listing never reads more of the agent's history than its filters
+// need.
 func (d *DB) List(ctx context.Context, project string, q inbox.ListQuery) ([]inbox.Entry, error) {
 	out := []inbox.Entry{}
 	err := d.view(ctx, func(tx *bolt.Tx) error {
-		idx := tx.Bucket(bucketAgents)
-		if q.State == inbox.StatePending {
-			idx = tx.Bucket(bucketPending)
-		}
-		prefix := key(project, q.AgentID)
-		start := prefix
+		var afterSeq uint64
 		if q.After != "" {
 			r, err := getRecord(tx, project, q.After)
 			if err != nil {
@@ -400,7 +404,42 @@ func (d *DB) List(ctx context.Context, project string, q inbox.ListQuery) ([]inb
 			if r == nil || r.AgentID != q.AgentID {
 				return fmt.Errorf("%w: after: inbox entry %s of agent %s in project %s", inbox.ErrNotFound, q.After, q.AgentID, project)
 			}
-			start = seqKey(prefix, r.Seq+1)
+			afterSeq = r.Seq + 1
+		}
+		keep := func(r *record) bool {
+			d.overlay(project, &r.Entry)
+			return q.State == inbox.StateAll || r.State == q.State
+		}
+		if q.AgentTurnID != "" {
+			var recs []*record
+			prefix := key(project, q.AgentTurnID)
+			c := tx.Bucket(bucketCalls).Cursor()
+			for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+				r, err := getRecord(tx, project, string(v))
+				if err != nil {
+					return err
+				}
+				if r == nil {
+					return fmt.Errorf("inbox: dedupe index names entry %s of project %s, which does not exist", v, project)
+				}
+				if r.AgentID == q.AgentID && r.Seq >= afterSeq && keep(r) {
+					recs = append(recs, r)
+				}
+			}
+			sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
+			for _, r := range recs[:min(len(recs), q.Limit)] {
+				out = append(out, r.Entry)
+			}
+			return nil
+		}
+		idx := tx.Bucket(bucketAgents)
+		if q.State == inbox.StatePending {
+			idx = tx.Bucket(bucketPending)
+		}
+		prefix := key(project, q.AgentID)
+		start := prefix
+		if q.After != "" {
+			start = seqKey(prefix, afterSeq)
 		}
 		c := idx.Cursor()
 		for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix) && len(out) < q.Limit; k, v = c.Next() {
@@ -411,14 +450,9 @@ func (d *DB) List(ctx context.Context, project string, q inbox.ListQuery) ([]inb
 			if r == nil {
 				return fmt.Errorf("inbox: agent index names entry %s of project %s, which does not exist", v, project)
 			}
-			if q.AgentTurnID != "" && r.AgentTurnID != q.AgentTurnID {
-				continue
+			if keep(r) {
+				out = append(out, r.Entry)
 			}
-			d.overlay(project, &r.Entry)
-			if q.State != inbox.StateAll && r.State != q.State {
-				continue
-			}
-			out = append(out, r.Entry)
 		}
 		return nil
 	})

@@ -417,37 +417,16 @@ func (b *KV) Get(ctx context.Context, project, id string) (*inbox.Entry, error) 
 	return &r.Entry, nil
 }
 
-// List reads the agent's index keys (the pending ones for pending
-// entries), orders them by creation (inbox ids are UUIDv7, time-ordered;
-// ties by created_at), and reads the entries.
+// List reads one index's keys and only as many entries as the page
+// needs: for a turn, the turn's index (u.: a turn has few entries);
+// otherwise the agent's pending index (p.) for pending entries and its
+// full index (a.) for the others, through a key lister that skips the
+// delete markers acks leave behind. Inbox ids are UUIDv7s, so the ids'
+// order is creation order; the entries are read in it until the page is
+// full.
 func (b *KV) List(ctx context.Context, project string, q inbox.ListQuery) ([]inbox.Entry, error) {
 	ctx, cancel := b.ctx(ctx)
 	defer cancel()
-	kind := "a."
-	if q.State == inbox.StatePending {
-		kind = "p."
-	}
-	ids, err := b.keys(ctx, kind+project+"."+q.AgentID+".")
-	if err != nil {
-		return nil, err
-	}
-	var recs []*record
-	for _, id := range ids {
-		r, _, err := b.getRecord(ctx, project, id)
-		if err != nil {
-			return nil, err
-		}
-		if r != nil {
-			recs = append(recs, r)
-		}
-	}
-	sort.Slice(recs, func(i, j int) bool {
-		if !recs[i].CreatedAt.Equal(recs[j].CreatedAt) {
-			return recs[i].CreatedAt.Before(recs[j].CreatedAt)
-		}
-		return recs[i].InboxID < recs[j].InboxID
-	})
-	start := 0
 	if q.After != "" {
 		after, _, err := b.getRecord(ctx, project, q.After)
 		if err != nil {
@@ -456,25 +435,64 @@ func (b *KV) List(ctx context.Context, project string, q inbox.ListQuery) ([]inb
 		if after == nil || after.AgentID != q.AgentID {
 			return nil, fmt.Errorf("%w: after: inbox entry %s of agent %s in project %s", inbox.ErrNotFound, q.After, q.AgentID, project)
 		}
-		start = sort.Search(len(recs), func(i int) bool {
-			if !recs[i].CreatedAt.Equal(after.CreatedAt) {
-				return recs[i].CreatedAt.After(after.CreatedAt)
-			}
-			return recs[i].InboxID > after.InboxID
-		})
+	}
+	var (
+		ids []string
+		err error
+	)
+	switch {
+	case q.AgentTurnID != "":
+		ids, err = b.keys(ctx, "u."+project+"."+hashToken(project, q.AgentTurnID)+".")
+	case q.State == inbox.StatePending:
+		ids, err = b.liveKeys(ctx, "p."+project+"."+q.AgentID+".")
+	default:
+		ids, err = b.liveKeys(ctx, "a."+project+"."+q.AgentID+".")
+	}
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(ids)
+	start := 0
+	if q.After != "" {
+		start = sort.Search(len(ids), func(i int) bool { return ids[i] > q.After })
 	}
 	out := []inbox.Entry{}
-	for _, r := range recs[start:] {
+	for _, id := range ids[start:] {
 		if len(out) >= q.Limit {
 			break
 		}
-		if q.AgentTurnID != "" && r.AgentTurnID != q.AgentTurnID {
+		r, _, err := b.getRecord(ctx, project, id)
+		if err != nil {
+			return nil, err
+		}
+		if r == nil || r.AgentID != q.AgentID || (q.AgentTurnID != "" && r.AgentTurnID != q.AgentTurnID) {
 			continue
 		}
 		if q.State != inbox.StateAll && r.State != q.State {
 			continue
 		}
 		out = append(out, r.Entry)
+	}
+	return out, nil
+}
+
+// liveKeys lists the keys matching prefix+"*" that exist, without the
+// prefix, through the bucket's key lister: one ordered consumer that
+// streams the keys (delete markers skipped), not a request per message.
+func (b *KV) liveKeys(ctx context.Context, prefix string) ([]string, error) {
+	kl, err := b.kv.ListKeysFiltered(ctx, prefix+"*")
+	if err != nil {
+		return nil, fmt.Errorf("kvinbox: list %s*: %w", prefix, err)
+	}
+	defer kl.Stop()
+	var out []string
+	for k := range kl.Keys() {
+		out = append(out, strings.TrimPrefix(k, prefix))
+	}
+	// The lister ends its channel when it has every key, or, silently,
+	// when ctx ends: a partial list must not pass for a whole one.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("kvinbox: list %s*: %w", prefix, err)
 	}
 	return out, nil
 }
@@ -574,23 +592,24 @@ func (b *KV) SetEpoch(ctx context.Context, project, turn string, epoch int64) (i
 	return epoch, staled, nil
 }
 
-// Pending counts the live keys of the pending index, across every project.
+// Pending counts the live keys of the pending index, across every
+// project, through the key lister (delete markers skipped).
 func (b *KV) Pending(ctx context.Context) (int, error) {
 	ctx, cancel := b.ctx(ctx)
 	defer cancel()
-	live := map[string]bool{}
-	err := b.bk.Scan(ctx, "p.>", func(k string, e jskv.Entry) error {
-		if e.Exists {
-			live[k] = true
-		} else {
-			delete(live, k)
-		}
-		return nil
-	})
+	kl, err := b.kv.ListKeysFiltered(ctx, "p.>")
 	if err != nil {
 		return 0, fmt.Errorf("kvinbox: count pending entries: %w", err)
 	}
-	return len(live), nil
+	defer kl.Stop()
+	n := 0
+	for range kl.Keys() {
+		n++
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("kvinbox: count pending entries: %w", err)
+	}
+	return n, nil
 }
 
 // Close waits for the wakeup marks still being written. It does not
