@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/retention"
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/echo"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -160,4 +163,61 @@ func TestRetentionOpsAdminOnly(t *testing.T) {
 	if n, err := ic.DeleteTurn(ctx, "demo", "no-such-turn"); err != nil || n != 0 {
 		t.Fatalf("admin inbox delete_turn: %d, %v", n, err)
 	}
+}
+
+// TestCLICompact: compact refuses a data directory a mesh holds, and with
+// the mesh stopped shrinks its bbolt files to what they hold; the mesh
+// then starts on them and reads its turns.
+func TestCLICompact(t *testing.T) {
+	dir := t.TempDir()
+	start := func() *cliMesh {
+		m, err := mesh.Start(context.Background(), mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: quietLog,
+			Tools: []worker.Tool{echo.Tool()}, Retention: retention.Config{Policies: keepPolicy{}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &cliMesh{m: m, url: m.ClientURL()}
+	}
+	cm := start()
+	for i := range 30 {
+		cm.must(t, 0, "call", "echo", "--turn", fmt.Sprintf("c-%d", i), "--args", `{"pad":"`+strings.Repeat("x", 4000)+`"}`)
+	}
+	r := cm.must(t, 0, "turns", "gc", "--max-bytes", "1", "--archive", filepath.Join(t.TempDir(), "archive"))
+	wantContains(t, "gc", r.stdout, "30 deleted (60 cards")
+	cm.must(t, 0, "call", "echo", "--turn", "kept", "--args", `{"a":1}`)
+	r = cm.must(t, 1, "compact", "--data", dir)
+	wantContains(t, "while running", r.stderr, "in use by", "stop the mesh first")
+	if err := cm.m.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := fileSizeOf(t, filepath.Join(dir, "cards.db"))
+	r = cm.must(t, 0, "compact", "--data", dir)
+	wantContains(t, "compact", r.stdout, "cards.db", "inbox.db", "registry.db", "checked", "files:")
+	t.Logf("utpmesh compact:\n%s", r.stdout)
+	if after := fileSizeOf(t, filepath.Join(dir, "cards.db")); after >= before {
+		t.Fatalf("cards.db: %d bytes before compaction, %d after", before, after)
+	}
+	cm = start()
+	t.Cleanup(func() { _ = cm.m.Stop(context.Background()) })
+	r = cm.must(t, 0, "turns", "show", "kept")
+	wantContains(t, "after compaction", r.stdout, "1 call (1 success)")
+	r = cm.must(t, 2, "compact", "--data", filepath.Join(dir, "nope"))
+	wantContains(t, "missing dir", r.stderr, "--data")
+}
+
+// keepPolicy gives no project a retention policy (the sweeper runs and
+// removes nothing); `turns gc --max-bytes` does the deleting.
+type keepPolicy struct{}
+
+func (keepPolicy) Policy(context.Context, string) (retention.Policy, bool, error) {
+	return retention.Policy{}, false, nil
+}
+
+func fileSizeOf(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
 }
