@@ -70,9 +70,12 @@ func TestCLITurnsRetention(t *testing.T) {
 	if got.Retention.MaxAge.Hours() != 720 || got.Retention.MaxBytes != 0 {
 		t.Fatalf("retention after --max-bytes 0: %+v, want the age kept and no size limit", got.Retention)
 	}
-	// The mandate setting is kept: the policy rides in the same config.
-	r = cm.must(t, 0, "policy", "config", "--project", "demo")
+	// The policy and the mandate setting ride in one config: setting one
+	// keeps the other.
+	r = cm.must(t, 0, "policy", "config", "--project", "demo", "--mandate", "required")
 	wantContains(t, "config", r.stdout, "mandate required")
+	r = cm.must(t, 0, "turns", "retention")
+	wantContains(t, "after policy config", r.stdout, "project demo: max age 720h0m0s")
 
 	for _, turn := range []string{"r-1", "r-2", "r-3"} {
 		cm.must(t, 0, "call", "echo", "--turn", turn, "--args", `{"turn":"`+turn+`"}`)

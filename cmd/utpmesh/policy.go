@@ -178,7 +178,14 @@ func (c *policyCommand) Run(ctx context.Context, args []string) error {
 		}
 	case "config":
 		if *mand != "" {
-			if err := cl.PutConfig(ctx, *project, authz.ProjectConfig{Mandate: authz.MandateMode(*mand)}); err != nil {
+			// The config is replaced whole: change only the mandate (the
+			// retention policy rides in the same config).
+			cur, err := cl.Config(ctx, *project)
+			if err != nil {
+				return err
+			}
+			cur.Mandate = authz.MandateMode(*mand)
+			if err := cl.PutConfig(ctx, *project, cur); err != nil {
 				return err
 			}
 		}

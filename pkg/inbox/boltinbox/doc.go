@@ -8,7 +8,10 @@
 // de-duplication, by (project, agent_id) in creation order, and by
 // (project, agent_id) for pending entries only keep "list the agent's
 // pending entries" proportional to what is pending, not to the agent's
-// history. The layout is at the top of boltinbox.go.
+// history; listing one turn's entries reads the turn's dedupe keys
+// (which share a prefix), not the agent's history. DeleteTurn
+// (retention) removes a turn's entries and keys in one transaction. The
+// layout is at the top of boltinbox.go.
 //
 // Writes of concurrent reports, acks and set_epoch calls share one fsync'd
 // transaction (the group committer of internal/boltfile); the wakeup-sent

@@ -14,8 +14,14 @@
 // ack is written at once (there is no transaction to ride along with), and
 // so is the wakeup-sent mark, in the background.
 //
-// Caveat: the bucket keeps one delete marker per acknowledged or stale
-// entry in the agent's pending index; listing pending entries reads them
-// too, so its cost grows with the agent's history until markers are purged
-// (not done yet).
+// Listing reads only what the page needs: one turn's entries through the
+// turn's index keys; an agent's entries through its index keys, streamed
+// by the bucket's key lister (one ordered consumer that skips the delete
+// marker an ack leaves on each pending key) and read in inbox id order
+// (UUIDv7: creation order) until the page is full. DeleteTurn (retention)
+// removes a turn's keys.
+//
+// Caveat: the delete markers stay in the bucket (one per acknowledged,
+// stale or deleted key) until purged; the key lister still passes over
+// them on the server, at stream speed.
 package kvinbox
