@@ -23,8 +23,8 @@
 //
 // # Group commit
 //
-// Put, CreateBox, AppendBox, Claim, Release and StartCall (of a call
-// without a result) are write requests. A
+// Put, CreateBox, AppendBox, Claim, Release, DeleteTurn and StartCall
+// (of a call without a result) are write requests. A
 // request that finds the store idle commits at once, in the caller's
 // goroutine: there is no batching delay (bbolt's own DB.Batch waits up to
 // 10 ms for company; it is not used) and a lone writer pays no goroutine
@@ -164,6 +164,7 @@
 //     grow across take-overs and result tombstones, not across Release and
 //     re-claim. (The worker releases before a retry precisely so that the
 //     retry does not count toward its poison limit, which reads the token.)
-//   - Free pages are reused but the file never shrinks; compact offline
-//     with `bbolt compact` if needed.
+//   - Free pages (DeleteTurn's, retention's) are reused but the file
+//     never shrinks; compact it offline with `utpmesh compact`
+//     (internal/boltfile.Compact).
 package boltstore

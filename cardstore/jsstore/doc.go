@@ -96,6 +96,16 @@
 // Put is retried alone, so that its error is its own. A Put whose context
 // ends while it is queued returns the context's error and is skipped.
 //
+// # Deleting a turn
+//
+// DeleteTurn (retention) purges the turn's subjects: summary first (the
+// turn leaves ListTurns, which skips list entries without a summary),
+// then its cards, results and claim tombstones, and its turn index last,
+// so a delete cut short is finished by the next one. The list records
+// keep naming the turn; a turn id written again after its deletion is
+// listed at both places (retention deletes turns idle past its limit,
+// whose ids are not reused in practice).
+//
 // # Reads and replicas
 //
 // On a single-replica stream every read is a direct get (ADR-31): one
