@@ -58,6 +58,8 @@ type Bucket struct {
 	nc *nats.Conn
 	// getSubj is the leader-only message-get API subject of the stream.
 	getSubj string
+	// purgeSubj is the stream's purge API subject (Drop).
+	purgeSubj string
 	// keyPre is the subject prefix of the bucket's keys.
 	keyPre string
 }
@@ -100,8 +102,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bucket, err
 	}
 	return &Bucket{
 		KV: kv, nc: js.Conn(),
-		getSubj: prefix + "STREAM.MSG.GET.KV_" + cfg.Bucket,
-		keyPre:  "$KV." + cfg.Bucket + ".",
+		getSubj:   prefix + "STREAM.MSG.GET.KV_" + cfg.Bucket,
+		purgeSubj: prefix + "STREAM.PURGE.KV_" + cfg.Bucket,
+		keyPre:    "$KV." + cfg.Bucket + ".",
 	}, nil
 }
 

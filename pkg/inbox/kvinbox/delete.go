@@ -39,7 +39,7 @@ func (b *KV) DeleteTurn(ctx context.Context, project, turn string) (int, error) 
 		recs = append(recs, r)
 	}
 	del := func(k string) error {
-		if err := b.kv.Delete(ctx, k); err != nil {
+		if err := b.bk.Drop(ctx, k); err != nil {
 			return fmt.Errorf("kvinbox: delete turn %q of project %s: %s: %w", turn, project, k, err)
 		}
 		return nil

@@ -16,12 +16,14 @@
 //
 // Listing reads only what the page needs: one turn's entries through the
 // turn's index keys; an agent's entries through its index keys, streamed
-// by the bucket's key lister (one ordered consumer that skips the delete
-// marker an ack leaves on each pending key) and read in inbox id order
-// (UUIDv7: creation order) until the page is full. DeleteTurn (retention)
-// removes a turn's keys.
+// by the bucket's key lister (one ordered consumer, not a request per
+// key) and read in inbox id order (UUIDv7: creation order) until the page
+// is full. An ack or set_epoch drops the entry's pending key without a
+// trace (a stream purge of the key, jskv.Bucket.Drop), so the pending
+// index holds only pending entries; DeleteTurn (retention) drops a turn's
+// keys the same way.
 //
-// Caveat: the delete markers stay in the bucket (one per acknowledged,
-// stale or deleted key) until purged; the key lister still passes over
-// them on the server, at stream speed.
+// Caveat: buckets written before this version keep a delete marker on
+// every pending key acked then; the key lister passes over them on the
+// server, at stream speed (`nats kv` can purge old markers).
 package kvinbox

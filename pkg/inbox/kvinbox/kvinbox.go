@@ -240,7 +240,7 @@ func (b *KV) Insert(ctx context.Context, project, channel string, rep *utp.Repor
 				// An ack (or set_epoch) between the read and index deleted
 				// the pending key index just wrote back: take it out again.
 				if now, _, err := b.getRecord(ctx, project, existing); err == nil && now != nil && now.State != inbox.StatePending {
-					_ = b.kv.Delete(ctx, pendingKey(r))
+					_ = b.bk.Drop(ctx, pendingKey(r))
 				}
 			}
 			return &r.Entry, false, nil
@@ -304,7 +304,7 @@ func (b *KV) Insert(ctx context.Context, project, channel string, rep *utp.Repor
 				return true
 			}); err == nil && changed {
 				r = st
-				_ = b.kv.Delete(ctx, pendingKey(r))
+				_ = b.bk.Drop(ctx, pendingKey(r))
 			}
 		}
 	}
@@ -531,7 +531,7 @@ func (b *KV) Ack(ctx context.Context, project string, ids []string, now time.Tim
 		}
 		if changed {
 			n++
-			if err := b.kv.Delete(ctx, pendingKey(r)); err != nil {
+			if err := b.bk.Drop(ctx, pendingKey(r)); err != nil {
 				return n, fmt.Errorf("kvinbox: pending index of %s: %w", id, err)
 			}
 		}
@@ -583,7 +583,7 @@ func (b *KV) SetEpoch(ctx context.Context, project, turn string, epoch int64) (i
 			return 0, nil, err
 		}
 		if changed {
-			if err := b.kv.Delete(ctx, pendingKey(r)); err != nil {
+			if err := b.bk.Drop(ctx, pendingKey(r)); err != nil {
 				return 0, nil, fmt.Errorf("kvinbox: pending index of %s: %w", id, err)
 			}
 			staled = append(staled, r.Entry)

@@ -1,0 +1,37 @@
+package jskv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// Drop removes key without a trace: it purges the key's messages from the
+// bucket's stream, so no delete marker stays behind (a KV Delete leaves
+// one, which every later scan of the key's pattern passes over). A
+// watcher sees nothing: use it for keys whose removal nobody watches,
+// like index keys. Dropping a missing key is no error.
+func (b *Bucket) Drop(ctx context.Context, key string) error {
+	req, err := json.Marshal(map[string]string{"filter": b.keyPre + key})
+	if err != nil {
+		return err
+	}
+	msg, err := b.nc.RequestWithContext(ctx, b.purgeSubj, req)
+	if err != nil {
+		return fmt.Errorf("jskv: drop %s: %w", key, err)
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error,omitempty"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return fmt.Errorf("jskv: drop %s: malformed reply: %w", key, err)
+	}
+	if resp.Error != nil {
+		return fmt.Errorf("jskv: drop %s: %s (code %d, err_code %d)", key, resp.Error.Description, resp.Error.Code, resp.Error.ErrCode)
+	}
+	return nil
+}
