@@ -92,6 +92,8 @@ type Sweeper struct {
 	once sync.Once
 	// running is set by Start: Stop then waits for its loop.
 	running atomic.Bool
+	// cancel ends the context of Start's sweeps (set by Start).
+	cancel context.CancelFunc
 }
 
 // New checks cfg and returns a Sweeper.
@@ -129,8 +131,11 @@ func (s *Sweeper) Start() {
 	if !s.running.CompareAndSwap(false, true) {
 		return
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
 	go func() {
 		defer close(s.done)
+		defer cancel()
 		t := time.NewTimer(0)
 		defer t.Stop()
 		for {
@@ -139,16 +144,23 @@ func (s *Sweeper) Start() {
 				return
 			case <-t.C:
 			}
-			s.SweepAll(context.Background())
+			s.SweepAll(ctx)
 			t.Reset(s.cfg.Interval)
 		}
 	}()
 }
 
-// Stop ends Start's loop and waits for a sweep in progress to finish the
-// turn it is removing.
+// Stop ends Start's loop: a sweep in progress stops between two turns,
+// and a request it is waiting on is canceled (a turn cut short after its
+// archive write is archived again by the next sweep). It returns once the
+// loop has ended.
 func (s *Sweeper) Stop() {
-	s.once.Do(func() { close(s.stop) })
+	s.once.Do(func() {
+		close(s.stop)
+		if s.cancel != nil {
+			s.cancel()
+		}
+	})
 	if s.running.Load() {
 		<-s.done
 	}
