@@ -12,12 +12,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
+	"github.com/utpmesh/utpmesh/cardstore/jsstore"
 	"github.com/utpmesh/utpmesh/cardstore/storetest"
+	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/boltinbox"
+	"github.com/utpmesh/utpmesh/pkg/inbox/kvinbox"
 	"github.com/utpmesh/utpmesh/pkg/retention"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 )
@@ -26,16 +31,17 @@ const project = "demo"
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// fixture is a CardStore and an inbox on bbolt files, and a sweeper over
-// them whose clock the test sets.
+// fixture is a CardStore and an inbox, and a sweeper over them whose
+// clock the test sets.
 type fixture struct {
-	store   *boltstore.Store
-	inbox   *boltinbox.DB
+	store   cardstore.Store
+	inbox   inbox.Backend
 	archive *retention.FileArchive
 	now     time.Time
 	sw      *retention.Sweeper
 }
 
+// newFixture is a fixture on bbolt files (the single-node mesh's).
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	dir := t.TempDir()
@@ -47,7 +53,6 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{store: st, inbox: ib, now: time.Now()}
 	t.Cleanup(func() {
 		_ = ib.Close()
 		_ = st.Close()
@@ -55,12 +60,57 @@ func newFixture(t *testing.T) *fixture {
 			t.Error(err)
 		}
 	})
-	f.archive = &retention.FileArchive{Dir: filepath.Join(dir, "archive"), Clock: func() time.Time { return f.now }}
+	return withSweeper(t, st, ib)
+}
+
+// newJSFixture is a fixture on a JetStream stream and bucket (cluster
+// mode's backends, here on one server).
+func newJSFixture(t *testing.T) *fixture {
+	t.Helper()
+	nc := meshtest.Conn(t, meshtest.NATS(t))
+	st, err := jsstore.Open(t.Context(), nc, jsstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bk, err := kvinbox.OpenBucket(t.Context(), js, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib := kvinbox.New(bk)
+	t.Cleanup(func() {
+		_ = ib.Close()
+		if err := ib.Check(context.Background()); err != nil {
+			t.Error(err)
+		}
+		_ = st.Close()
+	})
+	return withSweeper(t, st, ib)
+}
+
+func withSweeper(t *testing.T, st cardstore.Store, ib inbox.Backend) *fixture {
+	t.Helper()
+	f := &fixture{store: st, inbox: ib, now: time.Now()}
+	f.archive = &retention.FileArchive{Dir: filepath.Join(t.TempDir(), "archive"), Clock: func() time.Time { return f.now }}
+	var err error
 	f.sw, err = retention.New(retention.Config{Store: st, Inbox: ib, Archive: f.archive, Clock: func() time.Time { return f.now }, Holder: "sweeper-1", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// backends runs fn on each backend pair.
+func backends(t *testing.T, fn func(t *testing.T, f *fixture)) {
+	for _, b := range []struct {
+		name string
+		open func(t *testing.T) *fixture
+	}{{"bbolt", newFixture}, {"jetstream", newJSFixture}} {
+		t.Run(b.name, func(t *testing.T) { fn(t, b.open(t)) })
+	}
 }
 
 // call writes a turn with one call of agent-a made at at: its tool.call
@@ -133,8 +183,9 @@ func (f *fixture) archived(t *testing.T) []string {
 	return ids
 }
 
-func TestSweepAge(t *testing.T) {
-	f := newFixture(t)
+func TestSweepAge(t *testing.T) { backends(t, testSweepAge) }
+
+func testSweepAge(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	old := f.now.Add(-48 * time.Hour)
 	done := f.call(t, "old-done", old, false, true)
@@ -200,8 +251,9 @@ func TestSweepAge(t *testing.T) {
 	}
 }
 
-func TestSweepSizeAndDryRun(t *testing.T) {
-	f := newFixture(t)
+func TestSweepSizeAndDryRun(t *testing.T) { backends(t, testSweepSizeAndDryRun) }
+
+func testSweepSizeAndDryRun(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	for i, turn := range []string{"t1", "t2", "t3", "t4"} {
 		f.call(t, turn, f.now.Add(time.Duration(i-10)*time.Minute), false, true)
