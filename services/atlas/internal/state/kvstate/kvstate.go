@@ -63,6 +63,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/internal/deadline"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
 )
 
@@ -393,7 +394,7 @@ func (t *tx) commit() error {
 	}
 	last := msgs[len(msgs)-1]
 	last.Header.Set("Nats-Batch-Commit", "1")
-	resp, err := t.s.nc.RequestMsgWithContext(t.ctx, last)
+	resp, err := deadline.RequestMsg(t.ctx, t.s.nc, last)
 	if err != nil {
 		return fmt.Errorf("kvstate: %s: commit (the transaction may or may not be stored): %w", t.s.cfg.Bucket, err)
 	}
