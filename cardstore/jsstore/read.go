@@ -173,7 +173,7 @@ func (s *Store) batchGet(ctx context.Context, body []byte) (out []*msg, pending 
 		return nil, 0, fmt.Errorf("jsstore: direct get: %w", err)
 	}
 	for {
-		reply, err := sub.NextMsgWithContext(ctx)
+		reply, err := deadline.NextMsg(ctx, sub)
 		if err != nil {
 			return nil, 0, err
 		}

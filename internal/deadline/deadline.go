@@ -1,17 +1,19 @@
 // Package deadline bounds the mesh's waits on NATS. Every request to a
 // store, a bucket or a service — a CardStore or KV read from a JetStream
-// stream leader, a batch commit, a svc request — goes through Request or
-// RequestMsg, which give a context without a deadline the Default one, so
-// a server that never answers (a stream without a leader, a stalled
-// replica) costs a caller an error after a bounded time, never a hang.
+// stream leader, a batch commit, a svc request — goes through Request,
+// RequestMsg or NextMsg, which give a context without a deadline the
+// Default one, so a server that never answers (a stream without a leader,
+// a stalled replica) costs a caller an error after a bounded time, never
+// a hang.
 //
 // The rule is held by a test (TestEveryRequestHasADeadline): outside this
 // package, no non-test file of the module calls a nats.Conn request method
 // (Request, RequestWithContext, RequestMsg, RequestMsgWithContext,
-// OldRequest…) itself. JetStream API calls of nats.go's jetstream package
-// bound themselves (5 s when the context has no deadline: its
-// jetstream.WithDefaultTimeout), and the mesh's service clients (pkg/svc)
-// send through this package with their own default (svc.DefaultTimeout).
+// OldRequest…) nor Subscription.NextMsgWithContext itself. JetStream API
+// calls of nats.go's jetstream package bound themselves (5 s when the
+// context has no deadline: its jetstream.WithDefaultTimeout), and the
+// mesh's service clients (pkg/svc) send through this package with their
+// own default (svc.DefaultTimeout).
 package deadline
 
 import (
@@ -50,4 +52,13 @@ func RequestMsg(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*nats.Msg, err
 	ctx, cancel := Bound(ctx, 0)
 	defer cancel()
 	return nc.RequestMsgWithContext(ctx, m)
+}
+
+// NextMsg waits for the next message of sub (the replies of a request
+// sent with PublishRequest, say), until ctx's deadline or, when ctx has
+// none, for Default.
+func NextMsg(ctx context.Context, sub *nats.Subscription) (*nats.Msg, error) {
+	ctx, cancel := Bound(ctx, 0)
+	defer cancel()
+	return sub.NextMsgWithContext(ctx)
 }

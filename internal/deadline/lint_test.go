@@ -12,11 +12,12 @@ import (
 	"testing"
 )
 
-// requestMethods are the nats.Conn methods that wait for a reply. Only this
+// requestMethods are the nats.Conn and nats.Subscription methods that
+// wait for a reply. Only this
 // package calls them: everyone else goes through Request or RequestMsg.
 var requestMethods = map[string]bool{
 	"Request": true, "RequestWithContext": true, "RequestMsg": true, "RequestMsgWithContext": true,
-	"OldRequest": true, "OldRequestWithContext": true,
+	"OldRequest": true, "OldRequestWithContext": true, "NextMsgWithContext": true,
 }
 
 // ownDir is this package's directory, relative to the module root.
@@ -56,7 +57,9 @@ func TestViolations(t *testing.T) {
 		{"request with a timeout", `nc.Request("a", nil, time.Second)`, 1},
 		{"request msg", `nc.RequestMsg(m, time.Second)`, 1},
 		{"old request", `nc.OldRequest("a", nil, time.Second)`, 1},
+		{"next message with context", `sub.NextMsgWithContext(ctx)`, 1},
 		{"the wrapper", `deadline.RequestMsg(ctx, nc, m)`, 0},
+		{"the wrapper's next message", `deadline.NextMsg(ctx, sub)`, 0},
 		{"publish", `nc.PublishMsg(m)`, 0},
 		{"a method value is not a call", `f := nc.Request; _ = f`, 0},
 	}
