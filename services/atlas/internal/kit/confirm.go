@@ -128,8 +128,15 @@ func (s *Service) park(ctx context.Context, sp *Spec, x *Exec, entry receipts.To
 	}
 	entry.Status, entry.Result, entry.ConfirmationID = receipts.StatusPendingConfirm, json.RawMessage("null"), p.ConfirmationID
 	rec := receipts.Record{Kind: receipts.KindCall, ToolCall: entry}
+	var prev *callRecord
 	err = s.st.Update(ctx, func(tx state.Tx) error {
 		x.Tx = tx
+		// Recorded since the caller's read (a retried commit, another
+		// execution): answer from the record, park nothing.
+		var gerr error
+		if prev, gerr = getCall(x); gerr != nil || prev != nil {
+			return gerr
+		}
 		b := x.Bucket(bucketPending)
 		if err := PutJSON(b, p.ConfirmationID, p); err != nil {
 			return err
@@ -138,6 +145,9 @@ func (s *Service) park(ctx context.Context, sp *Spec, x *Exec, entry receipts.To
 	})
 	if err != nil {
 		return nil, receipts.Record{}, s.txErr(err)
+	}
+	if prev != nil {
+		return replay(sp, x, prev, hash)
 	}
 	return value, rec, nil
 }

@@ -396,7 +396,7 @@ func (t *tx) commit() error {
 	last.Header.Set("Nats-Batch-Commit", "1")
 	resp, err := deadline.RequestMsg(t.ctx, t.s.nc, last)
 	if err != nil {
-		return fmt.Errorf("kvstate: %s: commit (the transaction may or may not be stored): %w", t.s.cfg.Bucket, err)
+		return fmt.Errorf("%w: kvstate: %s: commit: %w", state.ErrUnknownOutcome, t.s.cfg.Bucket, err)
 	}
 	var ack struct {
 		Error *jetstream.APIError `json:"error"`
