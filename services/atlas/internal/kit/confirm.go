@@ -313,7 +313,10 @@ func (s *Service) Resolve(ctx context.Context, project string, req ResolveReques
 		if errors.Is(err, ErrNotPending) {
 			return nil, err
 		}
-		return nil, s.txErr(err)
+		if err = s.txErr(err); errors.Is(err, worker.ErrRetryLater) {
+			err = fmt.Errorf("%w: %v", svc.ErrUnavailable, err) // the caller retries
+		}
+		return nil, err
 	}
 	if runErr == nil && out.After != nil {
 		if err := out.After(ctx); err != nil {
@@ -384,6 +387,11 @@ func ResolveRemote(ctx context.Context, nc *nats.Conn, call *worker.Call, confir
 		return nil, worker.Fail(card.CodeBadRequest, msg)
 	case errors.Is(err, svc.ErrUnavailable) && re == nil:
 		return nil, worker.Fail(card.CodeUpstreamUnavailable, fmt.Sprintf("atlas.%s, which holds %s, is not running (start it: utpmesh worker atlas.%s): %v", group, confirmationID, group, err))
+	case errors.Is(err, svc.ErrTimeout), re != nil && (re.Code == svc.CodeUnavailable || re.Code == svc.CodeTimeout):
+		// The owner may have resolved it (no answer in time; its receipt
+		// could not be written): run this call again later. The owner
+		// answers a repeat by the same call with the same resolution.
+		return nil, fmt.Errorf("%w: atlas.%s did not say whether %s was resolved: %v", worker.ErrRetryLater, group, confirmationID, err)
 	default:
 		return nil, worker.Fail(card.CodeUpstreamUnavailable, fmt.Sprintf("atlas.%s: %v", group, err))
 	}

@@ -43,8 +43,8 @@
 // returns the same answer (redelivery), any other fails bad_request naming
 // what already happened.
 //
-// Caveat: if the confirming call's request times out after the owner
-// executed it, the confirm call fails upstream_unavailable although the
-// action ran; the transition receipt in the original turn (and a second
-// confirm, which answers "already confirmed by ...") tell the truth.
+// A confirming call whose request times out, or that the owner answers
+// unavailable (the action ran but its transition receipt could not be
+// written), is retried (worker.ErrRetryLater): the repeat gets the same
+// resolution, and the receipt is written then.
 package kit
