@@ -62,3 +62,13 @@ func NextMsg(ctx context.Context, sub *nats.Subscription) (*nats.Msg, error) {
 	defer cancel()
 	return sub.NextMsgWithContext(ctx)
 }
+
+// Within bounds ctx by d (Default when d is not positive) even when ctx
+// has a later deadline: for one request of a longer operation, so that a
+// lost reply costs the request's bound, not the whole operation's time.
+func Within(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		d = Default
+	}
+	return context.WithTimeout(ctx, d)
+}

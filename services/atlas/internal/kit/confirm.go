@@ -110,7 +110,7 @@ func (s *Service) park(ctx context.Context, sp *Spec, x *Exec, entry receipts.To
 		would, err = sp.Plan(x)
 		return err
 	}); err != nil {
-		return nil, receipts.Record{}, s.txErr(err)
+		return nil, receipts.Record{}, s.txErr(ctx, err)
 	}
 	cc := x.Call.CallCard
 	p := Pending{
@@ -144,7 +144,7 @@ func (s *Service) park(ctx context.Context, sp *Spec, x *Exec, entry receipts.To
 		return putCall(x, callRecord{ToolName: sp.Name, ArgsHash: hash, Result: value, Receipt: rec})
 	})
 	if err != nil {
-		return nil, receipts.Record{}, s.txErr(err)
+		return nil, receipts.Record{}, s.txErr(ctx, err)
 	}
 	if prev != nil {
 		return replay(sp, x, prev, hash)
@@ -313,7 +313,7 @@ func (s *Service) Resolve(ctx context.Context, project string, req ResolveReques
 		if errors.Is(err, ErrNotPending) {
 			return nil, err
 		}
-		if err = s.txErr(err); errors.Is(err, worker.ErrRetryLater) {
+		if err = s.txErr(ctx, err); errors.Is(err, worker.ErrRetryLater) {
 			err = fmt.Errorf("%w: %v", svc.ErrUnavailable, err) // the caller retries
 		}
 		return nil, err

@@ -9,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/determ"
@@ -116,7 +119,7 @@ func (s *Service) execute(ctx context.Context, sp *Spec, x *Exec, entry receipts
 			return err
 		})
 		if err != nil {
-			return nil, receipts.Record{}, s.txErr(err)
+			return nil, receipts.Record{}, s.txErr(ctx, err)
 		}
 		return s.finish(ctx, sp, entry, out)
 	}
@@ -130,7 +133,7 @@ func (s *Service) execute(ctx context.Context, sp *Spec, x *Exec, entry receipts
 		prev, err = getCall(x) // a View may run its closure again
 		return err
 	}); err != nil {
-		return nil, receipts.Record{}, s.txErr(err)
+		return nil, receipts.Record{}, s.txErr(ctx, err)
 	}
 	if prev != nil {
 		return replay(sp, x, prev, hash)
@@ -160,7 +163,7 @@ func (s *Service) execute(ctx context.Context, sp *Spec, x *Exec, entry receipts
 		return putCall(x, callRecord{ToolName: sp.Name, ArgsHash: hash, Result: value, Receipt: rec})
 	})
 	if err != nil {
-		return nil, receipts.Record{}, s.txErr(err)
+		return nil, receipts.Record{}, s.txErr(ctx, err)
 	}
 	if prev != nil {
 		return replay(sp, x, prev, hash)
@@ -255,8 +258,13 @@ func putCall(x *Exec, rec callRecord) error {
 	return b.Put(callKey(x.AgentTurnID, x.ToolCallID), raw)
 }
 
-// txErr passes *card.Error through and wraps storage errors.
-func (s *Service) txErr(err error) error {
+// txErr passes *card.Error through and wraps storage errors. An error
+// that says nothing about the call itself — a commit whose outcome is
+// unknown, a store that did not answer in time (while the call's own ctx
+// still runs), too many concurrent writers — asks for the call to run again
+// later (worker.ErrRetryLater): the replicated state loses a node or its
+// leader for seconds, and such a call must neither fail nor apply twice.
+func (s *Service) txErr(ctx context.Context, err error) error {
 	var ce *card.Error
 	if errors.As(err, &ce) {
 		return ce
@@ -266,6 +274,10 @@ func (s *Service) txErr(err error) error {
 		// later, which reads the call record back (applied: its answer;
 		// not: it runs).
 		return fmt.Errorf("%w: atlas.%s: %w", worker.ErrRetryLater, s.group, err)
+	}
+	if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, state.ErrConflict)) {
+		return fmt.Errorf("%w: atlas.%s: storage: %w", worker.ErrRetryLater, s.group, err)
 	}
 	if errors.Is(err, state.ErrClosed) {
 		err = ErrClosed
