@@ -68,7 +68,17 @@ type Config struct {
 	// Tracer makes the utp.command, utp.execute and utp.report spans
 	// (telemetry.NewWorkerTracer); nil traces nothing.
 	Tracer Tracer
+	// CancelGrace is how long Stop, once its deadline has canceled the
+	// calls in flight, waits for them to write and report their canceled
+	// results. A call still busy then (a handler that ignores its
+	// cancellation, a store call that never returns) is abandoned: Stop
+	// returns, and the call's command, never acknowledged, is redelivered
+	// to another worker or at the next start. Default DefaultCancelGrace.
+	CancelGrace time.Duration
 }
+
+// DefaultCancelGrace is Config.CancelGrace's default.
+const DefaultCancelGrace = 5 * time.Second
 
 // Runtime serves a set of tools: one durable JetStream consumer per tool,
 // shared with every other process serving the same tool.
@@ -99,6 +109,7 @@ type Runtime struct {
 	jobSeq       atomic.Uint64
 	canceled     map[string]time.Time // recently requested cancels, by call key
 	wg           sync.WaitGroup
+	jobs         atomic.Int64 // jobs running, the ones wg waits for
 	baseCtx      context.Context
 	stopAll      context.CancelCauseFunc
 }
@@ -134,6 +145,9 @@ func New(nc *nats.Conn, cfg Config, tools ...Tool) (*Runtime, error) {
 	}
 	if cfg.ClaimLease <= 0 {
 		cfg.ClaimLease = 15 * time.Second
+	}
+	if cfg.CancelGrace <= 0 {
+		cfg.CancelGrace = DefaultCancelGrace
 	}
 	if cfg.ClaimLease < cardstore.MinLease {
 		return nil, fmt.Errorf("worker: ClaimLease %v is below the minimum %v", cfg.ClaimLease, cardstore.MinLease)
@@ -298,8 +312,9 @@ func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup fu
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		sem <- struct{}{}
 		r.wg.Add(1)
+		r.jobs.Add(1)
 		go func() {
-			defer func() { <-sem; r.wg.Done() }()
+			defer func() { <-sem; r.jobs.Add(-1); r.wg.Done() }()
 			t := lookup(msg.Subject())
 			if t == nil {
 				r.deadLetterUnknown(msg)
@@ -326,7 +341,9 @@ func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup fu
 // running it. Commands not yet received stay in the stream for another
 // worker or the next start. Stop then unregisters the discovery service.
 //
-// Stop returns once every call has been reported (or could not be). When
+// Stop returns once every call has been reported (or could not be), or
+// Config.CancelGrace after the cancellation when a call is stuck: such a
+// call is abandoned, unacknowledged, for redelivery. When
 // it had to cancel calls it returns an error wrapping ErrDrainTimeout (and
 // ctx's error): the designed outcome of a deadline, which callers that
 // treat it as a clean stop (the utpmesh CLI does) test with errors.Is.
@@ -353,7 +370,20 @@ func (r *Runtime) Stop(ctx context.Context) error {
 		n := r.cancelAllInflight()
 		r.log.Warn("drain deadline passed; canceling calls in flight", "calls", n, "err", ctx.Err())
 		err = fmt.Errorf("%w: %d calls canceled (each ends with a canceled result): %w", ErrDrainTimeout, n, ctx.Err())
-		<-done
+		grace := time.NewTimer(r.cfg.CancelGrace)
+		select {
+		case <-done:
+		case <-grace.C:
+			// Stuck: a handler that ignores its cancellation, or a store
+			// or inbox call that does not return. Do not wait for it:
+			// its command is not acknowledged, so it is redelivered.
+			stuck := r.jobs.Load()
+			r.log.Error("calls still busy after their cancellation; abandoning them (their commands are redelivered)",
+				"calls", stuck, "grace", r.cfg.CancelGrace)
+			err = fmt.Errorf("%w: %d calls canceled; %d still busy %v later were abandoned and will be redelivered: %w",
+				ErrDrainTimeout, n, stuck, r.cfg.CancelGrace, ctx.Err())
+		}
+		grace.Stop()
 	}
 	r.stopAll(errShutdown)
 	if sub != nil {

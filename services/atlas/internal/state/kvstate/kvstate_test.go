@@ -47,6 +47,7 @@ func TestOpenRefusesBadConfig(t *testing.T) {
 	}{
 		{kvstate.Config{}, "Bucket is required"},
 		{kvstate.Config{Bucket: "atlas_x", Replicas: 7}, "use 1, or 3"},
+		{kvstate.Config{Bucket: "atlas_x", Timeout: -time.Second}, "timeout -1s: use a positive duration"},
 		{kvstate.Config{Bucket: "atlas_x", Replicas: 3}, "R3 needs a NATS cluster"}, // one server cannot hold three replicas
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
