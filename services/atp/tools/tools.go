@@ -208,7 +208,11 @@ func Build(deps atp.Deps) ([]worker.Tool, error) {
 type spec struct {
 	name, desc, params, action, scope string
 	risk                              registry.RiskLevel
-	run                               func(ctx context.Context, c *worker.Call) (any, error)
+	// operator makes the tool operator-only (registry options.principal
+	// operator); its handler also refuses any other principal
+	// (operatorOf).
+	operator bool
+	run      func(ctx context.Context, c *worker.Call) (any, error)
 }
 
 // Tools returns the service's tools.
@@ -216,11 +220,20 @@ func (s *Service) Tools() []worker.Tool {
 	specs := append(append(s.seedTools(), s.hemTools()...), s.adminTools()...)
 	out := make([]worker.Tool, 0, len(specs))
 	for _, sp := range specs {
-		run := sp.run
+		run, operator := sp.run, sp.operator
+		opts := registry.Options{CedarAction: sp.action, Scopes: []string{sp.scope}, RiskLevel: sp.risk}
+		if operator {
+			opts.Principal = registry.PrincipalOperator
+		}
 		out = append(out, worker.Tool{
 			Name: sp.name, Description: sp.desc, Parameters: json.RawMessage(sp.params), Target: "atp." + sp.name,
-			Options: registry.Options{CedarAction: sp.action, Scopes: []string{sp.scope}, RiskLevel: sp.risk},
+			Options: opts,
 			Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
+				if operator {
+					if _, err := operatorOf(c); err != nil {
+						return worker.Result{}, err
+					}
+				}
 				if err := s.limit(ctx, c); err != nil {
 					return worker.Result{}, err
 				}

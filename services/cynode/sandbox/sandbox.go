@@ -59,7 +59,7 @@ const (
 	ToolImagesAdd   = "sandbox.allowed_images.add"
 	SettingAllowAdd = "agents.project_manager.sandbox.allow_add_to_allowed_images"
 	// imageKeyPrefix are the system settings holding added images.
-	imageKeyPrefix = "sandbox.allowed_images/"
+	imageKeyPrefix = gateway.AllowedImagePrefix
 )
 
 // maxLogBytes bounds a sandbox's log (older output is not kept beyond).
@@ -590,7 +590,7 @@ func (s *Service) addImage(ctx context.Context, x *gateway.Exec) (any, error) {
 	}
 	set, err := x.Store.GetSetting(ctx, store.Scope{Type: "system"}, SettingAllowAdd)
 	if err != nil || set.Value != true {
-		return nil, gateway.Errorf(gateway.TypeAccessDenied, "adding sandbox images is off: the system setting %s is not true (an administrator sets it with db.system_setting.create|update)", SettingAllowAdd)
+		return nil, gateway.Errorf(gateway.TypeAccessDenied, "adding sandbox images is off: the system setting %s is not true (an operator sets it with db.system_setting.create|update)", SettingAllowAdd)
 	}
 	if strings.ContainsAny(a.ImageRef, " \t\n\x00") {
 		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "image_ref %q is not an image reference such as docker.io/library/python:3.12", a.ImageRef)
