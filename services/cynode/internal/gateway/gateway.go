@@ -28,6 +28,12 @@ import (
 // action the gateway's access policies are evaluated on.
 const CedarAction = `Action::"mcp.tool.invoke"`
 
+// OperatorCedarAction is the registry cedar_action of the operator-only
+// CyNodeAI tools (Spec.Operator): an action of their own, so a project's
+// policies grant it to operators and no agent's mandate holds it by
+// holding CedarAction.
+const OperatorCedarAction = `Action::"mcp.tool.operate"`
+
 // ToolEntityType is the Cedar type of the resource: McpTool::"<tool>".
 const ToolEntityType = "McpTool"
 
@@ -178,7 +184,7 @@ func (x *Exec) Bind(v any) error {
 func (g *Gateway) Tool(sp Spec) worker.Tool {
 	opts := registry.Options{RiskLevel: registry.RiskLow, Confirmation: registry.ConfirmNever, CedarAction: CedarAction}
 	if sp.Operator {
-		opts.Principal, opts.RiskLevel = registry.PrincipalOperator, registry.RiskHigh
+		opts.Principal, opts.RiskLevel, opts.CedarAction = registry.PrincipalOperator, registry.RiskHigh, OperatorCedarAction
 	}
 	return worker.Tool{
 		Name: sp.Name, Description: sp.Description, Parameters: json.RawMessage(sp.Params),
