@@ -39,6 +39,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/utpmesh/utpmesh/services/cynode/artifact"
@@ -96,6 +97,11 @@ func New(ctx context.Context, cfg gateway.SandboxConfig, dataDir string) (*Servi
 	}
 	cfg = cfg.WithDefaults()
 	root := filepath.Join(dataDir, "sandboxes")
+	if canMount() {
+		if err := unmountUnder(root); err != nil {
+			return nil, fmt.Errorf("cynode sandbox: reap %s: %w", root, err)
+		}
+	}
 	if err := os.RemoveAll(root); err != nil {
 		return nil, fmt.Errorf("cynode sandbox: reap %s: %w", root, err)
 	}
@@ -138,8 +144,17 @@ func (s *Service) LimitsEnforcedBy() (string, string) {
 	return EnforcedByRlimit, s.noCgroup
 }
 
-// Close removes the service's cgroup sub-tree.
-func (s *Service) Close() { s.cgroups.close() }
+// Close removes the service's cgroup sub-tree and unmounts the work dirs'
+// tmpfs (their content is gone, as after a restart).
+func (s *Service) Close() {
+	if s == nil {
+		return
+	}
+	s.cgroups.close()
+	if canMount() {
+		_ = unmountUnder(s.root)
+	}
+}
 
 func (s *Service) helper() (*hostHelper, error) {
 	s.helperOnce.Do(func() { s.hostHelper, s.helperErr = findHelper() })
@@ -195,6 +210,8 @@ type meta struct {
 	UID       int       `json:"uid"`
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy string    `json:"created_by"`
+	// JobDirLimited: the work dir is a tmpfs of JobDirBytes (mountWork).
+	JobDirLimited bool `json:"job_dir_limited,omitempty"`
 }
 
 type box struct {
@@ -303,12 +320,15 @@ func (s *Service) create(ctx context.Context, x *gateway.Exec) (any, error) {
 	if err := os.MkdirAll(b.work, 0o700); err != nil {
 		return nil, gateway.Errorf(gateway.TypeInternal, "sandbox dir: %v", err)
 	}
-	if os.Geteuid() == 0 {
-		if err := os.Chown(b.work, b.uid, b.uid); err != nil {
+	limited := canMount()
+	if limited {
+		if err := mountWork(b.work, s.cfg.JobDirBytes, b.uid); err != nil {
+			_ = os.RemoveAll(b.dir)
 			return nil, gateway.Errorf(gateway.TypeInternal, "sandbox dir: %v", err)
 		}
 	}
-	m := meta{TaskID: x.TaskID, JobID: x.JobID, ImageRef: a.ImageRef, ImageID: img.ID, Rootfs: img.Rootfs, UID: b.uid, CreatedAt: x.Now, CreatedBy: x.Identity.AgentID}
+	m := meta{TaskID: x.TaskID, JobID: x.JobID, ImageRef: a.ImageRef, ImageID: img.ID, Rootfs: img.Rootfs, UID: b.uid, CreatedAt: x.Now, CreatedBy: x.Identity.AgentID,
+		JobDirLimited: limited}
 	raw, _ := json.Marshal(m)
 	if err := os.WriteFile(filepath.Join(b.dir, "meta.json"), raw, 0o600); err != nil {
 		return nil, gateway.Errorf(gateway.TypeInternal, "sandbox meta: %v", err)
@@ -316,7 +336,12 @@ func (s *Service) create(ctx context.Context, x *gateway.Exec) (any, error) {
 	l := s.cfg
 	out := map[string]any{"task_id": x.TaskID, "job_id": x.JobID, "image_ref": a.ImageRef, "workdir": "/work", "uid": b.uid, "network": "none",
 		"limits": map[string]any{"memory_bytes": l.MemoryBytes, "cpu_seconds": l.CPUSeconds, "max_procs": l.MaxProcs, "max_file_bytes": l.MaxFileBytes,
-			"max_output_bytes": l.MaxOutputBytes, "timeout_ms": l.TimeoutMS}}
+			"max_output_bytes": l.MaxOutputBytes, "timeout_ms": l.TimeoutMS, "job_dir_bytes": l.JobDirBytes}, "seccomp": true}
+	out["job_dir_limit"] = JobDirTmpfs
+	if !limited {
+		out["job_dir_limit"] = JobDirUnlimited
+		out["job_dir_unlimited_reason"] = "the service is not root, so it cannot mount a size-limited tmpfs for the work dir; /tmp is limited"
+	}
 	if img.ID != "" {
 		out["image_id"] = img.ID
 	}
@@ -362,7 +387,7 @@ func (s *Service) exec(ctx context.Context, x *gateway.Exec) (any, error) {
 			return nil, gateway.Errorf(gateway.TypeUnavailable, "the image %s (%s) of this sandbox is no longer in the local image store; destroy the sandbox and create it again", m.ImageRef, m.ImageID)
 		}
 	}
-	res, err := s.run(ctx, job{work: b.work, rootfs: m.Rootfs, uid: b.uid}, append([]string{a.Command}, a.Argv...), time.Duration(timeout)*time.Millisecond)
+	res, err := s.run(ctx, job{work: b.work, rootfs: m.Rootfs, uid: b.uid, limited: m.JobDirLimited}, append([]string{a.Command}, a.Argv...), time.Duration(timeout)*time.Millisecond)
 	if errors.Is(err, ErrNoBwrap) {
 		return nil, gateway.Errorf(gateway.TypeUnavailable, "%v", err)
 	}
@@ -444,6 +469,11 @@ func (s *Service) putFile(ctx context.Context, x *gateway.Exec) (any, error) {
 	}
 	if _, err := f.Write(content); err != nil {
 		f.Close()
+		if errors.Is(err, syscall.ENOSPC) {
+			_ = r.Remove(a.Path)
+			return nil, gateway.Errorf(gateway.TypeSizeLimit, "the sandbox's work dir is full: it holds at most %d bytes (sandbox.job_dir_bytes); remove files with sandbox.exec or destroy the sandbox", s.cfg.JobDirBytes).
+				With(map[string]any{"limit": LimitJobDir, "limit_bytes": s.cfg.JobDirBytes})
+		}
 		return nil, gateway.Errorf(gateway.TypeInternal, "write: %v", err)
 	}
 	if os.Geteuid() == 0 {
@@ -541,6 +571,11 @@ func (s *Service) destroy(ctx context.Context, x *gateway.Exec) (any, error) {
 		return nil, err
 	}
 	defer s.lock(b.dir)()
+	if canMount() {
+		if err := unmountUnder(b.dir); err != nil {
+			return nil, gateway.Errorf(gateway.TypeInternal, "remove the sandbox: %v", err)
+		}
+	}
 	if err := os.RemoveAll(b.dir); err != nil {
 		return nil, gateway.Errorf(gateway.TypeInternal, "remove the sandbox: %v", err)
 	}
