@@ -86,6 +86,19 @@ func TestSystemSettings(t *testing.T) {
 	if msg := h.OperatorFail(op, "db.task.get", map[string]any{"task_id": "t1"}, "not_allowed"); !strings.Contains(msg, "agent's tool") {
 		t.Errorf("operator on an agent tool: %q", msg)
 	}
+	// The audit names the operator, not an agent.
+	found := false
+	for _, r := range h.Audit(audit.Filter{}) {
+		if r.Tool == "db.system_setting.create" && r.Decision == audit.DecisionAllow {
+			found = true
+			if r.Subject != "operator:"+op || r.AgentType != "operator" {
+				t.Errorf("audit record of an operator's write: subject %q, agent_type %q", r.Subject, r.AgentType)
+			}
+		}
+	}
+	if !found {
+		t.Error("no audit record of the operator's writes")
+	}
 }
 
 // TestAgentCannotWidenItsOwnPermissions is issue 23's case: a PM agent
