@@ -23,7 +23,7 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 
 // newLimiters opens n limiters on n connections (as n worker processes)
 // over one bucket.
-func newLimiters(t *testing.T, n int, now func() time.Time, limits func(string) ratelimit.Limits) []*ratelimit.Limiter {
+func newLimiters(t testing.TB, n int, now func() time.Time, limits func(string) ratelimit.Limits) []*ratelimit.Limiter {
 	t.Helper()
 	srv := meshtest.NATS(t)
 	var ls []*ratelimit.Limiter
@@ -180,4 +180,19 @@ func TestSharedAcrossProcesses(t *testing.T) {
 			}
 		}
 	})
+}
+
+// BenchmarkAllow is one allowed call of one client: a read and a
+// compare-and-set write of its counter (60 call times at most).
+func BenchmarkAllow(b *testing.B) {
+	c := &clock{t: time.Date(2027, 1, 10, 9, 0, 0, 0, time.UTC)}
+	l := newLimiters(b, 1, c.Now, func(string) ratelimit.Limits { return ratelimit.Limits{} })[0]
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.Add(time.Second) // 60 per minute: always exactly full
+		if err := l.Allow(ctx, "demo", "agent-1", ratelimit.KindCall); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
