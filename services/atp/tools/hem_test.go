@@ -221,6 +221,11 @@ func TestHEMConfirmAndDecline(t *testing.T) {
 			t.Fatalf("status after = %v", st)
 		}
 		ops.OK(tools.ToolBookingTransition, map[string]any{"booking_object_id": b.ID, "to": "JOURNEY"})
+		// An agent's admin call is logged as the agent's, never as an operator's.
+		evs, _ = h.Service.Store().Events(ctx, atptest.Project, b.ID, 0, 0, false)
+		if last := evs[len(evs)-1]; last.Type != booking.EventTransition || last.Actor != "agent:ops" {
+			t.Fatalf("transition event = %+v", last)
+		}
 	})
 
 	t.Run("decline", func(t *testing.T) {
