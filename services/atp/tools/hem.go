@@ -145,16 +145,6 @@ func operatorOf(c *worker.Call) (string, error) {
 		c.ToolName, principal), ScopeDenial{Error: authz.ReasonScopeViolation, RequiredScope: ScopeHEMOperator, MandateScopes: []string{}, ATPErrorCode: "MCP-403-SCOPE"})
 }
 
-// actorOf is who made call c, for the booking's event log: the operator
-// "operator:<name>" of an admitted operator's call, else the agent
-// "agent:<agent_id>" (an agent is never logged as an operator).
-func actorOf(c *worker.Call) string {
-	if name, err := operatorOf(c); err == nil {
-		return utp.PrincipalOperator + ":" + name
-	}
-	return utp.PrincipalAgent + ":" + c.Command.AgentID
-}
-
 func hemErr(err error) error {
 	switch {
 	case errors.Is(err, hem.ErrUnknownHEM), errors.Is(err, hem.ErrToken), errors.Is(err, hem.ErrNoTask), errors.Is(err, hem.ErrResolved),

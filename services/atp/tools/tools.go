@@ -18,6 +18,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
@@ -367,8 +368,15 @@ func needPostConfirmation(tool string, b *booking.Booking) error {
 // bind decodes the call's arguments.
 func bind(c *worker.Call, v any) error { return c.Bind(v) }
 
-// actor names who made a call.
-func actor(c *worker.Call) string { return "agent:" + c.Command.AgentID }
+// actor names who made call c, for the booking's event log: the operator
+// "operator:<name>" of an admitted operator's call, else the agent
+// "agent:<agent_id>" (an agent is never logged as an operator).
+func actor(c *worker.Call) string {
+	if name, err := operatorOf(c); err == nil {
+		return utp.PrincipalOperator + ":" + name
+	}
+	return utp.PrincipalAgent + ":" + c.Command.AgentID
+}
 
 // callID is a stable id of a call's effect, derived from its turn and
 // tool_call_id, so a redelivered call names the same effect.
