@@ -2,23 +2,28 @@ package sandbox
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 )
 
 // Job directory limits. A sandbox's work dir (its /work, which lives
-// across execs) is a tmpfs of JobDirBytes of its own, mounted by the
-// service on the host when the sandbox is created: a write beyond it fails
-// with ENOSPC inside the job (exec: limit_hit job_dir_bytes) and in
-// sandbox.put_file (size_limit_exceeded). Mounting needs root; a service
-// that is not root cannot limit the work dir and says so (create's
-// job_dir_limit and a warning at start). An exec's /tmp is a bwrap tmpfs
-// of the same size either way (--size), gone when the exec ends.
+// across execs) is a tmpfs of JobDirBytes of its own: a write beyond it
+// fails with ENOSPC inside the job (exec: limit_hit job_dir_bytes) and in
+// sandbox.put_file (size_limit_exceeded). A root service mounts it on the
+// host when the sandbox is created (mountWork); a service that is not
+// root keeps it in a holder's namespaces (startHolder). Where neither
+// works (no user namespaces) the work dir is not limited and
+// sandbox.create says so (job_dir_limit none, with the reason). An exec's
+// /tmp is a bwrap tmpfs of the same size either way (--size), gone when
+// the exec ends.
 const (
 	// LimitJobDir is the limit_hit of an exec that filled its work dir or
 	// its /tmp.
@@ -106,4 +111,88 @@ func jobDirFull(work string) bool {
 		return false
 	}
 	return st.Bavail == 0 || st.Ffree == 0
+}
+
+// holder keeps the work dir's tmpfs of a sandbox whose service is not
+// root: a process in a user and mount namespace of its own (unshare
+// --map-root-user --mount, which needs no privilege where user namespaces
+// are allowed) mounts the tmpfs on the work dir in its namespace and
+// sleeps. Execs enter its namespaces (nsenter) before bwrap, so their
+// /work is that tmpfs; the service reaches the files through
+// /proc/<pid>/root (the holder runs as the service's own user). The
+// holder dies with the service (Pdeathsig) and when the sandbox is
+// destroyed; the content goes with it, as with a root service's tmpfs.
+type holder struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startHolder starts the holder of work and waits until its tmpfs is
+// mounted.
+func startHolder(ctx context.Context, work string, size int64) (*holder, error) {
+	for _, bin := range []string{"unshare", "nsenter"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return nil, fmt.Errorf("%s is not installed (util-linux): %w", bin, err)
+		}
+	}
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", size, jobDirInodes)
+	cmd := exec.Command("unshare", "--user", "--map-root-user", "--mount", "--propagation", "private", "--",
+		"/bin/sh", "-c", `mount -t tmpfs -o "$1" tmpfs "$2" && echo ready && exec sleep infinity`, "cynode-jobdir", opts, work)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("job directory holder: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("job directory holder: %w", err)
+	}
+	h := &holder{cmd: cmd, done: make(chan struct{})}
+	ready := make(chan bool, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		ready <- line == "ready\n"
+	}()
+	go func() { _ = cmd.Wait(); close(h.done) }()
+	select {
+	case ok := <-ready:
+		if ok {
+			return h, nil
+		}
+	case <-ctx.Done():
+	}
+	h.stop()
+	return nil, fmt.Errorf("job directory holder (unshare --map-root-user --mount, then a tmpfs on %s) did not start: %s", work, strings.TrimSpace(stderr.String()))
+}
+
+// alive reports whether the holder still runs.
+func (h *holder) alive() bool {
+	select {
+	case <-h.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// path is p (a host path) as the holder's mount namespace shows it.
+func (h *holder) path(p string) string {
+	return fmt.Sprintf("/proc/%d/root%s", h.cmd.Process.Pid, p)
+}
+
+// enter is the command prefix that runs a command in the holder's user
+// and mount namespaces, keeping the caller's credentials.
+func (h *holder) enter() []string {
+	return []string{"nsenter", "--target", strconv.Itoa(h.cmd.Process.Pid), "--user", "--mount", "--preserve-credentials", "--"}
+}
+
+// stop kills the holder (its tmpfs goes with its namespace) and waits.
+func (h *holder) stop() {
+	if h == nil {
+		return
+	}
+	_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
+	<-h.done
 }

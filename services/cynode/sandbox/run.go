@@ -88,13 +88,15 @@ const seccompFD = "3"
 
 // bwrapArgs is the isolation: PID, IPC, UTS, mount, network and cgroup
 // namespaces of its own (and, when the service is not root, a user
-// namespace), private /proc and /dev, a /tmp of tmpBytes (mode 1777), the job's work
+// namespace where the command runs as uid), private /proc and /dev, a /tmp of tmpBytes (mode 1777), the job's work
 // dir at /work, a cleared environment, a new session, death with the
 // parent, and the seccomp filter (seccompFilter) read from seccompFD. The
 // system tree is the host's /usr read-only (rootfs "", the built-in
 // image) or an imported image's rootfs read-only as /.
-func bwrapArgs(work, rootfs string, root bool, tmpBytes int64) []string {
-	ns := []string{"--unshare-all"}
+func bwrapArgs(work, rootfs string, root bool, uid int, tmpBytes int64) []string {
+	// Not root: a user namespace of its own, where the command runs as the
+	// sandbox's uid (mapped to the service's user, or to the holder's).
+	ns := []string{"--unshare-all", "--uid", strconv.Itoa(uid), "--gid", strconv.Itoa(uid)}
 	if root {
 		// As root, bwrap sets the sandbox up and setpriv then drops to the
 		// sandbox's own uid: no user namespace is needed.
@@ -124,8 +126,12 @@ type job struct {
 	work   string
 	rootfs string // "" for the built-in image
 	uid    int
-	// limited: work is a tmpfs of its own (mountWork).
+	// limited: work is a tmpfs of its own (mountWork or a holder's).
 	limited bool
+	// view is work as the service reaches it (statfs); enter, when set,
+	// runs the exec in the holder's namespaces.
+	view  string
+	enter []string
 }
 
 // run executes argv in the sandbox of j with the limits.
@@ -147,7 +153,7 @@ func (s *Service) run(ctx context.Context, j job, argv []string, timeout time.Du
 		args = append(args, "--nproc="+strconv.Itoa(l.MaxProcs), "--as="+strconv.FormatInt(l.MemoryBytes, 10))
 	}
 	root := os.Geteuid() == 0
-	args = append(append(args, "--", bwrap), bwrapArgs(j.work, j.rootfs, root, l.JobDirBytes)...)
+	args = append(append(args, "--", bwrap), bwrapArgs(j.work, j.rootfs, root, j.uid, l.JobDirBytes)...)
 	if root {
 		switch {
 		case j.rootfs == "":
@@ -165,7 +171,11 @@ func (s *Service) run(ctx context.Context, j job, argv []string, timeout time.Du
 	args = append(args, argv...)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "prlimit", args...)
+	argv0 := "prlimit"
+	if len(j.enter) > 0 {
+		argv0, args = j.enter[0], append(append(j.enter[1:len(j.enter):len(j.enter)], "prlimit"), args...)
+	}
+	cmd := exec.CommandContext(ctx, argv0, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if cg != nil {
@@ -234,7 +244,7 @@ func (s *Service) run(ctx context.Context, j job, argv []string, timeout time.Du
 		res.LimitHit = LimitCPU
 	case res.ExitCode == 128+int(syscall.SIGXFSZ) || strings.Contains(res.Stderr, "File size limit exceeded"):
 		res.LimitHit = LimitFile
-	case j.limited && jobDirFull(j.work) || strings.Contains(res.Stderr, "No space left on device"):
+	case j.limited && jobDirFull(j.view) || strings.Contains(res.Stderr, "No space left on device"):
 		res.LimitHit = LimitJobDir
 	case res.ExitCode == 128+int(syscall.SIGSEGV) || res.ExitCode == 128+int(syscall.SIGABRT) ||
 		strings.Contains(res.Stderr, "MemoryError") || strings.Contains(res.Stderr, "Cannot allocate memory") || strings.Contains(res.Stderr, "out of memory"):
