@@ -104,6 +104,11 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	var workerIDs []meshauth.Identity // one per tool service: what 'utpmesh worker --creds' may serve
 	var credsLine string
 	build := func(sctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
+		// The core makes every catalogue service's buckets: worker
+		// identities manage no stream.
+		if err := catalog.Provision(sctx, m.Conn()); err != nil {
+			return nil, err
+		}
 		var tools []worker.Tool
 		for _, s := range services {
 			ts, err := catalog.Build([]string{s}, catalog.Deps{NC: m.Conn(), Store: m.Cards(), Registry: m.Registry(),
@@ -255,8 +260,8 @@ func defaultNames() []string {
 func workerIdentity(name string, tools []worker.Tool) meshauth.Identity {
 	id := meshauth.Identity{Role: meshauth.RoleWorker, Service: name}
 	if svc, err := catalog.Lookup(name); err == nil {
-		if svc.StatePublish != nil {
-			id.Publish = svc.StatePublish()
+		if svc.Publish != nil {
+			id.Publish = svc.Publish(subjects.DefaultVersion)
 		}
 		if svc.Subscribe != nil {
 			id.Subscribe = svc.Subscribe(subjects.DefaultVersion)
@@ -307,5 +312,5 @@ func setupIdentities(m *mesh.Mesh, served []string, ids []meshauth.Identity) (st
 		names = append(names, id.Name())
 	}
 	m.Config().Logger.Info("NATS identities ready", "dir", m.CredsDir(), "workers", strings.Join(names, ","))
-	return fmt.Sprintf("%s: hand out one file per process: admin.nk (operator CLI), agent-<project>.nk (agent runtimes), worker-<service>.nk ('utpmesh worker --creds FILE SERVICE'); docs/security.md", m.CredsDir()), nil
+	return fmt.Sprintf("%s: hand out one file per process: admin.nk (admin work only), operator.nk (an operator: HEM decisions, policies, identities), agent-<project>.nk (agent runtimes), worker-<service>.nk ('utpmesh worker --creds FILE SERVICE'); docs/security.md", m.CredsDir()), nil
 }

@@ -72,6 +72,26 @@ func Ensure(ctx context.Context, js jetstream.JetStream, ver string, opts ...Opt
 	return patiently(ctx, func(ctx context.Context) error { return ensure(ctx, js, ver, opts...) })
 }
 
+// ErrMissing matches (errors.Is) Check's error: a stream of the mesh does
+// not exist.
+var ErrMissing = errors.New("streams: stream missing")
+
+// Check makes sure the mesh's streams exist, with STREAM.INFO only: a
+// worker identity may not create or update streams (the core does, at
+// `utpmesh up`). A missing one is ErrMissing with "start utpmesh up first".
+func Check(ctx context.Context, js jetstream.JetStream, ver string) error {
+	for _, name := range []string{CommandStream(ver), WakeupStream(ver), EventStream(ver)} {
+		err := patiently(ctx, func(ctx context.Context) error { _, err := js.Stream(ctx, name); return err })
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("%w: %s does not exist: start utpmesh up first (only the mesh core creates its streams)", ErrMissing, name)
+		}
+		if err != nil {
+			return fmt.Errorf("streams: %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // Patience bounds how long Ensure and EnsureConsumer send a request
 // again that timed out: while a cluster elects leaders (nodes starting,
 // a node restarting and catching up) or on a loaded machine, a stream or
