@@ -171,8 +171,10 @@ var services = map[string]Service{
 func atpService() Service {
 	return Service{Name: "atp", Description: "ATP catalogue: atp_* tools on Booking Objects, atp_invoke_hem, operators' booking and HEM tools",
 		InUp: true, KeepsFiles: true,
-		Publish:   func(string) []string { return ratelimit.PublishSubjects(ratelimit.DefaultBucket) },
-		Provision: func(ctx context.Context, nc *nats.Conn) error { return ratelimit.Provision(ctx, nc, ratelimit.DefaultBucket) },
+		Publish: func(string) []string { return ratelimit.PublishSubjects(ratelimit.DefaultBucket) },
+		Provision: func(ctx context.Context, nc *nats.Conn) error {
+			return ratelimit.Provision(ctx, nc, ratelimit.DefaultBucket)
+		},
 		Build: func(d Deps) ([]worker.Tool, error) {
 			ad := atp.Deps{NC: d.NC, Cards: d.Store, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger}
 			if d.Late != nil {
