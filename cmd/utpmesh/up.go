@@ -35,6 +35,8 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	fs.Var(&services, "services", "tool services to serve (comma-separated; default: "+strings.Join(defaultNames(), ",")+")")
 	var extraIDs workerIdentities
 	fs.Var(&extraIDs, "worker-identity", workerIdentityUsage)
+	var agentIDs agentIdentities
+	fs.Var(&agentIDs, "agent-identity", "make an identity agent-PROJECT.AGENT.nk for one agent of one project: it may dispatch only as AGENT and receive only its wakeups: PROJECT/AGENT (repeatable; docs/security.md)")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on shutdown, how long calls in flight may take before they are canceled")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus /metrics and /healthz on HOST:PORT (empty: off)")
 	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
@@ -77,6 +79,9 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	atlasState, atlasReplicas := cf.atlasState(cl)
+	if *insecure && len(agentIDs) > 0 {
+		return usagef("--agent-identity needs NATS authentication: drop --insecure (a mesh without it has no identities to hand out)")
+	}
 	if *insecure && len(extraIDs) > 0 {
 		return usagef("--worker-identity needs NATS authentication: drop --insecure (a mesh without it has no identities to hand out)")
 	}
@@ -124,7 +129,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		// and a client that connected during a reload after that line
 		// could be refused (found by make stress).
 		var err error
-		credsLine, err = setupIdentities(m, services, append(workerIDs, extraIDs...))
+		credsLine, err = setupIdentities(m, services, append(append(workerIDs, extraIDs...), agentIDs...))
 		if err != nil {
 			return nil, err
 		}
