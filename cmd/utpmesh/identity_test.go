@@ -147,7 +147,8 @@ func TestIdentityEscalations(t *testing.T) {
 		{"worker limited to demo", lim, "claim a call of project other", "publish", p("other", "svc.cardstore.claim.lim")},
 		{"worker limited to demo", lim, "create its durable on project other", "publish", "$JS.API.CONSUMER.CREATE." + cmd + ".utp_tool_lim.cg." + v + ".other.*.cmd.tool.lim"},
 		{"worker limited to demo", lim, "create its durable on every project", "publish", "$JS.API.CONSUMER.CREATE." + cmd + ".utp_tool_lim.cg." + v + ".*.*.cmd.tool.lim"},
-		{"worker limited to demo", lim, "hear project other's cancellations", "subscription", "cg." + v + ".other.*.evt.sys.toolcall.cancel"},
+		{"worker limited to demo", lim, "read project other's registry", "publish", p("other", "svc.registry.get")},
+		{"worker limited to demo", lim, "register its tool in project other", "publish", p("other", "svc.registry.put.lim")},
 		{"agent (project without raw commands)", agentDemo, "publish a raw tool command", "publish", p("demo", "cmd.tool.echo")},
 		{"agent (project without raw commands)", agentDemo, "publish a raw PMO command", "publish", p("demo", "cmd.sys.pmo.internal.list_tools")},
 		{"agent", agentDemo, "forge a wakeup", "publish", p("demo", "cmd.agent.victim.wakeup")},
@@ -340,8 +341,33 @@ func TestIdentityAddLive(t *testing.T) {
 		t.Fatalf("call reverse: %+v, %v", out, err)
 	}
 
+	// A worker limited to project demo: the core made its durable with
+	// demo's filter only; the SDK runtime binds it and serves demo's calls.
+	cm.must(t, 0, "identity", "add", "worker", "local", "--tools", "local", "--projects", "demo", "--creds", admin, "--creds-dir", seeds)
+	lw, err := connectAs(t, cm.url, creds.SeedPath(seeds, "worker-local"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := worker.Tool{Name: "local", Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
+		return worker.OK(map[string]any{"project": c.ProjectID}), nil
+	}}
+	lrt, err := worker.Start(ctx, lw.nc, []worker.Tool{local}, worker.WithProjects("demo"), worker.WithoutAuthorizer(), worker.WithLogger(quietLog))
+	if err != nil {
+		t.Fatalf("serve local with the identity limited to demo: %v", err)
+	}
+	t.Cleanup(func() { _ = lrt.Stop(context.Background()) })
+	out, err = ac.Call(cctx, agent.CallRequest{ToolName: "local", AgentTurnID: "turn-2"})
+	if err != nil || out.Result == nil || !strings.Contains(string(out.Result.Result), `"demo"`) {
+		t.Fatalf("call local in demo: %+v, %v", out, err)
+	}
+	select {
+	case err := <-lw.errs:
+		t.Fatalf("the limited worker hit a permission violation: %v", err)
+	default:
+	}
+
 	r = cm.must(t, 0, "identity", "list", "--creds", admin)
-	wantContains(t, "identity list", r.stdout, "worker-reverse", "yes", "tools reverse", "operator")
+	wantContains(t, "identity list", r.stdout, "worker-reverse", "yes", "tools reverse", "operator", "tools local; projects demo")
 
 	r = cm.must(t, 0, "identity", "remove", "worker-reverse", "--creds", admin)
 	wantContains(t, "identity remove", r.stdout, "worker-reverse revoked")

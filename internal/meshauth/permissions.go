@@ -108,7 +108,12 @@ func workerPermissions(ver string, id Identity) *server.Permissions {
 	for _, s := range []string{cmd, streams.WakeupStream(ver), streams.EventStream(ver)} {
 		pub = append(pub, "$JS.API.STREAM.INFO."+s)
 	}
-	sub := []string{inbox(id), "$SRV.>"}
+	// Cancellation events and describe requests of every project, also
+	// for a worker limited to projects: the SDK runtime subscribes to them
+	// all (a cancellation carries a call's ids, a describe request
+	// nothing; answering one of another project needs a registry read it
+	// may not make).
+	sub := []string{inbox(id), "$SRV.>", "cg." + ver + ".*.*.evt.sys.toolcall.cancel", "cg." + ver + ".*.*.svc.worker.*"}
 	for _, a := range scopes(ver, id.Projects) {
 		pub = append(pub,
 			a+"cmd.sys.inbox.report", a+"svc.inbox.report",
@@ -120,7 +125,6 @@ func workerPermissions(ver string, id Identity) *server.Permissions {
 		for _, op := range workerCardOps {
 			pub = append(pub, a+"svc.cardstore."+op)
 		}
-		sub = append(sub, a+"evt.sys.toolcall.cancel", a+"svc.worker.*")
 		for _, t := range id.Tools {
 			tok := subjects.ToolToken(t.Name)
 			// The server checks the call and its claim against the
@@ -131,8 +135,12 @@ func workerPermissions(ver string, id Identity) *server.Permissions {
 			// Registering its own tools at start; never another's, never delete.
 			pub = append(pub, a+"svc.registry.put."+tok)
 			// Create its durable only with the tool's own filter in the
-			// subject (the server refuses a body whose filter differs).
-			pub = append(pub, "$JS.API.CONSUMER.CREATE."+cmd+"."+streams.ToolConsumer(t.Name)+"."+a+"cmd.tool."+t.Target)
+			// subject (the server refuses a body whose filter differs); a
+			// worker limited to projects creates none: the core made it
+			// (LimitedDurables).
+			if len(id.Projects) == 0 {
+				pub = append(pub, "$JS.API.CONSUMER.CREATE."+cmd+"."+streams.ToolConsumer(t.Name)+"."+a+"cmd.tool."+t.Target)
+			}
 		}
 	}
 	// Leases in the service's own namespace, in any project (ATLAS keeps
@@ -188,4 +196,25 @@ func operatorPermissions(ver string, id Identity) *server.Permissions {
 		Publish:   &server.SubjectPermission{Allow: pub},
 		Subscribe: &server.SubjectPermission{Allow: []string{inbox(id)}},
 	}
+}
+
+// LimitedDurables returns, for a worker identity limited to projects, the
+// durable consumer of each of its tools and its filters: the tool's
+// command subject in each project, cg.<ver>.<P>.*.cmd.tool.<target>. The
+// mesh core creates them (such a worker may not); a tool has one worker
+// identity, so no second durable overlaps them. Nil for any other
+// identity.
+func LimitedDurables(ver string, id Identity) map[string][]string {
+	if id.Role != RoleWorker || len(id.Projects) == 0 {
+		return nil
+	}
+	out := map[string][]string{}
+	for _, t := range id.Tools {
+		var filters []string
+		for _, a := range scopes(ver, id.Projects) {
+			filters = append(filters, a+"cmd.tool."+t.Target)
+		}
+		out[streams.ToolConsumer(t.Name)] = filters
+	}
+	return out
 }

@@ -1,14 +1,20 @@
 package mesh
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/pkg/identity"
+	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 )
 
@@ -98,7 +104,35 @@ func (m *Mesh) ReloadIdentities() error {
 	if err != nil {
 		return err
 	}
-	return m.srv.SetUsers(users)
+	if err := m.srv.SetUsers(users); err != nil {
+		return err
+	}
+	return m.limitDurables()
+}
+
+// limitedAckWait is the ack wait of the durables the core makes for
+// workers limited to projects: the worker runtime's default.
+const limitedAckWait = 30 * time.Second
+
+// limitDurables creates (or narrows) the durable of every tool of a
+// worker identity limited to projects, with one filter per project
+// (meshauth.LimitedDurables): such a worker may only bind it.
+func (m *Mesh) limitDurables() error {
+	ctx, cancel := context.WithTimeout(context.Background(), streams.Patience)
+	defer cancel()
+	js, err := jetstream.New(m.nc)
+	if err != nil {
+		return fmt.Errorf("mesh: jetstream: %w", err)
+	}
+	for _, id := range m.Identities() {
+		for durable, filters := range meshauth.LimitedDurables(m.cfg.ProtocolVersion, id) {
+			cfg := streams.ConsumerConfig(durable, filters, limitedAckWait, -1)
+			if _, err := js.CreateOrUpdateConsumer(ctx, streams.CommandStream(m.cfg.ProtocolVersion), cfg); err != nil {
+				return fmt.Errorf("mesh: durable %s of %s (projects %s): %w", durable, id.Name(), strings.Join(id.Projects, ","), err)
+			}
+		}
+	}
+	return nil
 }
 
 // startIdentityService serves svc.identity.* (pkg/identity) when NATS
@@ -116,5 +150,5 @@ func (m *Mesh) startIdentityService() error {
 		return fmt.Errorf("mesh: identity service: %w", err)
 	}
 	m.push(srv.Stop)
-	return nil
+	return m.limitDurables()
 }

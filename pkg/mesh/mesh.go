@@ -582,7 +582,10 @@ func (m *Mesh) AddIdentities(ids ...meshauth.Identity) error {
 	if err != nil {
 		return err
 	}
-	return m.srv.SetUsers(users)
+	if err := m.srv.SetUsers(users); err != nil {
+		return err
+	}
+	return m.limitDurables()
 }
 
 // CredsDir is where the identities' seed files live (Config.Identities).
