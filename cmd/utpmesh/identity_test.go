@@ -241,6 +241,23 @@ func TestIdentityEscalations(t *testing.T) {
 		}
 	})
 
+	// A project's raw-command opt-in changes live: its connected agents
+	// lose raw commands with the reload (Mesh.SetRawCommands).
+	t.Run("SetRawCommands takes raw commands back live", func(t *testing.T) {
+		if err := m.SetRawCommands("other", false); err != nil {
+			t.Fatal(err)
+		}
+		subj := p("other", "cmd.tool.echo")
+		if err := agentOther.nc.Publish(subj, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		agentOther.waitViolation(t, "publish", subj)
+		if err := m.SetRawCommands("other", true); err != nil {
+			t.Fatal(err)
+		}
+		agentOther.allowed(t, subj)
+	})
+
 	// The operator lists identities (a request: its own inbox works).
 	t.Run("operator lists the identities", func(t *testing.T) {
 		cl, err := identity.NewClient(op.nc)
