@@ -2,19 +2,24 @@ package identity_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/utpmesh/utpmesh/internal/audit"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/identity"
 	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/subjects"
 )
 
 func key(t *testing.T) string {
@@ -113,6 +118,19 @@ func TestService(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	audits := make(chan audit.Record, 64)
+	ap, _ := subjects.AuditPattern(subjects.DefaultVersion)
+	if _, err := nc.Subscribe(ap, func(msg *nats.Msg) {
+		var r audit.Record
+		if json.Unmarshal(msg.Data, &r) == nil {
+			audits <- r
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []struct {
 		name string
@@ -167,5 +185,18 @@ func TestService(t *testing.T) {
 	}
 	if _, err := cl.Remove(ctx, "worker-echo"); !errors.Is(err, identity.ErrNotFound) {
 		t.Fatalf("Remove a built-in = %v, want ErrNotFound", err)
+	}
+
+	// Every refusal and change is an audit record.
+	want := map[string]bool{"add refused worker-mirror": true, "add allowed agent-demo.alice": true, "remove allowed agent-demo.alice": true}
+	deadline := time.After(10 * time.Second)
+	for len(want) > 0 {
+		select {
+		case r := <-audits:
+			verdict := map[bool]string{true: "allowed", false: "refused"}[r.Allowed]
+			delete(want, r.Op+" "+verdict+" "+r.Detail["identity"])
+		case <-deadline:
+			t.Fatalf("no audit records for %v", want)
+		}
 	}
 }
