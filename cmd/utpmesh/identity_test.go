@@ -211,6 +211,25 @@ func TestIdentityEscalations(t *testing.T) {
 		alice.allowed(t, p("demo", "svc.dispatch.keys"))
 	})
 
+	// The core made echo's durable as a pull consumer before worker-echo
+	// could connect: the worker's create permission (its tool's filter)
+	// cannot turn it into a push consumer delivering on a subject of its
+	// choosing, e.g. an agent's wakeups.
+	t.Run("worker may not redirect its commands to a wakeup subject", func(t *testing.T) {
+		body, _ := json.Marshal(map[string]any{"stream_name": cmd, "config": map[string]any{"durable_name": "utp_tool_echo",
+			"filter_subject": "cg." + v + ".*.*.cmd.tool.echo", "ack_policy": "explicit", "deliver_subject": p("demo", "cmd.agent.victim.wakeup")}})
+		msg, err := wk.nc.Request("$JS.API.CONSUMER.CREATE."+cmd+".utp_tool_echo.cg."+v+".*.*.cmd.tool.echo", body, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reply struct {
+			Error *struct{ Description string } `json:"error"`
+		}
+		if err := json.Unmarshal(msg.Data, &reply); err != nil || reply.Error == nil || !strings.Contains(reply.Error.Description, "push") {
+			t.Fatalf("push consumer create = %s, want refused", msg.Data)
+		}
+	})
+
 	// The mesh logs what the server refused.
 	if s := logs.String(); !strings.Contains(s, "Publish Violation") || !strings.Contains(s, "$JS.API.STREAM.UPDATE."+wake) {
 		t.Errorf("the mesh's log names no refused stream update:\n%s", s)

@@ -134,10 +134,10 @@ func workerPermissions(ver string, id Identity) *server.Permissions {
 			}
 			// Registering its own tools at start; never another's, never delete.
 			pub = append(pub, a+"svc.registry.put."+tok)
-			// Create its durable only with the tool's own filter in the
-			// subject (the server refuses a body whose filter differs); a
-			// worker limited to projects creates none: the core made it
-			// (LimitedDurables).
+			// Create (in effect: update) its durable only with the tool's
+			// own filter in the subject (the server refuses a body whose
+			// filter differs); a worker limited to projects creates none.
+			// The core made it (WorkerDurables).
 			if len(id.Projects) == 0 {
 				pub = append(pub, "$JS.API.CONSUMER.CREATE."+cmd+"."+streams.ToolConsumer(t.Name)+"."+a+"cmd.tool."+t.Target)
 			}
@@ -198,14 +198,19 @@ func operatorPermissions(ver string, id Identity) *server.Permissions {
 	}
 }
 
-// LimitedDurables returns, for a worker identity limited to projects, the
-// durable consumer of each of its tools and its filters: the tool's
-// command subject in each project, cg.<ver>.<P>.*.cmd.tool.<target>. The
-// mesh core creates them (such a worker may not); a tool has one worker
-// identity, so no second durable overlaps them. Nil for any other
-// identity.
-func LimitedDurables(ver string, id Identity) map[string][]string {
-	if id.Role != RoleWorker || len(id.Projects) == 0 {
+// WorkerDurables returns the durable consumer of each tool of a worker
+// identity and its filters: the tool's command subject in each of its
+// projects, cg.<ver>.<P>.*.cmd.tool.<target>, or in every project,
+// cg.<ver>.*.*.cmd.tool.<target>. The mesh core creates them as pull
+// consumers before the identity may connect: nats-server refuses to turn
+// a pull consumer into a push one, so a worker cannot have its commands
+// delivered on a subject of its choosing (it would not check a push
+// consumer's deliver subject against the worker's permissions). A worker
+// limited to projects may not create or update them at all; a tool has
+// one worker identity, so no second durable overlaps them. Nil for any
+// other identity.
+func WorkerDurables(ver string, id Identity) map[string][]string {
+	if id.Role != RoleWorker {
 		return nil
 	}
 	out := map[string][]string{}

@@ -86,15 +86,18 @@ func TestPermissionsShape(t *testing.T) {
 	}
 }
 
-func TestLimitedDurables(t *testing.T) {
+func TestWorkerDurables(t *testing.T) {
 	id := meshauth.Identity{Role: meshauth.RoleWorker, Service: "x", Tools: []meshauth.Tool{{Name: "x.y", Target: "x.y"}}, Projects: []string{"a", "b"}}
-	got := meshauth.LimitedDurables("v1", id)
+	got := meshauth.WorkerDurables("v1", id)
 	want := []string{"cg.v1.a.*.cmd.tool.x.y", "cg.v1.b.*.cmd.tool.x.y"}
 	if d := streams.ToolConsumer("x.y"); len(got) != 1 || !slices.Equal(got[d], want) {
-		t.Fatalf("LimitedDurables = %v, want %s: %v", got, d, want)
+		t.Fatalf("WorkerDurables = %v, want %s: %v", got, d, want)
 	}
 	id.Projects = nil
-	if got := meshauth.LimitedDurables("v1", id); got != nil {
-		t.Fatalf("LimitedDurables of an unlimited worker = %v, want nil", got)
+	if got := meshauth.WorkerDurables("v1", id); !slices.Equal(got[streams.ToolConsumer("x.y")], []string{"cg.v1.*.*.cmd.tool.x.y"}) {
+		t.Fatalf("WorkerDurables of an unlimited worker = %v", got)
+	}
+	if got := meshauth.WorkerDurables("v1", meshauth.Identity{Role: meshauth.RoleAgent, Project: "a"}); got != nil {
+		t.Fatalf("WorkerDurables of an agent = %v, want nil", got)
 	}
 }

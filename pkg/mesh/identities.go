@@ -104,31 +104,49 @@ func (m *Mesh) ReloadIdentities() error {
 	if err != nil {
 		return err
 	}
-	if err := m.srv.SetUsers(users); err != nil {
+	// The durables before the users: a worker that may connect finds
+	// its durable made, as a pull consumer.
+	if err := m.workerDurables(m.Identities()); err != nil {
 		return err
 	}
-	return m.limitDurables()
+	return m.srv.SetUsers(users)
 }
 
-// limitedAckWait is the ack wait of the durables the core makes for
-// workers limited to projects: the worker runtime's default.
-const limitedAckWait = 30 * time.Second
+// durableAckWait is the ack wait of the durables the core makes for
+// worker identities: the worker runtime's default (a worker may change it).
+const durableAckWait = 30 * time.Second
 
-// limitDurables creates (or narrows) the durable of every tool of a
-// worker identity limited to projects, with one filter per project
-// (meshauth.LimitedDurables): such a worker may only bind it.
-func (m *Mesh) limitDurables() error {
+// workerDurables makes sure every tool of every worker identity has its
+// durable as a pull consumer (meshauth.WorkerDurables): missing ones are
+// created, a limited worker's are narrowed to its projects' filters, a
+// push consumer in its place is an error saying what to do.
+func (m *Mesh) workerDurables(ids []meshauth.Identity) error {
 	ctx, cancel := context.WithTimeout(context.Background(), streams.Patience)
 	defer cancel()
 	js, err := jetstream.New(m.nc)
 	if err != nil {
 		return fmt.Errorf("mesh: jetstream: %w", err)
 	}
-	for _, id := range m.Identities() {
-		for durable, filters := range meshauth.LimitedDurables(m.cfg.ProtocolVersion, id) {
-			cfg := streams.ConsumerConfig(durable, filters, limitedAckWait, -1)
-			if _, err := js.CreateOrUpdateConsumer(ctx, streams.CommandStream(m.cfg.ProtocolVersion), cfg); err != nil {
-				return fmt.Errorf("mesh: durable %s of %s (projects %s): %w", durable, id.Name(), strings.Join(id.Projects, ","), err)
+	stream := streams.CommandStream(m.cfg.ProtocolVersion)
+	for _, id := range ids {
+		for durable, filters := range meshauth.WorkerDurables(m.cfg.ProtocolVersion, id) {
+			cur, err := js.Consumer(ctx, stream, durable)
+			if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return fmt.Errorf("mesh: durable %s of %s: %w", durable, id.Name(), err)
+			}
+			if err == nil {
+				have := cur.CachedInfo().Config
+				if have.DeliverSubject != "" {
+					return fmt.Errorf("mesh: durable %s of %s delivers to %q (a push consumer, which no worker of the mesh makes): delete it (nats consumer rm %s %s) and start again",
+						durable, id.Name(), have.DeliverSubject, stream, durable)
+				}
+				if len(id.Projects) == 0 || slices.Equal(filtersOf(have), filters) {
+					continue // the worker's own (it may change its ack wait)
+				}
+			}
+			cfg := streams.ConsumerConfig(durable, filters, durableAckWait, -1)
+			if _, err := js.CreateOrUpdateConsumer(ctx, stream, cfg); err != nil {
+				return fmt.Errorf("mesh: durable %s of %s (filters %s): %w", durable, id.Name(), strings.Join(filters, ", "), err)
 			}
 		}
 	}
@@ -150,5 +168,13 @@ func (m *Mesh) startIdentityService() error {
 		return fmt.Errorf("mesh: identity service: %w", err)
 	}
 	m.push(srv.Stop)
-	return m.limitDurables()
+	return m.workerDurables(m.Identities())
+}
+
+// filtersOf returns a consumer's filter subjects.
+func filtersOf(c jetstream.ConsumerConfig) []string {
+	if c.FilterSubject != "" {
+		return []string{c.FilterSubject}
+	}
+	return c.FilterSubjects
 }

@@ -582,10 +582,10 @@ func (m *Mesh) AddIdentities(ids ...meshauth.Identity) error {
 	if err != nil {
 		return err
 	}
-	if err := m.srv.SetUsers(users); err != nil {
+	if err := m.workerDurables(m.Identities()); err != nil {
 		return err
 	}
-	return m.limitDurables()
+	return m.srv.SetUsers(users)
 }
 
 // CredsDir is where the identities' seed files live (Config.Identities).
