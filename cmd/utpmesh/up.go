@@ -27,7 +27,7 @@ import (
 type upCommand struct{ env env }
 
 func (c *upCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT] [--project P]... [--services a,b] [--worker-identity SERVICE=TOOL[,TOOL...]]...", c.env)
+	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT] [--project P]... [--services a,b] [--worker-identity SERVICE=TOOL[,TOOL...]]... [--agent-identity PROJECT/AGENT]...", c.env)
 	data := fs.String("data", "./utpmesh-data", "data directory: JetStream store and bbolt files (created if missing)")
 	listen := fs.String("nats-listen", "127.0.0.1:4222", "NATS client address; port 0 picks a free port")
 	var projects, services stringList
