@@ -27,7 +27,7 @@ import (
 type upCommand struct{ env env }
 
 func (c *upCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT] [--project P]... [--services a,b] [--worker-identity SERVICE=TOOL[,TOOL...]]... [--config FILE]", c.env)
+	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT] [--project P]... [--services a,b] [--worker-identity SERVICE=TOOL[,TOOL...]]... [--agent-identity PROJECT/AGENT]... [--config FILE]", c.env)
 	data := fs.String("data", "./utpmesh-data", "data directory: JetStream store and bbolt files (created if missing)")
 	listen := fs.String("nats-listen", "127.0.0.1:4222", "NATS client address; port 0 picks a free port")
 	var projects, services stringList
@@ -35,6 +35,8 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	fs.Var(&services, "services", "tool services to serve (comma-separated; default: "+strings.Join(defaultNames(), ",")+")")
 	var extraIDs workerIdentities
 	fs.Var(&extraIDs, "worker-identity", workerIdentityUsage)
+	var agentIDs agentIdentities
+	fs.Var(&agentIDs, "agent-identity", "make an identity agent-PROJECT.AGENT.nk for one agent of one project: it may dispatch only as AGENT and receive only its wakeups: PROJECT/AGENT (repeatable; docs/security.md)")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on shutdown, how long calls in flight may take before they are canceled")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus /metrics and /healthz on HOST:PORT (empty: off)")
 	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
@@ -82,6 +84,9 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	atlasState, atlasReplicas := cf.atlasState(cl)
+	if *insecure && len(agentIDs) > 0 {
+		return usagef("--agent-identity needs NATS authentication: drop --insecure (a mesh without it has no identities to hand out)")
+	}
 	if *insecure && len(extraIDs) > 0 {
 		return usagef("--worker-identity needs NATS authentication: drop --insecure (a mesh without it has no identities to hand out)")
 	}
@@ -109,6 +114,11 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	var workerIDs []meshauth.Identity // one per tool service: what 'utpmesh worker --creds' may serve
 	var credsLine string
 	build := func(sctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
+		// The core makes every catalogue service's buckets: worker
+		// identities manage no stream.
+		if err := catalog.Provision(sctx, m.Conn()); err != nil {
+			return nil, err
+		}
 		var tools []worker.Tool
 		for _, s := range services {
 			ts, err := catalog.Build([]string{s}, catalog.Deps{NC: m.Conn(), Store: m.Cards(), Registry: m.Registry(),
@@ -124,7 +134,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		// and a client that connected during a reload after that line
 		// could be refused (found by make stress).
 		var err error
-		credsLine, err = setupIdentities(m, services, append(workerIDs, extraIDs...))
+		credsLine, err = setupIdentities(m, services, append(append(workerIDs, extraIDs...), agentIDs...))
 		if err != nil {
 			return nil, err
 		}
@@ -260,8 +270,8 @@ func defaultNames() []string {
 func workerIdentity(name string, tools []worker.Tool) meshauth.Identity {
 	id := meshauth.Identity{Role: meshauth.RoleWorker, Service: name}
 	if svc, err := catalog.Lookup(name); err == nil {
-		if svc.StatePublish != nil {
-			id.Publish = svc.StatePublish()
+		if svc.Publish != nil {
+			id.Publish = svc.Publish(subjects.DefaultVersion)
 		}
 		if svc.Subscribe != nil {
 			id.Subscribe = svc.Subscribe(subjects.DefaultVersion)
@@ -312,5 +322,5 @@ func setupIdentities(m *mesh.Mesh, served []string, ids []meshauth.Identity) (st
 		names = append(names, id.Name())
 	}
 	m.Config().Logger.Info("NATS identities ready", "dir", m.CredsDir(), "workers", strings.Join(names, ","))
-	return fmt.Sprintf("%s: hand out one file per process: admin.nk (operator CLI), agent-<project>.nk (agent runtimes), worker-<service>.nk ('utpmesh worker --creds FILE SERVICE'); docs/security.md", m.CredsDir()), nil
+	return fmt.Sprintf("%s: hand out one file per process: admin.nk (admin work only), operator.nk (an operator: HEM decisions, policies, identities), agent-<project>.nk (agent runtimes), worker-<service>.nk ('utpmesh worker --creds FILE SERVICE'); docs/security.md", m.CredsDir()), nil
 }

@@ -223,7 +223,8 @@ func (r *Runtime) Tools() []*Tool {
 	return out
 }
 
-// Start makes sure the streams exist, registers the tools in the configured
+// Start checks that the mesh's streams exist (it creates none: the mesh
+// core does; a missing one is streams.ErrMissing), registers the tools in the configured
 // projects, creates the consumers and starts serving.
 func (r *Runtime) Start(ctx context.Context) error {
 	r.mu.Lock()
@@ -235,7 +236,7 @@ func (r *Runtime) Start(ctx context.Context) error {
 	r.mu.Unlock()
 
 	ver := r.cfg.ProtocolVersion
-	if err := streams.Ensure(ctx, r.js, ver); err != nil {
+	if err := streams.Check(ctx, r.js, ver); err != nil {
 		return err
 	}
 	for _, p := range r.cfg.Projects {

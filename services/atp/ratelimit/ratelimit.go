@@ -106,7 +106,7 @@ type Config struct {
 	Limits func(project string) Limits
 }
 
-// New opens (creating) the counters bucket.
+// New opens the counters bucket, creating it when missing.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Limiter, error) {
 	if cfg.Bucket == "" {
 		cfg.Bucket = DefaultBucket
@@ -117,8 +117,12 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Limiter, err
 	if cfg.Limits == nil {
 		cfg.Limits = func(string) Limits { return Defaults }
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, TTL: 2 * time.Hour,
-		Description: "ATP per-client rate-limit counters (utpmesh services/atp/ratelimit)", History: 1})
+	// Bind the bucket the core made (Provision); create it only when
+	// missing (a mesh without identities, tests).
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, bucketConfig(cfg.Bucket))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: KV bucket %s: %w", cfg.Bucket, err)
 	}

@@ -189,14 +189,16 @@ func open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config
 }
 
 // PublishSubjects are the subjects a NATS user must be allowed to publish
-// to for a Store on bucket to create or adopt it, read, scan and commit
-// (besides subscribing to its own _INBOX.>): what a worker identity of the
-// group needs.
+// to for a Store on bucket to adopt it, read, scan and commit (besides
+// subscribing to its own reply inboxes): what a worker identity of the
+// group needs. They manage no stream: the bucket is created and
+// configured by the mesh core (`utpmesh up` serving the group with the
+// replicated state), never by a worker.
 func PublishSubjects(bucket string) []string {
 	st := "KV_" + bucket
 	return []string{
 		"$JS.API.INFO",
-		"$JS.API.STREAM.INFO." + st, "$JS.API.STREAM.CREATE." + st, "$JS.API.STREAM.UPDATE." + st,
+		"$JS.API.STREAM.INFO." + st,
 		"$JS.API.STREAM.MSG.GET." + st,
 		"$JS.API.CONSUMER.CREATE." + st + ".>", "$JS.API.CONSUMER.DELETE." + st + ".>",
 		"$JS.FC." + st + ".>",
