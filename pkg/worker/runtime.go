@@ -322,7 +322,7 @@ func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup fu
 			}
 			r.handle(t, msg)
 		}()
-	}, jetstream.PullMaxMessages(r.cfg.Concurrency), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullMaxMessages(r.cfg.Concurrency), jetstream.PullExpiry(pullExpiry), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		r.log.Debug("consume", "consumer", durable, "err", err)
 	}))
 	if err != nil {
@@ -333,6 +333,13 @@ func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup fu
 	r.mu.Unlock()
 	return nil
 }
+
+// pullExpiry is how long one pull request of a tool consumer waits; the
+// server's idle heartbeats come every half of it, and two missed make the
+// client pull again. nats.go's default (30 s) left a worker idle for 30 s
+// after JetStream restarted (the storage guard's heal, pkg/embednats) or a
+// consumer's leader moved; 5 s bounds that to 5 s.
+const pullExpiry = 5 * time.Second
 
 // keepAlive sends an in-progress ack for msg every interval until the
 // returned stop is called, so that a short AckWait redelivers the
