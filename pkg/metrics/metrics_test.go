@@ -200,9 +200,9 @@ func TestReadiness(t *testing.T) {
 		return resp.StatusCode, string(body)
 	}
 	for _, tc := range []struct {
-		name       string
-		cause      error
-		readyz     int
+		name        string
+		cause       error
+		readyz      int
 		body, gauge string
 	}{
 		{"ready", nil, http.StatusOK, "ready\n", "utpmesh_ready 1"},
