@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
+	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // TestAssetReadiness: an asset takes writes with a leader and a majority
@@ -62,4 +66,59 @@ func TestStatusNotReady(t *testing.T) {
 	}
 	wantContains(t, "stdout", out.String(), "NOT READY", "JetStream does not answer")
 	wantContains(t, "stderr", errOut.String(), "not ready")
+}
+
+// TestStatusCluster: on a 3-node cluster with R3 streams, status lists
+// the three nodes and a leader with quorum for every stream and consumer;
+// with two nodes gone, the survivor's status is NOT READY, exits 1 and
+// says why.
+func TestStatusCluster(t *testing.T) {
+	c := meshtest.StartCluster(t, 3)
+	nc := c.Connect()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if err := streams.Ensure(ctx, js, subjects.DefaultVersion, streams.WithReplicas(3)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := streams.ConsumerConfig(streams.ToolConsumer("echo"), []string{"cg." + subjects.DefaultVersion + ".*.*.cmd.tool.echo"}, 5*time.Second, -1)
+	if _, err := streams.EnsureConsumer(ctx, js, subjects.DefaultVersion, cfg); err != nil {
+		t.Fatal(err)
+	}
+	status := func(url string) (int, statusReport, string) {
+		var out, errOut strings.Builder
+		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		code := runArgs(sctx, []string{"status", "--json", "--nats", url, "--timeout", "3s", "--discovery-wait", "50ms"}, &out, &errOut)
+		var rep statusReport
+		if err := json.Unmarshal([]byte(out.String()), &rep); err != nil {
+			t.Fatalf("status --json: %v\n%s\n%s", err, out.String(), errOut.String())
+		}
+		return code, rep, errOut.String()
+	}
+	var rep statusReport
+	var code int
+	var stderr string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		// Replicas report current once they caught up with their leader.
+		if code, rep, stderr = status(c.URLs()[0]); code == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if code != 0 || !rep.Ready || len(rep.Nodes) != 3 {
+		t.Fatalf("status of a whole cluster: exit %d, ready %t, nodes %+v, problems %v (%s)", code, rep.Ready, rep.Nodes, rep.Problems, stderr)
+	}
+	for _, a := range rep.Assets {
+		if a.Leader == "" || !a.Quorum || a.Replicas != 3 {
+			t.Fatalf("asset %+v: want a leader and quorum of 3", a)
+		}
+	}
+
+	c.Kill(1)
+	c.Kill(2)
+	code, rep, stderr = status(c.URLs()[0])
+	if code != 1 || rep.Ready || len(rep.Problems) == 0 {
+		t.Fatalf("status with 2 of 3 nodes gone: exit %d, ready %t, problems %v", code, rep.Ready, rep.Problems)
+	}
+	wantContains(t, "stderr", stderr, "not ready")
+	t.Logf("without quorum: %v", rep.Problems)
 }
