@@ -53,6 +53,29 @@ func (s *deadStore) Put(ctx context.Context, cards ...*card.Card) error {
 // not after the old 30 s ack wait. The call has exactly one result, the
 // second worker's.
 func TestDeadWorkerFailover(t *testing.T) {
+	stall := failover(t)
+	t.Logf("failover: the second worker reported %v after the kill", stall.Round(time.Millisecond))
+}
+
+// BenchmarkFailover measures the stall of a call whose worker is killed
+// mid-call: from the kill to the second worker's report (make bench;
+// docs/performance.md). Each run takes about the default AckWait.
+func BenchmarkFailover(b *testing.B) {
+	var total, worst time.Duration
+	for range b.N {
+		stall := failover(b)
+		total += stall
+		worst = max(worst, stall)
+	}
+	b.ReportMetric(total.Seconds()/float64(b.N), "s/failover")
+	b.ReportMetric(worst.Seconds(), "s-worst")
+	b.ReportMetric(0, "ns/op")
+}
+
+// failover kills a worker mid-call and returns how long after the kill a
+// second worker reported the call; it fails tb unless the second worker
+// ran it once and its result is the call's one result.
+func failover(t testing.TB) time.Duration {
 	started := make(chan struct{}, 1)
 	hang := make(chan struct{})
 	var secondRuns atomic.Int32
@@ -134,7 +157,7 @@ func TestDeadWorkerFailover(t *testing.T) {
 	case <-time.After(25 * time.Second):
 		t.Fatal("no worker reported the call within 25 s of the kill: the dead worker's command waits out a long ack wait")
 	}
-	t.Logf("failover: the second worker reported %v after the kill", time.Since(killed).Round(time.Millisecond))
+	stall := time.Since(killed)
 	if r.Status != card.StatusSuccess {
 		t.Fatalf("status = %s, want succeeded", r.Status)
 	}
@@ -148,4 +171,5 @@ func TestDeadWorkerFailover(t *testing.T) {
 	if tr, _ := res.ToolResult(); string(tr.Result) != `{"by":"second"}` {
 		t.Fatalf("result = %s, want the second worker's", tr.Result)
 	}
+	return stall
 }
