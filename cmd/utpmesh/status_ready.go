@@ -175,7 +175,7 @@ func (r *statusReport) addAsset(a assetStatus, nodes map[string]*nodeStatus) {
 // writeReadiness prints the readiness part of the status.
 func writeReadiness(ew *statusWriter, r *statusReport) {
 	if r.Ready {
-		ew.printf("ready\n")
+		ew.printf("ready: JetStream answers; every stream, bucket and consumer has a leader and a quorum\n")
 	} else {
 		ew.printf("NOT READY\n")
 		for _, p := range r.Problems {
@@ -193,7 +193,12 @@ func writeReadiness(ew *statusWriter, r *statusReport) {
 	if len(r.Assets) > 0 {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "KIND\tASSET\tREPLICAS\tLEADER\tONLINE\tQUORUM\tSTALLED")
+		consumers := 0
 		for _, a := range r.Assets {
+			if a.Kind == "consumer" && a.Stalled == "" {
+				consumers++ // the healthy ones are summed up below (--json lists them)
+				continue
+			}
 			name := a.Name
 			if a.Stream != "" {
 				name = a.Stream + "/" + a.Name
@@ -208,6 +213,9 @@ func writeReadiness(ew *statusWriter, r *statusReport) {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%t\t%s\n", a.Kind, name, a.Replicas, leader, a.Online, a.Quorum, stalled)
 		}
 		_ = tw.Flush()
+		if consumers > 0 {
+			ew.printf("and %s, each with a leader and a quorum (--json lists them)\n", plural(consumers, "consumer", "consumers"))
+		}
 	}
 	ew.printf("\n")
 }
