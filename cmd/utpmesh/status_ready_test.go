@@ -70,8 +70,8 @@ func TestStatusNotReady(t *testing.T) {
 
 // TestStatusCluster: on a 3-node cluster with R3 streams, status lists
 // the three nodes and a leader with quorum for every stream and consumer;
-// with two nodes gone, the survivor's status is NOT READY, exits 1 and
-// says why.
+// with one node gone it is still ready and shows that node offline; with
+// two gone, the survivor's status is NOT READY, exits 1 and says why.
 func TestStatusCluster(t *testing.T) {
 	c := meshtest.StartCluster(t, 3)
 	nc := c.Connect()
@@ -113,8 +113,27 @@ func TestStatusCluster(t *testing.T) {
 		}
 	}
 
-	c.Kill(1)
+	// One node gone: the other two keep a quorum, status stays ready and
+	// shows the lost node.
 	c.Kill(2)
+	lost := func(rep statusReport) bool {
+		for _, n := range rep.Nodes {
+			if n.Name == meshtest.NodeName(2) && !n.Online {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if code, rep, stderr = status(c.URLs()[0]); code == 0 && lost(rep) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if code != 0 || !rep.Ready || !lost(rep) {
+		t.Fatalf("status with 1 of 3 nodes gone: exit %d, ready %t, nodes %+v, problems %v (%s)", code, rep.Ready, rep.Nodes, rep.Problems, stderr)
+	}
+
+	c.Kill(1)
 	code, rep, stderr = status(c.URLs()[0])
 	if code != 1 || rep.Ready || len(rep.Problems) == 0 {
 		t.Fatalf("status with 2 of 3 nodes gone: exit %d, ready %t, problems %v", code, rep.Ready, rep.Problems)
