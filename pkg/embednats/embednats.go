@@ -43,6 +43,14 @@
 // port would let anyone join the cluster and bypass the users. Every
 // node must be given the same Users (they are per node, not replicated).
 //
+// Storage faults: a single server with JetStream runs a storage guard
+// (health.go) that stops JetStream when its store cannot write (free space
+// below Config.MinFreeBytes, a failed write probe, a stream's write
+// error), so publishes fail at once instead of timing out, and starts it
+// again, reloading every stream and consumer from disk, once the store
+// writes again. Ready is the node's readiness: it names the fault, the
+// lost quorum of a cluster node, or a stream that cannot write.
+//
 // Start-up failures are reported at once, not after ReadyTimeout: a fixed
 // port that another socket holds fails before the server is created
 // (ErrAddrInUse, "listen 127.0.0.1:4222: address already in use"), and a
