@@ -348,6 +348,7 @@ const pullExpiry = 5 * time.Second
 // term the in-progress acks are refused locally and not sent.
 func keepAlive(msg jetstream.Msg, every time.Duration) (stop func()) {
 	done := make(chan struct{})
+	every = max(every, time.Millisecond) // a ticker needs a positive period
 	go func() {
 		tick := time.NewTicker(every)
 		defer tick.Stop()
