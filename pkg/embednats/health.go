@@ -78,7 +78,7 @@ func (s *Server) Ready() error {
 // fault are on disk (SyncAlways) and come back with the reload.
 type storageGuard struct {
 	s        *Server
-	dir      string // the store directory handed to nats-server (probe and statfs)
+	dir      string // the store directory handed to nats-server (probe, statfs, restart)
 	minFree  int64
 	every    time.Duration
 	jsConfig server.JetStreamConfig // as nats-server settled it at start
@@ -156,7 +156,7 @@ func (g *storageGuard) check() {
 		if !ns.JetStreamEnabled() {
 			cfg := g.jsConfig
 			// EnableJetStream appends "jetstream" to StoreDir again.
-			cfg.StoreDir = g.s.opts.StoreDir
+			cfg.StoreDir = g.dir
 			if err := ns.EnableJetStream(&cfg); err != nil {
 				log.log(slog.LevelError, "storage guard: JetStream could not be started again (retrying): %v", []any{err})
 				return
