@@ -283,7 +283,7 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 			version = worker.DefaultServiceVersion
 		}
 		m.metrics = metrics.New(version)
-		m.msrv, err = metrics.Serve(m.metrics, metrics.ServerConfig{Addr: cfg.MetricsAddr, Logger: log.With("component", "metrics"), Health: m.health})
+		m.msrv, err = metrics.Serve(m.metrics, metrics.ServerConfig{Addr: cfg.MetricsAddr, Logger: log.With("component", "metrics"), Health: m.health, Ready: m.Ready})
 		if err != nil {
 			return m, fmt.Errorf("mesh: --metrics-addr: %w", err)
 		}
@@ -353,6 +353,17 @@ func (m *Mesh) health() error {
 		return errors.New("not current with the JetStream cluster (no meta leader reachable)")
 	}
 	return nil
+}
+
+// Ready is /readyz: nil once Start has returned while the embedded
+// server can take writes (embednats.Server.Ready: JetStream on and, on a
+// cluster node, in quorum; the store's disk above its floor and writing;
+// no stream with a write error), else why not.
+func (m *Mesh) Ready() error {
+	if err := m.health(); err != nil {
+		return err
+	}
+	return m.srv.Ready()
 }
 
 // openFiles opens the single-node state: the streams with one replica and

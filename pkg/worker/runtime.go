@@ -38,11 +38,15 @@ type Config struct {
 	InstanceID string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
-	// AckWait is the JetStream ack wait of the tool consumers; a running
-	// call keeps its message alive with in-progress acks. Default 30s.
+	// AckWait is the JetStream ack wait of the tool consumers: a command
+	// whose worker died is redelivered this long after its last sign of
+	// life. A live worker keeps every command it handles alive with
+	// in-progress acks (every AckWait/3), so a long call is not
+	// redelivered. Default DefaultAckWait.
 	AckWait time.Duration
 	// ClaimLease is the lease of an execution claim, renewed while the call
-	// runs. A worker that dies holds the call at most this long. Default 15s.
+	// runs. A worker that dies holds the call at most this long. Default
+	// DefaultClaimLease.
 	ClaimLease time.Duration
 	// MaxDeliveries bounds how many executions of one call may die without
 	// finishing (a worker crash, a kill); the next attempt ends the call
@@ -79,6 +83,16 @@ type Config struct {
 
 // DefaultCancelGrace is Config.CancelGrace's default.
 const DefaultCancelGrace = 5 * time.Second
+
+// Failover defaults: a worker that dies mid-call (killed, its host gone)
+// stops sending in-progress acks and renewing its claim, and another
+// worker takes the call over max(AckWait, ClaimLease) after the dead
+// one's last renewal: about 5 s (docs/performance.md has the measured
+// stall).
+const (
+	DefaultAckWait    = 5 * time.Second
+	DefaultClaimLease = 5 * time.Second
+)
 
 // Runtime serves a set of tools: one durable JetStream consumer per tool,
 // shared with every other process serving the same tool.
@@ -141,10 +155,10 @@ func New(nc *nats.Conn, cfg Config, tools ...Tool) (*Runtime, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.AckWait <= 0 {
-		cfg.AckWait = 30 * time.Second
+		cfg.AckWait = DefaultAckWait
 	}
 	if cfg.ClaimLease <= 0 {
-		cfg.ClaimLease = 15 * time.Second
+		cfg.ClaimLease = DefaultClaimLease
 	}
 	if cfg.CancelGrace <= 0 {
 		cfg.CancelGrace = DefaultCancelGrace
@@ -316,6 +330,7 @@ func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup fu
 		r.jobs.Add(1)
 		go func() {
 			defer func() { <-sem; r.jobs.Add(-1); r.wg.Done() }()
+			defer keepAlive(msg, r.cfg.AckWait/3)()
 			t := lookup(msg.Subject())
 			if t == nil {
 				r.deadLetterUnknown(msg)
@@ -323,7 +338,7 @@ func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup fu
 			}
 			r.handle(t, msg)
 		}()
-	}, jetstream.PullMaxMessages(r.cfg.Concurrency), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullMaxMessages(r.cfg.Concurrency), jetstream.PullExpiry(pullExpiry), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		r.log.Debug("consume", "consumer", durable, "err", err)
 	}))
 	if err != nil {
@@ -333,6 +348,38 @@ func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup fu
 	r.consumes = append(r.consumes, cc)
 	r.mu.Unlock()
 	return nil
+}
+
+// pullExpiry is how long one pull request of a tool consumer waits; the
+// server's idle heartbeats come every half of it, and two missed make the
+// client pull again. nats.go's default (30 s) left a worker idle for 30 s
+// after JetStream restarted (the storage guard's heal, pkg/embednats) or a
+// consumer's leader moved; 5 s bounds that to 5 s.
+const pullExpiry = 5 * time.Second
+
+// keepAlive sends an in-progress ack for msg every interval until the
+// returned stop is called, so that a short AckWait redelivers the
+// commands of a dead worker quickly and never those of a live one, slow
+// as its store, gate or report may be. After the message's ack, nak or
+// term the in-progress acks are refused locally and not sent.
+func keepAlive(msg jetstream.Msg, every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	every = max(every, time.Millisecond) // a ticker needs a positive period
+	go func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				if err := msg.InProgress(); errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // Stop stops taking commands and waits for the calls in flight. When ctx
