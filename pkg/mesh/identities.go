@@ -8,7 +8,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
+
+	"github.com/utpmesh/utpmesh/pkg/worker"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -113,8 +114,9 @@ func (m *Mesh) ReloadIdentities() error {
 }
 
 // durableAckWait is the ack wait of the durables the core makes for
-// worker identities: the worker runtime's default (a worker may change it).
-const durableAckWait = 30 * time.Second
+// worker identities: the worker runtime's default (a worker may change it),
+// so a dead worker's calls fail over in seconds (docs/performance.md).
+const durableAckWait = worker.DefaultAckWait
 
 // workerDurables makes sure every tool of every worker identity has its
 // durable as a pull consumer (meshauth.WorkerDurables): missing ones are
