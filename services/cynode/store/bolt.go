@@ -133,6 +133,13 @@ func (s *Bolt) PutProject(_ context.Context, p Project) error {
 		if id := tx.Bucket(bSlugs).Get([]byte(p.Slug)); id != nil && string(id) != p.ID {
 			return fmt.Errorf("%w: slug %q is taken by project %s", ErrExists, p.Slug, id)
 		}
+		// A project that changes its slug gives the old one up.
+		var prev Project
+		if getJSON(tx.Bucket(bProjects), p.ID, &prev) && prev.Slug != p.Slug {
+			if err := tx.Bucket(bSlugs).Delete([]byte(prev.Slug)); err != nil {
+				return err
+			}
+		}
 		if err := tx.Bucket(bSlugs).Put([]byte(p.Slug), []byte(p.ID)); err != nil {
 			return err
 		}
