@@ -89,6 +89,9 @@ func decodeCursor(c string) ([]byte, error) {
 // until it has limit accepted items; it returns the next cursor ("" at the
 // end).
 func scan(b *bolt.Bucket, prefix []byte, page Page, take func(k, v []byte) (bool, error)) (string, error) {
+	if page.Limit < 1 {
+		return "", fmt.Errorf("%w: page limit %d is out of range; pass a limit of 1 or more", ErrInvalid, page.Limit)
+	}
 	after, err := decodeCursor(page.Cursor)
 	if err != nil {
 		return "", err

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/utpmesh/utpmesh/services/cynode/store"
@@ -23,5 +24,31 @@ func TestProjectSlugChange(t *testing.T) {
 	}
 	if p, err := s.GetProjectBySlug(ctx, "old"); err != nil || p.ID != "p2" {
 		t.Fatalf("the freed slug: %+v, %v", p, err)
+	}
+}
+func TestListLimit(t *testing.T) {
+	s := open(t)
+	if err := s.PutProject(ctx, store.Project{ID: "p1", Slug: "p1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateSetting(ctx, store.SystemScope, store.Setting{Key: "k", Value: 1}, store.Write{At: at}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutArtifact(ctx, "t1", "a", []byte("x"), at); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutSkill(ctx, store.Skill{ID: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	all := func(store.Skill) bool { return true }
+	for _, limit := range []int{0, -1} {
+		for name, list := range map[string]func(store.Page) error{
+			"projects":  func(p store.Page) error { _, _, err := s.ListProjects(ctx, []string{"p1"}, "", p); return err },
+			"settings":  func(p store.Page) error { _, _, err := s.ListSettings(ctx, store.SystemScope, "", p); return err },
+			"artifacts": func(p store.Page) error { _, _, err := s.ListArtifacts(ctx, "t1", p); return err },
+			"skills":    func(p store.Page) error { _, _, err := s.ListSkills(ctx, all, p); return err },
+		} {
+			wantErr(t, fmt.Sprintf("%s limit %d", name, limit), list(store.Page{Limit: limit}), store.ErrInvalid, "limit")
+		}
 	}
 }

@@ -89,7 +89,8 @@ type Artifact struct {
 
 // Page asks for one page of a list.
 type Page struct {
-	// Limit is the page size (callers bound it).
+	// Limit is the page size, 1 or more (callers bound it); a list
+	// refuses a smaller one with ErrInvalid.
 	Limit int
 	// Cursor is the opaque next_cursor of the previous page, or "".
 	Cursor string
