@@ -495,7 +495,7 @@ func (s *Bolt) ListSkills(_ context.Context, visible func(Skill) bool, page Page
 			if err := json.Unmarshal(v, &sk); err != nil {
 				return false, err
 			}
-			if !visible(sk) {
+			if visible != nil && !visible(sk) {
 				return false, nil
 			}
 			out = append(out, sk)

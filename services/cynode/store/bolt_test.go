@@ -555,6 +555,7 @@ func TestSkills(t *testing.T) {
 	}{
 		{"alice's", alice, []string{"s0", "s2", "s4"}},
 		{"none", func(store.Skill) bool { return false }, nil},
+		{"every skill (nil)", nil, []string{"s0", "s1", "s2", "s3", "s4"}},
 	} {
 		var got []string
 		page := store.Page{Limit: 2}

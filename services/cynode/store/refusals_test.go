@@ -6,6 +6,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/services/cynode/store"
 )
+
 func TestProjectSlugChange(t *testing.T) {
 	s := open(t)
 	if err := s.PutProject(ctx, store.Project{ID: "p1", Slug: "old"}); err != nil {

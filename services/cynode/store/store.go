@@ -136,7 +136,8 @@ type Store interface {
 
 	PutSkill(ctx context.Context, sk Skill) error
 	GetSkill(ctx context.Context, id string) (Skill, error)
-	// ListSkills lists every skill for which visible is true, by id.
+	// ListSkills lists every skill for which visible is true, by id
+	// (every skill when visible is nil).
 	ListSkills(ctx context.Context, visible func(Skill) bool, page Page) ([]Skill, string, error)
 	DeleteSkill(ctx context.Context, id string) error
 
