@@ -53,3 +53,41 @@ func TestListLimit(t *testing.T) {
 		}
 	}
 }
+func TestArtifactRefusals(t *testing.T) {
+	s := open(t)
+	for _, tc := range []struct {
+		name, task, path string
+		says             string
+	}{
+		{"no task", "", "a", "task_id"},
+		{"no path", "t1", "", "path"},
+		{"NUL in the task", "t1\x00x", "a", "NUL"},
+	} {
+		_, err := s.PutArtifact(ctx, tc.task, tc.path, []byte("x"), at)
+		wantErr(t, tc.name, err, store.ErrInvalid, tc.says)
+	}
+	if arts, _, err := s.ListArtifacts(ctx, "t1", store.Page{Limit: 10}); err != nil || len(arts) != 0 {
+		t.Fatalf("t1 lists %v, %v", arts, err)
+	}
+}
+func TestSettingRefusals(t *testing.T) {
+	s := open(t)
+	for _, tc := range []struct {
+		name string
+		sc   store.Scope
+		key  string
+		says string
+	}{
+		{"NUL in the scope id", store.Scope{Type: "user", ID: "alice\x00x"}, "k", "NUL"},
+		{"NUL in the key", store.Scope{Type: "user", ID: "alice"}, "x\x00k", "NUL"},
+		{"empty key", store.SystemScope, "", "key"},
+	} {
+		_, err := s.CreateSetting(ctx, tc.sc, store.Setting{Key: tc.key, Value: 1}, store.Write{At: at})
+		wantErr(t, tc.name+": create", err, store.ErrInvalid, tc.says)
+		_, err = s.UpdateSetting(ctx, tc.sc, store.Setting{Key: tc.key, Value: 1}, store.Write{At: at})
+		wantErr(t, tc.name+": update", err, store.ErrInvalid, tc.says)
+	}
+	if items, _, err := s.ListSettings(ctx, store.Scope{Type: "user", ID: "alice"}, "", store.Page{Limit: 10}); err != nil || len(items) != 0 {
+		t.Fatalf("alice lists %v, %v", items, err)
+	}
+}
