@@ -25,6 +25,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
 	"github.com/utpmesh/utpmesh/services/cynode/store"
@@ -163,7 +164,12 @@ func defaultName(content string) string {
 	for _, line := range strings.Split(content, "\n") {
 		if t := strings.TrimSpace(strings.TrimLeft(line, "#")); t != "" {
 			if len(t) > 200 {
-				t = t[:200]
+				// Cut at a character boundary: the name stays valid UTF-8.
+				n := 200
+				for n > 0 && !utf8.RuneStart(t[n]) {
+					n--
+				}
+				t = t[:n]
 			}
 			return t
 		}

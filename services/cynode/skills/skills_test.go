@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	ct "github.com/utpmesh/utpmesh/services/cynode/internal/cynodetest"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
@@ -123,6 +124,22 @@ func TestCreate(t *testing.T) {
 		{"content of the wrong type", ct.PAAgent, map[string]any{"task_id": "t1", "content": 5}, "invalid_argument", "arguments:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { d.Fail(create, tc.agent, tc.args, tc.typ, tc.says) })
+	}
+}
+
+// A name taken from a long heading is cut to 200 bytes at a character
+// boundary: it stays valid UTF-8.
+func TestDefaultNameIsValidUTF8(t *testing.T) {
+	d, spec := start(t)
+	heading := "a" + strings.Repeat("é", 150)
+	got := d.OK(spec(skills.ToolCreate), ct.PAAgent, map[string]any{"task_id": "t1", "content": "# " + heading + "\nbody"})
+	name := ct.Str(got, "name")
+	sk, err := d.Store.GetSkill(t.Context(), ct.Str(got, "skill_id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !utf8.ValidString(sk.Name) || len(sk.Name) > 200 || !strings.HasPrefix(heading, sk.Name) || name != sk.Name {
+		t.Fatalf("stored name %q (%d bytes), answered %q; want a prefix of the heading of at most 200 bytes", sk.Name, len(sk.Name), name)
 	}
 }
 
