@@ -13,7 +13,8 @@
 // skills.elevate in the agent's registration. The owner is the agent's
 // user, or "agent:<agent_id>" for an agent without one (PM).
 //
-// Content is scanned before it is stored (Scan): hidden instructions,
+// Content is scanned before it is stored (Scan): hidden instructions
+// (HTML comments; zero-width, bidirectional-control and tag characters),
 // instruction overrides and secret or security bypasses are refused with
 // error type policy_violation naming the category and the exact text.
 package skills
@@ -59,7 +60,9 @@ var rules = []struct {
 	category string
 	re       *regexp.Regexp
 }{
-	{"hidden_instructions", regexp.MustCompile(`(?s)<!--.*?-->|[\x{200B}\x{200C}\x{200D}\x{2060}\x{FEFF}]`)},
+	// HTML comments, zero-width characters, bidirectional controls and
+	// Unicode tag characters (text an editor does not show).
+	{"hidden_instructions", regexp.MustCompile(`(?s)<!--.*?-->|[\x{200B}\x{200C}\x{200D}\x{2060}\x{FEFF}\x{202A}-\x{202E}\x{2066}-\x{2069}\x{E0000}-\x{E007F}]`)},
 	{"instruction_override", regexp.MustCompile(`(?i)\b(ignore|disregard|override|forget)\b[^.\n]{0,40}\b(previous|prior|above|earlier|other|all|system)\b[^.\n]{0,40}\b(instructions?|prompts?|rules|guidelines)\b`)},
 	{"secret_bypass", regexp.MustCompile(`(?i)\b(reveal|output|print|expose|leak|send)\b[^.\n]{0,40}\b(api[ _-]?keys?|secrets?|passwords?|tokens?|credentials)\b|\bbypass\b[^.\n]{0,40}\b(access controls?|security|safety|authori[sz]ation)\b`)},
 }
