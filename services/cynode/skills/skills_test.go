@@ -22,7 +22,7 @@ const (
 	lonely   = "lonely-agent"   // erin, role skills.elevate, no group
 )
 
-func start(t *testing.T) (*ct.Direct, func(string) gateway.Spec) {
+func start(t testing.TB) (*ct.Direct, func(string) gateway.Spec) {
 	t.Helper()
 	cfg := ct.Config()
 	cfg.Agents[elevated] = gateway.Agent{Type: gateway.PA, User: "alice", Groups: []string{"eng", "ops"}, Roles: []string{skills.RoleElevate}}
