@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/utpmesh/utpmesh/services/cynode/help"
 	ct "github.com/utpmesh/utpmesh/services/cynode/internal/cynodetest"
@@ -91,5 +92,19 @@ func TestGet(t *testing.T) {
 			tc.args["task_id"] = "t1"
 			d.Fail(sp, ct.PAAgent, tc.args, tc.typ, tc.says)
 		})
+	}
+}
+
+// An answer over MaxBytes is truncated, says so, and stays valid UTF-8.
+func TestTruncated(t *testing.T) {
+	long := gateway.Spec{Name: "big.tool", Scope: gateway.ScopePM, Params: `{}`, Description: "x" + strings.Repeat("é", help.MaxBytes)}
+	d, sp := start(t, []gateway.Spec{long})
+	got := d.OK(sp, ct.PMAgent, map[string]any{"task_id": "t1", "topic": "big.tool"})
+	content := ct.Str(got, "content")
+	if got["truncated"] != true || len(content) > help.MaxBytes || len(content) < help.MaxBytes-utf8.UTFMax {
+		t.Fatalf("truncated %v, %d bytes; want true and at most %d", got["truncated"], len(content), help.MaxBytes)
+	}
+	if !utf8.ValidString(content) || strings.ContainsRune(content, utf8.RuneError) {
+		t.Fatalf("the truncated content is not valid UTF-8 (ends %q)", content[len(content)-8:])
 	}
 }
