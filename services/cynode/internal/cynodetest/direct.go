@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ type Direct struct {
 	Limits gateway.Limits
 	// Conn, when set, is the Exec's connection to the mesh.
 	Conn func(ctx context.Context) (*nats.Conn, error)
-	seq  int
+	seq  atomic.Int64
 }
 
 // NewDirect opens a store in a temporary directory; cfg nil is Config().
@@ -119,7 +120,7 @@ func (d *Direct) Spec(specs []gateway.Spec, name string) gateway.Spec {
 	return gateway.Spec{}
 }
 
-// Run runs sp as agentID (registered in Config) with args (a value
+// Run runs sp as agentID (safe for concurrent use) (registered in Config) with args (a value
 // encoded to JSON, or json.RawMessage as is). It returns the result
 // decoded from JSON, or the error as the gateway would answer it.
 func (d *Direct) Run(sp gateway.Spec, agentID string, args any) (any, *gateway.Error) {
@@ -141,9 +142,9 @@ func (d *Direct) Run(sp gateway.Spec, agentID string, args any) (any, *gateway.E
 		JobID  string `json:"job_id"`
 	}
 	_ = json.Unmarshal(raw, &ids)
-	d.seq++
+	seq := d.seq.Add(1)
 	call := &worker.Call{Version: subjects.DefaultVersion, ProjectID: d.Project, ChannelID: "main", ToolName: sp.Name,
-		Command: utp.Command{AgentID: agentID, AgentTurnID: "turn-" + agentID, ToolCallID: fmt.Sprintf("call-%d", d.seq)}, Arguments: raw}
+		Command: utp.Command{AgentID: agentID, AgentTurnID: "turn-" + agentID, ToolCallID: fmt.Sprintf("call-%d", seq)}, Arguments: raw}
 	x := &gateway.Exec{Call: call, Identity: gateway.Identity{AgentID: agentID, Agent: ag}, Project: d.Project,
 		TaskID: ids.TaskID, RunID: ids.RunID, JobID: ids.JobID, Args: raw, Now: d.Now, Limits: d.Limits,
 		Store: d.Store, Config: d.Config, Conn: d.Conn}
