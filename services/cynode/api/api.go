@@ -245,6 +245,11 @@ func (s *Service) request(ctx context.Context, p *provider, op *operation, param
 		if !ok {
 			return nil, gateway.Errorf(gateway.TypeInvalidArgument, "params.%s goes into the path and must be a string, number or boolean", name)
 		}
+		if str == "" || str == "." || str == ".." {
+			// PathEscape keeps them, and a server resolves them to
+			// another endpoint than the operation's.
+			return nil, gateway.Errorf(gateway.TypeInvalidArgument, "params.%s goes into the path and may not be empty, \".\" or \"..\" (the path would name another endpoint than %s)", name, op.Path)
+		}
 		path = strings.ReplaceAll(path, "{"+name+"}", url.PathEscape(str))
 		delete(rest, name)
 	}
