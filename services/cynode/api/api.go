@@ -136,6 +136,9 @@ func (s *Service) secret(pn string, c *gateway.APICredential) (string, error) {
 			return "", gateway.Errorf(gateway.TypeUnavailable, "the credential of provider %s is not available: its file (api.providers.%s.credential.file) cannot be read", pn, pn)
 		}
 		v = strings.TrimSpace(string(raw))
+		if v == "" {
+			return "", gateway.Errorf(gateway.TypeUnavailable, "the credential of provider %s is not available: its file (api.providers.%s.credential.file) is empty", pn, pn)
+		}
 	}
 	return v, nil
 }

@@ -304,6 +304,7 @@ func TestRefusals(t *testing.T) {
 		{"null in the query", "open", "search", map[string]any{"q": nil}, "invalid_argument", "params.q", false},
 		{"credential unset", "env", "json", nil, "", "", false},
 		{"credential file missing", "nofile", "json", nil, "unavailable", "its file (api.providers.nofile.credential.file) cannot be read", false},
+		{"credential file blank", "blank", "json", nil, "unavailable", "the credential of provider blank is not available: its file (api.providers.blank.credential.file) is empty", false},
 		{"binary response", "open", "binary", nil, "upstream_error", `open.binary sent "application/octet-stream"; api.call returns JSON or text only`, true},
 		{"broken JSON", "open", "broken", nil, "upstream_error", "open.broken sent application/json that is not JSON", true},
 		{"response against its schema", "open", "misshaped", nil, "upstream_error", "open.misshaped: the response does not match its declared schema", true},
