@@ -27,7 +27,7 @@ import (
 func fakeWorker(t *testing.T, nc *nats.Conn, instance, projects string, tools map[string]worker.ToolStats, refresh bool) micro.Service {
 	t.Helper()
 	svc, err := micro.AddService(nc, micro.Config{Name: worker.ServiceName, Version: "1.2.3",
-		Metadata: map[string]string{worker.MetaInstance: instance, worker.MetaProtocolVersion: subjects.DefaultVersion, worker.MetaProjects: projects},
+		Metadata:     map[string]string{worker.MetaInstance: instance, worker.MetaProtocolVersion: subjects.DefaultVersion, worker.MetaProjects: projects},
 		StatsHandler: func(e *micro.Endpoint) any { return tools[e.Metadata[worker.MetaTool]] }})
 	if err != nil {
 		t.Fatal(err)
