@@ -13,9 +13,9 @@
 // skills.elevate in the agent's registration. The owner is the agent's
 // user, or "agent:<agent_id>" for an agent without one (PM).
 //
-// Content is scanned before it is stored (Scan): hidden instructions
-// (HTML comments; zero-width, bidirectional-control and tag characters),
-// instruction overrides and secret or security bypasses are refused with
+// Content and name are scanned before they are stored (Scan): hidden
+// instructions (HTML comments; zero-width, bidirectional-control and tag
+// characters), instruction overrides and secret or security bypasses are refused with
 // error type policy_violation naming the category and the exact text.
 package skills
 
@@ -150,10 +150,20 @@ func place(x *gateway.Exec, scope string) (string, error) {
 	return "", nil
 }
 
-func scan(content string) error {
-	if f := Scan(content); len(f) > 0 {
-		return gateway.Errorf(TypePolicyViolation, "the skill content was refused: %s: %q; remove that text and try again", strings.ReplaceAll(f[0].Category, "_", " "), f[0].Match).
-			With(map[string]any{"findings": f})
+// scan applies the content policy to a skill's content and name
+// (either may be nil); the error names the field.
+func scan(content, name *string) error {
+	for _, fld := range []struct {
+		what string
+		text *string
+	}{{"content", content}, {"name", name}} {
+		if fld.text == nil {
+			continue
+		}
+		if f := Scan(*fld.text); len(f) > 0 {
+			return gateway.Errorf(TypePolicyViolation, "the skill %s was refused: %s: %q; remove that text and try again", fld.what, strings.ReplaceAll(f[0].Category, "_", " "), f[0].Match).
+				With(map[string]any{"field": fld.what, "findings": f})
+		}
 	}
 	return nil
 }
@@ -198,7 +208,7 @@ func create(ctx context.Context, x *gateway.Exec) (any, error) {
 	if a.Content == nil {
 		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "skills.create needs content (the skill's markdown)")
 	}
-	if err := scan(*a.Content); err != nil {
+	if err := scan(a.Content, a.Name); err != nil {
 		return nil, err
 	}
 	scope := "user"
@@ -288,10 +298,10 @@ func update(ctx context.Context, x *gateway.Exec) (any, error) {
 	if a.Content == nil && a.Name == nil && a.Scope == nil {
 		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "nothing to update: pass content, name or scope")
 	}
+	if err := scan(a.Content, a.Name); err != nil {
+		return nil, err
+	}
 	if a.Content != nil {
-		if err := scan(*a.Content); err != nil {
-			return nil, err
-		}
 		sk.Content, sk.SHA256 = *a.Content, digest(*a.Content)
 	}
 	if a.Name != nil {
