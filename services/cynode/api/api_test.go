@@ -233,7 +233,7 @@ func TestResponses(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := e.d.OK(e.call, ct.PMAgent, args(tc.provider, tc.op, nil))
+			got := e.d.For(t).OK(e.call, ct.PMAgent, args(tc.provider, tc.op, nil))
 			if got["provider"] != tc.provider || got["operation"] != tc.op {
 				t.Fatalf("result %v", got)
 			}
@@ -267,7 +267,7 @@ func TestRequests(t *testing.T) {
 		{"post takes a JSON body without the placeholders", "create", map[string]any{"kind": "note", "text": "hi", "meta": map[string]any{"a": 1}}, "POST", "/v1/items/note", `{"meta":{"a":1},"text":"hi"}`, "application/json"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e.d.OK(e.call, ct.PMAgent, args("open", tc.op, tc.params))
+			e.d.For(t).OK(e.call, ct.PMAgent, args("open", tc.op, tc.params))
 			got := e.p.last(t)
 			if got.method != tc.method || got.uri != tc.uri || got.body != tc.body || got.header.Get("Content-Type") != tc.ctype {
 				t.Fatalf("sent %s %s %q (%s); want %s %s %q (%s)", got.method, got.uri, got.body, got.header.Get("Content-Type"), tc.method, tc.uri, tc.body, tc.ctype)
@@ -322,7 +322,7 @@ func TestRefusals(t *testing.T) {
 				tc.typ, tc.says = "unavailable", "environment variable CYNODE_API_TEST_SECRET is unset on the service's host"
 			}
 			before := e.p.count()
-			err := e.d.Fail(e.call, ct.PMAgent, args(tc.provider, tc.op, tc.params), tc.typ, tc.says)
+			err := e.d.For(t).Fail(e.call, ct.PMAgent, args(tc.provider, tc.op, tc.params), tc.typ, tc.says)
 			if strings.Contains(err.Message, secret) || strings.Contains(fmt.Sprint(err.Details), secret) {
 				t.Fatalf("the credential is in the error: %v", err)
 			}

@@ -133,7 +133,7 @@ func TestRefusals(t *testing.T) {
 			if _, ok := tc.args["task_id"]; !ok {
 				tc.args["task_id"] = "t1"
 			}
-			d.Fail(tc.sp, ct.SandboxAgent, tc.args, tc.typ, tc.says)
+			d.For(t).Fail(tc.sp, ct.SandboxAgent, tc.args, tc.typ, tc.says)
 		})
 	}
 	// Nothing refused was stored.

@@ -100,7 +100,7 @@ func TestTasksAndJobs(t *testing.T) {
 		{"update a job of another project", db.ToolJobUpdateStatus, map[string]any{"job_id": "j-foreign", "status": "running"}, "not_found", "does not exist in project demo"},
 		{"illegal job move", db.ToolJobUpdateStatus, map[string]any{"job_id": "j1", "status": "completed"}, "invalid_argument", "legal from pending: running, canceled"},
 	} {
-		t.Run(tc.name, func(t *testing.T) { d.Fail(spec(tc.tool), ct.PMAgent, tc.args, tc.typ, tc.says) })
+		t.Run(tc.name, func(t *testing.T) { d.For(t).Fail(spec(tc.tool), ct.PMAgent, tc.args, tc.typ, tc.says) })
 	}
 	if got := d.OK(spec(db.ToolJobGet), ct.PMAgent, map[string]any{"job_id": "j1", "task_id": "t1"}); got["task_id"] != "t1" {
 		t.Fatalf("job = %v", got)
@@ -143,14 +143,14 @@ func TestPreferenceScopes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.typ != "" {
-				d.Fail(create, tc.agent, pref(tc.scopeType, tc.scopeID), tc.typ, tc.says)
+				d.For(t).Fail(create, tc.agent, pref(tc.scopeType, tc.scopeID), tc.typ, tc.says)
 				// The same checks guard every preference tool.
 				for _, name := range []string{db.ToolPreferenceGet, db.ToolPreferenceList, db.ToolPreferenceUpdate, db.ToolPreferenceDelete} {
-					d.Fail(spec(name), tc.agent, pref(tc.scopeType, tc.scopeID), tc.typ, tc.says)
+					d.For(t).Fail(spec(name), tc.agent, pref(tc.scopeType, tc.scopeID), tc.typ, tc.says)
 				}
 				return
 			}
-			got := d.OK(create, tc.agent, pref(tc.scopeType, tc.scopeID))
+			got := d.For(t).OK(create, tc.agent, pref(tc.scopeType, tc.scopeID))
 			want := tc.scopeID
 			if want == "-" {
 				want = ""
@@ -158,7 +158,7 @@ func TestPreferenceScopes(t *testing.T) {
 			if got["scope_type"] != tc.scopeType || ct.Str(got, "scope_id") != want || got["version"] != float64(1) || got["updated_by"] != tc.agent {
 				t.Fatalf("created %v", got)
 			}
-			if got := d.OK(spec(db.ToolPreferenceGet), tc.agent, pref(tc.scopeType, tc.scopeID)); got["value"] != float64(1) {
+			if got := d.For(t).OK(spec(db.ToolPreferenceGet), tc.agent, pref(tc.scopeType, tc.scopeID)); got["value"] != float64(1) {
 				t.Fatalf("get = %v", got)
 			}
 		})
@@ -180,7 +180,7 @@ func TestSettingValues(t *testing.T) {
 		{"NUL in the key", map[string]any{"key": "a\x00b", "value": 1, "value_type": "integer"}, "invalid_argument", "NUL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d.Fail(spec(db.ToolSettingCreate), ct.PMAgent, tc.args, tc.typ, tc.says)
+			d.For(t).Fail(spec(db.ToolSettingCreate), ct.PMAgent, tc.args, tc.typ, tc.says)
 		})
 	}
 	if got := d.OK(spec(db.ToolSettingCreate), ct.PMAgent, map[string]any{"key": "k", "value": map[string]any{"a": 1}, "value_type": "json", "reason": "r"}); got["reason"] != "r" || ct.Get(got, "value", "a") != float64(1) || got["scope_type"] != nil {
@@ -229,7 +229,7 @@ func TestLists(t *testing.T) {
 		{"cursor not from this server", db.ToolSettingList, map[string]any{"cursor": "%%"}, "is not one this server returned"},
 		{"cursor of another list", db.ToolPreferenceList, map[string]any{"scope_type": "task", "scope_id": "t1", "cursor": ct.Str(first, "next_cursor")}, "belongs to another list"},
 	} {
-		t.Run(tc.name, func(t *testing.T) { d.Fail(spec(tc.tool), ct.PMAgent, tc.args, "invalid_argument", tc.says) })
+		t.Run(tc.name, func(t *testing.T) { d.For(t).Fail(spec(tc.tool), ct.PMAgent, tc.args, "invalid_argument", tc.says) })
 	}
 }
 
@@ -266,7 +266,7 @@ func TestEffective(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got := d.OK(spec(db.ToolPreferenceEffectiv), tc.agent, map[string]any{"task_id": tc.task})
+			got := d.For(t).OK(spec(db.ToolPreferenceEffectiv), tc.agent, map[string]any{"task_id": tc.task})
 			if fmt.Sprint(got["effective"]) != fmt.Sprint(tc.want) || got["task_id"] != tc.task || got["sources"] != nil {
 				t.Fatalf("effective = %v; want %v", got, tc.want)
 			}
@@ -294,10 +294,10 @@ func TestProjects(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.slug == "" {
-				d.Fail(get, tc.agent, tc.args, tc.typ, tc.says)
+				d.For(t).Fail(get, tc.agent, tc.args, tc.typ, tc.says)
 				return
 			}
-			if got := d.OK(get, tc.agent, tc.args); got["slug"] != tc.slug {
+			if got := d.For(t).OK(get, tc.agent, tc.args); got["slug"] != tc.slug {
 				t.Fatalf("got %v", got)
 			}
 		})

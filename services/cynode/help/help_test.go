@@ -57,7 +57,7 @@ func TestGet(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.args["task_id"] = "t1"
-			got := d.OK(sp, ct.PAAgent, tc.args)
+			got := d.For(t).OK(sp, ct.PAAgent, tc.args)
 			content := ct.Str(got, "content")
 			if got["topic"] != tc.topic || got["format"] != "markdown" || got["truncated"] != false || content == "" {
 				t.Fatalf("answer %v", got)
@@ -90,7 +90,7 @@ func TestGet(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.args["task_id"] = "t1"
-			d.Fail(sp, ct.PAAgent, tc.args, tc.typ, tc.says)
+			d.For(t).Fail(sp, ct.PAAgent, tc.args, tc.typ, tc.says)
 		})
 	}
 }

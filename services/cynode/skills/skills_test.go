@@ -99,7 +99,7 @@ func TestCreate(t *testing.T) {
 			map[string]any{"scope": "global", "scope_id": nil}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := d.OK(create, tc.agent, tc.args)
+			got := d.For(t).OK(create, tc.agent, tc.args)
 			for k, v := range tc.want {
 				if got[k] != v {
 					t.Fatalf("%s = %v; want %v (%v)", k, got[k], v, got)
@@ -108,7 +108,7 @@ func TestCreate(t *testing.T) {
 			if got["content"] != nil || !strings.HasPrefix(ct.Str(got, "skill_id"), "skill_") || len(ct.Str(got, "sha256")) != 64 {
 				t.Fatalf("answer %v: no content, an id and the content's sha256", got)
 			}
-			full := d.OK(spec(skills.ToolGet), tc.agent, map[string]any{"task_id": "t1", "skill_id": got["skill_id"]})
+			full := d.For(t).OK(spec(skills.ToolGet), tc.agent, map[string]any{"task_id": "t1", "skill_id": got["skill_id"]})
 			if full["content"] != tc.args["content"] {
 				t.Fatalf("get = %v", full)
 			}
@@ -128,7 +128,7 @@ func TestCreate(t *testing.T) {
 		{"group without a group", lonely, map[string]any{"task_id": "t1", "content": "x", "scope": "group"}, "invalid_argument", "names no group"},
 		{"content of the wrong type", ct.PAAgent, map[string]any{"task_id": "t1", "content": 5}, "invalid_argument", "arguments:"},
 	} {
-		t.Run(tc.name, func(t *testing.T) { d.Fail(create, tc.agent, tc.args, tc.typ, tc.says) })
+		t.Run(tc.name, func(t *testing.T) { d.For(t).Fail(create, tc.agent, tc.args, tc.typ, tc.says) })
 	}
 }
 
@@ -245,7 +245,7 @@ func TestUpdateAndDelete(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.args["task_id"], tc.args["skill_id"] = "t1", id
-			d.Fail(up, tc.agent, tc.args, tc.typ, tc.says)
+			d.For(t).Fail(up, tc.agent, tc.args, tc.typ, tc.says)
 		})
 	}
 	got := d.OK(up, elevated, map[string]any{"task_id": "t1", "skill_id": id, "content": "v2", "name": "renamed"})

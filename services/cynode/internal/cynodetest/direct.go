@@ -39,7 +39,7 @@ type Direct struct {
 	Limits gateway.Limits
 	// Conn, when set, is the Exec's connection to the mesh.
 	Conn func(ctx context.Context) (*nats.Conn, error)
-	seq  atomic.Int64
+	seq  *atomic.Int64
 }
 
 // NewDirect opens a store in a temporary directory; cfg nil is Config().
@@ -59,7 +59,7 @@ func NewDirect(t testing.TB, cfg *gateway.Config) *Direct {
 		}
 		CheckBolt(t, path)
 	})
-	return &Direct{T: t, Store: st, Config: cfg, Project: Project, Limits: gateway.DefaultLimits,
+	return &Direct{T: t, Store: st, Config: cfg, Project: Project, Limits: gateway.DefaultLimits, seq: new(atomic.Int64),
 		Now: time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)}
 }
 
@@ -85,6 +85,14 @@ func CheckBolt(t testing.TB, path string) {
 	if err != nil {
 		t.Errorf("bbolt consistency check of %s: %v", path, err)
 	}
+}
+
+// For returns d reporting to t (a subtest's): the same store,
+// configuration and call numbering.
+func (d *Direct) For(t testing.TB) *Direct {
+	c := *d
+	c.T = t
+	return &c
 }
 
 // Seed stores the projects demo (slug demo) and p-shared (slug shared),
