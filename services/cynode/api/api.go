@@ -171,8 +171,12 @@ func (s *Service) call(ctx context.Context, x *gateway.Exec) (any, error) {
 		msg := strings.Replace(strings.TrimPrefix(err.Error(), registry.ErrArgs.Error()+": "), "arguments", "params", 1)
 		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "%s.%s: %s", a.Provider, a.Operation, msg)
 	}
+	// Numbers keep the text they were sent as: a float64 would send
+	// 1000000 as 1e+06 and round integers past 2^53.
 	var params map[string]any
-	if err := json.Unmarshal(a.Params, &params); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(a.Params))
+	dec.UseNumber()
+	if err := dec.Decode(&params); err != nil {
 		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "params: %v", err)
 	}
 	req, err := s.request(ctx, p, op, params)
@@ -304,7 +308,9 @@ func scalar(v any) (string, bool) {
 	switch x := v.(type) {
 	case string:
 		return x, true
-	case float64, bool:
+	case json.Number:
+		return x.String(), true
+	case bool:
 		return fmt.Sprint(x), true
 	}
 	return "", false

@@ -263,6 +263,8 @@ func TestRequests(t *testing.T) {
 		{"query of scalars and lists", "search", map[string]any{"q": "a b&c", "n": 2, "on": true, "tag": []any{"x", 1.5}}, "GET", "/v1/search?n=2&on=true&q=a+b%26c&tag=x&tag=1.5", "", ""},
 		{"path placeholder, escaped", "item", map[string]any{"id": "a/b?c", "x": 1}, "GET", "/v1/items/a%2Fb%3Fc/detail?x=1", "", ""},
 		{"number placeholder", "item", map[string]any{"id": 42}, "GET", "/v1/items/42/detail", "", ""},
+		{"numbers as sent", "item", map[string]any{"id": json.Number("1000000"), "big": json.Number("12345678901234567890"), "f": 0.5, "e": json.Number("1e3")}, "GET", "/v1/items/1000000/detail?big=12345678901234567890&e=1e3&f=0.5", "", ""},
+		{"numbers in a body as sent", "create", map[string]any{"kind": json.Number("1000000"), "n": json.Number("12345678901234567890")}, "POST", "/v1/items/1000000", `{"n":12345678901234567890}`, "application/json"},
 		{"delete takes a query", "remove", map[string]any{"id": "x", "hard": true}, "DELETE", "/v1/items/x?hard=true", "", ""},
 		{"post takes a JSON body without the placeholders", "create", map[string]any{"kind": "note", "text": "hi", "meta": map[string]any{"a": 1}}, "POST", "/v1/items/note", `{"meta":{"a":1},"text":"hi"}`, "application/json"},
 	} {
