@@ -312,6 +312,10 @@ func update(ctx context.Context, x *gateway.Exec) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if *a.Scope == "user" {
+			// A user skill is its owner's, whoever moves it (skills.admin).
+			sid = sk.Owner
+		}
 		sk.Scope, sk.ScopeID = *a.Scope, sid
 	}
 	sk.Version++

@@ -263,6 +263,11 @@ func TestUpdateAndDelete(t *testing.T) {
 	if got := d.OK(up, admin, map[string]any{"task_id": "t1", "skill_id": id, "name": "by admin"}); got["owner"] != "alice" || got["version"] != float64(4) {
 		t.Fatalf("admin update = %v (the owner stays)", got)
 	}
+	// Moved to user scope by the admin, it is its owner's user skill.
+	if got := d.OK(up, admin, map[string]any{"task_id": "t1", "skill_id": id, "scope": "user"}); got["scope_id"] != "alice" || got["owner"] != "alice" {
+		t.Fatalf("admin move to user scope = %v; want scope_id alice (the owner's)", got)
+	}
+	d.OK(up, elevated, map[string]any{"task_id": "t1", "skill_id": id, "scope": "global"})
 	// Back to user scope: it is alice's again, bob no longer sees it.
 	d.OK(up, elevated, map[string]any{"task_id": "t1", "skill_id": id, "scope": "user"})
 	d.Fail(spec(skills.ToolGet), bob, map[string]any{"task_id": "t1", "skill_id": id}, "not_found", "may see")
