@@ -81,6 +81,10 @@ func slugs(v map[string]any) []string {
 
 func TestDiscover(t *testing.T) {
 	d, nc, spec := start(t)
+	// Every fake answers at once; a longer quiet window keeps a loaded
+	// machine from making one of them look missing.
+	defer func(old time.Duration) { node.QuietWindow = old }(node.QuietWindow)
+	node.QuietWindow = time.Second
 	fakeWorker(t, nc, "w-b", "demo, p2,", map[string]worker.ToolStats{
 		"artifact.put": {Calls: 5, Failed: 1, InFlight: 2, Redelivered: 1},
 		"db.task.get":  {Calls: 3},
