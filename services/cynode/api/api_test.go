@@ -342,9 +342,6 @@ func TestRefusals(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	e := startTimeout(t, 50)
 	e.d.Fail(e.call, ct.PMAgent, args("open", "hang", nil), "unavailable", "provider open took longer than api.timeout_ms (50 ms)")
-	if e.p.count() != 1 {
-		t.Fatalf("the provider saw %d calls", e.p.count())
-	}
 }
 
 func TestNew(t *testing.T) {
