@@ -26,7 +26,12 @@ FUZZ_TARGETS = \
 	./pkg/authz:FuzzExplainParseError \
 	./services/atlas/internal/cron:FuzzParse \
 	./services/atlas/internal/atime:FuzzParseHM \
-	./services/atlas/internal/atime:FuzzParseDate
+	./services/atlas/internal/atime:FuzzParseDate \
+	./services/cynode/store:FuzzListCursor \
+	./services/cynode/db:FuzzCheckValue \
+	./services/cynode/skills:FuzzCreate \
+	./services/cynode/artifact:FuzzPut \
+	./services/cynode/api:FuzzParams
 
 # Packages whose tests depend on timing between goroutines or processes
 # (brokers, leases, group commit, redelivery, schedulers): `make stress`.

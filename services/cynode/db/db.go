@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
@@ -243,7 +244,12 @@ func checkGuarded(x *gateway.Exec, sc store.Scope, key string) error {
 		key, gateway.AgentSettingsPrefix, gateway.AllowedImagePrefix, x.Identity.AgentID).With(map[string]any{"key": key, "required_principal": "operator"})
 }
 
-// CheckValue checks that value has value_type.
+// maxExactInt is the largest integer every JSON number decoder holds
+// exactly (2^53-1).
+const maxExactInt = 1<<53 - 1
+
+// CheckValue checks that value has value_type; an integer must lie within
+// ±(2^53-1).
 func CheckValue(value json.RawMessage, valueType string) (any, error) {
 	var v any
 	if len(value) == 0 {
@@ -260,7 +266,12 @@ func CheckValue(value json.RawMessage, valueType string) (any, error) {
 		_, ok = v.(float64)
 	case "integer":
 		f, isNum := v.(float64)
-		ok = isNum && f == float64(int64(f))
+		ok = isNum && f == math.Trunc(f)
+		if ok && math.Abs(f) > maxExactInt {
+			// A larger integer was rounded when it was decoded: storing it
+			// would change it silently.
+			return nil, gateway.Errorf(gateway.TypeInvalidArgument, "value %s is outside the integers a JSON number holds exactly (±%d); store it as value_type string", value, int64(maxExactInt))
+		}
 	case "boolean":
 		_, ok = v.(bool)
 	case "json":

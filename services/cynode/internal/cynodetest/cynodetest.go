@@ -2,6 +2,8 @@
 // tests: mesh.Start with the service's tools, an issuer key for the test
 // project, and one agent client per registered agent (each with its own
 // signed mandate), making real calls and reading the result cards.
+// Direct runs one tool package's specs straight on a gateway.Exec over a
+// real bbolt store, for that package's own tests.
 package cynodetest
 
 import (
