@@ -24,6 +24,20 @@ type Outcome struct {
 	// Start is when the toolkit took the call; Duration how long it ran.
 	Start    time.Time
 	Duration time.Duration
+	// Detail is what the handler attached with Annotate (the catalogue's
+	// own audit record), or nil.
+	Detail any
+}
+
+type outcomeKey struct{}
+
+// Annotate attaches a catalogue's own audit detail to the call running
+// under ctx (a handler behind Hooks); the audit hook finds it in
+// Outcome.Detail. Outside a toolkit handler it does nothing.
+func Annotate(ctx context.Context, detail any) {
+	if o, ok := ctx.Value(outcomeKey{}).(*Outcome); ok {
+		o.Detail = detail
+	}
 }
 
 // AuditFunc records one call's outcome. It cannot change the outcome: a
@@ -51,7 +65,10 @@ func (h Hooks) Wrap(spec *Spec, run Handler) worker.HandlerFunc {
 	guards := append([]Guard(nil), h.Guards...)
 	audit := h.Audit
 	return func(ctx context.Context, call *worker.Call) (worker.Result, error) {
-		start := now()
+		o := &Outcome{Spec: spec, Call: call, Start: now()}
+		if audit != nil {
+			ctx = context.WithValue(ctx, outcomeKey{}, o)
+		}
 		var res worker.Result
 		var err error
 		for _, g := range guards {
@@ -63,7 +80,8 @@ func (h Hooks) Wrap(spec *Spec, run Handler) worker.HandlerFunc {
 			res, err = run(ctx, call)
 		}
 		if audit != nil {
-			audit(ctx, &Outcome{Spec: spec, Call: call, Result: res, Err: err, Start: start, Duration: now().Sub(start)})
+			o.Result, o.Err, o.Duration = res, err, now().Sub(o.Start)
+			audit(ctx, o)
 		}
 		return res, err
 	}

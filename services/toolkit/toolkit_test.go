@@ -144,8 +144,9 @@ func TestHooks(t *testing.T) {
 			ran := false
 			var audited *toolkit.Outcome
 			s := goodSpec()
-			tool, err := s.Tool(func(context.Context, *worker.Call) (worker.Result, error) {
+			tool, err := s.Tool(func(ctx context.Context, _ *worker.Call) (worker.Result, error) {
 				ran = true
+				toolkit.Annotate(ctx, "detail")
 				return worker.OK("v"), tc.runErr
 			}, toolkit.Hooks{Guards: tc.guards, Audit: func(_ context.Context, o *toolkit.Outcome) { audited = o }})
 			if err != nil {
@@ -157,6 +158,9 @@ func TestHooks(t *testing.T) {
 			}
 			if audited == nil || audited.Spec.Name != s.Name || !errors.Is(audited.Err, tc.wantErr) || audited.Call.Command.ToolCallID != "call-1" {
 				t.Fatalf("audit saw %+v", audited)
+			}
+			if want := map[bool]any{true: "detail", false: nil}[tc.wantRun]; audited.Detail != want {
+				t.Fatalf("audit detail %v, want %v", audited.Detail, want)
 			}
 		})
 	}

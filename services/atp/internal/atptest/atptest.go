@@ -108,7 +108,7 @@ func StartIn(t testing.TB, dir string, opt Options) *Harness {
 				return nil, err
 			}
 			h.Service = s
-			return s.Tools(), nil
+			return s.Tools()
 		}})
 	if err != nil {
 		t.Fatalf("mesh: %v", err)
@@ -285,7 +285,11 @@ func (o *Operator) Call(tool string, args any) *Result {
 		o.h.T.Fatal(err)
 	}
 	var tl *worker.Tool
-	for _, t := range o.h.Service.Tools() {
+	all, err := o.h.Service.Tools()
+	if err != nil {
+		o.h.T.Fatal(err)
+	}
+	for _, t := range all {
 		if t.Name == tool {
 			tl = &t
 		}
