@@ -19,15 +19,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Project is the project the harness's calls run in.
@@ -45,38 +43,11 @@ var Get = meshtest.JSONGet
 // Str is Get as a string.
 var Str = meshtest.JSONStr
 
-// Late hands a mesh's connection and CardStore to services built before
-// the mesh started (as utpmesh up binds them once the mesh is up).
-type Late struct {
-	once  sync.Once
-	ready chan struct{}
-	nc    *nats.Conn
-	st    cardstore.Store
-}
+// Late is toolkit.Late, for services a test builds before its mesh.
+type Late = toolkit.Late
 
 // NewLate returns an unset Late.
-func NewLate() *Late { return &Late{ready: make(chan struct{})} }
-
-// Set provides the connection and store (the first Set counts).
-func (l *Late) Set(nc *nats.Conn, st cardstore.Store) {
-	l.once.Do(func() { l.nc, l.st = nc, st; close(l.ready) })
-}
-
-// Resolve waits for Set or the end of ctx.
-func (l *Late) Resolve(ctx context.Context) (*nats.Conn, cardstore.Store, error) {
-	select {
-	case <-l.ready:
-		return l.nc, l.st, nil
-	case <-ctx.Done():
-		return nil, nil, ctx.Err()
-	}
-}
-
-// Conn is Resolve without the store.
-func (l *Late) Conn(ctx context.Context) (*nats.Conn, error) {
-	nc, _, err := l.Resolve(ctx)
-	return nc, err
-}
+func NewLate() *Late { return toolkit.NewLate() }
 
 // Harness is a running mesh serving a catalogue's tools.
 type Harness struct {
