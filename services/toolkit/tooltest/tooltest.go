@@ -25,7 +25,6 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
-	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Project is the project the harness's calls run in.
@@ -42,12 +41,6 @@ var Get = meshtest.JSONGet
 
 // Str is Get as a string.
 var Str = meshtest.JSONStr
-
-// Late is toolkit.Late, for services a test builds before its mesh.
-type Late = toolkit.Late
-
-// NewLate returns an unset Late.
-func NewLate() *Late { return toolkit.NewLate() }
 
 // Harness is a running mesh serving a catalogue's tools.
 type Harness struct {

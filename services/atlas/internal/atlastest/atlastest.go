@@ -18,18 +18,12 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 	"github.com/utpmesh/utpmesh/services/toolkit/tooltest"
 )
 
 // Project is the project the harness registers the tools in.
 const Project = tooltest.Project
-
-// Late hands a mesh's connection and CardStore to services built before
-// the mesh started.
-type Late = tooltest.Late
-
-// NewLate returns an unset Late.
-func NewLate() *Late { return tooltest.NewLate() }
 
 // Harness is a running mesh with ATLAS services and an agent.
 type Harness struct {
@@ -68,7 +62,7 @@ func StartIn(t testing.TB, ctx context.Context, dir string, builders ...Builder)
 // wrap (nil: as it is), e.g. to make their receipt writes fail.
 func StartWrapped(t testing.TB, ctx context.Context, dir string, wrap func(cardstore.Store) cardstore.Store, builders ...Builder) *Harness {
 	t.Helper()
-	late := NewLate()
+	late := toolkit.NewLate()
 	deps := atlas.Deps{Resolve: late.Resolve, DataDir: dir, Context: ctx, Logger: Quiet}
 	var tools []worker.Tool
 	for _, b := range builders {
