@@ -374,11 +374,6 @@ func needPostConfirmation(tool string, b *booking.Booking) error {
 // bind decodes the call's arguments.
 func bind(c *worker.Call, v any) error { return c.Bind(v) }
 
-// actor names who made call c, for the booking's event log (toolkit.Actor:
-// "operator:<name>" of an admitted operator's call, else
-// "agent:<agent_id>").
-func actor(c *worker.Call) string { return toolkit.Actor(c) }
-
 // callID is a stable id of a call's effect, derived from its turn and
 // tool_call_id, so a redelivered call names the same effect.
 func callID(prefix string, c *worker.Call) string {
