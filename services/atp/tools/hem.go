@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,6 +18,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -133,13 +133,12 @@ func (s *Service) invokeHEM(ctx context.Context, c *worker.Call) (any, error) {
 // without an admission is the agent's whose id it carries, and so is
 // refused, whatever its mandate permits.
 func operatorOf(c *worker.Call) (string, error) {
+	if who := toolkit.CallerOf(c); who.IsOperator() {
+		return who.Operator, nil
+	}
 	principal := c.Principal
 	if principal == "" {
 		principal = utp.PrincipalAgent + ":" + c.Command.AgentID
-	}
-	kind, name, _ := strings.Cut(principal, ":")
-	if kind == utp.PrincipalOperator && name != "" && c.Admission != nil && c.Admission.Principal == principal {
-		return name, nil
 	}
 	return "", worker.FailDetail(card.CodeAuthFailed, fmt.Sprintf("%s is an operator's tool and this call comes from %s: an agent cannot decide a HEM task, not even with a mandate that permits it; an operator runs it (utpmesh hem ls|confirm|decline with an operator's credentials)",
 		c.ToolName, principal), ScopeDenial{Error: authz.ReasonScopeViolation, RequiredScope: ScopeHEMOperator, MandateScopes: []string{}, ATPErrorCode: "MCP-403-SCOPE"})

@@ -145,7 +145,11 @@ func TestHEMConfirmAndDecline(t *testing.T) {
 
 	t.Run("an operator principal counts only with the mesh's admission", func(t *testing.T) {
 		var decline worker.Tool
-		for _, tl := range h.Service.Tools() {
+		all, err := h.Service.Tools()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tl := range all {
 			if tl.Name == tools.ToolHEMDecline {
 				decline = tl
 			}
@@ -174,7 +178,11 @@ func TestHEMConfirmAndDecline(t *testing.T) {
 	})
 
 	t.Run("the registry marks them operator-only", func(t *testing.T) {
-		for _, tl := range h.Service.Tools() {
+		all, err := h.Service.Tools()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tl := range all {
 			want := ""
 			if tl.Name == tools.ToolHEMList || tl.Name == tools.ToolHEMConfirm || tl.Name == tools.ToolHEMDecline {
 				want = registry.PrincipalOperator

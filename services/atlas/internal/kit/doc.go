@@ -1,5 +1,12 @@
 // Package kit is the machinery every ATLAS service shares, so that each
-// group (tasks, notes, calendar, workflows, utility) is only its Specs.
+// group (tasks, notes, calendar, workflows, utility) is only its Specs. It
+// builds on the catalogues' toolkit (services/toolkit): a Spec becomes a
+// toolkit.Spec (target atlas.<group>.<NAME>, Cedar action
+// ATLASAction::"<NAME>"), arguments bind with toolkit.Bind, the call
+// records are toolkit.CallRecord (the receipt as the record's receipt) and
+// the confirmation rule is toolkit.NeedsConfirm. What stays here is
+// ATLAS's: its state, receipts, the confirmation endpoint and the holder
+// lease.
 //
 // A Service owns its group's state (package state): the local bbolt file
 // atlas-<group>.db, guarded by a holder lease in the CardStore (holder.go),

@@ -18,6 +18,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // unknownOnce is a group's state whose first commit ends with
@@ -67,7 +68,7 @@ func TestUnknownCommitOutcomeRetries(t *testing.T) {
 			tools, err := s.Tools(Spec{Name: "MAKE", Params: `{"type":"object"}`, Run: func(x *Exec) (Outcome, error) {
 				runs.Add(1)
 				id := x.ID("obj", 0)
-				if _, err := PutNew(x.Bucket("objs"), id, map[string]string{"id": id}, x.ToolCallID); err != nil {
+				if _, err := toolkit.PutNew(x.Bucket("objs"), id, map[string]string{"id": id}, x.ToolCallID); err != nil {
 					return Outcome{}, err
 				}
 				return Outcome{Result: map[string]string{"id": id}}, nil

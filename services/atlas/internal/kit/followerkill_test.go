@@ -21,6 +21,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // TestFollowerKillExactlyOnce: calls on the replicated (R3) state while a
@@ -60,7 +61,7 @@ func TestFollowerKillExactlyOnce(t *testing.T) {
 			kill() // between the transaction's reads and its commit
 		}
 		id := x.ID("obj", 0)
-		if _, err := PutNew(x.Bucket("objs"), id, map[string]string{"id": id}, x.ToolCallID); err != nil {
+		if _, err := toolkit.PutNew(x.Bucket("objs"), id, map[string]string{"id": id}, x.ToolCallID); err != nil {
 			return Outcome{}, err
 		}
 		return Outcome{Result: map[string]string{"id": id}}, nil

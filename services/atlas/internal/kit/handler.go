@@ -1,10 +1,7 @@
 package kit
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +14,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/internal/determ"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Bucket names the kit uses in every project.
@@ -24,26 +22,6 @@ const (
 	bucketCalls   = "_calls"
 	bucketPending = "_pending"
 )
-
-// callRecord is what an executed (or parked) call leaves behind, so that a
-// second execution of the same call answers the same way.
-type callRecord struct {
-	ToolName string          `json:"tool_name"`
-	ArgsHash string          `json:"args_hash"`
-	Result   json.RawMessage `json:"result"`
-	Receipt  receipts.Record `json:"receipt"`
-}
-
-func callKey(turn, toolCallID string) string { return turn + "\x00" + toolCallID }
-
-func argsHash(args json.RawMessage) string {
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, args); err != nil {
-		buf.Write(args)
-	}
-	sum := sha256.Sum256(buf.Bytes())
-	return hex.EncodeToString(sum[:8])
-}
 
 // newExec builds the Exec of a worker call.
 func (s *Service) newExec(call *worker.Call) *Exec {
@@ -125,8 +103,8 @@ func (s *Service) execute(ctx context.Context, sp *Spec, x *Exec, entry receipts
 	}
 
 	// Replays answer from the call record.
-	hash := argsHash(x.Args)
-	var prev *callRecord
+	hash := toolkit.ArgsHash(x.Args)
+	var prev *toolkit.CallRecord
 	if err := s.st.View(ctx, func(tx state.Tx) error {
 		x.Tx = tx
 		var err error
@@ -139,7 +117,7 @@ func (s *Service) execute(ctx context.Context, sp *Spec, x *Exec, entry receipts
 		return replay(sp, x, prev, hash)
 	}
 
-	if sp.needsConfirm(x.Args) {
+	if toolkit.NeedsConfirm(sp.Confirmation, sp.Count, x.Args) {
 		return s.park(ctx, sp, x, entry, hash)
 	}
 	var out Outcome
@@ -160,7 +138,7 @@ func (s *Service) execute(ctx context.Context, sp *Spec, x *Exec, entry receipts
 		if value, rec, err = s.record(sp, entry, out); err != nil {
 			return err
 		}
-		return putCall(x, callRecord{ToolName: sp.Name, ArgsHash: hash, Result: value, Receipt: rec})
+		return putCall(x, sp.Name, hash, value, rec)
 	})
 	if err != nil {
 		return nil, receipts.Record{}, s.txErr(ctx, err)
@@ -227,35 +205,31 @@ func EncodeResult(result any, withUndo bool, undo *receipts.Undo) (json.RawMessa
 }
 
 // getCall reads the call record of x's call; nil when there is none.
-func getCall(x *Exec) (*callRecord, error) {
-	v, found, err := x.Bucket(bucketCalls).Get(callKey(x.AgentTurnID, x.ToolCallID))
-	if err != nil || !found {
-		return nil, err
-	}
-	prev := &callRecord{}
-	if err := json.Unmarshal(v, prev); err != nil {
-		return nil, fmt.Errorf("call record of %s: %w", x.ToolCallID, err)
-	}
-	return prev, nil
+func getCall(x *Exec) (*toolkit.CallRecord, error) {
+	return toolkit.GetCall(x.Bucket(bucketCalls), x.AgentTurnID, x.ToolCallID)
 }
 
 // replay answers a call that already ran from its record, or refuses the
 // reuse of its tool_call_id for another call.
-func replay(sp *Spec, x *Exec, prev *callRecord, hash string) (json.RawMessage, receipts.Record, error) {
-	if prev.ToolName != sp.Name || prev.ArgsHash != hash {
-		return nil, receipts.Record{}, BadRequest("tool_call_id %q was already used in turn %q for a %s call with other arguments; give every call its own tool_call_id",
-			x.ToolCallID, x.AgentTurnID, prev.ToolName)
+func replay(sp *Spec, x *Exec, prev *toolkit.CallRecord, hash string) (json.RawMessage, receipts.Record, error) {
+	if err := prev.Replay(sp.Name, hash, x.AgentTurnID, x.ToolCallID); err != nil {
+		return nil, receipts.Record{}, err
 	}
-	return prev.Result, prev.Receipt, nil
+	var rec receipts.Record
+	if err := json.Unmarshal(prev.Receipt, &rec); err != nil {
+		return nil, receipts.Record{}, fmt.Errorf("call record of %s: receipt: %w", x.ToolCallID, err)
+	}
+	return prev.Result, rec, nil
 }
 
-func putCall(x *Exec, rec callRecord) error {
-	b := x.Bucket(bucketCalls)
+// putCall stores the call record of x's call with its receipt.
+func putCall(x *Exec, tool, hash string, value json.RawMessage, rec receipts.Record) error {
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	return b.Put(callKey(x.AgentTurnID, x.ToolCallID), raw)
+	return toolkit.PutCall(x.Bucket(bucketCalls), x.AgentTurnID, x.ToolCallID,
+		toolkit.CallRecord{ToolName: tool, ArgsHash: hash, Result: value, Receipt: raw})
 }
 
 // txErr passes *card.Error through and wraps storage errors. An error
@@ -283,53 +257,4 @@ func (s *Service) txErr(ctx context.Context, err error) error {
 		err = ErrClosed
 	}
 	return fmt.Errorf("atlas.%s: storage: %w", s.group, err)
-}
-
-// PutNew stores a new object under id in b. When id exists with the same
-// encoding it returns existed=true (a replay); with another encoding it
-// fails bad_request explaining the tool_call_id reuse.
-func PutNew(b state.Bucket, id string, v any, toolCallID string) (existed bool, err error) {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return false, err
-	}
-	old, found, err := b.Get(id)
-	if err != nil {
-		return false, err
-	}
-	if found {
-		if bytes.Equal(old, raw) {
-			return true, nil
-		}
-		return false, BadRequest("the id %s derived from tool_call_id %q already names another object: tool_call_id was reused with different content; give every call its own tool_call_id", id, toolCallID)
-	}
-	return false, b.Put(id, raw)
-}
-
-// GetJSON reads the JSON object under id into v; found is false when absent.
-func GetJSON(b state.Bucket, id string, v any) (found bool, err error) {
-	raw, found, err := b.Get(id)
-	if err != nil || !found {
-		return false, err
-	}
-	return true, json.Unmarshal(raw, v)
-}
-
-// PutJSON writes v under id.
-func PutJSON(b state.Bucket, id string, v any) error {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return b.Put(id, raw)
-}
-
-// Raw encodes v as JSON for a receipt change (nil on error, which cannot
-// happen for the plain structs the services pass).
-func Raw(v any) json.RawMessage {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return nil
-	}
-	return raw
 }

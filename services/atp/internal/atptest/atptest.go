@@ -7,25 +7,19 @@ package atptest
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cedar-policy/cedar-go/types"
 
-	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
-	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
@@ -34,13 +28,14 @@ import (
 	"github.com/utpmesh/utpmesh/services/atp/rails"
 	"github.com/utpmesh/utpmesh/services/atp/ratelimit"
 	"github.com/utpmesh/utpmesh/services/atp/tools"
+	"github.com/utpmesh/utpmesh/services/toolkit/tooltest"
 )
 
 // Project is the project of the harness.
-const Project = "demo"
+const Project = tooltest.Project
 
 // Quiet discards logs.
-var Quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var Quiet = tooltest.Quiet
 
 // Clock is an injectable clock.
 type Clock struct {
@@ -61,7 +56,7 @@ type Harness struct {
 	Service  *tools.Service
 	Clock    *Clock
 	DataDir  string
-	seq      atomic.Int64
+	base     *tooltest.Harness
 	stopOnce sync.Once
 }
 
@@ -100,7 +95,7 @@ func StartIn(t testing.TB, dir string, opt Options) *Harness {
 		opt.Clock = &Clock{t: time.Now().UTC()}
 	}
 	h := &Harness{T: t, DataDir: dir, Clock: opt.Clock}
-	m, err := mesh.Start(context.Background(), mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: Quiet,
+	h.base = tooltest.Start(t, mesh.Config{DataDir: dir,
 		Auth: &mesh.AuthConfig{Catalogues: []authz.Catalogue{atpauthz.New(atp.StatesFor(dir))}},
 		Services: func(ctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
 			s, err := tools.Open(atp.Deps{NC: m.Conn(), Cards: m.Cards(), DataDir: dir, Context: ctx, Now: h.Clock.Now, TickEvery: -1, Notifiers: opt.Notifiers, HEMCatalogue: opt.HEMCatalogue, RateLimits: opt.RateLimits, ContentRules: opt.ContentRules, OCTOSuppliers: opt.OCTOSuppliers, Logger: Quiet})
@@ -108,11 +103,9 @@ func StartIn(t testing.TB, dir string, opt Options) *Harness {
 				return nil, err
 			}
 			h.Service = s
-			return s.Tools(), nil
+			return s.Tools()
 		}})
-	if err != nil {
-		t.Fatalf("mesh: %v", err)
-	}
+	m := h.base.Mesh
 	h.Mesh = m
 	t.Cleanup(h.Stop)
 	pol := opt.ProjectPolicy
@@ -138,9 +131,7 @@ func StartIn(t testing.TB, dir string, opt Options) *Harness {
 // (idempotent).
 func (h *Harness) Stop() {
 	h.stopOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = h.Mesh.Stop(ctx)
+		h.base.Stop()
 		<-h.Service.Done()
 	})
 }
@@ -188,12 +179,7 @@ type Agent struct {
 // Agent returns a client for agentID carrying tok.
 func (h *Harness) Agent(agentID, tok string) *Agent {
 	h.T.Helper()
-	c, err := agent.New(h.Mesh.Conn(), agent.Config{Project: Project, AgentID: agentID, Mandate: tok, Logger: Quiet})
-	if err != nil {
-		h.T.Fatal(err)
-	}
-	h.T.Cleanup(func() { _ = c.Close() })
-	return &Agent{h: h, c: c, id: agentID}
+	return &Agent{h: h, c: h.base.Agent(agentID, tok), id: agentID}
 }
 
 // Client is the agent's pkg/agent client.
@@ -215,19 +201,10 @@ func (r *Result) Obj() map[string]any { m, _ := r.Value.(map[string]any); return
 // Call makes a call and waits for its result.
 func (a *Agent) Call(tool string, args any) *Result {
 	a.h.T.Helper()
-	raw, err := json.Marshal(args)
-	if err != nil {
-		a.h.T.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	n := a.h.seq.Add(1)
+	n := a.h.base.Next()
 	turn, callID := fmt.Sprintf("turn-%s-%s-%d", a.id, card.NewID()[28:], n), fmt.Sprintf("call-%d", n)
-	out, err := a.c.Call(ctx, agent.CallRequest{ToolName: tool, Arguments: raw, AgentTurnID: turn, ToolCallID: callID})
-	if err != nil {
-		a.h.T.Fatalf("%s: %v", tool, err)
-	}
-	r := &Result{Status: out.Result.Status, Raw: out.Result.Result, Error: out.Result.Error, Turn: turn, ToolCallID: callID}
+	b := a.h.base.Call(a.c, agent.CallRequest{ToolName: tool, Arguments: a.h.base.Args(args), AgentTurnID: turn, ToolCallID: callID})
+	r := &Result{Status: b.Status, Raw: b.Raw, Error: b.Error, Turn: turn, ToolCallID: callID}
 	if r.Status == card.StatusSuccess || r.Status == card.StatusPartial {
 		if err := json.Unmarshal(r.Raw, &r.Value); err != nil {
 			a.h.T.Fatalf("%s: result %s: %v", tool, r.Raw, err)
@@ -257,10 +234,10 @@ func (a *Agent) Fail(tool string, args any, code card.ErrorCode) *card.Error {
 }
 
 // Get walks a decoded JSON value by keys and indexes ("a", 0, "b").
-var Get = meshtest.JSONGet
+var Get = tooltest.Get
 
 // Str is Get as a string.
-var Str = meshtest.JSONStr
+var Str = tooltest.Str
 
 // Operator makes calls as an operator.
 type Operator struct {
@@ -277,43 +254,19 @@ type Operator struct {
 // Agents' calls always go through the mesh (Agent).
 func (h *Harness) Operator(name string) *Operator { return &Operator{h: h, name: name} }
 
-// Call runs tool with args as the operator.
+// Call runs tool with args as the operator (tooltest.Operator).
 func (o *Operator) Call(tool string, args any) *Result {
 	o.h.T.Helper()
-	raw, err := json.Marshal(args)
+	all, err := o.h.Service.Tools()
 	if err != nil {
 		o.h.T.Fatal(err)
 	}
-	var tl *worker.Tool
-	for _, t := range o.h.Service.Tools() {
-		if t.Name == tool {
-			tl = &t
-		}
-	}
-	if tl == nil {
-		o.h.T.Fatalf("no tool %s", tool)
-	}
-	n := o.h.seq.Add(1)
-	principal := utp.PrincipalOperator + ":" + o.name
-	cmd := utp.Command{AgentID: o.name, AgentTurnID: fmt.Sprintf("turn-operator-%s-%d", o.name, n), ToolCallID: fmt.Sprintf("call-%d", n),
-		AfterExecution: card.Suspend, ToolCallCardID: card.NewID(), ToolName: tool}
-	c := &worker.Call{Version: "v1r3", ProjectID: Project, ChannelID: "main", ToolName: tool, Command: cmd, Arguments: raw, Delivery: 1,
-		Principal: principal, Admission: &utp.Admission{V: utp.AdmissionVersion, AgentID: cmd.AgentID, AgentTurnID: cmd.AgentTurnID,
-			ToolCallID: cmd.ToolCallID, ToolCallCardID: cmd.ToolCallCardID, ToolName: tool, AfterExecution: cmd.AfterExecution, Principal: principal}}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := tl.Handler(ctx, c)
-	r := &Result{Status: card.StatusSuccess, Turn: cmd.AgentTurnID, ToolCallID: cmd.ToolCallID}
-	var ce *card.Error
-	switch {
-	case errors.As(err, &ce):
-		r.Status, r.Error = card.StatusFailed, ce
-	case err != nil:
-		r.Status, r.Error = card.StatusFailed, &card.Error{Code: card.CodeInternalError, Message: err.Error()}
-	default:
-		if r.Raw, err = json.Marshal(res.Value); err != nil {
-			o.h.T.Fatal(err)
-		}
+	n := o.h.base.Next()
+	a := tooltest.Operator(o.name, fmt.Sprintf("turn-operator-%s-%d", o.name, n), o.h.base.Args(args))
+	a.ToolCallID = fmt.Sprintf("call-%d", n)
+	b := o.h.base.Admitted(all, tool, a)
+	r := &Result{Status: b.Status, Raw: b.Raw, Error: b.Error, Turn: b.Turn, ToolCallID: b.ToolCallID}
+	if r.Status == card.StatusSuccess {
 		if err := json.Unmarshal(r.Raw, &r.Value); err != nil {
 			o.h.T.Fatal(err)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/cynode/audit"
 	"github.com/utpmesh/utpmesh/services/cynode/store"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // CedarAction is the registry cedar_action of every CyNodeAI tool and the
@@ -172,26 +173,32 @@ type Exec struct {
 	ChangesetHash string
 }
 
-// Bind decodes the arguments.
+// Bind decodes the arguments (toolkit.Bind); a mismatch is the
+// response model's invalid_argument naming it.
 func (x *Exec) Bind(v any) error {
-	if err := json.Unmarshal(x.Args, v); err != nil {
-		return Errorf(TypeInvalidArgument, "arguments: %v", err)
+	var ce *card.Error
+	if err := toolkit.Bind(x.Args, v); errors.As(err, &ce) {
+		return Errorf(TypeInvalidArgument, "%s", ce.Message)
 	}
 	return nil
 }
 
-// Tool wraps a spec as a worker tool behind the gateway.
-func (g *Gateway) Tool(sp Spec) worker.Tool {
-	opts := registry.Options{RiskLevel: registry.RiskLow, Confirmation: registry.ConfirmNever, CedarAction: CedarAction}
+// Tool wraps a spec as a worker tool behind the gateway: the toolkit's
+// spec (target cynode.<name>, cedar action CedarAction, or
+// OperatorCedarAction and principal operator for Spec.Operator) and its
+// audit hook, which stores the call's audit record. An incomplete spec
+// fails with toolkit.ErrSpec.
+func (g *Gateway) Tool(sp Spec) (worker.Tool, error) {
+	ts := toolkit.Spec{Name: sp.Name, Description: sp.Description, Params: sp.Params, Target: "cynode." + sp.Name,
+		AfterExecution: card.Suspend, CedarAction: CedarAction, Risk: registry.RiskLow, Confirmation: registry.ConfirmNever}
 	if sp.Operator {
-		opts.Principal, opts.RiskLevel, opts.CedarAction = registry.PrincipalOperator, registry.RiskHigh, OperatorCedarAction
+		ts.Operator, ts.Risk, ts.CedarAction = true, registry.RiskHigh, OperatorCedarAction
 	}
-	return worker.Tool{
-		Name: sp.Name, Description: sp.Description, Parameters: json.RawMessage(sp.Params),
-		Target: "cynode." + sp.Name, AfterExecution: card.Suspend,
-		Options: opts,
-		Handler: g.handler(sp),
+	t, err := ts.Tool(g.handler(sp), toolkit.Hooks{Audit: g.audit, Now: g.now})
+	if err != nil {
+		return worker.Tool{}, fmt.Errorf("cynode: %w", err)
 	}
+	return t, nil
 }
 
 // ids are the top-level ids the gateway reads from the arguments.
@@ -203,10 +210,10 @@ type ids struct {
 
 func (g *Gateway) handler(sp Spec) worker.HandlerFunc {
 	return func(ctx context.Context, call *worker.Call) (worker.Result, error) {
-		start := g.now()
-		rec := &audit.Record{Time: start.UTC(), ProjectID: call.ProjectID, ChannelID: call.ChannelID, Subject: call.Command.AgentID,
+		rec := &audit.Record{Time: g.now().UTC(), ProjectID: call.ProjectID, ChannelID: call.ChannelID, Subject: call.Command.AgentID,
 			Tool: sp.Name, Server: audit.Server, ToolCallID: call.Command.ToolCallID, TurnID: call.Command.AgentTurnID,
 			GroupIDs: []string{}, RoleNames: []string{}}
+		toolkit.Annotate(ctx, rec)
 		var a ids
 		_ = json.Unmarshal(call.Arguments, &a) // the worker validated the object; non-string ids stay ""
 		rec.TaskID, rec.RunID, rec.JobID = a.TaskID, a.RunID, a.JobID
@@ -221,23 +228,27 @@ func (g *Gateway) handler(sp Spec) worker.HandlerFunc {
 			}
 			if err == nil {
 				rec.Status = audit.StatusSuccess
-				g.finish(ctx, call, rec, start)
 				return worker.OK(json.RawMessage(raw)), nil
 			}
 		}
 		ge := asError(err)
 		rec.Status, rec.ErrorType = audit.StatusError, ge.Type
-		g.finish(ctx, call, rec, start)
 		return worker.Result{}, ge.cardError()
 	}
 }
 
-func (g *Gateway) finish(ctx context.Context, call *worker.Call, rec *audit.Record, start time.Time) {
-	rec.DurationMS = g.now().Sub(start).Milliseconds()
+// audit is the toolkit's audit hook: it stores the call's audit record
+// (a call the gateway did not admit is a deny).
+func (g *Gateway) audit(ctx context.Context, o *toolkit.Outcome) {
+	rec, ok := o.Detail.(*audit.Record)
+	if !ok {
+		return
+	}
+	rec.DurationMS = o.Duration.Milliseconds()
 	if rec.Decision == "" {
 		rec.Decision = audit.DecisionDeny
 	}
-	if err := g.auditf(ctx, call.Version, rec); err != nil {
+	if err := g.auditf(ctx, o.Call.Version, rec); err != nil {
 		g.log.Error("cynode audit record not stored", "err", err, "tool", rec.Tool, "tool_call_id", rec.ToolCallID, "decision", rec.Decision)
 	}
 }
