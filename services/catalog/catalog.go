@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/nats-io/nats.go"
 
@@ -30,6 +29,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/cynode"
 	"github.com/utpmesh/utpmesh/services/cynode/cynodeconfig"
 	"github.com/utpmesh/utpmesh/services/echo"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Deps is what a tool service may use.
@@ -67,31 +67,11 @@ type Deps struct {
 }
 
 // Late hands a mesh's NATS connection and CardStore to services built
-// before the mesh started. Services wait for Set on first use.
-type Late struct {
-	once  sync.Once
-	ready chan struct{}
-	nc    *nats.Conn
-	store cardstore.Store
-}
+// before the mesh started (toolkit.Late: one implementation).
+type Late = toolkit.Late
 
 // NewLate returns a Late that is not set yet.
-func NewLate() *Late { return &Late{ready: make(chan struct{})} }
-
-// Set provides the connection and store; later calls are ignored.
-func (l *Late) Set(nc *nats.Conn, store cardstore.Store) {
-	l.once.Do(func() { l.nc, l.store = nc, store; close(l.ready) })
-}
-
-// Resolve waits for Set or for ctx to end.
-func (l *Late) Resolve(ctx context.Context) (*nats.Conn, cardstore.Store, error) {
-	select {
-	case <-l.ready:
-		return l.nc, l.store, nil
-	case <-ctx.Done():
-		return nil, nil, fmt.Errorf("waiting for the mesh to start: %w", ctx.Err())
-	}
-}
+func NewLate() *Late { return toolkit.NewLate() }
 
 // atlasService adapts an ATLAS group's factory to the catalogue.
 func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, error)) Service {
