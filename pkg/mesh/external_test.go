@@ -1,0 +1,227 @@
+package mesh_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/utpmesh/utpmesh/internal/meshauth"
+	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/creds"
+	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/mesh/externaltest"
+	"github.com/utpmesh/utpmesh/pkg/mesh/natsconf"
+	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/echo"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// roleUsers are the account's users for the mesh's roles, with the
+// permissions an embedded mesh gives them (meshauth.Permissions).
+func roleUsers() []natsconf.User {
+	ver := subjects.DefaultVersion
+	ids := []meshauth.Identity{{Role: meshauth.RoleCore}, {Role: meshauth.RoleAgent, Project: "demo"},
+		{Role: meshauth.RoleWorker, Service: "reverse", Tools: []meshauth.Tool{{Name: "reverse", Target: "reverse"}}}}
+	var out []natsconf.User
+	for _, id := range ids {
+		out = append(out, natsconf.User{Name: id.Name(), Permissions: meshauth.Permissions(ver, id)})
+	}
+	return out
+}
+
+// connectAs connects to the deployment as the user named name.
+func connectAs(t *testing.T, d *externaltest.Deployment, name string) *nats.Conn {
+	t.Helper()
+	opt, err := creds.Option(d.Creds(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(d.URL(), opt, nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatalf("connect as %s: %v", name, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func externalMesh(t *testing.T, d *externaltest.Deployment, dir string) *mesh.Mesh {
+	t.Helper()
+	opt, err := creds.Option(d.Creds(meshauth.RoleCore))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mesh.Start(context.Background(), mesh.Config{DataDir: dir, Logger: quiet, Tools: []worker.Tool{echo.Tool()},
+		External: &mesh.ExternalConfig{URL: d.URL(), Options: []nats.Option{opt}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func call(t *testing.T, ac *agent.Client, tool, turn, args string) *agent.Outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := ac.Call(ctx, agent.CallRequest{ToolName: tool, AgentTurnID: turn, Arguments: json.RawMessage(args)})
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	if out.Result.Status != card.StatusSuccess {
+		t.Fatalf("%s: %s %s", tool, out.Result.Status, out.Result.Result)
+	}
+	return out
+}
+
+// TestExternalCluster runs the mesh on three separately started
+// nats-servers in operator mode (accounts/JWT, .creds files, a JetStream
+// domain): the mesh connects as the core user and keeps its state R3; an
+// agent user with the agent role's permissions calls echo, served by the
+// mesh, and reverse, served by a worker user with the worker role's
+// permissions; a restarted mesh finds the results.
+func TestExternalCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node NATS cluster")
+	}
+	d := externaltest.Start(t, externaltest.Options{Nodes: 3, JWT: true, Users: roleUsers()})
+	dir := t.TempDir()
+	m := externalMesh(t, d, dir)
+	if r := m.Config().Replicated; r == nil || r.Replicas != 3 {
+		t.Fatalf("replicas = %+v, want 3 on a cluster", r)
+	}
+	if m.NATS() != nil || m.ClientURL() != d.URL() {
+		t.Fatalf("NATS() = %v, ClientURL() = %q; want no embedded server and the deployment's URL", m.NATS(), m.ClientURL())
+	}
+	js, _ := jetstream.New(m.Conn())
+	st, err := js.Stream(context.Background(), streams.CommandStream(subjects.DefaultVersion))
+	if err != nil || st.CachedInfo().Config.Replicas != 3 {
+		t.Fatalf("command stream: %v, want 3 replicas", err)
+	}
+
+	// A worker program with the worker role's user.
+	reverse := worker.Tool{Name: "reverse", Parameters: json.RawMessage(`{"type":"object","properties":{"s":{"type":"string"}},"required":["s"]}`),
+		Handler: func(_ context.Context, c *worker.Call) (worker.Result, error) {
+			var a struct{ S string }
+			_ = json.Unmarshal(c.Arguments, &a)
+			r := []rune(a.S)
+			slices.Reverse(r)
+			return worker.Result{Value: map[string]string{"s": string(r)}}, nil
+		}}
+	rt, err := worker.Start(context.Background(), connectAs(t, d, creds.WorkerName("reverse")), []worker.Tool{reverse},
+		worker.WithProjects("demo"), worker.WithLogger(quiet), worker.WithoutAuthorizer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Stop(context.Background())
+
+	ac, err := agent.New(connectAs(t, d, creds.AgentName("demo")), agent.Config{Project: "demo", Channel: "main", AgentID: "a1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	first := call(t, ac, "echo", "turn-x1", `{"n":1}`)
+	if out := call(t, ac, "reverse", "turn-x1", `{"s":"abc"}`); !strings.Contains(string(out.Result.Result), `"cba"`) {
+		t.Fatalf("reverse = %s", out.Result.Result)
+	}
+	// The deployment enforces the role: the agent's user may not read
+	// tool commands (the worker role's).
+	violation := make(chan error, 4)
+	opt, _ := creds.Option(d.Creds(creds.AgentName("demo")))
+	snoop, err := nats.Connect(d.URL(), opt, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violation <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snoop.Close()
+	if _, err := snoop.SubscribeSync("cg." + subjects.DefaultVersion + ".demo.main.cmd.tool.>"); err != nil {
+		t.Fatal(err)
+	}
+	_ = snoop.Flush()
+	if err := <-violation; !errors.Is(err, nats.ErrPermissionViolation) {
+		t.Fatalf("agent subscribing to tool commands: %v, want a permissions violation", err)
+	}
+
+	if err := m.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m2 := externalMesh(t, d, dir)
+	defer m2.Stop(context.Background())
+	rc, err := m2.Cards().FindToolResult(context.Background(), "demo", "turn-x1", first.Call.ToolCallID)
+	if err != nil || rc.CardID != first.ResultCard.CardID {
+		t.Fatalf("after a restart, the echo result: %v, %v; want card %s", rc, err, first.ResultCard.CardID)
+	}
+	call(t, ac, "echo", "turn-x2", `{"n":2}`)
+}
+
+// TestExternalSingleServer: one server with nkey users in its
+// configuration file (seed files): the mesh keeps its state R1.
+func TestExternalSingleServer(t *testing.T) {
+	d := externaltest.Start(t, externaltest.Options{Nodes: 1, Users: roleUsers()})
+	m := externalMesh(t, d, t.TempDir())
+	defer m.Stop(context.Background())
+	if r := m.Config().Replicated; r == nil || r.Replicas != 1 {
+		t.Fatalf("replicas = %+v, want 1 on one server", r)
+	}
+	ac, err := agent.New(connectAs(t, d, creds.AgentName("demo")), agent.Config{Project: "demo", Channel: "main", AgentID: "a1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	call(t, ac, "echo", "turn-s1", `{"n":1}`)
+}
+
+// TestExternalRefused: what the mesh cannot join is refused with an error
+// naming what to change.
+func TestExternalRefused(t *testing.T) {
+	small := externaltest.Start(t, externaltest.Options{Nodes: 1, Users: roleUsers(), MaxPayload: 1 << 20})
+	stranger := filepath.Join(t.TempDir(), "stranger.nk")
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	if err := os.WriteFile(stranger, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opt := func(path string) nats.Option {
+		o, err := creds.Option(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	ext := func(path string) *mesh.ExternalConfig {
+		return &mesh.ExternalConfig{URL: small.URL(), Options: []nats.Option{opt(path)}}
+	}
+	tests := []struct {
+		name string
+		cfg  mesh.Config
+		want string
+	}{
+		{"identities", mesh.Config{External: ext(small.Creds("core")), Identities: &mesh.IdentityConfig{}}, "mints no nkeys"},
+		{"listen", mesh.Config{External: ext(small.Creds("core")), Listen: "127.0.0.1:0"}, "Listen"},
+		{"no url", mesh.Config{External: &mesh.ExternalConfig{}}, "URL is empty"},
+		{"unknown user", mesh.Config{External: ext(stranger)}, "credentials were refused"},
+		{"small max_payload", mesh.Config{External: ext(small.Creds("core"))}, "max_payload: 8MB"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.DataDir, tc.cfg.Logger = t.TempDir(), quiet
+			m, err := mesh.Start(context.Background(), tc.cfg)
+			if err == nil {
+				m.Stop(context.Background())
+				t.Fatalf("Start succeeded, want an error containing %q", tc.want)
+			}
+			if !errors.Is(err, mesh.ErrExternal) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Start = %v; want mesh.ErrExternal containing %q", err, tc.want)
+			}
+		})
+	}
+}
