@@ -48,7 +48,9 @@ func (u User) check() error {
 }
 
 // Placeholder is what Conf writes for a user without Nkey.
-func Placeholder(name string) string { return "PUBLIC_NKEY_OF_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(name)) }
+func Placeholder(name string) string {
+	return "PUBLIC_NKEY_OF_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(name))
+}
 
 // Conf writes an accounts block of a nats-server configuration file: the
 // account with JetStream enabled and one nkey user per entry of users,
