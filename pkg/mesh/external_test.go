@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -164,11 +165,32 @@ func TestExternalCluster(t *testing.T) {
 }
 
 // TestExternalSingleServer: one server with nkey users in its
-// configuration file (seed files): the mesh keeps its state R1.
+// configuration file (seed files): the mesh keeps its state R1, and its
+// /healthz answers 503 once the server is gone.
 func TestExternalSingleServer(t *testing.T) {
 	d := externaltest.Start(t, externaltest.Options{Nodes: 1, Users: roleUsers()})
-	m := externalMesh(t, d, t.TempDir())
+	opt, err := creds.Option(d.Creds(meshauth.RoleCore))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mesh.Start(context.Background(), mesh.Config{DataDir: t.TempDir(), Logger: quiet, Tools: []worker.Tool{echo.Tool()},
+		MetricsAddr: "127.0.0.1:0", External: &mesh.ExternalConfig{URL: d.URL(), Options: []nats.Option{opt}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer m.Stop(context.Background())
+	health := strings.TrimSuffix(m.MetricsURL(), "/metrics") + "/healthz"
+	if code := httpStatus(t, health); code != http.StatusOK {
+		t.Fatalf("/healthz = %d, want 200", code)
+	}
+	defer func() {
+		d.Stop()
+		for deadline := time.Now().Add(30 * time.Second); httpStatus(t, health) != http.StatusServiceUnavailable; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("/healthz still not 503 30 s after the server stopped")
+			}
+		}
+	}()
 	if r := m.Config().Replicated; r == nil || r.Replicas != 1 {
 		t.Fatalf("replicas = %+v, want 1 on one server", r)
 	}
@@ -224,4 +246,14 @@ func TestExternalRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+func httpStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
