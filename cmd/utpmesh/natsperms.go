@@ -55,16 +55,16 @@ func (c *natsPermsCommand) Run(ctx context.Context, args []string) error {
 	if err := subjects.ValidateToken("account", *account); err != nil {
 		return usagef("--account: %v", err)
 	}
-	users, err := roleUsers(ctx, *version, roles)
+	keyOf := func(string) (string, error) { return "", nil } // a placeholder
+	if *seeds != "" {
+		keyOf = func(name string) (string, error) {
+			pub, _, err := meshauth.Ensure(*seeds, name)
+			return pub, err
+		}
+	}
+	users, err := roleUsers(ctx, *version, roles, keyOf)
 	if err != nil {
 		return err
-	}
-	if *seeds != "" {
-		for i := range users {
-			if users[i].Nkey, _, err = meshauth.Ensure(*seeds, users[i].Name); err != nil {
-				return err
-			}
-		}
 	}
 	if *format == "nsc" {
 		return natsconf.NSC(c.env.stdout, *account, users)
@@ -73,8 +73,9 @@ func (c *natsPermsCommand) Run(ctx context.Context, args []string) error {
 }
 
 // roleUsers resolves role names to the account's users with their
-// permissions.
-func roleUsers(ctx context.Context, ver string, roles []string) ([]natsconf.User, error) {
+// permissions; keyOf gives each user's public nkey by its name ("" when
+// unknown: Conf writes a placeholder).
+func roleUsers(ctx context.Context, ver string, roles []string, keyOf func(name string) (string, error)) ([]natsconf.User, error) {
 	var out []natsconf.User
 	seen := map[string]bool{}
 	for _, r := range roles {
@@ -89,7 +90,14 @@ func roleUsers(ctx context.Context, ver string, roles []string) ([]natsconf.User
 			return nil, usagef("role %s is given twice", id.Name())
 		}
 		seen[id.Name()] = true
-		out = append(out, natsconf.User{Name: id.Name(), Permissions: meshauth.Permissions(ver, id), Comment: comment})
+		key, err := keyOf(id.Name())
+		if err != nil {
+			return nil, err
+		}
+		// Permissions that name the identity's key (a per-identity
+		// reply-inbox prefix) take it from id.Key: set it here when
+		// meshauth.Identity has one.
+		out = append(out, natsconf.User{Name: id.Name(), Nkey: key, Permissions: meshauth.Permissions(ver, id), Comment: comment})
 	}
 	return out, nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/mesh/externaltest"
+	"github.com/utpmesh/utpmesh/pkg/mesh/natsconf"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -35,6 +37,30 @@ func runBare(args ...string) result {
 // docRoles are the roles docs/cluster.md lists and the deployments of
 // these tests are made of.
 var docRoles = []string{"core", "admin", "agent-demo", "worker-echo", "worker-atlas.tasks"}
+
+// docDeployment is a three-node operator-mode deployment whose users are
+// docRoles with the permissions 'utpmesh nats-permissions' prints for the
+// keys the deployment makes.
+func docDeployment(t *testing.T) externaltest.Options {
+	t.Helper()
+	role := map[string]string{} // user name → role
+	var users []natsconf.User
+	for _, r := range docRoles {
+		id, _, err := roleIdentity(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		role[id.Name()] = r
+		users = append(users, natsconf.User{Name: id.Name()})
+	}
+	return externaltest.Options{Nodes: 3, JWT: true, Users: users, Permissions: func(name, key string) (*server.Permissions, error) {
+		us, err := roleUsers(context.Background(), subjects.DefaultVersion, []string{role[name]}, func(string) (string, error) { return key, nil })
+		if err != nil {
+			return nil, err
+		}
+		return us[0].Permissions, nil
+	}}
+}
 
 // waitReady waits for up's "mesh ready" log line, failing if the process
 // exits first.
@@ -64,11 +90,7 @@ func TestUpJoinsNATS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node NATS cluster and up twice")
 	}
-	users, err := roleUsers(context.Background(), subjects.DefaultVersion, docRoles)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := externaltest.Start(t, externaltest.Options{Nodes: 3, JWT: true, Users: users})
+	d := externaltest.Start(t, docDeployment(t))
 	data := filepath.Join(t.TempDir(), "data")
 	args := []string{"up", "--nats", d.URL(), "--creds", d.Creds("core"), "--data", data,
 		"--metrics-addr", "", "--ui-listen", "", "--services", "echo,atlas.tasks"}

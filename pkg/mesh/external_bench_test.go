@@ -27,7 +27,7 @@ import (
 // as the agent-demo user. Same caveat: one disk and two cores for all.
 func BenchmarkRoundTripExternal(b *testing.B) {
 	ctx := context.Background()
-	d := externaltest.Start(b, externaltest.Options{Nodes: 3, JWT: true, Users: roleUsers()})
+	d := externaltest.Start(b, deployment(3, true))
 	opt, err := creds.Option(d.Creds(meshauth.RoleCore))
 	if err != nil {
 		b.Fatal(err)

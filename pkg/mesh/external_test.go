@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -29,17 +31,27 @@ import (
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
-// roleUsers are the account's users for the mesh's roles, with the
+// roleIDs are the identities of the deployments of these tests.
+var roleIDs = []meshauth.Identity{{Role: meshauth.RoleCore}, {Role: meshauth.RoleAgent, Project: "demo"},
+	{Role: meshauth.RoleWorker, Service: "reverse", Tools: []meshauth.Tool{{Name: "reverse", Target: "reverse"}}}}
+
+// deployment is a deployment of nodes whose users are roleIDs with the
 // permissions an embedded mesh gives them (meshauth.Permissions).
-func roleUsers() []natsconf.User {
-	ver := subjects.DefaultVersion
-	ids := []meshauth.Identity{{Role: meshauth.RoleCore}, {Role: meshauth.RoleAgent, Project: "demo"},
-		{Role: meshauth.RoleWorker, Service: "reverse", Tools: []meshauth.Tool{{Name: "reverse", Target: "reverse"}}}}
-	var out []natsconf.User
-	for _, id := range ids {
-		out = append(out, natsconf.User{Name: id.Name(), Permissions: meshauth.Permissions(ver, id)})
+func deployment(nodes int, jwt bool) externaltest.Options {
+	o := externaltest.Options{Nodes: nodes, JWT: jwt, Permissions: func(name, key string) (*server.Permissions, error) {
+		for _, id := range roleIDs {
+			if id.Name() == name {
+				// Permissions that name the identity's key take it from
+				// id.Key, when meshauth.Identity has one.
+				return meshauth.Permissions(subjects.DefaultVersion, id), nil
+			}
+		}
+		return nil, fmt.Errorf("no identity %s", name)
+	}}
+	for _, id := range roleIDs {
+		o.Users = append(o.Users, natsconf.User{Name: id.Name()})
 	}
-	return out
+	return o
 }
 
 // connectAs connects to the deployment as the user named name.
@@ -95,7 +107,7 @@ func TestExternalCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node NATS cluster")
 	}
-	d := externaltest.Start(t, externaltest.Options{Nodes: 3, JWT: true, Users: roleUsers()})
+	d := externaltest.Start(t, deployment(3, true))
 	dir := t.TempDir()
 	m := externalMesh(t, d, dir)
 	if r := m.Config().Replicated; r == nil || r.Replicas != 3 {
@@ -168,7 +180,7 @@ func TestExternalCluster(t *testing.T) {
 // configuration file (seed files): the mesh keeps its state R1, and its
 // /healthz answers 503 once the server is gone.
 func TestExternalSingleServer(t *testing.T) {
-	d := externaltest.Start(t, externaltest.Options{Nodes: 1, Users: roleUsers()})
+	d := externaltest.Start(t, deployment(1, false))
 	opt, err := creds.Option(d.Creds(meshauth.RoleCore))
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +217,9 @@ func TestExternalSingleServer(t *testing.T) {
 // TestExternalRefused: what the mesh cannot join is refused with an error
 // naming what to change.
 func TestExternalRefused(t *testing.T) {
-	small := externaltest.Start(t, externaltest.Options{Nodes: 1, Users: roleUsers(), MaxPayload: 1 << 20})
+	o := deployment(1, false)
+	o.MaxPayload = 1 << 20
+	small := externaltest.Start(t, o)
 	stranger := filepath.Join(t.TempDir(), "stranger.nk")
 	kp, _ := nkeys.CreateUser()
 	seed, _ := kp.Seed()

@@ -42,6 +42,10 @@ type Options struct {
 	// Users are the account's users, Nkey left empty: Start makes a key
 	// per user.
 	Users []natsconf.User
+	// Permissions, when set, gives each user's permissions once its key
+	// is made (for permissions that name the key, such as a per-identity
+	// reply-inbox prefix); it replaces User.Permissions.
+	Permissions func(name, nkey string) (*server.Permissions, error)
 	// MaxPayload is every server's max_payload; default 8 MiB.
 	MaxPayload int
 }
@@ -118,6 +122,11 @@ func (d *Deployment) accounts() string {
 		}
 		u.Nkey, _ = kp.PublicKey()
 		seeds[u.Name], _ = kp.Seed()
+		if d.opts.Permissions != nil {
+			if u.Permissions, err = d.opts.Permissions(u.Name, u.Nkey); err != nil {
+				t.Fatalf("externaltest: permissions of %s: %v", u.Name, err)
+			}
+		}
 		users[i] = u
 	}
 	if !d.opts.JWT {
