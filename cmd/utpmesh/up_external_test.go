@@ -183,6 +183,21 @@ func TestUpJoinsNATS(t *testing.T) {
 	}
 }
 
+// TestUpNATSInsecure: --insecure joins a deployment without credentials
+// (one open server), saying so in the log; the state is R1.
+func TestUpNATSInsecure(t *testing.T) {
+	d := externaltest.Start(t, externaltest.Options{Nodes: 1, Open: true})
+	up := startProc(t, "up", "--nats", d.URL(), "--insecure", "--data", filepath.Join(t.TempDir(), "data"),
+		"--metrics-addr", "", "--ui-listen", "", "--services", "echo")
+	waitReady(t, up)
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	log := strings.Join(up.lines, "\n")
+	if !strings.Contains(log, "--insecure with --nats: joining") || !strings.Contains(log, "replicas=1") {
+		t.Fatalf("log lacks the --insecure warning or replicas=1:\n%s", log)
+	}
+}
+
 // TestUpNATSFlags: up --nats refuses what belongs to an embedded server or
 // to identities it would mint, naming what to do instead; nothing starts.
 func TestUpNATSFlags(t *testing.T) {

@@ -48,6 +48,9 @@ type Options struct {
 	Permissions func(name, nkey string) (*server.Permissions, error)
 	// MaxPayload is every server's max_payload; default 8 MiB.
 	MaxPayload int
+	// Open: no accounts and no users, anyone may connect (JetStream in
+	// the global account); Users and JWT are ignored.
+	Open bool
 }
 
 // Deployment is a running deployment.
@@ -113,6 +116,9 @@ func Start(t testing.TB, o Options) *Deployment {
 // accounts makes every key and returns the configuration's account part.
 func (d *Deployment) accounts() string {
 	t := d.t
+	if d.opts.Open {
+		return ""
+	}
 	users := make([]natsconf.User, len(d.opts.Users))
 	seeds := map[string][]byte{}
 	for i, u := range d.opts.Users {
