@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -91,7 +92,7 @@ func (m *Mesh) join(ctx context.Context) error {
 		if err == nil || !errors.Is(err, nats.ErrNoServers) || time.Now().After(deadline) {
 			break
 		}
-		m.cfg.Logger.Info("waiting for the NATS deployment", "url", e.URL, "err", err)
+		m.cfg.Logger.Info("waiting for the NATS deployment", "url", redactedURLs(e.URL), "err", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -100,9 +101,9 @@ func (m *Mesh) join(ctx context.Context) error {
 	}
 	switch {
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
-		return fmt.Errorf("%w: connect to %s: %w (the credentials were refused: pass --creds with the core user's .creds or nkey seed of the mesh's account, docs/cluster.md)", ErrExternal, e.URL, err)
+		return fmt.Errorf("%w: connect to %s: %w (the credentials were refused: pass --creds with the core user's .creds or nkey seed of the mesh's account, docs/cluster.md)", ErrExternal, redactedURLs(e.URL), err)
 	case err != nil:
-		return fmt.Errorf("%w: connect to %s: %w (are the servers up and the URL right?)", ErrExternal, e.URL, err)
+		return fmt.Errorf("%w: connect to %s: %w (are the servers up and the URL right?)", ErrExternal, redactedURLs(e.URL), err)
 	}
 	m.nc = nc
 	m.push(func(context.Context) error { nc.Close(); return nil })
@@ -156,6 +157,17 @@ func (m *Mesh) checkJetStream(ctx context.Context, js jetstream.JetStream) error
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// redactedURLs is urls with every password masked, for logs and banners.
+func redactedURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // externalHealth is /healthz's check of a mesh on an external deployment:

@@ -244,6 +244,7 @@ func TestExternalRefused(t *testing.T) {
 		{"identities", mesh.Config{External: ext(small.Creds("core")), Identities: &mesh.IdentityConfig{}}, "mints no nkeys"},
 		{"listen", mesh.Config{External: ext(small.Creds("core")), Listen: "127.0.0.1:0"}, "Listen"},
 		{"no url", mesh.Config{External: &mesh.ExternalConfig{}}, "URL is empty"},
+		{"no server", mesh.Config{External: &mesh.ExternalConfig{URL: "nats://u:secret@127.0.0.1:1", ConnectWait: time.Millisecond}}, "connect to nats://u:xxxxx@127.0.0.1:1"},
 		{"unknown user", mesh.Config{External: ext(stranger)}, "credentials were refused"},
 		{"small max_payload", mesh.Config{External: ext(small.Creds("core"))}, "max_payload: 8MB"},
 	}

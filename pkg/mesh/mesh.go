@@ -595,10 +595,10 @@ func (m *Mesh) CredsFile(name string) string { return creds.SeedPath(m.CredsDir(
 func (m *Mesh) Auth() *natsauthz.Service { return m.auth }
 
 // ClientURL is the NATS URL clients and remote workers connect to (with
-// Config.External, its URL).
+// Config.External, its URL, passwords masked).
 func (m *Mesh) ClientURL() string {
 	if m.cfg.External != nil {
-		return m.cfg.External.URL
+		return redactedURLs(m.cfg.External.URL)
 	}
 	return m.srv.ClientURL()
 }
