@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -163,6 +164,41 @@ func TestUpJoinsNATS(t *testing.T) {
 		t.Fatalf("echo's result after the restart: %v, %v; want card %s", rc, err, echoed.ResultCard.CardID)
 	}
 	call(ac, "echo", "turn-join-2", `{"x":2}`)
+	if _, err := os.Stat(filepath.Join(data, "creds")); err == nil {
+		t.Error("up --nats made a creds directory: it must mint no identities")
+	}
+
+	// A second up on the deployment (the same issuer keys) and a worker of
+	// atlas.tasks as the worker-atlas_tasks user (a JWT of 5.4 KB: the
+	// servers' max_control_line is raised); the first up stops and the
+	// calls go on.
+	up2 := startProc(t, "up", "--nats", d.URL(), "--creds", d.Creds("core"), "--data", filepath.Join(t.TempDir(), "data2"),
+		"--keys-dir", filepath.Join(data, "keys"), "--metrics-addr", "", "--ui-listen", "", "--services", "echo,atlas.tasks")
+	waitReady(t, up2)
+	wk := startProc(t, "worker", "--nats", d.URL(), "--creds", d.Creds("worker-atlas_tasks"), "--atlas-state", "jetstream",
+		"--atlas-state-replicas", "3", "--data", t.TempDir(), "--metrics-addr", "", "atlas.tasks")
+	wk.waitLine(t, "worker serving")
+	if err := up.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := up.cmd.Wait(); err != nil {
+		t.Fatalf("up exited with %v", err)
+	}
+	call(ac, "echo", "turn-join-3", `{"x":3}`)
+	for i := range 4 {
+		call(ac, "TASK_CREATE", "turn-join-3", fmt.Sprintf(`{"title":"task %d"}`, i))
+	}
+	if list := call(ac, "TASK_LIST", "turn-join-3", `{}`); strings.Count(string(list.Result.Result), `"title"`) != 5 {
+		t.Fatalf("TASK_LIST with the second up and the worker = %s; want 5 tasks", list.Result.Result)
+	}
+	wk.mu.Lock()
+	for _, l := range wk.lines {
+		if strings.Contains(strings.ToLower(l), "permission") {
+			t.Errorf("worker: %s", l)
+		}
+	}
+	wk.mu.Unlock()
+
 	// Every stream and bucket the mesh made on the cluster has 3 replicas
 	// (the cluster's default), the ATLAS group's included.
 	js, err := jetstream.New(nc)

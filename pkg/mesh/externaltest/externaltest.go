@@ -48,6 +48,11 @@ type Options struct {
 	Permissions func(name, nkey string) (*server.Permissions, error)
 	// MaxPayload is every server's max_payload; default 8 MiB.
 	MaxPayload int
+	// MaxControlLine is every server's max_control_line, which must hold
+	// a client's CONNECT with its user JWT (5.4 KB for worker-atlas_tasks
+	// on 2026-11-26): default 32 KiB in JWT mode, else the server's 4 KiB;
+	// -1: the server's default in either mode.
+	MaxControlLine int
 	// Open: no accounts and no users, anyone may connect (JetStream in
 	// the global account); Users and JWT are ignored.
 	Open bool
@@ -77,6 +82,9 @@ func Start(t testing.TB, o Options) *Deployment {
 	if o.MaxPayload == 0 {
 		o.MaxPayload = 8 << 20
 	}
+	if o.MaxControlLine == 0 && o.JWT {
+		o.MaxControlLine = 32 << 10
+	}
 	d := &Deployment{t: t, dir: t.TempDir(), opts: o, creds: map[string]string{}}
 	accounts := d.accounts()
 	var clientAddrs, routeAddrs []string
@@ -87,6 +95,9 @@ func Start(t testing.TB, o Options) *Deployment {
 	for i := range o.Nodes {
 		var b strings.Builder
 		fmt.Fprintf(&b, "server_name: n%d\nlisten: %q\nmax_payload: %d\n", i, clientAddrs[i], o.MaxPayload)
+		if o.MaxControlLine > 0 {
+			fmt.Fprintf(&b, "max_control_line: %d\n", o.MaxControlLine)
+		}
 		fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  domain: %s\n  sync_interval: always\n}\n", filepath.Join(d.dir, fmt.Sprintf("n%d", i)), Domain)
 		if o.Nodes > 1 {
 			var routes []string
