@@ -220,6 +220,7 @@ func TestExternalRefused(t *testing.T) {
 	o := deployment(1, false)
 	o.MaxPayload = 1 << 20
 	small := externaltest.Start(t, o)
+	nojs := externaltest.Start(t, externaltest.Options{Nodes: 1, Open: true, NoJetStream: true})
 	stranger := filepath.Join(t.TempDir(), "stranger.nk")
 	kp, _ := nkeys.CreateUser()
 	seed, _ := kp.Seed()
@@ -246,6 +247,7 @@ func TestExternalRefused(t *testing.T) {
 		{"no url", mesh.Config{External: &mesh.ExternalConfig{}}, "URL is empty"},
 		{"no server", mesh.Config{External: &mesh.ExternalConfig{URL: "nats://u:secret@127.0.0.1:1", ConnectWait: time.Millisecond}}, "connect to nats://u:xxxxx@127.0.0.1:1"},
 		{"unknown user", mesh.Config{External: ext(stranger)}, "credentials were refused"},
+		{"no JetStream", mesh.Config{External: &mesh.ExternalConfig{URL: nojs.URL()}}, "enable it on every server (jetstream { store_dir: … }) and for the mesh's account"},
 		{"small max_payload", mesh.Config{External: ext(small.Creds("core"))}, "max_payload: 8MB"},
 	}
 	for _, tc := range tests {

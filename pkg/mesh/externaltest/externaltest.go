@@ -53,6 +53,8 @@ type Options struct {
 	// on 2026-11-26): default 32 KiB in JWT mode, else the server's 4 KiB;
 	// -1: the server's default in either mode.
 	MaxControlLine int
+	// NoJetStream starts the servers without JetStream (one node only).
+	NoJetStream bool
 	// Open: no accounts and no users, anyone may connect (JetStream in
 	// the global account); Users and JWT are ignored.
 	Open bool
@@ -76,8 +78,8 @@ func Start(t testing.TB, o Options) *Deployment {
 	if o.Nodes == 0 {
 		o.Nodes = 3
 	}
-	if o.Nodes != 1 && o.Nodes != 3 {
-		t.Fatalf("externaltest: Nodes %d: want 1 or 3", o.Nodes)
+	if o.Nodes != 1 && o.Nodes != 3 || o.NoJetStream && o.Nodes != 1 {
+		t.Fatalf("externaltest: Nodes %d (NoJetStream %v): want 1 or 3, and 1 without JetStream", o.Nodes, o.NoJetStream)
 	}
 	if o.MaxPayload == 0 {
 		o.MaxPayload = 8 << 20
@@ -98,7 +100,9 @@ func Start(t testing.TB, o Options) *Deployment {
 		if o.MaxControlLine > 0 {
 			fmt.Fprintf(&b, "max_control_line: %d\n", o.MaxControlLine)
 		}
-		fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  domain: %s\n  sync_interval: always\n}\n", filepath.Join(d.dir, fmt.Sprintf("n%d", i)), Domain)
+		if !o.NoJetStream {
+			fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  domain: %s\n  sync_interval: always\n}\n", filepath.Join(d.dir, fmt.Sprintf("n%d", i)), Domain)
+		}
 		if o.Nodes > 1 {
 			var routes []string
 			for _, a := range routeAddrs {
@@ -120,7 +124,9 @@ func Start(t testing.TB, o Options) *Deployment {
 	for i := range o.Nodes {
 		d.start(i)
 	}
-	d.waitCurrent()
+	if !o.NoJetStream {
+		d.waitCurrent()
+	}
 	return d
 }
 
