@@ -113,6 +113,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./subjects
 	$(GO) test -run '^$$' -bench 'Gate' -benchtime 2000x ./pkg/authz
 	$(GO) test -run '^$$' -bench 'RoundTripGate' -benchtime 1000x -count 2 ./pkg/authz/natsauthz
+	$(GO) test -run '^$$' -bench 'Failover' -benchtime 5x ./pkg/worker
 
 clean:
 	rm -rf $(BIN)

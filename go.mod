@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/cedar-policy/cedar-go v1.9.0
 	github.com/chromedp/chromedp v0.23.0
+	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/jsonschema-go v0.4.3
 	github.com/google/uuid v1.6.0

@@ -21,8 +21,9 @@ func init() {
 		make: func(e env) command { return &natsPermsCommand{env: e} }})
 }
 
-const natsPermsUsage = `utpmesh nats-permissions [--format conf|nsc] [--account NAME] [--seeds DIR] [--protocol V] ROLE...
-  ROLE: core (the mesh: 'up --nats --creds'), admin (the operator CLI), agent-PROJECT (agent runtimes of a project),
+const natsPermsUsage = `utpmesh nats-permissions [--format conf|nsc] [--account NAME] [--seeds DIR] [--raw-commands=false] [--protocol V] ROLE...
+  ROLE: core (the mesh: 'up --nats --creds'), admin (admin work), operator or operator-NAME (a human operator),
+        agent-PROJECT (agent runtimes of a project) or agent-PROJECT.AGENT (one agent),
         worker-SERVICE (a catalogue service, e.g. worker-atlas.tasks) or worker-SERVICE=TOOL[,TOOL...] (a tool program of your own)`
 
 // natsPermsCommand prints what each of the mesh's roles may do, as the
@@ -36,6 +37,7 @@ func (c *natsPermsCommand) Run(ctx context.Context, args []string) error {
 	account := fs.String("account", "MESH", "the mesh's account")
 	seeds := fs.String("seeds", "", "with --format conf: fill each user's public nkey from its seed DIR/NAME.nk, making the seed when missing (otherwise a placeholder)")
 	version := fs.String("protocol", subjects.DefaultVersion, "UTP protocol version token of the mesh's subjects")
+	raw := fs.Bool("raw-commands", true, "agent identities may publish raw tool and PMO commands (the embedded mesh's default); false: they dispatch through the mesh only")
 	roles, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -62,7 +64,7 @@ func (c *natsPermsCommand) Run(ctx context.Context, args []string) error {
 			return pub, err
 		}
 	}
-	users, err := roleUsers(ctx, *version, roles, keyOf)
+	users, err := roleUsers(ctx, *version, roles, *raw, keyOf)
 	if err != nil {
 		return err
 	}
@@ -75,7 +77,7 @@ func (c *natsPermsCommand) Run(ctx context.Context, args []string) error {
 // roleUsers resolves role names to the account's users with their
 // permissions; keyOf gives each user's public nkey by its name ("" when
 // unknown: Conf writes a placeholder).
-func roleUsers(ctx context.Context, ver string, roles []string, keyOf func(name string) (string, error)) ([]natsconf.User, error) {
+func roleUsers(ctx context.Context, ver string, roles []string, raw bool, keyOf func(name string) (string, error)) ([]natsconf.User, error) {
 	var out []natsconf.User
 	seen := map[string]bool{}
 	for _, r := range roles {
@@ -83,6 +85,7 @@ func roleUsers(ctx context.Context, ver string, roles []string, keyOf func(name 
 		if err != nil {
 			return nil, err
 		}
+		id.RawCommands = id.Role == meshauth.RoleAgent && raw
 		if err := id.Validate(); err != nil {
 			return nil, usagef("role %s: %v", r, err)
 		}
@@ -94,9 +97,12 @@ func roleUsers(ctx context.Context, ver string, roles []string, keyOf func(name 
 		if err != nil {
 			return nil, err
 		}
-		// Permissions that name the identity's key (a per-identity
-		// reply-inbox prefix) take it from id.Key: set it here when
-		// meshauth.Identity has one.
+		// The identity's reply inboxes are under its key
+		// (creds.InboxPrefix); without one, under the placeholder.
+		id.Key = key
+		if key == "" {
+			id.Key = natsconf.Placeholder(id.Name())
+		}
 		out = append(out, natsconf.User{Name: id.Name(), Nkey: key, Permissions: meshauth.Permissions(ver, id), Comment: comment})
 	}
 	return out, nil
@@ -109,9 +115,17 @@ func roleIdentity(ctx context.Context, role string) (meshauth.Identity, string, 
 	case role == meshauth.RoleCore:
 		return meshauth.Identity{Role: meshauth.RoleCore}, "the mesh's own services ('utpmesh up --nats URL --creds core.creds'): every subject of the account", nil
 	case role == meshauth.RoleAdmin:
-		return meshauth.Identity{Role: meshauth.RoleAdmin}, "the operator CLI (policies, mandates, cards, status): every subject of the account", nil
+		return meshauth.Identity{Role: meshauth.RoleAdmin}, "admin work (streams, every CLI command): every subject of the account", nil
+	case role == meshauth.RoleOperator:
+		return meshauth.Identity{Role: meshauth.RoleOperator}, "a human operator: its dispatch subject, policies, reads of every project", nil
+	case strings.HasPrefix(role, meshauth.RoleOperator+"-"):
+		n := strings.TrimPrefix(role, meshauth.RoleOperator+"-")
+		return meshauth.Identity{Role: meshauth.RoleOperator, Operator: n}, "the operator " + n + ": its dispatch subject, policies, reads of every project", nil
 	case strings.HasPrefix(role, meshauth.RoleAgent+"-"):
-		p := strings.TrimPrefix(role, meshauth.RoleAgent+"-")
+		p, a, one := strings.Cut(strings.TrimPrefix(role, meshauth.RoleAgent+"-"), ".")
+		if one {
+			return meshauth.Identity{Role: meshauth.RoleAgent, Project: p, Agent: a}, "the agent " + a + " of project " + p, nil
+		}
 		return meshauth.Identity{Role: meshauth.RoleAgent, Project: p}, "agent runtimes of project " + p, nil
 	case strings.HasPrefix(role, meshauth.RoleWorker+"-"):
 		spec := strings.TrimPrefix(role, meshauth.RoleWorker+"-")
@@ -133,7 +147,7 @@ func roleIdentity(ctx context.Context, role string) (meshauth.Identity, string, 
 		id := workerIdentity(svc.Name, ts)
 		return id, "'utpmesh worker " + svc.Name + "' (" + creds.WorkerName(svc.Name) + ")", nil
 	}
-	return meshauth.Identity{}, "", usagef("unknown role %q: want core, admin, agent-PROJECT, worker-SERVICE or worker-SERVICE=TOOL[,TOOL...]", role)
+	return meshauth.Identity{}, "", usagef("unknown role %q: want core, admin, operator, operator-NAME, agent-PROJECT, agent-PROJECT.AGENT, worker-SERVICE or worker-SERVICE=TOOL[,TOOL...]", role)
 }
 
 // describeService builds a catalogue service's tools only to list them:

@@ -27,7 +27,7 @@ import (
 type upCommand struct{ env env }
 
 func (c *upCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT | --nats URL --creds FILE] [--project P]... [--services a,b] [--worker-identity SERVICE=TOOL[,TOOL...]]... [--config FILE]", c.env)
+	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT | --nats URL --creds FILE] [--project P]... [--services a,b] [--worker-identity SERVICE=TOOL[,TOOL...]]... [--agent-identity PROJECT/AGENT]... [--config FILE]", c.env)
 	data := fs.String("data", "./utpmesh-data", "data directory: JetStream store and bbolt files (created if missing)")
 	listen := fs.String("nats-listen", "127.0.0.1:4222", "NATS client address; port 0 picks a free port")
 	var projects, services stringList
@@ -35,6 +35,8 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	fs.Var(&services, "services", "tool services to serve (comma-separated; default: "+strings.Join(defaultNames(), ",")+")")
 	var extraIDs workerIdentities
 	fs.Var(&extraIDs, "worker-identity", workerIdentityUsage)
+	var agentIDs agentIdentities
+	fs.Var(&agentIDs, "agent-identity", "make an identity agent-PROJECT.AGENT.nk for one agent of one project: it may dispatch only as AGENT and receive only its wakeups: PROJECT/AGENT (repeatable; docs/security.md)")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on shutdown, how long calls in flight may take before they are canceled")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus /metrics and /healthz on HOST:PORT (empty: off)")
 	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
@@ -88,6 +90,9 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	atlasState, atlasReplicas := cf.atlasState(cl)
+	if *insecure && len(agentIDs) > 0 {
+		return usagef("--agent-identity needs NATS authentication: drop --insecure (a mesh without it has no identities to hand out)")
+	}
 	if *insecure && len(extraIDs) > 0 {
 		return usagef("--worker-identity needs NATS authentication: drop --insecure (a mesh without it has no identities to hand out)")
 	}
@@ -115,6 +120,11 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	var workerIDs []meshauth.Identity // one per tool service: what 'utpmesh worker --creds' may serve
 	var credsLine string
 	build := func(sctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
+		// The core makes every catalogue service's buckets: worker
+		// identities manage no stream.
+		if err := catalog.Provision(sctx, m.Conn()); err != nil {
+			return nil, err
+		}
 		var tools []worker.Tool
 		if ext != nil { // the replica count the mesh chose for the deployment
 			atlasReplicas = m.Config().Replicated.Replicas
@@ -133,7 +143,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		// and a client that connected during a reload after that line
 		// could be refused (found by make stress).
 		var err error
-		credsLine, err = setupIdentities(m, services, append(workerIDs, extraIDs...))
+		credsLine, err = setupIdentities(m, services, append(append(workerIDs, extraIDs...), agentIDs...))
 		if err != nil {
 			return nil, err
 		}
@@ -271,8 +281,8 @@ func defaultNames() []string {
 func workerIdentity(name string, tools []worker.Tool) meshauth.Identity {
 	id := meshauth.Identity{Role: meshauth.RoleWorker, Service: name}
 	if svc, err := catalog.Lookup(name); err == nil {
-		if svc.StatePublish != nil {
-			id.Publish = svc.StatePublish()
+		if svc.Publish != nil {
+			id.Publish = svc.Publish(subjects.DefaultVersion)
 		}
 		if svc.Subscribe != nil {
 			id.Subscribe = svc.Subscribe(subjects.DefaultVersion)
@@ -292,10 +302,7 @@ func workerIdentity(name string, tools []worker.Tool) meshauth.Identity {
 // serves, and the stateless ones it can describe without building them
 // against the mesh) and says where the credentials are. "" ids: --insecure.
 func setupIdentities(m *mesh.Mesh, served []string, ids []meshauth.Identity) (string, error) {
-	if m.Config().External != nil {
-		return "the NATS deployment's users: one per process, each with its role's permissions ('utpmesh nats-permissions ROLE…'; docs/cluster.md)", nil
-	}
-	if m.Config().Identities == nil {
+	if m.Config().Identities == nil && m.Config().External == nil {
 		return "off (--insecure): anyone who reaches the NATS port may do anything", nil
 	}
 	have := map[string]bool{}
@@ -318,6 +325,13 @@ func setupIdentities(m *mesh.Mesh, served []string, ids []meshauth.Identity) (st
 	if err := checkToolsOwned(ids); err != nil {
 		return "", err
 	}
+	if m.Config().External != nil {
+		// The deployment's worker users find their durables made.
+		if err := m.ExternalWorkers(ids...); err != nil {
+			return "", err
+		}
+		return "the NATS deployment's users: one per process, each with its role's permissions ('utpmesh nats-permissions ROLE…'; docs/cluster.md)", nil
+	}
 	if err := m.AddIdentities(ids...); err != nil {
 		return "", err
 	}
@@ -326,5 +340,5 @@ func setupIdentities(m *mesh.Mesh, served []string, ids []meshauth.Identity) (st
 		names = append(names, id.Name())
 	}
 	m.Config().Logger.Info("NATS identities ready", "dir", m.CredsDir(), "workers", strings.Join(names, ","))
-	return fmt.Sprintf("%s: hand out one file per process: admin.nk (operator CLI), agent-<project>.nk (agent runtimes), worker-<service>.nk ('utpmesh worker --creds FILE SERVICE'); docs/security.md", m.CredsDir()), nil
+	return fmt.Sprintf("%s: hand out one file per process: admin.nk (admin work only), operator.nk (an operator: HEM decisions, policies, identities), agent-<project>.nk (agent runtimes), worker-<service>.nk ('utpmesh worker --creds FILE SERVICE'); docs/security.md", m.CredsDir()), nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 )
 
@@ -157,6 +158,26 @@ func (m *Mesh) checkJetStream(ctx context.Context, js jetstream.JetStream) error
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// ExternalWorkers makes, on the deployment the mesh joined
+// (Config.External), the durables of the given worker identities' tools
+// as pull consumers, as an embedded mesh does for the identities it
+// admits: a worker user with the worker role's permissions can then only
+// bind its durable, not make it a push consumer that delivers commands
+// elsewhere (nats-server refuses to turn a pull consumer into a push
+// one). Call it before handing out the workers' credentials; it mints
+// nothing.
+func (m *Mesh) ExternalWorkers(ids ...meshauth.Identity) error {
+	if m.cfg.External == nil {
+		return fmt.Errorf("%w: ExternalWorkers needs Config.External (an embedded mesh makes its identities' durables itself)", ErrExternal)
+	}
+	for _, id := range ids {
+		if id.Role != meshauth.RoleWorker {
+			return fmt.Errorf("%w: ExternalWorkers: %s is not a worker identity", ErrExternal, id.Name())
+		}
+	}
+	return m.workerDurables(ids)
 }
 
 // redactedURLs is urls with every password masked, for logs and banners.

@@ -32,7 +32,7 @@ import (
 )
 
 // roleIDs are the identities of the deployments of these tests.
-var roleIDs = []meshauth.Identity{{Role: meshauth.RoleCore}, {Role: meshauth.RoleAgent, Project: "demo"},
+var roleIDs = []meshauth.Identity{{Role: meshauth.RoleCore}, {Role: meshauth.RoleAgent, Project: "demo", RawCommands: true},
 	{Role: meshauth.RoleWorker, Service: "reverse", Tools: []meshauth.Tool{{Name: "reverse", Target: "reverse"}}}}
 
 // deployment is a deployment of nodes whose users are roleIDs with the
@@ -41,8 +41,7 @@ func deployment(nodes int, jwt bool) externaltest.Options {
 	o := externaltest.Options{Nodes: nodes, JWT: jwt, Permissions: func(name, key string) (*server.Permissions, error) {
 		for _, id := range roleIDs {
 			if id.Name() == name {
-				// Permissions that name the identity's key take it from
-				// id.Key, when meshauth.Identity has one.
+				id.Key = key // its reply inboxes are under the key
 				return meshauth.Permissions(subjects.DefaultVersion, id), nil
 			}
 		}
@@ -120,6 +119,29 @@ func TestExternalCluster(t *testing.T) {
 	st, err := js.Stream(context.Background(), streams.CommandStream(subjects.DefaultVersion))
 	if err != nil || st.CachedInfo().Config.Replicas != 3 {
 		t.Fatalf("command stream: %v, want 3 replicas", err)
+	}
+
+	// The mesh makes the worker user's durable as a pull consumer first;
+	// its create permission (its tool's filter) then cannot turn it into a
+	// push consumer delivering on a subject of its choosing.
+	if err := m.ExternalWorkers(roleIDs[2]); err != nil {
+		t.Fatal(err)
+	}
+	ver, cmdStream := subjects.DefaultVersion, streams.CommandStream(subjects.DefaultVersion)
+	body, _ := json.Marshal(map[string]any{"stream_name": cmdStream, "config": map[string]any{"durable_name": "utp_tool_reverse",
+		"filter_subject": "cg." + ver + ".*.*.cmd.tool.reverse", "ack_policy": "explicit", "deliver_subject": "cg." + ver + ".demo.main.cmd.agent.victim.wakeup"}})
+	msg, err := connectAs(t, d, creds.WorkerName("reverse")).Request("$JS.API.CONSUMER.CREATE."+cmdStream+".utp_tool_reverse.cg."+ver+".*.*.cmd.tool.reverse", body, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reply struct {
+		Error *struct{ Description string } `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &reply); err != nil || reply.Error == nil || !strings.Contains(reply.Error.Description, "push") {
+		t.Fatalf("the worker user's push consumer create = %s, want refused", msg.Data)
+	}
+	if err := m.ExternalWorkers(roleIDs[1]); !errors.Is(err, mesh.ErrExternal) {
+		t.Fatalf("ExternalWorkers(an agent) = %v, want ErrExternal", err)
 	}
 
 	// A worker program with the worker role's user.

@@ -177,8 +177,16 @@ type IdentityConfig struct {
 	// AgentProjects get one agent identity each (agent-<project>);
 	// default Config.Projects.
 	AgentProjects []string
-	// Workers get one worker identity each (worker-<service>).
+	// Workers get one worker identity each (worker-<service>); further
+	// identities of any role (per-agent: agent-<project>.<agent>) may be
+	// listed too.
 	Workers []meshauth.Identity
+	// RawCommands reports whether a project's agent identities may publish
+	// raw tool and PMO commands (the project's opt-in, meshauth.Identity.
+	// RawCommands); nil: every project may, the path of agent runtimes
+	// that publish their own commands. Change it live with
+	// Mesh.SetRawCommands.
+	RawCommands func(project string) bool
 }
 
 // AuthConfig configures the mesh's authorization (see Config.Auth).
@@ -222,6 +230,7 @@ type Mesh struct {
 	msrv        *metrics.Server
 	stoppers    []func(context.Context) error
 	names       sync.Map // public nkey → identity name (Config.Identities): signed admin requests
+	idents      identState
 	unrouted    *unrouted.Sweeper
 	ready       atomic.Bool // Start has finished (health)
 }
@@ -278,7 +287,7 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 			version = worker.DefaultServiceVersion
 		}
 		m.metrics = metrics.New(version)
-		m.msrv, err = metrics.Serve(m.metrics, metrics.ServerConfig{Addr: cfg.MetricsAddr, Logger: log.With("component", "metrics"), Health: m.health})
+		m.msrv, err = metrics.Serve(m.metrics, metrics.ServerConfig{Addr: cfg.MetricsAddr, Logger: log.With("component", "metrics"), Health: m.health, Ready: m.Ready})
 		if err != nil {
 			return m, fmt.Errorf("mesh: --metrics-addr: %w", err)
 		}
@@ -368,6 +377,20 @@ func (m *Mesh) health() error {
 	return nil
 }
 
+// Ready is /readyz: nil once Start has returned while the embedded
+// server can take writes (embednats.Server.Ready: JetStream on and, on a
+// cluster node, in quorum; the store's disk above its floor and writing;
+// no stream with a write error), else why not.
+func (m *Mesh) Ready() error {
+	if err := m.health(); err != nil {
+		return err
+	}
+	if m.srv == nil { // Config.External: health checked the connection
+		return nil
+	}
+	return m.srv.Ready()
+}
+
 // openFiles opens the single-node state: the streams with one replica and
 // the bbolt files under DataDir.
 func (m *Mesh) openFiles(ctx context.Context, js jetstream.JetStream) error {
@@ -412,6 +435,9 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 		return err
 	}
 	m.push(m.regSrv.Stop)
+	if err := m.startIdentityService(); err != nil {
+		return err
+	}
 	if cfg.Auth != nil {
 		if m.policies == nil { // single node: policies.db beside the other files
 			pol, err := boltpolicy.Open(filepath.Join(cfg.DataDir, "policies.db"),
@@ -517,7 +543,7 @@ func (m *Mesh) push(f func(context.Context) error) { m.stoppers = append(m.stopp
 func (m *Mesh) identities() ([]embednats.User, string, error) {
 	ic := m.cfg.Identities
 	dir := m.CredsDir()
-	ids := []meshauth.Identity{{Role: meshauth.RoleCore}, {Role: meshauth.RoleAdmin}}
+	ids := []meshauth.Identity{{Role: meshauth.RoleCore}, {Role: meshauth.RoleAdmin}, {Role: meshauth.RoleOperator}}
 	projects := ic.AgentProjects
 	if len(projects) == 0 {
 		projects = m.cfg.Projects
@@ -526,6 +552,12 @@ func (m *Mesh) identities() ([]embednats.User, string, error) {
 		ids = append(ids, meshauth.Identity{Role: meshauth.RoleAgent, Project: p})
 	}
 	ids = append(ids, ic.Workers...)
+	added, err := m.addedIdentities()
+	if err != nil {
+		return nil, "", err
+	}
+	ids = append(ids, added...)
+	var admitted []meshauth.Identity
 	var users []embednats.User
 	seen := map[string]bool{}
 	for _, id := range ids {
@@ -537,16 +569,25 @@ func (m *Mesh) identities() ([]embednats.User, string, error) {
 			return nil, "", fmt.Errorf("mesh: identities: %s is listed twice", name)
 		}
 		seen[name] = true
-		pub, created, err := meshauth.Ensure(dir, name)
-		if err != nil {
-			return nil, "", err
+		pub := id.Key // identity add: the seed stays with its holder
+		if pub == "" {
+			var created bool
+			if pub, created, err = meshauth.Ensure(dir, name); err != nil {
+				return nil, "", err
+			}
+			if created {
+				m.cfg.Logger.Debug("created NATS credentials", "identity", name, "file", creds.SeedPath(dir, name))
+			}
 		}
-		if created {
-			m.cfg.Logger.Debug("created NATS credentials", "identity", name, "file", creds.SeedPath(dir, name))
+		id.Key = pub
+		if id.Role == meshauth.RoleAgent {
+			id.RawCommands = m.rawCommands(id.Project)
 		}
 		users = append(users, embednats.User{Nkey: pub, Name: name, Permissions: meshauth.Permissions(m.cfg.ProtocolVersion, id)})
 		m.names.Store(pub, name)
+		admitted = append(admitted, id)
 	}
+	m.idents.setAdmitted(admitted)
 	return users, creds.SeedPath(dir, meshauth.RoleCore), nil
 }
 
@@ -570,9 +611,14 @@ func (m *Mesh) AddIdentities(ids ...meshauth.Identity) error {
 	if m.cfg.Identities == nil {
 		return errors.New("mesh: AddIdentities needs Config.Identities (NATS authentication on)")
 	}
+	m.idents.mu.Lock()
+	defer m.idents.mu.Unlock()
 	m.cfg.Identities.Workers = append(m.cfg.Identities.Workers, ids...)
 	users, _, err := m.identities()
 	if err != nil {
+		return err
+	}
+	if err := m.workerDurables(m.Identities()); err != nil {
 		return err
 	}
 	return m.srv.SetUsers(users)

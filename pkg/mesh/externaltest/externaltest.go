@@ -49,7 +49,7 @@ type Options struct {
 	// MaxPayload is every server's max_payload; default 8 MiB.
 	MaxPayload int
 	// MaxControlLine is every server's max_control_line, which must hold
-	// a client's CONNECT with its user JWT (5.4 KB for worker-atlas_tasks
+	// a client's CONNECT with its user JWT (5.2 KB for worker-atlas_tasks
 	// on 2026-11-26): default 32 KiB in JWT mode, else the server's 4 KiB;
 	// -1: the server's default in either mode.
 	MaxControlLine int

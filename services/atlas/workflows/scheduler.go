@@ -148,7 +148,7 @@ func (s *Scheduler) RunDue(ctx context.Context) ([]string, error) {
 				continue // another scheduler recorded it (or the workflow changed)
 			}
 		}
-		if _, err := st.Claim(ctx, cardstore.ClaimRequest{ProjectID: d.project, Key: "atlas/workflows/run/" + d.runID,
+		if _, err := st.Claim(ctx, cardstore.ClaimRequest{ProjectID: d.project, Key: "atlas.workflows/run/" + d.runID,
 			Holder: s.cfg.Holder, Lease: s.cfg.ClaimLease}); err != nil {
 			if errors.Is(err, cardstore.ErrClaimHeld) {
 				s.svc.Logger().Debug("scheduled run claimed by another scheduler", "run_id", d.runID, "err", err)

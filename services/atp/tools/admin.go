@@ -58,7 +58,7 @@ func (s *Service) bookingCreate(ctx context.Context, c *worker.Call) (any, error
 	if err := dec.Decode(&b); err != nil {
 		return nil, worker.Fail(card.CodeBadRequest, fmt.Sprintf("booking: %v (docs/catalogues/atp.md shows a booking object)", err))
 	}
-	nb, err := s.CreateBooking(ctx, c.ProjectID, &b, a.AdvanceTo, "operator:"+c.Command.AgentID)
+	nb, err := s.CreateBooking(ctx, c.ProjectID, &b, a.AdvanceTo, actor(c))
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func (s *Service) bookingTransition(ctx context.Context, c *worker.Call) (any, e
 	if err != nil {
 		return nil, err
 	}
-	b, ev, err := s.store.Transition(ctx, c.ProjectID, a.BookingObjectID, to, "operator:"+c.Command.AgentID, a.Reason)
+	b, ev, err := s.store.Transition(ctx, c.ProjectID, a.BookingObjectID, to, actor(c), a.Reason)
 	if err != nil {
 		return nil, err
 	}

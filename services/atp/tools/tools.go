@@ -18,6 +18,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
@@ -208,7 +209,11 @@ func Build(deps atp.Deps) ([]worker.Tool, error) {
 type spec struct {
 	name, desc, params, action, scope string
 	risk                              registry.RiskLevel
-	run                               func(ctx context.Context, c *worker.Call) (any, error)
+	// operator makes the tool operator-only (registry options.principal
+	// operator); its handler also refuses any other principal
+	// (operatorOf).
+	operator bool
+	run      func(ctx context.Context, c *worker.Call) (any, error)
 }
 
 // Tools returns the service's tools.
@@ -216,11 +221,20 @@ func (s *Service) Tools() []worker.Tool {
 	specs := append(append(s.seedTools(), s.hemTools()...), s.adminTools()...)
 	out := make([]worker.Tool, 0, len(specs))
 	for _, sp := range specs {
-		run := sp.run
+		run, operator := sp.run, sp.operator
+		opts := registry.Options{CedarAction: sp.action, Scopes: []string{sp.scope}, RiskLevel: sp.risk}
+		if operator {
+			opts.Principal = registry.PrincipalOperator
+		}
 		out = append(out, worker.Tool{
 			Name: sp.name, Description: sp.desc, Parameters: json.RawMessage(sp.params), Target: "atp." + sp.name,
-			Options: registry.Options{CedarAction: sp.action, Scopes: []string{sp.scope}, RiskLevel: sp.risk},
+			Options: opts,
 			Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
+				if operator {
+					if _, err := operatorOf(c); err != nil {
+						return worker.Result{}, err
+					}
+				}
 				if err := s.limit(ctx, c); err != nil {
 					return worker.Result{}, err
 				}
@@ -354,8 +368,15 @@ func needPostConfirmation(tool string, b *booking.Booking) error {
 // bind decodes the call's arguments.
 func bind(c *worker.Call, v any) error { return c.Bind(v) }
 
-// actor names who made a call.
-func actor(c *worker.Call) string { return "agent:" + c.Command.AgentID }
+// actor names who made call c, for the booking's event log: the operator
+// "operator:<name>" of an admitted operator's call, else the agent
+// "agent:<agent_id>" (an agent is never logged as an operator).
+func actor(c *worker.Call) string {
+	if name, err := operatorOf(c); err == nil {
+		return utp.PrincipalOperator + ":" + name
+	}
+	return utp.PrincipalAgent + ":" + c.Command.AgentID
+}
 
 // callID is a stable id of a call's effect, derived from its turn and
 // tool_call_id, so a redelivered call names the same effect.

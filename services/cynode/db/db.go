@@ -79,11 +79,11 @@ func Specs() []gateway.Spec {
 			Params: obj([]string{"key"}, `"key":`+keySchema), Run: settingGet(false)},
 		{Name: ToolSettingList, Description: "Lists system settings by key, paginated (limit, cursor → next_cursor).", Scope: pm,
 			Params: obj(nil, `"key_prefix":`+keySchema+`,`+gateway.PageSchema), Run: settingList(false)},
-		{Name: ToolSettingCreate, Description: "Creates a system setting; fails if the key exists.", Scope: pm,
+		{Name: ToolSettingCreate, Description: "Operators: creates a system setting; fails if the key exists.", Scope: pm, Operator: true,
 			Params: obj([]string{"key", "value", "value_type"}, `"key":`+keySchema+`,"value":{},"value_type":`+valueType+`,`+reason), Run: settingCreate(false)},
-		{Name: ToolSettingUpdate, Description: "Updates a system setting; with expected_version, fails with conflict unless it matches.", Scope: pm,
+		{Name: ToolSettingUpdate, Description: "Operators: updates a system setting; with expected_version, fails with conflict unless it matches.", Scope: pm, Operator: true,
 			Params: obj([]string{"key", "value", "value_type"}, `"key":`+keySchema+`,"value":{},"value_type":`+valueType+`,`+expected+`,`+reason), Run: settingUpdate(false)},
-		{Name: ToolSettingDelete, Description: "Deletes a system setting; with expected_version, fails with conflict unless it matches.", Scope: pm,
+		{Name: ToolSettingDelete, Description: "Operators: deletes a system setting; with expected_version, fails with conflict unless it matches.", Scope: pm, Operator: true,
 			Params: obj([]string{"key"}, `"key":`+keySchema+`,`+expected+`,`+reason), Run: settingDelete(false)},
 
 		{Name: ToolPreferenceGet, Description: "Returns a preference of a scope (scope_id required unless scope_type is system).", Scope: pm,
@@ -231,6 +231,18 @@ func bindSetting(ctx context.Context, x *gateway.Exec, pref bool) (settingArgs, 
 	return a, sc, err
 }
 
+// checkGuarded refuses an agent's write of a system-scope key that guards
+// agents' permissions (gateway.GuardsPermissions): the system settings
+// tools are operator-only, and db.preference.* writes the same store at
+// scope_type system.
+func checkGuarded(x *gateway.Exec, sc store.Scope, key string) error {
+	if x.Identity.Operator != "" || sc.Type != store.SystemScope.Type || !gateway.GuardsPermissions(key) {
+		return nil
+	}
+	return gateway.Errorf(gateway.TypeAccessDenied, "system key %s guards agents' permissions (%s*, %s*): only an operator writes it, with db.system_setting.create|update|delete; agent %s may not",
+		key, gateway.AgentSettingsPrefix, gateway.AllowedImagePrefix, x.Identity.AgentID).With(map[string]any{"key": key, "required_principal": "operator"})
+}
+
 // CheckValue checks that value has value_type.
 func CheckValue(value json.RawMessage, valueType string) (any, error) {
 	var v any
@@ -297,7 +309,7 @@ func settingList(pref bool) func(context.Context, *gateway.Exec) (any, error) {
 }
 
 func write(x *gateway.Exec, a settingArgs) store.Write {
-	return store.Write{ExpectedVersion: a.ExpectedVersion, Reason: a.Reason, By: x.Identity.AgentID, At: x.Now}
+	return store.Write{ExpectedVersion: a.ExpectedVersion, Reason: a.Reason, By: x.Identity.Who(), At: x.Now}
 }
 
 func newSetting(x *gateway.Exec, sc store.Scope, pref bool, a settingArgs) (store.Setting, error) {
@@ -320,6 +332,9 @@ func settingPut(pref bool, put func(store.Store, context.Context, store.Scope, s
 		if err != nil {
 			return nil, err
 		}
+		if err := checkGuarded(x, sc, a.Key); err != nil {
+			return nil, err
+		}
 		s, err := newSetting(x, sc, pref, a)
 		if err != nil {
 			return nil, err
@@ -340,6 +355,9 @@ func settingDelete(pref bool) func(context.Context, *gateway.Exec) (any, error) 
 	return func(ctx context.Context, x *gateway.Exec) (any, error) {
 		a, sc, err := bindSetting(ctx, x, pref)
 		if err != nil {
+			return nil, err
+		}
+		if err := checkGuarded(x, sc, a.Key); err != nil {
 			return nil, err
 		}
 		old, err := x.Store.DeleteSetting(ctx, sc, a.Key, write(x, a))

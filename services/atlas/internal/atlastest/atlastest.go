@@ -90,6 +90,13 @@ func Start(t testing.TB, ctx context.Context, builders ...Builder) *Harness {
 // StartIn is Start with a given data directory (restart tests).
 func StartIn(t testing.TB, ctx context.Context, dir string, builders ...Builder) *Harness {
 	t.Helper()
+	return StartWrapped(t, ctx, dir, nil, builders...)
+}
+
+// StartWrapped is StartIn whose services see the mesh's CardStore through
+// wrap (nil: as it is), e.g. to make their receipt writes fail.
+func StartWrapped(t testing.TB, ctx context.Context, dir string, wrap func(cardstore.Store) cardstore.Store, builders ...Builder) *Harness {
+	t.Helper()
 	late := NewLate()
 	deps := atlas.Deps{Resolve: late.Resolve, DataDir: dir, Context: ctx, Logger: Quiet}
 	var tools []worker.Tool
@@ -104,7 +111,11 @@ func StartIn(t testing.TB, ctx context.Context, dir string, builders ...Builder)
 	if err != nil {
 		t.Fatalf("mesh: %v", err)
 	}
-	late.Set(m.Conn(), m.Cards())
+	cards := m.Cards()
+	if wrap != nil {
+		cards = wrap(cards)
+	}
+	late.Set(m.Conn(), cards)
 	ag, err := agent.New(m.Conn(), agent.Config{Project: Project, AgentID: "atlas-agent", Logger: Quiet})
 	if err != nil {
 		t.Fatal(err)

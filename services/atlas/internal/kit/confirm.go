@@ -110,7 +110,7 @@ func (s *Service) park(ctx context.Context, sp *Spec, x *Exec, entry receipts.To
 		would, err = sp.Plan(x)
 		return err
 	}); err != nil {
-		return nil, receipts.Record{}, s.txErr(err)
+		return nil, receipts.Record{}, s.txErr(ctx, err)
 	}
 	cc := x.Call.CallCard
 	p := Pending{
@@ -128,8 +128,15 @@ func (s *Service) park(ctx context.Context, sp *Spec, x *Exec, entry receipts.To
 	}
 	entry.Status, entry.Result, entry.ConfirmationID = receipts.StatusPendingConfirm, json.RawMessage("null"), p.ConfirmationID
 	rec := receipts.Record{Kind: receipts.KindCall, ToolCall: entry}
+	var prev *callRecord
 	err = s.st.Update(ctx, func(tx state.Tx) error {
 		x.Tx = tx
+		// Recorded since the caller's read (a retried commit, another
+		// execution): answer from the record, park nothing.
+		var gerr error
+		if prev, gerr = getCall(x); gerr != nil || prev != nil {
+			return gerr
+		}
 		b := x.Bucket(bucketPending)
 		if err := PutJSON(b, p.ConfirmationID, p); err != nil {
 			return err
@@ -137,7 +144,10 @@ func (s *Service) park(ctx context.Context, sp *Spec, x *Exec, entry receipts.To
 		return putCall(x, callRecord{ToolName: sp.Name, ArgsHash: hash, Result: value, Receipt: rec})
 	})
 	if err != nil {
-		return nil, receipts.Record{}, s.txErr(err)
+		return nil, receipts.Record{}, s.txErr(ctx, err)
+	}
+	if prev != nil {
+		return replay(sp, x, prev, hash)
 	}
 	return value, rec, nil
 }
@@ -303,7 +313,10 @@ func (s *Service) Resolve(ctx context.Context, project string, req ResolveReques
 		if errors.Is(err, ErrNotPending) {
 			return nil, err
 		}
-		return nil, s.txErr(err)
+		if err = s.txErr(ctx, err); errors.Is(err, worker.ErrRetryLater) {
+			err = fmt.Errorf("%w: %v", svc.ErrUnavailable, err) // the caller retries
+		}
+		return nil, err
 	}
 	if runErr == nil && out.After != nil {
 		if err := out.After(ctx); err != nil {
@@ -374,6 +387,11 @@ func ResolveRemote(ctx context.Context, nc *nats.Conn, call *worker.Call, confir
 		return nil, worker.Fail(card.CodeBadRequest, msg)
 	case errors.Is(err, svc.ErrUnavailable) && re == nil:
 		return nil, worker.Fail(card.CodeUpstreamUnavailable, fmt.Sprintf("atlas.%s, which holds %s, is not running (start it: utpmesh worker atlas.%s): %v", group, confirmationID, group, err))
+	case errors.Is(err, svc.ErrTimeout), re != nil && (re.Code == svc.CodeUnavailable || re.Code == svc.CodeTimeout):
+		// The owner may have resolved it (no answer in time; its receipt
+		// could not be written): run this call again later. The owner
+		// answers a repeat by the same call with the same resolution.
+		return nil, fmt.Errorf("%w: atlas.%s did not say whether %s was resolved: %v", worker.ErrRetryLater, group, confirmationID, err)
 	default:
 		return nil, worker.Fail(card.CodeUpstreamUnavailable, fmt.Sprintf("atlas.%s: %v", group, err))
 	}

@@ -9,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/determ"
@@ -64,6 +67,9 @@ func (s *Service) handler(sp *Spec) worker.HandlerFunc {
 		entry := receipts.ToolCall{ToolName: sp.Name, Args: call.Arguments, TimestampUTC: x.Now(),
 			ToolCallID: x.ToolCallID, AgentTurnID: x.AgentTurnID}
 		value, rec, herr := s.execute(ctx, sp, x, entry)
+		if errors.Is(herr, worker.ErrRetryLater) {
+			return worker.Result{}, herr // the outcome is unknown: the redelivery reads it back
+		}
 		if herr != nil {
 			var ce *card.Error
 			if !errors.As(herr, &ce) {
@@ -75,12 +81,18 @@ func (s *Service) handler(sp *Spec) worker.HandlerFunc {
 			rec.ToolCall.Status, rec.ToolCall.Result = receipts.StatusFailed, json.RawMessage("null")
 		}
 		if werr := receipts.Write(ctx, st, call.CallCard, s.Author(), rec, x.Time); werr != nil {
-			applied := "nothing was changed"
 			if herr == nil && !sp.ReadOnly {
-				applied = "the change WAS applied; calling again with the same tool_call_id returns it"
+				// The change is committed with its call record: failing
+				// the call now would report a done change as failed (and
+				// an agent that retries under a new id would apply it
+				// twice). Run the call again later instead: the
+				// redelivery answers from the call record and writes
+				// this same receipt.
+				return worker.Result{}, fmt.Errorf("%w: %s: the change was applied but its receipt could not be written (%v)",
+					worker.ErrRetryLater, sp.Name, werr)
 			}
 			return worker.Result{}, worker.Fail(card.CodeUpstreamUnavailable,
-				fmt.Sprintf("%s: the receipt could not be written (%v); %s", sp.Name, werr, applied))
+				fmt.Sprintf("%s: the receipt could not be written (%v); nothing was changed", sp.Name, werr))
 		}
 		if herr != nil {
 			return worker.Result{}, herr
@@ -107,7 +119,7 @@ func (s *Service) execute(ctx context.Context, sp *Spec, x *Exec, entry receipts
 			return err
 		})
 		if err != nil {
-			return nil, receipts.Record{}, s.txErr(err)
+			return nil, receipts.Record{}, s.txErr(ctx, err)
 		}
 		return s.finish(ctx, sp, entry, out)
 	}
@@ -117,22 +129,14 @@ func (s *Service) execute(ctx context.Context, sp *Spec, x *Exec, entry receipts
 	var prev *callRecord
 	if err := s.st.View(ctx, func(tx state.Tx) error {
 		x.Tx = tx
-		prev = nil // a View may run its closure again
-		v, found, err := x.Bucket(bucketCalls).Get(callKey(x.AgentTurnID, x.ToolCallID))
-		if err != nil || !found {
-			return err
-		}
-		prev = &callRecord{}
-		return json.Unmarshal(v, prev)
+		var err error
+		prev, err = getCall(x) // a View may run its closure again
+		return err
 	}); err != nil {
-		return nil, receipts.Record{}, s.txErr(err)
+		return nil, receipts.Record{}, s.txErr(ctx, err)
 	}
 	if prev != nil {
-		if prev.ToolName != sp.Name || prev.ArgsHash != hash {
-			return nil, receipts.Record{}, BadRequest("tool_call_id %q was already used in turn %q for a %s call with other arguments; give every call its own tool_call_id",
-				x.ToolCallID, x.AgentTurnID, prev.ToolName)
-		}
-		return prev.Result, prev.Receipt, nil
+		return replay(sp, x, prev, hash)
 	}
 
 	if sp.needsConfirm(x.Args) {
@@ -143,7 +147,13 @@ func (s *Service) execute(ctx context.Context, sp *Spec, x *Exec, entry receipts
 	var rec receipts.Record
 	err := s.st.Update(ctx, func(tx state.Tx) error {
 		x.Tx = tx
+		// The record is read again in the transaction that would write
+		// it: a commit whose outcome was unknown, retried, or another
+		// execution of the same call may have recorded the call since.
 		var err error
+		if prev, err = getCall(x); err != nil || prev != nil {
+			return err
+		}
 		if out, err = sp.Run(x); err != nil {
 			return err
 		}
@@ -153,7 +163,10 @@ func (s *Service) execute(ctx context.Context, sp *Spec, x *Exec, entry receipts
 		return putCall(x, callRecord{ToolName: sp.Name, ArgsHash: hash, Result: value, Receipt: rec})
 	})
 	if err != nil {
-		return nil, receipts.Record{}, s.txErr(err)
+		return nil, receipts.Record{}, s.txErr(ctx, err)
+	}
+	if prev != nil {
+		return replay(sp, x, prev, hash)
 	}
 	if out.After != nil {
 		if err := out.After(ctx); err != nil {
@@ -213,6 +226,29 @@ func EncodeResult(result any, withUndo bool, undo *receipts.Undo) (json.RawMessa
 	return json.Marshal(m)
 }
 
+// getCall reads the call record of x's call; nil when there is none.
+func getCall(x *Exec) (*callRecord, error) {
+	v, found, err := x.Bucket(bucketCalls).Get(callKey(x.AgentTurnID, x.ToolCallID))
+	if err != nil || !found {
+		return nil, err
+	}
+	prev := &callRecord{}
+	if err := json.Unmarshal(v, prev); err != nil {
+		return nil, fmt.Errorf("call record of %s: %w", x.ToolCallID, err)
+	}
+	return prev, nil
+}
+
+// replay answers a call that already ran from its record, or refuses the
+// reuse of its tool_call_id for another call.
+func replay(sp *Spec, x *Exec, prev *callRecord, hash string) (json.RawMessage, receipts.Record, error) {
+	if prev.ToolName != sp.Name || prev.ArgsHash != hash {
+		return nil, receipts.Record{}, BadRequest("tool_call_id %q was already used in turn %q for a %s call with other arguments; give every call its own tool_call_id",
+			x.ToolCallID, x.AgentTurnID, prev.ToolName)
+	}
+	return prev.Result, prev.Receipt, nil
+}
+
 func putCall(x *Exec, rec callRecord) error {
 	b := x.Bucket(bucketCalls)
 	raw, err := json.Marshal(rec)
@@ -222,11 +258,26 @@ func putCall(x *Exec, rec callRecord) error {
 	return b.Put(callKey(x.AgentTurnID, x.ToolCallID), raw)
 }
 
-// txErr passes *card.Error through and wraps storage errors.
-func (s *Service) txErr(err error) error {
+// txErr passes *card.Error through and wraps storage errors. An error
+// that says nothing about the call itself — a commit whose outcome is
+// unknown, a store that did not answer in time (while the call's own ctx
+// still runs), too many concurrent writers — asks for the call to run again
+// later (worker.ErrRetryLater): the replicated state loses a node or its
+// leader for seconds, and such a call must neither fail nor apply twice.
+func (s *Service) txErr(ctx context.Context, err error) error {
 	var ce *card.Error
 	if errors.As(err, &ce) {
 		return ce
+	}
+	if errors.Is(err, state.ErrUnknownOutcome) {
+		// Whether the change was stored is unknown: run the call again
+		// later, which reads the call record back (applied: its answer;
+		// not: it runs).
+		return fmt.Errorf("%w: atlas.%s: %w", worker.ErrRetryLater, s.group, err)
+	}
+	if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, state.ErrConflict)) {
+		return fmt.Errorf("%w: atlas.%s: storage: %w", worker.ErrRetryLater, s.group, err)
 	}
 	if errors.Is(err, state.ErrClosed) {
 		err = ErrClosed

@@ -7,6 +7,7 @@ package atptest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
@@ -259,3 +261,82 @@ var Get = meshtest.JSONGet
 
 // Str is Get as a string.
 var Str = meshtest.JSONStr
+
+// Operator makes calls as an operator.
+type Operator struct {
+	h    *Harness
+	name string
+}
+
+// Operator returns a caller with the principal operator:<name>. Its calls
+// run the tool's handler in this process exactly as the worker runtime
+// runs a call the mesh admitted for that principal (worker.Call.Principal
+// and Admission set, arguments as given): the mesh's admission service
+// (issue 23, branch admit) dispatches operators' calls; until the
+// harness's mesh runs it, this is how a test makes an operator's call.
+// Agents' calls always go through the mesh (Agent).
+func (h *Harness) Operator(name string) *Operator { return &Operator{h: h, name: name} }
+
+// Call runs tool with args as the operator.
+func (o *Operator) Call(tool string, args any) *Result {
+	o.h.T.Helper()
+	raw, err := json.Marshal(args)
+	if err != nil {
+		o.h.T.Fatal(err)
+	}
+	var tl *worker.Tool
+	for _, t := range o.h.Service.Tools() {
+		if t.Name == tool {
+			tl = &t
+		}
+	}
+	if tl == nil {
+		o.h.T.Fatalf("no tool %s", tool)
+	}
+	n := o.h.seq.Add(1)
+	principal := utp.PrincipalOperator + ":" + o.name
+	cmd := utp.Command{AgentID: o.name, AgentTurnID: fmt.Sprintf("turn-operator-%s-%d", o.name, n), ToolCallID: fmt.Sprintf("call-%d", n),
+		AfterExecution: card.Suspend, ToolCallCardID: card.NewID(), ToolName: tool}
+	c := &worker.Call{Version: "v1r3", ProjectID: Project, ChannelID: "main", ToolName: tool, Command: cmd, Arguments: raw, Delivery: 1,
+		Principal: principal, Admission: &utp.Admission{V: utp.AdmissionVersion, AgentID: cmd.AgentID, AgentTurnID: cmd.AgentTurnID,
+			ToolCallID: cmd.ToolCallID, ToolCallCardID: cmd.ToolCallCardID, ToolName: tool, AfterExecution: cmd.AfterExecution, Principal: principal}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := tl.Handler(ctx, c)
+	r := &Result{Status: card.StatusSuccess, Turn: cmd.AgentTurnID, ToolCallID: cmd.ToolCallID}
+	var ce *card.Error
+	switch {
+	case errors.As(err, &ce):
+		r.Status, r.Error = card.StatusFailed, ce
+	case err != nil:
+		r.Status, r.Error = card.StatusFailed, &card.Error{Code: card.CodeInternalError, Message: err.Error()}
+	default:
+		if r.Raw, err = json.Marshal(res.Value); err != nil {
+			o.h.T.Fatal(err)
+		}
+		if err := json.Unmarshal(r.Raw, &r.Value); err != nil {
+			o.h.T.Fatal(err)
+		}
+	}
+	return r
+}
+
+// OK runs a call that must succeed.
+func (o *Operator) OK(tool string, args any) *Result {
+	o.h.T.Helper()
+	r := o.Call(tool, args)
+	if r.Status != card.StatusSuccess {
+		o.h.T.Fatalf("operator %s: %s(%v): status %s, error %+v", o.name, tool, args, r.Status, r.Error)
+	}
+	return r
+}
+
+// Fail runs a call that must fail with code; it returns the error.
+func (o *Operator) Fail(tool string, args any, code card.ErrorCode) *card.Error {
+	o.h.T.Helper()
+	r := o.Call(tool, args)
+	if r.Status != card.StatusFailed || r.Error == nil || r.Error.Code != code {
+		o.h.T.Fatalf("operator %s: %s(%v): status %s, error %+v; want failed %s", o.name, tool, args, r.Status, r.Error, code)
+	}
+	return r.Error
+}

@@ -7,6 +7,7 @@ package cynodetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,6 +24,8 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/cynode"
 	"github.com/utpmesh/utpmesh/services/cynode/audit"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/egress"
@@ -286,4 +289,86 @@ func (h *Harness) AuditRaw() string {
 			return string(b)
 		}
 	}
+}
+
+// OperatorCall makes a call as the operator name: Admitted with the
+// principal operator:<name>. The mesh's admission service (issue 23,
+// branch admit) dispatches operators' calls; until the harness's mesh
+// runs it, this is how a test makes an operator's call. Agents' calls
+// always go through the mesh (Call).
+func (h *Harness) OperatorCall(name, tool string, args any) *Result {
+	h.T.Helper()
+	principal := utp.PrincipalOperator + ":" + name
+	return h.Admitted(name, &utp.Admission{Principal: principal}, principal, tool, args)
+}
+
+// Admitted runs the tool's handler in this process exactly as the worker
+// runtime runs a call of agentID that the mesh admitted with adm
+// (worker.Call.Admission, completed with the call's routing fields) and
+// the principal principal (worker.Call.Principal); the tool.call card and
+// its mandate are absent, as in an admitted call.
+func (h *Harness) Admitted(agentID string, adm *utp.Admission, principal, tool string, args any) *Result {
+	h.T.Helper()
+	raw, err := json.Marshal(args)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	var handler worker.HandlerFunc
+	for _, tl := range h.Service.Tools() {
+		if tl.Name == tool {
+			handler = tl.Handler
+		}
+	}
+	if handler == nil {
+		h.T.Fatalf("no tool %s", tool)
+	}
+	id := fmt.Sprintf("call-%d", h.seq.Add(1))
+	cmd := utp.Command{AgentID: agentID, AgentTurnID: "turn-admitted-" + agentID, ToolCallID: id, AfterExecution: card.Suspend, ToolCallCardID: card.NewID(), ToolName: tool}
+	if adm != nil {
+		a := *adm
+		a.V, a.AgentID, a.AgentTurnID, a.ToolCallID, a.ToolCallCardID, a.ToolName, a.AfterExecution = utp.AdmissionVersion, cmd.AgentID, cmd.AgentTurnID, id, cmd.ToolCallCardID, tool, cmd.AfterExecution
+		adm = &a
+	}
+	c := &worker.Call{Version: "v1r3", ProjectID: Project, ChannelID: "main", ToolName: tool, Command: cmd, Arguments: raw, Delivery: 1,
+		Principal: principal, Admission: adm}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := handler(ctx, c)
+	r := &Result{Status: card.StatusSuccess, ToolCallID: id}
+	var ce *card.Error
+	switch {
+	case errors.As(err, &ce):
+		r.Status, r.Error = card.StatusFailed, ce
+		_ = json.Unmarshal(ce.Detail, &r.Envelope)
+	case err != nil:
+		h.T.Fatalf("%s as %s: %v", tool, principal, err)
+	default:
+		r.Raw, _ = res.Value.(json.RawMessage)
+		if err := json.Unmarshal(r.Raw, &r.Envelope); err != nil {
+			h.T.Fatalf("%s: result %s: %v", tool, r.Raw, err)
+		}
+	}
+	return r
+}
+
+// OperatorOK is OperatorCall of a call that must succeed; it returns the
+// envelope's result.
+func (h *Harness) OperatorOK(name, tool string, args any) map[string]any {
+	h.T.Helper()
+	r := h.OperatorCall(name, tool, args)
+	if r.Status != card.StatusSuccess || Str(r.Envelope, "status") != "success" {
+		h.T.Fatalf("%s as operator %s (%v): status %s, error %+v", tool, name, args, r.Status, r.Error)
+	}
+	return r.Value()
+}
+
+// OperatorFail is OperatorCall of a call that must fail with the envelope
+// error type typ; it returns the message.
+func (h *Harness) OperatorFail(name, tool string, args any, typ string) string {
+	h.T.Helper()
+	r := h.OperatorCall(name, tool, args)
+	if r.Status != card.StatusFailed || r.ErrorType() != typ {
+		h.T.Fatalf("%s as operator %s (%v): status %s, error %+v; want failed with error type %s", tool, name, args, r.Status, r.Error, typ)
+	}
+	return Str(r.Envelope, "error", "message")
 }
