@@ -213,15 +213,19 @@ func TestExternalSingleServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Stop(context.Background())
-	health := strings.TrimSuffix(m.MetricsURL(), "/metrics") + "/healthz"
-	if code := httpStatus(t, health); code != http.StatusOK {
-		t.Fatalf("/healthz = %d, want 200", code)
+	base := strings.TrimSuffix(m.MetricsURL(), "/metrics")
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if code := httpStatus(t, base+p); code != http.StatusOK {
+			t.Fatalf("%s = %d, want 200", p, code)
+		}
 	}
 	defer func() {
 		d.Stop()
-		for deadline := time.Now().Add(30 * time.Second); httpStatus(t, health) != http.StatusServiceUnavailable; time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("/healthz still not 503 30 s after the server stopped")
+		for _, p := range []string{"/healthz", "/readyz"} {
+			for deadline := time.Now().Add(30 * time.Second); httpStatus(t, base+p) != http.StatusServiceUnavailable; time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s still not 503 30 s after the server stopped", p)
+				}
 			}
 		}
 	}()
