@@ -27,7 +27,7 @@ import (
 type upCommand struct{ env env }
 
 func (c *upCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT] [--project P]... [--services a,b] [--worker-identity SERVICE=TOOL[,TOOL...]]... [--agent-identity PROJECT/AGENT]... [--config FILE]", c.env)
+	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT | --nats URL --creds FILE] [--project P]... [--services a,b] [--worker-identity SERVICE=TOOL[,TOOL...]]... [--agent-identity PROJECT/AGENT]... [--config FILE]", c.env)
 	data := fs.String("data", "./utpmesh-data", "data directory: JetStream store and bbolt files (created if missing)")
 	listen := fs.String("nats-listen", "127.0.0.1:4222", "NATS client address; port 0 picks a free port")
 	var projects, services stringList
@@ -51,6 +51,8 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	insecure := fs.Bool("insecure", false, "no NATS authentication: anyone who reaches the NATS port may do anything (logged as a warning; default: nkey identities under DIR/creds)")
 	var cf clusterFlags
 	cf.register(fs)
+	var xf externalFlags
+	xf.register(fs)
 	var lf logFlags
 	lf.register(fs)
 	pos, err := parse(fs, args)
@@ -63,6 +65,10 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	log, lerr := lf.logger(c.env.stderr)
 	if lerr != nil {
 		return lerr
+	}
+	ext, err := xf.resolve(fs, &cf, *insecure, log)
+	if err != nil {
+		return err
 	}
 	if len(services) == 0 {
 		services = defaultNames()
@@ -120,6 +126,9 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 			return nil, err
 		}
 		var tools []worker.Tool
+		if ext != nil { // the replica count the mesh chose for the deployment
+			atlasReplicas = m.Config().Replicated.Replicas
+		}
 		for _, s := range services {
 			ts, err := catalog.Build([]string{s}, catalog.Deps{NC: m.Conn(), Store: m.Cards(), Registry: m.Registry(),
 				DataDir: *data, Context: sctx, Logger: log, AtlasState: atlasState, AtlasStateReplicas: atlasReplicas, Config: cfgFile})
@@ -141,7 +150,9 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		return tools, nil
 	}
 	var ids *mesh.IdentityConfig
-	if *insecure {
+	if ext != nil {
+		*listen, *maxPayload = "", 0 // the deployment's
+	} else if *insecure {
 		log.Warn("--insecure: NATS authentication is off; anyone who reaches " + *listen + " may run tools, forge results and change policies")
 	} else {
 		ids = &mesh.IdentityConfig{Dir: cf.credsDir}
@@ -150,7 +161,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		MetricsAddr: *metricsAddr, TracerProvider: tp, MaxPayload: int32(*maxPayload), MaxCardBytes: *maxCard,
 		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{Catalogues: authCatalogues(*data), KeyDir: cf.keysDir},
 		Identities: ids, TLSCert: *tlsCert, TLSKey: *tlsKey, Command: "utpmesh up",
-		ServerName: cl.serverName, Cluster: cl.cluster, Replicated: cl.replicated})
+		ServerName: cl.serverName, Cluster: cl.cluster, Replicated: cl.replicated, External: ext})
 	if err != nil && ctx.Err() != nil {
 		// Interrupted while starting: Start has stopped what it started.
 		fmt.Fprintln(c.env.stdout, "stopped while starting")
@@ -201,7 +212,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		}
 	}
 	fmt.Fprintf(c.env.stdout, "utpmesh %s is up\n", Version)
-	fmt.Fprintf(c.env.stdout, "  NATS       %s (JetStream, fsync before ack)\n", m.ClientURL())
+	fmt.Fprintf(c.env.stdout, "  NATS       %s\n", natsBanner(m))
 	fmt.Fprintf(c.env.stdout, "  data       %s\n", cfg.DataDir)
 	fmt.Fprintf(c.env.stdout, "  protocol   %s  (commands cg.%s.<project>.<channel>.cmd.>)\n", cfg.ProtocolVersion, cfg.ProtocolVersion)
 	fmt.Fprintf(c.env.stdout, "  projects   %s\n", strings.Join(cfg.Projects, ", "))
@@ -291,7 +302,7 @@ func workerIdentity(name string, tools []worker.Tool) meshauth.Identity {
 // serves, and the stateless ones it can describe without building them
 // against the mesh) and says where the credentials are. "" ids: --insecure.
 func setupIdentities(m *mesh.Mesh, served []string, ids []meshauth.Identity) (string, error) {
-	if m.Config().Identities == nil {
+	if m.Config().Identities == nil && m.Config().External == nil {
 		return "off (--insecure): anyone who reaches the NATS port may do anything", nil
 	}
 	have := map[string]bool{}
@@ -313,6 +324,13 @@ func setupIdentities(m *mesh.Mesh, served []string, ids []meshauth.Identity) (st
 	}
 	if err := checkToolsOwned(ids); err != nil {
 		return "", err
+	}
+	if m.Config().External != nil {
+		// The deployment's worker users find their durables made.
+		if err := m.ExternalWorkers(ids...); err != nil {
+			return "", err
+		}
+		return "the NATS deployment's users: one per process, each with its role's permissions ('utpmesh nats-permissions ROLE…'; docs/cluster.md)", nil
 	}
 	if err := m.AddIdentities(ids...); err != nil {
 		return "", err

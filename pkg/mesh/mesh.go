@@ -146,6 +146,10 @@ type Config struct {
 	// acknowledged. Issuer keys stay files (KeyDir): give every node the
 	// same ones.
 	Replicated *ReplicatedConfig
+	// External, when set, joins a NATS deployment the mesh does not run
+	// instead of embedding a nats-server; the state is then replicated
+	// in its JetStream (see ExternalConfig).
+	External *ExternalConfig
 	// Identities, when set, turns NATS authentication on: only the
 	// identities listed (plus the mesh core and admin) may connect, each
 	// with the permissions of its role (internal/meshauth). Their nkey
@@ -290,44 +294,19 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 		m.push(m.msrv.Shutdown) // stopped last: scrapes see the whole shutdown
 	}
 
-	var users []embednats.User
-	connOpts := []nats.Option{nats.Name("utpmesh-up"), nats.MaxReconnects(-1)}
-	if cfg.Identities != nil {
-		var coreSeed string
-		users, coreSeed, err = m.identities()
-		if err != nil {
-			return m, err
-		}
-		opt, err := creds.Option(coreSeed)
-		if err != nil {
-			return m, err
-		}
-		connOpts = append(connOpts, opt)
-	}
-	m.srv, err = embednats.Start(embednats.Config{DataDir: cfg.DataDir, Host: host, Port: port, JetStream: true, MaxPayload: cfg.MaxPayload, Logger: log.With("component", "nats"), Users: users,
-		TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, ServerName: cfg.ServerName, Cluster: cfg.Cluster})
-	if errors.Is(err, embednats.ErrAddrInUse) {
-		return m, fmt.Errorf("%w; is another 'utpmesh up' or nats-server running? pass --nats-listen 127.0.0.1:0 for a free port", err)
+	if cfg.External != nil {
+		err = m.join(ctx)
+	} else {
+		err = m.embed(ctx, host, port)
 	}
 	if err != nil {
 		return m, err
 	}
-	m.push(m.srv.Shutdown)
-	if cfg.Cluster != nil {
-		if err := m.awaitMeta(ctx); err != nil {
-			return m, err
-		}
-	}
-	m.nc, err = m.srv.Connect(connOpts...)
-	if err != nil {
-		return m, fmt.Errorf("mesh: connect: %w", err)
-	}
-	m.push(func(context.Context) error { m.nc.Close(); return nil })
 	js, err := jetstream.New(m.nc)
 	if err != nil {
 		return m, fmt.Errorf("mesh: jetstream: %w", err)
 	}
-	if cfg.Replicated != nil {
+	if m.cfg.Replicated != nil {
 		if err = m.openReplicated(ctx, js); err != nil {
 			return m, err
 		}
@@ -341,6 +320,46 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	return m, nil
 }
 
+// embed starts the embedded nats-server (a cluster node with
+// Config.Cluster) and connects the mesh to it.
+func (m *Mesh) embed(ctx context.Context, host string, port int) (err error) {
+	cfg, log := m.cfg, m.cfg.Logger
+	var users []embednats.User
+	connOpts := []nats.Option{nats.Name("utpmesh-up"), nats.MaxReconnects(-1)}
+	if cfg.Identities != nil {
+		var coreSeed string
+		users, coreSeed, err = m.identities()
+		if err != nil {
+			return err
+		}
+		opt, err := creds.Option(coreSeed)
+		if err != nil {
+			return err
+		}
+		connOpts = append(connOpts, opt)
+	}
+	m.srv, err = embednats.Start(embednats.Config{DataDir: cfg.DataDir, Host: host, Port: port, JetStream: true, MaxPayload: cfg.MaxPayload, Logger: log.With("component", "nats"), Users: users,
+		TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, ServerName: cfg.ServerName, Cluster: cfg.Cluster})
+	if errors.Is(err, embednats.ErrAddrInUse) {
+		return fmt.Errorf("%w; is another 'utpmesh up' or nats-server running? pass --nats-listen 127.0.0.1:0 for a free port", err)
+	}
+	if err != nil {
+		return err
+	}
+	m.push(m.srv.Shutdown)
+	if cfg.Cluster != nil {
+		if err := m.awaitMeta(ctx); err != nil {
+			return err
+		}
+	}
+	m.nc, err = m.srv.Connect(connOpts...)
+	if err != nil {
+		return fmt.Errorf("mesh: connect: %w", err)
+	}
+	m.push(func(context.Context) error { m.nc.Close(); return nil })
+	return nil
+}
+
 // health is /healthz: ready once Start has returned, and, on a cluster
 // node, while its JetStream is current with the cluster's meta leader (a
 // node that lost its peers answers 503, so a load balancer or Kubernetes
@@ -348,6 +367,9 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 func (m *Mesh) health() error {
 	if !m.ready.Load() {
 		return errors.New("starting")
+	}
+	if m.cfg.External != nil {
+		return m.externalHealth()
 	}
 	if m.cfg.Cluster != nil && m.srv != nil && !m.srv.NATS().JetStreamIsCurrent() {
 		return errors.New("not current with the JetStream cluster (no meta leader reachable)")
@@ -362,6 +384,9 @@ func (m *Mesh) health() error {
 func (m *Mesh) Ready() error {
 	if err := m.health(); err != nil {
 		return err
+	}
+	if m.srv == nil { // Config.External: health checked the connection
+		return nil
 	}
 	return m.srv.Ready()
 }
@@ -615,8 +640,14 @@ func (m *Mesh) CredsFile(name string) string { return creds.SeedPath(m.CredsDir(
 // gate), or nil when Config.Auth is nil.
 func (m *Mesh) Auth() *natsauthz.Service { return m.auth }
 
-// ClientURL is the NATS URL clients and remote workers connect to.
-func (m *Mesh) ClientURL() string { return m.srv.ClientURL() }
+// ClientURL is the NATS URL clients and remote workers connect to (with
+// Config.External, its URL, passwords masked).
+func (m *Mesh) ClientURL() string {
+	if m.cfg.External != nil {
+		return redactedURLs(m.cfg.External.URL)
+	}
+	return m.srv.ClientURL()
+}
 
 // Conn is the mesh's own NATS connection.
 func (m *Mesh) Conn() *nats.Conn { return m.nc }
@@ -640,7 +671,7 @@ func (m *Mesh) InboxDB() *bolt.DB {
 	return m.inboxBoltDB.Bolt()
 }
 
-// NATS is the embedded nats-server.
+// NATS is the embedded nats-server (nil with Config.External).
 func (m *Mesh) NATS() *embednats.Server { return m.srv }
 
 // Registry is the mesh's tool registry.
