@@ -26,7 +26,12 @@ FUZZ_TARGETS = \
 	./pkg/authz:FuzzExplainParseError \
 	./services/atlas/internal/cron:FuzzParse \
 	./services/atlas/internal/atime:FuzzParseHM \
-	./services/atlas/internal/atime:FuzzParseDate
+	./services/atlas/internal/atime:FuzzParseDate \
+	./services/cynode/store:FuzzListCursor \
+	./services/cynode/db:FuzzCheckValue \
+	./services/cynode/skills:FuzzCreate \
+	./services/cynode/artifact:FuzzPut \
+	./services/cynode/api:FuzzParams
 
 # Packages whose tests depend on timing between goroutines or processes
 # (brokers, leases, group commit, redelivery, schedulers): `make stress`.
@@ -113,6 +118,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./subjects
 	$(GO) test -run '^$$' -bench 'Gate' -benchtime 2000x ./pkg/authz
 	$(GO) test -run '^$$' -bench 'RoundTripGate' -benchtime 1000x -count 2 ./pkg/authz/natsauthz
+	$(GO) test -run '^$$' -bench 'Failover' -benchtime 5x ./pkg/worker
 	$(GO) test -run '^$$' -bench 'Disk' -benchtime 5000x ./pkg/retention
 
 clean:

@@ -35,9 +35,10 @@ type composeService struct {
 	Healthcheck *struct {
 		Test []string `yaml:"test"`
 	} `yaml:"healthcheck"`
-	Ports   []string `yaml:"ports"`
-	Volumes []string `yaml:"volumes"`
-	Deploy  struct {
+	Environment map[string]string `yaml:"environment"`
+	Ports       []string          `yaml:"ports"`
+	Volumes     []string          `yaml:"volumes"`
+	Deploy      struct {
 		Replicas *int `yaml:"replicas"`
 	} `yaml:"deploy"`
 }

@@ -322,9 +322,15 @@ func TestK8sManifests(t *testing.T) {
 			if strconv.Itoa(ports["metrics"]) != mport {
 				t.Errorf("%s: containerPort metrics %d, but --metrics-addr %s", cmd.src, ports["metrics"], addr)
 			}
-			for name, p := range map[string]*k8sProbe{"readinessProbe": c.ReadinessProbe, "livenessProbe": c.LivenessProbe} {
-				if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port != "metrics" {
-					t.Errorf("%s: want %s httpGet /healthz on port metrics", cmd.src, name)
+			// Readiness is /readyz (false without quorum, with a full disk),
+			// liveness /healthz (the process runs): a node that cannot take
+			// calls leaves the Service without being restarted.
+			for _, pr := range []struct {
+				name, path string
+				p          *k8sProbe
+			}{{"readinessProbe", "/readyz", c.ReadinessProbe}, {"livenessProbe", "/healthz", c.LivenessProbe}} {
+				if pr.p == nil || pr.p.HTTPGet == nil || pr.p.HTTPGet.Path != pr.path || pr.p.HTTPGet.Port != "metrics" {
+					t.Errorf("%s: want %s httpGet %s on port metrics", cmd.src, pr.name, pr.path)
 				}
 			}
 			ann := o.Spec.Template.Metadata.Annotations

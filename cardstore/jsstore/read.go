@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/deadline"
 )
 
 // msg is one stored message as the store reads it.
@@ -172,7 +173,7 @@ func (s *Store) batchGet(ctx context.Context, body []byte) (out []*msg, pending 
 		return nil, 0, fmt.Errorf("jsstore: direct get: %w", err)
 	}
 	for {
-		reply, err := sub.NextMsgWithContext(ctx)
+		reply, err := deadline.NextMsg(ctx, sub)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -246,7 +247,7 @@ func (s *Store) leaderGet(ctx context.Context, req map[string]any) (*msg, error)
 func (s *Store) request(ctx context.Context, subj string, body []byte) (*nats.Msg, error) {
 	first := time.Now()
 	for attempt := 0; ; attempt++ {
-		reply, err := s.nc.RequestWithContext(ctx, subj, body)
+		reply, err := deadline.Request(ctx, s.nc, subj, body)
 		if !errors.Is(err, nats.ErrNoResponders) {
 			return reply, err
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -315,7 +316,7 @@ func (c *Client) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardst
 	wire := claimRequest{Key: req.Key, Holder: req.Holder, LeaseMS: req.Lease.Milliseconds()}
 	tool := cardstore.ToolFrom(ctx)
 	if tool == "" {
-		if err := c.call(ctx, req.ProjectID, plainOp(req.Key, OpClaim, OpClaimKey), wire, &r); err != nil {
+		if err := c.plain(ctx, req.ProjectID, req.Key, OpClaim, OpClaimKey, wire, &r); err != nil {
 			return nil, err
 		}
 		return r.Claim, nil
@@ -335,7 +336,7 @@ func (c *Client) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardst
 func (c *Client) Release(ctx context.Context, projectID, key, holder string) error {
 	tool := cardstore.ToolFrom(ctx)
 	if tool == "" {
-		return c.call(ctx, projectID, plainOp(key, OpRelease, OpReleaseKey), claimRequest{Key: key, Holder: holder}, &emptyReply{})
+		return c.plain(ctx, projectID, key, OpRelease, OpReleaseKey, claimRequest{Key: key, Holder: holder}, &emptyReply{})
 	}
 	err := c.callTool(ctx, projectID, OpRelease, tool, claimRequest{Key: key, Holder: holder}, &emptyReply{})
 	if err == nil || errors.Is(err, cardstore.ErrClaimLost) {
@@ -344,20 +345,40 @@ func (c *Client) Release(ctx context.Context, projectID, key, holder string) err
 	return err
 }
 
-// plainOp is the op of a claim or release without a tool: callOp for a
-// tool call's key (the core's and admin's), keyOp for any other key (which
-// worker identities may use too).
-func plainOp(key, callOp, keyOp string) string {
+// plain sends a claim, release or get_claim without a tool in the
+// context: callOp for a tool call's key (the core's and admin's), else
+// keyOp on the subject of the service that owns the key,
+// svc.cardstore.<keyOp>.<ToolToken(service)> for a key <service>/…,
+// which only that service's worker identity (and the core, admin) may
+// publish; the server refuses a key outside the subject's service. A key
+// with no service goes to the plain keyOp, which only the core and admin
+// may publish.
+func (c *Client) plain(ctx context.Context, project, key, callOp, keyOp string, req, resp any) error {
 	if isToolCallKey(key) {
-		return callOp
+		return c.call(ctx, project, callOp, req, resp)
 	}
-	return keyOp
+	owner, err := LeaseOwner(key)
+	if err != nil {
+		return c.call(ctx, project, keyOp, req, resp) // no owner: the core's and admin's
+	}
+	return c.callTool(ctx, project, keyOp, owner, req, resp)
 }
 
-// GetClaim implements cardstore.Store.
+// LeaseOwner returns the service that owns a lease key <service>/…; a key
+// without one is cardstore.ErrInvalid.
+func LeaseOwner(key string) (string, error) {
+	owner, _, ok := strings.Cut(key, "/")
+	if !ok || owner == "" {
+		return "", fmt.Errorf("%w: lease key %q: want <service>/<name>, the service that owns the lease first (e.g. atlas.tasks/state)", cardstore.ErrInvalid, key)
+	}
+	return owner, nil
+}
+
+// GetClaim implements cardstore.Store: a tool call's claim on the plain
+// get_claim, another lease on its service's subject (see plain).
 func (c *Client) GetClaim(ctx context.Context, projectID, key string) (*cardstore.Claim, error) {
 	var r claimReply
-	if err := c.call(ctx, projectID, OpGetClaim, getClaimRequest{Key: key}, &r); err != nil {
+	if err := c.plain(ctx, projectID, key, OpGetClaim, OpGetClaim, getClaimRequest{Key: key}, &r); err != nil {
 		return nil, err
 	}
 	return r.Claim, nil

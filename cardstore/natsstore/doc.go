@@ -31,9 +31,14 @@
 // plain claim, release and put_result are the core's and admin's.
 // start_call has no plain subject: Client.StartCall without a tool in its
 // context fails with cardstore.ErrInvalid. Leases
-// on other keys (a service's own: ATLAS's scheduler, state holders) use
-// claim_key and release_key, which refuse a tool call's key; Client picks
-// them for any key not of the form toolcall/….
+// on other keys (a service's own: ATLAS's scheduler, state holders) are
+// named <service>/… and use claim_key, release_key and get_claim on the
+// service's subject, svc.cardstore.<op>.<ToolToken(service)>, which only
+// that service's worker identity (and the core, admin) may publish; the
+// server refuses (forbidden, audited) a tool call's key or a key of
+// another service there. Client picks them for any key not of the form
+// toolcall/…; a key with no service goes to the plain claim_key and
+// release_key, the core's and admin's.
 //
 // Caveats:
 //   - One Put over NATS holds the cards of one project (the subject's). The

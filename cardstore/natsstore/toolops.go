@@ -66,6 +66,8 @@ func (t *toolOps) serve(ctx context.Context, ts subjects.ToolSubject, data []byt
 func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) (any, map[string]string, error) {
 	info := map[string]string{"tool": ts.Tool}
 	switch ts.Op {
+	case OpClaimKey, OpReleaseKey, OpGetClaim:
+		return t.lease(ctx, ts, data, info)
 	case OpClaim, OpRelease:
 		var req claimRequest
 		if err := decode(data, &req); err != nil {
@@ -132,7 +134,37 @@ func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) 
 		}
 		return putReply{Count: len(req.Cards)}, info, nil
 	}
-	return nil, info, fmt.Errorf("%w: %s has no tool-scoped operation %q (want %s, %s, %s or %s)", svc.ErrBadRequest, ServiceName, ts.Op, OpStartCall, OpClaim, OpRelease, OpPutResult)
+	return nil, info, fmt.Errorf("%w: %s has no tool-scoped operation %q (want %s, %s, %s, %s, %s, %s or %s)", svc.ErrBadRequest, ServiceName, ts.Op,
+		OpStartCall, OpClaim, OpRelease, OpPutResult, OpClaimKey, OpReleaseKey, OpGetClaim)
+}
+
+// lease serves claim_key, release_key and get_claim on a service's
+// subject (svc.cardstore.<op>.<ToolToken(service)>): only keys
+// <service>/… of that service, never a tool call's.
+func (t *toolOps) lease(ctx context.Context, ts subjects.ToolSubject, data []byte, info map[string]string) (any, map[string]string, error) {
+	info["service"] = ts.Tool
+	delete(info, "tool")
+	var req claimRequest
+	if err := svc.Decode(data, &req); err != nil {
+		return nil, info, err
+	}
+	info["key"], info["holder"] = req.Key, req.Holder
+	owner, err := LeaseOwner(req.Key)
+	if isToolCallKey(req.Key) || err != nil || subjects.ToolToken(owner) != ts.Tool {
+		return nil, info, fmt.Errorf("%w: key %q is not in the lease namespace of this subject's service (%s): a service leases only keys <service>/… of its own",
+			cardstore.ErrForbidden, req.Key, ts.Tool)
+	}
+	sc := svc.Scope{Version: ts.Version, Project: ts.Project, Channel: ts.Channel, Op: ts.Op}
+	var reply any
+	switch ts.Op {
+	case OpClaimKey:
+		reply, err = t.s.claim(ctx, sc, data)
+	case OpReleaseKey:
+		reply, err = t.s.release(ctx, sc, data)
+	default:
+		reply, err = t.s.getClaim(ctx, sc, data)
+	}
+	return reply, info, err
 }
 
 // notToolCall refuses a request whose key is a tool call's: claim_key and

@@ -253,13 +253,32 @@ func testToolScopedWrites(t *testing.T, mode string) {
 		}
 	}
 
-	// Leases on other keys go through claim_key/release_key, which refuse
-	// a tool call's key.
-	if _, err := m.client.Claim(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: "atlas/workflows/run/r1", Holder: "sched", Lease: lease}); err != nil {
+	// Leases on other keys go through claim_key/release_key/get_claim on
+	// the subject of the service that owns the key (<service>/…), which
+	// refuse a tool call's key and another service's.
+	if _, err := m.client.Claim(ctx, cardstore.ClaimRequest{ProjectID: "p", Key: "atlas.workflows/run/r1", Holder: "sched", Lease: lease}); err != nil {
 		t.Fatalf("service lease via claim_key: %v", err)
 	}
-	if err := m.client.Release(ctx, "p", "atlas/workflows/run/r1", "sched"); err != nil {
+	if c, err := m.client.GetClaim(ctx, "p", "atlas.workflows/run/r1"); err != nil || c.Holder != "sched" {
+		t.Fatalf("service lease via get_claim = %+v, %v", c, err)
+	}
+	if err := m.client.Release(ctx, "p", "atlas.workflows/run/r1", "sched"); err != nil {
 		t.Fatalf("service lease release via release_key: %v", err)
+	}
+	for _, tc := range []struct{ op, service, key string }{
+		{natsstore.OpClaimKey, "atlas.notes", "atlas.tasks/state"},
+		{natsstore.OpReleaseKey, "atlas.notes", "atlas.tasks/state"},
+		{natsstore.OpGetClaim, "atlas.notes", "atlas.tasks/state"},
+		{natsstore.OpClaimKey, "echo", "toolcall/t3/c3"},
+		{natsstore.OpClaimKey, "echo", "echoes/x"},
+	} {
+		err := m.call(t, "p", tc.op, tc.service, map[string]any{"key": tc.key, "holder": "evil", "lease_ms": 3600000})
+		if !errors.Is(err, cardstore.ErrForbidden) || !strings.Contains(err.Error(), "lease namespace") {
+			t.Fatalf("%s of %s on %s's subject = %v, want forbidden", tc.op, tc.key, tc.service, err)
+		}
+		if r := m.waitAudit(t, tc.op, tc.key); r.Code != natsstore.CodeForbidden || r.Detail["service"] != subjects.ToolToken(tc.service) {
+			t.Fatalf("audit record of %s = %+v", tc.op, r)
+		}
 	}
 	for _, op := range []string{natsstore.OpClaimKey, natsstore.OpReleaseKey} {
 		err := svc.Call(ctx, m.nc, "cg.v1r3.p.default.svc.cardstore."+op, natsstore.Codes,

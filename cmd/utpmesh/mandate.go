@@ -16,6 +16,8 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/worker"
 )
 
 func init() {
@@ -27,20 +29,9 @@ func init() {
 // returns the line up prints about it.
 func setupAuth(ctx context.Context, m *mesh.Mesh) (string, error) {
 	a := m.Auth()
-	var actions []types.EntityUID
-	seen := map[types.EntityUID]bool{}
-	for _, t := range m.Runtime().Tools() {
-		if t.Builtin {
-			continue
-		}
-		act, err := authz.ActionOf(t.Entry(authz.DemoProject))
-		if err == nil && !seen[act] {
-			seen[act] = true
-			actions = append(actions, act)
-		}
-	}
+	actions, operatorActions := demoActions(m.Runtime().Tools())
 	cfg := m.Config()
-	res, err := authz.SetupDemo(ctx, a.Store, a.Keys, cfg.Projects, actions, cfg.DataDir, time.Now())
+	res, err := authz.SetupDemo(ctx, a.Store, a.Keys, cfg.Projects, actions, cfg.DataDir, time.Now(), operatorActions...)
 	if err != nil {
 		return "", err
 	}
@@ -49,6 +40,40 @@ func setupAuth(ctx context.Context, m *mesh.Mesh) (string, error) {
 		line += fmt.Sprintf("; demo mandate for agent %s: %s", authz.DemoAgent, res.MandatePath)
 	}
 	return line, nil
+}
+
+// demoActions are the Cedar actions of the served tools (built-ins
+// aside): the agents' tools', which the demo mandate holds, and those of
+// operator-only tools (registry options.principal operator) that no
+// agent's tool shares, which the demo policy grants to operators only.
+func demoActions(tools []*worker.Tool) (agents, operators []types.EntityUID) {
+	agentSeen, opSeen := map[types.EntityUID]bool{}, map[types.EntityUID]bool{}
+	for _, t := range tools {
+		if t.Builtin {
+			continue
+		}
+		act, err := authz.ActionOf(t.Entry(authz.DemoProject))
+		if err != nil {
+			continue
+		}
+		if t.Options.Principal == registry.PrincipalOperator {
+			opSeen[act] = true
+		} else if !agentSeen[act] {
+			agentSeen[act] = true
+			agents = append(agents, act)
+		}
+	}
+	for _, t := range tools {
+		if t.Builtin {
+			continue
+		}
+		act, err := authz.ActionOf(t.Entry(authz.DemoProject))
+		if err == nil && opSeen[act] && !agentSeen[act] {
+			agentSeen[act] = true // once
+			operators = append(operators, act)
+		}
+	}
+	return agents, operators
 }
 
 type mandateCommand struct{ env env }

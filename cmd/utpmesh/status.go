@@ -24,7 +24,7 @@ import (
 )
 
 func init() {
-	register(spec{name: "status", order: 70, summary: "workers per tool, consumer lag, pending and redelivered commands, inbox depth",
+	register(spec{name: "status", order: 70, summary: "readiness (nodes, leaders, quorum, stalled assets), workers per tool, consumer lag, inbox depth; exits 1 when not ready",
 		make: func(e env) command { return &statusCommand{env: e} }})
 }
 
@@ -32,6 +32,13 @@ type statusCommand struct{ env env }
 
 // statusReport is what `status --json` prints.
 type statusReport struct {
+	// Ready is false when JetStream does not answer, or a stream, bucket
+	// or consumer has no leader or no quorum; Problems says why, and
+	// status exits 1.
+	Ready     bool             `json:"ready"`
+	Problems  []string         `json:"problems"`
+	Nodes     []nodeStatus     `json:"nodes"`
+	Assets    []assetStatus    `json:"assets"`
 	Workers   []workerStatus   `json:"workers"`
 	Tools     []toolStatus     `json:"tools"`
 	Stream    *streamStatus    `json:"stream"`
@@ -122,13 +129,17 @@ func (c *statusCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	rep := &statusReport{Workers: []workerStatus{}, Tools: []toolStatus{}, Consumers: []consumerStatus{}, Inbox: inboxStatus{Agents: []agentDepth{}}}
+	rep := &statusReport{Problems: []string{}, Nodes: []nodeStatus{}, Assets: []assetStatus{},
+		Workers: []workerStatus{}, Tools: []toolStatus{}, Consumers: []consumerStatus{}, Inbox: inboxStatus{Agents: []agentDepth{}}}
 	if err := discoverWorkers(ctx, nc, mf.timeout, *quiet, rep); err != nil {
 		return err
 	}
-	if err := jetStreamStatus(ctx, nc, mf.version, rep); err != nil {
+	if err := assetStatuses(ctx, nc, mf.timeout, rep); err != nil {
+		rep.Problems = append(rep.Problems, err.Error())
+	} else if err := jetStreamStatus(ctx, nc, mf.version, rep); err != nil {
 		return err
 	}
+	rep.Ready = len(rep.Problems) == 0
 	if len(agents) > 0 {
 		ic, err := natsinbox.NewClient(nc, svc.WithVersion(mf.version), svc.WithChannel(*channel), svc.WithTimeout(mf.timeout))
 		if err != nil {
@@ -145,9 +156,14 @@ func (c *statusCommand) Run(ctx context.Context, args []string) error {
 		}
 	}
 	if mf.json {
-		return writeJSON(c.env.stdout, rep)
+		err = writeJSON(c.env.stdout, rep)
+	} else {
+		err = writeStatus(c.env.stdout, rep)
 	}
-	return writeStatus(c.env.stdout, rep)
+	if err == nil && !rep.Ready {
+		err = fmt.Errorf("%w: %s", errNotReady, strings.Join(rep.Problems, "; "))
+	}
+	return err
 }
 
 // collect sends a micro discovery request and gathers the replies until no
@@ -300,6 +316,7 @@ func jetStreamStatus(ctx context.Context, nc *nats.Conn, ver string, rep *status
 
 func writeStatus(w io.Writer, r *statusReport) error {
 	ew := &statusWriter{w: w}
+	writeReadiness(ew, r)
 	ew.printf("%s", plural(len(r.Workers), "worker", "workers"))
 	if len(r.Workers) == 0 {
 		ew.printf(" answered discovery ($SRV.INFO.%s)\n", worker.ServiceName)

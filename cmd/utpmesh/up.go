@@ -27,7 +27,7 @@ import (
 type upCommand struct{ env env }
 
 func (c *upCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT] [--project P]... [--services a,b] [--worker-identity SERVICE=TOOL[,TOOL...]]... [--config FILE]", c.env)
+	fs := newFlagSet("up", "utpmesh up [--data DIR] [--nats-listen HOST:PORT | --nats URL --creds FILE] [--project P]... [--services a,b] [--worker-identity SERVICE=TOOL[,TOOL...]]... [--agent-identity PROJECT/AGENT]... [--config FILE]", c.env)
 	data := fs.String("data", "./utpmesh-data", "data directory: JetStream store and bbolt files (created if missing)")
 	listen := fs.String("nats-listen", "127.0.0.1:4222", "NATS client address; port 0 picks a free port")
 	var projects, services stringList
@@ -35,6 +35,8 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	fs.Var(&services, "services", "tool services to serve (comma-separated; default: "+strings.Join(defaultNames(), ",")+")")
 	var extraIDs workerIdentities
 	fs.Var(&extraIDs, "worker-identity", workerIdentityUsage)
+	var agentIDs agentIdentities
+	fs.Var(&agentIDs, "agent-identity", "make an identity agent-PROJECT.AGENT.nk for one agent of one project: it may dispatch only as AGENT and receive only its wakeups: PROJECT/AGENT (repeatable; docs/security.md)")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on shutdown, how long calls in flight may take before they are canceled")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus /metrics and /healthz on HOST:PORT (empty: off)")
 	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
@@ -49,6 +51,8 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	insecure := fs.Bool("insecure", false, "no NATS authentication: anyone who reaches the NATS port may do anything (logged as a warning; default: nkey identities under DIR/creds)")
 	var cf clusterFlags
 	cf.register(fs)
+	var xf externalFlags
+	xf.register(fs)
 	var lf logFlags
 	lf.register(fs)
 	pos, err := parse(fs, args)
@@ -61,6 +65,10 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	log, lerr := lf.logger(c.env.stderr)
 	if lerr != nil {
 		return lerr
+	}
+	ext, err := xf.resolve(fs, &cf, *insecure, log)
+	if err != nil {
+		return err
 	}
 	if len(services) == 0 {
 		services = defaultNames()
@@ -82,6 +90,9 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	atlasState, atlasReplicas := cf.atlasState(cl)
+	if *insecure && len(agentIDs) > 0 {
+		return usagef("--agent-identity needs NATS authentication: drop --insecure (a mesh without it has no identities to hand out)")
+	}
 	if *insecure && len(extraIDs) > 0 {
 		return usagef("--worker-identity needs NATS authentication: drop --insecure (a mesh without it has no identities to hand out)")
 	}
@@ -109,7 +120,15 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	var workerIDs []meshauth.Identity // one per tool service: what 'utpmesh worker --creds' may serve
 	var credsLine string
 	build := func(sctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
+		// The core makes every catalogue service's buckets: worker
+		// identities manage no stream.
+		if err := catalog.Provision(sctx, m.Conn()); err != nil {
+			return nil, err
+		}
 		var tools []worker.Tool
+		if ext != nil { // the replica count the mesh chose for the deployment
+			atlasReplicas = m.Config().Replicated.Replicas
+		}
 		for _, s := range services {
 			ts, err := catalog.Build([]string{s}, catalog.Deps{NC: m.Conn(), Store: m.Cards(), Registry: m.Registry(),
 				DataDir: *data, Context: sctx, Logger: log, AtlasState: atlasState, AtlasStateReplicas: atlasReplicas, Config: cfgFile})
@@ -124,14 +143,16 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		// and a client that connected during a reload after that line
 		// could be refused (found by make stress).
 		var err error
-		credsLine, err = setupIdentities(m, services, append(workerIDs, extraIDs...))
+		credsLine, err = setupIdentities(m, services, append(append(workerIDs, extraIDs...), agentIDs...))
 		if err != nil {
 			return nil, err
 		}
 		return tools, nil
 	}
 	var ids *mesh.IdentityConfig
-	if *insecure {
+	if ext != nil {
+		*listen, *maxPayload = "", 0 // the deployment's
+	} else if *insecure {
 		log.Warn("--insecure: NATS authentication is off; anyone who reaches " + *listen + " may run tools, forge results and change policies")
 	} else {
 		ids = &mesh.IdentityConfig{Dir: cf.credsDir}
@@ -140,7 +161,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		MetricsAddr: *metricsAddr, TracerProvider: tp, MaxPayload: int32(*maxPayload), MaxCardBytes: *maxCard,
 		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{Catalogues: authCatalogues(*data), KeyDir: cf.keysDir},
 		Identities: ids, TLSCert: *tlsCert, TLSKey: *tlsKey, Command: "utpmesh up",
-		ServerName: cl.serverName, Cluster: cl.cluster, Replicated: cl.replicated})
+		ServerName: cl.serverName, Cluster: cl.cluster, Replicated: cl.replicated, External: ext})
 	if err != nil && ctx.Err() != nil {
 		// Interrupted while starting: Start has stopped what it started.
 		fmt.Fprintln(c.env.stdout, "stopped while starting")
@@ -191,7 +212,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		}
 	}
 	fmt.Fprintf(c.env.stdout, "utpmesh %s is up\n", Version)
-	fmt.Fprintf(c.env.stdout, "  NATS       %s (JetStream, fsync before ack)\n", m.ClientURL())
+	fmt.Fprintf(c.env.stdout, "  NATS       %s\n", natsBanner(m))
 	fmt.Fprintf(c.env.stdout, "  data       %s\n", cfg.DataDir)
 	fmt.Fprintf(c.env.stdout, "  protocol   %s  (commands cg.%s.<project>.<channel>.cmd.>)\n", cfg.ProtocolVersion, cfg.ProtocolVersion)
 	fmt.Fprintf(c.env.stdout, "  projects   %s\n", strings.Join(cfg.Projects, ", "))
@@ -260,8 +281,8 @@ func defaultNames() []string {
 func workerIdentity(name string, tools []worker.Tool) meshauth.Identity {
 	id := meshauth.Identity{Role: meshauth.RoleWorker, Service: name}
 	if svc, err := catalog.Lookup(name); err == nil {
-		if svc.StatePublish != nil {
-			id.Publish = svc.StatePublish()
+		if svc.Publish != nil {
+			id.Publish = svc.Publish(subjects.DefaultVersion)
 		}
 		if svc.Subscribe != nil {
 			id.Subscribe = svc.Subscribe(subjects.DefaultVersion)
@@ -281,7 +302,7 @@ func workerIdentity(name string, tools []worker.Tool) meshauth.Identity {
 // serves, and the stateless ones it can describe without building them
 // against the mesh) and says where the credentials are. "" ids: --insecure.
 func setupIdentities(m *mesh.Mesh, served []string, ids []meshauth.Identity) (string, error) {
-	if m.Config().Identities == nil {
+	if m.Config().Identities == nil && m.Config().External == nil {
 		return "off (--insecure): anyone who reaches the NATS port may do anything", nil
 	}
 	have := map[string]bool{}
@@ -304,6 +325,13 @@ func setupIdentities(m *mesh.Mesh, served []string, ids []meshauth.Identity) (st
 	if err := checkToolsOwned(ids); err != nil {
 		return "", err
 	}
+	if m.Config().External != nil {
+		// The deployment's worker users find their durables made.
+		if err := m.ExternalWorkers(ids...); err != nil {
+			return "", err
+		}
+		return "the NATS deployment's users: one per process, each with its role's permissions ('utpmesh nats-permissions ROLE…'; docs/cluster.md)", nil
+	}
 	if err := m.AddIdentities(ids...); err != nil {
 		return "", err
 	}
@@ -312,5 +340,5 @@ func setupIdentities(m *mesh.Mesh, served []string, ids []meshauth.Identity) (st
 		names = append(names, id.Name())
 	}
 	m.Config().Logger.Info("NATS identities ready", "dir", m.CredsDir(), "workers", strings.Join(names, ","))
-	return fmt.Sprintf("%s: hand out one file per process: admin.nk (operator CLI), agent-<project>.nk (agent runtimes), worker-<service>.nk ('utpmesh worker --creds FILE SERVICE'); docs/security.md", m.CredsDir()), nil
+	return fmt.Sprintf("%s: hand out one file per process: admin.nk (admin work only), operator.nk (an operator: HEM decisions, policies, identities), agent-<project>.nk (agent runtimes), worker-<service>.nk ('utpmesh worker --creds FILE SERVICE'); docs/security.md", m.CredsDir()), nil
 }

@@ -47,26 +47,38 @@ func (w *workerIdentities) Set(v string) error {
 	if !ok || service == "" || strings.TrimSpace(list) == "" {
 		return errWorkerIdentity
 	}
-	if err := checkDotted("service", service); err != nil {
-		return fmt.Errorf("%w (%v)", errWorkerIdentity, err)
-	}
-	if _, err := catalog.Lookup(service); err == nil {
-		return fmt.Errorf("%s is a catalogue service: up makes %s.nk for it already; name the outside service differently", service, creds.WorkerName(service))
-	}
 	for _, id := range *w {
 		if creds.WorkerName(id.Service) == creds.WorkerName(service) {
 			return fmt.Errorf("%s is given twice: list all its tools in one --worker-identity %s=TOOL,TOOL", service, service)
 		}
+	}
+	id, err := newWorkerIdentity(service, list)
+	if err != nil {
+		return err
+	}
+	*w = append(*w, id)
+	return nil
+}
+
+// newWorkerIdentity is the worker identity of a service outside the
+// catalogue serving the comma-separated tools of list (each tool's
+// command target is its name).
+func newWorkerIdentity(service, list string) (meshauth.Identity, error) {
+	if err := checkDotted("service", service); err != nil {
+		return meshauth.Identity{}, fmt.Errorf("%w (%v)", errWorkerIdentity, err)
+	}
+	if _, err := catalog.Lookup(service); err == nil {
+		return meshauth.Identity{}, fmt.Errorf("%s is a catalogue service: up makes %s.nk for it already; name the outside service differently", service, creds.WorkerName(service))
 	}
 	id := meshauth.Identity{Role: meshauth.RoleWorker, Service: service}
 	seen := map[string]bool{}
 	for _, name := range strings.Split(list, ",") {
 		name = strings.TrimSpace(name)
 		if err := checkDotted("tool", name); err != nil {
-			return fmt.Errorf("%w (%v)", errWorkerIdentity, err)
+			return meshauth.Identity{}, fmt.Errorf("%w (%v)", errWorkerIdentity, err)
 		}
 		if registry.IsReserved(name) {
-			return fmt.Errorf("%q is a built-in PMO tool, which only the mesh serves", name)
+			return meshauth.Identity{}, fmt.Errorf("%q is a built-in PMO tool, which only the mesh serves", name)
 		}
 		if !seen[name] {
 			seen[name] = true
@@ -74,10 +86,9 @@ func (w *workerIdentities) Set(v string) error {
 		}
 	}
 	if err := id.Validate(); err != nil {
-		return fmt.Errorf("%w (%v)", errWorkerIdentity, err)
+		return meshauth.Identity{}, fmt.Errorf("%w (%v)", errWorkerIdentity, err)
 	}
-	*w = append(*w, id)
-	return nil
+	return id, nil
 }
 
 // checkToolsOwned refuses two worker identities that cover one tool (by
@@ -129,4 +140,26 @@ func (w workerIdentities) bannerLines(credsDir string) []string {
 		out = append(out, fmt.Sprintf("%s serves %s (--worker-identity)", creds.SeedPath(credsDir, id.Name()), strings.Join(tools, ", ")))
 	}
 	return out
+}
+
+// agentIdentities is the repeatable --agent-identity flag of up: one
+// identity per agent (PROJECT/AGENT).
+type agentIdentities []meshauth.Identity
+
+func (a *agentIdentities) String() string {
+	var out []string
+	for _, id := range *a {
+		out = append(out, id.Project+"/"+id.Agent)
+	}
+	return strings.Join(out, " ")
+}
+
+// Set parses PROJECT/AGENT.
+func (a *agentIdentities) Set(v string) error {
+	id, err := identityToAdd(meshauth.RoleAgent, v, "", "")
+	if err != nil {
+		return err
+	}
+	*a = append(*a, id)
+	return nil
 }

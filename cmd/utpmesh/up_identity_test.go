@@ -161,3 +161,44 @@ func TestUpWorkerIdentity(t *testing.T) {
 		t.Fatalf("up after Ctrl-C: exit %d", code)
 	}
 }
+
+// TestUpAgentIdentity: `up --agent-identity demo/alice` writes
+// agent-demo.alice.nk, which may dispatch only as alice; a bad value or
+// --insecure is a usage error.
+func TestUpAgentIdentity(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--agent-identity", "demo"}, "PROJECT/AGENT"},
+		{[]string{"--agent-identity", "de mo/alice"}, "project_id"},
+		{[]string{"--agent-identity", "demo/alice", "--insecure"}, "--agent-identity needs NATS authentication"},
+	} {
+		var out, errb strings.Builder
+		args := append([]string{"up", "--data", t.TempDir(), "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", ""}, tc.args...)
+		if code := runArgs(context.Background(), args, &out, &errb); code != 2 || !strings.Contains(errb.String(), tc.want) {
+			t.Fatalf("up %v: exit %d, stderr:\n%s\nwant exit 2 and %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+	dir := t.TempDir()
+	u, banner := startUpInProcess(t, "--data", dir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "",
+		"--services", "echo", "--agent-identity", "demo/alice")
+	url := regexp.MustCompile(`(?m)^\s+NATS\s+(nats://\S+)`).FindStringSubmatch(banner)
+	if url == nil {
+		t.Fatalf("no NATS URL in the banner:\n%s", banner)
+	}
+	alice, err := connectAs(t, url[1], creds.SeedPath(filepath.Join(dir, "creds"), "agent-demo.alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := subjects.DefaultVersion
+	alice.allowed(t, "cg."+v+".demo.main.svc.dispatch.call.alice")
+	bob := "cg." + v + ".demo.main.svc.dispatch.call.bob"
+	if err := alice.nc.Publish(bob, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	alice.waitViolation(t, "publish", bob)
+	if code := u.stop(); code != 0 {
+		t.Fatalf("up after Ctrl-C: exit %d", code)
+	}
+}

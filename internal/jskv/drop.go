@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/utpmesh/utpmesh/internal/deadline"
 )
 
 // Drop removes key without a trace: it purges the key's messages from the
@@ -16,7 +18,9 @@ func (b *Bucket) Drop(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	msg, err := b.nc.RequestWithContext(ctx, b.purgeSubj, req)
+	ctx, cancel := deadline.Bound(ctx, b.timeout)
+	defer cancel()
+	msg, err := deadline.Request(ctx, b.nc, b.purgeSubj, req)
 	if err != nil {
 		return fmt.Errorf("jskv: drop %s: %w", key, err)
 	}

@@ -19,6 +19,14 @@
 // Latest and Scan use $JS.API.STREAM.MSG.GET, which only the stream leader
 // answers in a cluster; they cost more than a direct get (see the
 // backends' benchmarks).
+//
+// # Deadlines
+//
+// In a cluster, a stream without a leader (no quorum, an election under
+// way) does not answer a leader read at all. Every read is therefore bounded
+// (Config.Timeout, else deadline.Default) when its context has no deadline,
+// and fails with an error matching context.DeadlineExceeded; writes go
+// through nats.go's jetstream package, which bounds them itself.
 package jskv
 
 import (
@@ -32,6 +40,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/internal/deadline"
 )
 
 // ErrContention is returned by CAS when every attempt met a concurrent
@@ -49,6 +59,11 @@ type Config struct {
 	History int
 	// Description is stored with the bucket.
 	Description string
+	// Timeout bounds a leader read (Latest, each step of Scan) whose
+	// context has no deadline; 0 means deadline.Default. A stream without
+	// a leader never answers: the read then fails with an error matching
+	// context.DeadlineExceeded instead of waiting.
+	Timeout time.Duration
 }
 
 // Bucket is an open KV bucket.
@@ -62,6 +77,8 @@ type Bucket struct {
 	purgeSubj string
 	// keyPre is the subject prefix of the bucket's keys.
 	keyPre string
+	// timeout bounds a leader read whose context has no deadline.
+	timeout time.Duration
 }
 
 // Open creates the bucket, or updates its configuration to cfg when it
@@ -79,6 +96,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bucket, err
 	}
 	if cfg.History == 0 {
 		cfg.History = 1
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("jskv: bucket %s: timeout is %v; use a positive duration, or 0 for the default %v", cfg.Bucket, cfg.Timeout, deadline.Default)
 	}
 	if cfg.History < 1 || cfg.History > jetstream.KeyValueMaxHistory {
 		return nil, fmt.Errorf("jskv: bucket %s: history is %d; JetStream KV keeps 1 to %d revisions per key", cfg.Bucket, cfg.History, jetstream.KeyValueMaxHistory)
@@ -105,6 +125,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bucket, err
 		getSubj:   prefix + "STREAM.MSG.GET.KV_" + cfg.Bucket,
 		purgeSubj: prefix + "STREAM.PURGE.KV_" + cfg.Bucket,
 		keyPre:    "$KV." + cfg.Bucket + ".",
+		timeout:   cfg.Timeout,
 	}, nil
 }
 
@@ -173,7 +194,9 @@ func (b *Bucket) msgGet(ctx context.Context, body map[string]any) (key string, e
 	if err != nil {
 		return "", Entry{}, false, err
 	}
-	msg, err := b.nc.RequestWithContext(ctx, b.getSubj, req)
+	ctx, cancel := deadline.Bound(ctx, b.timeout)
+	defer cancel()
+	msg, err := deadline.Request(ctx, b.nc, b.getSubj, req)
 	if err != nil {
 		return "", Entry{}, false, fmt.Errorf("jskv: read from the stream leader: %w", err)
 	}

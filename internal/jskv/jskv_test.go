@@ -7,10 +7,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/internal/jskv"
+	"github.com/utpmesh/utpmesh/internal/jskv/jskvtest"
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 )
 
@@ -160,4 +162,50 @@ func TestOpenConcurrently(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestReadWithoutLeaderReturns: in a 3-node cluster whose bucket lost its
+// stream leader and its quorum (the leader and one follower stopped), a
+// leader read through the surviving follower, with a context that has no
+// deadline, returns an error instead of waiting for an answer that never
+// comes (cluster mode once hung a policy read for 33 minutes here).
+func TestReadWithoutLeaderReturns(t *testing.T) {
+	c := jskvtest.Start(t)
+	ctx := context.Background()
+	b, err := jskv.Open(ctx, c.JetStream(t, 0), jskv.Config{Bucket: "stall", Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.KV.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.KV.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := info.(*jetstream.KeyValueBucketStatus).StreamInfo().Cluster.Leader
+	survivor := -1
+	for i, s := range c.Servers {
+		if s.Name() != leader && survivor < 0 {
+			survivor = i
+		}
+	}
+	// The survivor's client, then the bucket opened through it (the
+	// bucket exists: Open only reads its configuration back).
+	sb, err := jskv.Open(ctx, c.JetStream(t, survivor), jskv.Config{Bucket: "stall", Replicas: 3, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range c.Servers {
+		if i != survivor {
+			s.Shutdown()
+			s.WaitForShutdown()
+		}
+	}
+	if _, err := sb.Latest(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Latest without a stream leader = %v, want context.DeadlineExceeded", err)
+	}
+	if err := sb.Scan(ctx, ">", func(string, jskv.Entry) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Scan without a stream leader = %v, want context.DeadlineExceeded", err)
+	}
 }

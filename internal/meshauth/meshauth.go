@@ -6,27 +6,37 @@
 // Roles:
 //
 //   - core: the mesh process itself (CardStore, registry, inbox, authz,
-//     PMO and its own worker). Everything.
-//   - admin: the operator CLI. Everything; the only identity besides the
-//     core that may write policies, configs and the registry, publish
-//     wakeups or reports, or read tool commands.
-//   - agent-<project>: an agent runtime of one project. Tool and PMO
-//     commands, the CardStore, registry reads, the inbox and authz reads
-//     of that project only; its wakeups as a core subscription.
+//     PMO, the streams and buckets, its own worker). Everything.
+//   - admin: the admin CLI. Everything; the only identity besides the
+//     core that may publish wakeups or reports, read tool commands or
+//     manage streams.
+//   - operator: a human operator (operator.nk): its own dispatch subject
+//     (svc.dispatch.operator.<name>), policy and identity changes, reads
+//     of every project; no streams, no commands, no results.
+//   - agent-<project> (or agent-<project>.<agent>, one agent): an agent
+//     runtime of one project. Its dispatch subject, raw tool and PMO
+//     commands only when the project opted in (RawCommands), the
+//     CardStore, registry reads, the inbox and authz reads of that project
+//     only; its wakeups.
 //   - worker-<service>: a tool worker serving the given tools in every
-//     project: only its tools' durable consumers, reports, dead letters,
-//     authz decision records, the CardStore but claims and results, the
-//     registry and authz reads; claims, releases, results and its own
-//     registry entries only on its tools' subjects (svc.<service>.<op>.<tool>).
+//     project or in Projects only: its tools' durable consumers (bind,
+//     fetch, acknowledge), reports, dead letters, authz decision records,
+//     the CardStore but claims and results, registry and authz reads;
+//     claims, releases, results and its own registry entries only on its
+//     tools' subjects (svc.<service>.<op>.<tool>), leases only in its
+//     service's namespace (svc.cardstore.claim_key.<LeaseToken(service)>).
+//     No stream management: the core creates every stream and bucket.
+//
+// Every identity but core and admin subscribes only to its own reply-inbox
+// prefix (creds.InboxPrefix of its public key), so replies, JetStream
+// deliveries and acknowledgements of one identity are not another's.
 //
 // Why nkey users rather than accounts/JWT: a mesh is one trust domain
 // with one JetStream account, and every identity is minted by `utpmesh up`
-// from its data directory; nkeys give per-identity keys (the seed never
-// leaves the holder: the server checks a signature of its nonce) and the
-// server's own permission enforcement without an operator/account
-// hierarchy or a resolver to run. The cost: changing a permission or
-// revoking an identity means restarting `up` (accounts/JWT could push it
-// live); docs/security.md says how.
+// or `utpmesh identity add` (the seed never leaves the holder: the server
+// checks a signature of its nonce) and enforced by the server without an
+// operator/account hierarchy or a resolver to run. Permissions change
+// live: the mesh reloads the server's users (embednats.Server.SetUsers).
 package meshauth
 
 import (
@@ -37,166 +47,140 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
 	"github.com/utpmesh/utpmesh/pkg/creds"
-	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // Role names (pkg/creds, the client half of the identities).
 const (
-	RoleCore   = creds.RoleCore
-	RoleAdmin  = creds.RoleAdmin
-	RoleAgent  = creds.RoleAgent
-	RoleWorker = creds.RoleWorker
+	RoleCore     = creds.RoleCore
+	RoleAdmin    = creds.RoleAdmin
+	RoleAgent    = creds.RoleAgent
+	RoleWorker   = creds.RoleWorker
+	RoleOperator = creds.RoleOperator
 )
 
-// ErrCreds: a credentials file is missing or unreadable (creds.ErrCreds).
-var ErrCreds = creds.ErrCreds
+// DefaultOperator is the name of the operator identity `utpmesh up`
+// writes (operator.nk) and its dispatch token.
+const DefaultOperator = "operator"
+
+// Errors.
+var (
+	// ErrCreds: a credentials file is missing or unreadable (creds.ErrCreds).
+	ErrCreds = creds.ErrCreds
+	// ErrIdentity: an identity's fields are invalid; the message names the
+	// field and what to pass instead.
+	ErrIdentity = errors.New("meshauth: invalid identity")
+)
 
 // Tool is a tool a worker identity may serve: its name (the durable
 // consumer utp_tool_<name>) and the target of its command subject
 // (cg.<v>.*.*.cmd.tool.<target>).
 type Tool struct {
-	Name   string
-	Target string
+	Name   string `json:"name"`
+	Target string `json:"target"`
 }
 
 // Identity is one NATS user of the mesh.
 type Identity struct {
 	// Role is one of the Role* constants.
-	Role string
+	Role string `json:"role"`
+	// Key is the identity's public nkey (U…); the mesh fills it from the
+	// seed file it makes, `utpmesh identity add` sends it. Permissions
+	// need it: the identity's reply inboxes are under
+	// creds.InboxPrefix(Key).
+	Key string `json:"key,omitempty"`
 	// Project scopes an agent identity.
-	Project string
+	Project string `json:"project,omitempty"`
+	// Agent, for an agent identity, limits it to one agent id: it may
+	// dispatch only as that agent and receive only its wakeups. Empty:
+	// every agent of Project.
+	Agent string `json:"agent,omitempty"`
+	// RawCommands lets an agent identity publish raw tool and PMO commands
+	// (cmd.tool.*, cmd.sys.pmo.internal.*), the project's explicit opt-in;
+	// false: it dispatches through the mesh (svc.dispatch.call.<agent>).
+	RawCommands bool `json:"raw_commands,omitempty"`
+	// Operator names an operator identity (default DefaultOperator): its
+	// dispatch subject's last token.
+	Operator string `json:"operator,omitempty"`
 	// Service names a worker identity; Tools are what it may serve.
-	Service string
-	Tools   []Tool
+	Service string `json:"service,omitempty"`
+	Tools   []Tool `json:"tools,omitempty"`
+	// Projects limits a worker identity to these projects: every subject
+	// of its permissions names one of them. Empty: every project.
+	Projects []string `json:"projects,omitempty"`
 	// Publish and Subscribe are further subjects a worker identity may
-	// use: its service's own (the shared state's JetStream subjects, the
-	// endpoints it serves), as the service declares them.
-	Publish, Subscribe []string
+	// use: its service's own (its buckets' data subjects, the endpoints
+	// it serves), as the service declares them.
+	Publish   []string `json:"publish,omitempty"`
+	Subscribe []string `json:"subscribe,omitempty"`
 }
 
-// Name is the identity's file and user name: core, admin,
-// agent-<project>, worker-<service>.
+// Name is the identity's file and user name: core, admin, operator (or
+// operator-<name>), agent-<project> (or agent-<project>.<agent>),
+// worker-<service>.
 func (id Identity) Name() string {
 	switch id.Role {
 	case RoleAgent:
+		if id.Agent != "" {
+			return creds.AgentName(id.Project) + "." + subjects.ToolToken(id.Agent)
+		}
 		return creds.AgentName(id.Project)
 	case RoleWorker:
 		return creds.WorkerName(id.Service)
+	case RoleOperator:
+		if id.Operator != "" && id.Operator != DefaultOperator {
+			return RoleOperator + "-" + subjects.ToolToken(id.Operator)
+		}
 	}
 	return id.Role
 }
 
 // Validate checks the identity's fields.
 func (id Identity) Validate() error {
+	if id.Key != "" && !nkeys.IsValidPublicUserKey(id.Key) {
+		return fmt.Errorf("%w: key %q is not a public user nkey (U…)", ErrIdentity, id.Key)
+	}
 	switch id.Role {
 	case RoleCore, RoleAdmin:
 		return nil
+	case RoleOperator:
+		if id.Operator != "" {
+			if err := subjects.ValidateToken("operator name", id.Operator); err != nil {
+				return fmt.Errorf("%w: operator: %w", ErrIdentity, err)
+			}
+		}
+		return nil
 	case RoleAgent:
 		if err := subjects.ValidateToken("project_id", id.Project); err != nil {
-			return fmt.Errorf("meshauth: agent identity: %w", err)
+			return fmt.Errorf("%w: agent identity: %w (e.g. demo)", ErrIdentity, err)
+		}
+		if id.Agent != "" {
+			if err := subjects.ValidateToken("agent_id", id.Agent); err != nil {
+				return fmt.Errorf("%w: agent identity: %w (e.g. demo/alice)", ErrIdentity, err)
+			}
 		}
 		return nil
 	case RoleWorker:
 		if id.Service == "" || len(id.Tools) == 0 {
-			return fmt.Errorf("meshauth: worker identity needs a service and its tools")
+			return fmt.Errorf("%w: worker identity needs a service and its tools (e.g. worker reverse --tools reverse)", ErrIdentity)
 		}
 		for _, t := range id.Tools {
 			if err := subjects.ValidateToken("tool target", strings.ReplaceAll(t.Target, ".", "_")); err != nil || t.Name == "" {
-				return fmt.Errorf("meshauth: worker %s: tool %q target %q: want a tool name and a cmd.tool target", id.Service, t.Name, t.Target)
+				return fmt.Errorf("%w: worker %s: tool %q target %q: want a tool name and a cmd.tool target", ErrIdentity, id.Service, t.Name, t.Target)
+			}
+		}
+		for _, p := range id.Projects {
+			if err := subjects.ValidateToken("project_id", p); err != nil {
+				return fmt.Errorf("%w: worker %s: project %q: %w (e.g. --projects demo,ops)", ErrIdentity, id.Service, p, err)
 			}
 		}
 		return nil
 	}
-	return fmt.Errorf("meshauth: unknown role %q (want %s, %s, %s or %s)", id.Role, RoleCore, RoleAdmin, RoleAgent, RoleWorker)
-}
-
-// Permissions returns what id may publish and subscribe to under protocol
-// version ver; nil means everything (core, admin).
-func Permissions(ver string, id Identity) *server.Permissions {
-	cmd, evt := streams.CommandStream(ver), streams.EventStream(ver)
-	switch id.Role {
-	case RoleAgent:
-		p := "cg." + ver + "." + id.Project + ".*."
-		pub := []string{
-			p + "cmd.tool.>",
-			p + "cmd.sys.pmo.internal.*",
-			p + "svc.registry.get", p + "svc.registry.list",
-			p + "svc.inbox.list", p + "svc.inbox.get", p + "svc.inbox.ack", p + "svc.inbox.set_epoch",
-			p + "svc.worker.*",
-			"$SRV.>",
-			"$JS.API.INFO",
-		}
-		for _, op := range []string{"get", "config_get", "test", "query", "history", "history_get", "issuer_key"} {
-			pub = append(pub, p+"svc.authz."+op)
-		}
-		// CardStore ops but put_result, claim and release: results and
-		// execution claims are the workers'.
-		for _, op := range []string{"put", "get", "get_many", "list_turn", "find_result", "box_create", "box_append", "box_get",
-			"list_turns", "get_claim"} {
-			pub = append(pub, p+"svc.cardstore."+op)
-		}
-		return &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: pub},
-			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", p + "cmd.agent.*.wakeup"}},
-		}
-	case RoleWorker:
-		a := "cg." + ver + ".*.*."
-		pub := []string{
-			a + "cmd.sys.inbox.report", a + "svc.inbox.report",
-			a + "evt.sys.deadletter.command",
-			a + "evt.sys.authz.decision",
-			a + "svc.registry.get", a + "svc.registry.list",
-			a + "svc.authz.get", a + "svc.authz.config_get", a + "svc.authz.issuer_key",
-			"$JS.API.INFO",
-		}
-		for _, s := range []string{cmd, streams.WakeupStream(ver), evt} {
-			pub = append(pub, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s, "$JS.API.STREAM.INFO."+s)
-		}
-		sub := []string{"_INBOX.>", a + "evt.sys.toolcall.cancel", a + "svc.worker.*", "$SRV.>"}
-		// The CardStore but start_call, claim, release and put_result,
-		// which a worker does only on its own tools' subjects (below): the
-		// server checks the call and its claim against the subject's tool.
-		for _, op := range []string{"put", "get", "get_many", "list_turn", "find_result", "box_create", "box_append", "box_get",
-			"list_turns", "get_claim", "claim_key", "release_key"} {
-			pub = append(pub, a+"svc.cardstore."+op)
-		}
-		for _, t := range id.Tools {
-			for _, op := range []string{"start_call", "claim", "release", "put_result"} {
-				p, _ := subjects.ToolServiceAllow(ver, "cardstore", op, t.Name)
-				pub = append(pub, p)
-			}
-			// Registering its own tools at start; never another's, never delete.
-			p, _ := subjects.ToolServiceAllow(ver, "registry", "put", t.Name)
-			pub = append(pub, p)
-		}
-		for _, t := range id.Tools {
-			d := streams.ToolConsumer(t.Name)
-			// Create only with the tool's own filter in the subject (the
-			// server refuses a body whose filter differs): a worker cannot
-			// widen its durable to other tools' commands.
-			pub = append(pub,
-				"$JS.API.CONSUMER.CREATE."+cmd+"."+d+"."+a+"cmd.tool."+t.Target,
-				"$JS.API.CONSUMER.INFO."+cmd+"."+d,
-				"$JS.API.CONSUMER.MSG.NEXT."+cmd+"."+d,
-				"$JS.ACK."+cmd+"."+d+".>")
-		}
-		pub, sub = append(pub, id.Publish...), append(sub, id.Subscribe...)
-		return &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: pub},
-			Subscribe: &server.SubjectPermission{Allow: sub},
-			// Micro discovery and describe requests are answered on the
-			// requester's reply subject.
-			Response: &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
-		}
-	}
-	return nil
+	return fmt.Errorf("%w: unknown role %q (want %s, %s, %s, %s or %s)", ErrIdentity, id.Role, RoleCore, RoleAdmin, RoleOperator, RoleAgent, RoleWorker)
 }
 
 // Ensure returns the public key of the identity named name, creating its

@@ -9,7 +9,14 @@ import (
 
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/pkg/creds"
+	"github.com/utpmesh/utpmesh/subjects"
 )
+
+// subjectsHash is the hash suffix subjects.ToolToken gives name.
+func subjectsHash(name string) string {
+	t := subjects.ToolToken(name)
+	return t[strings.LastIndexByte(t, '_')+1:]
+}
 
 func TestEnsure(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "creds")
@@ -52,6 +59,13 @@ func TestValidate(t *testing.T) {
 		{meshauth.Identity{Role: meshauth.RoleAgent, Project: "a.b"}, "agent-a.b", "project_id"},
 		{meshauth.Identity{Role: meshauth.RoleWorker, Service: "atlas.tasks", Tools: []meshauth.Tool{{Name: "ATLAS_TASK_LIST", Target: "atlas_task_list"}}}, "worker-atlas_tasks", ""},
 		{meshauth.Identity{Role: meshauth.RoleWorker, Service: "echo"}, "worker-echo", "needs a service and its tools"},
+		{meshauth.Identity{Role: meshauth.RoleOperator}, "operator", ""},
+		{meshauth.Identity{Role: meshauth.RoleOperator, Operator: "ops-1"}, "operator-ops-1", ""},
+		{meshauth.Identity{Role: meshauth.RoleOperator, Operator: "a.b"}, "operator-a_b_" + subjectsHash("a.b"), "operator name"},
+		{meshauth.Identity{Role: meshauth.RoleAgent, Project: "demo", Agent: "alice"}, "agent-demo.alice", ""},
+		{meshauth.Identity{Role: meshauth.RoleAgent, Project: "demo", Agent: "a b"}, "agent-demo.a_b_" + subjectsHash("a b"), "agent_id"},
+		{meshauth.Identity{Role: meshauth.RoleWorker, Service: "rev", Tools: []meshauth.Tool{{Name: "rev", Target: "rev"}}, Projects: []string{"demo", "x.y"}}, "worker-rev", "--projects"},
+		{meshauth.Identity{Role: meshauth.RoleAdmin, Key: "SUAKEY"}, "admin", "not a public user nkey"},
 		{meshauth.Identity{Role: "root"}, "root", `unknown role "root"`},
 	}
 	for _, tc := range tests {

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/internal/deadline"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 )
 
@@ -463,7 +464,7 @@ func (c *Cluster) MoveStreamLeader(stream string, i int) {
 		if l := c.StreamLeader(stream); l == i {
 			return nil
 		}
-		msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, []byte(req))
+		msg, err := deadline.Request(ctx, nc, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, []byte(req))
 		if err != nil {
 			return err
 		}

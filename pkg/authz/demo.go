@@ -86,6 +86,22 @@ func DemoPolicy(principal string, actions []types.EntityUID) string {
 	return b.String()
 }
 
+// DemoOperatorPolicy is the Cedar text that lets the mesh's operators
+// (principal type Operator, any name) call actions on the demo project:
+// the actions of operator-only tools (registry options.principal
+// operator), which no agent and no demo mandate is granted. "" for none.
+func DemoOperatorPolicy(actions []types.EntityUID) string {
+	if len(actions) == 0 {
+		return ""
+	}
+	names := make([]string, len(actions))
+	for i, a := range actions {
+		names[i] = a.String()
+	}
+	sort.Strings(names)
+	return fmt.Sprintf("@id(\"demo-operators\")\npermit(principal is %s, action in [%s], resource in Project::%q);\n", TypeOperator, strings.Join(names, ", "), DemoProject)
+}
+
 // demoGrant asks the registered catalogues for their grant of action.
 func demoGrant(principal string, action types.EntityUID) (string, bool) {
 	for _, c := range Catalogues() {
@@ -102,8 +118,12 @@ func demoGrant(principal string, action types.EntityUID) (string, bool) {
 // each project, and for DemoProject (when listed) the demo policy set
 // (only if the project has none) and a demo mandate for DemoAgent in
 // <dataDir>/demo-mandate.jwt (mode 0600; reissued when missing, invalid
-// or within a day of expiry).
-func SetupDemo(ctx context.Context, store PolicyStore, keys *mandate.KeyDir, projects []string, actions []types.EntityUID, dataDir string, now time.Time) (*DemoResult, error) {
+// or within a day of expiry). actions are the agents' tools' actions: the
+// policy set grants them to any principal and the mandate to DemoAgent.
+// operatorActions are the operator-only tools' actions: the policy set
+// grants them to operators (DemoOperatorPolicy) and the mandate never
+// holds them.
+func SetupDemo(ctx context.Context, store PolicyStore, keys *mandate.KeyDir, projects []string, actions []types.EntityUID, dataDir string, now time.Time, operatorActions ...types.EntityUID) (*DemoResult, error) {
 	res := &DemoResult{}
 	demo := false
 	for _, p := range projects {
@@ -120,7 +140,7 @@ func SetupDemo(ctx context.Context, store PolicyStore, keys *mandate.KeyDir, pro
 		return res, nil
 	}
 	if _, err := store.Policies(ctx, DemoProject); errors.Is(err, ErrNotFound) {
-		if _, err := store.PutPolicies(ctx, DemoProject, DemoPolicy("", actions)); err != nil {
+		if _, err := store.PutPolicies(ctx, DemoProject, DemoPolicy("", actions)+DemoOperatorPolicy(operatorActions)); err != nil {
 			return nil, fmt.Errorf("authz: demo policy: %w", err)
 		}
 		res.PolicyInstalled = true

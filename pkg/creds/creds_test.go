@@ -59,6 +59,16 @@ func TestOption(t *testing.T) {
 				if err != nil || opt == nil {
 					t.Fatalf("Option = %v, %v", opt, err)
 				}
+				// The identity's own reply-inbox prefix, the only one the
+				// server lets it subscribe to.
+				pub, _ := kp.PublicKey()
+				o := nats.GetDefaultOptions()
+				if err := opt(&o); err != nil || o.InboxPrefix != "_INBOX."+pub || o.Nkey != pub {
+					t.Fatalf("Option set inbox prefix %q, nkey %q (%v); want _INBOX.%s", o.InboxPrefix, o.Nkey, err, pub)
+				}
+				if got, err := creds.PublicKey(tc.path); err != nil || got != pub {
+					t.Fatalf("PublicKey = %q, %v; want %s", got, err, pub)
+				}
 				return
 			}
 			if !errors.Is(err, creds.ErrCreds) || !strings.Contains(err.Error(), tc.wantErr) {

@@ -43,6 +43,14 @@
 // port would let anyone join the cluster and bypass the users. Every
 // node must be given the same Users (they are per node, not replicated).
 //
+// Storage faults: a single server with JetStream runs a storage guard
+// (health.go) that stops JetStream when its store cannot write (free space
+// below Config.MinFreeBytes, a failed write probe, a stream's write
+// error), so publishes fail at once instead of timing out, and starts it
+// again, reloading every stream and consumer from disk, once the store
+// writes again. Ready is the node's readiness: it names the fault, the
+// lost quorum of a cluster node, or a stream that cannot write.
+//
 // Start-up failures are reported at once, not after ReadyTimeout: a fixed
 // port that another socket holds fails before the server is created
 // (ErrAddrInUse, "listen 127.0.0.1:4222: address already in use"), and a
@@ -134,6 +142,17 @@ type Config struct {
 	// require TLS with that certificate. Connect then uses an in-process
 	// connection, which needs no certificate check.
 	TLSCert, TLSKey string
+	// MinFreeBytes is the storage guard's floor (single server with
+	// JetStream): with less free space in the store's filesystem the
+	// guard stops JetStream and the server is not Ready, and it starts
+	// JetStream again once twice this much is free and the store writes.
+	// 0 means MaxPayload (room for the largest message); -1 turns the
+	// floor off (the write probe and stream write errors still count).
+	MinFreeBytes int64
+	// StorageCheck is how often the storage guard looks at the store;
+	// default DefaultStorageCheck. A storage error in the server's log
+	// makes it look at once.
+	StorageCheck time.Duration
 	// Users, when not empty, turns authentication on: only these nkey
 	// users may connect, each limited to its Permissions (nil: all).
 	// Empty: anyone who reaches the port may do anything.
@@ -154,8 +173,10 @@ type User struct {
 
 // Server is a running embedded nats-server.
 type Server struct {
-	ns  *server.Server
-	cfg Config
+	ns    *server.Server
+	cfg   Config
+	logs  *slogAdapter
+	guard *storageGuard // single server with JetStream; nil otherwise
 
 	mu   sync.Mutex
 	opts *server.Options
@@ -193,6 +214,9 @@ func Start(cfg Config) (*Server, error) {
 	}
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 10 * time.Second
+	}
+	if cfg.MinFreeBytes < -1 {
+		return nil, fmt.Errorf("%w: MinFreeBytes %d: use 0 (the default, MaxPayload), -1 (no floor) or a byte count", ErrInvalidConfig, cfg.MinFreeBytes)
 	}
 	if cfg.JetStream && cfg.DataDir == "" {
 		return nil, fmt.Errorf("%w: JetStream needs a DataDir", ErrInvalidConfig)
@@ -247,7 +271,7 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embednats: configure server: %w", err)
 	}
-	logs := &slogAdapter{l: cfg.Logger, fatal: make(chan string, 1)}
+	logs := &slogAdapter{l: cfg.Logger, fatal: make(chan string, 1), kick: make(chan struct{}, 1)}
 	ns.SetLoggerV2(logs, false, false, false)
 	go ns.Start()
 	if err := waitReady(ns, logs, addr, cfg.ReadyTimeout); err != nil {
@@ -255,7 +279,11 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	logs.started()
-	return &Server{ns: ns, cfg: cfg, opts: opts}, nil
+	s := &Server{ns: ns, cfg: cfg, opts: opts, logs: logs}
+	if cfg.JetStream && cfg.Cluster == nil {
+		s.startGuard(logs)
+	}
+	return s, nil
 }
 
 func nkeyUsers(users []User) ([]*server.NkeyUser, error) {
@@ -338,7 +366,14 @@ func (s *Server) NATS() *server.Server { return s.ns }
 // Shutdown stops the server and waits until it has stopped or ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	done := make(chan struct{})
-	go func() { s.ns.Shutdown(); s.ns.WaitForShutdown(); close(done) }()
+	go func() {
+		if s.guard != nil {
+			s.guard.close()
+		}
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+		close(done)
+	}()
 	select {
 	case <-done:
 		return nil
@@ -353,6 +388,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 type slogAdapter struct {
 	l     *slog.Logger
 	fatal chan string
+	// kick wakes the storage guard when the server logs a storage error.
+	kick chan struct{}
 
 	mu    sync.Mutex
 	ready bool
@@ -371,10 +408,29 @@ func (a *slogAdapter) log(level slog.Level, format string, v []any) {
 }
 
 func (a *slogAdapter) Noticef(format string, v ...any) { a.log(slog.LevelDebug, format, v) }
-func (a *slogAdapter) Warnf(format string, v ...any)   { a.log(slog.LevelWarn, format, v) }
-func (a *slogAdapter) Errorf(format string, v ...any)  { a.log(slog.LevelError, format, v) }
-func (a *slogAdapter) Debugf(format string, v ...any)  { a.log(slog.LevelDebug, format, v) }
-func (a *slogAdapter) Tracef(format string, v ...any)  { a.log(slog.LevelDebug, format, v) }
+func (a *slogAdapter) Warnf(format string, v ...any) {
+	a.storageError(format, v)
+	a.log(slog.LevelWarn, format, v)
+}
+func (a *slogAdapter) Errorf(format string, v ...any) {
+	a.storageError(format, v)
+	a.log(slog.LevelError, format, v)
+}
+
+// storageError wakes the storage guard when a log line tells of a failed
+// write (the server keeps no other signal of it a guard could wait on).
+func (a *slogAdapter) storageError(format string, v []any) {
+	msg := fmt.Sprintf(format, v...)
+	if strings.Contains(msg, "no space left") || strings.Contains(msg, "write error") || strings.Contains(msg, "permission denied") ||
+		strings.Contains(msg, "failed to store a msg") || strings.Contains(msg, "DISABLED") {
+		select {
+		case a.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+func (a *slogAdapter) Debugf(format string, v ...any) { a.log(slog.LevelDebug, format, v) }
+func (a *slogAdapter) Tracef(format string, v ...any) { a.log(slog.LevelDebug, format, v) }
 
 func (a *slogAdapter) Fatalf(format string, v ...any) {
 	a.mu.Lock()

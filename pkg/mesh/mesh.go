@@ -148,6 +148,10 @@ type Config struct {
 	// acknowledged. Issuer keys stay files (KeyDir): give every node the
 	// same ones.
 	Replicated *ReplicatedConfig
+	// External, when set, joins a NATS deployment the mesh does not run
+	// instead of embedding a nats-server; the state is then replicated
+	// in its JetStream (see ExternalConfig).
+	External *ExternalConfig
 	// Identities, when set, turns NATS authentication on: only the
 	// identities listed (plus the mesh core and admin) may connect, each
 	// with the permissions of its role (internal/meshauth). Their nkey
@@ -182,8 +186,16 @@ type IdentityConfig struct {
 	// AgentProjects get one agent identity each (agent-<project>);
 	// default Config.Projects.
 	AgentProjects []string
-	// Workers get one worker identity each (worker-<service>).
+	// Workers get one worker identity each (worker-<service>); further
+	// identities of any role (per-agent: agent-<project>.<agent>) may be
+	// listed too.
 	Workers []meshauth.Identity
+	// RawCommands reports whether a project's agent identities may publish
+	// raw tool and PMO commands (the project's opt-in, meshauth.Identity.
+	// RawCommands); nil: every project may, the path of agent runtimes
+	// that publish their own commands. Change it live with
+	// Mesh.SetRawCommands.
+	RawCommands func(project string) bool
 }
 
 // AuthConfig configures the mesh's authorization (see Config.Auth).
@@ -227,6 +239,7 @@ type Mesh struct {
 	msrv        *metrics.Server
 	stoppers    []func(context.Context) error
 	names       sync.Map // public nkey → identity name (Config.Identities): signed admin requests
+	idents      identState
 	unrouted    *unrouted.Sweeper
 	retention   *retention.Sweeper // nil without Auth or Config.Retention.Policies
 	ready       atomic.Bool        // Start has finished (health)
@@ -284,51 +297,26 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 			version = worker.DefaultServiceVersion
 		}
 		m.metrics = metrics.New(version)
-		m.msrv, err = metrics.Serve(m.metrics, metrics.ServerConfig{Addr: cfg.MetricsAddr, Logger: log.With("component", "metrics"), Health: m.health})
+		m.msrv, err = metrics.Serve(m.metrics, metrics.ServerConfig{Addr: cfg.MetricsAddr, Logger: log.With("component", "metrics"), Health: m.health, Ready: m.Ready})
 		if err != nil {
 			return m, fmt.Errorf("mesh: --metrics-addr: %w", err)
 		}
 		m.push(m.msrv.Shutdown) // stopped last: scrapes see the whole shutdown
 	}
 
-	var users []embednats.User
-	connOpts := []nats.Option{nats.Name("utpmesh-up"), nats.MaxReconnects(-1)}
-	if cfg.Identities != nil {
-		var coreSeed string
-		users, coreSeed, err = m.identities()
-		if err != nil {
-			return m, err
-		}
-		opt, err := creds.Option(coreSeed)
-		if err != nil {
-			return m, err
-		}
-		connOpts = append(connOpts, opt)
-	}
-	m.srv, err = embednats.Start(embednats.Config{DataDir: cfg.DataDir, Host: host, Port: port, JetStream: true, MaxPayload: cfg.MaxPayload, Logger: log.With("component", "nats"), Users: users,
-		TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, ServerName: cfg.ServerName, Cluster: cfg.Cluster})
-	if errors.Is(err, embednats.ErrAddrInUse) {
-		return m, fmt.Errorf("%w; is another 'utpmesh up' or nats-server running? pass --nats-listen 127.0.0.1:0 for a free port", err)
+	if cfg.External != nil {
+		err = m.join(ctx)
+	} else {
+		err = m.embed(ctx, host, port)
 	}
 	if err != nil {
 		return m, err
 	}
-	m.push(m.srv.Shutdown)
-	if cfg.Cluster != nil {
-		if err := m.awaitMeta(ctx); err != nil {
-			return m, err
-		}
-	}
-	m.nc, err = m.srv.Connect(connOpts...)
-	if err != nil {
-		return m, fmt.Errorf("mesh: connect: %w", err)
-	}
-	m.push(func(context.Context) error { m.nc.Close(); return nil })
 	js, err := jetstream.New(m.nc)
 	if err != nil {
 		return m, fmt.Errorf("mesh: jetstream: %w", err)
 	}
-	if cfg.Replicated != nil {
+	if m.cfg.Replicated != nil {
 		if err = m.openReplicated(ctx, js); err != nil {
 			return m, err
 		}
@@ -342,6 +330,46 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	return m, nil
 }
 
+// embed starts the embedded nats-server (a cluster node with
+// Config.Cluster) and connects the mesh to it.
+func (m *Mesh) embed(ctx context.Context, host string, port int) (err error) {
+	cfg, log := m.cfg, m.cfg.Logger
+	var users []embednats.User
+	connOpts := []nats.Option{nats.Name("utpmesh-up"), nats.MaxReconnects(-1)}
+	if cfg.Identities != nil {
+		var coreSeed string
+		users, coreSeed, err = m.identities()
+		if err != nil {
+			return err
+		}
+		opt, err := creds.Option(coreSeed)
+		if err != nil {
+			return err
+		}
+		connOpts = append(connOpts, opt)
+	}
+	m.srv, err = embednats.Start(embednats.Config{DataDir: cfg.DataDir, Host: host, Port: port, JetStream: true, MaxPayload: cfg.MaxPayload, Logger: log.With("component", "nats"), Users: users,
+		TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, ServerName: cfg.ServerName, Cluster: cfg.Cluster})
+	if errors.Is(err, embednats.ErrAddrInUse) {
+		return fmt.Errorf("%w; is another 'utpmesh up' or nats-server running? pass --nats-listen 127.0.0.1:0 for a free port", err)
+	}
+	if err != nil {
+		return err
+	}
+	m.push(m.srv.Shutdown)
+	if cfg.Cluster != nil {
+		if err := m.awaitMeta(ctx); err != nil {
+			return err
+		}
+	}
+	m.nc, err = m.srv.Connect(connOpts...)
+	if err != nil {
+		return fmt.Errorf("mesh: connect: %w", err)
+	}
+	m.push(func(context.Context) error { m.nc.Close(); return nil })
+	return nil
+}
+
 // health is /healthz: ready once Start has returned, and, on a cluster
 // node, while its JetStream is current with the cluster's meta leader (a
 // node that lost its peers answers 503, so a load balancer or Kubernetes
@@ -350,10 +378,27 @@ func (m *Mesh) health() error {
 	if !m.ready.Load() {
 		return errors.New("starting")
 	}
+	if m.cfg.External != nil {
+		return m.externalHealth()
+	}
 	if m.cfg.Cluster != nil && m.srv != nil && !m.srv.NATS().JetStreamIsCurrent() {
 		return errors.New("not current with the JetStream cluster (no meta leader reachable)")
 	}
 	return nil
+}
+
+// Ready is /readyz: nil once Start has returned while the embedded
+// server can take writes (embednats.Server.Ready: JetStream on and, on a
+// cluster node, in quorum; the store's disk above its floor and writing;
+// no stream with a write error), else why not.
+func (m *Mesh) Ready() error {
+	if err := m.health(); err != nil {
+		return err
+	}
+	if m.srv == nil { // Config.External: health checked the connection
+		return nil
+	}
+	return m.srv.Ready()
 }
 
 // openFiles opens the single-node state: the streams with one replica and
@@ -400,6 +445,9 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 		return err
 	}
 	m.push(m.regSrv.Stop)
+	if err := m.startIdentityService(); err != nil {
+		return err
+	}
 	if cfg.Auth != nil {
 		if m.policies == nil { // single node: policies.db beside the other files
 			pol, err := boltpolicy.Open(filepath.Join(cfg.DataDir, "policies.db"),
@@ -525,7 +573,7 @@ func (m *Mesh) push(f func(context.Context) error) { m.stoppers = append(m.stopp
 func (m *Mesh) identities() ([]embednats.User, string, error) {
 	ic := m.cfg.Identities
 	dir := m.CredsDir()
-	ids := []meshauth.Identity{{Role: meshauth.RoleCore}, {Role: meshauth.RoleAdmin}}
+	ids := []meshauth.Identity{{Role: meshauth.RoleCore}, {Role: meshauth.RoleAdmin}, {Role: meshauth.RoleOperator}}
 	projects := ic.AgentProjects
 	if len(projects) == 0 {
 		projects = m.cfg.Projects
@@ -534,6 +582,12 @@ func (m *Mesh) identities() ([]embednats.User, string, error) {
 		ids = append(ids, meshauth.Identity{Role: meshauth.RoleAgent, Project: p})
 	}
 	ids = append(ids, ic.Workers...)
+	added, err := m.addedIdentities()
+	if err != nil {
+		return nil, "", err
+	}
+	ids = append(ids, added...)
+	var admitted []meshauth.Identity
 	var users []embednats.User
 	seen := map[string]bool{}
 	for _, id := range ids {
@@ -545,16 +599,25 @@ func (m *Mesh) identities() ([]embednats.User, string, error) {
 			return nil, "", fmt.Errorf("mesh: identities: %s is listed twice", name)
 		}
 		seen[name] = true
-		pub, created, err := meshauth.Ensure(dir, name)
-		if err != nil {
-			return nil, "", err
+		pub := id.Key // identity add: the seed stays with its holder
+		if pub == "" {
+			var created bool
+			if pub, created, err = meshauth.Ensure(dir, name); err != nil {
+				return nil, "", err
+			}
+			if created {
+				m.cfg.Logger.Debug("created NATS credentials", "identity", name, "file", creds.SeedPath(dir, name))
+			}
 		}
-		if created {
-			m.cfg.Logger.Debug("created NATS credentials", "identity", name, "file", creds.SeedPath(dir, name))
+		id.Key = pub
+		if id.Role == meshauth.RoleAgent {
+			id.RawCommands = m.rawCommands(id.Project)
 		}
 		users = append(users, embednats.User{Nkey: pub, Name: name, Permissions: meshauth.Permissions(m.cfg.ProtocolVersion, id)})
 		m.names.Store(pub, name)
+		admitted = append(admitted, id)
 	}
+	m.idents.setAdmitted(admitted)
 	return users, creds.SeedPath(dir, meshauth.RoleCore), nil
 }
 
@@ -578,9 +641,14 @@ func (m *Mesh) AddIdentities(ids ...meshauth.Identity) error {
 	if m.cfg.Identities == nil {
 		return errors.New("mesh: AddIdentities needs Config.Identities (NATS authentication on)")
 	}
+	m.idents.mu.Lock()
+	defer m.idents.mu.Unlock()
 	m.cfg.Identities.Workers = append(m.cfg.Identities.Workers, ids...)
 	users, _, err := m.identities()
 	if err != nil {
+		return err
+	}
+	if err := m.workerDurables(m.Identities()); err != nil {
 		return err
 	}
 	return m.srv.SetUsers(users)
@@ -602,8 +670,14 @@ func (m *Mesh) CredsFile(name string) string { return creds.SeedPath(m.CredsDir(
 // gate), or nil when Config.Auth is nil.
 func (m *Mesh) Auth() *natsauthz.Service { return m.auth }
 
-// ClientURL is the NATS URL clients and remote workers connect to.
-func (m *Mesh) ClientURL() string { return m.srv.ClientURL() }
+// ClientURL is the NATS URL clients and remote workers connect to (with
+// Config.External, its URL, passwords masked).
+func (m *Mesh) ClientURL() string {
+	if m.cfg.External != nil {
+		return redactedURLs(m.cfg.External.URL)
+	}
+	return m.srv.ClientURL()
+}
 
 // Conn is the mesh's own NATS connection.
 func (m *Mesh) Conn() *nats.Conn { return m.nc }
@@ -627,7 +701,7 @@ func (m *Mesh) InboxDB() *bolt.DB {
 	return m.inboxBoltDB.Bolt()
 }
 
-// NATS is the embedded nats-server.
+// NATS is the embedded nats-server (nil with Config.External).
 func (m *Mesh) NATS() *embednats.Server { return m.srv }
 
 // Registry is the mesh's tool registry.

@@ -2,7 +2,7 @@
 // collectors (one per-process *prometheus.Registry, never the global one),
 // adapters that plug them into the worker runtime, the inbox and the
 // CardStore through those packages' own observer interfaces, and an HTTP
-// server for /metrics and /healthz.
+// server for /metrics, /healthz (liveness) and /readyz (readiness).
 //
 // The instrumented packages do not import Prometheus: pkg/worker defines
 // worker.Observer, pkg/inbox/inboxsvc inboxsvc.Observer and cardstore/boltstore
@@ -31,6 +31,7 @@
 //	utpmesh_inbox_wakeups_total                         wakeups published
 //	utpmesh_inbox_wakeup_lag_seconds                    result card created_at → wakeup published
 //	utpmesh_inbox_pending_entries                       entries not yet acknowledged (read at scrape)
+//	utpmesh_ready                                       1 when /readyz answers 200, else 0 (read at scrape)
 //	utpmesh_cardstore_commit_duration_seconds           one bbolt transaction incl. fsync
 //	utpmesh_cardstore_commit_group_size                 write requests per transaction
 //

@@ -47,6 +47,7 @@ type Metrics struct {
 	lag      prometheus.Histogram
 	pendingM sync.Mutex
 	pending  func() (int, error)
+	ready    func() error
 
 	commitDur, groupSize prometheus.Histogram
 
@@ -77,6 +78,8 @@ func New(version string) *Metrics {
 		Help: "Time from a tool.result card's created_at to its wakeup being published.", Buckets: CallBuckets})
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "utpmesh_inbox_pending_entries",
 		Help: "Inbox entries not yet acknowledged by their agent (read at scrape time; -1 if unreadable)."}, m.readPending)
+	readyG := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "utpmesh_ready",
+		Help: "1 when the node can take calls (what /readyz answers 200 for), 0 when not (read at scrape time)."}, m.readReady)
 	m.commitDur = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "utpmesh_cardstore_commit_duration_seconds",
 		Help: "CardStore bbolt write transaction latency, fsync included.", Buckets: CommitBuckets})
 	m.groupSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "utpmesh_cardstore_commit_group_size",
@@ -84,7 +87,7 @@ func New(version string) *Metrics {
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "utpmesh_build_info", Help: "1, labeled with the utpmesh version."}, []string{"version"})
 	build.WithLabelValues(version).Set(1)
 	m.reg.MustRegister(m.calls, m.redeliveries, m.takeovers, m.deadLetters, m.poisoned, m.callDur, m.execDur, m.inFlight,
-		m.reports, m.wakeups, m.lag, pending, m.commitDur, m.groupSize, build,
+		m.reports, m.wakeups, m.lag, pending, readyG, m.commitDur, m.groupSize, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -124,6 +127,25 @@ func (m *Metrics) readPending() float64 {
 		return -1
 	}
 	return float64(n)
+}
+
+// WatchReady makes utpmesh_ready report 1 when f() returns nil, else 0,
+// at scrape time. Until it is called the gauge reads 1. Serve calls it
+// with ServerConfig.Ready.
+func (m *Metrics) WatchReady(f func() error) {
+	m.pendingM.Lock()
+	m.ready = f
+	m.pendingM.Unlock()
+}
+
+func (m *Metrics) readReady() float64 {
+	m.pendingM.Lock()
+	f := m.ready
+	m.pendingM.Unlock()
+	if f != nil && f() != nil {
+		return 0
+	}
+	return 1
 }
 
 var codeSyntax = regexp.MustCompile(`^[a-z][a-z0-9_]{0,47}$`)

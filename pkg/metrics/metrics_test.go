@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,5 +171,60 @@ func TestHealthCheck(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + srv.Addr() + "/healthz"); err == nil {
 		t.Fatal("server still answers after Shutdown")
+	}
+}
+
+// TestReadiness: /readyz answers Ready's verdict (503 with its reason when
+// not ready) apart from /healthz, and utpmesh_ready follows it.
+func TestReadiness(t *testing.T) {
+	var notReady atomic.Pointer[error]
+	ready := func() error {
+		if e := notReady.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}
+	m := metrics.New("x")
+	srv, err := metrics.Serve(m, metrics.ServerConfig{Addr: "127.0.0.1:0", Ready: ready})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + srv.Addr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, tc := range []struct {
+		name        string
+		cause       error
+		readyz      int
+		body, gauge string
+	}{
+		{"ready", nil, http.StatusOK, "ready\n", "utpmesh_ready 1"},
+		{"disk full", errors.New("embednats: not ready: disk full: 1 MiB free"), http.StatusServiceUnavailable, "disk full", "utpmesh_ready 0"},
+		{"no quorum", errors.New("embednats: not ready: JetStream has not established contact with a meta leader"), http.StatusServiceUnavailable, "meta leader", "utpmesh_ready 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.cause != nil {
+				notReady.Store(&tc.cause)
+			} else {
+				notReady.Store(nil)
+			}
+			code, body := get("/readyz")
+			if code != tc.readyz || !strings.Contains(body, tc.body) {
+				t.Fatalf("/readyz = %d %q, want %d with %q", code, body, tc.readyz, tc.body)
+			}
+			if code, _ := get("/healthz"); code != http.StatusOK {
+				t.Fatalf("/healthz = %d, want 200: liveness does not follow readiness", code)
+			}
+			if _, metricsBody := get("/metrics"); !strings.Contains(metricsBody, tc.gauge+"\n") {
+				t.Fatalf("/metrics lacks %q", tc.gauge)
+			}
+		})
 	}
 }

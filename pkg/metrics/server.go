@@ -23,15 +23,21 @@ var (
 type ServerConfig struct {
 	// Addr is host:port to listen on; port 0 picks a free port.
 	Addr string
-	// Health, when set, is called by /healthz: nil error → 200 "ok",
-	// otherwise 503 with the error text. Unset, /healthz always answers ok
-	// while the server runs.
+	// Health, when set, is called by /healthz (liveness: is the process
+	// alive and started): nil error → 200 "ok", otherwise 503 with the
+	// error text. Unset, /healthz always answers ok while the server runs.
 	Health func() error
+	// Ready, when set, is called by /readyz (readiness: can the node take
+	// calls now; JetStream on and in quorum, the disk not full, the
+	// stores writing): nil → 200 "ready", otherwise 503 with the error
+	// text. Unset, /readyz answers as /healthz does. Serve also makes
+	// the utpmesh_ready gauge read it.
+	Ready func() error
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
 
-// Server serves /metrics and /healthz over HTTP.
+// Server serves /metrics, /healthz and /readyz over HTTP.
 type Server struct {
 	srv  *http.Server
 	ln   net.Listener
@@ -39,8 +45,8 @@ type Server struct {
 }
 
 // Serve listens on cfg.Addr at once (so a taken port fails here, not later)
-// and serves m's registry on /metrics and a health check on /healthz until
-// Shutdown.
+// and serves m's registry on /metrics, liveness on /healthz and readiness
+// on /readyz until Shutdown.
 func Serve(m *Metrics, cfg ServerConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -56,15 +62,15 @@ func Serve(m *Metrics, cfg ServerConfig) (*Server, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn), Timeout: 10 * time.Second,
 	}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if cfg.Health != nil {
-			if err := cfg.Health(); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
+	mux.HandleFunc("GET /healthz", probeHandler("ok", cfg.Health))
+	ready := cfg.Ready
+	if ready == nil {
+		ready = cfg.Health
+	}
+	mux.HandleFunc("GET /readyz", probeHandler("ready", ready))
+	if ready != nil {
+		m.WatchReady(ready)
+	}
 	s := &Server{
 		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)},
 		ln:   ln,
@@ -77,6 +83,20 @@ func Serve(m *Metrics, cfg ServerConfig) (*Server, error) {
 		}
 	}()
 	return s, nil
+}
+
+// probeHandler answers 200 and ok when check is nil or passes, else 503
+// with check's error.
+func probeHandler(ok string, check func() error) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if check != nil {
+			if err := check(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = w.Write([]byte(ok + "\n"))
+	}
 }
 
 // Addr is the address the server listens on (with the real port when

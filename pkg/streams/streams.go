@@ -36,6 +36,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,6 +71,26 @@ func EventStream(ver string) string { return "cg_evt_" + ver }
 // worker started without the option never shrinks a cluster's R3 streams.
 func Ensure(ctx context.Context, js jetstream.JetStream, ver string, opts ...Option) error {
 	return patiently(ctx, func(ctx context.Context) error { return ensure(ctx, js, ver, opts...) })
+}
+
+// ErrMissing matches (errors.Is) Check's error: a stream of the mesh does
+// not exist.
+var ErrMissing = errors.New("streams: stream missing")
+
+// Check makes sure the mesh's streams exist, with STREAM.INFO only: a
+// worker identity may not create or update streams (the core does, at
+// `utpmesh up`). A missing one is ErrMissing with "start utpmesh up first".
+func Check(ctx context.Context, js jetstream.JetStream, ver string) error {
+	for _, name := range []string{CommandStream(ver), WakeupStream(ver), EventStream(ver)} {
+		err := patiently(ctx, func(ctx context.Context) error { _, err := js.Stream(ctx, name); return err })
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("%w: %s does not exist: start utpmesh up first (only the mesh core creates its streams)", ErrMissing, name)
+		}
+		if err != nil {
+			return fmt.Errorf("streams: %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // Patience bounds how long Ensure and EnsureConsumer send a request
@@ -212,10 +233,20 @@ func ConsumerConfig(name string, filters []string, ackWait time.Duration, maxDel
 }
 
 // EnsureConsumer creates or updates a durable consumer on the command
-// stream. A request that times out is sent again (see patiently).
+// stream. A request that times out is sent again (see patiently). A
+// durable that exists with narrower filters than cfg's (each of its
+// filters within one of cfg's: the one the mesh core made for a worker
+// identity limited to projects) is bound as it is, with a consumer info
+// request only: such a worker may not create or change it.
 func EnsureConsumer(ctx context.Context, js jetstream.JetStream, ver string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	var c jetstream.Consumer
 	err := patiently(ctx, func(ctx context.Context) (err error) {
+		if cur, err := js.Consumer(ctx, CommandStream(ver), cfg.Durable); err == nil && Narrower(filtersOf(cur.CachedInfo().Config), filtersOf(cfg)) {
+			c = cur
+			return nil
+		} else if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return err
+		}
 		c, err = js.CreateOrUpdateConsumer(ctx, CommandStream(ver), cfg)
 		return err
 	})
@@ -226,4 +257,41 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, ver string, cfg
 		return nil, fmt.Errorf("streams: consumer %s: %w", cfg.Durable, err)
 	}
 	return c, nil
+}
+
+// filtersOf returns a consumer's filter subjects.
+func filtersOf(cfg jetstream.ConsumerConfig) []string {
+	if cfg.FilterSubject != "" {
+		return []string{cfg.FilterSubject}
+	}
+	return cfg.FilterSubjects
+}
+
+// Narrower reports whether every subject of have lies within one of want
+// and the two differ: have selects a strict subset of what want does.
+func Narrower(have, want []string) bool {
+	if len(have) == 0 || slices.Equal(have, want) {
+		return false
+	}
+	for _, h := range have {
+		if !slices.ContainsFunc(want, func(w string) bool { return within(h, w) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// within reports whether every subject that filter f matches is matched
+// by pattern p.
+func within(f, p string) bool {
+	ft, pt := strings.Split(f, "."), strings.Split(p, ".")
+	for i, t := range pt {
+		if t == ">" {
+			return len(ft) > i
+		}
+		if i >= len(ft) || ft[i] == ">" || (t != "*" && t != ft[i]) {
+			return false
+		}
+	}
+	return len(ft) == len(pt)
 }

@@ -93,3 +93,27 @@ func TestEnsureKeepsReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestNarrower: a durable's filters narrower than a worker's (the one the
+// core made for a worker limited to projects) are bound, not replaced.
+func TestNarrower(t *testing.T) {
+	all := []string{"cg.v1.*.*.cmd.tool.echo"}
+	tests := []struct {
+		have, want []string
+		narrower   bool
+	}{
+		{[]string{"cg.v1.demo.*.cmd.tool.echo"}, all, true},
+		{[]string{"cg.v1.demo.*.cmd.tool.echo", "cg.v1.ops.*.cmd.tool.echo"}, all, true},
+		{all, all, false},
+		{[]string{"cg.v1.demo.*.cmd.tool.other"}, all, false},
+		{[]string{"cg.v1.*.*.cmd.tool.>"}, all, false},
+		{[]string{"cg.v1.demo.*.cmd.tool.echo.x"}, all, false},
+		{[]string{"cg.v1.demo.main.cmd.tool.echo"}, []string{"cg.v1.>"}, true},
+		{nil, all, false},
+	}
+	for _, tc := range tests {
+		if got := streams.Narrower(tc.have, tc.want); got != tc.narrower {
+			t.Errorf("Narrower(%v, %v) = %v, want %v", tc.have, tc.want, got, tc.narrower)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/utpmesh/utpmesh/internal/deadline"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -36,12 +37,9 @@ func CallMsg(ctx context.Context, nc *nats.Conn, m *nats.Msg, codes Codes, resp 
 	if max := nc.MaxPayload(); max > 0 && int64(len(body)) > max {
 		return fmt.Errorf("%w: request of %d bytes exceeds the NATS max payload of %d bytes", ErrTooLarge, len(body), max)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
-		defer cancel()
-	}
-	msg, err := nc.RequestMsgWithContext(ctx, m)
+	ctx, cancel := deadline.Bound(ctx, DefaultTimeout)
+	defer cancel()
+	msg, err := deadline.RequestMsg(ctx, nc, m)
 	if err != nil {
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
@@ -130,10 +128,7 @@ func (e Endpoint) Call(ctx context.Context, project, op string, req, resp any) e
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, e.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := deadline.Bound(ctx, e.Timeout)
+	defer cancel()
 	return Call(ctx, e.NC, subj.String(), e.Codes, req, resp)
 }

@@ -222,7 +222,8 @@ func (s *Server) Subject() string {
 }
 
 // Stop stops taking requests and waits, until ctx ends, for the ones in
-// flight. Handlers still running when ctx ends see their context canceled.
+// flight. Handlers still running when ctx ends see their context canceled;
+// Stop waits CancelGrace more for them, then returns whatever is stuck.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	subs := []*nats.Subscription{s.sub, s.toolSub}
@@ -248,10 +249,24 @@ func (s *Server) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		s.cancel()
-		<-done
-		return fmt.Errorf("svc: %s stopped with requests in flight: %w", s.cfg.Service, ctx.Err())
+		grace := time.NewTimer(CancelGrace)
+		defer grace.Stop()
+		select {
+		case <-done:
+			return fmt.Errorf("svc: %s stopped with requests in flight (canceled): %w", s.cfg.Service, ctx.Err())
+		case <-grace.C:
+			// A handler that ignores its cancellation, or a store call
+			// that never returns: do not wait for it.
+			return fmt.Errorf("svc: %s stopped with requests in flight, some still running %v after their cancellation (abandoned): %w",
+				s.cfg.Service, CancelGrace, ctx.Err())
+		}
 	}
 }
+
+// CancelGrace is how long Stop, once its deadline has canceled the
+// requests in flight, waits for their handlers to return before it
+// abandons them and returns.
+const CancelGrace = time.Second
 
 // serve handles one request on a plain subject.
 func (s *Server) serve(m *nats.Msg) {

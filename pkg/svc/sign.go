@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/utpmesh/utpmesh/internal/deadline"
 	"github.com/utpmesh/utpmesh/internal/reqsign"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -71,11 +72,8 @@ func (e Endpoint) Send(ctx context.Context, subject string, sign bool, req, resp
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, e.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := deadline.Bound(ctx, e.Timeout)
+	defer cancel()
 	if sign {
 		raw, err := json.Marshal(req)
 		if err != nil {

@@ -210,3 +210,34 @@ func TestEncodedReply(t *testing.T) {
 		t.Fatalf("json reply: %+v, %v", decoded, err)
 	}
 }
+
+// TestStopReturnsWithAStuckHandler: a handler that ignores its
+// cancellation (a store call that never returns) does not keep Stop from
+// returning once its deadline has passed; Stop says it abandoned it.
+func TestStopReturnsWithAStuckHandler(t *testing.T) {
+	nc := meshtest.Conn(t, meshtest.NATS(t))
+	s, err := svc.NewServer(nc, svc.Config{Service: "demo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	must(t, s.Handle("stuck", func(ctx context.Context, sc svc.Scope, data []byte) (any, error) {
+		close(entered)
+		<-release // ignores ctx
+		return struct{}{}, nil
+	}))
+	must(t, s.Start())
+	subj, _ := svc.Subject("v1r3", "p", "c", "demo", "stuck")
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = svc.Call(ctx, nc, subj, nil, struct{}{}, nil)
+	}()
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "abandoned") {
+		t.Fatalf("Stop with a stuck handler = %v, want an error saying it abandoned it", err)
+	}
+}

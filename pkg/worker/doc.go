@@ -43,8 +43,19 @@
 // Stop stops the consumers, lets the calls in flight finish until its
 // context ends, then cancels them: each ends with a canceled result that is
 // written and reported, and a call that was claimed but had not started
-// its handler yet ends canceled without running. Stop then returns an error
-// wrapping ErrDrainTimeout, which callers treat as a clean stop.
+// its handler yet ends canceled without running. A call still busy
+// Config.CancelGrace after its cancel (a handler that ignores it, a store
+// call that never returns) is abandoned: its command, never acknowledged,
+// is redelivered. Stop then returns an error wrapping ErrDrainTimeout,
+// which callers treat as a clean stop.
+//
+// # Retrying a call
+//
+// A handler whose error wraps ErrRetryLater gets no result: the claim is
+// given back and the command redelivered after 2 s, as when the CardStore
+// is unreachable. It is for an outcome the handler cannot report truthfully
+// yet (a change committed whose receipt could not be written); the handler
+// must be safe to run again.
 //
 // # Observability
 //

@@ -309,6 +309,10 @@ func (j *job) finish(res Result, herr error, cause error, callCard *card.Card) {
 		_ = j.msg.NakWithDelay(transientDelay)
 		return
 	}
+	if errors.Is(herr, ErrRetryLater) {
+		j.retryLater("handler", herr)
+		return
+	}
 	if herr == nil && errors.Is(cause, context.DeadlineExceeded) {
 		herr = cause // the handler ignored its deadline: the call timed out
 	}

@@ -39,7 +39,7 @@ var seq atomic.Int64
 // harness is a real mesh slice: embedded nats-server with JetStream, a bbolt
 // CardStore and registry, and a worker runtime.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	store   *boltstore.Store
@@ -66,7 +66,7 @@ func newHarnessStore(t *testing.T, cfg worker.Config, storeOpts []boltstore.Opti
 
 // newHarnessWrapped is newHarnessStore whose worker sees the CardStore
 // through wrap (nil: as it is), e.g. to stall or count its requests.
-func newHarnessWrapped(t *testing.T, cfg worker.Config, storeOpts []boltstore.Option, wrap func(*boltstore.Store) cardstore.Store, tools ...worker.Tool) *harness {
+func newHarnessWrapped(t testing.TB, cfg worker.Config, storeOpts []boltstore.Option, wrap func(*boltstore.Store) cardstore.Store, tools ...worker.Tool) *harness {
 	t.Helper()
 	srv := meshtest.NATS(t)
 	nc := meshtest.Conn(t, srv)

@@ -38,11 +38,15 @@ type Config struct {
 	InstanceID string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
-	// AckWait is the JetStream ack wait of the tool consumers; a running
-	// call keeps its message alive with in-progress acks. Default 30s.
+	// AckWait is the JetStream ack wait of the tool consumers: a command
+	// whose worker died is redelivered this long after its last sign of
+	// life. A live worker keeps every command it handles alive with
+	// in-progress acks (every AckWait/3), so a long call is not
+	// redelivered. Default DefaultAckWait.
 	AckWait time.Duration
 	// ClaimLease is the lease of an execution claim, renewed while the call
-	// runs. A worker that dies holds the call at most this long. Default 15s.
+	// runs. A worker that dies holds the call at most this long. Default
+	// DefaultClaimLease.
 	ClaimLease time.Duration
 	// MaxDeliveries bounds how many executions of one call may die without
 	// finishing (a worker crash, a kill); the next attempt ends the call
@@ -68,7 +72,27 @@ type Config struct {
 	// Tracer makes the utp.command, utp.execute and utp.report spans
 	// (telemetry.NewWorkerTracer); nil traces nothing.
 	Tracer Tracer
+	// CancelGrace is how long Stop, once its deadline has canceled the
+	// calls in flight, waits for them to write and report their canceled
+	// results. A call still busy then (a handler that ignores its
+	// cancellation, a store call that never returns) is abandoned: Stop
+	// returns, and the call's command, never acknowledged, is redelivered
+	// to another worker or at the next start. Default DefaultCancelGrace.
+	CancelGrace time.Duration
 }
+
+// DefaultCancelGrace is Config.CancelGrace's default.
+const DefaultCancelGrace = 5 * time.Second
+
+// Failover defaults: a worker that dies mid-call (killed, its host gone)
+// stops sending in-progress acks and renewing its claim, and another
+// worker takes the call over max(AckWait, ClaimLease) after the dead
+// one's last renewal: about 5 s (docs/performance.md has the measured
+// stall).
+const (
+	DefaultAckWait    = 5 * time.Second
+	DefaultClaimLease = 5 * time.Second
+)
 
 // Runtime serves a set of tools: one durable JetStream consumer per tool,
 // shared with every other process serving the same tool.
@@ -99,6 +123,7 @@ type Runtime struct {
 	jobSeq       atomic.Uint64
 	canceled     map[string]time.Time // recently requested cancels, by call key
 	wg           sync.WaitGroup
+	jobs         atomic.Int64 // jobs running, the ones wg waits for
 	baseCtx      context.Context
 	stopAll      context.CancelCauseFunc
 }
@@ -130,10 +155,13 @@ func New(nc *nats.Conn, cfg Config, tools ...Tool) (*Runtime, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.AckWait <= 0 {
-		cfg.AckWait = 30 * time.Second
+		cfg.AckWait = DefaultAckWait
 	}
 	if cfg.ClaimLease <= 0 {
-		cfg.ClaimLease = 15 * time.Second
+		cfg.ClaimLease = DefaultClaimLease
+	}
+	if cfg.CancelGrace <= 0 {
+		cfg.CancelGrace = DefaultCancelGrace
 	}
 	if cfg.ClaimLease < cardstore.MinLease {
 		return nil, fmt.Errorf("worker: ClaimLease %v is below the minimum %v", cfg.ClaimLease, cardstore.MinLease)
@@ -209,7 +237,8 @@ func (r *Runtime) Tools() []*Tool {
 	return out
 }
 
-// Start makes sure the streams exist, registers the tools in the configured
+// Start checks that the mesh's streams exist (it creates none: the mesh
+// core does; a missing one is streams.ErrMissing), registers the tools in the configured
 // projects, creates the consumers and starts serving.
 func (r *Runtime) Start(ctx context.Context) error {
 	r.mu.Lock()
@@ -221,7 +250,7 @@ func (r *Runtime) Start(ctx context.Context) error {
 	r.mu.Unlock()
 
 	ver := r.cfg.ProtocolVersion
-	if err := streams.Ensure(ctx, r.js, ver); err != nil {
+	if err := streams.Check(ctx, r.js, ver); err != nil {
 		return err
 	}
 	for _, p := range r.cfg.Projects {
@@ -298,8 +327,10 @@ func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup fu
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		sem <- struct{}{}
 		r.wg.Add(1)
+		r.jobs.Add(1)
 		go func() {
-			defer func() { <-sem; r.wg.Done() }()
+			defer func() { <-sem; r.jobs.Add(-1); r.wg.Done() }()
+			defer keepAlive(msg, r.cfg.AckWait/3)()
 			t := lookup(msg.Subject())
 			if t == nil {
 				r.deadLetterUnknown(msg)
@@ -307,7 +338,7 @@ func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup fu
 			}
 			r.handle(t, msg)
 		}()
-	}, jetstream.PullMaxMessages(r.cfg.Concurrency), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullMaxMessages(r.cfg.Concurrency), jetstream.PullExpiry(pullExpiry), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		r.log.Debug("consume", "consumer", durable, "err", err)
 	}))
 	if err != nil {
@@ -319,6 +350,38 @@ func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup fu
 	return nil
 }
 
+// pullExpiry is how long one pull request of a tool consumer waits; the
+// server's idle heartbeats come every half of it, and two missed make the
+// client pull again. nats.go's default (30 s) left a worker idle for 30 s
+// after JetStream restarted (the storage guard's heal, pkg/embednats) or a
+// consumer's leader moved; 5 s bounds that to 5 s.
+const pullExpiry = 5 * time.Second
+
+// keepAlive sends an in-progress ack for msg every interval until the
+// returned stop is called, so that a short AckWait redelivers the
+// commands of a dead worker quickly and never those of a live one, slow
+// as its store, gate or report may be. After the message's ack, nak or
+// term the in-progress acks are refused locally and not sent.
+func keepAlive(msg jetstream.Msg, every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	every = max(every, time.Millisecond) // a ticker needs a positive period
+	go func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				if err := msg.InProgress(); errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
 // Stop stops taking commands and waits for the calls in flight. When ctx
 // ends first, the remaining calls are canceled: they end with status
 // canceled and are reported, so no caller waits forever; calls that were
@@ -326,7 +389,9 @@ func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup fu
 // running it. Commands not yet received stay in the stream for another
 // worker or the next start. Stop then unregisters the discovery service.
 //
-// Stop returns once every call has been reported (or could not be). When
+// Stop returns once every call has been reported (or could not be), or
+// Config.CancelGrace after the cancellation when a call is stuck: such a
+// call is abandoned, unacknowledged, for redelivery. When
 // it had to cancel calls it returns an error wrapping ErrDrainTimeout (and
 // ctx's error): the designed outcome of a deadline, which callers that
 // treat it as a clean stop (the utpmesh CLI does) test with errors.Is.
@@ -353,7 +418,20 @@ func (r *Runtime) Stop(ctx context.Context) error {
 		n := r.cancelAllInflight()
 		r.log.Warn("drain deadline passed; canceling calls in flight", "calls", n, "err", ctx.Err())
 		err = fmt.Errorf("%w: %d calls canceled (each ends with a canceled result): %w", ErrDrainTimeout, n, ctx.Err())
-		<-done
+		grace := time.NewTimer(r.cfg.CancelGrace)
+		select {
+		case <-done:
+		case <-grace.C:
+			// Stuck: a handler that ignores its cancellation, or a store
+			// or inbox call that does not return. Do not wait for it:
+			// its command is not acknowledged, so it is redelivered.
+			stuck := r.jobs.Load()
+			r.log.Error("calls still busy after their cancellation; abandoning them (their commands are redelivered)",
+				"calls", stuck, "grace", r.cfg.CancelGrace)
+			err = fmt.Errorf("%w: %d calls canceled; %d still busy %v later were abandoned and will be redelivered: %w",
+				ErrDrainTimeout, n, stuck, r.cfg.CancelGrace, ctx.Err())
+		}
+		grace.Stop()
 	}
 	r.stopAll(errShutdown)
 	if sub != nil {

@@ -168,6 +168,15 @@ var (
 	// they were canceled, and each ended with a canceled result that was
 	// reported. A graceful outcome, not a failure of Stop.
 	ErrDrainTimeout = errors.New("worker: drain deadline passed")
+	// ErrRetryLater, wrapped in a handler's error, says the call could not
+	// finish for a passing reason and must run again later: the runtime
+	// writes no result, gives the call's claim back and leaves the command
+	// for redelivery after 2 s, as when the CardStore is unreachable. The
+	// handler must then be safe to run again (idempotent): a catalogue whose
+	// change committed but whose receipt could not be written answers the
+	// redelivery from its record of the call. A handler that returns it on
+	// every run retries for ever.
+	ErrRetryLater = errors.New("worker: retry the call later")
 	// errCanceledByRequest is the cancel cause of a call ended by
 	// cancel_tool_call.
 	errCanceledByRequest = errors.New("canceled by cancel_tool_call")

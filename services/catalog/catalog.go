@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/nats-io/nats.go"
 
@@ -25,10 +24,12 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/workflows"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/atpconfig"
+	"github.com/utpmesh/utpmesh/services/atp/ratelimit"
 	atptools "github.com/utpmesh/utpmesh/services/atp/tools"
 	"github.com/utpmesh/utpmesh/services/cynode"
 	"github.com/utpmesh/utpmesh/services/cynode/cynodeconfig"
 	"github.com/utpmesh/utpmesh/services/echo"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Deps is what a tool service may use.
@@ -66,36 +67,16 @@ type Deps struct {
 }
 
 // Late hands a mesh's NATS connection and CardStore to services built
-// before the mesh started. Services wait for Set on first use.
-type Late struct {
-	once  sync.Once
-	ready chan struct{}
-	nc    *nats.Conn
-	store cardstore.Store
-}
+// before the mesh started (toolkit.Late: one implementation).
+type Late = toolkit.Late
 
 // NewLate returns a Late that is not set yet.
-func NewLate() *Late { return &Late{ready: make(chan struct{})} }
-
-// Set provides the connection and store; later calls are ignored.
-func (l *Late) Set(nc *nats.Conn, store cardstore.Store) {
-	l.once.Do(func() { l.nc, l.store = nc, store; close(l.ready) })
-}
-
-// Resolve waits for Set or for ctx to end.
-func (l *Late) Resolve(ctx context.Context) (*nats.Conn, cardstore.Store, error) {
-	select {
-	case <-l.ready:
-		return l.nc, l.store, nil
-	case <-ctx.Done():
-		return nil, nil, fmt.Errorf("waiting for the mesh to start: %w", ctx.Err())
-	}
-}
+func NewLate() *Late { return toolkit.NewLate() }
 
 // atlasService adapts an ATLAS group's factory to the catalogue.
 func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, error)) Service {
 	return Service{Name: "atlas." + group, Description: desc, InUp: true, KeepsFiles: true, SharedState: true,
-		StatePublish: func() []string { return atlas.StatePublishSubjects(group) },
+		Publish: func(string) []string { return atlas.StatePublishSubjects(group) },
 		Build: func(d Deps) ([]worker.Tool, error) {
 			ad := atlas.Deps{NC: d.NC, Store: d.Store, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger,
 				State: d.AtlasState, StateReplicas: d.AtlasStateReplicas}
@@ -110,6 +91,7 @@ func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, err
 // one store and one gateway) to the catalogue.
 func cynodeService() Service {
 	return Service{Name: "cynode", Description: "CyNodeAI catalogue behind its gateway: artifact.*, db.*, model.*, skills.*, node.*, help.get, web.*, api.call, git.*, sandbox.*", KeepsFiles: true,
+		Publish: cynode.PublishSubjects,
 		Build: func(d Deps) ([]worker.Tool, error) {
 			cd := cynode.Deps{NC: d.NC, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger}
 			if err := cynodeconfig.Apply(d.Config, &cd, d.Logger); err != nil {
@@ -146,10 +128,16 @@ type Service struct {
 	// it may run on every node of a cluster. A service that keeps files
 	// without it runs as one worker only.
 	SharedState bool
-	// StatePublish lists the subjects a worker of the service publishes
-	// to reach its shared state (JetStream API and KV subjects), for its
-	// NATS identity's permissions.
-	StatePublish func() []string
+	// Publish lists the subjects beyond the protocol's that a worker of
+	// the service publishes to (its own buckets' data and JetStream
+	// subjects, its audit records…), for its NATS identity's permissions:
+	// exactly its own, never a stream's create or update.
+	Publish func(ver string) []string
+	// Provision creates and configures the service's buckets with the
+	// mesh core's connection (`utpmesh up` runs it for every catalogue
+	// service at start): worker identities manage no stream. Nil: the
+	// service has none.
+	Provision func(ctx context.Context, nc *nats.Conn) error
 	// Subscribe lists further subjects a worker of the service serves
 	// (e.g. the ATLAS confirmation endpoints), with * for project and
 	// channel, for its NATS identity's permissions.
@@ -173,6 +161,10 @@ var services = map[string]Service{
 func atpService() Service {
 	return Service{Name: "atp", Description: "ATP catalogue: atp_* tools on Booking Objects, atp_invoke_hem, operators' booking and HEM tools",
 		InUp: true, KeepsFiles: true,
+		Publish: func(string) []string { return ratelimit.PublishSubjects(ratelimit.DefaultBucket) },
+		Provision: func(ctx context.Context, nc *nats.Conn) error {
+			return ratelimit.Provision(ctx, nc, ratelimit.DefaultBucket)
+		},
 		Build: func(d Deps) ([]worker.Tool, error) {
 			ad := atp.Deps{NC: d.NC, Cards: d.Store, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger}
 			atpconfig.Apply(d.Config, &ad, d.Logger)
@@ -222,6 +214,19 @@ func KeepFiles(names []string) bool {
 		}
 	}
 	return false
+}
+
+// Provision runs every service's Provision with the mesh core's
+// connection nc: their buckets exist before any worker starts.
+func Provision(ctx context.Context, nc *nats.Conn) error {
+	for _, n := range Names() {
+		if p := services[n].Provision; p != nil {
+			if err := p(ctx, nc); err != nil {
+				return fmt.Errorf("service %s: %w", n, err)
+			}
+		}
+	}
+	return nil
 }
 
 // Build builds the tools of the named services.

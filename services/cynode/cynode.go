@@ -299,7 +299,12 @@ func Open(d Deps) (*Service, error) {
 	}
 	s := &Service{Store: st, gw: gw, sandbox: sb}
 	for _, sp := range specs(w, a, g, sb) {
-		s.tools = append(s.tools, gw.Tool(sp))
+		t, err := gw.Tool(sp)
+		if err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+		s.tools = append(s.tools, t)
 	}
 	if ctx := d.Context; ctx != nil {
 		go func() { <-ctx.Done(); _ = s.Close() }()

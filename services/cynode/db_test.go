@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/utpmesh/utpmesh/services/cynode/audit"
 	ct "github.com/utpmesh/utpmesh/services/cynode/internal/cynodetest"
 )
 
@@ -42,29 +43,33 @@ func TestTasksAndJobs(t *testing.T) {
 	h.Fail(ct.PMAgent, "db.job.update_status", map[string]any{"job_id": "j-foreign", "status": "running"}, "not_found")
 }
 
+// TestSystemSettings: an operator writes system settings (the tools are
+// operator-only: system settings guard agents' permissions); agents read
+// them.
 func TestSystemSettings(t *testing.T) {
 	h := ct.Start(t, nil)
-	created := h.OK(ct.PMAgent, "db.system_setting.create", map[string]any{"key": "agents.project_manager.sandbox.allow_add_to_allowed_images", "value": false, "value_type": "boolean", "reason": "default"})
-	if created["version"] != float64(1) || created["value"] != false || created["updated_by"] != ct.PMAgent {
+	const op = "alice"
+	key := "agents.project_manager.sandbox.allow_add_to_allowed_images"
+	created := h.OperatorOK(op, "db.system_setting.create", map[string]any{"key": key, "value": false, "value_type": "boolean", "reason": "default"})
+	if created["version"] != float64(1) || created["value"] != false || created["updated_by"] != "operator:"+op {
 		t.Fatalf("create = %v", created)
 	}
-	key := "agents.project_manager.sandbox.allow_add_to_allowed_images"
-	if msg := h.Fail(ct.PMAgent, "db.system_setting.create", map[string]any{"key": key, "value": true, "value_type": "boolean"}, "already_exists"); !strings.Contains(msg, "use update") {
+	if msg := h.OperatorFail(op, "db.system_setting.create", map[string]any{"key": key, "value": true, "value_type": "boolean"}, "already_exists"); !strings.Contains(msg, "use update") {
 		t.Errorf("create twice: %q", msg)
 	}
-	if msg := h.Fail(ct.PMAgent, "db.system_setting.update", map[string]any{"key": key, "value": true, "value_type": "boolean", "expected_version": 7}, "conflict"); !strings.Contains(msg, "at version 1") {
+	if msg := h.OperatorFail(op, "db.system_setting.update", map[string]any{"key": key, "value": true, "value_type": "boolean", "expected_version": 7}, "conflict"); !strings.Contains(msg, "at version 1") {
 		t.Errorf("conflict: %q", msg)
 	}
-	if got := h.OK(ct.PMAgent, "db.system_setting.update", map[string]any{"key": key, "value": true, "value_type": "boolean", "expected_version": 1}); got["version"] != float64(2) || got["value"] != true {
+	if got := h.OperatorOK(op, "db.system_setting.update", map[string]any{"key": key, "value": true, "value_type": "boolean", "expected_version": 1}); got["version"] != float64(2) || got["value"] != true {
 		t.Fatalf("update = %v", got)
 	}
-	if got := h.OK(ct.PMAgent, "db.system_setting.update", map[string]any{"key": key, "value": false, "value_type": "boolean"}); got["version"] != float64(3) {
+	if got := h.OperatorOK(op, "db.system_setting.update", map[string]any{"key": key, "value": false, "value_type": "boolean"}); got["version"] != float64(3) {
 		t.Fatalf("update without expected_version = %v", got)
 	}
-	h.Fail(ct.PMAgent, "db.system_setting.update", map[string]any{"key": key, "value": "yes", "value_type": "boolean"}, "invalid_argument")
-	h.Fail(ct.PMAgent, "db.system_setting.update", map[string]any{"key": "nope", "value": 1, "value_type": "integer"}, "not_found")
+	h.OperatorFail(op, "db.system_setting.update", map[string]any{"key": key, "value": "yes", "value_type": "boolean"}, "invalid_argument")
+	h.OperatorFail(op, "db.system_setting.update", map[string]any{"key": "nope", "value": 1, "value_type": "integer"}, "not_found")
 	for _, k := range []string{"ui.theme", "ui.lang", "ui.font"} {
-		h.OK(ct.PMAgent, "db.system_setting.create", map[string]any{"key": k, "value": "x", "value_type": "string"})
+		h.OperatorOK(op, "db.system_setting.create", map[string]any{"key": k, "value": "x", "value_type": "string"})
 	}
 	page := h.OK(ct.PMAgent, "db.system_setting.list", map[string]any{"key_prefix": "ui.", "limit": 2})
 	next := ct.Str(page, "next_cursor")
@@ -72,11 +77,76 @@ func TestSystemSettings(t *testing.T) {
 	if len(page["settings"].([]any)) != 2 || next == "" || len(rest["settings"].([]any)) != 1 || ct.Str(rest, "next_cursor") != "" {
 		t.Fatalf("pages %v / %v", page, rest)
 	}
-	h.Fail(ct.PMAgent, "db.system_setting.delete", map[string]any{"key": key, "expected_version": 1}, "conflict")
-	if got := h.OK(ct.PMAgent, "db.system_setting.delete", map[string]any{"key": key, "expected_version": 3}); ct.Str(got, "deleted", "key") != key {
+	h.OperatorFail(op, "db.system_setting.delete", map[string]any{"key": key, "expected_version": 1}, "conflict")
+	if got := h.OperatorOK(op, "db.system_setting.delete", map[string]any{"key": key, "expected_version": 3}); ct.Str(got, "deleted", "key") != key {
 		t.Fatalf("delete = %v", got)
 	}
 	h.Fail(ct.PMAgent, "db.system_setting.get", map[string]any{"key": key}, "not_found")
+	// An operator calls only the operator tools.
+	if msg := h.OperatorFail(op, "db.task.get", map[string]any{"task_id": "t1"}, "not_allowed"); !strings.Contains(msg, "agent's tool") {
+		t.Errorf("operator on an agent tool: %q", msg)
+	}
+	// The audit names the operator, not an agent.
+	found := false
+	for _, r := range h.Audit(audit.Filter{}) {
+		if r.Tool == "db.system_setting.create" && r.Decision == audit.DecisionAllow {
+			found = true
+			if r.Subject != "operator:"+op || r.AgentType != "operator" {
+				t.Errorf("audit record of an operator's write: subject %q, agent_type %q", r.Subject, r.AgentType)
+			}
+		}
+	}
+	if !found {
+		t.Error("no audit record of the operator's writes")
+	}
+}
+
+// TestAgentCannotWidenItsOwnPermissions is issue 23's case: a PM agent
+// switched on agents.project_manager.sandbox.allow_add_to_allowed_images
+// with db.system_setting.create and then added an image. Every way an
+// agent writes that switch (or an allowed image) is refused, whatever
+// its type, and the image stays out.
+func TestAgentCannotWidenItsOwnPermissions(t *testing.T) {
+	h := ct.Start(t, nil)
+	seed(t, h)
+	const key = "agents.project_manager.sandbox.allow_add_to_allowed_images"
+	for _, tc := range []struct {
+		name, agent, tool string
+		args              map[string]any
+		typ, msg          string
+	}{
+		{"PM creates the switch", ct.PMAgent, "db.system_setting.create", map[string]any{"key": key, "value": true, "value_type": "boolean"}, "not_allowed", "operator's tool"},
+		{"PM updates the switch", ct.PMAgent, "db.system_setting.update", map[string]any{"key": key, "value": true, "value_type": "boolean"}, "not_allowed", "operator's tool"},
+		{"PM deletes a setting", ct.PMAgent, "db.system_setting.delete", map[string]any{"key": key}, "not_allowed", "operator's tool"},
+		{"PM adds an image as a setting", ct.PMAgent, "db.system_setting.create", map[string]any{"key": "sandbox.allowed_images/evil:1", "value": map[string]any{}, "value_type": "json"}, "not_allowed", "operator's tool"},
+		{"PA creates the switch", ct.PAAgent, "db.system_setting.create", map[string]any{"key": key, "value": true, "value_type": "boolean"}, "not_allowed", "operator's tool"},
+		{"PM writes the switch as a system preference", ct.PMAgent, "db.preference.create", map[string]any{"scope_type": "system", "key": key, "value": true, "value_type": "boolean"}, "access_denied", "guards agents' permissions"},
+		{"PM updates it as a system preference", ct.PMAgent, "db.preference.update", map[string]any{"scope_type": "system", "key": key, "value": true, "value_type": "boolean"}, "access_denied", "guards agents' permissions"},
+		{"PM adds an image as a system preference", ct.PMAgent, "db.preference.create", map[string]any{"scope_type": "system", "key": "sandbox.allowed_images/evil:1", "value": map[string]any{}, "value_type": "json"}, "access_denied", "guards agents' permissions"},
+		{"PM deletes it as a system preference", ct.PMAgent, "db.preference.delete", map[string]any{"scope_type": "system", "key": key}, "access_denied", "guards agents' permissions"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if msg := h.Fail(tc.agent, tc.tool, tc.args, tc.typ); !strings.Contains(msg, tc.msg) {
+				t.Fatalf("%q; want it to say %q", msg, tc.msg)
+			}
+		})
+	}
+	add := map[string]any{"image_ref": "docker.io/library/python:3.12", "name": "python", "task_id": "t1"}
+	h.Fail(ct.PMAgent, "sandbox.allowed_images.add", add, "access_denied")
+	h.Fail(ct.PMAgent, "db.system_setting.get", map[string]any{"key": key}, "not_found")
+	// The same keys at other scopes are ordinary preferences.
+	h.OK(ct.PMAgent, "db.preference.create", map[string]any{"scope_type": "project", "scope_id": ct.Project, "key": key, "value": true, "value_type": "boolean"})
+	h.Fail(ct.PMAgent, "sandbox.allowed_images.add", add, "access_denied")
+	// Refusals are audited as denials.
+	denied := 0
+	for _, r := range h.Audit(audit.Filter{}) {
+		if r.Tool == "db.system_setting.create" && r.Subject == ct.PMAgent && r.Decision == audit.DecisionDeny {
+			denied++
+		}
+	}
+	if denied < 2 {
+		t.Fatalf("%d denied db.system_setting.create records of %s, want 2", denied, ct.PMAgent)
+	}
 }
 
 func TestPreferences(t *testing.T) {

@@ -34,7 +34,7 @@ func startSandbox(t *testing.T) *ct.Harness {
 	t.Helper()
 	needBwrap(t)
 	cfg := ct.Config()
-	cfg.Sandbox = cynode.SandboxConfig{MemoryBytes: 128 << 20, CPUSeconds: 2, MaxProcs: 32, MaxFileBytes: 1 << 20, MaxOutputBytes: 4096, TimeoutMS: 10000}
+	cfg.Sandbox = cynode.SandboxConfig{MemoryBytes: 128 << 20, CPUSeconds: 2, MaxProcs: 32, MaxFileBytes: 1 << 20, MaxOutputBytes: 4096, TimeoutMS: 10000, JobDirBytes: 4 << 20}
 	h := ct.Start(t, cfg)
 	seed(t, h)
 	h.OK(ct.PMAgent, "sandbox.create", map[string]any{"task_id": "t1", "job_id": "j1", "image_ref": "builtin:host-usr"})
@@ -141,6 +141,72 @@ func TestSandboxHostile(t *testing.T) {
 	})
 }
 
+// TestSandboxSeccomp: the seccomp filter refuses what would let a job out
+// of its namespaces or at the kernel (issue 23: `unshare -r` gave uid 0 in
+// a nested user namespace), while ordinary processes and threads work.
+func TestSandboxSeccomp(t *testing.T) {
+	h := startSandbox(t)
+	py := func(code string) []string { return []string{"/usr/bin/python3", "-c", code} }
+	const libc = "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+	for _, tc := range []struct {
+		name string
+		argv []string
+		want string // in stdout+stderr
+	}{
+		{"filter loaded", []string{"/bin/sh", "-c", "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status"}, "Seccomp:\t2"},
+		{"unshare -r (nested user namespace)", []string{"/usr/bin/unshare", "-r", "/usr/bin/id", "-u"}, "Operation not permitted"},
+		{"unshare -m (mount namespace)", []string{"/usr/bin/unshare", "-m", "/bin/true"}, "Operation not permitted"},
+		{"clone with CLONE_NEWUSER", py(libc + "r = libc.syscall({'x86_64': 56, 'aarch64': 220}[os.uname().machine], 0x10000000 | 17, 0, 0, 0, 0)\nif r == 0: os._exit(0)\nprint('clone', r, os.strerror(ctypes.get_errno()))"), "clone -1 Operation not permitted"},
+		{"mount", py(libc + "r = libc.mount(b'none', b'/tmp', b'tmpfs', 0, None); print('mount', r, os.strerror(ctypes.get_errno()))"), "mount -1 Operation not permitted"},
+		{"umount", py(libc + "r = libc.umount2(b'/proc', 2); print('umount', r, os.strerror(ctypes.get_errno()))"), "umount -1 Operation not permitted"},
+		{"ptrace", py(libc + "r = libc.ptrace(0, 0, 0, 0); print('ptrace', r, os.strerror(ctypes.get_errno()))"), "ptrace -1 Operation not permitted"},
+		{"strace", []string{"/usr/bin/strace", "-f", "/bin/true"}, "Operation not permitted"},
+		{"keyctl", py(libc + "r = libc.syscall({'x86_64': 250, 'aarch64': 219}[os.uname().machine], 0, -3, 0); print('keyctl', r, os.strerror(ctypes.get_errno()))"), "keyctl -1 Operation not permitted"},
+		{"processes and threads still work", []string{"/bin/sh", "-c", "echo a | tr a b; /usr/bin/python3 -c 'import threading; t = threading.Thread(target=print, args=(\"thread\",)); t.start(); t.join()'"}, "b\nthread\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := os.Stat(tc.argv[0]); err != nil {
+				t.Skipf("%s is not installed on this host (the built-in image is the host's /usr)", tc.argv[0])
+			}
+			r := h.OK(ct.PMAgent, "sandbox.exec", sbExec(tc.argv[0], tc.argv[1:]...))
+			if out := ct.Str(r, "stdout") + ct.Str(r, "stderr"); !strings.Contains(out, tc.want) {
+				t.Fatalf("output %q lacks %q (exit %v)", out, tc.want, r["exit_code"])
+			}
+		})
+	}
+}
+
+// TestSandboxJobDirLimit: the work dir holds at most sandbox.job_dir_bytes
+// (here 4 MiB): a write beyond fails with ENOSPC inside the job and the
+// exec says limit_hit job_dir_bytes; put_file beyond it is refused; /tmp
+// is bounded the same way.
+func TestSandboxJobDirLimit(t *testing.T) {
+	h := startSandbox(t)
+	h.OK(ct.PMAgent, "sandbox.destroy", map[string]any{"task_id": "t1", "job_id": "j1"})
+	c := h.OK(ct.PMAgent, "sandbox.create", map[string]any{"task_id": "t1", "job_id": "j1", "image_ref": "builtin:host-usr"})
+	if c["job_dir_limit"] != "tmpfs" {
+		t.Skipf("the work dir is not limited here: %v (%v)", c["job_dir_limit"], c["job_dir_unlimited_reason"])
+	}
+	// Files of 512 KiB each stay under max_file_bytes (1 MiB).
+	fill := "for i in $(seq 1 20); do head -c 524288 /dev/zero > %s/f$i || { echo \"stopped at $i\"; exit 7; }; done"
+	r := h.OK(ct.PMAgent, "sandbox.exec", sbExec("/bin/sh", "-c", fmt.Sprintf(fill, ".")))
+	if r["exit_code"] != float64(7) || !strings.Contains(ct.Str(r, "stderr"), "No space left on device") || r["limit_hit"] != "job_dir_bytes" {
+		t.Fatalf("filling the work dir: %v", r)
+	}
+	msg := h.Fail(ct.PMAgent, "sandbox.put_file", map[string]any{"task_id": "t1", "job_id": "j1", "path": "more.bin", "content_bytes_base64": b64(strings.Repeat("x", 600<<10))}, "size_limit_exceeded")
+	if !strings.Contains(msg, "job_dir_bytes") {
+		t.Fatalf("put_file into a full work dir: %s", msg)
+	}
+	// Removing files frees the room.
+	h.OK(ct.PMAgent, "sandbox.exec", sbExec("/bin/sh", "-c", "rm -f f*"))
+	h.OK(ct.PMAgent, "sandbox.put_file", map[string]any{"task_id": "t1", "job_id": "j1", "path": "more.bin", "content_bytes_base64": b64(strings.Repeat("x", 600<<10))})
+	r = h.OK(ct.PMAgent, "sandbox.exec", sbExec("/bin/sh", "-c", fmt.Sprintf(fill, "/tmp")))
+	if r["exit_code"] != float64(7) || r["limit_hit"] != "job_dir_bytes" {
+		t.Fatalf("filling /tmp: %v", r)
+	}
+	h.OK(ct.PMAgent, "sandbox.destroy", map[string]any{"task_id": "t1", "job_id": "j1"})
+}
+
 func uidOf(t *testing.T, h *ct.Harness) int {
 	t.Helper()
 	r := h.OK(ct.PMAgent, "sandbox.exec", sbExec("/usr/bin/id", "-u"))
@@ -162,7 +228,8 @@ func TestSandboxAllowedImages(t *testing.T) {
 	}
 	h.Fail(ct.PAAgent, "sandbox.allowed_images.list", map[string]any{}, "not_allowed")
 	h.Fail(ct.SandboxAgent, "sandbox.allowed_images.add", add, "not_allowed")
-	h.OK(ct.PMAgent, "db.system_setting.create", map[string]any{"key": "agents.project_manager.sandbox.allow_add_to_allowed_images", "value": true, "value_type": "boolean"})
+	// The operator switches adding on (an agent cannot: TestAgentCannotWidenItsOwnPermissions).
+	h.OperatorOK("alice", "db.system_setting.create", map[string]any{"key": "agents.project_manager.sandbox.allow_add_to_allowed_images", "value": true, "value_type": "boolean"})
 	added := h.OK(ct.PMAgent, "sandbox.allowed_images.add", add)
 	if added["added_by"] != ct.PMAgent {
 		t.Fatalf("add = %v", added)

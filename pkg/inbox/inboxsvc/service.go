@@ -257,7 +257,12 @@ func (s *Service) stop(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		s.cancel()
-		<-done
+		grace := time.NewTimer(svc.CancelGrace)
+		select {
+		case <-done:
+		case <-grace.C: // stuck (a store call that never returns): do not wait for it
+		}
+		grace.Stop()
 		errs = append(errs, fmt.Errorf("inbox: stopped with reports in flight (they will be redelivered): %w", ctx.Err()))
 	}
 	s.cancel()

@@ -26,6 +26,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/internal/atime"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/kit"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Tool names.
@@ -151,7 +152,7 @@ func dayBlocks(x *kit.Exec, date string) ([]Block, error) {
 	prefix := date + "\x00"
 	err := days.Scan(prefix, false, func(k string, _ []byte) error {
 		var b Block
-		found, err := kit.GetJSON(blocks, k[len(prefix):], &b)
+		found, err := toolkit.GetJSON(blocks, k[len(prefix):], &b)
 		if found {
 			out = append(out, b)
 		}
@@ -208,19 +209,19 @@ func (c *cal) getDay(x *kit.Exec) (kit.Outcome, error) {
 		return kit.Outcome{}, err
 	}
 	if _, err := atime.ParseDate("date", a.Date); err != nil {
-		return kit.Outcome{}, kit.BadRequest("%v", err)
+		return kit.Outcome{}, toolkit.BadRequest("%v", err)
 	}
 	ws, we := c.ws, c.we
 	if a.WorkingHours != nil {
 		var err error
 		if ws, err = atime.ParseHM("working_hours.start", a.WorkingHours.Start, false); err != nil {
-			return kit.Outcome{}, kit.BadRequest("%v", err)
+			return kit.Outcome{}, toolkit.BadRequest("%v", err)
 		}
 		if we, err = atime.ParseHM("working_hours.end", a.WorkingHours.End, true); err != nil {
-			return kit.Outcome{}, kit.BadRequest("%v", err)
+			return kit.Outcome{}, toolkit.BadRequest("%v", err)
 		}
 		if we <= ws {
-			return kit.Outcome{}, kit.BadRequest("working_hours: end %s is not after start %s", a.WorkingHours.End, a.WorkingHours.Start)
+			return kit.Outcome{}, toolkit.BadRequest("working_hours: end %s is not after start %s", a.WorkingHours.End, a.WorkingHours.Start)
 		}
 	}
 	blocks, err := dayBlocks(x, a.Date)
@@ -251,7 +252,7 @@ func (c *cal) plan(x *kit.Exec) ([]Block, error) {
 		return nil, err
 	}
 	if _, err := atime.ParseDate("date", a.Date); err != nil {
-		return nil, kit.BadRequest("%v", err)
+		return nil, toolkit.BadRequest("%v", err)
 	}
 	type span struct {
 		s, e int
@@ -264,18 +265,18 @@ func (c *cal) plan(x *kit.Exec) ([]Block, error) {
 		if nb.Date == "" {
 			nb.Date = a.Date
 		} else if _, err := atime.ParseDate(f+".date", nb.Date); err != nil {
-			return nil, kit.BadRequest("%v", err)
+			return nil, toolkit.BadRequest("%v", err)
 		}
 		s, err := atime.ParseHM(f+".start", nb.Start, false)
 		if err != nil {
-			return nil, kit.BadRequest("%v", err)
+			return nil, toolkit.BadRequest("%v", err)
 		}
 		e, err := atime.ParseHM(f+".end", nb.End, true)
 		if err != nil {
-			return nil, kit.BadRequest("%v", err)
+			return nil, toolkit.BadRequest("%v", err)
 		}
 		if e <= s {
-			return nil, kit.BadRequest("%s: end %s is not after start %s; a block must end after it starts", f, nb.End, nb.Start)
+			return nil, toolkit.BadRequest("%s: end %s is not after start %s; a block must end after it starts", f, nb.End, nb.Start)
 		}
 		if nb.Type == "" {
 			nb.Type = "other"
@@ -295,7 +296,7 @@ func (c *cal) plan(x *kit.Exec) ([]Block, error) {
 		if !a.AllowOverlap {
 			for _, o := range byDate[nb.Date] {
 				if o.b.BlockID != b.BlockID && s < o.e && o.s < e {
-					return nil, kit.BadRequest("%s %q (%s %s-%s) overlaps block %s %q (%s-%s); pick another time, or pass allow_overlap: true to create it anyway",
+					return nil, toolkit.BadRequest("%s %q (%s %s-%s) overlaps block %s %q (%s-%s); pick another time, or pass allow_overlap: true to create it anyway",
 						f, nb.Title, nb.Date, nb.Start, nb.End, o.b.BlockID, o.b.Title, o.b.Start, o.b.End)
 				}
 			}
@@ -325,7 +326,7 @@ func (c *cal) create(x *kit.Exec) (kit.Outcome, error) {
 	ids := []string{}
 	var changes []receipts.Change
 	for _, b := range blocks {
-		if _, err := kit.PutNew(bb, b.BlockID, b, x.ToolCallID); err != nil {
+		if _, err := toolkit.PutNew(bb, b.BlockID, b, x.ToolCallID); err != nil {
 			return kit.Outcome{}, err
 		}
 		if err := days.Put(b.Date+"\x00"+b.BlockID, nil); err != nil {
@@ -333,11 +334,11 @@ func (c *cal) create(x *kit.Exec) (kit.Outcome, error) {
 		}
 		created = append(created, map[string]string{"block_id": b.BlockID, "title": b.Title, "date": b.Date, "start": b.Start, "end": b.End})
 		ids = append(ids, b.BlockID)
-		changes = append(changes, receipts.Change{Op: "create", Kind: "block", ID: b.BlockID, After: kit.Raw(b)})
+		changes = append(changes, receipts.Change{Op: "create", Kind: "block", ID: b.BlockID, After: toolkit.Raw(b)})
 	}
 	return kit.Outcome{
 		Result:  map[string]any{"created": created},
-		Undo:    &receipts.Undo{ToolName: ToolDeleteBlocks, Args: kit.Raw(map[string]any{"block_ids": ids})},
+		Undo:    &receipts.Undo{ToolName: ToolDeleteBlocks, Args: toolkit.Raw(map[string]any{"block_ids": ids})},
 		Changes: changes,
 	}, nil
 }
@@ -354,12 +355,12 @@ func lookup(x *kit.Exec) ([]Block, error) {
 	var out []Block
 	for _, id := range a.BlockIDs {
 		var b Block
-		found, err := kit.GetJSON(bb, id, &b)
+		found, err := toolkit.GetJSON(bb, id, &b)
 		if err != nil {
 			return nil, err
 		}
 		if !found {
-			return nil, kit.BadRequest("block_ids: no block %q in project %s (CALENDAR_GET_DAY lists a day's block ids); nothing was deleted", id, x.Project)
+			return nil, toolkit.BadRequest("block_ids: no block %q in project %s (CALENDAR_GET_DAY lists a day's block ids); nothing was deleted", id, x.Project)
 		}
 		out = append(out, b)
 	}
@@ -393,11 +394,11 @@ func (c *cal) remove(x *kit.Exec) (kit.Outcome, error) {
 		}
 		ids = append(ids, b.BlockID)
 		recreate = append(recreate, newBlock{Title: b.Title, Start: b.Start, End: b.End, Type: b.Type, Date: b.Date})
-		changes = append(changes, receipts.Change{Op: "delete", Kind: "block", ID: b.BlockID, Before: kit.Raw(b)})
+		changes = append(changes, receipts.Change{Op: "delete", Kind: "block", ID: b.BlockID, Before: toolkit.Raw(b)})
 	}
 	return kit.Outcome{
 		Result:  map[string]any{"deleted": ids, "deleted_data": blocks},
-		Undo:    &receipts.Undo{ToolName: ToolCreateBlocks, Args: kit.Raw(createArgs{Date: blocks[0].Date, Blocks: recreate})},
+		Undo:    &receipts.Undo{ToolName: ToolCreateBlocks, Args: toolkit.Raw(createArgs{Date: blocks[0].Date, Blocks: recreate})},
 		Changes: changes,
 	}, nil
 }

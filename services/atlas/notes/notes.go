@@ -22,6 +22,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/kit"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Tool names.
@@ -101,13 +102,13 @@ func create(x *kit.Exec) (kit.Outcome, error) {
 	}
 	n := Note{NoteID: x.ID("note", 0), Title: a.Title, Content: a.Content, Tags: a.Tags, CreatedAt: x.Now(), UpdatedAt: x.Now()}
 	b := x.Bucket(bucketNotes)
-	if _, err := kit.PutNew(b, n.NoteID, n, x.ToolCallID); err != nil {
+	if _, err := toolkit.PutNew(b, n.NoteID, n, x.ToolCallID); err != nil {
 		return kit.Outcome{}, err
 	}
 	return kit.Outcome{
 		Result:  map[string]any{"note_id": n.NoteID, "created_at": n.CreatedAt},
-		Undo:    &receipts.Undo{ToolName: ToolDelete, Args: kit.Raw(map[string]string{"note_id": n.NoteID})},
-		Changes: []receipts.Change{{Op: "create", Kind: "note", ID: n.NoteID, After: kit.Raw(n)}},
+		Undo:    &receipts.Undo{ToolName: ToolDelete, Args: toolkit.Raw(map[string]string{"note_id": n.NoteID})},
+		Changes: []receipts.Change{{Op: "create", Kind: "note", ID: n.NoteID, After: toolkit.Raw(n)}},
 	}, nil
 }
 
@@ -172,12 +173,12 @@ func load(x *kit.Exec) (Note, error) {
 		return n, err
 	}
 	b := x.Bucket(bucketNotes)
-	found, err := kit.GetJSON(b, a.NoteID, &n)
+	found, err := toolkit.GetJSON(b, a.NoteID, &n)
 	if err != nil {
 		return n, err
 	}
 	if !found {
-		return n, kit.BadRequest("note_id %q: no such note in project %s (NOTE_SEARCH shows the note ids)", a.NoteID, x.Project)
+		return n, toolkit.BadRequest("note_id %q: no such note in project %s (NOTE_SEARCH shows the note ids)", a.NoteID, x.Project)
 	}
 	return n, nil
 }
@@ -201,7 +202,7 @@ func remove(x *kit.Exec) (kit.Outcome, error) {
 	}
 	return kit.Outcome{
 		Result:  map[string]any{"note_id": n.NoteID, "deleted": true, "deleted_data": n},
-		Undo:    &receipts.Undo{ToolName: ToolCreate, Args: kit.Raw(map[string]any{"title": n.Title, "content": n.Content, "tags": n.Tags})},
-		Changes: []receipts.Change{{Op: "delete", Kind: "note", ID: n.NoteID, Before: kit.Raw(n)}},
+		Undo:    &receipts.Undo{ToolName: ToolCreate, Args: toolkit.Raw(map[string]any{"title": n.Title, "content": n.Content, "tags": n.Tags})},
+		Changes: []receipts.Change{{Op: "delete", Kind: "note", ID: n.NoteID, Before: toolkit.Raw(n)}},
 	}, nil
 }

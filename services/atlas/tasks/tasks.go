@@ -22,6 +22,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/internal/atime"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/kit"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Tool names.
@@ -121,7 +122,7 @@ func create(x *kit.Exec) (kit.Outcome, error) {
 	}
 	if a.DueDate != nil {
 		if _, err := atime.ParseDate("due_date", *a.DueDate); err != nil {
-			return kit.Outcome{}, kit.BadRequest("%v", err)
+			return kit.Outcome{}, toolkit.BadRequest("%v", err)
 		}
 	}
 	if a.Priority == "" {
@@ -133,13 +134,13 @@ func create(x *kit.Exec) (kit.Outcome, error) {
 	t := Task{TaskID: x.ID("task", 0), Title: a.Title, Description: a.Description, DueDate: a.DueDate, Priority: a.Priority,
 		Tags: a.Tags, Status: "pending", CreatedAt: x.Now(), UpdatedAt: x.Now()}
 	b := x.Bucket(bucketTasks)
-	if _, err := kit.PutNew(b, t.TaskID, t, x.ToolCallID); err != nil {
+	if _, err := toolkit.PutNew(b, t.TaskID, t, x.ToolCallID); err != nil {
 		return kit.Outcome{}, err
 	}
 	return kit.Outcome{
 		Result:  map[string]any{"task_id": t.TaskID, "created_at": t.CreatedAt},
-		Undo:    &receipts.Undo{ToolName: ToolDelete, Args: kit.Raw(map[string]string{"task_id": t.TaskID})},
-		Changes: []receipts.Change{{Op: "create", Kind: "task", ID: t.TaskID, After: kit.Raw(t)}},
+		Undo:    &receipts.Undo{ToolName: ToolDelete, Args: toolkit.Raw(map[string]string{"task_id": t.TaskID})},
+		Changes: []receipts.Change{{Op: "create", Kind: "task", ID: t.TaskID, After: toolkit.Raw(t)}},
 	}, nil
 }
 
@@ -155,7 +156,7 @@ func list(x *kit.Exec) (kit.Outcome, error) {
 	}
 	if a.DueBefore != nil {
 		if _, err := atime.ParseDate("due_before", *a.DueBefore); err != nil {
-			return kit.Outcome{}, kit.BadRequest("%v", err)
+			return kit.Outcome{}, toolkit.BadRequest("%v", err)
 		}
 	}
 	if a.Limit == 0 {
@@ -211,12 +212,12 @@ func list(x *kit.Exec) (kit.Outcome, error) {
 func load(x *kit.Exec, id string) (Task, error) {
 	var t Task
 	b := x.Bucket(bucketTasks)
-	found, err := kit.GetJSON(b, id, &t)
+	found, err := toolkit.GetJSON(b, id, &t)
 	if err != nil {
 		return t, err
 	}
 	if !found {
-		return t, kit.BadRequest("task_id %q: no such task in project %s (TASK_LIST shows the task ids)", id, x.Project)
+		return t, toolkit.BadRequest("task_id %q: no such task in project %s (TASK_LIST shows the task ids)", id, x.Project)
 	}
 	return t, nil
 }
@@ -236,13 +237,13 @@ func update(x *kit.Exec) (kit.Outcome, error) {
 	// Decode the task as a map so that before/after hold exactly the
 	// updated fields, in their stored form.
 	cur := map[string]json.RawMessage{}
-	if err := json.Unmarshal(kit.Raw(t), &cur); err != nil {
+	if err := json.Unmarshal(toolkit.Raw(t), &cur); err != nil {
 		return kit.Outcome{}, err
 	}
 	updates := a.Updates
 	if s, ok := updates["status"]; ok && string(s) == `"completed"` && t.Status != "completed" {
 		if _, set := updates["completed_at"]; !set {
-			updates["completed_at"] = kit.Raw(x.Now())
+			updates["completed_at"] = toolkit.Raw(x.Now())
 		}
 	}
 	for k, v := range updates {
@@ -250,24 +251,24 @@ func update(x *kit.Exec) (kit.Outcome, error) {
 		case "due_date":
 			var d *string
 			if err := json.Unmarshal(v, &d); err != nil {
-				return kit.Outcome{}, kit.BadRequest("updates.due_date: %v", err)
+				return kit.Outcome{}, toolkit.BadRequest("updates.due_date: %v", err)
 			}
 			if d != nil {
 				if _, err := atime.ParseDate("updates.due_date", *d); err != nil {
-					return kit.Outcome{}, kit.BadRequest("%v", err)
+					return kit.Outcome{}, toolkit.BadRequest("%v", err)
 				}
 			}
 		case "completed_at":
 			var d *string
 			if err := json.Unmarshal(v, &d); err != nil {
-				return kit.Outcome{}, kit.BadRequest("updates.completed_at: %v", err)
+				return kit.Outcome{}, toolkit.BadRequest("updates.completed_at: %v", err)
 			}
 			if d != nil {
 				ts, err := atime.ParseTimestamp("updates.completed_at", *d)
 				if err != nil {
-					return kit.Outcome{}, kit.BadRequest("%v", err)
+					return kit.Outcome{}, toolkit.BadRequest("%v", err)
 				}
-				v = kit.Raw(ts.Format("2006-01-02T15:04:05Z07:00"))
+				v = toolkit.Raw(ts.Format("2006-01-02T15:04:05Z07:00"))
 				updates[k] = v
 			}
 		}
@@ -278,22 +279,22 @@ func update(x *kit.Exec) (kit.Outcome, error) {
 		after[k] = v
 		cur[k] = v
 	}
-	cur["updated_at"] = kit.Raw(x.Now())
+	cur["updated_at"] = toolkit.Raw(x.Now())
 	var next Task
-	if err := json.Unmarshal(kit.Raw(cur), &next); err != nil {
-		return kit.Outcome{}, kit.BadRequest("updates: %v", err)
+	if err := json.Unmarshal(toolkit.Raw(cur), &next); err != nil {
+		return kit.Outcome{}, toolkit.BadRequest("updates: %v", err)
 	}
 	if next.Tags == nil {
 		next.Tags = []string{}
 	}
 	b := x.Bucket(bucketTasks)
-	if err := kit.PutJSON(b, t.TaskID, next); err != nil {
+	if err := toolkit.PutJSON(b, t.TaskID, next); err != nil {
 		return kit.Outcome{}, err
 	}
 	return kit.Outcome{
 		Result:  map[string]any{"task_id": t.TaskID, "before": before, "after": after},
-		Undo:    &receipts.Undo{ToolName: ToolUpdate, Args: kit.Raw(map[string]any{"task_id": t.TaskID, "updates": before})},
-		Changes: []receipts.Change{{Op: "update", Kind: "task", ID: t.TaskID, Before: kit.Raw(before), After: kit.Raw(after)}},
+		Undo:    &receipts.Undo{ToolName: ToolUpdate, Args: toolkit.Raw(map[string]any{"task_id": t.TaskID, "updates": before})},
+		Changes: []receipts.Change{{Op: "update", Kind: "task", ID: t.TaskID, Before: toolkit.Raw(before), After: toolkit.Raw(after)}},
 	}, nil
 }
 
@@ -321,8 +322,8 @@ func remove(x *kit.Exec) (kit.Outcome, error) {
 	}
 	return kit.Outcome{
 		Result:  map[string]any{"task_id": t.TaskID, "deleted": true, "deleted_data": t},
-		Undo:    &receipts.Undo{ToolName: ToolCreate, Args: kit.Raw(undoArgs)},
-		Changes: []receipts.Change{{Op: "delete", Kind: "task", ID: t.TaskID, Before: kit.Raw(t)}},
+		Undo:    &receipts.Undo{ToolName: ToolCreate, Args: toolkit.Raw(undoArgs)},
+		Changes: []receipts.Change{{Op: "delete", Kind: "task", ID: t.TaskID, Before: toolkit.Raw(t)}},
 		Warnings: func() []string {
 			if strings.TrimSpace(t.Status) != "pending" {
 				return []string{"undo re-creates the task as pending with a new task_id; its status " + t.Status + " is not restored"}

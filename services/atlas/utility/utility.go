@@ -28,6 +28,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/internal/kit"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/notify"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Tool names. ToolConfirm and ToolCancel are the confirmation
@@ -114,11 +115,11 @@ func logEvent(x *kit.Exec) (kit.Outcome, error) {
 	}
 	e := Event{EventID: x.ID("evt", 0), EventType: a.EventType, Data: a.Data, AgentTurnID: x.AgentTurnID, ToolCallID: x.ToolCallID, CreatedAt: x.Now()}
 	b := x.Bucket(bucketEvents)
-	if _, err := kit.PutNew(b, e.CreatedAt+"\x00"+e.EventID, e, x.ToolCallID); err != nil {
+	if _, err := toolkit.PutNew(b, e.CreatedAt+"\x00"+e.EventID, e, x.ToolCallID); err != nil {
 		return kit.Outcome{}, err
 	}
 	return kit.Outcome{Result: map[string]any{"logged": true, "event_id": e.EventID},
-		Changes: []receipts.Change{{Op: "create", Kind: "event", ID: e.EventID, After: kit.Raw(e)}}}, nil
+		Changes: []receipts.Change{{Op: "create", Kind: "event", ID: e.EventID, After: toolkit.Raw(e)}}}, nil
 }
 
 func notifyUser(x *kit.Exec) (kit.Outcome, error) {
@@ -140,13 +141,13 @@ func notifyUser(x *kit.Exec) (kit.Outcome, error) {
 		Type: a.Type, Actions: a.Actions, CreatedAt: x.Now(),
 		Source: notify.Source{ToolName: ToolNotifyUser, ToolCallID: x.ToolCallID, AgentTurnID: x.AgentTurnID}}
 	b := x.Bucket(bucketNotes)
-	if _, err := kit.PutNew(b, n.CreatedAt+"\x00"+n.NotificationID, n, x.ToolCallID); err != nil {
+	if _, err := toolkit.PutNew(b, n.CreatedAt+"\x00"+n.NotificationID, n, x.ToolCallID); err != nil {
 		return kit.Outcome{}, err
 	}
 	s, ver := x.Svc, x.Version
 	return kit.Outcome{
 		Result:  map[string]any{"notified": true, "notification_id": n.NotificationID},
-		Changes: []receipts.Change{{Op: "create", Kind: "notification", ID: n.NotificationID, After: kit.Raw(n)}},
+		Changes: []receipts.Change{{Op: "create", Kind: "notification", ID: n.NotificationID, After: toolkit.Raw(n)}},
 		After: func(ctx context.Context) error {
 			nc, _, err := s.Deps().Conn(ctx)
 			if err == nil {

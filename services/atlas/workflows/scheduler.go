@@ -16,6 +16,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/internal/kit"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/notify"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // SchedulerConfig configures the Scheduler.
@@ -148,7 +149,7 @@ func (s *Scheduler) RunDue(ctx context.Context) ([]string, error) {
 				continue // another scheduler recorded it (or the workflow changed)
 			}
 		}
-		if _, err := st.Claim(ctx, cardstore.ClaimRequest{ProjectID: d.project, Key: "atlas/workflows/run/" + d.runID,
+		if _, err := st.Claim(ctx, cardstore.ClaimRequest{ProjectID: d.project, Key: "atlas.workflows/run/" + d.runID,
 			Holder: s.cfg.Holder, Lease: s.cfg.ClaimLease}); err != nil {
 			if errors.Is(err, cardstore.ErrClaimHeld) {
 				s.svc.Logger().Debug("scheduled run claimed by another scheduler", "run_id", d.runID, "err", err)
@@ -205,7 +206,7 @@ func (s *Scheduler) next(ctx context.Context, now time.Time, seen map[string]boo
 					return err
 				}
 				var w Workflow
-				if ok, err := kit.GetJSON(wfs, r.WorkflowID, &w); err != nil || !ok {
+				if ok, err := toolkit.GetJSON(wfs, r.WorkflowID, &w); err != nil || !ok {
 					return err
 				}
 				found = &due{project: project, wf: w, at: r.ScheduledFor, runID: r.RunID, resume: true}
@@ -246,7 +247,7 @@ func (s *Scheduler) running(ctx context.Context, d *due) (bool, error) {
 	var running bool
 	err := s.svc.State().View(ctx, func(tx state.Tx) error {
 		var r Run
-		found, err := kit.GetJSON(tx.Bucket(d.project, bucketRuns), d.runID, &r)
+		found, err := toolkit.GetJSON(tx.Bucket(d.project, bucketRuns), d.runID, &r)
 		running = found && r.Status == "running"
 		return err
 	})
@@ -265,7 +266,7 @@ func (s *Scheduler) advance(ctx context.Context, d *due) (recorded bool, err err
 		recorded = false // an Update may run its closure again
 		wfs := tx.Bucket(d.project, bucketWorkflows)
 		var w Workflow
-		if ok, err := kit.GetJSON(wfs, d.wf.WorkflowID, &w); err != nil || !ok {
+		if ok, err := toolkit.GetJSON(wfs, d.wf.WorkflowID, &w); err != nil || !ok {
 			return err
 		}
 		if !w.Enabled || w.NextRun == nil || *w.NextRun != d.at {
@@ -289,7 +290,7 @@ func (s *Scheduler) advance(ctx context.Context, d *due) (recorded bool, err err
 				w.NextRun = nil
 			}
 		}
-		if err := kit.PutJSON(wfs, w.WorkflowID, w); err != nil {
+		if err := toolkit.PutJSON(wfs, w.WorkflowID, w); err != nil {
 			return err
 		}
 		if _, found, err := tx.Bucket(d.project, bucketRuns).Get(d.runID); err != nil || found {

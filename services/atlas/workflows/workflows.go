@@ -35,6 +35,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/internal/notify"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Tool names.
@@ -190,17 +191,17 @@ func nextRun(tr Trigger, t time.Time) (*string, error) {
 	}
 	sched, err := cron.Parse(tr.Cron)
 	if err != nil {
-		return nil, kit.BadRequest("trigger.cron: %v", err)
+		return nil, toolkit.BadRequest("trigger.cron: %v", err)
 	}
 	loc := time.UTC
 	if tr.Timezone != "" {
 		if loc, err = time.LoadLocation(tr.Timezone); err != nil {
-			return nil, kit.BadRequest("trigger.timezone %q is not an IANA time zone (e.g. Europe/Paris, America/New_York): %v", tr.Timezone, err)
+			return nil, toolkit.BadRequest("trigger.timezone %q is not an IANA time zone (e.g. Europe/Paris, America/New_York): %v", tr.Timezone, err)
 		}
 	}
 	n, ok := sched.Next(t.In(loc))
 	if !ok {
-		return nil, kit.BadRequest("trigger.cron %q never matches a real date (e.g. 31 February); fix the day and month fields", tr.Cron)
+		return nil, toolkit.BadRequest("trigger.cron %q never matches a real date (e.g. 31 February); fix the day and month fields", tr.Cron)
 	}
 	s := determ.Format(n)
 	return &s, nil
@@ -217,7 +218,7 @@ func save(x *kit.Exec) (kit.Outcome, error) {
 		return kit.Outcome{}, err
 	}
 	if a.Enabled {
-		return kit.Outcome{}, kit.BadRequest("enabled: WORKFLOW_SAVE never enables a workflow; save it with enabled false (or omit it), then call WORKFLOW_ENABLE")
+		return kit.Outcome{}, toolkit.BadRequest("enabled: WORKFLOW_SAVE never enables a workflow; save it with enabled false (or omit it), then call WORKFLOW_ENABLE")
 	}
 	switch a.Trigger.Type {
 	case "schedule":
@@ -226,27 +227,27 @@ func save(x *kit.Exec) (kit.Outcome, error) {
 		}
 	case "manual":
 		if a.Trigger.Cron != "" {
-			return kit.Outcome{}, kit.BadRequest("trigger.cron is set but trigger.type is manual; use type schedule for a cron trigger")
+			return kit.Outcome{}, toolkit.BadRequest("trigger.cron is set but trigger.type is manual; use type schedule for a cron trigger")
 		}
 	}
 	for i, act := range a.Actions {
 		switch {
 		case act.Type == "notify" && act.Message == "":
-			return kit.Outcome{}, kit.BadRequest("actions[%d]: a notify action needs a message", i)
+			return kit.Outcome{}, toolkit.BadRequest("actions[%d]: a notify action needs a message", i)
 		case act.Type == "log" && act.EventType == "":
-			return kit.Outcome{}, kit.BadRequest("actions[%d]: a log action needs an event_type", i)
+			return kit.Outcome{}, toolkit.BadRequest("actions[%d]: a log action needs an event_type", i)
 		}
 	}
 	w := Workflow{WorkflowID: x.ID("wf", 0), Name: a.Name, Trigger: a.Trigger, Actions: a.Actions, ProjectID: x.Project,
 		ChannelID: x.Channel, Version: x.Version, CreatedAt: x.Now(), UpdatedAt: x.Now()}
 	b := x.Bucket(bucketWorkflows)
-	if _, err := kit.PutNew(b, w.WorkflowID, w, x.ToolCallID); err != nil {
+	if _, err := toolkit.PutNew(b, w.WorkflowID, w, x.ToolCallID); err != nil {
 		return kit.Outcome{}, err
 	}
 	return kit.Outcome{
 		Result:  map[string]any{"workflow_id": w.WorkflowID, "status": "saved", "enabled": false},
-		Undo:    &receipts.Undo{ToolName: ToolDelete, Args: kit.Raw(map[string]string{"workflow_id": w.WorkflowID})},
-		Changes: []receipts.Change{{Op: "create", Kind: "workflow", ID: w.WorkflowID, After: kit.Raw(w)}},
+		Undo:    &receipts.Undo{ToolName: ToolDelete, Args: toolkit.Raw(map[string]string{"workflow_id": w.WorkflowID})},
+		Changes: []receipts.Change{{Op: "create", Kind: "workflow", ID: w.WorkflowID, After: toolkit.Raw(w)}},
 	}, nil
 }
 
@@ -259,12 +260,12 @@ func load(x *kit.Exec) (Workflow, error) {
 		return w, err
 	}
 	b := x.Bucket(bucketWorkflows)
-	found, err := kit.GetJSON(b, a.WorkflowID, &w)
+	found, err := toolkit.GetJSON(b, a.WorkflowID, &w)
 	if err != nil {
 		return w, err
 	}
 	if !found {
-		return w, kit.BadRequest("workflow_id %q: no such workflow in project %s (WORKFLOW_SAVE returns the id)", a.WorkflowID, x.Project)
+		return w, toolkit.BadRequest("workflow_id %q: no such workflow in project %s (WORKFLOW_SAVE returns the id)", a.WorkflowID, x.Project)
 	}
 	return w, nil
 }
@@ -284,8 +285,8 @@ func remove(x *kit.Exec) (kit.Outcome, error) {
 	}
 	return kit.Outcome{
 		Result:   map[string]any{"workflow_id": w.WorkflowID, "deleted": true, "deleted_data": w},
-		Undo:     &receipts.Undo{ToolName: ToolSave, Args: kit.Raw(map[string]any{"name": w.Name, "trigger": w.Trigger, "actions": w.Actions})},
-		Changes:  []receipts.Change{{Op: "delete", Kind: "workflow", ID: w.WorkflowID, Before: kit.Raw(w)}},
+		Undo:     &receipts.Undo{ToolName: ToolSave, Args: toolkit.Raw(map[string]any{"name": w.Name, "trigger": w.Trigger, "actions": w.Actions})},
+		Changes:  []receipts.Change{{Op: "delete", Kind: "workflow", ID: w.WorkflowID, Before: toolkit.Raw(w)}},
 		Warnings: warn,
 	}, nil
 }
@@ -337,13 +338,13 @@ func enable(x *kit.Exec) (kit.Outcome, error) {
 	}
 	w.UpdatedAt = x.Now()
 	b := x.Bucket(bucketWorkflows)
-	if err := kit.PutJSON(b, w.WorkflowID, w); err != nil {
+	if err := toolkit.PutJSON(b, w.WorkflowID, w); err != nil {
 		return kit.Outcome{}, err
 	}
 	return kit.Outcome{
 		Result:  map[string]any{"workflow_id": w.WorkflowID, "enabled": on, "next_run": w.NextRun},
-		Undo:    &receipts.Undo{ToolName: ToolEnable, Args: kit.Raw(map[string]any{"workflow_id": w.WorkflowID, "enabled": !on})},
-		Changes: []receipts.Change{{Op: "update", Kind: "workflow", ID: w.WorkflowID, Before: kit.Raw(before), After: kit.Raw(map[string]any{"enabled": on, "next_run": w.NextRun})}},
+		Undo:    &receipts.Undo{ToolName: ToolEnable, Args: toolkit.Raw(map[string]any{"workflow_id": w.WorkflowID, "enabled": !on})},
+		Changes: []receipts.Change{{Op: "update", Kind: "workflow", ID: w.WorkflowID, Before: toolkit.Raw(before), After: toolkit.Raw(map[string]any{"enabled": on, "next_run": w.NextRun})}},
 	}, nil
 }
 
@@ -370,7 +371,7 @@ func runNow(x *kit.Exec) (kit.Outcome, error) {
 	ver := x.Version
 	return kit.Outcome{
 		Result:  map[string]any{"run_id": run.RunID, "status": run.Status, "actions_executed": len(run.Actions)},
-		Changes: []receipts.Change{{Op: "create", Kind: "run", ID: run.RunID, After: kit.Raw(run)}},
+		Changes: []receipts.Change{{Op: "create", Kind: "run", ID: run.RunID, After: toolkit.Raw(run)}},
 		After:   func(ctx context.Context) error { return publishAll(ctx, svc, ver, notes) },
 	}, nil
 }
@@ -402,7 +403,7 @@ func prepare(run *Run, w Workflow) []notify.Notification {
 }
 
 func putRun(tx state.Tx, project string, run Run) error {
-	if err := kit.PutJSON(tx.Bucket(project, bucketRuns), run.RunID, run); err != nil {
+	if err := toolkit.PutJSON(tx.Bucket(project, bucketRuns), run.RunID, run); err != nil {
 		return err
 	}
 	return tx.Bucket(project, bucketRunLog).Put(run.WorkflowID+"\x00"+run.Timestamp+"\x00"+run.RunID, nil)
@@ -428,7 +429,7 @@ func logs(x *kit.Exec) (kit.Outcome, error) {
 		}
 		id := k[len(k)-len("run_")-16:]
 		var r Run
-		found, err := kit.GetJSON(runs, id, &r)
+		found, err := toolkit.GetJSON(runs, id, &r)
 		if found {
 			out = append(out, r)
 		}
@@ -441,7 +442,7 @@ func logs(x *kit.Exec) (kit.Outcome, error) {
 		if _, found, err := x.Bucket(bucketWorkflows).Get(a.WorkflowID); err != nil {
 			return kit.Outcome{}, err
 		} else if !found {
-			return kit.Outcome{}, kit.BadRequest("workflow_id %q: no such workflow and no runs in project %s", a.WorkflowID, x.Project)
+			return kit.Outcome{}, toolkit.BadRequest("workflow_id %q: no such workflow and no runs in project %s", a.WorkflowID, x.Project)
 		}
 	}
 	return kit.Outcome{Result: map[string]any{"workflow_id": a.WorkflowID, "logs": out}}, nil

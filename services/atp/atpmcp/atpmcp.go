@@ -7,6 +7,11 @@
 // (atp_hem_list for the task's human_confirmation_token, then
 // atp_hem_confirm) or declines (atp_hem_decline with the reason) the task.
 //
+// The HEM tools are operator-only (issue 23): an agent cannot decide a
+// HEM, so the answer is carried out as an operator only when the bridge
+// was given an operator's credentials (HEM.Operator); without them the
+// host is told what an operator runs, and nothing is called as the agent.
+//
 // The command line registers it (mcpbridge.RegisterHandoff) with ATP's
 // other contributions.
 package atpmcp
@@ -14,6 +19,7 @@ package atpmcp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
@@ -24,7 +30,18 @@ import (
 )
 
 // HEM is ATP's handoff: atp_invoke_hem tasks waiting for an operator.
-type HEM struct{}
+type HEM struct {
+	// Operator makes one call as the operator whose credentials the
+	// bridge was given (dispatched with the principal operator:<name>);
+	// nil when it has none: then Resolve refuses and says what an
+	// operator runs.
+	Operator mcpbridge.CallFunc
+}
+
+// ErrNoOperator: the bridge has no operator credentials, so it cannot
+// decide a HEM task (an agent may not); the error says what an operator
+// runs.
+var ErrNoOperator = errors.New("atpmcp: this bridge has no operator credentials")
 
 var _ mcpbridge.Handoff = HEM{}
 
@@ -59,14 +76,20 @@ func (HEM) Pending(result json.RawMessage) (*mcpbridge.HandoffTask, bool) {
 
 // Hint implements mcpbridge.Handoff.
 func (HEM) Hint(taskID string) string {
-	return fmt.Sprintf("an operator confirms it with %s {\"task_id\":%q} (utpmesh hem confirm %s) or declines it with %s {\"task_id\":%q,\"reason\":…} (utpmesh hem decline %s --reason …)",
+	return fmt.Sprintf("an operator (not an agent: the HEM tools are operator-only) confirms it with %s {\"task_id\":%q} (utpmesh hem confirm %s) or declines it with %s {\"task_id\":%q,\"reason\":…} (utpmesh hem decline %s --reason …)",
 		atptools.ToolHEMConfirm, taskID, taskID, atptools.ToolHEMDecline, taskID, taskID)
 }
 
 // Resolve implements mcpbridge.Handoff: a decline is atp_hem_decline with
 // the reason; a confirmation reads the task's human_confirmation_token
-// with atp_hem_list and runs atp_hem_confirm with it and the note.
-func (HEM) Resolve(ctx context.Context, call mcpbridge.CallFunc, taskID string, yes bool, reason, note string) (*agent.Outcome, error) {
+// with atp_hem_list and runs atp_hem_confirm with it and the note. Every
+// call is the operator's (h.Operator), never the session agent's (call);
+// without operator credentials it returns ErrNoOperator with the hint.
+func (h HEM) Resolve(ctx context.Context, _ mcpbridge.CallFunc, taskID string, yes bool, reason, note string) (*agent.Outcome, error) {
+	if h.Operator == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoOperator, h.Hint(taskID))
+	}
+	call := h.Operator
 	if !yes {
 		args, _ := json.Marshal(map[string]string{"task_id": taskID, "reason": reason})
 		return call(ctx, atptools.ToolHEMDecline, args)

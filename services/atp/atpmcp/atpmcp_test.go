@@ -2,6 +2,8 @@ package atpmcp_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,13 +12,46 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
 	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge/mcptest"
+	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/services/atp/atpmcp"
+	"github.com/utpmesh/utpmesh/services/atp/internal/atptest"
 )
 
-// ATP's renderer of HEM tasks, registered as the command line does.
-func init() { mcpbridge.RegisterHandoff(atpmcp.HEM{}) }
+// ATP's renderer of HEM tasks, registered as the command line does, for
+// a bridge given operator credentials: the operator's calls run through
+// the harness's operator (atptest.Harness.Operator, the in-process stand-in
+// for the mesh's operator dispatch).
+func init() { mcpbridge.RegisterHandoff(atpmcp.HEM{Operator: asOperator}) }
+
+// operatorMesh is the harness whose operator the bridge's credentials are
+// (startMesh sets it; the tests of this package do not run in parallel).
+var operatorMesh *atptest.Harness
+
+// asOperator makes one call as the operator "alice" of operatorMesh.
+func asOperator(ctx context.Context, tool string, args json.RawMessage) (*agent.Outcome, error) {
+	r := operatorMesh.Operator("alice").Call(tool, args)
+	res := &card.ToolResultContent{Status: r.Status, Result: r.Raw, Error: r.Error}
+	return &agent.Outcome{Call: agent.Pending{AgentTurnID: r.Turn, ToolCallID: r.ToolCallID}, ResultCard: &card.Card{CardID: card.NewID()}, Result: res}, nil
+}
+
+// TestResolveWithoutOperator: a bridge without operator credentials never
+// decides a HEM task as the session's agent; it says what an operator
+// runs.
+func TestResolveWithoutOperator(t *testing.T) {
+	for _, yes := range []bool{true, false} {
+		called := 0
+		_, err := atpmcp.HEM{}.Resolve(context.Background(), func(context.Context, string, json.RawMessage) (*agent.Outcome, error) {
+			called++
+			return nil, errors.New("unexpected")
+		}, "hem_x", yes, "no", "")
+		if !errors.Is(err, atpmcp.ErrNoOperator) || called != 0 || !strings.Contains(err.Error(), "utpmesh hem confirm hem_x") || !strings.Contains(err.Error(), "utpmesh hem decline hem_x") {
+			t.Fatalf("yes=%v: %v, %d calls as the agent", yes, err, called)
+		}
+	}
+}
 
 // Mandate policies: an agent that may escalate with HEM-MANDATE-01, and
 // an operator who may also list, confirm and decline HEM tasks.
@@ -69,8 +104,13 @@ func TestHEMConfirmationAsElicitation(t *testing.T) {
 			!strings.Contains(mcptest.Text(res), "cannot answer elicitations") && !strings.Contains(mcptest.Text(res), "did not answer the elicitation") {
 			t.Fatalf("no elicitation: isError %v, structured %v, text %q", res.IsError, s, mcptest.Text(res))
 		}
-		if res = mcptest.CallTool(t, cs, "atp_hem_decline", map[string]any{"task_id": id, "reason": "by the host"}); res.IsError || mcptest.Structured(t, res)["status"] != "DECLINED" {
-			t.Fatalf("atp_hem_decline by the host: %q", mcptest.Text(res))
+		// The host's agent cannot decide it itself, even with a mandate
+		// that names the tools; the operator can.
+		if res = mcptest.CallTool(t, cs, "atp_hem_decline", map[string]any{"task_id": id, "reason": "by the host"}); !res.IsError || !strings.Contains(mcptest.Text(res), "operator's tool") {
+			t.Fatalf("atp_hem_decline by the host's agent: %q", mcptest.Text(res))
+		}
+		if out := f.h.Operator("alice").OK("atp_hem_decline", map[string]any{"task_id": id, "reason": "by the operator"}).Obj(); out["status"] != "DECLINED" {
+			t.Fatalf("atp_hem_decline by the operator: %v", out)
 		}
 		// Not an operator: never asked.
 		asked := 0
@@ -117,13 +157,9 @@ func TestHEMTaskThroughToResult(t *testing.T) {
 		tb.Stop()
 		second := serveTasks(t, f.m, tr, tok)
 		r := second.AwaitResult(t, task.TaskId, func() {
-			// The operator (this host's mandate is one) declines it.
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			res, err := second.C.CallTool(ctx, mcp.CallToolRequest{Params: mcp.CallToolParams{Name: "atp_hem_decline",
-				Arguments: map[string]any{"task_id": hemTask, "reason": "task test"}}})
-			if err != nil || res.IsError {
-				t.Errorf("atp_hem_decline: %+v, %v", res, err)
+			// The operator declines it (the host's agent may not).
+			if out := f.h.Operator("alice").Call("atp_hem_decline", map[string]any{"task_id": hemTask, "reason": "task test"}); out.Status != card.StatusSuccess {
+				t.Errorf("atp_hem_decline: %+v", out.Error)
 			}
 		})
 		if r.IsError || !strings.Contains(mcptest.TextContent(r.Content), `"status":"DECLINED"`) || !strings.HasSuffix(fmt.Sprint(r.Meta.AdditionalFields["utpmesh/result_tool_call_id"]), ".hem-result") {

@@ -28,6 +28,7 @@ type fixture struct {
 func startMesh(t *testing.T) *fixture {
 	t.Helper()
 	h := atptest.Start(t, atptest.Options{})
+	operatorMesh = h
 	return &fixture{h: h, m: h.Mesh}
 }
 

@@ -55,14 +55,20 @@ type Task struct {
 	CreatedAt   time.Time `json:"created_at"`
 	Deadline    time.Time `json:"protocol_deadline"`
 	// Token is the human_confirmation_token (operators only).
-	Token            string     `json:"human_confirmation_token,omitempty"`
-	ResolvedAt       *time.Time `json:"resolved_at,omitempty"`
-	ResolvedBy       string     `json:"resolved_by,omitempty"`
-	Reason           string     `json:"reason,omitempty"`
-	Note             string     `json:"note,omitempty"`
-	HEMOutcome       string     `json:"hem_outcome,omitempty"`
-	DecisionObjectID string     `json:"decision_object_id,omitempty"`
-	EventLogEntries  []string   `json:"event_log_entries"`
+	Token      string     `json:"human_confirmation_token,omitempty"`
+	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
+	// ResolvedBy is who decided: ResolvedByOperator or
+	// ResolvedByDeadline (tasks resolved before issue 23 hold the
+	// deciding agent's id).
+	ResolvedBy string `json:"resolved_by,omitempty"`
+	// Operator is the name of the operator who decided (the call's
+	// principal operator:<name>); "" when the deadline decided.
+	Operator         string   `json:"operator,omitempty"`
+	Reason           string   `json:"reason,omitempty"`
+	Note             string   `json:"note,omitempty"`
+	HEMOutcome       string   `json:"hem_outcome,omitempty"`
+	DecisionObjectID string   `json:"decision_object_id,omitempty"`
+	EventLogEntries  []string `json:"event_log_entries"`
 	// Secondary is set when the deadline decided.
 	Secondary bool `json:"secondary_path_taken,omitempty"`
 	// WakePending: the resolution has not been reported to the agent yet.
@@ -78,6 +84,9 @@ func (t *Task) PollOutput() map[string]any {
 		out["elicitation_sent_to"] = "operator"
 		out["protocol_deadline"] = t.Deadline
 	case StatusComplete:
+		if t.ResolvedBy != "" {
+			out["confirmed_by"] = t.ResolvedBy
+		}
 		out["hem_outcome"] = t.HEMOutcome
 		out["decision_object_id"] = t.DecisionObjectID
 		out["event_log_entries"] = t.EventLogEntries
@@ -90,6 +99,13 @@ func (t *Task) PollOutput() map[string]any {
 	}
 	return out
 }
+
+// Who resolved a task (Task.ResolvedBy; the poll output's confirmed_by
+// and declined_by).
+const (
+	ResolvedByOperator = "operator"
+	ResolvedByDeadline = "protocol_deadline"
+)
 
 // Waker reports a resolved task to the agent that invoked it.
 type Waker func(ctx context.Context, t *Task) error
@@ -256,25 +272,35 @@ func (m *Manager) ForBooking(ctx context.Context, project, bookingID string) ([]
 	return slices.DeleteFunc(all, func(t *Task) bool { return t.BookingID != bookingID }), nil
 }
 
-// Confirm runs a pending task's HEM on an operator's confirmation: the
-// task ends COMPLETE with the entry's outcome and a decision object.
+// Confirm runs a pending task's HEM on the confirmation of the operator
+// named operator (the caller checked that an operator made the call): the
+// task ends COMPLETE with the entry's outcome and a decision object,
+// confirmed_by "operator", and the operator's name in the task and its
+// HEM_RESOLVED event.
 func (m *Manager) Confirm(ctx context.Context, project, id, operator, token, note string) (*Task, error) {
+	if operator == "" {
+		return nil, fmt.Errorf("%w: confirming needs the operator's name", ErrBadInput)
+	}
 	return m.resolve(ctx, project, id, func(t *Task, e Entry) error {
 		if e.TokenRequired && token != t.Token {
 			return fmt.Errorf("%w: %s needs the human_confirmation_token shown by utpmesh hem ls for task %s", ErrToken, e.HEMID, id)
 		}
-		t.Status, t.HEMOutcome, t.ResolvedBy, t.Note = StatusComplete, e.Outcome, operator, note
+		t.Status, t.HEMOutcome, t.ResolvedBy, t.Operator, t.Note = StatusComplete, e.Outcome, ResolvedByOperator, operator, note
 		return nil
 	})
 }
 
-// Decline ends a pending task DECLINED; nothing of the HEM runs.
+// Decline ends a pending task DECLINED on the decision of the operator
+// named operator; nothing of the HEM runs. declined_by is "operator".
 func (m *Manager) Decline(ctx context.Context, project, id, operator, reason string) (*Task, error) {
+	if operator == "" {
+		return nil, fmt.Errorf("%w: declining needs the operator's name", ErrBadInput)
+	}
 	if strings.TrimSpace(reason) == "" {
 		return nil, fmt.Errorf("%w: declining needs a reason (the agent reads it)", ErrBadInput)
 	}
 	return m.resolve(ctx, project, id, func(t *Task, e Entry) error {
-		t.Status, t.ResolvedBy, t.Reason = StatusDeclined, operator, reason
+		t.Status, t.ResolvedBy, t.Operator, t.Reason = StatusDeclined, ResolvedByOperator, operator, reason
 		return nil
 	})
 }
@@ -323,7 +349,7 @@ func (m *Manager) ExpireProject(ctx context.Context, project string) ([]*Task, e
 			continue
 		}
 		r, err := m.resolve(ctx, project, t.TaskID, func(t *Task, e Entry) error {
-			t.Secondary, t.ResolvedBy = true, "protocol_deadline"
+			t.Secondary, t.ResolvedBy = true, ResolvedByDeadline
 			t.Status = e.Secondary.Status
 			if t.Status == StatusComplete {
 				t.HEMOutcome = e.Secondary.Outcome
@@ -369,8 +395,12 @@ func (m *Manager) resolve(ctx context.Context, project, id string, decide func(t
 			t.DecisionObjectID = "dec_" + strings.TrimPrefix(t.TaskID, "hem_")
 		}
 		if bt != nil {
-			ev, err := bt.Append(booking.EventHEMResolved, "operator:"+t.ResolvedBy, map[string]any{"task_id": t.TaskID, "hem_id": t.HEMID,
-				"status": t.Status, "hem_outcome": t.HEMOutcome, "decision_object_id": t.DecisionObjectID, "reason": t.Reason,
+			actor := "atp:" + ResolvedByDeadline
+			if t.Operator != "" {
+				actor = "operator:" + t.Operator
+			}
+			ev, err := bt.Append(booking.EventHEMResolved, actor, map[string]any{"task_id": t.TaskID, "hem_id": t.HEMID,
+				"status": t.Status, "resolved_by": t.ResolvedBy, "operator": t.Operator, "hem_outcome": t.HEMOutcome, "decision_object_id": t.DecisionObjectID, "reason": t.Reason,
 				"note": t.Note, "secondary_path_taken": t.Secondary, "escalation_resolved_at": now})
 			if err != nil {
 				return err

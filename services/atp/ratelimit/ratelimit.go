@@ -2,25 +2,35 @@
 // worker process of the service: the counters live in a JetStream
 // key-value bucket (default "utpmesh_atp_ratelimit"), not in the process.
 //
-// Why a KV bucket and not CardStore claims: a limit is a counter, and the
-// bucket's compare-and-set (Create, Update with the last revision) makes
-// "increment if below the limit" atomic among any number of processes;
-// claims are leases for mutual exclusion and would need one claim per
-// permitted call. The bucket's TTL drops old windows by itself.
+// Limits are sliding windows per client (the calling agent_id) and
+// project: CallsPerMinute counts every ATP call, HEMPerHour
+// atp_invoke_hem, NotificationsPerHour atp_notify_traveller. A call is
+// allowed when fewer than the limit's maximum calls were allowed in the
+// window that ends now (the last minute or hour), so no interval of a
+// window's length ever holds more than the maximum, wherever it starts (a
+// fixed window let 2×max calls through around its boundary). A call over
+// a limit is not counted.
 //
-// Limits are fixed windows per client (the calling agent_id) and project:
-// CallsPerMinute counts every ATP call, HEMPerHour atp_invoke_hem,
-// NotificationsPerHour atp_notify_traveller. A call over a limit is not
-// counted.
+// Each counter is one KV key, (project, client, limit), whose value is
+// the times of the calls allowed in the current window (at most max of
+// them: 100 for the public figures, 800 bytes). A limiter reads the key,
+// drops the times that left the window, and writes the list with one more
+// time under compare-and-set on the revision it read (Create for a new
+// key): two processes that race on one key cannot both take its last
+// slot, the loser reads again. Why a KV bucket and not CardStore claims:
+// a limit is shared state with a read-modify-write, which per-key
+// compare-and-set makes atomic among any number of processes; claims are
+// leases for mutual exclusion. The bucket's TTL drops idle clients' keys.
 package ratelimit
 
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,8 +39,14 @@ import (
 // DefaultBucket is the KV bucket of the counters.
 const DefaultBucket = "utpmesh_atp_ratelimit"
 
-// ErrLimited: the call is over a limit; the error is a *Limited.
-var ErrLimited = errors.New("ratelimit: limited")
+// Errors of Allow.
+var (
+	// ErrLimited: the call is over a limit; the error is a *Limited.
+	ErrLimited = errors.New("ratelimit: limited")
+	// ErrContention: a counter changed under every one of the limiter's
+	// compare-and-set attempts; the call may be retried.
+	ErrContention = errors.New("ratelimit: too much contention on a counter")
+)
 
 // Limits are one project's limits; 0 takes the default (the public ATP
 // figures), a negative value turns the limit off.
@@ -90,7 +106,7 @@ type Config struct {
 	Limits func(project string) Limits
 }
 
-// New opens (creating) the counters bucket.
+// New opens the counters bucket, creating it when missing.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Limiter, error) {
 	if cfg.Bucket == "" {
 		cfg.Bucket = DefaultBucket
@@ -101,8 +117,12 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Limiter, err
 	if cfg.Limits == nil {
 		cfg.Limits = func(string) Limits { return Defaults }
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, TTL: 2 * time.Hour,
-		Description: "ATP per-client rate-limit counters (utpmesh services/atp/ratelimit)", History: 1})
+	// Bind the bucket the core made (Provision); create it only when
+	// missing (a mesh without identities, tests).
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, bucketConfig(cfg.Bucket))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: KV bucket %s: %w", cfg.Bucket, err)
 	}
@@ -136,81 +156,128 @@ func (l *Limiter) Allow(ctx context.Context, project, client, kind string) error
 		cs = append(cs, counter{"notifications_per_hour", lim.NotificationsPerHour, time.Hour, "hour"})
 	}
 	now := l.now()
-	var taken []string
+	type took struct {
+		key    string
+		window time.Duration
+	}
+	var taken []took
 	for _, c := range cs {
 		if c.max < 0 {
 			continue
 		}
-		start := now.Truncate(c.window)
-		key := l.key(project, client, c.name, start)
-		ok, err := l.incr(ctx, key, c.max)
-		if err != nil || !ok {
-			for _, k := range taken {
-				l.decr(ctx, k)
+		key := l.key(project, client, c.name)
+		retry, err := l.take(ctx, key, c.max, c.window, now)
+		if err != nil || retry > 0 {
+			for _, t := range taken {
+				l.giveBack(ctx, t.key, t.window, now)
 			}
 			if err != nil {
 				return err
 			}
-			retry := start.Add(c.window).Sub(now)
 			return &Limited{Limit: c.name, Max: c.max, Window: c.label, RetryAfter: retry, RetryAfterSeconds: int((retry + time.Second - 1) / time.Second)}
 		}
-		taken = append(taken, key)
+		taken = append(taken, took{key, c.window})
 	}
 	return nil
 }
 
 // key names a counter; project and client are hashed so any id fits the
 // KV key alphabet.
-func (l *Limiter) key(project, client, name string, start time.Time) string {
+func (l *Limiter) key(project, client, name string) string {
 	sum := sha256.Sum256([]byte(project + "\x00" + client))
-	return fmt.Sprintf("%s.%s.%d", hex.EncodeToString(sum[:12]), name, start.Unix())
+	return hex.EncodeToString(sum[:12]) + "." + name
 }
 
-// incr adds one to key unless it has reached max.
-func (l *Limiter) incr(ctx context.Context, key string, max int) (bool, error) {
-	for attempt := 0; attempt < 100; attempt++ {
-		e, err := l.kv.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+// maxAttempts bounds the compare-and-set retries of one key.
+const maxAttempts = 100
+
+// take records a call at now on key unless max calls were recorded in the
+// window (now-window, now]; then it returns how long until the oldest of
+// them leaves the window (> 0) and records nothing.
+func (l *Limiter) take(ctx context.Context, key string, max int, window time.Duration, now time.Time) (time.Duration, error) {
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		times, rev, err := l.read(ctx, key, window, now)
+		if err != nil {
+			return 0, err
+		}
+		if len(times) >= max {
 			if max < 1 {
-				return false, nil
+				return window, nil
 			}
-			if _, err := l.kv.Create(ctx, key, []byte("1")); errors.Is(err, jetstream.ErrKeyExists) {
-				continue
-			} else if err != nil {
-				return false, fmt.Errorf("ratelimit: %w", err)
-			}
-			return true, nil
+			// The oldest call that must leave for this one to fit.
+			return time.Duration(times[len(times)-max] + int64(window) - now.UnixNano()), nil
 		}
+		times = append(times, now.UnixNano())
+		ok, err := l.write(ctx, key, times, rev)
 		if err != nil {
-			return false, fmt.Errorf("ratelimit: %w", err)
+			return 0, err
 		}
-		n, _ := strconv.Atoi(string(e.Value()))
-		if n >= max {
-			return false, nil
+		if ok {
+			return 0, nil
 		}
-		if _, err := l.kv.Update(ctx, key, []byte(strconv.Itoa(n+1)), e.Revision()); errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-			continue
-		} else if err != nil {
-			return false, fmt.Errorf("ratelimit: %w", err)
-		}
-		return true, nil
 	}
-	return false, fmt.Errorf("ratelimit: counter %s: too much contention", key)
+	return 0, fmt.Errorf("ratelimit: counter %s: %w", key, ErrContention)
 }
 
-// decr takes back one count (a call refused by a later limit).
-func (l *Limiter) decr(ctx context.Context, key string) {
-	for attempt := 0; attempt < 100; attempt++ {
-		e, err := l.kv.Get(ctx, key)
+// giveBack removes one call recorded at now from key (a call a later
+// limit refused).
+func (l *Limiter) giveBack(ctx context.Context, key string, window time.Duration, now time.Time) {
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		times, rev, err := l.read(ctx, key, window, now)
 		if err != nil {
 			return
 		}
-		n, _ := strconv.Atoi(string(e.Value()))
-		if n <= 0 {
+		i := slices.Index(times, now.UnixNano())
+		if i < 0 {
 			return
 		}
-		if _, err := l.kv.Update(ctx, key, []byte(strconv.Itoa(n-1)), e.Revision()); err == nil {
+		if ok, err := l.write(ctx, key, slices.Delete(times, i, i+1), rev); ok || err != nil {
 			return
 		}
+	}
+}
+
+// read returns the call times on key that are still in the window ending
+// at now, oldest first, and the key's revision (0: no key).
+func (l *Limiter) read(ctx context.Context, key string, window time.Duration, now time.Time) ([]int64, uint64, error) {
+	e, err := l.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("ratelimit: read %s: %w", key, err)
+	}
+	v := e.Value()
+	from := now.Add(-window).UnixNano()
+	times := make([]int64, 0, len(v)/8)
+	for ; len(v) >= 8; v = v[8:] {
+		if t := int64(binary.BigEndian.Uint64(v)); t > from {
+			times = append(times, t)
+		}
+	}
+	slices.Sort(times)
+	return times, e.Revision(), nil
+}
+
+// write stores times on key if its revision is still rev (0: the key must
+// not exist); ok is false when another process wrote first.
+func (l *Limiter) write(ctx context.Context, key string, times []int64, rev uint64) (bool, error) {
+	v := make([]byte, 0, 8*len(times))
+	for _, t := range times {
+		v = binary.BigEndian.AppendUint64(v, uint64(t))
+	}
+	var err error
+	if rev == 0 {
+		_, err = l.kv.Create(ctx, key, v)
+	} else {
+		_, err = l.kv.Update(ctx, key, v, rev)
+	}
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+		return false, nil
+	default:
+		return false, fmt.Errorf("ratelimit: write %s: %w", key, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Operators' tool names.
@@ -58,7 +59,7 @@ func (s *Service) bookingCreate(ctx context.Context, c *worker.Call) (any, error
 	if err := dec.Decode(&b); err != nil {
 		return nil, worker.Fail(card.CodeBadRequest, fmt.Sprintf("booking: %v (docs/catalogues/atp.md shows a booking object)", err))
 	}
-	nb, err := s.CreateBooking(ctx, c.ProjectID, &b, a.AdvanceTo, "operator:"+c.Command.AgentID)
+	nb, err := s.CreateBooking(ctx, c.ProjectID, &b, a.AdvanceTo, toolkit.Actor(c))
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +126,7 @@ func (s *Service) bookingTransition(ctx context.Context, c *worker.Call) (any, e
 	if err != nil {
 		return nil, err
 	}
-	b, ev, err := s.store.Transition(ctx, c.ProjectID, a.BookingObjectID, to, "operator:"+c.Command.AgentID, a.Reason)
+	b, ev, err := s.store.Transition(ctx, c.ProjectID, a.BookingObjectID, to, toolkit.Actor(c), a.Reason)
 	if err != nil {
 		return nil, err
 	}

@@ -14,9 +14,11 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -50,16 +52,16 @@ func (s *Service) hemTools() []spec {
 "context":{"type":"object","required":["trigger_reason","agent_assessment"],"properties":{"trigger_reason":{"type":"string","minLength":1},
 "agent_assessment":{"type":"string","minLength":1},"recommended_action":{"type":"string"}}}}}`,
 			run: s.invokeHEM},
-		{name: ToolHEMList, action: `ATPAdminAction::"hem_list"`, scope: ScopeHEMOperator, risk: registry.RiskLow,
+		{name: ToolHEMList, action: `ATPAdminAction::"hem_list"`, scope: ScopeHEMOperator, risk: registry.RiskLow, operator: true,
 			desc:   "Operators: HEM tasks of the project (status PENDING, COMPLETE, DECLINED or all), with the human_confirmation_token where one is needed.",
 			params: `{"type":"object","additionalProperties":false,"properties":{"status":{"enum":["PENDING","COMPLETE","DECLINED"]}}}`,
 			run:    s.hemList},
-		{name: ToolHEMConfirm, action: `ATPAdminAction::"hem_confirm"`, scope: ScopeHEMOperator, risk: registry.RiskHigh,
+		{name: ToolHEMConfirm, action: `ATPAdminAction::"hem_confirm"`, scope: ScopeHEMOperator, risk: registry.RiskHigh, operator: true,
 			desc: "Operators: confirm a PENDING HEM task; the HEM runs and the task ends COMPLETE.",
 			params: `{"type":"object","required":["task_id"],"additionalProperties":false,"properties":{"task_id":{"type":"string","minLength":1},
 "human_confirmation_token":{"type":"string"},"note":{"type":"string"}}}`,
 			run: s.hemConfirm},
-		{name: ToolHEMDecline, action: `ATPAdminAction::"hem_decline"`, scope: ScopeHEMOperator, risk: registry.RiskMedium,
+		{name: ToolHEMDecline, action: `ATPAdminAction::"hem_decline"`, scope: ScopeHEMOperator, risk: registry.RiskMedium, operator: true,
 			desc: "Operators: decline a PENDING HEM task with a reason; nothing of the HEM runs.",
 			params: `{"type":"object","required":["task_id","reason"],"additionalProperties":false,"properties":{"task_id":{"type":"string","minLength":1},
 "reason":{"type":"string","minLength":1}}}`,
@@ -123,6 +125,25 @@ func (s *Service) invokeHEM(ctx context.Context, c *worker.Call) (any, error) {
 	return out, nil
 }
 
+// operatorOf returns the name of the operator who made call c, or an
+// auth_failed failure: the operator's HEM tools are operator-only in the
+// registry (the mesh's admission refuses them to agents), and their
+// handlers check it again (defence in depth). An operator's call carries
+// the principal "operator:<name>" of the mesh's verified admission; a call
+// without an admission is the agent's whose id it carries, and so is
+// refused, whatever its mandate permits.
+func operatorOf(c *worker.Call) (string, error) {
+	if who := toolkit.CallerOf(c); who.IsOperator() {
+		return who.Operator, nil
+	}
+	principal := c.Principal
+	if principal == "" {
+		principal = utp.PrincipalAgent + ":" + c.Command.AgentID
+	}
+	return "", worker.FailDetail(card.CodeAuthFailed, fmt.Sprintf("%s is an operator's tool and this call comes from %s: an agent cannot decide a HEM task, not even with a mandate that permits it; an operator runs it (utpmesh hem ls|confirm|decline with an operator's credentials)",
+		c.ToolName, principal), ScopeDenial{Error: authz.ReasonScopeViolation, RequiredScope: ScopeHEMOperator, MandateScopes: []string{}, ATPErrorCode: "MCP-403-SCOPE"})
+}
+
 func hemErr(err error) error {
 	switch {
 	case errors.Is(err, hem.ErrUnknownHEM), errors.Is(err, hem.ErrToken), errors.Is(err, hem.ErrNoTask), errors.Is(err, hem.ErrResolved),
@@ -167,7 +188,11 @@ func (s *Service) hemConfirm(ctx context.Context, c *worker.Call) (any, error) {
 	if err := bind(c, &a); err != nil {
 		return nil, err
 	}
-	t, err := s.hem.Confirm(ctx, c.ProjectID, a.TaskID, c.Command.AgentID, a.Token, a.Note)
+	operator, err := operatorOf(c)
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.hem.Confirm(ctx, c.ProjectID, a.TaskID, operator, a.Token, a.Note)
 	if err != nil {
 		return nil, hemErr(err)
 	}
@@ -182,7 +207,11 @@ func (s *Service) hemDecline(ctx context.Context, c *worker.Call) (any, error) {
 	if err := bind(c, &a); err != nil {
 		return nil, err
 	}
-	t, err := s.hem.Decline(ctx, c.ProjectID, a.TaskID, c.Command.AgentID, a.Reason)
+	operator, err := operatorOf(c)
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.hem.Decline(ctx, c.ProjectID, a.TaskID, operator, a.Reason)
 	if err != nil {
 		return nil, hemErr(err)
 	}

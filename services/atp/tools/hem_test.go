@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
+	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/utp"
+	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
 	"github.com/utpmesh/utpmesh/services/atp/internal/atptest"
@@ -81,6 +84,7 @@ func TestHEMConfirmAndDecline(t *testing.T) {
 	}
 	ag := h.Agent("guest-agent", h.Mandate("guest-agent", atptest.AllTools(hem.MandateGapID, "HEM-99")))
 	ops := h.Agent("ops", h.Mandate("ops", atptest.AllTools()+hemOperator))
+	alice := h.Operator("alice")
 	sub := wakeups(t, h, "guest-agent")
 
 	t.Run("bad invocations", func(t *testing.T) {
@@ -113,19 +117,99 @@ func TestHEMConfirmAndDecline(t *testing.T) {
 		}
 	})
 
+	t.Run("agents cannot decide a HEM, whatever their mandate", func(t *testing.T) {
+		// ops's mandate and the project policy permit the operator's
+		// tools; the tools still refuse an agent's call.
+		for _, tc := range []struct {
+			who  *atptest.Agent
+			tool string
+			args map[string]any
+		}{
+			{ops, tools.ToolHEMList, map[string]any{"status": "PENDING"}},
+			{ops, tools.ToolHEMConfirm, map[string]any{"task_id": taskID}},
+			{ops, tools.ToolHEMDecline, map[string]any{"task_id": taskID, "reason": "no"}},
+		} {
+			e := tc.who.Fail(tc.tool, tc.args, card.CodeAuthFailed)
+			if !strings.Contains(e.Message, "operator's tool") || !strings.Contains(e.Message, "agent:ops") {
+				t.Fatalf("%s by an agent: %s", tc.tool, e.Message)
+			}
+		}
+		// The agent that invoked the HEM cannot approve its own escalation
+		// either (issue 23: the demo agent did).
+		self := h.Agent("guest-agent", h.Mandate("guest-agent", atptest.AllTools(hem.MandateGapID, "HEM-99")+hemOperator))
+		self.Fail(tools.ToolHEMDecline, map[string]any{"task_id": taskID, "reason": "mine"}, card.CodeAuthFailed)
+		if got, _ := h.Service.HEM().Get(ctx, atptest.Project, taskID); got.Status != hem.StatusPending {
+			t.Fatalf("after the agents' attempts: %s", got.Status)
+		}
+	})
+
+	t.Run("an operator principal counts only with the mesh's admission", func(t *testing.T) {
+		var decline worker.Tool
+		all, err := h.Service.Tools()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tl := range all {
+			if tl.Name == tools.ToolHEMDecline {
+				decline = tl
+			}
+		}
+		args := json.RawMessage(`{"task_id":"` + taskID + `","reason":"forged"}`)
+		for _, tc := range []struct {
+			name      string
+			principal string
+			admission *utp.Admission
+		}{
+			{"no principal, no admission", "", nil},
+			{"operator principal without an admission", "operator:mallory", nil},
+			{"admission of an agent", "operator:mallory", &utp.Admission{Principal: "agent:ops"}},
+			{"agent principal", "agent:ops", &utp.Admission{Principal: "agent:ops"}},
+			{"operator without a name", "operator:", &utp.Admission{Principal: "operator:"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				_, err := decline.Handler(ctx, &worker.Call{Version: "v1r3", ProjectID: atptest.Project, ChannelID: "main", ToolName: tools.ToolHEMDecline,
+					Command: utp.Command{AgentID: "ops", AgentTurnID: "turn-forged", ToolCallID: "c1"}, Arguments: args, Principal: tc.principal, Admission: tc.admission})
+				var ce *card.Error
+				if !errors.As(err, &ce) || ce.Code != card.CodeAuthFailed {
+					t.Fatalf("decline = %v, want auth_failed", err)
+				}
+			})
+		}
+	})
+
+	t.Run("the registry marks them operator-only", func(t *testing.T) {
+		all, err := h.Service.Tools()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tl := range all {
+			want := ""
+			if tl.Name == tools.ToolHEMList || tl.Name == tools.ToolHEMConfirm || tl.Name == tools.ToolHEMDecline {
+				want = registry.PrincipalOperator
+			}
+			if tl.Options.Principal != want {
+				t.Errorf("%s: options.principal %q, want %q", tl.Name, tl.Options.Principal, want)
+			}
+		}
+	})
+
 	t.Run("confirm needs the token, then completes and wakes the agent", func(t *testing.T) {
-		list := ops.OK(tools.ToolHEMList, map[string]any{"status": "PENDING"}).Obj()
+		list := alice.OK(tools.ToolHEMList, map[string]any{"status": "PENDING"}).Obj()
 		token := atptest.Str(list, "tasks", 0, "human_confirmation_token")
 		if atptest.Str(list, "tasks", 0, "task_id") != taskID || token == "" {
 			t.Fatalf("list = %v", list)
 		}
-		if e := ops.Fail(tools.ToolHEMConfirm, map[string]any{"task_id": taskID}, card.CodeBadRequest); !strings.Contains(e.Message, "human_confirmation_token") {
+		if e := alice.Fail(tools.ToolHEMConfirm, map[string]any{"task_id": taskID}, card.CodeBadRequest); !strings.Contains(e.Message, "human_confirmation_token") {
 			t.Fatalf("no token: %s", e.Message)
 		}
-		done := ops.OK(tools.ToolHEMConfirm, map[string]any{"task_id": taskID, "human_confirmation_token": token, "note": "sub-mandate issued"}).Obj()
+		done := alice.OK(tools.ToolHEMConfirm, map[string]any{"task_id": taskID, "human_confirmation_token": token, "note": "sub-mandate issued"}).Obj()
 		if done["status"] != "COMPLETE" || done["hem_outcome"] != "MANDATE_EXPANSION_APPROVED" || !strings.HasPrefix(atptest.Str(done, "decision_object_id"), "dec_") ||
-			len(done["event_log_entries"].([]any)) != 2 {
+			len(done["event_log_entries"].([]any)) != 2 || done["confirmed_by"] != "operator" {
 			t.Fatalf("confirm = %v", done)
+		}
+		evs, _ := h.Service.Store().Events(ctx, atptest.Project, b.ID, 0, 0, false)
+		if last := evs[len(evs)-1]; last.Type != booking.EventHEMResolved || last.Actor != "operator:alice" || !strings.Contains(string(last.Data), `"operator":"alice"`) {
+			t.Fatalf("HEM_RESOLVED event = %+v (%s)", last, last.Data)
 		}
 		woke := resolution(t, h, sub, turn, callID)
 		if woke["status"] != "COMPLETE" || woke["task_id"] != taskID || woke["decision_object_id"] != done["decision_object_id"] {
@@ -139,20 +223,25 @@ func TestHEMConfirmAndDecline(t *testing.T) {
 		if tr, _ := res.ToolResult(); !strings.Contains(string(tr.Result), `"status":"PENDING"`) {
 			t.Fatalf("original result = %s", tr.Result)
 		}
-		ops.Fail(tools.ToolHEMDecline, map[string]any{"task_id": taskID, "reason": "late"}, card.CodeBadRequest)
+		alice.Fail(tools.ToolHEMDecline, map[string]any{"task_id": taskID, "reason": "late"}, card.CodeBadRequest)
 		st := ag.OK(tools.ToolGetBookingStatus, map[string]any{"booking_object_id": b.ID}).Obj()
 		if len(st["pending_hem_tasks"].([]any)) != 0 || atptest.Str(st, "hem_tasks", 0, "status") != "COMPLETE" {
 			t.Fatalf("status after = %v", st)
 		}
 		ops.OK(tools.ToolBookingTransition, map[string]any{"booking_object_id": b.ID, "to": "JOURNEY"})
+		// An agent's admin call is logged as the agent's, never as an operator's.
+		evs, _ = h.Service.Store().Events(ctx, atptest.Project, b.ID, 0, 0, false)
+		if last := evs[len(evs)-1]; last.Type != booking.EventTransition || last.Actor != "agent:ops" {
+			t.Fatalf("transition event = %+v", last)
+		}
 	})
 
 	t.Run("decline", func(t *testing.T) {
 		r := ag.OK(tools.ToolInvokeHEM, invokeArgs(b.ID, hem.MandateGapID, hem.TriggerMandateGap))
 		id := atptest.Str(r.Obj(), "task_id")
-		ops.Fail(tools.ToolHEMDecline, map[string]any{"task_id": id, "reason": " "}, card.CodeBadRequest)
-		out := ops.OK(tools.ToolHEMDecline, map[string]any{"task_id": id, "reason": "not for this guest"}).Obj()
-		if out["status"] != "DECLINED" || out["declined_by"] != "ops" || out["reason"] != "not for this guest" {
+		alice.Fail(tools.ToolHEMDecline, map[string]any{"task_id": id, "reason": " "}, card.CodeBadRequest)
+		out := alice.OK(tools.ToolHEMDecline, map[string]any{"task_id": id, "reason": "not for this guest"}).Obj()
+		if out["status"] != "DECLINED" || out["declined_by"] != "operator" || out["reason"] != "not for this guest" {
 			t.Fatalf("decline = %v", out)
 		}
 		if woke := resolution(t, h, sub, r.Turn, r.ToolCallID); woke["status"] != "DECLINED" {
@@ -160,7 +249,8 @@ func TestHEMConfirmAndDecline(t *testing.T) {
 		}
 		evs, _ := h.Service.Store().Events(ctx, atptest.Project, b.ID, 0, 0, false)
 		last := evs[len(evs)-1]
-		if last.Type != booking.EventHEMResolved || !strings.Contains(string(last.Data), `"status":"DECLINED"`) {
+		if last.Type != booking.EventHEMResolved || !strings.Contains(string(last.Data), `"status":"DECLINED"`) || last.Actor != "operator:alice" ||
+			!strings.Contains(string(last.Data), `"operator":"alice"`) || strings.Contains(string(last.Data), "guest-agent") {
 			t.Fatalf("last event = %+v", last)
 		}
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/atp/rails"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Channels of atp_notify_traveller.
@@ -95,11 +96,11 @@ func (s *Service) notifyTraveller(ctx context.Context, c *worker.Call) (any, err
 		// Logged, not sent: the content for operators only, the fact for everyone.
 		if _, err := s.store.Update(ctx, c.ProjectID, b.ID, func(tx *booking.Tx) error {
 			if _, err := tx.Append(booking.EventGuardrail, "atp.rail2", map[string]any{"rail": v.Rail, "rule_id": v.RuleID, "reason": v.Reason,
-				"notification_id": id, "channel": a.Channel, "recipient_participant_id": p.ParticipantID, "message_body": a.Body, "requested_by": actor(c)}); err != nil {
+				"notification_id": id, "channel": a.Channel, "recipient_participant_id": p.ParticipantID, "message_body": a.Body, "requested_by": toolkit.Actor(c)}); err != nil {
 				return err
 			}
 			_, err := tx.Append(booking.EventNotification, RuntimeActor, map[string]any{"notification_id": id, "channel": a.Channel,
-				"recipient_participant_id": p.ParticipantID, "delivery_status": "BLOCKED", "rule_id": v.RuleID, "requested_by": actor(c)})
+				"recipient_participant_id": p.ParticipantID, "delivery_status": "BLOCKED", "rule_id": v.RuleID, "requested_by": toolkit.Actor(c)})
 			return err
 		}); err != nil {
 			return nil, err
@@ -114,7 +115,7 @@ func (s *Service) notifyTraveller(ctx context.Context, c *worker.Call) (any, err
 	if err != nil {
 		_, _ = s.store.Update(ctx, c.ProjectID, b.ID, func(tx *booking.Tx) error {
 			_, err := tx.Append(booking.EventNotification, RuntimeActor, map[string]any{"notification_id": id, "channel": a.Channel,
-				"recipient_participant_id": p.ParticipantID, "delivery_status": "FAILED", "error": err.Error(), "requested_by": actor(c)})
+				"recipient_participant_id": p.ParticipantID, "delivery_status": "FAILED", "error": err.Error(), "requested_by": toolkit.Actor(c)})
 			return err
 		})
 		return nil, worker.Fail(card.CodeUpstreamUnavailable, fmt.Sprintf("%s delivery to participant %s failed: %v; the failure is in the booking's log, call again to retry", a.Channel, p.ParticipantID, err))
@@ -123,7 +124,7 @@ func (s *Service) notifyTraveller(ctx context.Context, c *worker.Call) (any, err
 	_, err = s.store.Update(ctx, c.ProjectID, b.ID, func(tx *booking.Tx) error {
 		ev, err := tx.Append(booking.EventNotification, RuntimeActor, map[string]any{"notification_id": id, "channel": a.Channel,
 			"recipient_participant_id": p.ParticipantID, "delivery_status": "SENT", "provider_message_id": providerID,
-			"template_id": a.TemplateID, "message_body": a.Body, "requested_by": actor(c)})
+			"template_id": a.TemplateID, "message_body": a.Body, "requested_by": toolkit.Actor(c)})
 		if err != nil {
 			return err
 		}

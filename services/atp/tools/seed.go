@@ -15,6 +15,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Tool names of the seed (section 4.4).
@@ -306,7 +307,7 @@ func (s *Service) updatePreArrangement(ctx context.Context, c *worker.Call) (any
 			prev = json.RawMessage("null")
 		}
 		p.PreArrangements[f.Key] = a.FieldValue
-		ev, err := tx.Append(booking.EventPreArrangement, actor(c), map[string]any{"participant_id": p.ParticipantID, "field_key": f.Key,
+		ev, err := tx.Append(booking.EventPreArrangement, toolkit.Actor(c), map[string]any{"participant_id": p.ParticipantID, "field_key": f.Key,
 			"previous_value": prev, "new_value": a.FieldValue, "source": a.Source})
 		if err != nil {
 			return err
@@ -345,7 +346,7 @@ func (s *Service) recordSafetyCheck(ctx context.Context, c *worker.Call) (any, e
 			return worker.Fail(card.CodeBadRequest, "outcome GO and NO_GO belong to check_type WEATHER_GO_NOGO, PASS, FAIL and CONDITIONAL to the other check types")
 		}
 		st := b.State
-		ev, err := tx.Append(booking.EventSafetyCheck, actor(c), map[string]any{"safety_check_id": id, "check_type": a.CheckType, "subject": a.Subject,
+		ev, err := tx.Append(booking.EventSafetyCheck, toolkit.Actor(c), map[string]any{"safety_check_id": id, "check_type": a.CheckType, "subject": a.Subject,
 			"outcome": a.Outcome, "conditions": nonNil(a.Conditions), "checked_by": a.CheckedBy, "evidence_ref": a.EvidenceRef})
 		if err != nil {
 			return err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -24,6 +23,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atp/hem"
 	"github.com/utpmesh/utpmesh/services/atp/rails"
 	"github.com/utpmesh/utpmesh/services/atp/ratelimit"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Error codes of the ATP tools (UTP codes are extensible).
@@ -201,41 +201,61 @@ func Build(deps atp.Deps) ([]worker.Tool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.Tools(), nil
+	return s.Tools()
 }
 
-// spec is one tool before it becomes a worker.Tool.
+// spec is one tool before it becomes a toolkit.Spec.
 type spec struct {
 	name, desc, params, action, scope string
 	risk                              registry.RiskLevel
-	run                               func(ctx context.Context, c *worker.Call) (any, error)
+	// operator makes the tool operator-only (registry options.principal
+	// operator); its handler also refuses any other principal
+	// (operatorOnly).
+	operator bool
+	run      func(ctx context.Context, c *worker.Call) (any, error)
 }
 
-// Tools returns the service's tools.
-func (s *Service) Tools() []worker.Tool {
+// Tools returns the service's tools: toolkit specs (target atp.<name>,
+// the tool's Cedar action and scope) behind two guards, operator-only
+// tools first, then the client's rate limits.
+func (s *Service) Tools() ([]worker.Tool, error) {
 	specs := append(append(s.seedTools(), s.hemTools()...), s.adminTools()...)
-	out := make([]worker.Tool, 0, len(specs))
+	defs := make([]toolkit.Def, 0, len(specs))
 	for _, sp := range specs {
 		run := sp.run
-		out = append(out, worker.Tool{
-			Name: sp.name, Description: sp.desc, Parameters: json.RawMessage(sp.params), Target: "atp." + sp.name,
-			Options: registry.Options{CedarAction: sp.action, Scopes: []string{sp.scope}, RiskLevel: sp.risk},
-			Handler: func(ctx context.Context, c *worker.Call) (worker.Result, error) {
-				if err := s.limit(ctx, c); err != nil {
-					return worker.Result{}, err
-				}
+		defs = append(defs, toolkit.Def{
+			Spec: toolkit.Spec{Name: sp.name, Description: sp.desc, Params: sp.params, Target: "atp." + sp.name,
+				CedarAction: sp.action, Scopes: []string{sp.scope}, Risk: sp.risk, Operator: sp.operator},
+			Run: toolkit.Value(func(ctx context.Context, c *worker.Call) (any, error) {
 				v, err := run(ctx, c)
 				if err != nil {
-					return worker.Result{}, mapErr(err)
+					return nil, mapErr(err)
 				}
-				if r, ok := v.(worker.Result); ok { // a partial result
-					return r, nil
-				}
-				return worker.OK(v), nil
-			},
+				return v, nil
+			}),
 		})
 	}
-	return out
+	tools, err := toolkit.Tools(toolkit.Hooks{Guards: []toolkit.Guard{operatorOnly, s.rateLimit}}, defs...)
+	if err != nil {
+		return nil, fmt.Errorf("atp: %w", err)
+	}
+	return tools, nil
+}
+
+// operatorOnly is the guard of the operator-only tools: it refuses every
+// caller but an operator the mesh admitted (defence in depth behind the
+// admission's options.principal).
+func operatorOnly(_ context.Context, sp *toolkit.Spec, c *worker.Call) error {
+	if !sp.Operator {
+		return nil
+	}
+	_, err := operatorOf(c)
+	return err
+}
+
+// rateLimit is the guard that counts a call against its client's limits.
+func (s *Service) rateLimit(ctx context.Context, _ *toolkit.Spec, c *worker.Call) error {
+	return s.limit(ctx, c)
 }
 
 // RateLimitDetail is the detail of a rate_limited failure.
@@ -353,9 +373,6 @@ func needPostConfirmation(tool string, b *booking.Booking) error {
 
 // bind decodes the call's arguments.
 func bind(c *worker.Call, v any) error { return c.Bind(v) }
-
-// actor names who made a call.
-func actor(c *worker.Call) string { return "agent:" + c.Command.AgentID }
 
 // callID is a stable id of a call's effect, derived from its turn and
 // tool_call_id, so a redelivered call names the same effect.

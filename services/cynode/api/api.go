@@ -136,6 +136,9 @@ func (s *Service) secret(pn string, c *gateway.APICredential) (string, error) {
 			return "", gateway.Errorf(gateway.TypeUnavailable, "the credential of provider %s is not available: its file (api.providers.%s.credential.file) cannot be read", pn, pn)
 		}
 		v = strings.TrimSpace(string(raw))
+		if v == "" {
+			return "", gateway.Errorf(gateway.TypeUnavailable, "the credential of provider %s is not available: its file (api.providers.%s.credential.file) is empty", pn, pn)
+		}
 	}
 	return v, nil
 }
@@ -168,8 +171,12 @@ func (s *Service) call(ctx context.Context, x *gateway.Exec) (any, error) {
 		msg := strings.Replace(strings.TrimPrefix(err.Error(), registry.ErrArgs.Error()+": "), "arguments", "params", 1)
 		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "%s.%s: %s", a.Provider, a.Operation, msg)
 	}
+	// Numbers keep the text they were sent as: a float64 would send
+	// 1000000 as 1e+06 and round integers past 2^53.
 	var params map[string]any
-	if err := json.Unmarshal(a.Params, &params); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(a.Params))
+	dec.UseNumber()
+	if err := dec.Decode(&params); err != nil {
 		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "params: %v", err)
 	}
 	req, err := s.request(ctx, p, op, params)
@@ -245,6 +252,11 @@ func (s *Service) request(ctx context.Context, p *provider, op *operation, param
 		if !ok {
 			return nil, gateway.Errorf(gateway.TypeInvalidArgument, "params.%s goes into the path and must be a string, number or boolean", name)
 		}
+		if str == "" || str == "." || str == ".." {
+			// PathEscape keeps them, and a server resolves them to
+			// another endpoint than the operation's.
+			return nil, gateway.Errorf(gateway.TypeInvalidArgument, "params.%s goes into the path and may not be empty, \".\" or \"..\" (the path would name another endpoint than %s)", name, op.Path)
+		}
 		path = strings.ReplaceAll(path, "{"+name+"}", url.PathEscape(str))
 		delete(rest, name)
 	}
@@ -296,7 +308,9 @@ func scalar(v any) (string, bool) {
 	switch x := v.(type) {
 	case string:
 		return x, true
-	case float64, bool:
+	case json.Number:
+		return x.String(), true
+	case bool:
 		return fmt.Sprint(x), true
 	}
 	return "", false

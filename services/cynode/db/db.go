@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
@@ -79,11 +80,11 @@ func Specs() []gateway.Spec {
 			Params: obj([]string{"key"}, `"key":`+keySchema), Run: settingGet(false)},
 		{Name: ToolSettingList, Description: "Lists system settings by key, paginated (limit, cursor → next_cursor).", Scope: pm,
 			Params: obj(nil, `"key_prefix":`+keySchema+`,`+gateway.PageSchema), Run: settingList(false)},
-		{Name: ToolSettingCreate, Description: "Creates a system setting; fails if the key exists.", Scope: pm,
+		{Name: ToolSettingCreate, Description: "Operators: creates a system setting; fails if the key exists.", Scope: pm, Operator: true,
 			Params: obj([]string{"key", "value", "value_type"}, `"key":`+keySchema+`,"value":{},"value_type":`+valueType+`,`+reason), Run: settingCreate(false)},
-		{Name: ToolSettingUpdate, Description: "Updates a system setting; with expected_version, fails with conflict unless it matches.", Scope: pm,
+		{Name: ToolSettingUpdate, Description: "Operators: updates a system setting; with expected_version, fails with conflict unless it matches.", Scope: pm, Operator: true,
 			Params: obj([]string{"key", "value", "value_type"}, `"key":`+keySchema+`,"value":{},"value_type":`+valueType+`,`+expected+`,`+reason), Run: settingUpdate(false)},
-		{Name: ToolSettingDelete, Description: "Deletes a system setting; with expected_version, fails with conflict unless it matches.", Scope: pm,
+		{Name: ToolSettingDelete, Description: "Operators: deletes a system setting; with expected_version, fails with conflict unless it matches.", Scope: pm, Operator: true,
 			Params: obj([]string{"key"}, `"key":`+keySchema+`,`+expected+`,`+reason), Run: settingDelete(false)},
 
 		{Name: ToolPreferenceGet, Description: "Returns a preference of a scope (scope_id required unless scope_type is system).", Scope: pm,
@@ -231,7 +232,24 @@ func bindSetting(ctx context.Context, x *gateway.Exec, pref bool) (settingArgs, 
 	return a, sc, err
 }
 
-// CheckValue checks that value has value_type.
+// checkGuarded refuses an agent's write of a system-scope key that guards
+// agents' permissions (gateway.GuardsPermissions): the system settings
+// tools are operator-only, and db.preference.* writes the same store at
+// scope_type system.
+func checkGuarded(x *gateway.Exec, sc store.Scope, key string) error {
+	if x.Identity.Operator != "" || sc.Type != store.SystemScope.Type || !gateway.GuardsPermissions(key) {
+		return nil
+	}
+	return gateway.Errorf(gateway.TypeAccessDenied, "system key %s guards agents' permissions (%s*, %s*): only an operator writes it, with db.system_setting.create|update|delete; agent %s may not",
+		key, gateway.AgentSettingsPrefix, gateway.AllowedImagePrefix, x.Identity.AgentID).With(map[string]any{"key": key, "required_principal": "operator"})
+}
+
+// maxExactInt is the largest integer every JSON number decoder holds
+// exactly (2^53-1).
+const maxExactInt = 1<<53 - 1
+
+// CheckValue checks that value has value_type; an integer must lie within
+// ±(2^53-1).
 func CheckValue(value json.RawMessage, valueType string) (any, error) {
 	var v any
 	if len(value) == 0 {
@@ -248,7 +266,12 @@ func CheckValue(value json.RawMessage, valueType string) (any, error) {
 		_, ok = v.(float64)
 	case "integer":
 		f, isNum := v.(float64)
-		ok = isNum && f == float64(int64(f))
+		ok = isNum && f == math.Trunc(f)
+		if ok && math.Abs(f) > maxExactInt {
+			// A larger integer was rounded when it was decoded: storing it
+			// would change it silently.
+			return nil, gateway.Errorf(gateway.TypeInvalidArgument, "value %s is outside the integers a JSON number holds exactly (±%d); store it as value_type string", value, int64(maxExactInt))
+		}
 	case "boolean":
 		_, ok = v.(bool)
 	case "json":
@@ -297,7 +320,7 @@ func settingList(pref bool) func(context.Context, *gateway.Exec) (any, error) {
 }
 
 func write(x *gateway.Exec, a settingArgs) store.Write {
-	return store.Write{ExpectedVersion: a.ExpectedVersion, Reason: a.Reason, By: x.Identity.AgentID, At: x.Now}
+	return store.Write{ExpectedVersion: a.ExpectedVersion, Reason: a.Reason, By: x.Identity.Who(), At: x.Now}
 }
 
 func newSetting(x *gateway.Exec, sc store.Scope, pref bool, a settingArgs) (store.Setting, error) {
@@ -320,6 +343,9 @@ func settingPut(pref bool, put func(store.Store, context.Context, store.Scope, s
 		if err != nil {
 			return nil, err
 		}
+		if err := checkGuarded(x, sc, a.Key); err != nil {
+			return nil, err
+		}
 		s, err := newSetting(x, sc, pref, a)
 		if err != nil {
 			return nil, err
@@ -340,6 +366,9 @@ func settingDelete(pref bool) func(context.Context, *gateway.Exec) (any, error) 
 	return func(ctx context.Context, x *gateway.Exec) (any, error) {
 		a, sc, err := bindSetting(ctx, x, pref)
 		if err != nil {
+			return nil, err
+		}
+		if err := checkGuarded(x, sc, a.Key); err != nil {
 			return nil, err
 		}
 		old, err := x.Store.DeleteSetting(ctx, sc, a.Key, write(x, a))

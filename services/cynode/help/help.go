@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
 )
@@ -86,7 +87,12 @@ func get(x *gateway.Exec, specs []gateway.Spec) (any, error) {
 	}
 	truncated := false
 	if len(content) > MaxBytes {
-		content, truncated = content[:MaxBytes], true
+		// Cut at a character boundary: the answer stays valid UTF-8.
+		n := MaxBytes
+		for n > 0 && !utf8.RuneStart(content[n]) {
+			n--
+		}
+		content, truncated = content[:n], true
 	}
 	return map[string]any{"topic": name, "format": "markdown", "content": content, "truncated": truncated}, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/utpmesh/utpmesh/internal/deadline"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -245,7 +246,7 @@ func refresh(ctx context.Context, x *gateway.Exec) (any, error) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, RefreshTimeout)
 	defer cancel()
-	msg, err := nc.RequestWithContext(rctx, subj.String(), nil)
+	msg, err := deadline.Request(rctx, nc, subj.String(), nil)
 	if err != nil {
 		return nil, gateway.Errorf(gateway.TypeUnavailable, "node %s did not answer the refresh on %s: %v (a worker older than this mesh has no refresh endpoint)", n.Slug, subj, err)
 	}

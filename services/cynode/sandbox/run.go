@@ -70,7 +70,9 @@ type ExecResult struct {
 	// timeout_ms and max_output_bytes are certain (the service enforced
 	// them); cpu_seconds and max_file_bytes come from the signal
 	// (SIGXCPU, SIGXFSZ); max_procs and memory_bytes are inferred from a
-	// failed fork or allocation (the message or a SIGSEGV/SIGABRT).
+	// failed fork or allocation (the message or a SIGSEGV/SIGABRT);
+	// job_dir_bytes is certain when the work dir is full after the exec,
+	// else inferred from "No space left on device" (a full /tmp).
 	LimitHit string `json:"limit_hit,omitempty"`
 	// LimitsEnforcedBy says how memory, processes and CPU were limited:
 	// "cgroup" (the exec's own cgroup v2: memory.max, pids.max, cpu.max,
@@ -80,27 +82,34 @@ type ExecResult struct {
 	DurationMS       int64  `json:"duration_ms"`
 }
 
+// seccompFD is the descriptor the filter reaches bwrap on (the first of
+// exec.Cmd.ExtraFiles).
+const seccompFD = "3"
+
 // bwrapArgs is the isolation: PID, IPC, UTS, mount, network and cgroup
 // namespaces of its own (and, when the service is not root, a user
-// namespace), private /proc, /dev and /tmp, the job's work dir at /work,
-// a cleared environment, a new session, death with the parent. The system
-// tree is the host's /usr read-only (rootfs "", the built-in image) or an
-// imported image's rootfs read-only as /.
-func bwrapArgs(work, rootfs string, root bool) []string {
-	ns := []string{"--unshare-all"}
+// namespace where the command runs as uid), private /proc and /dev, a /tmp of tmpBytes (mode 1777), the job's work
+// dir at /work, a cleared environment, a new session, death with the
+// parent, and the seccomp filter (seccompFilter) read from seccompFD. The
+// system tree is the host's /usr read-only (rootfs "", the built-in
+// image) or an imported image's rootfs read-only as /.
+func bwrapArgs(work, rootfs string, root bool, uid int, tmpBytes int64) []string {
+	// Not root: a user namespace of its own, where the command runs as the
+	// sandbox's uid (mapped to the service's user, or to the holder's).
+	ns := []string{"--unshare-all", "--uid", strconv.Itoa(uid), "--gid", strconv.Itoa(uid)}
 	if root {
 		// As root, bwrap sets the sandbox up and setpriv then drops to the
 		// sandbox's own uid: no user namespace is needed.
 		ns = []string{"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try"}
 	}
-	args := append(ns, "--die-with-parent", "--new-session")
+	args := append(ns, "--die-with-parent", "--new-session", "--seccomp", seccompFD)
 	if rootfs == "" {
 		args = append(args, "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
 			"--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin")
 	} else {
 		args = append(args, "--ro-bind", rootfs, "/")
 	}
-	return append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+	return append(args, "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", strconv.FormatInt(tmpBytes, 10), "--tmpfs", "/tmp",
 		"--bind", work, "/work", "--chdir", "/work", "--hostname", "sandbox",
 		"--clearenv", "--setenv", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8")
 }
@@ -117,6 +126,12 @@ type job struct {
 	work   string
 	rootfs string // "" for the built-in image
 	uid    int
+	// limited: work is a tmpfs of its own (mountWork or a holder's).
+	limited bool
+	// view is work as the service reaches it (statfs); enter, when set,
+	// runs the exec in the holder's namespaces.
+	view  string
+	enter []string
 }
 
 // run executes argv in the sandbox of j with the limits.
@@ -138,7 +153,7 @@ func (s *Service) run(ctx context.Context, j job, argv []string, timeout time.Du
 		args = append(args, "--nproc="+strconv.Itoa(l.MaxProcs), "--as="+strconv.FormatInt(l.MemoryBytes, 10))
 	}
 	root := os.Geteuid() == 0
-	args = append(append(args, "--", bwrap), bwrapArgs(j.work, j.rootfs, root)...)
+	args = append(append(args, "--", bwrap), bwrapArgs(j.work, j.rootfs, root, j.uid, l.JobDirBytes)...)
 	if root {
 		switch {
 		case j.rootfs == "":
@@ -156,7 +171,11 @@ func (s *Service) run(ctx context.Context, j job, argv []string, timeout time.Du
 	args = append(args, argv...)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "prlimit", args...)
+	argv0 := "prlimit"
+	if len(j.enter) > 0 {
+		argv0, args = j.enter[0], append(append(j.enter[1:len(j.enter):len(j.enter)], "prlimit"), args...)
+	}
+	cmd := exec.CommandContext(ctx, argv0, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if cg != nil {
@@ -169,10 +188,17 @@ func (s *Service) run(ctx context.Context, j job, argv []string, timeout time.Du
 	stdout := &capped{n: l.MaxOutputBytes, cancel: outCancel}
 	stderr := &capped{n: l.MaxOutputBytes, cancel: outCancel}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	filter, err := seccompFile()
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer filter.Close()
+	cmd.ExtraFiles = []*os.File{filter}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return ExecResult{}, fmt.Errorf("start the sandbox: %w", err)
 	}
+	_ = filter.Close() // the child holds its copy
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var werr error
@@ -218,6 +244,8 @@ func (s *Service) run(ctx context.Context, j job, argv []string, timeout time.Du
 		res.LimitHit = LimitCPU
 	case res.ExitCode == 128+int(syscall.SIGXFSZ) || strings.Contains(res.Stderr, "File size limit exceeded"):
 		res.LimitHit = LimitFile
+	case j.limited && jobDirFull(j.view) || strings.Contains(res.Stderr, "No space left on device"):
+		res.LimitHit = LimitJobDir
 	case res.ExitCode == 128+int(syscall.SIGSEGV) || res.ExitCode == 128+int(syscall.SIGABRT) ||
 		strings.Contains(res.Stderr, "MemoryError") || strings.Contains(res.Stderr, "Cannot allocate memory") || strings.Contains(res.Stderr, "out of memory"):
 		res.LimitHit = LimitMemory

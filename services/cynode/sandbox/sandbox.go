@@ -39,6 +39,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/utpmesh/utpmesh/services/cynode/artifact"
@@ -59,7 +60,7 @@ const (
 	ToolImagesAdd   = "sandbox.allowed_images.add"
 	SettingAllowAdd = "agents.project_manager.sandbox.allow_add_to_allowed_images"
 	// imageKeyPrefix are the system settings holding added images.
-	imageKeyPrefix = "sandbox.allowed_images/"
+	imageKeyPrefix = gateway.AllowedImagePrefix
 )
 
 // maxLogBytes bounds a sandbox's log (older output is not kept beyond).
@@ -81,6 +82,9 @@ type Service struct {
 	noCgroup string
 	mu       sync.Mutex
 	jobs     map[string]*sync.Mutex
+	// holders keep the work dirs' tmpfs of a service that is not root,
+	// by sandbox dir (guarded by mu).
+	holders map[string]*holder
 
 	helperOnce sync.Once
 	hostHelper *hostHelper
@@ -96,6 +100,11 @@ func New(ctx context.Context, cfg gateway.SandboxConfig, dataDir string) (*Servi
 	}
 	cfg = cfg.WithDefaults()
 	root := filepath.Join(dataDir, "sandboxes")
+	if canMount() {
+		if err := unmountUnder(root); err != nil {
+			return nil, fmt.Errorf("cynode sandbox: reap %s: %w", root, err)
+		}
+	}
 	if err := os.RemoveAll(root); err != nil {
 		return nil, fmt.Errorf("cynode sandbox: reap %s: %w", root, err)
 	}
@@ -106,7 +115,7 @@ func New(ctx context.Context, cfg gateway.SandboxConfig, dataDir string) (*Servi
 	if err != nil {
 		return nil, fmt.Errorf("cynode sandbox: %w", err)
 	}
-	s := &Service{cfg: cfg, root: root, images: images, jobs: map[string]*sync.Mutex{}}
+	s := &Service{cfg: cfg, root: root, images: images, jobs: map[string]*sync.Mutex{}, holders: map[string]*holder{}}
 	for i, src := range cfg.Images {
 		if !filepath.IsAbs(src) {
 			src = filepath.Join(dataDir, src)
@@ -138,8 +147,44 @@ func (s *Service) LimitsEnforcedBy() (string, string) {
 	return EnforcedByRlimit, s.noCgroup
 }
 
-// Close removes the service's cgroup sub-tree.
-func (s *Service) Close() { s.cgroups.close() }
+// Close removes the service's cgroup sub-tree and unmounts the work dirs'
+// tmpfs (their content is gone, as after a restart).
+func (s *Service) Close() {
+	if s == nil {
+		return
+	}
+	s.cgroups.close()
+	if canMount() {
+		_ = unmountUnder(s.root)
+	}
+	s.mu.Lock()
+	hs := s.holders
+	s.holders = map[string]*holder{}
+	s.mu.Unlock()
+	for _, h := range hs {
+		h.stop()
+	}
+}
+
+// holderOf returns the holder of a sandbox dir (nil: none).
+func (s *Service) holderOf(dir string) *holder {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holders[dir]
+}
+
+// workView is the sandbox's work dir as the service reaches it: the host
+// path, or through its holder's namespaces.
+func (s *Service) workView(b box, m meta) (string, error) {
+	if !m.JobDirHeld {
+		return b.work, nil
+	}
+	h := s.holderOf(b.dir)
+	if h == nil || !h.alive() {
+		return "", gateway.Errorf(gateway.TypeUnavailable, "the process that holds this sandbox's work dir is gone (its content with it); destroy the sandbox and create it again")
+	}
+	return h.path(b.work), nil
+}
 
 func (s *Service) helper() (*hostHelper, error) {
 	s.helperOnce.Do(func() { s.hostHelper, s.helperErr = findHelper() })
@@ -195,6 +240,10 @@ type meta struct {
 	UID       int       `json:"uid"`
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy string    `json:"created_by"`
+	// JobDirLimited: the work dir is a tmpfs of JobDirBytes (mountWork,
+	// or a holder's when JobDirHeld).
+	JobDirLimited bool `json:"job_dir_limited,omitempty"`
+	JobDirHeld    bool `json:"job_dir_held,omitempty"`
 }
 
 type box struct {
@@ -303,12 +352,27 @@ func (s *Service) create(ctx context.Context, x *gateway.Exec) (any, error) {
 	if err := os.MkdirAll(b.work, 0o700); err != nil {
 		return nil, gateway.Errorf(gateway.TypeInternal, "sandbox dir: %v", err)
 	}
-	if os.Geteuid() == 0 {
-		if err := os.Chown(b.work, b.uid, b.uid); err != nil {
+	limited, held, unlimited := canMount(), false, ""
+	if limited {
+		if err := mountWork(b.work, s.cfg.JobDirBytes, b.uid); err != nil {
+			_ = os.RemoveAll(b.dir)
 			return nil, gateway.Errorf(gateway.TypeInternal, "sandbox dir: %v", err)
 		}
+	} else {
+		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		h, err := startHolder(hctx, b.work, s.cfg.JobDirBytes)
+		cancel()
+		if err != nil {
+			unlimited = "the service is not root and could not keep a size-limited tmpfs in a user namespace of its own (" + err.Error() + "); /tmp is limited"
+		} else {
+			limited, held = true, true
+			s.mu.Lock()
+			s.holders[b.dir] = h
+			s.mu.Unlock()
+		}
 	}
-	m := meta{TaskID: x.TaskID, JobID: x.JobID, ImageRef: a.ImageRef, ImageID: img.ID, Rootfs: img.Rootfs, UID: b.uid, CreatedAt: x.Now, CreatedBy: x.Identity.AgentID}
+	m := meta{TaskID: x.TaskID, JobID: x.JobID, ImageRef: a.ImageRef, ImageID: img.ID, Rootfs: img.Rootfs, UID: b.uid, CreatedAt: x.Now, CreatedBy: x.Identity.AgentID,
+		JobDirLimited: limited, JobDirHeld: held}
 	raw, _ := json.Marshal(m)
 	if err := os.WriteFile(filepath.Join(b.dir, "meta.json"), raw, 0o600); err != nil {
 		return nil, gateway.Errorf(gateway.TypeInternal, "sandbox meta: %v", err)
@@ -316,7 +380,12 @@ func (s *Service) create(ctx context.Context, x *gateway.Exec) (any, error) {
 	l := s.cfg
 	out := map[string]any{"task_id": x.TaskID, "job_id": x.JobID, "image_ref": a.ImageRef, "workdir": "/work", "uid": b.uid, "network": "none",
 		"limits": map[string]any{"memory_bytes": l.MemoryBytes, "cpu_seconds": l.CPUSeconds, "max_procs": l.MaxProcs, "max_file_bytes": l.MaxFileBytes,
-			"max_output_bytes": l.MaxOutputBytes, "timeout_ms": l.TimeoutMS}}
+			"max_output_bytes": l.MaxOutputBytes, "timeout_ms": l.TimeoutMS, "job_dir_bytes": l.JobDirBytes}, "seccomp": true}
+	out["job_dir_limit"] = JobDirTmpfs
+	if !limited {
+		out["job_dir_limit"] = JobDirUnlimited
+		out["job_dir_unlimited_reason"] = unlimited
+	}
 	if img.ID != "" {
 		out["image_id"] = img.ID
 	}
@@ -362,7 +431,14 @@ func (s *Service) exec(ctx context.Context, x *gateway.Exec) (any, error) {
 			return nil, gateway.Errorf(gateway.TypeUnavailable, "the image %s (%s) of this sandbox is no longer in the local image store; destroy the sandbox and create it again", m.ImageRef, m.ImageID)
 		}
 	}
-	res, err := s.run(ctx, job{work: b.work, rootfs: m.Rootfs, uid: b.uid}, append([]string{a.Command}, a.Argv...), time.Duration(timeout)*time.Millisecond)
+	j := job{work: b.work, rootfs: m.Rootfs, uid: b.uid, limited: m.JobDirLimited, view: b.work}
+	if m.JobDirHeld {
+		if j.view, err = s.workView(b, m); err != nil {
+			return nil, err
+		}
+		j.enter = s.holderOf(b.dir).enter()
+	}
+	res, err := s.run(ctx, j, append([]string{a.Command}, a.Argv...), time.Duration(timeout)*time.Millisecond)
 	if errors.Is(err, ErrNoBwrap) {
 		return nil, gateway.Errorf(gateway.TypeUnavailable, "%v", err)
 	}
@@ -386,10 +462,22 @@ func (s *Service) appendLog(b box, x *gateway.Exec, cmd string, argv []string, r
 	fmt.Fprintf(f, "[%s] exec %s\n%s%s[exit %d%s]\n", x.Now.Format(time.RFC3339), argvJSON, r.Stdout, r.Stderr, r.ExitCode, map[bool]string{true: ", limit " + r.LimitHit}[r.LimitHit != ""])
 }
 
-// root opens the work dir as an os.Root: no path may leave it, through
-// "..", an absolute name or a symlink.
-func (b box) root() (*os.Root, error) {
-	r, err := os.OpenRoot(b.work)
+// openWork opens the sandbox's work dir (workView) as an os.Root: no path may
+// leave it, through "..", an absolute name or a symlink.
+func (s *Service) openWork(b box) (*os.Root, error) {
+	raw, err := os.ReadFile(filepath.Join(b.dir, "meta.json"))
+	var m meta
+	if err == nil {
+		err = json.Unmarshal(raw, &m)
+	}
+	if err != nil {
+		return nil, gateway.Errorf(gateway.TypeInternal, "sandbox meta: %v", err)
+	}
+	view, err := s.workView(b, m)
+	if err != nil {
+		return nil, err
+	}
+	r, err := os.OpenRoot(view)
 	if err != nil {
 		return nil, gateway.Errorf(gateway.TypeInternal, "sandbox work dir: %v", err)
 	}
@@ -424,7 +512,7 @@ func (s *Service) putFile(ctx context.Context, x *gateway.Exec) (any, error) {
 		return nil, err
 	}
 	defer s.lock(b.dir)()
-	r, err := b.root()
+	r, err := s.openWork(b)
 	if err != nil {
 		return nil, err
 	}
@@ -444,6 +532,11 @@ func (s *Service) putFile(ctx context.Context, x *gateway.Exec) (any, error) {
 	}
 	if _, err := f.Write(content); err != nil {
 		f.Close()
+		if errors.Is(err, syscall.ENOSPC) {
+			_ = r.Remove(a.Path)
+			return nil, gateway.Errorf(gateway.TypeSizeLimit, "the sandbox's work dir is full: it holds at most %d bytes (sandbox.job_dir_bytes); remove files with sandbox.exec or destroy the sandbox", s.cfg.JobDirBytes).
+				With(map[string]any{"limit": LimitJobDir, "limit_bytes": s.cfg.JobDirBytes})
+		}
 		return nil, gateway.Errorf(gateway.TypeInternal, "write: %v", err)
 	}
 	if os.Geteuid() == 0 {
@@ -470,7 +563,7 @@ func (s *Service) getFile(ctx context.Context, x *gateway.Exec) (any, error) {
 		return nil, err
 	}
 	defer s.lock(b.dir)()
-	r, err := b.root()
+	r, err := s.openWork(b)
 	if err != nil {
 		return nil, err
 	}
@@ -541,6 +634,16 @@ func (s *Service) destroy(ctx context.Context, x *gateway.Exec) (any, error) {
 		return nil, err
 	}
 	defer s.lock(b.dir)()
+	s.mu.Lock()
+	h := s.holders[b.dir]
+	delete(s.holders, b.dir)
+	s.mu.Unlock()
+	h.stop()
+	if canMount() {
+		if err := unmountUnder(b.dir); err != nil {
+			return nil, gateway.Errorf(gateway.TypeInternal, "remove the sandbox: %v", err)
+		}
+	}
 	if err := os.RemoveAll(b.dir); err != nil {
 		return nil, gateway.Errorf(gateway.TypeInternal, "remove the sandbox: %v", err)
 	}
@@ -590,7 +693,7 @@ func (s *Service) addImage(ctx context.Context, x *gateway.Exec) (any, error) {
 	}
 	set, err := x.Store.GetSetting(ctx, store.Scope{Type: "system"}, SettingAllowAdd)
 	if err != nil || set.Value != true {
-		return nil, gateway.Errorf(gateway.TypeAccessDenied, "adding sandbox images is off: the system setting %s is not true (an administrator sets it with db.system_setting.create|update)", SettingAllowAdd)
+		return nil, gateway.Errorf(gateway.TypeAccessDenied, "adding sandbox images is off: the system setting %s is not true (an operator sets it with db.system_setting.create|update)", SettingAllowAdd)
 	}
 	if strings.ContainsAny(a.ImageRef, " \t\n\x00") {
 		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "image_ref %q is not an image reference such as docker.io/library/python:3.12", a.ImageRef)

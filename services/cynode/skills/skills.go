@@ -13,8 +13,9 @@
 // skills.elevate in the agent's registration. The owner is the agent's
 // user, or "agent:<agent_id>" for an agent without one (PM).
 //
-// Content is scanned before it is stored (Scan): hidden instructions,
-// instruction overrides and secret or security bypasses are refused with
+// Content and name are scanned before they are stored (Scan): hidden
+// instructions (HTML comments; zero-width, bidirectional-control and tag
+// characters), instruction overrides and secret or security bypasses are refused with
 // error type policy_violation naming the category and the exact text.
 package skills
 
@@ -25,6 +26,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
 	"github.com/utpmesh/utpmesh/services/cynode/store"
@@ -58,7 +60,9 @@ var rules = []struct {
 	category string
 	re       *regexp.Regexp
 }{
-	{"hidden_instructions", regexp.MustCompile(`(?s)<!--.*?-->|[\x{200B}\x{200C}\x{200D}\x{2060}\x{FEFF}]`)},
+	// HTML comments, zero-width characters, bidirectional controls and
+	// Unicode tag characters (text an editor does not show).
+	{"hidden_instructions", regexp.MustCompile(`(?s)<!--.*?-->|[\x{200B}\x{200C}\x{200D}\x{2060}\x{FEFF}\x{202A}-\x{202E}\x{2066}-\x{2069}\x{E0000}-\x{E007F}]`)},
 	{"instruction_override", regexp.MustCompile(`(?i)\b(ignore|disregard|override|forget)\b[^.\n]{0,40}\b(previous|prior|above|earlier|other|all|system)\b[^.\n]{0,40}\b(instructions?|prompts?|rules|guidelines)\b`)},
 	{"secret_bypass", regexp.MustCompile(`(?i)\b(reveal|output|print|expose|leak|send)\b[^.\n]{0,40}\b(api[ _-]?keys?|secrets?|passwords?|tokens?|credentials)\b|\bbypass\b[^.\n]{0,40}\b(access controls?|security|safety|authori[sz]ation)\b`)},
 }
@@ -146,10 +150,20 @@ func place(x *gateway.Exec, scope string) (string, error) {
 	return "", nil
 }
 
-func scan(content string) error {
-	if f := Scan(content); len(f) > 0 {
-		return gateway.Errorf(TypePolicyViolation, "the skill content was refused: %s: %q; remove that text and try again", strings.ReplaceAll(f[0].Category, "_", " "), f[0].Match).
-			With(map[string]any{"findings": f})
+// scan applies the content policy to a skill's content and name
+// (either may be nil); the error names the field.
+func scan(content, name *string) error {
+	for _, fld := range []struct {
+		what string
+		text *string
+	}{{"content", content}, {"name", name}} {
+		if fld.text == nil {
+			continue
+		}
+		if f := Scan(*fld.text); len(f) > 0 {
+			return gateway.Errorf(TypePolicyViolation, "the skill %s was refused: %s: %q; remove that text and try again", fld.what, strings.ReplaceAll(f[0].Category, "_", " "), f[0].Match).
+				With(map[string]any{"field": fld.what, "findings": f})
+		}
 	}
 	return nil
 }
@@ -163,7 +177,12 @@ func defaultName(content string) string {
 	for _, line := range strings.Split(content, "\n") {
 		if t := strings.TrimSpace(strings.TrimLeft(line, "#")); t != "" {
 			if len(t) > 200 {
-				t = t[:200]
+				// Cut at a character boundary: the name stays valid UTF-8.
+				n := 200
+				for n > 0 && !utf8.RuneStart(t[n]) {
+					n--
+				}
+				t = t[:n]
 			}
 			return t
 		}
@@ -189,7 +208,7 @@ func create(ctx context.Context, x *gateway.Exec) (any, error) {
 	if a.Content == nil {
 		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "skills.create needs content (the skill's markdown)")
 	}
-	if err := scan(*a.Content); err != nil {
+	if err := scan(a.Content, a.Name); err != nil {
 		return nil, err
 	}
 	scope := "user"
@@ -279,10 +298,10 @@ func update(ctx context.Context, x *gateway.Exec) (any, error) {
 	if a.Content == nil && a.Name == nil && a.Scope == nil {
 		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "nothing to update: pass content, name or scope")
 	}
+	if err := scan(a.Content, a.Name); err != nil {
+		return nil, err
+	}
 	if a.Content != nil {
-		if err := scan(*a.Content); err != nil {
-			return nil, err
-		}
 		sk.Content, sk.SHA256 = *a.Content, digest(*a.Content)
 	}
 	if a.Name != nil {
@@ -292,6 +311,10 @@ func update(ctx context.Context, x *gateway.Exec) (any, error) {
 		sid, err := place(x, *a.Scope)
 		if err != nil {
 			return nil, err
+		}
+		if *a.Scope == "user" {
+			// A user skill is its owner's, whoever moves it (skills.admin).
+			sid = sk.Owner
 		}
 		sk.Scope, sk.ScopeID = *a.Scope, sid
 	}

@@ -89,6 +89,9 @@ func decodeCursor(c string) ([]byte, error) {
 // until it has limit accepted items; it returns the next cursor ("" at the
 // end).
 func scan(b *bolt.Bucket, prefix []byte, page Page, take func(k, v []byte) (bool, error)) (string, error) {
+	if page.Limit < 1 {
+		return "", fmt.Errorf("%w: page limit %d is out of range; pass a limit of 1 or more", ErrInvalid, page.Limit)
+	}
 	after, err := decodeCursor(page.Cursor)
 	if err != nil {
 		return "", err
@@ -132,6 +135,13 @@ func (s *Bolt) PutProject(_ context.Context, p Project) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		if id := tx.Bucket(bSlugs).Get([]byte(p.Slug)); id != nil && string(id) != p.ID {
 			return fmt.Errorf("%w: slug %q is taken by project %s", ErrExists, p.Slug, id)
+		}
+		// A project that changes its slug gives the old one up.
+		var prev Project
+		if getJSON(tx.Bucket(bProjects), p.ID, &prev) && prev.Slug != p.Slug {
+			if err := tx.Bucket(bSlugs).Delete([]byte(prev.Slug)); err != nil {
+				return err
+			}
 		}
 		if err := tx.Bucket(bSlugs).Put([]byte(p.Slug), []byte(p.ID)); err != nil {
 			return err
@@ -300,6 +310,20 @@ func scopePrefix(sc Scope) []byte { return []byte(sc.Type + "\x00" + sc.ID + "\x
 
 func settingKey(sc Scope, key string) []byte { return append(scopePrefix(sc), key...) }
 
+// checkSettingKey refuses a scope or key whose stored key could read as
+// another scope's: an empty key, a NUL (the key separator) in either.
+func checkSettingKey(sc Scope, key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: a setting needs a key", ErrInvalid)
+	case strings.Contains(sc.Type+sc.ID, "\x00"):
+		return fmt.Errorf("%w: scope %q %q contains a NUL byte; pass the id of a project, user or task", ErrInvalid, sc.Type, sc.ID)
+	case strings.Contains(key, "\x00"):
+		return fmt.Errorf("%w: key %q contains a NUL byte; use a key such as \"ui.theme\"", ErrInvalid, key)
+	}
+	return nil
+}
+
 func describe(sc Scope, key string) string {
 	if sc.Type == "system" || sc.Type == "" {
 		return fmt.Sprintf("%q", key)
@@ -347,6 +371,9 @@ func checkVersion(sc Scope, cur Setting, w Write) error {
 
 // CreateSetting implements Store.
 func (s *Bolt) CreateSetting(_ context.Context, sc Scope, st Setting, w Write) (Setting, error) {
+	if err := checkSettingKey(sc, st.Key); err != nil {
+		return Setting{}, err
+	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bSettings)
 		k := settingKey(sc, st.Key)
@@ -361,6 +388,9 @@ func (s *Bolt) CreateSetting(_ context.Context, sc Scope, st Setting, w Write) (
 
 // UpdateSetting implements Store.
 func (s *Bolt) UpdateSetting(_ context.Context, sc Scope, st Setting, w Write) (Setting, error) {
+	if err := checkSettingKey(sc, st.Key); err != nil {
+		return Setting{}, err
+	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bSettings)
 		k := settingKey(sc, st.Key)
@@ -396,8 +426,23 @@ func (s *Bolt) DeleteSetting(_ context.Context, sc Scope, key string, w Write) (
 
 func artifactKey(taskID, path string) []byte { return []byte(taskID + "\x00" + path) }
 
+// checkArtifactName refuses a name whose key another task's list would
+// show: an empty task or path, a NUL (the key separator) in the task.
+func checkArtifactName(taskID, path string) error {
+	switch {
+	case taskID == "" || path == "":
+		return fmt.Errorf("%w: an artifact needs task_id and path", ErrInvalid)
+	case strings.Contains(taskID, "\x00"):
+		return fmt.Errorf("%w: task_id %q contains a NUL byte; pass the id of a stored task", ErrInvalid, taskID)
+	}
+	return nil
+}
+
 // PutArtifact implements Store.
 func (s *Bolt) PutArtifact(_ context.Context, taskID, path string, content []byte, at time.Time) (Artifact, error) {
+	if err := checkArtifactName(taskID, path); err != nil {
+		return Artifact{}, err
+	}
 	sum := sha256.Sum256(content)
 	a := Artifact{TaskID: taskID, Path: path, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(content)), UpdatedAt: at.UTC()}
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -485,7 +530,7 @@ func (s *Bolt) ListSkills(_ context.Context, visible func(Skill) bool, page Page
 			if err := json.Unmarshal(v, &sk); err != nil {
 				return false, err
 			}
-			if !visible(sk) {
+			if visible != nil && !visible(sk) {
 				return false, nil
 			}
 			out = append(out, sk)

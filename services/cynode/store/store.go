@@ -89,7 +89,8 @@ type Artifact struct {
 
 // Page asks for one page of a list.
 type Page struct {
-	// Limit is the page size (callers bound it).
+	// Limit is the page size, 1 or more (callers bound it); a list
+	// refuses a smaller one with ErrInvalid.
 	Limit int
 	// Cursor is the opaque next_cursor of the previous page, or "".
 	Cursor string
@@ -135,7 +136,8 @@ type Store interface {
 
 	PutSkill(ctx context.Context, sk Skill) error
 	GetSkill(ctx context.Context, id string) (Skill, error)
-	// ListSkills lists every skill for which visible is true, by id.
+	// ListSkills lists every skill for which visible is true, by id
+	// (every skill when visible is nil).
 	ListSkills(ctx context.Context, visible func(Skill) bool, page Page) ([]Skill, string, error)
 	DeleteSkill(ctx context.Context, id string) error
 

@@ -1,61 +1,29 @@
 // Package atlastest runs ATLAS services in a real in-process mesh for tests:
-// mesh.Start with the services' tools (their NATS connection and CardStore
-// bound once the mesh is up, as utpmesh up does), and an agent client that
-// makes real calls and reads the result cards.
+// the toolkit's harness (tooltest) with the services' tools (their NATS
+// connection and CardStore bound once the mesh is up, as utpmesh up does),
+// an agent client whose calls carry deterministic times, and receipts.
 package atlastest
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/utpmesh/utpmesh/cardstore"
-	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
+	"github.com/utpmesh/utpmesh/services/toolkit"
+	"github.com/utpmesh/utpmesh/services/toolkit/tooltest"
 )
 
 // Project is the project the harness registers the tools in.
-const Project = "demo"
-
-// Late hands a mesh's connection and CardStore to services built before
-// the mesh started.
-type Late struct {
-	once  sync.Once
-	ready chan struct{}
-	nc    *nats.Conn
-	st    cardstore.Store
-}
-
-// NewLate returns an unset Late.
-func NewLate() *Late { return &Late{ready: make(chan struct{})} }
-
-// Set provides the connection and store (once).
-func (l *Late) Set(nc *nats.Conn, st cardstore.Store) {
-	l.once.Do(func() { l.nc, l.st = nc, st; close(l.ready) })
-}
-
-// Resolve waits for Set.
-func (l *Late) Resolve(ctx context.Context) (*nats.Conn, cardstore.Store, error) {
-	select {
-	case <-l.ready:
-		return l.nc, l.st, nil
-	case <-ctx.Done():
-		return nil, nil, ctx.Err()
-	}
-}
+const Project = tooltest.Project
 
 // Harness is a running mesh with ATLAS services and an agent.
 type Harness struct {
@@ -66,17 +34,14 @@ type Harness struct {
 	// Time is the created_at of the next call (advanced one second per
 	// call), so results are deterministic.
 	Time time.Time
-	seq  atomic.Int64
-	// run makes this harness's turn and call ids distinct from those of
-	// an earlier harness on the same data directory.
-	run string
+	base *tooltest.Harness
 }
 
 // Builder builds services' tools from Deps.
 type Builder func(atlas.Deps) ([]worker.Tool, error)
 
 // Quiet is a logger that discards everything.
-var Quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var Quiet = tooltest.Quiet
 
 // Start starts a mesh in a temporary directory serving the tools of the
 // builders; everything stops when the test ends. ctx bounds the services
@@ -90,7 +55,14 @@ func Start(t testing.TB, ctx context.Context, builders ...Builder) *Harness {
 // StartIn is Start with a given data directory (restart tests).
 func StartIn(t testing.TB, ctx context.Context, dir string, builders ...Builder) *Harness {
 	t.Helper()
-	late := NewLate()
+	return StartWrapped(t, ctx, dir, nil, builders...)
+}
+
+// StartWrapped is StartIn whose services see the mesh's CardStore through
+// wrap (nil: as it is), e.g. to make their receipt writes fail.
+func StartWrapped(t testing.TB, ctx context.Context, dir string, wrap func(cardstore.Store) cardstore.Store, builders ...Builder) *Harness {
+	t.Helper()
+	late := toolkit.NewLate()
 	deps := atlas.Deps{Resolve: late.Resolve, DataDir: dir, Context: ctx, Logger: Quiet}
 	var tools []worker.Tool
 	for _, b := range builders {
@@ -100,27 +72,18 @@ func StartIn(t testing.TB, ctx context.Context, dir string, builders ...Builder)
 		}
 		tools = append(tools, ts...)
 	}
-	m, err := mesh.Start(context.Background(), mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: tools, Logger: Quiet})
-	if err != nil {
-		t.Fatalf("mesh: %v", err)
+	base := tooltest.Start(t, mesh.Config{DataDir: dir, Tools: tools})
+	cards := base.Mesh.Cards()
+	if wrap != nil {
+		cards = wrap(cards)
 	}
-	late.Set(m.Conn(), m.Cards())
-	ag, err := agent.New(m.Conn(), agent.Config{Project: Project, AgentID: "atlas-agent", Logger: Quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &Harness{T: t, Mesh: m, Agent: ag, DataDir: dir, Time: time.Date(2024, 1, 15, 10, 30, 0, 0, time.UTC), run: card.NewID()[28:]}
-	t.Cleanup(func() { h.Stop() })
-	return h
+	late.Set(base.Mesh.Conn(), cards)
+	return &Harness{T: t, Mesh: base.Mesh, Agent: base.Agent("atlas-agent", ""), DataDir: dir,
+		Time: time.Date(2024, 1, 15, 10, 30, 0, 0, time.UTC), base: base}
 }
 
 // Stop stops the agent and the mesh (idempotent).
-func (h *Harness) Stop() {
-	_ = h.Agent.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	_ = h.Mesh.Stop(ctx)
-}
+func (h *Harness) Stop() { h.base.Stop() }
 
 // Result is one finished call.
 type Result struct {
@@ -140,28 +103,19 @@ type Result struct {
 // Call makes a call in turn and waits for its result card.
 func (h *Harness) Call(turn, tool string, args any) *Result {
 	h.T.Helper()
-	return h.CallID(turn, fmt.Sprintf("call-%s-%d", h.run, h.seq.Add(1)), tool, args)
+	return h.CallID(turn, h.base.CallID(), tool, args)
 }
 
 // CallID is Call with a given tool_call_id.
 func (h *Harness) CallID(turn, toolCallID, tool string, args any) *Result {
 	h.T.Helper()
-	raw, err := json.Marshal(args)
-	if err != nil {
-		h.T.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	at := h.Time
 	h.Time = h.Time.Add(time.Second)
-	out, err := h.Agent.Call(ctx, agent.CallRequest{ToolName: tool, Arguments: raw, AgentTurnID: turn, ToolCallID: toolCallID, CreatedAt: at})
-	if err != nil {
-		h.T.Fatalf("%s: %v", tool, err)
-	}
-	r := &Result{Outcome: out, Status: out.Result.Status, Raw: out.Result.Result, Error: out.Result.Error, Turn: turn, ToolCallID: toolCallID}
+	b := h.base.Call(h.Agent, agent.CallRequest{ToolName: tool, Arguments: h.base.Args(args), AgentTurnID: turn, ToolCallID: toolCallID, CreatedAt: at})
+	r := &Result{Outcome: b.Outcome, Status: b.Status, Raw: b.Raw, Error: b.Error, Turn: turn, ToolCallID: toolCallID}
 	if r.Status == card.StatusSuccess {
-		if err := json.Unmarshal(out.Result.Result, &r.Value); err != nil {
-			h.T.Fatalf("%s: result %s: %v", tool, out.Result.Result, err)
+		if err := json.Unmarshal(r.Raw, &r.Value); err != nil {
+			h.T.Fatalf("%s: result %s: %v", tool, r.Raw, err)
 		}
 	}
 	return r
@@ -198,10 +152,10 @@ func (h *Harness) Receipt(turn string) *receipts.Receipt {
 }
 
 // Turn returns a fresh turn id.
-func (h *Harness) Turn() string { return fmt.Sprintf("turn-%s-%d", h.run, h.seq.Add(1)) }
+func (h *Harness) Turn() string { return fmt.Sprintf("turn-%s-%d", h.base.Run, h.base.Next()) }
 
 // Get walks a decoded JSON value by keys and indexes ("a", 0, "b").
-var Get = meshtest.JSONGet
+var Get = tooltest.Get
 
 // Str is Get as a string.
-var Str = meshtest.JSONStr
+var Str = tooltest.Str

@@ -17,6 +17,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/internal/determ"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // The resolve actions.
@@ -110,13 +111,13 @@ func (s *Service) park(ctx context.Context, sp *Spec, x *Exec, entry receipts.To
 		would, err = sp.Plan(x)
 		return err
 	}); err != nil {
-		return nil, receipts.Record{}, s.txErr(err)
+		return nil, receipts.Record{}, s.txErr(ctx, err)
 	}
 	cc := x.Call.CallCard
 	p := Pending{
 		ConfirmationID: ConfirmationID(s.group, x.Project, x.AgentTurnID, x.ToolCallID),
-		ToolName:       sp.Name, Args: x.Args, Would: Raw(would),
-		ExpiresAt: determ.Format(x.Time.Add(PendingTTL)),
+		ToolName:       sp.Name, Args: x.Args, Would: toolkit.Raw(would),
+		ExpiresAt: determ.Format(x.Time.Add(toolkit.PendingTTL)),
 		Origin: Origin{Project: x.Project, Channel: x.Channel, Version: x.Version, AgentID: x.AgentID,
 			AgentTurnID: x.AgentTurnID, TurnEpoch: cc.Metadata.TurnEpoch, StepID: cc.Metadata.StepID,
 			TraceID: cc.Metadata.TraceID, ToolCallID: x.ToolCallID, Time: x.Now()},
@@ -128,16 +129,26 @@ func (s *Service) park(ctx context.Context, sp *Spec, x *Exec, entry receipts.To
 	}
 	entry.Status, entry.Result, entry.ConfirmationID = receipts.StatusPendingConfirm, json.RawMessage("null"), p.ConfirmationID
 	rec := receipts.Record{Kind: receipts.KindCall, ToolCall: entry}
+	var prev *toolkit.CallRecord
 	err = s.st.Update(ctx, func(tx state.Tx) error {
 		x.Tx = tx
+		// Recorded since the caller's read (a retried commit, another
+		// execution): answer from the record, park nothing.
+		var gerr error
+		if prev, gerr = getCall(x); gerr != nil || prev != nil {
+			return gerr
+		}
 		b := x.Bucket(bucketPending)
-		if err := PutJSON(b, p.ConfirmationID, p); err != nil {
+		if err := toolkit.PutJSON(b, p.ConfirmationID, p); err != nil {
 			return err
 		}
-		return putCall(x, callRecord{ToolName: sp.Name, ArgsHash: hash, Result: value, Receipt: rec})
+		return putCall(x, sp.Name, hash, value, rec)
 	})
 	if err != nil {
-		return nil, receipts.Record{}, s.txErr(err)
+		return nil, receipts.Record{}, s.txErr(ctx, err)
+	}
+	if prev != nil {
+		return replay(sp, x, prev, hash)
 	}
 	return value, rec, nil
 }
@@ -232,7 +243,7 @@ func (s *Service) Resolve(ctx context.Context, project string, req ResolveReques
 	var out Outcome
 	load := func(tx state.Tx) (state.Bucket, error) {
 		b := tx.Bucket(project, bucketPending)
-		found, err := GetJSON(b, req.ConfirmationID, &p)
+		found, err := toolkit.GetJSON(b, req.ConfirmationID, &p)
 		if err != nil {
 			return nil, err
 		}
@@ -263,7 +274,7 @@ func (s *Service) Resolve(ctx context.Context, project string, req ResolveReques
 		}
 		if req.Action == ActionCancel {
 			p.Resolution = resolved(receipts.StatusSkipped)
-			return PutJSON(b, p.ConfirmationID, p)
+			return toolkit.PutJSON(b, p.ConfirmationID, p)
 		}
 		sp := s.specs[p.ToolName]
 		if sp == nil {
@@ -282,7 +293,7 @@ func (s *Service) Resolve(ctx context.Context, project string, req ResolveReques
 		}
 		p.Resolution = resolved(receipts.StatusOK)
 		p.Resolution.Result, p.Resolution.Undo, p.Changes = value, out.Undo, out.Changes
-		return PutJSON(b, p.ConfirmationID, p)
+		return toolkit.PutJSON(b, p.ConfirmationID, p)
 	})
 	if runErr != nil {
 		var ce *card.Error
@@ -296,14 +307,17 @@ func (s *Service) Resolve(ctx context.Context, project string, req ResolveReques
 			}
 			p.Resolution = resolved(receipts.StatusFailed)
 			p.Resolution.Error = ce
-			return PutJSON(b, p.ConfirmationID, p)
+			return toolkit.PutJSON(b, p.ConfirmationID, p)
 		})
 	}
 	if err != nil {
 		if errors.Is(err, ErrNotPending) {
 			return nil, err
 		}
-		return nil, s.txErr(err)
+		if err = s.txErr(ctx, err); errors.Is(err, worker.ErrRetryLater) {
+			err = fmt.Errorf("%w: %v", svc.ErrUnavailable, err) // the caller retries
+		}
+		return nil, err
 	}
 	if runErr == nil && out.After != nil {
 		if err := out.After(ctx); err != nil {
@@ -352,11 +366,11 @@ func (s *Service) writeTransition(ctx context.Context, st interface {
 func ResolveRemote(ctx context.Context, nc *nats.Conn, call *worker.Call, confirmationID, action string) (*Resolution, error) {
 	group, ok := GroupOf(confirmationID)
 	if !ok {
-		return nil, BadRequest("confirmation_id %q is not an ATLAS confirmation id (they look like cfm_calendar_0123456789abcdef; copy it from a PENDING_CONFIRM result)", confirmationID)
+		return nil, toolkit.BadRequest("confirmation_id %q is not an ATLAS confirmation id (they look like cfm_calendar_0123456789abcdef; copy it from a PENDING_CONFIRM result)", confirmationID)
 	}
 	subj, err := svc.Subject(call.Version, call.ProjectID, call.ChannelID, ServiceName(group), ResolveOp)
 	if err != nil {
-		return nil, BadRequest("%v", err)
+		return nil, toolkit.BadRequest("%v", err)
 	}
 	req := ResolveRequest{ConfirmationID: confirmationID, Action: action, ByToolCallID: call.Command.ToolCallID,
 		ByAgentTurnID: call.Command.AgentTurnID, ByAgentID: call.Command.AgentID, At: determ.Format(call.CallCard.CreatedAt)}
@@ -374,6 +388,11 @@ func ResolveRemote(ctx context.Context, nc *nats.Conn, call *worker.Call, confir
 		return nil, worker.Fail(card.CodeBadRequest, msg)
 	case errors.Is(err, svc.ErrUnavailable) && re == nil:
 		return nil, worker.Fail(card.CodeUpstreamUnavailable, fmt.Sprintf("atlas.%s, which holds %s, is not running (start it: utpmesh worker atlas.%s): %v", group, confirmationID, group, err))
+	case errors.Is(err, svc.ErrTimeout), re != nil && (re.Code == svc.CodeUnavailable || re.Code == svc.CodeTimeout):
+		// The owner may have resolved it (no answer in time; its receipt
+		// could not be written): run this call again later. The owner
+		// answers a repeat by the same call with the same resolution.
+		return nil, fmt.Errorf("%w: atlas.%s did not say whether %s was resolved: %v", worker.ErrRetryLater, group, confirmationID, err)
 	default:
 		return nil, worker.Fail(card.CodeUpstreamUnavailable, fmt.Sprintf("atlas.%s: %v", group, err))
 	}

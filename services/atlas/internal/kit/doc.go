@@ -1,5 +1,12 @@
 // Package kit is the machinery every ATLAS service shares, so that each
-// group (tasks, notes, calendar, workflows, utility) is only its Specs.
+// group (tasks, notes, calendar, workflows, utility) is only its Specs. It
+// builds on the catalogues' toolkit (services/toolkit): a Spec becomes a
+// toolkit.Spec (target atlas.<group>.<NAME>, Cedar action
+// ATLASAction::"<NAME>"), arguments bind with toolkit.Bind, the call
+// records are toolkit.CallRecord (the receipt as the record's receipt) and
+// the confirmation rule is toolkit.NeedsConfirm. What stays here is
+// ATLAS's: its state, receipts, the confirmation endpoint and the holder
+// lease.
 //
 // A Service owns its group's state (package state): the local bbolt file
 // atlas-<group>.db, guarded by a holder lease in the CardStore (holder.go),
@@ -18,14 +25,20 @@
 //     what would happen; a Pending record is stored and the call ends UTP
 //     success with {"status":"PENDING_CONFIRM", "confirmation_id", ...}.
 //  3. Execution: Run executes inside one write transaction, together with
-//     the idempotency record, so a failed call writes nothing. On the
+//     the idempotency record (read again in that transaction: a call
+//     recorded meanwhile is answered from it, never run twice), so a failed
+//     call writes nothing. A commit whose outcome is unknown
+//     (state.ErrUnknownOutcome) is retried (worker.ErrRetryLater). On the
 //     shared state a transaction may run Run more than once (a commit that
 //     conflicts with another worker's is retried), so Run has no effect
 //     outside the transaction: side effects (publishing a notification)
 //     run after the commit (Outcome.After).
 //  4. Receipt: one atlas.receipt card per call (package receipts). A
-//     receipt that cannot be written fails the call with
-//     upstream_unavailable, saying whether the change was applied.
+//     receipt that cannot be written after a change committed does not
+//     fail the call: the handler returns worker.ErrRetryLater, the command
+//     is redelivered, and the replay writes the receipt and reports the
+//     recorded result. For a call that changed nothing it fails the call
+//     with upstream_unavailable, saying so.
 //
 // Pending confirmations are resolved through the service's confirmation
 // endpoint, the svc request cg.<ver>.<project>.<channel>.svc.atlas-<group>.
@@ -37,8 +50,8 @@
 // returns the same answer (redelivery), any other fails bad_request naming
 // what already happened.
 //
-// Caveat: if the confirming call's request times out after the owner
-// executed it, the confirm call fails upstream_unavailable although the
-// action ran; the transition receipt in the original turn (and a second
-// confirm, which answers "already confirmed by ...") tell the truth.
+// A confirming call whose request times out, or that the owner answers
+// unavailable (the action ran but its transition receipt could not be
+// written), is retried (worker.ErrRetryLater): the repeat gets the same
+// resolution, and the receipt is written then.
 package kit

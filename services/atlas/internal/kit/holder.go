@@ -27,7 +27,7 @@ const (
 var holderLease = HolderLease
 
 // HolderKey is the claim key of a group's local state.
-func HolderKey(group string) string { return "atlas/state/" + group }
+func HolderKey(group string) string { return "atlas." + group + "/state" }
 
 // holder is the held lease; its renewal loop runs until release.
 type holder struct {

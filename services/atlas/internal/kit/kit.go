@@ -20,6 +20,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/internal/state/boltstate"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/state/kvstate"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // Errors of the kit.
@@ -33,10 +34,6 @@ var (
 	// state; its message names the holder and says what to do.
 	ErrStateHeld = errors.New("atlas: local state held by another process")
 )
-
-// PendingTTL is how long a pending confirmation may be confirmed, counted
-// from the original call's time.
-const PendingTTL = 24 * time.Hour
 
 // Outcome is what a Spec's Run returns.
 type Outcome struct {
@@ -79,17 +76,6 @@ type Spec struct {
 	Direct func(ctx context.Context, x *Exec) (Outcome, error)
 }
 
-// needsConfirm applies the confirmation rule to a call's arguments.
-func (s *Spec) needsConfirm(args json.RawMessage) bool {
-	switch s.Confirmation {
-	case registry.ConfirmAlways:
-		return true
-	case registry.ConfirmWhenMultiple:
-		return s.Count != nil && s.Count(args) > 1
-	}
-	return false
-}
-
 // Exec is one execution of a Spec.
 type Exec struct {
 	// Tx is the transaction (nil for Direct).
@@ -120,21 +106,11 @@ func (x *Exec) ID(prefix string, index int) string {
 func (x *Exec) Now() string { return determ.Format(x.Time) }
 
 // Bind decodes the arguments; a mismatch is bad_request.
-func (x *Exec) Bind(v any) error {
-	if err := json.Unmarshal(x.Args, v); err != nil {
-		return BadRequest("arguments: %v", err)
-	}
-	return nil
-}
+func (x *Exec) Bind(v any) error { return toolkit.Bind(x.Args, v) }
 
 // Bucket returns the call's project's bucket of a name (created by its
 // first write).
 func (x *Exec) Bucket(name string) state.Bucket { return x.Tx.Bucket(x.Project, name) }
-
-// BadRequest returns a bad_request failure with a formatted message.
-func BadRequest(format string, a ...any) error {
-	return worker.Fail(card.CodeBadRequest, fmt.Sprintf(format, a...))
-}
 
 // Service is one ATLAS group's running service.
 type Service struct {
@@ -257,25 +233,25 @@ func (s *Service) Tools(specs ...Spec) ([]worker.Tool, error) {
 		if (sp.Run == nil) == (sp.Direct == nil) {
 			return nil, fmt.Errorf("atlas.%s: tool %s needs exactly one of Run and Direct", s.group, sp.Name)
 		}
-		if sp.Confirmation == registry.ConfirmAlways || sp.Confirmation == registry.ConfirmWhenMultiple {
+		if toolkit.Confirmable(sp.Confirmation) {
 			if sp.Plan == nil || sp.Run == nil {
 				return nil, fmt.Errorf("atlas.%s: tool %s needs confirmation, so it needs Plan and Run", s.group, sp.Name)
 			}
 			confirmable = true
 		}
 		s.specs[sp.Name] = sp
-		ae := card.Suspend
 		conf := sp.Confirmation
 		if conf == "" {
 			conf = registry.ConfirmNever
 		}
-		out = append(out, worker.Tool{
-			Name: sp.Name, Description: sp.Description, Parameters: json.RawMessage(sp.Params),
-			Target: "atlas." + s.group + "." + sp.Name, AfterExecution: ae,
-			Options: registry.Options{RiskLevel: sp.Risk, Confirmation: conf,
-				CedarAction: `ATLASAction::"` + sp.Name + `"`},
-			Handler: s.handler(sp),
-		})
+		ts := toolkit.Spec{Name: sp.Name, Description: sp.Description, Params: sp.Params,
+			Target: "atlas." + s.group + "." + sp.Name, AfterExecution: card.Suspend,
+			CedarAction: `ATLASAction::"` + sp.Name + `"`, Risk: sp.Risk, Confirmation: conf}
+		t, err := ts.Tool(s.handler(sp), toolkit.Hooks{})
+		if err != nil {
+			return nil, fmt.Errorf("atlas.%s: %w", s.group, err)
+		}
+		out = append(out, t)
 	}
 	if confirmable {
 		go s.serveConfirmations()

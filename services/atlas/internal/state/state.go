@@ -36,6 +36,10 @@ var (
 	ErrClosed = errors.New("atlas state: closed")
 	// ErrReadOnly: a write in a View transaction.
 	ErrReadOnly = errors.New("atlas state: write in a read-only transaction")
+	// ErrUnknownOutcome: an Update's commit failed in a way that does not
+	// say whether it was stored (the replicated store's commit request
+	// timed out, say). Read the state again before deciding anything.
+	ErrUnknownOutcome = errors.New("atlas state: the commit may or may not have been stored")
 	// ErrStop, returned by a Scan callback, ends the scan early; Scan then
 	// returns nil.
 	ErrStop = errors.New("atlas state: stop scan")

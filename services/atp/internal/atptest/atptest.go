@@ -8,17 +8,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cedar-policy/cedar-go/types"
 
-	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -32,13 +28,14 @@ import (
 	"github.com/utpmesh/utpmesh/services/atp/rails"
 	"github.com/utpmesh/utpmesh/services/atp/ratelimit"
 	"github.com/utpmesh/utpmesh/services/atp/tools"
+	"github.com/utpmesh/utpmesh/services/toolkit/tooltest"
 )
 
 // Project is the project of the harness.
-const Project = "demo"
+const Project = tooltest.Project
 
 // Quiet discards logs.
-var Quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var Quiet = tooltest.Quiet
 
 // Clock is an injectable clock.
 type Clock struct {
@@ -59,7 +56,7 @@ type Harness struct {
 	Service  *tools.Service
 	Clock    *Clock
 	DataDir  string
-	seq      atomic.Int64
+	base     *tooltest.Harness
 	stopOnce sync.Once
 }
 
@@ -98,7 +95,7 @@ func StartIn(t testing.TB, dir string, opt Options) *Harness {
 		opt.Clock = &Clock{t: time.Now().UTC()}
 	}
 	h := &Harness{T: t, DataDir: dir, Clock: opt.Clock}
-	m, err := mesh.Start(context.Background(), mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: Quiet,
+	h.base = tooltest.Start(t, mesh.Config{DataDir: dir,
 		Auth: &mesh.AuthConfig{Catalogues: []authz.Catalogue{atpauthz.New(atp.StatesFor(dir))}},
 		Services: func(ctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
 			s, err := tools.Open(atp.Deps{NC: m.Conn(), Cards: m.Cards(), DataDir: dir, Context: ctx, Now: h.Clock.Now, TickEvery: -1, Notifiers: opt.Notifiers, HEMCatalogue: opt.HEMCatalogue, RateLimits: opt.RateLimits, ContentRules: opt.ContentRules, OCTOSuppliers: opt.OCTOSuppliers, Logger: Quiet})
@@ -106,11 +103,9 @@ func StartIn(t testing.TB, dir string, opt Options) *Harness {
 				return nil, err
 			}
 			h.Service = s
-			return s.Tools(), nil
+			return s.Tools()
 		}})
-	if err != nil {
-		t.Fatalf("mesh: %v", err)
-	}
+	m := h.base.Mesh
 	h.Mesh = m
 	t.Cleanup(h.Stop)
 	pol := opt.ProjectPolicy
@@ -136,9 +131,7 @@ func StartIn(t testing.TB, dir string, opt Options) *Harness {
 // (idempotent).
 func (h *Harness) Stop() {
 	h.stopOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = h.Mesh.Stop(ctx)
+		h.base.Stop()
 		<-h.Service.Done()
 	})
 }
@@ -186,12 +179,7 @@ type Agent struct {
 // Agent returns a client for agentID carrying tok.
 func (h *Harness) Agent(agentID, tok string) *Agent {
 	h.T.Helper()
-	c, err := agent.New(h.Mesh.Conn(), agent.Config{Project: Project, AgentID: agentID, Mandate: tok, Logger: Quiet})
-	if err != nil {
-		h.T.Fatal(err)
-	}
-	h.T.Cleanup(func() { _ = c.Close() })
-	return &Agent{h: h, c: c, id: agentID}
+	return &Agent{h: h, c: h.base.Agent(agentID, tok), id: agentID}
 }
 
 // Client is the agent's pkg/agent client.
@@ -213,19 +201,10 @@ func (r *Result) Obj() map[string]any { m, _ := r.Value.(map[string]any); return
 // Call makes a call and waits for its result.
 func (a *Agent) Call(tool string, args any) *Result {
 	a.h.T.Helper()
-	raw, err := json.Marshal(args)
-	if err != nil {
-		a.h.T.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	n := a.h.seq.Add(1)
+	n := a.h.base.Next()
 	turn, callID := fmt.Sprintf("turn-%s-%s-%d", a.id, card.NewID()[28:], n), fmt.Sprintf("call-%d", n)
-	out, err := a.c.Call(ctx, agent.CallRequest{ToolName: tool, Arguments: raw, AgentTurnID: turn, ToolCallID: callID})
-	if err != nil {
-		a.h.T.Fatalf("%s: %v", tool, err)
-	}
-	r := &Result{Status: out.Result.Status, Raw: out.Result.Result, Error: out.Result.Error, Turn: turn, ToolCallID: callID}
+	b := a.h.base.Call(a.c, agent.CallRequest{ToolName: tool, Arguments: a.h.base.Args(args), AgentTurnID: turn, ToolCallID: callID})
+	r := &Result{Status: b.Status, Raw: b.Raw, Error: b.Error, Turn: turn, ToolCallID: callID}
 	if r.Status == card.StatusSuccess || r.Status == card.StatusPartial {
 		if err := json.Unmarshal(r.Raw, &r.Value); err != nil {
 			a.h.T.Fatalf("%s: result %s: %v", tool, r.Raw, err)
@@ -255,7 +234,62 @@ func (a *Agent) Fail(tool string, args any, code card.ErrorCode) *card.Error {
 }
 
 // Get walks a decoded JSON value by keys and indexes ("a", 0, "b").
-var Get = meshtest.JSONGet
+var Get = tooltest.Get
 
 // Str is Get as a string.
-var Str = meshtest.JSONStr
+var Str = tooltest.Str
+
+// Operator makes calls as an operator.
+type Operator struct {
+	h    *Harness
+	name string
+}
+
+// Operator returns a caller with the principal operator:<name>. Its calls
+// run the tool's handler in this process exactly as the worker runtime
+// runs a call the mesh admitted for that principal (worker.Call.Principal
+// and Admission set, arguments as given): the mesh's admission service
+// (issue 23, branch admit) dispatches operators' calls; until the
+// harness's mesh runs it, this is how a test makes an operator's call.
+// Agents' calls always go through the mesh (Agent).
+func (h *Harness) Operator(name string) *Operator { return &Operator{h: h, name: name} }
+
+// Call runs tool with args as the operator (tooltest.Operator).
+func (o *Operator) Call(tool string, args any) *Result {
+	o.h.T.Helper()
+	all, err := o.h.Service.Tools()
+	if err != nil {
+		o.h.T.Fatal(err)
+	}
+	n := o.h.base.Next()
+	a := tooltest.Operator(o.name, fmt.Sprintf("turn-operator-%s-%d", o.name, n), o.h.base.Args(args))
+	a.ToolCallID = fmt.Sprintf("call-%d", n)
+	b := o.h.base.Admitted(all, tool, a)
+	r := &Result{Status: b.Status, Raw: b.Raw, Error: b.Error, Turn: b.Turn, ToolCallID: b.ToolCallID}
+	if r.Status == card.StatusSuccess {
+		if err := json.Unmarshal(r.Raw, &r.Value); err != nil {
+			o.h.T.Fatal(err)
+		}
+	}
+	return r
+}
+
+// OK runs a call that must succeed.
+func (o *Operator) OK(tool string, args any) *Result {
+	o.h.T.Helper()
+	r := o.Call(tool, args)
+	if r.Status != card.StatusSuccess {
+		o.h.T.Fatalf("operator %s: %s(%v): status %s, error %+v", o.name, tool, args, r.Status, r.Error)
+	}
+	return r
+}
+
+// Fail runs a call that must fail with code; it returns the error.
+func (o *Operator) Fail(tool string, args any, code card.ErrorCode) *card.Error {
+	o.h.T.Helper()
+	r := o.Call(tool, args)
+	if r.Status != card.StatusFailed || r.Error == nil || r.Error.Code != code {
+		o.h.T.Fatalf("operator %s: %s(%v): status %s, error %+v; want failed %s", o.name, tool, args, r.Status, r.Error, code)
+	}
+	return r.Error
+}

@@ -2,20 +2,18 @@
 // tests: mesh.Start with the service's tools, an issuer key for the test
 // project, and one agent client per registered agent (each with its own
 // signed mandate), making real calls and reading the result cards.
+// Direct runs one tool package's specs straight on a gateway.Exec over a
+// real bbolt store, for that package's own tests.
 package cynodetest
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/internal/meshtest"
@@ -23,15 +21,18 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/services/cynode"
 	"github.com/utpmesh/utpmesh/services/cynode/audit"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/egress"
+	"github.com/utpmesh/utpmesh/services/toolkit"
+	"github.com/utpmesh/utpmesh/services/toolkit/tooltest"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // Project is the project of the calls; Other is another project.
 const (
-	Project = "demo"
+	Project = tooltest.Project
 	Other   = "other"
 )
 
@@ -45,7 +46,7 @@ const (
 )
 
 // Quiet discards logs.
-var Quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var Quiet = tooltest.Quiet
 
 // Config is the default test configuration: one agent of each type, a
 // permit-all access policy.
@@ -68,9 +69,10 @@ type Harness struct {
 	Key     *mandate.IssuerKey
 	// DataDir is the service's and the mesh's data directory.
 	DataDir string
-	agents  map[string]*agent.Client
-	mu      sync.Mutex
-	seq     atomic.Int64
+	base    *tooltest.Harness
+
+	mu       sync.Mutex
+	mandates map[string]string
 }
 
 // Start starts a mesh in a temporary directory with cfg (Config() when
@@ -92,39 +94,20 @@ func StartEgress(t testing.TB, cfg *cynode.Config, hooks *egress.Hooks) *Harness
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan *nats.Conn, 1)
-	var once sync.Once
-	var nc *nats.Conn
-	resolve := func(ctx context.Context) (*nats.Conn, error) {
-		once.Do(func() { nc = <-ready })
-		return nc, nil
-	}
+	late := toolkit.NewLate()
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := cynode.Open(cynode.Deps{Resolve: resolve, DataDir: dir, Config: cfg, Keys: mandate.StaticKeys{key}, Context: ctx, Logger: Quiet, TestEgress: hooks})
+	svc, err := cynode.Open(cynode.Deps{Resolve: late.Conn, DataDir: dir, Config: cfg, Keys: mandate.StaticKeys{key}, Context: ctx, Logger: Quiet, TestEgress: hooks})
 	if err != nil {
 		cancel()
 		t.Fatalf("cynode: %v", err)
 	}
-	m, err := mesh.Start(context.Background(), mesh.Config{DataDir: dir, Listen: "127.0.0.1:0", Tools: svc.Tools(), Logger: Quiet})
-	if err != nil {
-		cancel()
-		t.Fatalf("mesh: %v", err)
-	}
-	ready <- m.Conn()
-	h := &Harness{T: t, Mesh: m, Service: svc, Key: key, DataDir: dir, agents: map[string]*agent.Client{}}
 	t.Cleanup(func() {
-		h.mu.Lock()
-		for _, a := range h.agents {
-			_ = a.Close()
-		}
-		h.mu.Unlock()
-		sctx, scancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer scancel()
-		_ = m.Stop(sctx)
 		cancel()
 		_ = svc.Close()
 	})
-	return h
+	base := tooltest.Start(t, mesh.Config{DataDir: dir, Tools: svc.Tools()})
+	late.Set(base.Mesh.Conn(), base.Mesh.Cards())
+	return &Harness{T: t, Mesh: base.Mesh, Service: svc, Key: key, DataDir: dir, base: base, mandates: map[string]string{}}
 }
 
 // Mandate issues a mandate of the test project for agentID.
@@ -144,19 +127,14 @@ func (h *Harness) Agent(agentID string) *agent.Client {
 	h.T.Helper()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if a, ok := h.agents[agentID]; ok {
-		return a
-	}
 	tok := ""
 	if agentID != NoMandate {
-		tok = h.Mandate(agentID)
+		if tok = h.mandates[agentID]; tok == "" {
+			tok = h.Mandate(agentID)
+			h.mandates[agentID] = tok
+		}
 	}
-	a, err := agent.New(h.Mesh.Conn(), agent.Config{Project: Project, AgentID: agentID, Mandate: tok, Logger: Quiet})
-	if err != nil {
-		h.T.Fatal(err)
-	}
-	h.agents[agentID] = a
-	return a
+	return h.base.Agent(agentID, tok)
 }
 
 // NoMandate is an agent id whose client sends no mandate.
@@ -183,22 +161,20 @@ func (r *Result) ErrorType() string { return Str(r.Envelope, "error", "type") }
 // Call makes a call as agentID and waits for its result card.
 func (h *Harness) Call(agentID, tool string, args any) *Result {
 	h.T.Helper()
-	raw, err := json.Marshal(args)
-	if err != nil {
-		h.T.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	id := fmt.Sprintf("call-%d", h.seq.Add(1))
-	out, err := h.Agent(agentID).Call(ctx, agent.CallRequest{ToolName: tool, Arguments: raw, AgentTurnID: "turn-" + agentID, ToolCallID: id})
-	if err != nil {
-		h.T.Fatalf("%s: %v", tool, err)
-	}
-	r := &Result{Status: out.Result.Status, Error: out.Result.Error, Raw: out.Result.Result, ToolCallID: id}
+	id := fmt.Sprintf("call-%d", h.base.Next())
+	b := h.base.Call(h.Agent(agentID), agent.CallRequest{ToolName: tool, Arguments: h.base.Args(args), AgentTurnID: "turn-" + agentID, ToolCallID: id})
+	return h.result(tool, b)
+}
+
+// result decodes a call's envelope: the result of a success, the error
+// detail of a failure.
+func (h *Harness) result(tool string, b *tooltest.Result) *Result {
+	h.T.Helper()
+	r := &Result{Status: b.Status, Error: b.Error, Raw: b.Raw, ToolCallID: b.ToolCallID}
 	switch {
 	case r.Status == card.StatusSuccess:
-		if err := json.Unmarshal(out.Result.Result, &r.Envelope); err != nil {
-			h.T.Fatalf("%s: result %s: %v", tool, out.Result.Result, err)
+		if err := json.Unmarshal(r.Raw, &r.Envelope); err != nil {
+			h.T.Fatalf("%s: result %s: %v", tool, r.Raw, err)
 		}
 	case r.Error != nil && len(r.Error.Detail) > 0:
 		_ = json.Unmarshal(r.Error.Detail, &r.Envelope)
@@ -286,4 +262,52 @@ func (h *Harness) AuditRaw() string {
 			return string(b)
 		}
 	}
+}
+
+// OperatorCall makes a call as the operator name: Admitted with the
+// principal operator:<name>. The mesh's admission service (issue 23,
+// branch admit) dispatches operators' calls; until the harness's mesh
+// runs it, this is how a test makes an operator's call. Agents' calls
+// always go through the mesh (Call).
+func (h *Harness) OperatorCall(name, tool string, args any) *Result {
+	h.T.Helper()
+	principal := utp.PrincipalOperator + ":" + name
+	return h.Admitted(name, &utp.Admission{Principal: principal}, principal, tool, args)
+}
+
+// Admitted runs the tool's handler in this process exactly as the worker
+// runtime runs a call of agentID that the mesh admitted with adm
+// (worker.Call.Admission, completed with the call's routing fields) and
+// the principal principal (worker.Call.Principal); the tool.call card and
+// its mandate are absent, as in an admitted call (tooltest.Admitted).
+func (h *Harness) Admitted(agentID string, adm *utp.Admission, principal, tool string, args any) *Result {
+	h.T.Helper()
+	b := h.base.Admitted(h.Service.Tools(), tool, tooltest.Admit{AgentID: agentID, Turn: "turn-admitted-" + agentID,
+		ToolCallID: fmt.Sprintf("call-%d", h.base.Next()), Principal: principal, Admission: adm, Args: h.base.Args(args)})
+	if b.Error != nil && b.Error.Code == card.CodeInternalError && len(b.Error.Detail) == 0 {
+		h.T.Fatalf("%s as %s: %s", tool, principal, b.Error.Message)
+	}
+	return h.result(tool, b)
+}
+
+// OperatorOK is OperatorCall of a call that must succeed; it returns the
+// envelope's result.
+func (h *Harness) OperatorOK(name, tool string, args any) map[string]any {
+	h.T.Helper()
+	r := h.OperatorCall(name, tool, args)
+	if r.Status != card.StatusSuccess || Str(r.Envelope, "status") != "success" {
+		h.T.Fatalf("%s as operator %s (%v): status %s, error %+v", tool, name, args, r.Status, r.Error)
+	}
+	return r.Value()
+}
+
+// OperatorFail is OperatorCall of a call that must fail with the envelope
+// error type typ; it returns the message.
+func (h *Harness) OperatorFail(name, tool string, args any, typ string) string {
+	h.T.Helper()
+	r := h.OperatorCall(name, tool, args)
+	if r.Status != card.StatusFailed || r.ErrorType() != typ {
+		h.T.Fatalf("%s as operator %s (%v): status %s, error %+v; want failed with error type %s", tool, name, args, r.Status, r.Error, typ)
+	}
+	return Str(r.Envelope, "error", "message")
 }

@@ -45,6 +45,10 @@ type SandboxConfig struct {
 	MaxOutputBytes int `json:"max_output_bytes,omitempty"`
 	// TimeoutMS is the wall-clock limit of an exec.
 	TimeoutMS int `json:"timeout_ms,omitempty"`
+	// JobDirBytes bounds a sandbox's work dir (a tmpfs of its own when
+	// the service is root) and each exec's /tmp: a write beyond fails
+	// with ENOSPC.
+	JobDirBytes int64 `json:"job_dir_bytes,omitempty"`
 }
 
 // BuiltinImage is the built-in image: the host's /usr, read-only.
@@ -52,7 +56,7 @@ const BuiltinImage = "builtin:host-usr"
 
 // DefaultSandbox are the sandbox limits when the configuration sets none.
 var DefaultSandbox = SandboxConfig{AllowedImages: []string{BuiltinImage}, MemoryBytes: 256 << 20, CPUSeconds: 10, MaxProcs: 64,
-	MaxFileBytes: 16 << 20, MaxOutputBytes: 64 << 10, TimeoutMS: 30000, CPUs: 1, ImageMaxBytes: 2 << 30, ImageMaxFiles: 200_000}
+	MaxFileBytes: 16 << 20, MaxOutputBytes: 64 << 10, TimeoutMS: 30000, CPUs: 1, ImageMaxBytes: 2 << 30, ImageMaxFiles: 200_000, JobDirBytes: 256 << 20}
 
 // WithDefaults fills zero fields.
 func (s SandboxConfig) WithDefaults() SandboxConfig {
@@ -88,13 +92,16 @@ func (s SandboxConfig) WithDefaults() SandboxConfig {
 	if s.TimeoutMS > 0 {
 		d.TimeoutMS = s.TimeoutMS
 	}
+	if s.JobDirBytes > 0 {
+		d.JobDirBytes = s.JobDirBytes
+	}
 	return d
 }
 
 // Validate checks the sandbox configuration.
 func (s SandboxConfig) Validate() error {
 	if s.MemoryBytes < 0 || s.CPUSeconds < 0 || s.MaxProcs < 0 || s.MaxFileBytes < 0 || s.MaxOutputBytes < 0 || s.TimeoutMS < 0 ||
-		s.CPUs < 0 || s.ImageMaxBytes < 0 || s.ImageMaxFiles < 0 {
+		s.CPUs < 0 || s.ImageMaxBytes < 0 || s.ImageMaxFiles < 0 || s.JobDirBytes < 0 {
 		return fmt.Errorf("cynode config: sandbox limits must be positive (or left out for the defaults)")
 	}
 	if c := s.Cgroup; c != "" && c != "off" && !filepath.IsAbs(c) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cedar-policy/cedar-go"
@@ -17,14 +18,22 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/cynode/audit"
 	"github.com/utpmesh/utpmesh/services/cynode/store"
+	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
 // CedarAction is the registry cedar_action of every CyNodeAI tool and the
 // action the gateway's access policies are evaluated on.
 const CedarAction = `Action::"mcp.tool.invoke"`
+
+// OperatorCedarAction is the registry cedar_action of the operator-only
+// CyNodeAI tools (Spec.Operator): an action of their own, so a project's
+// policies grant it to operators and no agent's mandate holds it by
+// holding CedarAction.
+const OperatorCedarAction = `Action::"mcp.tool.operate"`
 
 // ToolEntityType is the Cedar type of the resource: McpTool::"<tool>".
 const ToolEntityType = "McpTool"
@@ -115,14 +124,33 @@ type Spec struct {
 	// BinaryFields are top-level arguments holding base64 content: they
 	// count against MaxInputBytes but not MaxTextBytes.
 	BinaryFields []string
+	// Operator makes the tool operator-only: registry options.principal
+	// operator (the mesh's admission refuses it to agents), and the
+	// gateway refuses every caller but an operator (defence in depth).
+	// Tools that write what guards agents' own permissions are (system
+	// settings: the agents.* switches, the sandbox's added images).
+	Operator bool
 	// Run executes an allowed call.
 	Run func(ctx context.Context, x *Exec) (any, error)
 }
 
-// Identity is who calls, as the gateway resolved it.
+// Identity is who calls, as the gateway resolved it: an agent (AgentID
+// and its registration) or an operator (Operator).
 type Identity struct {
 	AgentID string
 	Agent
+	// Operator is the operator's name of an operator's call (principal
+	// operator:<name> of the mesh's admission); "" for an agent.
+	Operator string
+}
+
+// Who names the caller in records (a setting's updated_by): the agent id,
+// or "operator:<name>".
+func (id Identity) Who() string {
+	if id.Operator != "" {
+		return utp.PrincipalOperator + ":" + id.Operator
+	}
+	return id.AgentID
 }
 
 // Exec is one allowed call.
@@ -145,22 +173,32 @@ type Exec struct {
 	ChangesetHash string
 }
 
-// Bind decodes the arguments.
+// Bind decodes the arguments (toolkit.Bind); a mismatch is the
+// response model's invalid_argument naming it.
 func (x *Exec) Bind(v any) error {
-	if err := json.Unmarshal(x.Args, v); err != nil {
-		return Errorf(TypeInvalidArgument, "arguments: %v", err)
+	var ce *card.Error
+	if err := toolkit.Bind(x.Args, v); errors.As(err, &ce) {
+		return Errorf(TypeInvalidArgument, "%s", ce.Message)
 	}
 	return nil
 }
 
-// Tool wraps a spec as a worker tool behind the gateway.
-func (g *Gateway) Tool(sp Spec) worker.Tool {
-	return worker.Tool{
-		Name: sp.Name, Description: sp.Description, Parameters: json.RawMessage(sp.Params),
-		Target: "cynode." + sp.Name, AfterExecution: card.Suspend,
-		Options: registry.Options{RiskLevel: registry.RiskLow, Confirmation: registry.ConfirmNever, CedarAction: CedarAction},
-		Handler: g.handler(sp),
+// Tool wraps a spec as a worker tool behind the gateway: the toolkit's
+// spec (target cynode.<name>, cedar action CedarAction, or
+// OperatorCedarAction and principal operator for Spec.Operator) and its
+// audit hook, which stores the call's audit record. An incomplete spec
+// fails with toolkit.ErrSpec.
+func (g *Gateway) Tool(sp Spec) (worker.Tool, error) {
+	ts := toolkit.Spec{Name: sp.Name, Description: sp.Description, Params: sp.Params, Target: "cynode." + sp.Name,
+		AfterExecution: card.Suspend, CedarAction: CedarAction, Risk: registry.RiskLow, Confirmation: registry.ConfirmNever}
+	if sp.Operator {
+		ts.Operator, ts.Risk, ts.CedarAction = true, registry.RiskHigh, OperatorCedarAction
 	}
+	t, err := ts.Tool(g.handler(sp), toolkit.Hooks{Audit: g.audit, Now: g.now})
+	if err != nil {
+		return worker.Tool{}, fmt.Errorf("cynode: %w", err)
+	}
+	return t, nil
 }
 
 // ids are the top-level ids the gateway reads from the arguments.
@@ -172,10 +210,10 @@ type ids struct {
 
 func (g *Gateway) handler(sp Spec) worker.HandlerFunc {
 	return func(ctx context.Context, call *worker.Call) (worker.Result, error) {
-		start := g.now()
-		rec := &audit.Record{Time: start.UTC(), ProjectID: call.ProjectID, ChannelID: call.ChannelID, Subject: call.Command.AgentID,
+		rec := &audit.Record{Time: g.now().UTC(), ProjectID: call.ProjectID, ChannelID: call.ChannelID, Subject: call.Command.AgentID,
 			Tool: sp.Name, Server: audit.Server, ToolCallID: call.Command.ToolCallID, TurnID: call.Command.AgentTurnID,
 			GroupIDs: []string{}, RoleNames: []string{}}
+		toolkit.Annotate(ctx, rec)
 		var a ids
 		_ = json.Unmarshal(call.Arguments, &a) // the worker validated the object; non-string ids stay ""
 		rec.TaskID, rec.RunID, rec.JobID = a.TaskID, a.RunID, a.JobID
@@ -190,23 +228,27 @@ func (g *Gateway) handler(sp Spec) worker.HandlerFunc {
 			}
 			if err == nil {
 				rec.Status = audit.StatusSuccess
-				g.finish(ctx, call, rec, start)
 				return worker.OK(json.RawMessage(raw)), nil
 			}
 		}
 		ge := asError(err)
 		rec.Status, rec.ErrorType = audit.StatusError, ge.Type
-		g.finish(ctx, call, rec, start)
 		return worker.Result{}, ge.cardError()
 	}
 }
 
-func (g *Gateway) finish(ctx context.Context, call *worker.Call, rec *audit.Record, start time.Time) {
-	rec.DurationMS = g.now().Sub(start).Milliseconds()
+// audit is the toolkit's audit hook: it stores the call's audit record
+// (a call the gateway did not admit is a deny).
+func (g *Gateway) audit(ctx context.Context, o *toolkit.Outcome) {
+	rec, ok := o.Detail.(*audit.Record)
+	if !ok {
+		return
+	}
+	rec.DurationMS = o.Duration.Milliseconds()
 	if rec.Decision == "" {
 		rec.Decision = audit.DecisionDeny
 	}
-	if err := g.auditf(ctx, call.Version, rec); err != nil {
+	if err := g.auditf(ctx, o.Call.Version, rec); err != nil {
 		g.log.Error("cynode audit record not stored", "err", err, "tool", rec.Tool, "tool_call_id", rec.ToolCallID, "decision", rec.Decision)
 	}
 }
@@ -218,9 +260,21 @@ func (g *Gateway) run(ctx context.Context, sp Spec, call *worker.Call, a ids, re
 		return nil, err
 	}
 	rec.AgentType, rec.UserID = string(id.Type), id.User
+	if id.Operator != "" {
+		rec.Subject, rec.AgentType = id.Who(), utp.PrincipalOperator
+	}
 	rec.GroupIDs, rec.RoleNames = nonNil(id.Groups), nonNil(id.Roles)
 	if g.disabled[sp.Name] {
 		return nil, Errorf(TypeToolDisabled, "tool %s is disabled by the administrator (disabled_tools in the cynode configuration)", sp.Name)
+	}
+	switch {
+	case sp.Operator && id.Operator == "":
+		return nil, Errorf(TypeNotAllowed, "tool %s is an operator's tool (it writes what guards agents' permissions) and this call comes from agent %s: no agent may call it, whatever its mandate or type; an operator runs it", sp.Name, id.AgentID).
+			With(map[string]any{"principal": utp.PrincipalAgent + ":" + id.AgentID, "required_principal": utp.PrincipalOperator})
+	case !sp.Operator && id.Operator != "":
+		return nil, Errorf(TypeNotAllowed, "tool %s is an agent's tool; an operator calls only the operator tools (db.system_setting.create|update|delete)", sp.Name)
+	case id.Operator != "":
+		return g.exec(ctx, sp, call, id, a, rec)
 	}
 	if !Allows(g.cfg.allowlist(id.Type), sp.Name) {
 		return nil, Errorf(TypeNotAllowed, "tool %s is not on the %s agent allowlist (allowed: %v)", sp.Name, id.Type, g.cfg.allowlist(id.Type)).
@@ -233,6 +287,11 @@ func (g *Gateway) run(ctx context.Context, sp Spec, call *worker.Call, a ids, re
 	if err := g.authorize(id, call.ProjectID, sp.Name, a.TaskID); err != nil {
 		return nil, err
 	}
+	return g.exec(ctx, sp, call, id, a, rec)
+}
+
+// exec runs an admitted call: the input limits, the task check, the tool.
+func (g *Gateway) exec(ctx context.Context, sp Spec, call *worker.Call, id Identity, a ids, rec *audit.Record) (any, error) {
 	if err := g.checkInput(sp, call.Arguments); err != nil {
 		return nil, err
 	}
@@ -249,10 +308,33 @@ func (g *Gateway) run(ctx context.Context, sp Spec, call *worker.Call, a ids, re
 	return v, err
 }
 
-// identify resolves the caller from the call's mandate: the mandate must
-// verify against the project's issuer key and be the calling agent's; the
-// agent type comes from the operator's registration of that agent id.
+// identify resolves the caller. A call the mesh admitted (issue 23)
+// carries its principal: an operator's is the operator; an agent's is the
+// agent whose mandate the mesh verified (the admission names the
+// mandate's jti; the card no longer carries the token). A call without an
+// admission is identified from the mandate in its tool.call card, which
+// must verify against the project's issuer key and be the calling agent's.
+// Either way an agent's type comes from the operator's registration of
+// that agent id.
 func (g *Gateway) identify(ctx context.Context, call *worker.Call) (Identity, error) {
+	if call.Admission != nil {
+		kind, name, _ := strings.Cut(call.Principal, ":")
+		switch {
+		case call.Admission.Principal != call.Principal || name == "":
+			return Identity{}, Errorf(TypeUnauthenticated, "the call's principal %q is not its admission's %q", call.Principal, call.Admission.Principal)
+		case kind == utp.PrincipalOperator:
+			return Identity{Operator: name}, nil
+		case kind != utp.PrincipalAgent || name != call.Command.AgentID:
+			return Identity{}, Errorf(TypeUnauthenticated, "the call's principal %q is not agent:%s", call.Principal, call.Command.AgentID)
+		case call.Admission.MandateJTI == "":
+			return Identity{}, Errorf(TypeUnauthenticated, "no mandate: CyNodeAI tools need a mandate, and the mesh admitted this call without one (a project that needs none); issue agent %s a mandate", name)
+		}
+		ag, ok := g.cfg.Agents[name]
+		if !ok {
+			return Identity{}, Errorf(TypeUnauthenticated, "agent %q has no registered agent type: add it under \"agents\" in the cynode configuration with type pm, pa or sandbox", name)
+		}
+		return Identity{AgentID: name, Agent: ag}, nil
+	}
 	var token string
 	if call.CallCard != nil {
 		if raw, ok := call.CallCard.Metadata.Extra[authz.MetadataMandate]; ok {

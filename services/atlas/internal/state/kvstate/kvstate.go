@@ -63,6 +63,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/internal/deadline"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
 )
 
@@ -92,6 +93,11 @@ type Config struct {
 	MaxAttempts int
 	// Description is the bucket's description.
 	Description string
+	// Timeout bounds each request to the bucket (a read, a commit)
+	// whatever the transaction's context allows, so that a reply lost in a
+	// node's failure costs this long, not the whole call; 0 means
+	// deadline.Default.
+	Timeout time.Duration
 }
 
 // Store is a group's state in a JetStream KV bucket.
@@ -120,6 +126,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}
 	if cfg.Replicas < 1 || cfg.Replicas > 5 {
 		return nil, fmt.Errorf("kvstate: %d replicas: use 1, or 3 on a cluster of at least three servers", cfg.Replicas)
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("kvstate: timeout %v: use a positive duration, or 0 for the default %v", cfg.Timeout, deadline.Default)
 	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
@@ -180,14 +189,16 @@ func open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config
 }
 
 // PublishSubjects are the subjects a NATS user must be allowed to publish
-// to for a Store on bucket to create or adopt it, read, scan and commit
-// (besides subscribing to its own _INBOX.>): what a worker identity of the
-// group needs.
+// to for a Store on bucket to adopt it, read, scan and commit (besides
+// subscribing to its own reply inboxes): what a worker identity of the
+// group needs. They manage no stream: the bucket is created and
+// configured by the mesh core (`utpmesh up` serving the group with the
+// replicated state), never by a worker.
 func PublishSubjects(bucket string) []string {
 	st := "KV_" + bucket
 	return []string{
 		"$JS.API.INFO",
-		"$JS.API.STREAM.INFO." + st, "$JS.API.STREAM.CREATE." + st, "$JS.API.STREAM.UPDATE." + st,
+		"$JS.API.STREAM.INFO." + st,
 		"$JS.API.STREAM.MSG.GET." + st,
 		"$JS.API.CONSUMER.CREATE." + st + ".>", "$JS.API.CONSUMER.DELETE." + st + ".>",
 		"$JS.FC." + st + ".>",
@@ -304,7 +315,9 @@ func (t *tx) touch(project string) error {
 }
 
 func (t *tx) version(project string) (uint64, error) {
-	e, err := t.s.kv.Get(t.ctx, encode(project)+"."+versionToken)
+	ctx, cancel := deadline.Within(t.ctx, t.s.cfg.Timeout)
+	defer cancel()
+	e, err := t.s.kv.Get(ctx, encode(project)+"."+versionToken)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return 0, nil
 	}
@@ -393,9 +406,11 @@ func (t *tx) commit() error {
 	}
 	last := msgs[len(msgs)-1]
 	last.Header.Set("Nats-Batch-Commit", "1")
-	resp, err := t.s.nc.RequestMsgWithContext(t.ctx, last)
+	ctx, cancel := deadline.Within(t.ctx, t.s.cfg.Timeout)
+	defer cancel()
+	resp, err := deadline.RequestMsg(ctx, t.s.nc, last)
 	if err != nil {
-		return fmt.Errorf("kvstate: %s: commit (the transaction may or may not be stored): %w", t.s.cfg.Bucket, err)
+		return fmt.Errorf("%w: kvstate: %s: commit: %w", state.ErrUnknownOutcome, t.s.cfg.Bucket, err)
 	}
 	var ack struct {
 		Error *jetstream.APIError `json:"error"`
@@ -429,7 +444,9 @@ func (b *bucket) Get(key string) ([]byte, bool, error) {
 		}
 		return w.value, true, nil
 	}
-	e, err := b.t.s.kv.Get(b.t.ctx, k)
+	ctx, cancel := deadline.Within(b.t.ctx, b.t.s.cfg.Timeout)
+	defer cancel()
+	e, err := b.t.s.kv.Get(ctx, k)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, false, nil
 	}

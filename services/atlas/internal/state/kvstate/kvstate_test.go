@@ -47,6 +47,7 @@ func TestOpenRefusesBadConfig(t *testing.T) {
 	}{
 		{kvstate.Config{}, "Bucket is required"},
 		{kvstate.Config{Bucket: "atlas_x", Replicas: 7}, "use 1, or 3"},
+		{kvstate.Config{Bucket: "atlas_x", Timeout: -time.Second}, "timeout -1s: use a positive duration"},
 		{kvstate.Config{Bucket: "atlas_x", Replicas: 3}, "R3 needs a NATS cluster"}, // one server cannot hold three replicas
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -105,11 +106,12 @@ func TestConflictRetriesThenGivesUp(t *testing.T) {
 }
 
 // A user allowed to publish to PublishSubjects only (and to receive on its
-// inbox) can create and adopt the bucket, write, read, scan and list.
+// inbox) can adopt the bucket the core created, write, read, scan and
+// list; it creates no stream.
 func TestPublishSubjectsSuffice(t *testing.T) {
 	const bucket = "atlas_tasks"
 	o := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{{Username: "worker", Password: "pw", Permissions: &server.Permissions{
+		Users: []*server.User{{Username: "core", Password: "pw"}, {Username: "worker", Password: "pw", Permissions: &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: kvstate.PublishSubjects(bucket)},
 			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}}}}}}
 	srv, err := server.NewServer(o)
@@ -130,7 +132,15 @@ func TestPublishSubjectsSuffice(t *testing.T) {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for range 2 { // create, then adopt
+	core, err := nats.Connect(srv.ClientURL(), nats.UserInfo("core", "pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer core.Close()
+	if _, err := kvstate.Open(ctx, core, kvstate.Config{Bucket: bucket}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // adopt, twice
 		s, err := kvstate.Open(ctx, nc, kvstate.Config{Bucket: bucket})
 		if err != nil {
 			t.Fatal(err)

@@ -1,0 +1,76 @@
+package deadline_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/internal/deadline"
+	"github.com/utpmesh/utpmesh/internal/meshtest"
+)
+
+// TestBound: a context with a deadline keeps it; one without gets the
+// given bound, or Default.
+func TestBound(t *testing.T) {
+	far := time.Now().Add(time.Hour)
+	withDL, cancel := context.WithDeadline(context.Background(), far)
+	defer cancel()
+	tests := []struct {
+		name string
+		ctx  context.Context
+		d    time.Duration
+		max  time.Duration // the deadline is at most this far away
+		keep bool          // the deadline is ctx's own
+	}{
+		{"own deadline kept", withDL, time.Second, 0, true},
+		{"bound applied", context.Background(), time.Second, time.Second, false},
+		{"default applied", context.Background(), 0, deadline.Default, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := time.Now()
+			ctx, cancel := deadline.Bound(tc.ctx, tc.d)
+			defer cancel()
+			dl, ok := ctx.Deadline()
+			switch {
+			case !ok:
+				t.Fatal("no deadline")
+			case tc.keep && !dl.Equal(far):
+				t.Fatalf("deadline %v, want the context's own %v", dl, far)
+			case !tc.keep && dl.After(before.Add(tc.max).Add(time.Second)):
+				t.Fatalf("deadline %v is further than %v", dl, tc.max)
+			}
+		})
+	}
+}
+
+// TestRequestReturnsWhenNobodyAnswers: a request that a subscriber takes
+// and never answers ends with context.DeadlineExceeded instead of waiting
+// forever, though the caller's context has no deadline.
+func TestRequestReturnsWhenNobodyAnswers(t *testing.T) {
+	nc := meshtest.Conn(t, meshtest.NATS(t))
+	sub, err := nc.SubscribeSync("stalled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// A short bound on the caller's side, as a store client configures
+	// its own; the caller's context itself has none.
+	ctx, cancel := deadline.Bound(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := deadline.Request(ctx, nc, "stalled", nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Request = %v, want context.DeadlineExceeded", err)
+	}
+	m := nats.NewMsg("stalled")
+	ctx2, cancel2 := deadline.Bound(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	if _, err := deadline.RequestMsg(ctx2, nc, m); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("RequestMsg = %v, want context.DeadlineExceeded", err)
+	}
+}

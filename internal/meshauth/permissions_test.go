@@ -1,0 +1,103 @@
+package meshauth_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/utpmesh/utpmesh/internal/meshauth"
+	"github.com/utpmesh/utpmesh/pkg/creds"
+	"github.com/utpmesh/utpmesh/pkg/streams"
+)
+
+func newKey(t *testing.T) string {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	return pub
+}
+
+// TestPermissionsShape: the rules every non-core identity's permissions
+// follow (the real-server table is cmd/utpmesh TestIdentityEscalations):
+// its own inbox prefix only, no stream management, raw commands only with
+// the opt-in, a limited worker's subjects in its projects only.
+func TestPermissionsShape(t *testing.T) {
+	tool := []meshauth.Tool{{Name: "echo", Target: "echo"}}
+	ids := []struct {
+		name string
+		id   meshauth.Identity
+	}{
+		{"agent", meshauth.Identity{Role: meshauth.RoleAgent, Project: "demo"}},
+		{"agent raw", meshauth.Identity{Role: meshauth.RoleAgent, Project: "demo", RawCommands: true}},
+		{"agent alice", meshauth.Identity{Role: meshauth.RoleAgent, Project: "demo", Agent: "alice"}},
+		{"worker", meshauth.Identity{Role: meshauth.RoleWorker, Service: "echo", Tools: tool}},
+		{"worker limited", meshauth.Identity{Role: meshauth.RoleWorker, Service: "echo", Tools: tool, Projects: []string{"demo"}}},
+		{"operator", meshauth.Identity{Role: meshauth.RoleOperator}},
+	}
+	for _, tc := range ids {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.id.Key = newKey(t)
+			p := meshauth.Permissions("v1", tc.id)
+			if p == nil {
+				t.Fatal("nil permissions: everything")
+			}
+			pub, sub := p.Publish.Allow, p.Subscribe.Allow
+			if !slices.Contains(sub, creds.InboxPrefix(tc.id.Key)+".>") {
+				t.Errorf("subscribe %v lacks its inbox prefix", sub)
+			}
+			for _, s := range sub {
+				if strings.HasPrefix(s, "_INBOX.") && s != creds.InboxPrefix(tc.id.Key)+".>" {
+					t.Errorf("subscribe %q: another inbox", s)
+				}
+			}
+			raw := false
+			for _, s := range pub {
+				for _, op := range []string{"STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "STREAM.PURGE", "STREAM.MSG.DELETE", "CONSUMER.DELETE"} {
+					if strings.Contains(s, "$JS.API."+op) {
+						t.Errorf("publish %q manages a stream", s)
+					}
+				}
+				if strings.Contains(s, ".cmd.tool.") && !strings.HasPrefix(s, "$JS.API.CONSUMER.CREATE.") {
+					raw = true
+				}
+				if tc.id.Projects != nil && strings.HasPrefix(s, "cg.v1.*.") && !strings.Contains(s, ".svc.cardstore.claim_key.") &&
+					!strings.Contains(s, ".svc.cardstore.release_key.") && !strings.Contains(s, ".svc.cardstore.get_claim.") {
+					t.Errorf("publish %q: a limited worker outside its projects", s)
+				}
+				if tc.id.Projects != nil && strings.HasPrefix(s, "$JS.API.CONSUMER.CREATE.") {
+					t.Errorf("publish %q: a limited worker creates its durable", s)
+				}
+			}
+			if raw != tc.id.RawCommands {
+				t.Errorf("raw commands allowed = %v, want %v (%v)", raw, tc.id.RawCommands, pub)
+			}
+			if tc.id.Agent != "" && (!slices.Contains(pub, "cg.v1.demo.*.svc.dispatch.call.alice") || slices.Contains(sub, "cg.v1.demo.*.cmd.agent.*.wakeup")) {
+				t.Errorf("per-agent identity: publish %v, subscribe %v", pub, sub)
+			}
+		})
+	}
+	if p := meshauth.Permissions("v1", meshauth.Identity{Role: meshauth.RoleAdmin}); p != nil {
+		t.Errorf("admin permissions = %+v, want nil (everything)", p)
+	}
+}
+
+func TestWorkerDurables(t *testing.T) {
+	id := meshauth.Identity{Role: meshauth.RoleWorker, Service: "x", Tools: []meshauth.Tool{{Name: "x.y", Target: "x.y"}}, Projects: []string{"a", "b"}}
+	got := meshauth.WorkerDurables("v1", id)
+	want := []string{"cg.v1.a.*.cmd.tool.x.y", "cg.v1.b.*.cmd.tool.x.y"}
+	if d := streams.ToolConsumer("x.y"); len(got) != 1 || !slices.Equal(got[d], want) {
+		t.Fatalf("WorkerDurables = %v, want %s: %v", got, d, want)
+	}
+	id.Projects = nil
+	if got := meshauth.WorkerDurables("v1", id); !slices.Equal(got[streams.ToolConsumer("x.y")], []string{"cg.v1.*.*.cmd.tool.x.y"}) {
+		t.Fatalf("WorkerDurables of an unlimited worker = %v", got)
+	}
+	if got := meshauth.WorkerDurables("v1", meshauth.Identity{Role: meshauth.RoleAgent, Project: "a"}); got != nil {
+		t.Fatalf("WorkerDurables of an agent = %v, want nil", got)
+	}
+}

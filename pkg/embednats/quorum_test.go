@@ -1,0 +1,73 @@
+package embednats_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/pkg/embednats"
+)
+
+// TestNoQuorum: with 2 of 3 cluster nodes gone, the survivor is not
+// Ready and says it lost its quorum, and a publish to an R3 stream fails
+// at once instead of waiting out its timeout.
+func TestNoQuorum(t *testing.T) {
+	srvs := cluster(t, freePorts(t, 3), func(i int, c *embednats.Config) {
+		c.DataDir, c.JetStream = t.TempDir(), true
+	})
+	waitRouted(t, srvs)
+	nc, err := srvs[0].Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	await(t, "a stream created with 3 replicas", func() bool {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := js.CreateStream(cctx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3.>"}, Replicas: 3})
+		return err == nil
+	})
+	await(t, "a first publish", func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := js.Publish(pctx, "r3.a", []byte("x"))
+		return err == nil
+	})
+	await(t, "every node ready", func() bool {
+		for _, s := range srvs {
+			if s.Ready() != nil {
+				return false
+			}
+		}
+		return true
+	})
+
+	for _, s := range srvs[1:] {
+		if err := s.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	await(t, "the survivor not ready", func() bool { return srvs[0].Ready() != nil })
+	rerr := srvs[0].Ready()
+	if !errors.Is(rerr, embednats.ErrNotReady) || !strings.Contains(rerr.Error(), "quorum") {
+		t.Fatalf("survivor Ready = %v, want ErrNotReady naming the lost quorum", rerr)
+	}
+	t.Logf("survivor: %v", rerr)
+	for i := range 3 {
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		start := time.Now()
+		_, err := js.Publish(pctx, "r3.b", []byte("y"))
+		cancel()
+		t.Logf("publish %d without quorum: %v after %v", i, err, time.Since(start).Round(time.Millisecond))
+		if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			t.Fatalf("publish without quorum: %v, want an error at once", err)
+		}
+	}
+}

@@ -1,0 +1,182 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/utpmesh/utpmesh/pkg/worker"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/internal/meshauth"
+	"github.com/utpmesh/utpmesh/pkg/identity"
+	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/svc"
+)
+
+// identState is the mesh's live identity state: the identities added with
+// `utpmesh identity add` (a file under the data directory), the
+// projects' raw-command opt-ins, and what the server admits now.
+type identState struct {
+	mu       sync.Mutex // serializes reloads of the server's users
+	store    *identity.Store
+	raw      map[string]bool // SetRawCommands overrides
+	admitted []meshauth.Identity
+	amu      sync.Mutex // guards raw and admitted
+}
+
+var _ identity.Mesh = (*Mesh)(nil)
+
+func (s *identState) setAdmitted(ids []meshauth.Identity) {
+	s.amu.Lock()
+	s.admitted = ids
+	s.amu.Unlock()
+}
+
+// addedIdentities opens the identity list (once) and returns it.
+func (m *Mesh) addedIdentities() ([]meshauth.Identity, error) {
+	if m.idents.store == nil {
+		st, err := identity.OpenStore(filepath.Join(m.cfg.DataDir, identity.FileName))
+		if err != nil {
+			return nil, fmt.Errorf("mesh: identities: %w", err)
+		}
+		m.idents.store = st
+	}
+	return m.idents.store.List(), nil
+}
+
+// rawCommands reports whether project's agent identities may publish raw
+// commands: SetRawCommands, else IdentityConfig.RawCommands, else yes.
+func (m *Mesh) rawCommands(project string) bool {
+	m.idents.amu.Lock()
+	raw, ok := m.idents.raw[project]
+	m.idents.amu.Unlock()
+	if ok {
+		return raw
+	}
+	if f := m.cfg.Identities.RawCommands; f != nil {
+		return f(project)
+	}
+	return true
+}
+
+// SetRawCommands switches project's opt-in to raw commands and reloads
+// the server's users: with raw false its agent identities may no longer
+// publish on cmd.tool.* or cmd.sys.pmo.internal.* (they dispatch through
+// the mesh); with true they may. The core calls it when a project's
+// configuration changes. It needs Config.Identities.
+func (m *Mesh) SetRawCommands(project string, raw bool) error {
+	if m.cfg.Identities == nil {
+		return errors.New("mesh: SetRawCommands needs Config.Identities (NATS authentication on)")
+	}
+	m.idents.amu.Lock()
+	if m.idents.raw == nil {
+		m.idents.raw = map[string]bool{}
+	}
+	m.idents.raw[project] = raw
+	m.idents.amu.Unlock()
+	return m.ReloadIdentities()
+}
+
+// Identities returns every identity the server admits now, with its
+// public key (identity.Mesh).
+func (m *Mesh) Identities() []meshauth.Identity {
+	m.idents.amu.Lock()
+	defer m.idents.amu.Unlock()
+	return slices.Clone(m.idents.admitted)
+}
+
+// ReloadIdentities rebuilds the server's users from Config.Identities,
+// the added identities and the raw-command opt-ins, with a live reload:
+// connections of a removed identity are closed, the others get their new
+// permissions (identity.Mesh).
+func (m *Mesh) ReloadIdentities() error {
+	if m.cfg.Identities == nil {
+		return errors.New("mesh: ReloadIdentities needs Config.Identities (NATS authentication on)")
+	}
+	m.idents.mu.Lock()
+	defer m.idents.mu.Unlock()
+	users, _, err := m.identities()
+	if err != nil {
+		return err
+	}
+	// The durables before the users: a worker that may connect finds
+	// its durable made, as a pull consumer.
+	if err := m.workerDurables(m.Identities()); err != nil {
+		return err
+	}
+	return m.srv.SetUsers(users)
+}
+
+// durableAckWait is the ack wait of the durables the core makes for
+// worker identities: the worker runtime's default (a worker may change it),
+// so a dead worker's calls fail over in seconds (docs/performance.md).
+const durableAckWait = worker.DefaultAckWait
+
+// workerDurables makes sure every tool of every worker identity has its
+// durable as a pull consumer (meshauth.WorkerDurables): missing ones are
+// created, a limited worker's are narrowed to its projects' filters, a
+// push consumer in its place is an error saying what to do.
+func (m *Mesh) workerDurables(ids []meshauth.Identity) error {
+	ctx, cancel := context.WithTimeout(context.Background(), streams.Patience)
+	defer cancel()
+	js, err := jetstream.New(m.nc)
+	if err != nil {
+		return fmt.Errorf("mesh: jetstream: %w", err)
+	}
+	stream := streams.CommandStream(m.cfg.ProtocolVersion)
+	for _, id := range ids {
+		for durable, filters := range meshauth.WorkerDurables(m.cfg.ProtocolVersion, id) {
+			cur, err := js.Consumer(ctx, stream, durable)
+			if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return fmt.Errorf("mesh: durable %s of %s: %w", durable, id.Name(), err)
+			}
+			if err == nil {
+				have := cur.CachedInfo().Config
+				if have.DeliverSubject != "" {
+					return fmt.Errorf("mesh: durable %s of %s delivers to %q (a push consumer, which no worker of the mesh makes): delete it (nats consumer rm %s %s) and start again",
+						durable, id.Name(), have.DeliverSubject, stream, durable)
+				}
+				if len(id.Projects) == 0 || slices.Equal(filtersOf(have), filters) {
+					continue // the worker's own (it may change its ack wait)
+				}
+			}
+			cfg := streams.ConsumerConfig(durable, filters, durableAckWait, -1)
+			if _, err := js.CreateOrUpdateConsumer(ctx, stream, cfg); err != nil {
+				return fmt.Errorf("mesh: durable %s of %s (filters %s): %w", durable, id.Name(), strings.Join(filters, ", "), err)
+			}
+		}
+	}
+	return nil
+}
+
+// startIdentityService serves svc.identity.* (pkg/identity) when NATS
+// authentication is on.
+func (m *Mesh) startIdentityService() error {
+	if m.cfg.Identities == nil {
+		return nil
+	}
+	if _, err := m.addedIdentities(); err != nil {
+		return err
+	}
+	srv, err := identity.NewServer(m.nc, m.idents.store, m, svc.ServerConfig{Version: m.cfg.ProtocolVersion,
+		Logger: m.cfg.Logger.With("component", "identity")})
+	if err != nil {
+		return fmt.Errorf("mesh: identity service: %w", err)
+	}
+	m.push(srv.Stop)
+	return m.workerDurables(m.Identities())
+}
+
+// filtersOf returns a consumer's filter subjects.
+func filtersOf(c jetstream.ConsumerConfig) []string {
+	if c.FilterSubject != "" {
+		return []string{c.FilterSubject}
+	}
+	return c.FilterSubjects
+}

@@ -1,0 +1,106 @@
+package mesh_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/embednats"
+	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/echo"
+)
+
+// TestNoQuorumMesh: three meshes as one cluster; with two of them
+// stopped the survivor is not Ready (no quorum) and a call to it fails at
+// once with an error, not after its deadline. It used to take 30 s to
+// fail while the survivor's /healthz said 200.
+func TestNoQuorumMesh(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var routes, listen []string
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		listen = append(listen, l.Addr().String())
+		routes = append(routes, "nats-route://"+l.Addr().String())
+		l.Close()
+	}
+	meshes := make([]*mesh.Mesh, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			meshes[i], errs[i] = mesh.Start(ctx, mesh.Config{DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i)), Listen: "127.0.0.1:0",
+				Logger: quiet, Tools: []worker.Tool{echo.Tool()},
+				ServerName: fmt.Sprintf("n%d", i), Cluster: &embednats.Cluster{Name: "quorum", Listen: listen[i], Routes: routes}})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, m := range meshes {
+			_ = m.Stop(context.Background())
+		}
+	})
+	nc, err := nats.Connect(meshes[0].ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ac, err := agent.New(nc, agent.Config{Project: "demo", Channel: "main", AgentID: "quorum"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(i int) error {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err := ac.Call(cctx, agent.CallRequest{ToolName: "echo", AgentTurnID: "turn-quorum", Arguments: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+		return err
+	}
+	if err := call(0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every node ready", func() bool {
+		for _, m := range meshes {
+			if m.Ready() != nil {
+				return false
+			}
+		}
+		return true
+	})
+
+	for _, m := range meshes[1:] {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_ = m.Stop(sctx)
+		cancel()
+	}
+	waitFor(t, "the survivor not ready", func() bool { return meshes[0].Ready() != nil })
+	if rerr := meshes[0].Ready(); !errors.Is(rerr, embednats.ErrNotReady) || !strings.Contains(rerr.Error(), "quorum") {
+		t.Fatalf("survivor Ready = %v, want ErrNotReady naming the lost quorum", rerr)
+	}
+	start := time.Now()
+	err = call(1)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("call without quorum: %v, want an error at once", err)
+	}
+	t.Logf("call without quorum failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+}
