@@ -60,6 +60,22 @@ func TestNoQuorum(t *testing.T) {
 		t.Fatalf("survivor Ready = %v, want ErrNotReady naming the lost quorum", rerr)
 	}
 	t.Logf("survivor: %v", rerr)
+	// A stream leader on the survivor keeps its leadership until its raft
+	// group notices the lost quorum (seconds, more on a loaded machine);
+	// a publish it takes meanwhile is proposed and never answered. Wait
+	// for the step-down: from then on every publish fails at once.
+	stepDown := time.Now().Add(90 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.Publish(pctx, "r3.b", []byte("y"))
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			break
+		}
+		if time.Now().After(stepDown) {
+			t.Fatalf("publish without quorum still times out (%v): the stream leader never stepped down", err)
+		}
+	}
 	for i := range 3 {
 		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		start := time.Now()

@@ -97,6 +97,23 @@ func TestNoQuorumMesh(t *testing.T) {
 	if rerr := meshes[0].Ready(); !errors.Is(rerr, embednats.ErrNotReady) || !strings.Contains(rerr.Error(), "quorum") {
 		t.Fatalf("survivor Ready = %v, want ErrNotReady naming the lost quorum", rerr)
 	}
+	// The command stream's leader may be the survivor, which keeps its
+	// leadership until its raft group notices the lost quorum; a call it
+	// takes meanwhile waits. Wait for the step-down (a probe call that
+	// fails with an error, not its short deadline): from then on every
+	// call fails at once.
+	stepDown := time.Now().Add(90 * time.Second)
+	for i := 100; ; i++ {
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, perr := ac.Call(pctx, agent.CallRequest{ToolName: "echo", AgentTurnID: "turn-quorum", Arguments: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+		cancel()
+		if perr != nil && !errors.Is(perr, context.DeadlineExceeded) {
+			break
+		}
+		if time.Now().After(stepDown) {
+			t.Fatalf("calls without quorum still wait (%v): the command stream's leader never stepped down", perr)
+		}
+	}
 	start := time.Now()
 	err = call(1)
 	if err == nil || errors.Is(err, context.DeadlineExceeded) {
