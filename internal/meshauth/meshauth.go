@@ -124,9 +124,10 @@ func Permissions(ver string, id Identity) *server.Permissions {
 	switch id.Role {
 	case RoleAgent:
 		p := "cg." + ver + "." + id.Project + ".*."
+		// Calls go through the mesh's admission (svc.dispatch): an agent
+		// publishes no tool command itself (issue 23).
 		pub := []string{
-			p + "cmd.tool.>",
-			p + "cmd.sys.pmo.internal.*",
+			p + "svc.dispatch.call.*", p + "svc.dispatch.keys",
 			p + "svc.registry.get", p + "svc.registry.list",
 			p + "svc.inbox.list", p + "svc.inbox.get", p + "svc.inbox.ack", p + "svc.inbox.set_epoch",
 			p + "svc.worker.*",
@@ -154,6 +155,7 @@ func Permissions(ver string, id Identity) *server.Permissions {
 			a + "evt.sys.authz.decision",
 			a + "svc.registry.get", a + "svc.registry.list",
 			a + "svc.authz.get", a + "svc.authz.config_get", a + "svc.authz.issuer_key",
+			a + "svc.dispatch.keys",
 			"$JS.API.INFO",
 		}
 		for _, s := range []string{cmd, streams.WakeupStream(ver), evt} {

@@ -15,9 +15,10 @@ const DefaultActionType = "Action"
 
 // Entity types of the mesh's authorization model (see Schema).
 const (
-	TypeAgent   = "Agent"
-	TypeProject = "Project"
-	TypeTool    = "Tool"
+	TypeAgent    = "Agent"
+	TypeOperator = "Operator"
+	TypeProject  = "Project"
+	TypeTool     = "Tool"
 )
 
 // ActionOf returns the Cedar action of a registry entry: its
@@ -51,6 +52,12 @@ func ParseAction(s string) (types.EntityUID, error) {
 // AgentUID is the principal of an agent.
 func AgentUID(agentID string) types.EntityUID {
 	return types.NewEntityUID(TypeAgent, types.String(agentID))
+}
+
+// OperatorUID is the principal of an operator (an operator's call through
+// svc.dispatch.operator.<name>).
+func OperatorUID(name string) types.EntityUID {
+	return types.NewEntityUID(TypeOperator, types.String(name))
 }
 
 // ProjectUID is the resource of a call no catalogue resolves to one of

@@ -25,6 +25,7 @@ import (
 // `has` guards.
 const SchemaText = `entity Project;
 entity Agent;
+entity Operator;
 entity Tool;
 type CallContext = {
   tool: String,
@@ -42,7 +43,7 @@ func SchemaFor(frags []SchemaFragment) string {
 			fmt.Fprintf(&b, "entity %s in [Project];\n", e.Type)
 		}
 	}
-	b.WriteString("entity Agent;\nentity Tool;\ntype CallContext = {\n  tool: String,\n  required_scopes: Set<String>,\n")
+	b.WriteString("entity Agent;\nentity Operator;\nentity Tool;\ntype CallContext = {\n  tool: String,\n  required_scopes: Set<String>,\n")
 	for _, a := range contextAttrNames(frags)[2:] {
 		fmt.Fprintf(&b, "  %s: String,\n", a)
 	}
@@ -75,7 +76,7 @@ func entityTypeNames(frags []SchemaFragment) []string {
 			}
 		}
 	}
-	return append(out, TypeAgent, TypeTool)
+	return append(out, TypeAgent, TypeOperator, TypeTool)
 }
 
 // ActionsSchema returns the schema of the registered catalogues with one
@@ -89,12 +90,12 @@ func actionsSchema(frags []SchemaFragment, actions []types.EntityUID) string {
 	b.WriteString(SchemaFor(frags))
 	resources := []string{TypeProject}
 	for _, t := range entityTypeNames(frags)[1:] {
-		if t != TypeAgent && t != TypeTool {
+		if t != TypeAgent && t != TypeOperator && t != TypeTool {
 			resources = append(resources, t)
 		}
 	}
 	for _, a := range actions {
-		fmt.Fprintf(&b, "action %q appliesTo { principal: [Agent], resource: [%s], context: CallContext };\n", schemaActionID(a), strings.Join(resources, ", "))
+		fmt.Fprintf(&b, "action %q appliesTo { principal: [Agent, Operator], resource: [%s], context: CallContext };\n", schemaActionID(a), strings.Join(resources, ", "))
 	}
 	return b.String()
 }

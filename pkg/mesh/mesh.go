@@ -62,6 +62,7 @@ import (
 	"github.com/utpmesh/utpmesh/internal/datalock"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/portcheck"
+	"github.com/utpmesh/utpmesh/pkg/admit"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
@@ -212,6 +213,7 @@ type Mesh struct {
 	cardSrv     *natsstore.Server
 	regSrv      *natsreg.Server
 	auth        *natsauthz.Service
+	admit       *admit.Service
 	inbox       *inboxsvc.Service
 	rt          *worker.Runtime
 	metrics     *metrics.Metrics
@@ -409,6 +411,10 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 		m.auth.SetIdentities(m.identityNames())
 	}
 
+	if err := m.startAdmission(ctx); err != nil {
+		return err
+	}
+
 	if m.inboxStore == nil { // single node: inbox.db beside the other files
 		db, err := boltinbox.Open(filepath.Join(cfg.DataDir, "inbox.db"), boltinbox.DefaultOpenTimeout)
 		if err != nil {
@@ -455,6 +461,7 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	if m.auth != nil {
 		wcfg.Authorizer, pdeps.Mandates = m.auth.Gate, m.auth.Querier
 	}
+	pdeps.MandateOf = m.admit.MandateOf
 	tools := append(builtins.Tools(pdeps), cfg.Tools...)
 	if cfg.Services != nil {
 		// The services' context ends after the worker has drained (Stop
@@ -567,6 +574,9 @@ func (m *Mesh) CredsDir() string {
 // CredsFile is the seed file of the identity named name (core, admin,
 // agent-<project>, worker-<service>; see meshauth.Identity.Name).
 func (m *Mesh) CredsFile(name string) string { return creds.SeedPath(m.CredsDir(), name) }
+
+// Admission is the mesh's admission service (svc.dispatch).
+func (m *Mesh) Admission() *admit.Service { return m.admit }
 
 // Auth is the mesh's authorization service (policy store, issuer keys,
 // gate), or nil when Config.Auth is nil.

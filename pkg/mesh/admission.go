@@ -1,0 +1,44 @@
+package mesh
+
+import (
+	"context"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/pkg/admit"
+	"github.com/utpmesh/utpmesh/pkg/authz"
+)
+
+// startAdmission serves svc.dispatch: the node's admission key
+// (<DataDir>/admission.key), its public key added to the key set (the
+// replicated bucket when the state is replicated, so every node verifies
+// every node's admissions) and the gate when Config.Auth is set. A mesh
+// without Auth admits every call (and logs that it does).
+func (m *Mesh) startAdmission(ctx context.Context) error {
+	cfg := m.cfg
+	key, err := admit.LoadOrCreateKey(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	var keys admit.KeySet = &admit.LocalKeys{}
+	if cfg.Replicated != nil {
+		js, err := jetstream.New(m.nc)
+		if err != nil {
+			return err
+		}
+		if keys, err = admit.OpenKVKeys(ctx, js, m.replicas()); err != nil {
+			return err
+		}
+	}
+	var gate *authz.Gate
+	if m.auth != nil {
+		gate = m.auth.Gate
+	}
+	m.admit, err = admit.Start(ctx, m.nc, admit.Config{Version: cfg.ProtocolVersion, Store: m.cards, Registry: m.reg,
+		Gate: gate, Key: key, Keys: keys, Logger: cfg.Logger.With("component", "admission")})
+	if err != nil {
+		return err
+	}
+	m.push(m.admit.Stop)
+	return nil
+}
