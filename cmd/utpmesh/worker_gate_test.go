@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
@@ -97,9 +98,9 @@ func waitResults(t *testing.T, m *mesh.Mesh, wake chan *nats.Msg, calls map[stri
 	return out
 }
 
-// TestExternalWorkerGate: an external `utpmesh worker echo` evaluates the
-// same Cedar gate as `up`, reading the policies and the issuer key from
-// the mesh. Every unauthorized variant of issue 12 ends auth_failed and
+// TestExternalWorkerGate: on raw commands of a raw-mode project an
+// external `utpmesh worker echo` evaluates the same Cedar gate as `up`,
+// reading the policies and the issuer key from the mesh. Every unauthorized variant of issue 12 ends auth_failed and
 // never executes; a valid mandate runs.
 func TestExternalWorkerGate(t *testing.T) {
 	ctx := context.Background()
@@ -121,6 +122,11 @@ func TestExternalWorkerGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := a.Store.PutPolicies(ctx, "demo", `permit(principal, action == Action::"echo", resource in Project::"demo");`); err != nil {
+		t.Fatal(err)
+	}
+	// Raw commands (the mandate in the card) reach the worker only in a
+	// project that opted into them; there the worker runs the full gate.
+	if err := a.Store.PutConfig(ctx, "demo", authz.ProjectConfig{Commands: authz.CommandsRaw}); err != nil {
 		t.Fatal(err)
 	}
 	own, err := mandate.GenerateKey("demo") // an attacker's key, claiming to be demo's issuer
