@@ -119,7 +119,7 @@ func (s *Service) dispatch(ctx context.Context, ts subjects.ToolSubject, kind st
 	if d.allowed {
 		d.summary.KeyID = s.cfg.Key.KeyID
 	}
-	cc, err := s.callCard(ctx, project, &req, args, target.String(), principal, d)
+	cc, prev, err := s.callCard(ctx, project, &req, args, target.String(), principal, d)
 	if err != nil {
 		return nil, err
 	}
@@ -128,10 +128,15 @@ func (s *Service) dispatch(ctx context.Context, ts subjects.ToolSubject, kind st
 		TargetSubject: target.String(), AfterExecution: ae, Traceparent: req.Traceparent,
 	}
 	if !d.allowed {
+		reply.Error = &card.Error{Code: card.CodeAuthFailed, Message: d.message, Detail: d.detail}
+		if prev != nil && prev.Decision == authz.DecisionAllow {
+			// A retry of a call admitted before: its result comes from the
+			// worker; a denial now must not race it with another.
+			return reply, nil
+		}
 		if err := s.deny(ctx, ts, &req, cc, ae, d); err != nil {
 			return nil, err
 		}
-		reply.Error = &card.Error{Code: card.CodeAuthFailed, Message: d.message, Detail: d.detail}
 		return reply, nil
 	}
 	if err := s.publish(ctx, ts, &req, cc, target.String(), ae, principal, d.jti); err != nil {
@@ -162,10 +167,6 @@ func (s *Service) entry(ctx context.Context, project, tool string) (*registry.En
 func (s *Service) decide(ctx context.Context, ts subjects.ToolSubject, kind, name string, req *utp.DispatchRequest,
 	ent *registry.Entry, builtin bool, args json.RawMessage) (*decision, error) {
 	d := &decision{}
-	if req.Mandate != "" {
-		sum := sha256.Sum256([]byte(req.Mandate))
-		s.keepToken(hex.EncodeToString(sum[:]), req.Mandate)
-	}
 	if kind == utp.PrincipalAgent && ent.Options.Principal == registry.PrincipalOperator {
 		d.reason = authz.ReasonOperatorOnly
 		d.message = fmt.Sprintf("tool %s may be called by an operator only (registry options.principal %q); an agent cannot call it", req.ToolName, registry.PrincipalOperator)
@@ -211,12 +212,13 @@ func (s *Service) decide(ctx context.Context, ts subjects.ToolSubject, kind, nam
 
 // callCard writes the call's tool.call card (without the mandate) and
 // returns the stored one: on a retry of the same tool_call_id the card of
-// the first dispatch, when its content is the same.
+// the first dispatch, when its content and principal are the same, with
+// the decision the first dispatch recorded (prev; nil for a new card).
 func (s *Service) callCard(ctx context.Context, project string, req *utp.DispatchRequest, args json.RawMessage,
-	target, principal string, d *decision) (*card.Card, error) {
+	target, principal string, d *decision) (cc *card.Card, prev *Summary, err error) {
 	content, err := json.Marshal(card.ToolCallContent{ToolName: req.ToolName, Arguments: args, TargetSubject: target})
 	if err != nil {
-		return nil, fmt.Errorf("admit: encode tool.call content: %w", err)
+		return nil, nil, fmt.Errorf("admit: encode tool.call content: %w", err)
 	}
 	created := req.CreatedAt.UTC()
 	if req.CreatedAt.IsZero() {
@@ -226,7 +228,7 @@ func (s *Service) callCard(ctx context.Context, project string, req *utp.Dispatc
 	if kind, _, _ := strings.Cut(principal, ":"); kind == utp.PrincipalOperator {
 		author = principal
 	}
-	cc := &card.Card{
+	cc = &card.Card{
 		CardID: CallCardID(project, req.AgentTurnID, req.ToolCallID), ProjectID: project, Type: card.TypeToolCall, AuthorID: author,
 		Content: content, ToolCallID: req.ToolCallID, CreatedAt: created,
 		Metadata: card.Metadata{
@@ -249,30 +251,37 @@ func (s *Service) callCard(ctx context.Context, project string, req *utp.Dispatc
 	extra[MetadataAdmission], _ = json.Marshal(d.summary)
 	cc.Metadata.Extra = extra
 	if err := cc.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: tool.call card: %v", ErrInvalid, err)
+		return nil, nil, fmt.Errorf("%w: tool.call card: %v", ErrInvalid, err)
 	}
 	err = s.cfg.Store.Put(ctx, cc)
 	if errors.Is(err, cardstore.ErrConflict) {
-		prev, gerr := s.cfg.Store.Get(ctx, project, cc.CardID)
+		old, gerr := s.cfg.Store.Get(ctx, project, cc.CardID)
 		if gerr != nil {
-			return nil, fmt.Errorf("admit: read the tool.call card of the earlier dispatch of tool_call_id %s: %w", req.ToolCallID, gerr)
+			return nil, nil, fmt.Errorf("admit: read the tool.call card of the earlier dispatch of tool_call_id %s: %w", req.ToolCallID, gerr)
 		}
-		if prev.Type != card.TypeToolCall || prev.ToolCallID != req.ToolCallID || prev.Metadata.AgentTurnID != req.AgentTurnID ||
-			prev.Metadata.AgentID != req.AgentID || !bytes.Equal(prev.Content, cc.Content) {
-			return nil, fmt.Errorf("%w: tool_call_id %s of turn %s was dispatched before with another tool, arguments or agent; use a new tool_call_id",
+		var sum Summary
+		_ = json.Unmarshal(old.Metadata.Extra[MetadataAdmission], &sum)
+		if old.Type != card.TypeToolCall || old.ToolCallID != req.ToolCallID || old.Metadata.AgentTurnID != req.AgentTurnID ||
+			old.Metadata.AgentID != req.AgentID || !bytes.Equal(old.Content, cc.Content) {
+			return nil, nil, fmt.Errorf("%w: tool_call_id %s of turn %s was dispatched before with another tool, arguments or agent; use a new tool_call_id",
 				ErrConflict, req.ToolCallID, req.AgentTurnID)
 		}
-		return prev, nil
+		if sum.Principal != principal {
+			return nil, nil, fmt.Errorf("%w: tool_call_id %s of turn %s was dispatched before by %s, not %s; use a new tool_call_id",
+				ErrConflict, req.ToolCallID, req.AgentTurnID, sum.Principal, principal)
+		}
+		return old, &sum, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("admit: write tool.call card %s of tool_call_id %s: %w", cc.CardID, req.ToolCallID, err)
+		return nil, nil, fmt.Errorf("admit: write tool.call card %s of tool_call_id %s: %w", cc.CardID, req.ToolCallID, err)
 	}
-	return cc, nil
+	return cc, nil, nil
 }
 
 // publish sends the admitted command on its target subject with
 // JetStream (Nats-Msg-Id: a retry is a duplicate the stream drops) and the
-// CG-Admission header.
+// CG-Admission header, and the verified mandate in CG-Mandate (for the
+// tool's own workers; never in the card).
 func (s *Service) publish(ctx context.Context, ts subjects.ToolSubject, req *utp.DispatchRequest, cc *card.Card,
 	target string, ae card.AfterExecution, principal, jti string) error {
 	now := time.Now().UTC()
@@ -304,6 +313,9 @@ func (s *Service) publish(ctx context.Context, ts subjects.ToolSubject, req *utp
 	h.Set(utp.HeaderSender, req.AgentID)
 	h.Set(utp.HeaderTimestamp, now.Format(time.RFC3339Nano))
 	h.Set(utp.HeaderAdmission, hdr)
+	if req.Mandate != "" && jti != "" {
+		h.Set(utp.HeaderMandate, req.Mandate)
+	}
 	ack, err := s.js.PublishMsg(ctx, m)
 	if err != nil {
 		return fmt.Errorf("admit: publish command of tool_call_id %s on %s (tool.call card %s is written; retrying with the same tool_call_id is safe): %w",

@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -93,13 +92,7 @@ type Service struct {
 	js  jetstream.JetStream
 	srv *svc.Server
 	log *slog.Logger
-
-	mu     sync.Mutex
-	tokens map[string]string // mandate SHA-256 → token (mandate_query)
 }
-
-// maxTokens bounds the mandate tokens kept for mandate_query.
-const maxTokens = 4096
 
 // Start adds the key to the key set and serves the dispatch subjects on nc.
 func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Service, error) {
@@ -122,7 +115,7 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admit: jetstream: %w", err)
 	}
-	s := &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, tokens: map[string]string{}}
+	s := &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger}
 	if cfg.Gate == nil {
 		s.log.Warn("admission without a gate: every dispatched call is admitted (mesh.Config.Auth is nil)")
 	}
@@ -145,26 +138,6 @@ func (s *Service) KeyID() string { return s.cfg.Key.KeyID }
 // Keys returns every node's admission public key by key id.
 func (s *Service) Keys(ctx context.Context) (map[string]ed25519.PublicKey, error) {
 	return s.cfg.Keys.All(ctx)
-}
-
-// MandateOf returns the token of a mandate this process admitted a call
-// with, by its SHA-256 (a tool.call card's metadata.mandate_sha256), for
-// the mandate_query built-in; false when it is not kept (another node
-// admitted the call, or it was evicted).
-func (s *Service) MandateOf(sha string) (string, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.tokens[sha]
-	return t, ok
-}
-
-func (s *Service) keepToken(sha, token string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.tokens) >= maxTokens {
-		clear(s.tokens)
-	}
-	s.tokens[sha] = token
 }
 
 // keys answers svc.dispatch.keys: every node's key and the project's

@@ -18,10 +18,6 @@ type MandateQuerier interface {
 
 var _ MandateQuerier = (*authz.Querier)(nil)
 
-// metadataMandateSHA256 is the tool.call metadata key of the admitted
-// mandate's SHA-256 (admit.MetadataMandateSHA256).
-const metadataMandateSHA256 = "mandate_sha256"
-
 // mandateQueryTool is the Windley Loop built-in: Cedar partial evaluation
 // of the caller's mandate against the current booking state.
 func (d Deps) mandateQueryTool() worker.Tool {
@@ -49,21 +45,8 @@ func (d Deps) mandateQuery(ctx context.Context, call *worker.Call) (worker.Resul
 	if err := call.Bind(&a); err != nil {
 		return worker.Result{}, err
 	}
-	if a.Mandate == "" && call.CallCard != nil {
-		if raw, ok := call.CallCard.Metadata.Extra[authz.MetadataMandate]; ok { // a raw command's card
-			_ = json.Unmarshal(raw, &a.Mandate)
-		}
-	}
-	if a.Mandate == "" && call.CallCard != nil && d.MandateOf != nil {
-		var sha string
-		if raw, ok := call.CallCard.Metadata.Extra[metadataMandateSHA256]; ok && json.Unmarshal(raw, &sha) == nil && sha != "" {
-			tok, ok := d.MandateOf(sha)
-			if !ok {
-				return worker.Result{}, worker.Fail(card.CodeBadRequest,
-					"mandate_query: the mandate of this call is not kept by the mesh node that runs it; pass it in arguments.mandate")
-			}
-			a.Mandate = tok
-		}
+	if a.Mandate == "" {
+		a.Mandate = call.Mandate // the admitted call's (CG-Mandate) or a raw card's
 	}
 	r, err := d.Mandates.Query(ctx, authz.QueryInput{Project: call.ProjectID, AgentID: call.Command.AgentID, Mandate: a.Mandate, State: a.State})
 	switch {

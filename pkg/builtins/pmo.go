@@ -38,11 +38,6 @@ type Deps struct {
 	// Mandates answers mandate_query (the Windley Loop); nil: the built-in
 	// fails with "authorization is not enabled".
 	Mandates MandateQuerier
-	// MandateOf returns the token of a mandate the mesh admitted a call
-	// with, by its SHA-256 (the tool.call card's metadata.mandate_sha256;
-	// admit.Service.MandateOf): mandate_query evaluates the caller's
-	// mandate, which admitted cards no longer carry. Optional.
-	MandateOf func(sha256 string) (string, bool)
 }
 
 // Tools returns the PMO built-in tools.

@@ -42,7 +42,7 @@ const (
 // probeTool answers what the runtime knew of the call's admission.
 func probeTool(name string, opts registry.Options) worker.Tool {
 	return worker.Tool{Name: name, Options: opts, Handler: func(_ context.Context, c *worker.Call) (worker.Result, error) {
-		return worker.OK(map[string]any{"admitted": c.Admission != nil, "principal": c.Principal}), nil
+		return worker.OK(map[string]any{"admitted": c.Admission != nil, "principal": c.Principal, "mandate": c.Mandate}), nil
 	}}
 }
 
@@ -154,9 +154,15 @@ func TestAdmittedCall(t *testing.T) {
 	var v struct {
 		Admitted  bool   `json:"admitted"`
 		Principal string `json:"principal"`
+		Mandate   string `json:"mandate"`
 	}
 	if out.Result.Status != card.StatusSuccess || json.Unmarshal(out.Result.Result, &v) != nil || !v.Admitted || v.Principal != "agent:"+admAgent {
 		t.Fatalf("result = %s %s, want success, admitted, principal agent:%s", out.Result.Status, out.Result.Result, admAgent)
+	}
+	// The tool gets the verified mandate from the command (CG-Mandate),
+	// not from the card.
+	if v.Mandate != e.demo {
+		t.Fatalf("the tool saw mandate %q, want the demo mandate", v.Mandate)
 	}
 	cc, err := e.m.Cards().Get(context.Background(), admProject, out.Call.ToolCallCardID)
 	if err != nil {
@@ -236,32 +242,52 @@ func TestAdmissionRefusals(t *testing.T) {
 }
 
 // TestOperatorDispatch: an operator's call of an operator-only tool is
-// admitted with principal operator:<name> and no mandate.
+// admitted with principal operator:<name> and no mandate; an agent may not
+// re-dispatch it as its own.
 func TestOperatorDispatch(t *testing.T) {
 	e := startAdmissionMesh(t)
-	c := agentOn(t, e.m.Conn(), "", false)
 	ctx := ctxFor(t)
-	// The agent client waits for the result of the operator's call: its
-	// wakeup goes to the agent_id the request names.
+	nc := e.m.Conn()
+	// The result wakes the agent_id the operator's request names.
+	wake, _ := subjects.AgentWakeup(e.ver, admProject, admChannel, admAgent)
+	sub, err := nc.SubscribeSync(wake.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
 	subj, _ := subjects.OperatorDispatch(e.ver, admProject, admChannel, "alice")
 	req := utp.DispatchRequest{AgentID: admAgent, AgentTurnID: "turn-op", ToolCallID: "op-1", StepID: "s-1", ToolName: "ops_only",
 		Traceparent: utp.NewTraceparent()}
 	var reply utp.DispatchReply
-	if err := svc.Call(ctx, e.m.Conn(), subj.String(), admit.Codes, req, &reply); err != nil {
+	if err := svc.Call(ctx, nc, subj.String(), admit.Codes, req, &reply); err != nil {
 		t.Fatal(err)
 	}
 	if !reply.Admitted {
 		t.Fatalf("operator call refused: %+v", reply.Error)
 	}
-	out, err := c.Call(ctx, agent.CallRequest{ToolName: "ops_only", AgentTurnID: "turn-op", ToolCallID: "op-1"})
+	var w utp.Wakeup
+	for w.ToolCallID != "op-1" {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = json.Unmarshal(m.Data, &w)
+	}
+	rc, err := e.m.Cards().Get(ctx, admProject, w.ToolResultCardID)
 	if err != nil {
 		t.Fatal(err)
 	}
+	tr, _ := rc.ToolResult()
 	var v struct {
 		Principal string `json:"principal"`
 	}
-	if json.Unmarshal(out.Result.Result, &v) != nil || v.Principal != "operator:alice" || out.Call.ToolCallCardID != reply.ToolCallCardID {
-		t.Fatalf("operator call result %s %s (card %s, want %s)", out.Result.Status, out.Result.Result, out.Call.ToolCallCardID, reply.ToolCallCardID)
+	if tr.Status != card.StatusSuccess || json.Unmarshal(tr.Result, &v) != nil || v.Principal != "operator:alice" {
+		t.Fatalf("operator call result %s %s", tr.Status, tr.Result)
+	}
+	c := agentOn(t, nc, e.demo, false)
+	if _, err := c.Dispatch(ctx, agent.CallRequest{ToolName: "ops_only", AgentTurnID: "turn-op", ToolCallID: "op-1"}); err == nil ||
+		!strings.Contains(err.Error(), "dispatched before by operator:alice") {
+		t.Fatalf("agent re-dispatch of the operator's call: %v, want a conflict naming the operator", err)
 	}
 }
 

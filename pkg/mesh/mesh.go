@@ -461,7 +461,6 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	if m.auth != nil {
 		wcfg.Authorizer, pdeps.Mandates = m.auth.Gate, m.auth.Querier
 	}
-	pdeps.MandateOf = m.admit.MandateOf
 	tools := append(builtins.Tools(pdeps), cfg.Tools...)
 	if cfg.Services != nil {
 		// The services' context ends after the worker has drained (Stop

@@ -20,6 +20,14 @@ import (
 // MsgTypeToolCall is the CG-Msg-Type header of a tool command.
 const MsgTypeToolCall = "tool_call"
 
+// HeaderMandate carries, on an admitted command only, the mandate the mesh
+// verified for the call: it travels to the tool's own workers (who alone
+// may consume the command) and is never written to a card, which every
+// worker may read; the card keeps its SHA-256 (metadata.mandate_sha256).
+// Tools that evaluate the caller's mandate themselves read it as
+// worker.Call.Mandate.
+const HeaderMandate = "CG-Mandate"
+
 // ErrDispatch is wrapped by every error of DispatchRequest.Check: the
 // request breaks a rule; the message names the field.
 var ErrDispatch = errors.New("utp: invalid dispatch request")

@@ -3,7 +3,10 @@ package worker
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -175,6 +178,7 @@ func (a *NATSAdmissions) fetch(ctx context.Context, subj subjects.Subject) (bool
 func (j *job) authorize(ctx context.Context, c *Call, callCard *card.Card) bool {
 	r := j.r
 	c.Principal = utp.PrincipalAgent + ":" + j.cmd.AgentID
+	rawMandate(c, callCard)
 	az := r.cfg.Authorizer
 	if r.admissions == nil {
 		return j.runAuthorizer(ctx, az, c, callCard)
@@ -182,6 +186,9 @@ func (j *job) authorize(ctx context.Context, c *Call, callCard *card.Card) bool 
 	a, err := r.admissions.Verify(ctx, j.subj, j.msg.Headers().Get(utp.HeaderAdmission), j.cmd)
 	if err == nil {
 		err = a.CheckCard(callCard.Content)
+	}
+	if err == nil {
+		err = j.admittedMandate(c, callCard)
 	}
 	if err == nil {
 		c.Admission, c.Principal = a, a.Principal
@@ -203,6 +210,46 @@ func (j *job) authorize(ctx context.Context, c *Call, callCard *card.Card) bool 
 		return false
 	}
 	return j.runAuthorizer(ctx, az, c, callCard)
+}
+
+// admittedMandate sets c.Mandate from the admitted command's CG-Mandate
+// header, which must be the mandate whose SHA-256 the mesh recorded on the
+// card; for tools written against the card's metadata.mandate, the
+// handler's copy of the card (never the stored one) carries it too.
+func (j *job) admittedMandate(c *Call, callCard *card.Card) error {
+	tok := j.msg.Headers().Get(utp.HeaderMandate)
+	if tok == "" {
+		return nil
+	}
+	var want string
+	_ = json.Unmarshal(callCard.Metadata.Extra[metadataMandateSHA256], &want)
+	sum := sha256.Sum256([]byte(tok))
+	if want == "" || hex.EncodeToString(sum[:]) != want {
+		return fmt.Errorf("%w: the %s header is not the mandate the tool.call card records", utp.ErrAdmission, utp.HeaderMandate)
+	}
+	c.Mandate = tok
+	cp := *callCard
+	cp.Metadata.Extra = make(map[string]json.RawMessage, len(callCard.Metadata.Extra)+1)
+	for k, v := range callCard.Metadata.Extra {
+		cp.Metadata.Extra[k] = v
+	}
+	cp.Metadata.Extra[metadataMandate], _ = json.Marshal(tok)
+	c.CallCard = &cp
+	return nil
+}
+
+// Card metadata keys of the mandate: a raw command's token, an admitted
+// call's SHA-256 (docs/protocol.md, "Admission").
+const (
+	metadataMandate       = "mandate"
+	metadataMandateSHA256 = "mandate_sha256"
+)
+
+// rawMandate sets c.Mandate from a raw command's card.
+func rawMandate(c *Call, callCard *card.Card) {
+	if raw, ok := callCard.Metadata.Extra[metadataMandate]; ok {
+		_ = json.Unmarshal(raw, &c.Mandate)
+	}
 }
 
 // runAuthorizer runs az (when set) on c; false when the job has ended.
