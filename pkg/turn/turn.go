@@ -87,8 +87,10 @@ type Call struct {
 	// Arguments and TargetSubject come from the tool.call content.
 	Arguments     json.RawMessage `json:"arguments,omitempty"`
 	TargetSubject string          `json:"target_subject,omitempty"`
-	// HasMandate reports that the call card carries metadata.mandate. The
-	// token itself is in Mandate, which JSON output leaves out.
+	// HasMandate reports that the call carried a mandate: the card holds
+	// metadata.mandate (a raw command; the token is in Mandate, which JSON
+	// output leaves out) or metadata.mandate_sha256 (an admitted call,
+	// whose token no card keeps: Mandate is "").
 	HasMandate bool   `json:"has_mandate,omitempty"`
 	Mandate    string `json:"-"`
 	// CallCardID and ResultCardID are the card ids ("" when missing).
@@ -252,6 +254,12 @@ func (t *Turn) addCall(c *Call, cd *card.Card) {
 	}
 	c.CallCard, c.CallCardID, c.CalledAt = cd, cd.CardID, cd.CreatedAt
 	c.StepID, c.ParentStepID, c.TurnEpoch = cd.Metadata.StepID, cd.Metadata.ParentStepID, cd.Metadata.TurnEpoch
+	if _, ok := cd.Metadata.Extra[metadataMandateSHA256]; ok {
+		// An admitted call: the mesh verified a mandate and kept only its
+		// hash (docs/protocol.md, "Admission"); a replay needs the token
+		// again (ReplayOptions.Mandate).
+		c.HasMandate = true
+	}
 	if raw, ok := cd.Metadata.Extra[agent.MetadataMandate]; ok {
 		var m string
 		if json.Unmarshal(raw, &m) == nil && m != "" {
@@ -297,3 +305,7 @@ func (t *Turn) addResult(c *Call, cd *card.Card) {
 	}
 	c.Result, c.Error = tr.Result, tr.Error
 }
+
+// metadataMandateSHA256 is the tool.call metadata key of an admitted
+// call's mandate hash (pkg/admit).
+const metadataMandateSHA256 = "mandate_sha256"

@@ -181,6 +181,11 @@ func (j *job) authorize(ctx context.Context, c *Call, callCard *card.Card) bool 
 	rawMandate(c, callCard)
 	az := r.cfg.Authorizer
 	if r.admissions == nil {
+		// No verification (a mesh without authorization): the mandate the
+		// command carries is passed on when it is the card's.
+		if err := j.admittedMandate(c, callCard); err != nil {
+			r.log.Debug("the command's mandate is not the card's; not passed to the tool", append(j.logAttrs(), "err", err)...)
+		}
 		return j.runAuthorizer(ctx, az, c, callCard)
 	}
 	a, err := r.admissions.Verify(ctx, j.subj, j.msg.Headers().Get(utp.HeaderAdmission), j.cmd)
