@@ -2,7 +2,9 @@ package mesh
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/pkg/admit"
@@ -34,7 +36,14 @@ func (m *Mesh) startAdmission(ctx context.Context) error {
 	if m.auth != nil {
 		gate = m.auth.Gate
 	}
-	m.admit, err = admit.Start(ctx, m.nc, admit.Config{Version: cfg.ProtocolVersion, Store: m.cards, Registry: m.reg,
+	// A connection of its own: its command publishes and their acks do not
+	// queue behind the traffic of the svc servers and the worker on m.nc.
+	nc, err := m.srv.Connect(append(m.connOpts, nats.Name("utpmesh-admission"))...)
+	if err != nil {
+		return fmt.Errorf("mesh: admission connection: %w", err)
+	}
+	m.push(func(context.Context) error { nc.Close(); return nil })
+	m.admit, err = admit.Start(ctx, nc, admit.Config{Version: cfg.ProtocolVersion, Store: m.cards, Registry: m.reg,
 		Gate: gate, Key: key, Keys: keys, Logger: cfg.Logger.With("component", "admission")})
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@
 //	<DataDir>/inbox.db     inbox entries (bbolt)
 //	<DataDir>/policies.db  Cedar policy sets and auth configs (Config.Auth)
 //	<DataDir>/keys/        projects' mandate issuer keys (Config.Auth)
+//	<DataDir>/admission.key this node's admission signing key (pkg/admit; 0600)
 //	<DataDir>/creds/       NATS identities' nkey seeds (Config.Identities)
 //
 // Start takes the data directory's lock (internal/datalock) before it opens
@@ -222,6 +223,7 @@ type Mesh struct {
 	names       sync.Map // public nkey → identity name (Config.Identities): signed admin requests
 	unrouted    *unrouted.Sweeper
 	ready       atomic.Bool // Start has finished (health)
+	connOpts    []nats.Option // the mesh's own connections' options (admission.go)
 }
 
 // Start starts a mesh. On error everything started so far is stopped.
@@ -311,6 +313,7 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 			return m, err
 		}
 	}
+	m.connOpts = connOpts
 	m.nc, err = m.srv.Connect(connOpts...)
 	if err != nil {
 		return m, fmt.Errorf("mesh: connect: %w", err)
