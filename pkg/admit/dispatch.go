@@ -151,7 +151,7 @@ func (s *Service) entry(ctx context.Context, project, tool string) (*registry.En
 		return &registry.Entry{ProjectID: project, ToolName: tool, AfterExecution: card.Suspend,
 			TargetSubject: "cg.{ver}.{project_id}.{channel_id}.cmd.sys.pmo.internal." + strings.ToLower(tool)}, true, nil
 	}
-	ent, err := s.cfg.Registry.Get(ctx, project, tool)
+	ent, err := s.registryEntry(ctx, project, tool)
 	if errors.Is(err, registry.ErrNotFound) {
 		return nil, false, fmt.Errorf("%w: tool %q is not registered in project %q (utpmesh tools list --project %s)", ErrUnknownTool, tool, project, project)
 	}
@@ -313,6 +313,7 @@ func (s *Service) publish(ctx context.Context, ts subjects.ToolSubject, req *utp
 	h.Set(utp.HeaderSender, req.AgentID)
 	h.Set(utp.HeaderTimestamp, now.Format(time.RFC3339Nano))
 	h.Set(utp.HeaderAdmission, hdr)
+	s.remember(hdr)
 	if req.Mandate != "" {
 		// Verified by the gate; on a mesh without one, passed on as given
 		// (tools that use it verify it themselves).

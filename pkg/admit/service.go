@@ -24,6 +24,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -83,6 +86,10 @@ type Config struct {
 	Keys KeySet
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// EntryTTL is how long a tool's registry entry is reused; default 5 s
+	// (a registry change, e.g. options.principal, reaches admission within
+	// it). Negative: read the registry on every call.
+	EntryTTL time.Duration
 }
 
 // Service is a running admission service.
@@ -92,7 +99,20 @@ type Service struct {
 	js  jetstream.JetStream
 	srv *svc.Server
 	log *slog.Logger
+
+	mu      sync.Mutex
+	entries map[string]cachedEntry // "<project>/<tool>"
+	own     map[string]struct{}    // signatures of commands this process admitted (Signed)
 }
+
+type cachedEntry struct {
+	e  *registry.Entry
+	at time.Time
+}
+
+// maxOwn bounds the signatures Signed remembers; past it they are
+// forgotten (those commands are then verified by their signature).
+const maxOwn = 16384
 
 // Start adds the key to the key set and serves the dispatch subjects on nc.
 func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Service, error) {
@@ -115,7 +135,10 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admit: jetstream: %w", err)
 	}
-	s := &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger}
+	if cfg.EntryTTL == 0 {
+		cfg.EntryTTL = 5 * time.Second
+	}
+	s := &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, entries: map[string]cachedEntry{}, own: map[string]struct{}{}}
 	if cfg.Gate == nil {
 		s.log.Warn("admission without a gate: every dispatched call is admitted (mesh.Config.Auth is nil)")
 	}
@@ -138,6 +161,56 @@ func (s *Service) KeyID() string { return s.cfg.Key.KeyID }
 // Keys returns every node's admission public key by key id.
 func (s *Service) Keys(ctx context.Context) (map[string]ed25519.PublicKey, error) {
 	return s.cfg.Keys.All(ctx)
+}
+
+// Signed reports whether this process's admission signed the
+// CG-Admission header value hdr, and forgets it: the mesh's own worker
+// runtime then checks the header's fields without verifying the signature
+// again (utp.CheckOwnAdmission). A redelivery is verified in full.
+func (s *Service) Signed(hdr string) bool {
+	_, sig, ok := strings.Cut(hdr, ".")
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok = s.own[sig]
+	delete(s.own, sig)
+	return ok
+}
+
+func (s *Service) remember(hdr string) {
+	_, sig, _ := strings.Cut(hdr, ".")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.own) >= maxOwn {
+		clear(s.own)
+	}
+	s.own[sig] = struct{}{}
+}
+
+// registryEntry returns the registry entry of tool, reusing it for EntryTTL.
+func (s *Service) registryEntry(ctx context.Context, project, tool string) (*registry.Entry, error) {
+	key := project + "/" + tool
+	if s.cfg.EntryTTL > 0 {
+		s.mu.Lock()
+		c, ok := s.entries[key]
+		s.mu.Unlock()
+		if ok && time.Since(c.at) < s.cfg.EntryTTL {
+			return c.e, nil
+		}
+	}
+	e, err := s.cfg.Registry.Get(ctx, project, tool)
+	if err != nil || s.cfg.EntryTTL <= 0 {
+		return e, err
+	}
+	s.mu.Lock()
+	if len(s.entries) >= 4096 {
+		clear(s.entries)
+	}
+	s.entries[key] = cachedEntry{e: e, at: time.Now()}
+	s.mu.Unlock()
+	return e, nil
 }
 
 // keys answers svc.dispatch.keys: every node's key and the project's

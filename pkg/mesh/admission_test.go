@@ -406,7 +406,9 @@ func TestForgedAdmissions(t *testing.T) {
 		{"unknown key", nil, func(a utp.Admission) (string, error) { a.KeyID = "AAAAAAAAAAAAAAAA"; return utp.SignAdmission(evil, a) }},
 		{"another call", func(a *utp.Admission) { a.ToolCallID = "other" }, nil},
 		{"another subject", func(a *utp.Admission) { a.Subject = strings.Replace(target, "probe", "ops_only", 1) }, nil},
-		{"another card", func(a *utp.Admission) { a.CardSHA256 = utp.ContentSHA256([]byte(`{"tool_name":"probe","arguments":{"x":1}}`)) }, nil},
+		{"another card", func(a *utp.Admission) {
+			a.CardSHA256 = utp.ContentSHA256([]byte(`{"tool_name":"probe","arguments":{"x":1}}`))
+		}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctxFor(t)

@@ -222,7 +222,7 @@ type Mesh struct {
 	stoppers    []func(context.Context) error
 	names       sync.Map // public nkey → identity name (Config.Identities): signed admin requests
 	unrouted    *unrouted.Sweeper
-	ready       atomic.Bool // Start has finished (health)
+	ready       atomic.Bool   // Start has finished (health)
 	connOpts    []nats.Option // the mesh's own connections' options (admission.go)
 }
 
@@ -463,6 +463,11 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	pdeps := builtins.Deps{NC: m.nc, Store: m.cards, Registry: m.reg, Holder: wcfg.InstanceID + "-pmo"}
 	if m.auth != nil {
 		wcfg.Authorizer, pdeps.Mandates = m.auth.Gate, m.auth.Querier
+		if wcfg.Admissions == nil {
+			v := worker.NewAdmissionVerifier(m.nc, wcfg.Logger)
+			v.Own = m.admit.Signed // what this process admitted: no second signature check
+			wcfg.Admissions = v
+		}
 	}
 	tools := append(builtins.Tools(pdeps), cfg.Tools...)
 	if cfg.Services != nil {

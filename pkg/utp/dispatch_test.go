@@ -1,11 +1,14 @@
 package utp_test
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 )
 
@@ -42,5 +45,27 @@ func TestDispatchRequestCheck(t *testing.T) {
 				t.Fatalf("Check = %v, want ErrDispatch naming %q", err, tc.field)
 			}
 		})
+	}
+}
+
+// TestCheckOwnAdmission: a header the process signed itself is checked
+// field by field without its signature; a changed field is refused.
+func TestCheckOwnAdmission(t *testing.T) {
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	cmd := &utp.Command{AgentID: "a", AgentTurnID: "t", ToolCallID: "c", ToolCallCardID: "id", AfterExecution: card.Suspend}
+	hdr, err := utp.SignAdmission(priv, utp.Admission{Subject: "s", AgentID: "a", AgentTurnID: "t", ToolCallID: "c", ToolCallCardID: "id", AfterExecution: card.Suspend})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err := utp.CheckOwnAdmission(hdr, "s", cmd); err != nil || a.ToolCallID != "c" {
+		t.Fatalf("own header: %v", err)
+	}
+	other := *cmd
+	other.ToolCallID = "d"
+	if _, err := utp.CheckOwnAdmission(hdr, "s", &other); !errors.Is(err, utp.ErrAdmission) {
+		t.Fatalf("changed tool_call_id: %v", err)
+	}
+	if _, err := utp.CheckOwnAdmission(hdr, "elsewhere", cmd); !errors.Is(err, utp.ErrAdmission) {
+		t.Fatalf("changed subject: %v", err)
 	}
 }
