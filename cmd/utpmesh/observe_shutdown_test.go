@@ -189,4 +189,3 @@ func TestUpSIGTERMCancelsInFlight(t *testing.T) {
 		t.Fatalf("result after up's SIGTERM = %+v, want canceled", tr)
 	}
 }
-
