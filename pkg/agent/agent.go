@@ -94,7 +94,8 @@ type Config struct {
 	// Mandate is the signed mandate attached to every call that does not
 	// carry its own (CallRequest.Mandate). Empty: calls carry none.
 	Mandate string
-	// RegistryCacheTTL is how long Call reuses a tool's registry entry
+	// RegistryCacheTTL (Config.RawCommands only: a dispatched call is
+	// looked up by the mesh) is how long Call reuses a tool's registry entry
 	// (target subject, after_execution) before reading it again. The
 	// registry announces no changes, so a re-registration is seen at most
 	// this much later; an unknown tool is never cached. Default
