@@ -93,6 +93,9 @@ type Call struct {
 	// whose token no card keeps: Mandate is "").
 	HasMandate bool   `json:"has_mandate,omitempty"`
 	Mandate    string `json:"-"`
+	// MandateSHA256 is an admitted call's mandate hash (the token is in
+	// no card).
+	MandateSHA256 string `json:"mandate_sha256,omitempty"`
 	// CallCardID and ResultCardID are the card ids ("" when missing).
 	CallCardID   string `json:"call_card_id,omitempty"`
 	ResultCardID string `json:"result_card_id,omitempty"`
@@ -254,11 +257,12 @@ func (t *Turn) addCall(c *Call, cd *card.Card) {
 	}
 	c.CallCard, c.CallCardID, c.CalledAt = cd, cd.CardID, cd.CreatedAt
 	c.StepID, c.ParentStepID, c.TurnEpoch = cd.Metadata.StepID, cd.Metadata.ParentStepID, cd.Metadata.TurnEpoch
-	if _, ok := cd.Metadata.Extra[metadataMandateSHA256]; ok {
+	if raw, ok := cd.Metadata.Extra[metadataMandateSHA256]; ok {
 		// An admitted call: the mesh verified a mandate and kept only its
-		// hash (docs/protocol.md, "Admission"); a replay needs the token
-		// again (ReplayOptions.Mandate).
+		// hash (docs/protocol.md §5.7); a replay needs the token again
+		// (ReplayOptions.Mandate, or Known).
 		c.HasMandate = true
+		_ = json.Unmarshal(raw, &c.MandateSHA256)
 	}
 	if raw, ok := cd.Metadata.Extra[agent.MetadataMandate]; ok {
 		var m string
