@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/pkg/admit"
 	"github.com/utpmesh/utpmesh/pkg/authz"
@@ -23,14 +22,8 @@ func (m *Mesh) startAdmission(ctx context.Context) error {
 		return err
 	}
 	var keys admit.KeySet = &admit.LocalKeys{}
-	if cfg.Replicated != nil {
-		js, err := jetstream.New(m.nc)
-		if err != nil {
-			return err
-		}
-		if keys, err = admit.OpenKVKeys(ctx, js, m.replicas()); err != nil {
-			return err
-		}
+	if m.admitKeys != nil { // opened with the replicated state (openReplicated)
+		keys = m.admitKeys
 	}
 	var gate *authz.Gate
 	if m.auth != nil {

@@ -215,6 +215,7 @@ type Mesh struct {
 	regSrv      *natsreg.Server
 	auth        *natsauthz.Service
 	admit       *admit.Service
+	admitKeys   *admit.KVKeys // replicated state only: the nodes' admission keys
 	inbox       *inboxsvc.Service
 	rt          *worker.Runtime
 	metrics     *metrics.Metrics
