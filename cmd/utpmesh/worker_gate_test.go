@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
@@ -202,6 +204,28 @@ func TestExternalWorkerGate(t *testing.T) {
 	}
 	if r := got["call-valid"]; r.Status != card.StatusSuccess {
 		t.Fatalf("valid mandate: result %+v (error %+v), want success", r, r.Error)
+	}
+	// The same variants dispatched through the mesh's admission (the
+	// default way) are refused there, with the same reasons.
+	for i, tc := range tests {
+		t.Run("admission: "+tc.name, func(t *testing.T) {
+			ac, err := agent.New(m.Conn(), agent.Config{Project: "demo", AgentID: tc.agent, Mandate: tc.token, Logger: quietLog})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ac.Close()
+			cctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			out, err := ac.Call(cctx, agent.CallRequest{ToolName: "echo", Arguments: json.RawMessage(tc.args), AgentTurnID: fmt.Sprintf("turn-adm-%d", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := out.Result
+			if r.Status != card.StatusFailed || r.Error == nil || r.Error.Code != card.CodeAuthFailed || !strings.Contains(r.Error.Message, tc.wantMsg) ||
+				out.ResultCard.AuthorID != "mesh.admission" {
+				t.Fatalf("result = %+v (error %+v, author %s), want failed auth_failed by the admission mentioning %q", r, r.Error, out.ResultCard.AuthorID, tc.wantMsg)
+			}
+		})
 	}
 	// Only the valid call reached the handler.
 	w.mu.Lock()
