@@ -17,8 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/utpmesh/utpmesh/cardstore"
-	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
@@ -143,10 +142,6 @@ func TestUpSIGTERMCancelsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	st, err := natsstoreClient(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// up runs the Cedar gate with a demo mandate for the demo agent.
 	// It writes the file just after the mesh starts: poll for it.
 	var mandate []byte
@@ -160,8 +155,16 @@ func TestUpSIGTERMCancelsInFlight(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	sendSlowEcho(t, nc, func(c *card.Card) error { return st.Put(context.Background(), c) },
-		strings.TrimSpace(string(mandate)), "demo-agent", "turn-up", "call-up")
+	// up admits calls (docs/protocol.md, "Admission"): dispatch through it.
+	ag, err := agent.New(nc, agent.Config{Project: "demo", Channel: "main", AgentID: "demo-agent", Mandate: strings.TrimSpace(string(mandate)), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	if _, err := ag.Dispatch(context.Background(), agent.CallRequest{ToolName: "echo", Arguments: json.RawMessage(`{"sleep_ms":30000}`),
+		AgentTurnID: "turn-up", ToolCallID: "call-up", TurnEpoch: 1}); err != nil {
+		t.Fatal(err)
+	}
 	up.waitLine(t, "executing")
 	scrapeUntil(t, "http://127.0.0.1:"+metricsPort+"/metrics", `utpmesh_worker_in_flight{tool="echo"} 1`)
 	if err := up.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -186,5 +189,3 @@ func TestUpSIGTERMCancelsInFlight(t *testing.T) {
 		t.Fatalf("result after up's SIGTERM = %+v, want canceled", tr)
 	}
 }
-
-func natsstoreClient(nc *nats.Conn) (cardstore.Store, error) { return natsstore.NewClient(nc) }

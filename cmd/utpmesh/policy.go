@@ -38,7 +38,7 @@ utpmesh policy rollback --project P [VERSION] [--yes]
                                              restore a kept version (default: the one before the current)
 utpmesh policy test   --project P --agent A (--tool T | --action 'NS::"id"') [--booking-state S] [--booking B] [--hem-id H] [--mandate FILE|TOKEN]
                                              evaluate one call against the stored policies (exit 1 on deny)
-utpmesh policy config --project P [--mandate required|not_required]
+utpmesh policy config --project P [--mandate required|not_required] [--commands admitted|raw]
                                              print or set whether calls need a mandate`
 
 func (c *policyCommand) Run(ctx context.Context, args []string) error {
@@ -55,6 +55,7 @@ func (c *policyCommand) Run(ctx context.Context, args []string) error {
 	booking := fs.String("booking", "", "test: the call's booking_object_id argument")
 	hem := fs.String("hem-id", "", "test: the call's hem_id argument")
 	mand := fs.String("mandate", "", "test: the mandate (file or token); config: required or not_required")
+	commands := fs.String("commands", "", "config: admitted (calls go through the mesh's admission, the default) or raw (agents may publish raw commands; logged)")
 	yes := fs.Bool("yes", false, "put, rollback: replace without asking (for scripts)")
 	version := fs.Uint64("version", 0, "get: print this kept version instead of the current one")
 	pos, err := parse(fs, args)
@@ -177,14 +178,18 @@ func (c *policyCommand) Run(ctx context.Context, args []string) error {
 			fmt.Fprintln(c.env.stdout)
 		}
 	case "config":
-		if *mand != "" {
-			// The config is replaced whole: change only the mandate (the
-			// retention policy rides in the same config).
+		if *mand != "" || *commands != "" {
+			// The config is replaced whole: change only what was given.
 			cur, err := cl.Config(ctx, *project)
 			if err != nil {
 				return err
 			}
-			cur.Mandate = authz.MandateMode(*mand)
+			if *mand != "" {
+				cur.Mandate = authz.MandateMode(*mand)
+			}
+			if *commands != "" {
+				cur.Commands = authz.CommandsMode(*commands)
+			}
 			if err := cl.PutConfig(ctx, *project, cur); err != nil {
 				return err
 			}
@@ -196,7 +201,14 @@ func (c *policyCommand) Run(ctx context.Context, args []string) error {
 		if mf.json {
 			return writeJSON(c.env.stdout, cfg)
 		}
-		fmt.Fprintf(c.env.stdout, "project %s: mandate %s\n", *project, cfg.Mandate)
+		cm := cfg.Commands
+		if cm == "" {
+			cm = authz.CommandsAdmitted
+		}
+		fmt.Fprintf(c.env.stdout, "project %s: mandate %s, commands %s\n", *project, cfg.Mandate, cm)
+		if cfg.RawCommands() {
+			fmt.Fprintf(c.env.stdout, "warning: project %s accepts raw tool commands: workers without the gate run whatever agents publish (docs/protocol.md, Admission)\n", *project)
+		}
 	case "test":
 		req := natsauthz.TestRequest{AgentID: *agent, ToolName: *tool, Action: *action, Arguments: map[string]any{}}
 		for name, v := range map[string]string{"booking_object_id": *booking, "hem_id": *hem} {

@@ -20,6 +20,7 @@ import (
 	"github.com/utpmesh/utpmesh/internal/audit"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/reqsign"
+	agentpkg "github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -146,6 +147,10 @@ func TestNATSIdentities(t *testing.T) {
 		{"agent", "fetch echo's commands", agent, pub(agent, "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_"+v+".utp_tool_echo"), "publish", "$JS.API.CONSUMER.MSG.NEXT.cg_cmd_" + v + ".utp_tool_echo"},
 		{"agent", "read tool commands", agent, sub(agent, "cg."+v+".demo.*.cmd.tool.echo"), "subscription", "cg." + v + ".demo.*.cmd.tool.echo"},
 		{"agent", "call a tool in another project", agent, pub(agent, "cg."+v+".other.main.cmd.tool.echo"), "publish", "cg." + v + ".other.main.cmd.tool.echo"},
+		{"agent", "publish a raw tool command (admission: calls go through svc.dispatch)", agent, pub(agent, "cg."+v+".demo.main.cmd.tool.echo"), "publish", "cg." + v + ".demo.main.cmd.tool.echo"},
+		{"agent", "publish a raw PMO command", agent, pub(agent, "cg."+v+".demo.main.cmd.sys.pmo.internal.list_tools"), "publish", "cg." + v + ".demo.main.cmd.sys.pmo.internal.list_tools"},
+		{"agent", "dispatch in another project", agent, pub(agent, "cg."+v+".other.main.svc.dispatch.call.a1"), "publish", "cg." + v + ".other.main.svc.dispatch.call.a1"},
+		{"agent", "dispatch as an operator", agent, pub(agent, "cg."+v+".demo.main.svc.dispatch.operator.ops"), "publish", "cg." + v + ".demo.main.svc.dispatch.operator.ops"},
 		{"agent", "use another project's CardStore", agent, pub(agent, "cg."+v+".other.default.svc.cardstore.put"), "publish", "cg." + v + ".other.default.svc.cardstore.put"},
 		{"agent", "wake up as another project's agent", agent, sub(agent, "cg."+v+".other.*.cmd.agent.*.wakeup"), "subscription", "cg." + v + ".other.*.cmd.agent.*.wakeup"},
 		{"agent", "publish an audit record", agent, pub(agent, "cg."+v+".demo.main.evt.sys.authz.decision"), "publish", "cg." + v + ".demo.main.evt.sys.authz.decision"},
@@ -396,7 +401,8 @@ func TestNATSIdentities(t *testing.T) {
 		}
 		body, _ := json.Marshal(utp.Command{AgentID: "a1", AgentTurnID: "turn-misrouted", TurnEpoch: 1, ToolCallID: "call-misrouted",
 			AfterExecution: card.Suspend, ToolCallCardID: cc.CardID, StepID: "s1"})
-		if err := agent.nc.Publish("cg."+v+".demo.main.cmd.tool.echo", body); err != nil {
+		// The admin's raw command (an agent may not publish one).
+		if err := admin.nc.Publish("cg."+v+".demo.main.cmd.tool.echo", body); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -433,14 +439,26 @@ func TestNATSIdentities(t *testing.T) {
 		if _, err := agent.nc.ChanSubscribe(wsub, wake); err != nil {
 			t.Fatal(err)
 		}
-		cards, err := natsstore.NewClient(agent.nc)
+		// The agent dispatches through the mesh's admission; the external
+		// worker verifies the admission and runs the call.
+		ag, err := agentpkg.New(agent.nc, agentpkg.Config{Project: "demo", AgentID: "agent-sec", Mandate: tok, Logger: quietLog})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sendEchoVia(t, agent.nc, cards, tok, "agent-sec", "call-sec", `{"x":1}`)
-		r := waitResults(t, m, wake, map[string]bool{"call-sec": true})["call-sec"]
-		if r.Status != card.StatusSuccess {
+		defer ag.Close()
+		out, err := ag.Call(ctx, agentpkg.CallRequest{ToolName: "echo", Arguments: json.RawMessage(`{"x":1}`), AgentTurnID: "turn-call-sec", ToolCallID: "call-sec"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := out.Result; r.Status != card.StatusSuccess {
 			t.Fatalf("result = %+v (error %+v), want success", r, r.Error)
+		}
+		cc, err := m.Cards().Get(ctx, "demo", out.Call.ToolCallCardID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := cc.Metadata.Extra["mandate"]; ok {
+			t.Fatal("the tool.call card carries the mandate: workers could read it")
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -191,6 +192,13 @@ func (c *turnsCommand) replay(ctx context.Context, args []string) error {
 		agentID = "utpmesh-replay"
 	}
 	opts := turn.ReplayOptions{NewTurnID: *as, Concurrency: *conc, Mandate: token}
+	if token == "" {
+		// Admitted calls keep only their mandate's hash: the demo mandate
+		// of a local 'up' is used for the calls it is the recorded one of.
+		if b, err := os.ReadFile(demoMandatePath); err == nil {
+			opts.Known = []string{strings.TrimSpace(string(b))}
+		}
+	}
 	if *dry {
 		p, err := turn.PlanReplay(t, opts)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
@@ -97,9 +100,9 @@ func waitResults(t *testing.T, m *mesh.Mesh, wake chan *nats.Msg, calls map[stri
 	return out
 }
 
-// TestExternalWorkerGate: an external `utpmesh worker echo` evaluates the
-// same Cedar gate as `up`, reading the policies and the issuer key from
-// the mesh. Every unauthorized variant of issue 12 ends auth_failed and
+// TestExternalWorkerGate: on raw commands of a raw-mode project an
+// external `utpmesh worker echo` evaluates the same Cedar gate as `up`,
+// reading the policies and the issuer key from the mesh. Every unauthorized variant of issue 12 ends auth_failed and
 // never executes; a valid mandate runs.
 func TestExternalWorkerGate(t *testing.T) {
 	ctx := context.Background()
@@ -121,6 +124,11 @@ func TestExternalWorkerGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := a.Store.PutPolicies(ctx, "demo", `permit(principal, action == Action::"echo", resource in Project::"demo");`); err != nil {
+		t.Fatal(err)
+	}
+	// Raw commands (the mandate in the card) reach the worker only in a
+	// project that opted into them; there the worker runs the full gate.
+	if err := a.Store.PutConfig(ctx, "demo", authz.ProjectConfig{Commands: authz.CommandsRaw}); err != nil {
 		t.Fatal(err)
 	}
 	own, err := mandate.GenerateKey("demo") // an attacker's key, claiming to be demo's issuer
@@ -196,6 +204,28 @@ func TestExternalWorkerGate(t *testing.T) {
 	}
 	if r := got["call-valid"]; r.Status != card.StatusSuccess {
 		t.Fatalf("valid mandate: result %+v (error %+v), want success", r, r.Error)
+	}
+	// The same variants dispatched through the mesh's admission (the
+	// default way) are refused there, with the same reasons.
+	for i, tc := range tests {
+		t.Run("admission: "+tc.name, func(t *testing.T) {
+			ac, err := agent.New(m.Conn(), agent.Config{Project: "demo", AgentID: tc.agent, Mandate: tc.token, Logger: quietLog})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ac.Close()
+			cctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			out, err := ac.Call(cctx, agent.CallRequest{ToolName: "echo", Arguments: json.RawMessage(tc.args), AgentTurnID: fmt.Sprintf("turn-adm-%d", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := out.Result
+			if r.Status != card.StatusFailed || r.Error == nil || r.Error.Code != card.CodeAuthFailed || !strings.Contains(r.Error.Message, tc.wantMsg) ||
+				out.ResultCard.AuthorID != "mesh.admission" {
+				t.Fatalf("result = %+v (error %+v, author %s), want failed auth_failed by the admission mentioning %q", r, r.Error, out.ResultCard.AuthorID, tc.wantMsg)
+			}
+		})
 	}
 	// Only the valid call reached the handler.
 	w.mu.Lock()

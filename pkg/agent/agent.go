@@ -94,12 +94,22 @@ type Config struct {
 	// Mandate is the signed mandate attached to every call that does not
 	// carry its own (CallRequest.Mandate). Empty: calls carry none.
 	Mandate string
-	// RegistryCacheTTL is how long Call reuses a tool's registry entry
+	// RegistryCacheTTL (Config.RawCommands only: a dispatched call is
+	// looked up by the mesh) is how long Call reuses a tool's registry entry
 	// (target subject, after_execution) before reading it again. The
 	// registry announces no changes, so a re-registration is seen at most
 	// this much later; an unknown tool is never cached. Default
 	// DefaultRegistryCacheTTL; negative reads the registry on every call.
 	RegistryCacheTTL time.Duration
+	// RawCommands makes Call and Dispatch write the tool.call card (with
+	// the mandate in metadata.mandate) and publish the UTP command
+	// themselves, as CommonGround-style runtimes do, instead of sending
+	// one request to the mesh's admission service (svc.dispatch). Only
+	// for a project whose operator opted into raw commands (utpmesh policy
+	// config --commands raw) or a mesh without authorization; a gated mesh
+	// refuses raw commands of other projects (docs/protocol.md,
+	// "Admission").
+	RawCommands bool
 }
 
 // Client is what a Go agent runtime uses to call tools over the mesh. It is
@@ -118,6 +128,8 @@ type Client struct {
 	poll     time.Duration
 	wakeSubj string
 	mandate  string
+	raw      bool
+	dispatch string // svc.dispatch.call.<agent> subject
 	entries  entryCache
 
 	// mu guards sub, waiters and closed.
@@ -159,6 +171,10 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: agent.New: wakeup subject: %v", ErrInvalid, err)
 	}
+	disp, err := subjects.Dispatch(cfg.Version, cfg.Project, cfg.Channel, subjects.ToolToken(cfg.AgentID))
+	if err != nil {
+		return nil, fmt.Errorf("%w: agent.New: dispatch subject: %v", ErrInvalid, err)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("agent.New: jetstream: %w", err)
@@ -191,7 +207,7 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		nc: nc, js: js, ver: cfg.Version, project: cfg.Project, channel: cfg.Channel, agentID: cfg.AgentID,
 		store: cfg.Store, reg: cfg.Registry, inbox: cfg.Inbox, poll: cfg.PollInterval,
 		log:      cfg.Logger.With("component", "agent", "agent_id", cfg.AgentID, "project_id", cfg.Project),
-		wakeSubj: wake.String(), mandate: cfg.Mandate,
+		wakeSubj: wake.String(), mandate: cfg.Mandate, raw: cfg.RawCommands, dispatch: disp.String(),
 		waiters: make(map[string][]*waiter),
 		done:    make(chan struct{}),
 		entries: entryCache{ttl: cfg.RegistryCacheTTL, now: time.Now},

@@ -16,6 +16,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -53,8 +54,11 @@ type CallRequest struct {
 	// ctx (ContextWithTraceparent), else a new one.
 	Traceparent string
 	// Mandate is the signed mandate (compact JWS) that authorizes the
-	// call; default Config.Mandate. It travels in the tool.call card's
-	// metadata under MetadataMandate, where the worker's gate reads it.
+	// call; default Config.Mandate. It travels only in the dispatch
+	// request, where the mesh's admission verifies it; the tool.call card
+	// keeps its jti and SHA-256. With Config.RawCommands it travels in the
+	// card's metadata under MetadataMandate, where the worker's gate reads
+	// it.
 	Mandate string
 	// Metadata are extra keys of the tool.call card's metadata (e.g. the
 	// MCP bridge's "mcp": request id and session), each a JSON value. A key
@@ -128,8 +132,9 @@ func (e *PendingError) Error() string {
 // Unwrap returns the context error.
 func (e *PendingError) Unwrap() error { return e.Err }
 
-// Call makes one tool call and waits for its result: it looks the tool up,
-// writes the tool.call card, publishes the command, waits for the wakeup,
+// Call makes one tool call and waits for its result: it dispatches the
+// call through the mesh's admission service (which authorizes it, writes
+// the tool.call card and publishes the command), waits for the wakeup,
 // reads the tool.result card and acknowledges the inbox entry. See the
 // package doc for the message flow. A failed tool is not an error: its
 // Outcome has Result.Status failed (or timeout, canceled) and Result.Error.
@@ -187,8 +192,8 @@ func (c *Client) CallInto(ctx context.Context, req CallRequest, v any) (*Outcome
 	return out, nil
 }
 
-// Dispatch writes the tool.call card and publishes the command, then
-// returns without waiting: the result arrives as a wakeup (see Wakeups)
+// Dispatch dispatches the call through the mesh (see Call), then returns
+// without waiting: the result arrives as a wakeup (see Wakeups)
 // and an inbox entry (see Resume).
 func (c *Client) Dispatch(ctx context.Context, req CallRequest) (*Pending, error) {
 	p, err := c.prepare(ctx, req)
@@ -202,10 +207,12 @@ func (c *Client) Dispatch(ctx context.Context, req CallRequest) (*Pending, error
 	return &pd, nil
 }
 
-// prepared is a validated call, ready to send.
+// prepared is a validated call, ready to send: a dispatch request, or
+// (Config.RawCommands) a card and a command.
 type prepared struct {
-	pending Pending
-	card    *card.Card
+	pending  Pending
+	dispatch *utp.DispatchRequest
+	card     *card.Card
 	// freshID: the client made the tool_call_id, so no result of it can
 	// exist before the command is sent.
 	freshID bool
@@ -261,6 +268,30 @@ func (c *Client) prepare(ctx context.Context, req CallRequest) (*prepared, error
 		return nil, fmt.Errorf("%w: traceparent %q is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)", ErrInvalid, tp)
 	}
 
+	mandate := req.Mandate
+	if mandate == "" {
+		mandate = c.mandate
+	}
+	if !c.raw {
+		for k, v := range req.Metadata {
+			if k == MetadataMandate || utp.TypedMetadata[k] {
+				return nil, fmt.Errorf("%w: metadata key %q is written by the client; use another key", ErrInvalid, k)
+			}
+			if !json.Valid(v) {
+				return nil, fmt.Errorf("%w: metadata %q is not valid JSON", ErrInvalid, k)
+			}
+		}
+		dr := &utp.DispatchRequest{
+			AgentID: c.agentID, AgentTurnID: req.AgentTurnID, TurnEpoch: req.TurnEpoch, StepID: req.StepID,
+			ParentStepID: req.ParentStepID, ToolCallID: req.ToolCallID, ToolName: req.ToolName, Arguments: args,
+			AfterExecution: req.AfterExecution, Traceparent: tp, Mandate: mandate, Metadata: req.Metadata, CreatedAt: req.CreatedAt,
+		}
+		return &prepared{dispatch: dr, freshID: freshID, pending: Pending{
+			AgentTurnID: req.AgentTurnID, TurnEpoch: req.TurnEpoch, StepID: req.StepID,
+			ToolCallID: req.ToolCallID, ToolName: req.ToolName, AfterExecution: req.AfterExecution, Traceparent: tp,
+		}}, nil
+	}
+
 	var ent *registry.Entry
 	var err error
 	if registry.IsReserved(req.ToolName) {
@@ -308,11 +339,8 @@ func (c *Client) prepare(ctx context.Context, req CallRequest) (*prepared, error
 			ParentStepID: req.ParentStepID, Role: RoleAssistant,
 		},
 	}
-	if m := req.Mandate; m != "" || c.mandate != "" {
-		if m == "" {
-			m = c.mandate
-		}
-		raw, _ := json.Marshal(m)
+	if mandate != "" {
+		raw, _ := json.Marshal(mandate)
 		cc.Metadata.Extra = map[string]json.RawMessage{MetadataMandate: raw}
 	}
 	for k, v := range req.Metadata {
@@ -337,9 +365,57 @@ func (c *Client) prepare(ctx context.Context, req CallRequest) (*prepared, error
 	}}, nil
 }
 
-// send writes the tool.call card, then publishes the command with
-// JetStream and waits for the PubAck.
+// dispatchCodes map the admission service's error codes to the client's
+// sentinels.
+var dispatchCodes = svc.Codes{
+	{Err: ErrInvalid, Code: svc.CodeBadRequest},
+	{Err: ErrInvalid, Code: svc.CodeForbidden},
+	{Err: ErrUnknownTool, Code: svc.CodeNotFound},
+	{Err: ErrInvalid, Code: svc.CodeConflict},
+}
+
+// send hands the call to the mesh: one request to the admission service,
+// which authorizes it, writes the tool.call card and publishes the
+// command; p.pending gets the card id, target subject and after_execution
+// it answers. A refused call is not an error: its auth_failed result
+// reaches the inbox like any other. With Config.RawCommands, sendRaw.
 func (c *Client) send(ctx context.Context, p *prepared) error {
+	if p.dispatch == nil {
+		return c.sendRaw(ctx, p)
+	}
+	var reply utp.DispatchReply
+	if err := svc.Call(ctx, c.nc, c.dispatch, dispatchCodes, p.dispatch, &reply); err != nil {
+		if errors.Is(err, svc.ErrUnavailable) {
+			return fmt.Errorf("agent: dispatch tool_call_id %s (tool %s): %w (the mesh's admission service answers on svc.dispatch; is the mesh running, and new enough?)",
+				p.dispatch.ToolCallID, p.dispatch.ToolName, err)
+		}
+		return fmt.Errorf("agent: dispatch tool_call_id %s (tool %s) in project %s: %w", p.dispatch.ToolCallID, p.dispatch.ToolName, c.project, err)
+	}
+	if reply.ToolCallCardID == "" || reply.TargetSubject == "" {
+		return fmt.Errorf("%w: dispatch reply of tool_call_id %s names no tool.call card or target subject", svc.ErrBadReply, p.dispatch.ToolCallID)
+	}
+	pd := &p.pending
+	pd.ToolCallCardID, pd.TargetSubject, pd.AfterExecution = reply.ToolCallCardID, reply.TargetSubject, reply.AfterExecution
+	if reply.StepID != "" {
+		pd.StepID = reply.StepID
+	}
+	if !reply.Admitted {
+		msg := ""
+		if reply.Error != nil {
+			msg = reply.Error.Message
+		}
+		c.log.Info("agent: the mesh refused the call; its auth_failed result goes to the inbox", "tool_name", pd.ToolName,
+			"tool_call_id", pd.ToolCallID, "error", msg)
+		return nil
+	}
+	c.log.Debug("agent: call dispatched", "tool_name", pd.ToolName, "agent_turn_id", pd.AgentTurnID,
+		"tool_call_id", pd.ToolCallID, "subject", pd.TargetSubject)
+	return nil
+}
+
+// sendRaw writes the tool.call card, then publishes the command with
+// JetStream and waits for the PubAck (Config.RawCommands).
+func (c *Client) sendRaw(ctx context.Context, p *prepared) error {
 	pd := p.pending
 	if err := c.store.Put(ctx, p.card); err != nil {
 		return fmt.Errorf("agent: write tool.call card %s of tool_call_id %s: %w", p.card.CardID, pd.ToolCallID, err)

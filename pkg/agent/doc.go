@@ -1,6 +1,7 @@
 // Package agent is what a Go agent runtime uses to call tools over the
-// mesh with the UTP tool protocol: look the tool up, write the tool.call
-// card, publish the command, and get the result back through the inbox —
+// mesh with the UTP tool protocol: dispatch the call through the mesh's
+// admission (which writes the tool.call card and publishes the command),
+// and get the result back through the inbox —
 // either waiting for it (Call) or parking the turn and resuming it when
 // the wakeup comes (Dispatch, Wakeups, Resume).
 //
@@ -14,7 +15,16 @@
 //
 // # Message flow
 //
-// One tool call, message by message, as Call runs it:
+// One tool call, message by message, as Call runs it. By default steps 1,
+// 2 and 4 are the mesh's: Call subscribes (step 3), then sends one
+// request on cg.<ver>.<project>.<channel>.svc.dispatch.call.<agent_id>
+// (utp.DispatchRequest, with the mandate) and the mesh's admission service
+// looks the tool up, authorizes the call, writes the card (without the
+// mandate: metadata mandate_jti, mandate_sha256, admission) and publishes
+// the command with a CG-Admission header (docs/protocol.md §5.7). A
+// refused call gets a failed auth_failed result the same way as any other.
+// With Config.RawCommands (a raw-mode project) the client does steps 1, 2
+// and 4 itself, the mandate in the card's metadata.mandate:
 //
 //  1. Registry. The tool is looked up in the client's project (registry
 //     "get", cached for Config.RegistryCacheTTL, default 5s: the registry
@@ -69,7 +79,9 @@
 //
 // # Command headers
 //
-// The command carries, besides its JSON body:
+// The command (published by the admission service, or by a RawCommands
+// client) carries, besides its JSON body (and, from the admission,
+// CG-Admission and CG-Mandate):
 //
 //	traceparent       the request's, else the context's (ContextWithTraceparent), else a new one
 //	Nats-Msg-Id       utp.CallRef.MsgID(): "cmd-" + hex SHA-256 of the length-prefixed

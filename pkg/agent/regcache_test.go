@@ -27,7 +27,8 @@ func (r *countingRegistry) Get(ctx context.Context, p, tool string) (*registry.E
 }
 
 // TestRegistryCache: within the TTL Call reads a tool's entry once; with
-// the cache off it reads it every call; an unknown tool is never cached
+// the cache off it reads it every call (a raw-commands client: a
+// dispatching one asks the mesh, which reads the registry itself); an unknown tool is never cached
 // (registering it afterwards works at once).
 func TestRegistryCache(t *testing.T) {
 	e := startMesh(t)
@@ -46,7 +47,7 @@ func TestRegistryCache(t *testing.T) {
 			}
 			reg := &countingRegistry{Registry: inner}
 			c, err := agent.New(e.nc, agent.Config{Project: project, Channel: channel, AgentID: "agent-cache-" + tc.name,
-				Logger: quiet, Registry: reg, RegistryCacheTTL: tc.ttl})
+				Logger: quiet, Registry: reg, RegistryCacheTTL: tc.ttl, RawCommands: true})
 			if err != nil {
 				t.Fatal(err)
 			}

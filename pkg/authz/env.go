@@ -41,9 +41,12 @@ func (c CallContext) Record() types.Record {
 // Agent::"<Agent>", the action, resource Resource (whose parent is
 // Project::"<Project>") when it is set, else Project::"<Project>".
 type Env struct {
-	Agent   string
-	Project string
-	Action  types.EntityUID
+	Agent string
+	// Operator, when set, makes the principal Operator::"<Operator>"
+	// instead of the agent.
+	Operator string
+	Project  string
+	Action   types.EntityUID
 	// Resource is a catalogue's resource entity; zero: the project.
 	Resource types.EntityUID
 	Context  CallContext
@@ -79,8 +82,12 @@ func (e Env) Entities() types.EntityMap {
 
 // Authorize evaluates ps for e.
 func (e Env) Authorize(ps *cedar.PolicySet) (bool, cedar.Diagnostic) {
+	principal := AgentUID(e.Agent)
+	if e.Operator != "" {
+		principal = OperatorUID(e.Operator)
+	}
 	dec, diag := cedar.Authorize(ps, e.Entities(), cedar.Request{
-		Principal: AgentUID(e.Agent), Action: e.Action, Resource: e.ResourceUID(), Context: e.Context.Record(),
+		Principal: principal, Action: e.Action, Resource: e.ResourceUID(), Context: e.Context.Record(),
 	})
 	return dec == cedar.Allow, diag
 }

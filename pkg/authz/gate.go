@@ -108,6 +108,11 @@ type Request struct {
 	Arguments json.RawMessage
 	// Mandate is the compact token, or "".
 	Mandate string
+	// Operator, when set, is the name of the operator making the call
+	// (admission's svc.dispatch.operator.<name>): the principal is
+	// Operator::"<name>", no mandate is needed or read, and the project's
+	// policies alone decide.
+	Operator string
 	// Builtin: a PMO built-in needs a valid mandate (unless the project
 	// opted out) but no Cedar permission.
 	Builtin bool
@@ -173,14 +178,32 @@ func (g *Gate) Authorize(ctx context.Context, call *worker.Call) error {
 	if err != nil {
 		return worker.Fail(card.CodeAuthFailed, err.Error())
 	}
-	d, err := g.Decide(ctx, req)
+	d, err := g.DecideAudited(ctx, req)
 	if err != nil {
 		return err
 	}
-	g.audit(ctx, req, d)
 	if d.Allowed {
 		return nil
 	}
+	return worker.FailDetail(card.CodeAuthFailed, d.Message, g.DenialDetail(req, d))
+}
+
+// DecideAudited is Decide followed by the decision's audit record: what a
+// call's authorization (the worker's Authorize, the mesh's admission)
+// does.
+func (g *Gate) DecideAudited(ctx context.Context, req *Request) (*Decision, error) {
+	d, err := g.Decide(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	g.audit(ctx, req, d)
+	return d, nil
+}
+
+// DenialDetail is the detail of the auth_failed result of a denied call:
+// the decision's reason, action, scopes, grants and policies, decorated by
+// the catalogues' DenialDecorators.
+func (g *Gate) DenialDetail(req *Request, d *Decision) AuthFailedDetail {
 	detail := AuthFailedDetail{
 		Reason: d.Reason, Tool: req.ToolName, RequiredAction: d.Action, RequiredScopes: nonNil(req.Scopes),
 		Granted: nonNil(d.Granted), MandateJTI: d.MandateJTI, ResourceID: d.ResourceID, Policies: nonNil(d.Policies),
@@ -190,7 +213,13 @@ func (g *Gate) Authorize(ctx context.Context, call *worker.Call) error {
 			dd.DecorateDenial(&detail)
 		}
 	}
-	return worker.FailDetail(card.CodeAuthFailed, d.Message, detail)
+	return detail
+}
+
+// Config returns the project's authorization configuration from the
+// gate's policy source.
+func (g *Gate) Config(ctx context.Context, project string) (ProjectConfig, error) {
+	return g.cfg.Policies.Config(ctx, project)
 }
 
 func nonNil(s []string) []string {
@@ -238,7 +267,12 @@ func (g *Gate) Decide(ctx context.Context, req *Request) (*Decision, error) {
 		return nil, fmt.Errorf("authz: config of %s: %w", req.Project, err)
 	}
 	var m *mandate.Mandate
-	if req.Mandate != "" {
+	if req.Operator != "" {
+		if req.Builtin {
+			d.Allowed, d.Reason, d.Message = true, ReasonOperator, "built-in: an operator's call, no Cedar action"
+			return d, nil
+		}
+	} else if req.Mandate != "" {
 		m, err = g.verify(ctx, req.Mandate, mandate.IssuerName(req.Project))
 		if err != nil {
 			if !IsMandateError(err) && ctx.Err() == nil {
@@ -251,7 +285,7 @@ func (g *Gate) Decide(ctx context.Context, req *Request) (*Decision, error) {
 			return deny(d, ReasonSubjectMismatch, fmt.Sprintf("mandate %s is for agent %q, the call comes from agent %q", m.Claims.JTI, m.Claims.Subject, req.AgentID)), nil
 		}
 	} else if cfg.Required() {
-		return deny(d, ReasonMandateMissing, fmt.Sprintf("project %s requires a mandate: put the token in the tool.call card's metadata.mandate (agent.Config.Mandate)", req.Project)), nil
+		return deny(d, ReasonMandateMissing, fmt.Sprintf("project %s requires a mandate: pass one with the call (agent.Config.Mandate or CallRequest.Mandate; a raw command carries it in the tool.call card's metadata.mandate)", req.Project)), nil
 	}
 	if req.Builtin {
 		d.Allowed, d.Reason, d.Message = true, ReasonBuiltinAuthorized, "built-in: mandate verified, no Cedar action"
@@ -291,17 +325,26 @@ func (g *Gate) Decide(ctx context.Context, req *Request) (*Decision, error) {
 		return nil, err
 	}
 	env := EnvFor(req.AgentID, req.Project, req.Action, req.ToolName, req.Scopes, res)
+	env.Operator = req.Operator
+	who := "agent " + req.AgentID
+	if req.Operator != "" {
+		who = "operator " + req.Operator
+	}
 	dec, diag := env.Authorize(pps)
 	d.Errors = append(d.Errors, diagErrors("project", diag)...)
 	if !dec {
 		d.Policies = reasons("project", diag)
-		return deny(d, ReasonProjectPolicy, fmt.Sprintf("project %s's policies do not permit %s for agent %s", req.Project, req.Action, req.AgentID)), nil
+		return deny(d, ReasonProjectPolicy, fmt.Sprintf("project %s's policies do not permit %s for %s", req.Project, req.Action, who)), nil
 	}
 	if fe := unevaluatedForbids(pps, diag); len(fe) > 0 {
 		d.Policies = prefixed("project", fe)
 		return deny(d, ReasonProjectPolicy, forbidDenial("project "+req.Project, pps, fe)), nil
 	}
 	d.Policies = reasons("project", diag)
+	if req.Operator != "" {
+		d.Allowed, d.Reason, d.Message = true, ReasonOperator, "allowed by the project's policies for operator "+req.Operator
+		return d, nil
+	}
 	if m == nil {
 		d.Allowed, d.Reason, d.Message = true, ReasonMandateNotRequired, "allowed by the project's policies (project requires no mandate)"
 		return d, nil
@@ -425,7 +468,7 @@ func (g *Gate) audit(ctx context.Context, req *Request, d *Decision) {
 		dec = DecisionAllow
 	}
 	g.cfg.Audit.Audit(ctx, req.Version, &AuditRecord{
-		Time: g.cfg.Now().UTC(), ProjectID: req.Project, ChannelID: req.Channel, AgentID: req.AgentID,
+		Time: g.cfg.Now().UTC(), ProjectID: req.Project, ChannelID: req.Channel, AgentID: req.AgentID, Operator: req.Operator,
 		ToolName: req.ToolName, ToolCallID: req.ToolCallID, Action: d.Action, Decision: dec, Reason: d.Reason,
 		Policies: nonNil(d.Policies), MandateJTI: d.MandateJTI, MandateIssuer: d.MandateIssuer, ResourceID: d.ResourceID,
 	})

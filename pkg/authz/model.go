@@ -21,6 +21,23 @@ const (
 	MandateNotRequired MandateMode = "not_required"
 )
 
+// CommandsMode says how a project's tool commands reach its workers.
+type CommandsMode string
+
+// The commands modes. The zero value means CommandsAdmitted.
+const (
+	// CommandsAdmitted: calls are dispatched through the mesh's admission
+	// service (svc.dispatch), which authorizes them and signs the command
+	// (CG-Admission); workers run only admitted commands. Default.
+	CommandsAdmitted CommandsMode = "admitted"
+	// CommandsRaw: the project's operator has opted in explicitly to
+	// agents publishing raw UTP commands themselves (CommonGround-style
+	// runtimes); the tool.call cards then carry the mandate and every SDK
+	// worker runs the full gate on a command without an admission. A
+	// foreign worker with no gate code runs whatever it is sent.
+	CommandsRaw CommandsMode = "raw"
+)
+
 // ProjectConfig is a project's authorization configuration.
 type ProjectConfig struct {
 	// Mandate is "required" (the default when empty or unset) or
@@ -29,6 +46,9 @@ type ProjectConfig struct {
 	// Retention is the project's retention policy for turns
 	// (pkg/retention); nil keeps every turn.
 	Retention *ProjectRetention `json:"retention,omitempty"`
+	// Commands is "admitted" (the default when empty or unset) or "raw"
+	// (an explicit, logged opt-in to raw commands).
+	Commands CommandsMode `json:"commands,omitempty"`
 }
 
 // Check validates c; the error names the field and the values accepted.
@@ -38,10 +58,19 @@ func (c ProjectConfig) Check() error {
 	}
 	switch c.Mandate {
 	case "", MandateRequired, MandateNotRequired:
+	default:
+		return fmt.Errorf("%w: mandate is %q; use %q or %q", ErrInvalidRequest, c.Mandate, MandateRequired, MandateNotRequired)
+	}
+	switch c.Commands {
+	case "", CommandsAdmitted, CommandsRaw:
 		return nil
 	}
-	return fmt.Errorf("%w: mandate is %q; use %q or %q", ErrInvalidRequest, c.Mandate, MandateRequired, MandateNotRequired)
+	return fmt.Errorf("%w: commands is %q; use %q or %q", ErrInvalidRequest, c.Commands, CommandsAdmitted, CommandsRaw)
 }
+
+// RawCommands reports whether the project accepts raw commands (Commands
+// is CommandsRaw).
+func (c ProjectConfig) RawCommands() bool { return c.Commands == CommandsRaw }
 
 // Required reports whether calls need a mandate.
 func (c ProjectConfig) Required() bool { return c.Mandate != MandateNotRequired }
@@ -132,21 +161,30 @@ const (
 	ReasonAllowed            = "allowed"
 	ReasonBuiltinAuthorized  = "builtin"
 	ReasonMandateNotRequired = "mandate_not_required"
+	// ReasonOperatorOnly: the tool's registry options.principal is
+	// "operator"; agents may not call it (admission).
+	ReasonOperatorOnly = "operator_only"
+	// ReasonOperator: an operator's call, allowed by the project's
+	// policies (no mandate).
+	ReasonOperator = "operator"
 )
 
 // AuditRecord is one gate decision, published on
 // cg.<ver>.<project>.<channel>.evt.sys.authz.decision. It never holds the
 // call's arguments or the token.
 type AuditRecord struct {
-	Time       time.Time `json:"time"`
-	ProjectID  string    `json:"project_id"`
-	ChannelID  string    `json:"channel_id"`
-	AgentID    string    `json:"agent_id"`
-	ToolName   string    `json:"tool_name"`
-	ToolCallID string    `json:"tool_call_id"`
-	Action     string    `json:"action"`
-	Decision   string    `json:"decision"`
-	Reason     string    `json:"reason"`
+	Time      time.Time `json:"time"`
+	ProjectID string    `json:"project_id"`
+	ChannelID string    `json:"channel_id"`
+	AgentID   string    `json:"agent_id"`
+	// Operator names the operator of an operator's call (principal
+	// Operator::"<name>"); "" for an agent's.
+	Operator   string `json:"operator,omitempty"`
+	ToolName   string `json:"tool_name"`
+	ToolCallID string `json:"tool_call_id"`
+	Action     string `json:"action"`
+	Decision   string `json:"decision"`
+	Reason     string `json:"reason"`
 	// Policies are the ids of the policies that determined the decision,
 	// prefixed "project:" or "mandate:".
 	Policies      []string `json:"policies"`

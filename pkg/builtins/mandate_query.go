@@ -45,10 +45,8 @@ func (d Deps) mandateQuery(ctx context.Context, call *worker.Call) (worker.Resul
 	if err := call.Bind(&a); err != nil {
 		return worker.Result{}, err
 	}
-	if a.Mandate == "" && call.CallCard != nil {
-		if raw, ok := call.CallCard.Metadata.Extra[authz.MetadataMandate]; ok {
-			_ = json.Unmarshal(raw, &a.Mandate)
-		}
+	if a.Mandate == "" {
+		a.Mandate = call.Mandate // the admitted call's (CG-Mandate) or a raw card's
 	}
 	r, err := d.Mandates.Query(ctx, authz.QueryInput{Project: call.ProjectID, AgentID: call.Command.AgentID, Mandate: a.Mandate, State: a.State})
 	switch {

@@ -106,7 +106,7 @@ func (m *Mesh) join(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("%w: connect to %s: %w (are the servers up and the URL right?)", ErrExternal, redactedURLs(e.URL), err)
 	}
-	m.nc = nc
+	m.nc, m.connOpts = nc, opts
 	m.push(func(context.Context) error { nc.Close(); return nil })
 	if err := checkLimits(int32(min(nc.MaxPayload(), int64(embednats.MaxMaxPayload))), m.cfg.MaxCardBytes); err != nil {
 		return fmt.Errorf("%w: the server's max_payload: %w (set max_payload: 8MB in every server's configuration, or lower --max-card-bytes)", ErrExternal, err)

@@ -82,7 +82,7 @@ func externalMesh(t *testing.T, d *externaltest.Deployment, dir string) *mesh.Me
 	return m
 }
 
-func call(t *testing.T, ac *agent.Client, tool, turn, args string) *agent.Outcome {
+func callOK(t *testing.T, ac *agent.Client, tool, turn, args string) *agent.Outcome {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -165,8 +165,8 @@ func TestExternalCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ac.Close()
-	first := call(t, ac, "echo", "turn-x1", `{"n":1}`)
-	if out := call(t, ac, "reverse", "turn-x1", `{"s":"abc"}`); !strings.Contains(string(out.Result.Result), `"cba"`) {
+	first := callOK(t, ac, "echo", "turn-x1", `{"n":1}`)
+	if out := callOK(t, ac, "reverse", "turn-x1", `{"s":"abc"}`); !strings.Contains(string(out.Result.Result), `"cba"`) {
 		t.Fatalf("reverse = %s", out.Result.Result)
 	}
 	// The deployment enforces the role: the agent's user may not read
@@ -195,7 +195,7 @@ func TestExternalCluster(t *testing.T) {
 	if err != nil || rc.CardID != first.ResultCard.CardID {
 		t.Fatalf("after a restart, the echo result: %v, %v; want card %s", rc, err, first.ResultCard.CardID)
 	}
-	call(t, ac, "echo", "turn-x2", `{"n":2}`)
+	callOK(t, ac, "echo", "turn-x2", `{"n":2}`)
 }
 
 // TestExternalSingleServer: one server with nkey users in its
@@ -237,7 +237,7 @@ func TestExternalSingleServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ac.Close()
-	call(t, ac, "echo", "turn-s1", `{"n":1}`)
+	callOK(t, ac, "echo", "turn-s1", `{"n":1}`)
 }
 
 // TestExternalRefused: what the mesh cannot join is refused with an error

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -51,7 +52,8 @@ func (m *Mesh) addedIdentities() ([]meshauth.Identity, error) {
 }
 
 // rawCommands reports whether project's agent identities may publish raw
-// commands: SetRawCommands, else IdentityConfig.RawCommands, else yes.
+// commands: SetRawCommands (the project's config, loadRawCommands and
+// followRawCommands), else IdentityConfig.RawCommands, else no.
 func (m *Mesh) rawCommands(project string) bool {
 	m.idents.amu.Lock()
 	raw, ok := m.idents.raw[project]
@@ -62,7 +64,59 @@ func (m *Mesh) rawCommands(project string) bool {
 	if f := m.cfg.Identities.RawCommands; f != nil {
 		return f(project)
 	}
-	return true
+	return false
+}
+
+// loadRawCommands reads the raw-command opt-in of every project that has
+// agent identities from the policy store, once the authz service runs,
+// and reloads the server's users when one opted in (the identities were
+// made before the store was open, with raw commands off).
+func (m *Mesh) loadRawCommands(ctx context.Context) error {
+	if m.cfg.Identities == nil || m.cfg.Identities.RawCommands != nil || m.policies == nil {
+		return nil
+	}
+	seen, changed := map[string]bool{}, false
+	for _, id := range m.Identities() {
+		if id.Role != meshauth.RoleAgent || seen[id.Project] {
+			continue
+		}
+		seen[id.Project] = true
+		c, err := m.policies.Config(ctx, id.Project) // the defaults when the project has none
+		if err != nil {
+			return fmt.Errorf("mesh: read the commands mode of project %s: %w", id.Project, err)
+		}
+		if c.RawCommands() {
+			m.cfg.Logger.Warn("project allows raw commands: its agents may publish tool commands the mesh did not admit (SDK workers gate them; foreign workers may not)", "project", id.Project)
+			m.idents.amu.Lock()
+			if m.idents.raw == nil {
+				m.idents.raw = map[string]bool{}
+			}
+			m.idents.raw[id.Project] = true
+			m.idents.amu.Unlock()
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return m.ReloadIdentities()
+}
+
+// followRawCommands is the authz service's OnConfig hook: a project's
+// config change that switches its commands mode reloads its agents'
+// permissions live.
+func (m *Mesh) followRawCommands(project string, c authz.ProjectConfig) {
+	if m.cfg.Identities == nil || m.cfg.Identities.RawCommands != nil {
+		return
+	}
+	if m.rawCommands(project) == c.RawCommands() {
+		return
+	}
+	if err := m.SetRawCommands(project, c.RawCommands()); err != nil {
+		m.cfg.Logger.Error("cannot reload the agents' permissions after a commands-mode change", "project", project, "raw", c.RawCommands(), "err", err)
+		return
+	}
+	m.cfg.Logger.Warn("commands mode changed: agents' NATS permissions reloaded", "project", project, "raw", c.RawCommands())
 }
 
 // SetRawCommands switches project's opt-in to raw commands and reloads

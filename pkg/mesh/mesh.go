@@ -13,6 +13,7 @@
 //	<DataDir>/inbox.db     inbox entries (bbolt)
 //	<DataDir>/policies.db  Cedar policy sets and auth configs (Config.Auth)
 //	<DataDir>/keys/        projects' mandate issuer keys (Config.Auth)
+//	<DataDir>/admission.key this node's admission signing key (pkg/admit; 0600)
 //	<DataDir>/creds/       NATS identities' nkey seeds (Config.Identities)
 //	<DataDir>/archive/     turns archived by retention (Config.Retention)
 //
@@ -63,6 +64,7 @@ import (
 	"github.com/utpmesh/utpmesh/internal/datalock"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/portcheck"
+	"github.com/utpmesh/utpmesh/pkg/admit"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore"
@@ -191,9 +193,11 @@ type IdentityConfig struct {
 	// listed too.
 	Workers []meshauth.Identity
 	// RawCommands reports whether a project's agent identities may publish
-	// raw tool and PMO commands (the project's opt-in, meshauth.Identity.
-	// RawCommands); nil: every project may, the path of agent runtimes
-	// that publish their own commands. Change it live with
+	// raw tool and PMO commands (meshauth.Identity.RawCommands); nil: a
+	// project may only when its authz config opted in (`utpmesh policy
+	// config --commands raw`, read from the policy store at start and
+	// followed live on every config change), else never: agents dispatch
+	// through the mesh's admission. Change it live with
 	// Mesh.SetRawCommands.
 	RawCommands func(project string) bool
 }
@@ -233,6 +237,8 @@ type Mesh struct {
 	cardSrv     *natsstore.Server
 	regSrv      *natsreg.Server
 	auth        *natsauthz.Service
+	admit       *admit.Service
+	admitKeys   *admit.KVKeys // replicated state only: the nodes' admission keys
 	inbox       *inboxsvc.Service
 	rt          *worker.Runtime
 	metrics     *metrics.Metrics
@@ -243,6 +249,7 @@ type Mesh struct {
 	unrouted    *unrouted.Sweeper
 	retention   *retention.Sweeper // nil without Auth or Config.Retention.Policies
 	ready       atomic.Bool        // Start has finished (health)
+	connOpts    []nats.Option      // the mesh's own connections' options (admission.go)
 }
 
 // Start starts a mesh. On error everything started so far is stopped.
@@ -362,6 +369,7 @@ func (m *Mesh) embed(ctx context.Context, host string, port int) (err error) {
 			return err
 		}
 	}
+	m.connOpts = connOpts
 	m.nc, err = m.srv.Connect(connOpts...)
 	if err != nil {
 		return fmt.Errorf("mesh: connect: %w", err)
@@ -459,12 +467,20 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 			m.push(func(context.Context) error { return pol.Close() })
 		}
 		m.auth, err = natsauthz.Start(ctx, m.nc, natsauthz.StartConfig{DataDir: cfg.DataDir, KeyDir: cfg.Auth.KeyDir, Registry: m.reg, Store: m.policies,
-			Resources: resourceResolvers(cfg.Auth.Catalogues), Version: cfg.ProtocolVersion, Logger: log.With("component", "authz")})
+			Resources: resourceResolvers(cfg.Auth.Catalogues), Version: cfg.ProtocolVersion, Logger: log.With("component", "authz"),
+			OnConfig: m.followRawCommands})
 		if err != nil {
 			return err
 		}
 		m.push(m.auth.Stop)
 		m.auth.SetIdentities(m.identityNames())
+		if err := m.loadRawCommands(ctx); err != nil {
+			return err
+		}
+	}
+
+	if err := m.startAdmission(ctx); err != nil {
+		return err
 	}
 
 	if m.inboxStore == nil { // single node: inbox.db beside the other files
@@ -512,6 +528,11 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	pdeps := builtins.Deps{NC: m.nc, Store: m.cards, Registry: m.reg, Holder: wcfg.InstanceID + "-pmo"}
 	if m.auth != nil {
 		wcfg.Authorizer, pdeps.Mandates = m.auth.Gate, m.auth.Querier
+		if wcfg.Admissions == nil {
+			v := worker.NewAdmissionVerifier(m.nc, wcfg.Logger)
+			v.Own = m.admit.Signed // what this process admitted: no second signature check
+			wcfg.Admissions = v
+		}
 	}
 	tools := append(builtins.Tools(pdeps), cfg.Tools...)
 	if cfg.Services != nil {
@@ -665,6 +686,9 @@ func (m *Mesh) CredsDir() string {
 // CredsFile is the seed file of the identity named name (core, admin,
 // agent-<project>, worker-<service>; see meshauth.Identity.Name).
 func (m *Mesh) CredsFile(name string) string { return creds.SeedPath(m.CredsDir(), name) }
+
+// Admission is the mesh's admission service (svc.dispatch).
+func (m *Mesh) Admission() *admit.Service { return m.admit }
 
 // Auth is the mesh's authorization service (policy store, issuer keys,
 // gate), or nil when Config.Auth is nil.

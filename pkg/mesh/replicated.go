@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/cardstore/jsstore"
+	"github.com/utpmesh/utpmesh/pkg/admit"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/jspolicy"
 	"github.com/utpmesh/utpmesh/pkg/inbox/kvinbox"
 	"github.com/utpmesh/utpmesh/pkg/registry/jsreg"
@@ -148,6 +149,13 @@ func (m *Mesh) openReplicated(ctx context.Context, js jetstream.JetStream) error
 		// Runs after the inbox service's Stop: waits for its last marks.
 		m.push(func(context.Context) error { return kv.Close() })
 		return nil
+	}); err != nil {
+		return err
+	}
+	if err := retry("admission keys", func(c context.Context) error {
+		keys, err := admit.OpenKVKeys(c, js, r)
+		m.admitKeys = keys
+		return err
 	}); err != nil {
 		return err
 	}

@@ -2,6 +2,8 @@ package turn
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +30,11 @@ type ReplayOptions struct {
 	// Mandate, when set, replaces every call's recorded mandate (one that
 	// has expired since, say). Empty: each call carries its own.
 	Mandate string
+	// Known are mandate tokens the caller holds: a recorded call that kept
+	// only its mandate's SHA-256 (an admitted call: the mesh stores no
+	// token in a card) is replayed with the one of them that hashes to it,
+	// i.e. with its recorded mandate. Mandate, when set, wins.
+	Known []string
 }
 
 // Step is one call of a replay plan.
@@ -142,6 +149,9 @@ func PlanReplay(t *Turn, opts ReplayOptions) (*Plan, error) {
 		}
 		epoch = max(epoch, c.TurnEpoch)
 		hasMandate, mandate := c.HasMandate, c.Mandate
+		if mandate == "" && c.MandateSHA256 != "" {
+			mandate = knownMandate(opts.Known, c.MandateSHA256)
+		}
 		if opts.Mandate != "" {
 			hasMandate, mandate = true, opts.Mandate
 		}
@@ -307,4 +317,15 @@ func replayOne(ctx context.Context, client *agent.Client, newTurn string, s Step
 	}
 	rc.Changes, rc.Equal = changes, len(changes) == 0
 	return rc
+}
+
+// knownMandate returns the token of known whose hex SHA-256 is sum, or "".
+func knownMandate(known []string, sum string) string {
+	for _, k := range known {
+		h := sha256.Sum256([]byte(k))
+		if hex.EncodeToString(h[:]) == sum {
+			return k
+		}
+	}
+	return ""
 }

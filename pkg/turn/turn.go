@@ -87,10 +87,15 @@ type Call struct {
 	// Arguments and TargetSubject come from the tool.call content.
 	Arguments     json.RawMessage `json:"arguments,omitempty"`
 	TargetSubject string          `json:"target_subject,omitempty"`
-	// HasMandate reports that the call card carries metadata.mandate. The
-	// token itself is in Mandate, which JSON output leaves out.
+	// HasMandate reports that the call carried a mandate: the card holds
+	// metadata.mandate (a raw command; the token is in Mandate, which JSON
+	// output leaves out) or metadata.mandate_sha256 (an admitted call,
+	// whose token no card keeps: Mandate is "").
 	HasMandate bool   `json:"has_mandate,omitempty"`
 	Mandate    string `json:"-"`
+	// MandateSHA256 is an admitted call's mandate hash (the token is in
+	// no card).
+	MandateSHA256 string `json:"mandate_sha256,omitempty"`
 	// CallCardID and ResultCardID are the card ids ("" when missing).
 	CallCardID   string `json:"call_card_id,omitempty"`
 	ResultCardID string `json:"result_card_id,omitempty"`
@@ -252,6 +257,13 @@ func (t *Turn) addCall(c *Call, cd *card.Card) {
 	}
 	c.CallCard, c.CallCardID, c.CalledAt = cd, cd.CardID, cd.CreatedAt
 	c.StepID, c.ParentStepID, c.TurnEpoch = cd.Metadata.StepID, cd.Metadata.ParentStepID, cd.Metadata.TurnEpoch
+	if raw, ok := cd.Metadata.Extra[metadataMandateSHA256]; ok {
+		// An admitted call: the mesh verified a mandate and kept only its
+		// hash (docs/protocol.md §5.7); a replay needs the token again
+		// (ReplayOptions.Mandate, or Known).
+		c.HasMandate = true
+		_ = json.Unmarshal(raw, &c.MandateSHA256)
+	}
 	if raw, ok := cd.Metadata.Extra[agent.MetadataMandate]; ok {
 		var m string
 		if json.Unmarshal(raw, &m) == nil && m != "" {
@@ -297,3 +309,7 @@ func (t *Turn) addResult(c *Call, cd *card.Card) {
 	}
 	c.Result, c.Error = tr.Result, tr.Error
 }
+
+// metadataMandateSHA256 is the tool.call metadata key of an admitted
+// call's mandate hash (pkg/admit).
+const metadataMandateSHA256 = "mandate_sha256"

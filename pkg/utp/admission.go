@@ -108,28 +108,9 @@ type AdmissionKeys func(kid string) (ed25519.PublicKey, error)
 // key lookup failure, which is returned wrapped as it is (the caller may
 // retry later).
 func VerifyAdmission(keys AdmissionKeys, hdr, subject string, cmd *Command) (*Admission, error) {
-	if hdr == "" {
-		return nil, fmt.Errorf("%w: the command has no %s header (dispatch calls through the mesh: svc.dispatch)", ErrAdmission, HeaderAdmission)
-	}
-	payload, sig64, ok := strings.Cut(hdr, ".")
-	if !ok {
-		return nil, fmt.Errorf("%w: %s is not <claims>.<signature>", ErrAdmission, HeaderAdmission)
-	}
-	body, err := b64.DecodeString(payload)
+	a, payload, sig, err := decodeAdmission(hdr)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s claims: %v", ErrAdmission, HeaderAdmission, err)
-	}
-	sig, err := b64.DecodeString(sig64)
-	if err != nil || len(sig) != ed25519.SignatureSize {
-		return nil, fmt.Errorf("%w: %s signature is not %d base64url bytes", ErrAdmission, HeaderAdmission, ed25519.SignatureSize)
-	}
-	var a Admission
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&a); err != nil {
-		return nil, fmt.Errorf("%w: %s claims: %v", ErrAdmission, HeaderAdmission, err)
-	}
-	if a.V != AdmissionVersion {
-		return nil, fmt.Errorf("%w: admission version %d (want %d)", ErrAdmission, a.V, AdmissionVersion)
+		return nil, err
 	}
 	pub, err := keys(a.KeyID)
 	if err != nil {
@@ -138,6 +119,58 @@ func VerifyAdmission(keys AdmissionKeys, hdr, subject string, cmd *Command) (*Ad
 	if len(pub) != ed25519.PublicKeySize || !ed25519.Verify(pub, []byte(payload), sig) {
 		return nil, fmt.Errorf("%w: the %s signature does not verify under key %s", ErrAdmission, HeaderAdmission, a.KeyID)
 	}
+	if err := a.match(subject, cmd); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// CheckOwnAdmission is VerifyAdmission for a header value the calling
+// process signed itself and kept (e.g. a mesh process whose worker runs a
+// command its own admission service published): it decodes hdr and
+// checks the routing fields but not the signature. Any other header must
+// go through VerifyAdmission.
+func CheckOwnAdmission(hdr, subject string, cmd *Command) (*Admission, error) {
+	a, _, _, err := decodeAdmission(hdr)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.match(subject, cmd); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// decodeAdmission splits and decodes a CG-Admission header value.
+func decodeAdmission(hdr string) (*Admission, string, []byte, error) {
+	if hdr == "" {
+		return nil, "", nil, fmt.Errorf("%w: the command has no %s header (dispatch calls through the mesh: svc.dispatch)", ErrAdmission, HeaderAdmission)
+	}
+	payload, sig64, ok := strings.Cut(hdr, ".")
+	if !ok {
+		return nil, "", nil, fmt.Errorf("%w: %s is not <claims>.<signature>", ErrAdmission, HeaderAdmission)
+	}
+	body, err := b64.DecodeString(payload)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("%w: %s claims: %v", ErrAdmission, HeaderAdmission, err)
+	}
+	sig, err := b64.DecodeString(sig64)
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return nil, "", nil, fmt.Errorf("%w: %s signature is not %d base64url bytes", ErrAdmission, HeaderAdmission, ed25519.SignatureSize)
+	}
+	var a Admission
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&a); err != nil {
+		return nil, "", nil, fmt.Errorf("%w: %s claims: %v", ErrAdmission, HeaderAdmission, err)
+	}
+	if a.V != AdmissionVersion {
+		return nil, "", nil, fmt.Errorf("%w: admission version %d (want %d)", ErrAdmission, a.V, AdmissionVersion)
+	}
+	return &a, payload, sig, nil
+}
+
+// match checks that a's routing fields are the command's.
+func (a *Admission) match(subject string, cmd *Command) error {
 	for _, f := range []struct {
 		name       string
 		got, wantV any
@@ -151,13 +184,13 @@ func VerifyAdmission(keys AdmissionKeys, hdr, subject string, cmd *Command) (*Ad
 		{"after_execution", a.AfterExecution, cmd.AfterExecution},
 	} {
 		if f.got != f.wantV {
-			return nil, fmt.Errorf("%w: %s %v differs from the admitted %v", ErrAdmission, f.name, f.wantV, f.got)
+			return fmt.Errorf("%w: %s %v differs from the admitted %v", ErrAdmission, f.name, f.wantV, f.got)
 		}
 	}
 	if cmd.ToolName != "" && cmd.ToolName != a.ToolName {
-		return nil, fmt.Errorf("%w: tool_name %q differs from the admitted %q", ErrAdmission, cmd.ToolName, a.ToolName)
+		return fmt.Errorf("%w: tool_name %q differs from the admitted %q", ErrAdmission, cmd.ToolName, a.ToolName)
 	}
-	return &a, nil
+	return nil
 }
 
 // CheckCard checks that the tool.call card's content is the one the mesh

@@ -219,16 +219,8 @@ func (j *job) run() {
 		CallCard: callCard, Arguments: args, Entry: ent.entry, Traceparent: j.trace, Delivery: j.deliver,
 		Builtin: j.tool.Builtin,
 	}
-	if az := r.cfg.Authorizer; az != nil {
-		if err := az.Authorize(ctx, c); err != nil {
-			var ce *card.Error
-			if errors.As(err, &ce) {
-				j.fail(card.StatusFailed, ce.Code, ce.Message, ce.Detail, callCard)
-			} else {
-				j.retryLater("authorize", err)
-			}
-			return
-		}
+	if !j.authorize(ctx, c, callCard) {
+		return
 	}
 	j.timeout = ent.entry.Options.Timeout()
 	if cause := context.Cause(callCtx); cause != nil {

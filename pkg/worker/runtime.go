@@ -61,8 +61,15 @@ type Config struct {
 	// is reused. Default 5s.
 	EntryCacheTTL time.Duration
 	// Authorizer, when set, gates every call (built-ins included: it sees
-	// Call.Builtin) before its handler runs. See Authorizer.
+	// Call.Builtin) before its handler runs that the mesh did not admit:
+	// with an Authorizer the runtime verifies each command's CG-Admission
+	// (Admissions) and runs the Authorizer only on a command without a
+	// valid one in a project that accepts raw commands. See Authorizer.
 	Authorizer Authorizer
+	// Admissions verifies commands' admissions; default, when Authorizer
+	// is set, NewAdmissionVerifier on the runtime's connection. Without
+	// both, every command runs (a mesh without authorization).
+	Admissions AdmissionVerifier
 	// ServiceVersion is the version of the micro service the runtime
 	// registers for discovery (a semantic version, e.g. "0.1.0-dev"; the
 	// utpmesh binary passes its own version). Default DefaultServiceVersion.
@@ -104,10 +111,11 @@ type Runtime struct {
 	tools map[string]*Tool // by name
 	pmo   map[string]*Tool // built-ins by name
 
-	entries entryCache
-	stats   map[string]*toolStats // by tool name; fixed after New
-	obs     Observer
-	tracer  Tracer
+	entries    entryCache
+	admissions AdmissionVerifier
+	stats      map[string]*toolStats // by tool name; fixed after New
+	obs        Observer
+	tracer     Tracer
 
 	mu         sync.Mutex
 	micro      micro.Service
@@ -200,6 +208,10 @@ func New(nc *nats.Conn, cfg Config, tools ...Tool) (*Runtime, error) {
 		r.tracer = noTracer{}
 	}
 	r.entries.ttl = cfg.EntryCacheTTL
+	r.admissions = cfg.Admissions
+	if r.admissions == nil && cfg.Authorizer != nil {
+		r.admissions = NewAdmissionVerifier(nc, r.log)
+	}
 	for i := range tools {
 		t := tools[i]
 		if err := t.validate(); err != nil {

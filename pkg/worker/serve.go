@@ -134,6 +134,20 @@ func WithAuthorizer(a Authorizer) Option {
 	}
 }
 
+// WithAdmissions verifies every command's CG-Admission with v instead of
+// the default NATSAdmissions (see AdmissionVerifier); with
+// WithoutAuthorizer it makes the runtime refuse commands the mesh did not
+// admit (in a project that accepts raw commands they then run unchecked).
+func WithAdmissions(v AdmissionVerifier) Option {
+	return func(s *settings) error {
+		if v == nil {
+			return errors.New("worker: WithAdmissions: nil AdmissionVerifier")
+		}
+		s.cfg.Admissions = v
+		return nil
+	}
+}
+
 // WithoutAuthorizer runs every call without a gate: only for a mesh
 // without authorization, never for one started by 'utpmesh up'.
 func WithoutAuthorizer() Option {

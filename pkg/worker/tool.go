@@ -117,6 +117,11 @@ type Call struct {
 	// (utp.HeaderAdmission), or nil when the call was not admitted by the
 	// mesh (a mesh without identities, a project that allows raw commands).
 	Admission *utp.Admission
+	// Mandate is the caller's mandate token, for tools that evaluate it
+	// themselves: the one the mesh verified at admission (the command's
+	// CG-Mandate header, whose SHA-256 the card records), or a raw
+	// command's card metadata.mandate; "" when the call carries none.
+	Mandate string
 	// Principal is who made the call: "agent:<agent_id>" or
 	// "operator:<name>" (utp.Admission.Principal); for a call without an
 	// admission, "agent:" + Command.AgentID.

@@ -141,6 +141,8 @@ type ServerConfig struct {
 	Keys    *mandate.KeyDir
 	Version string
 	Logger  *slog.Logger
+	// OnConfig is natspolicy.ServerConfig.OnConfig.
+	OnConfig func(project string, cfg authz.ProjectConfig)
 }
 
 // Server serves the authz service: the gate's operations here, the
@@ -161,7 +163,7 @@ func NewServer(nc *nats.Conn, cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, srv: srv}
-	if s.pol, err = natspolicy.Register(srv, natspolicy.ServerConfig{Store: cfg.Store, Version: cfg.Version, Logger: cfg.Logger}); err != nil {
+	if s.pol, err = natspolicy.Register(srv, natspolicy.ServerConfig{Store: cfg.Store, Version: cfg.Version, Logger: cfg.Logger, OnConfig: cfg.OnConfig}); err != nil {
 		return nil, err
 	}
 	for op, h := range map[string]svc.HandlerFunc{OpTest: s.test, OpQuery: s.query, OpIssuerKey: s.issuerKey} {

@@ -36,6 +36,11 @@ type StartConfig struct {
 	// Version is the protocol version token.
 	Version string
 	Logger  *slog.Logger
+	// OnConfig, when set, is called after every successful config change
+	// of a project (config_put) with the config as stored: the hook that
+	// reloads the agents' NATS permissions when a project opts into or
+	// out of raw commands (authz.ProjectConfig.Commands).
+	OnConfig func(project string, cfg authz.ProjectConfig)
 }
 
 // Service is the authorization layer of one mesh process: the policy
@@ -76,7 +81,8 @@ func Start(ctx context.Context, nc *nats.Conn, cfg StartConfig) (*Service, error
 		return nil, err
 	}
 	s.Querier = &authz.Querier{Policies: st, Keys: s.Keys, Registry: cfg.Registry, Resources: cfg.Resources}
-	s.srv, err = NewServer(nc, ServerConfig{Store: st, Gate: s.Gate, Querier: s.Querier, Registry: cfg.Registry, Keys: s.Keys, Version: cfg.Version, Logger: cfg.Logger})
+	s.srv, err = NewServer(nc, ServerConfig{Store: st, Gate: s.Gate, Querier: s.Querier, Registry: cfg.Registry, Keys: s.Keys, Version: cfg.Version, Logger: cfg.Logger,
+		OnConfig: cfg.OnConfig})
 	if err != nil {
 		return nil, fmt.Errorf("natsauthz: %w", err)
 	}

@@ -20,6 +20,10 @@ type ServerConfig struct {
 	// server's when empty.
 	Version string
 	Logger  *slog.Logger
+	// OnConfig, when set, is called after every successful config_put
+	// with the project's config as stored (e.g. to reload the agents'
+	// NATS permissions when a project opts into raw commands).
+	OnConfig func(project string, cfg authz.ProjectConfig)
 }
 
 // Server holds the policy operations' handlers.
@@ -162,6 +166,20 @@ func (s *Server) configPut(ctx context.Context, sc svc.Scope, data []byte) (any,
 	if err != nil {
 		return nil, err
 	}
-	s.auditChange(ctx, sc, map[string]string{"mandate": string(c.Mandate)})
+	s.auditChange(ctx, sc, map[string]string{"mandate": string(c.Mandate), "commands": string(c.Commands)})
+	if c.RawCommands() {
+		s.logger().Warn("project accepts raw tool commands: agents may publish commands the mesh did not admit; SDK workers run the full gate on them, foreign workers run whatever they are sent (docs/protocol.md, Admission)",
+			"project", sc.Project)
+	}
+	if s.cfg.OnConfig != nil {
+		s.cfg.OnConfig(sc.Project, c)
+	}
 	return ConfigReply{Config: c}, nil
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.cfg.Logger != nil {
+		return s.cfg.Logger
+	}
+	return slog.Default()
 }

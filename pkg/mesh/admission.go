@@ -1,0 +1,58 @@
+package mesh
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/utpmesh/utpmesh/pkg/admit"
+	"github.com/utpmesh/utpmesh/pkg/authz"
+)
+
+// startAdmission serves svc.dispatch: the node's admission key
+// (<DataDir>/admission.key), its public key added to the key set (the
+// replicated bucket when the state is replicated, so every node verifies
+// every node's admissions) and the gate when Config.Auth is set. A mesh
+// without Auth admits every call (and logs that it does).
+func (m *Mesh) startAdmission(ctx context.Context) error {
+	cfg := m.cfg
+	key, err := admit.LoadOrCreateKey(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	var keys admit.KeySet = &admit.LocalKeys{}
+	if m.admitKeys != nil { // opened with the replicated state (openReplicated)
+		keys = m.admitKeys
+	}
+	var gate *authz.Gate
+	if m.auth != nil {
+		gate = m.auth.Gate
+	}
+	// A connection of its own: its command publishes and their acks do not
+	// queue behind the traffic of the svc servers and the worker on m.nc.
+	nc, err := m.dial("utpmesh-admission")
+	if err != nil {
+		return fmt.Errorf("mesh: admission connection: %w", err)
+	}
+	m.push(func(context.Context) error { nc.Close(); return nil })
+	m.admit, err = admit.Start(ctx, nc, admit.Config{Version: cfg.ProtocolVersion, Store: m.cards, Registry: m.reg,
+		Gate: gate, Key: key, Keys: keys, Logger: cfg.Logger.With("component", "admission")})
+	if err != nil {
+		return err
+	}
+	m.push(m.admit.Stop)
+	return nil
+}
+
+// dial opens another connection of the mesh's own (the core identity's
+// options): to the embedded server, or to the external deployment
+// (Config.External) with its credentials.
+func (m *Mesh) dial(name string) (*nats.Conn, error) {
+	opts := append(slices.Clone(m.connOpts), nats.Name(name))
+	if e := m.cfg.External; e != nil {
+		return nats.Connect(e.URL, opts...)
+	}
+	return m.srv.Connect(opts...)
+}
