@@ -202,6 +202,18 @@ func TestReadWithoutLeaderReturns(t *testing.T) {
 			s.WaitForShutdown()
 		}
 	}
+	// The nodes stop one after the other: the two left after the first
+	// may elect the survivor the stream's leader, and a leader answers
+	// reads from its own copy until its raft group notices the lost quorum
+	// and steps down (seconds; longer on a loaded machine). The read
+	// without a leader is the case under test: wait for the step-down.
+	acc := c.Servers[survivor].GlobalAccount().Name
+	for stepDown := time.Now().Add(90 * time.Second); c.Servers[survivor].JetStreamIsStreamLeader(acc, "KV_stall"); {
+		if time.Now().After(stepDown) {
+			t.Fatal("the survivor is still the stream's leader without a quorum")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if _, err := sb.Latest(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Latest without a stream leader = %v, want context.DeadlineExceeded", err)
 	}
