@@ -6,8 +6,8 @@ import (
 	"sync"
 
 	"github.com/utpmesh/utpmesh/services/atlas"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state/kvstate"
+	"github.com/utpmesh/utpmesh/services/state"
+	"github.com/utpmesh/utpmesh/services/state/kvstate"
 )
 
 // lazyKV opens the group's KV state once NATS is known: at New when

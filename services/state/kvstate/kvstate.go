@@ -1,4 +1,4 @@
-// Package kvstate keeps an ATLAS group's state (package state) in a
+// Package kvstate keeps a tool service's state (package state) in a
 // JetStream KV bucket that every worker of the group shares, so that two
 // workers of atlas.tasks on two hosts serve one dataset, and the data has
 // as many replicas as the bucket (R1, or R3 on a cluster).
@@ -64,7 +64,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/internal/deadline"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
+	"github.com/utpmesh/utpmesh/services/state"
 )
 
 // Defaults of Config.
@@ -84,9 +84,10 @@ const (
 type Config struct {
 	// Bucket is the KV bucket name, e.g. atlas_tasks. Required.
 	Bucket string
-	// Replicas of the bucket's stream: 1 (default) or 3 on a cluster of
-	// at least three servers. An existing bucket with another count is
-	// updated to this one.
+	// Replicas of the bucket's stream: 1 or 3 on a cluster of at least
+	// three servers. An existing bucket with another count is updated to
+	// this one. 0 adopts an existing bucket's count and creates a missing
+	// one with 1 (a worker that manages no stream passes 0).
 	Replicas int
 	// MaxAttempts bounds how often Update runs its closure when commits
 	// conflict; default DefaultMaxAttempts.
@@ -121,10 +122,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if cfg.Bucket == "" {
 		return nil, errors.New("kvstate: Config.Bucket is required")
 	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
-	if cfg.Replicas < 1 || cfg.Replicas > 5 {
+	if cfg.Replicas < 0 || cfg.Replicas > 5 {
 		return nil, fmt.Errorf("kvstate: %d replicas: use 1, or 3 on a cluster of at least three servers", cfg.Replicas)
 	}
 	if cfg.Timeout < 0 {
@@ -160,7 +158,7 @@ func open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config
 	info, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, Description: cfg.Description,
-			History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas})
+			History: 1, Storage: jetstream.FileStorage, Replicas: max(cfg.Replicas, 1)})
 		cerr := err
 		// Another worker may have created (and configured) it meanwhile.
 		if info, err = js.Stream(ctx, stream); err != nil && cerr != nil {
@@ -175,6 +173,9 @@ func open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config
 		return nil, fmt.Errorf("kvstate: bucket %s: %w", cfg.Bucket, err)
 	}
 	sc := info.CachedInfo().Config
+	if cfg.Replicas == 0 {
+		cfg.Replicas = max(sc.Replicas, 1)
+	}
 	if !sc.AllowAtomicPublish || sc.AllowDirect || sc.Replicas != cfg.Replicas {
 		sc.AllowAtomicPublish, sc.AllowDirect, sc.Replicas = true, false, cfg.Replicas
 		if _, err := js.UpdateStream(ctx, sc); err != nil {
@@ -465,7 +466,7 @@ func (b *bucket) set(key string, w write) error {
 		return state.ErrReadOnly
 	}
 	if key == "" {
-		return errors.New("atlas state: empty key")
+		return errors.New("state: empty key")
 	}
 	if err := b.t.touch(b.project); err != nil {
 		return err
