@@ -145,7 +145,7 @@ func New(group string, deps atlas.Deps) (*Service, error) {
 	s := &Service{group: group, deps: deps, log: deps.Logger, specs: map[string]*Spec{}, done: make(chan struct{})}
 	switch deps.State {
 	case atlas.StateJetStream:
-		kv := &lazyKV{deps: deps, cfg: kvstate.Config{Bucket: atlas.KVBucket(group), Replicas: deps.StateReplicas,
+		kv := &lazyKV{deps: deps, group: group, cfg: kvstate.Config{Bucket: atlas.KVBucket(group), Replicas: deps.StateReplicas,
 			Description: "ATLAS atlas." + group + " state (utpmesh)"}}
 		if deps.NC != nil {
 			if err := kv.openNow(); err != nil {
