@@ -178,7 +178,7 @@ func atpService() Service {
 			return append(ratelimit.PublishSubjects(ratelimit.DefaultBucket), kvstate.PublishSubjects(atp.StateBucket)...)
 		},
 		Provision: func(ctx context.Context, nc *nats.Conn, replicas int) error {
-			if err := ratelimit.Provision(ctx, nc, ratelimit.DefaultBucket); err != nil {
+			if err := ratelimit.Provision(ctx, nc, ratelimit.DefaultBucket, replicas); err != nil {
 				return err
 			}
 			return kvstate.Provision(ctx, nc, kvstate.Config{Bucket: atp.StateBucket, Replicas: max(replicas, 1),
