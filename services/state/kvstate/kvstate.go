@@ -166,7 +166,7 @@ func open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config
 			if cfg.Replicas > 1 {
 				hint = fmt.Sprintf(" (R%d needs a NATS cluster of at least %d servers; use 1 replica on a single server)", cfg.Replicas, cfg.Replicas)
 			}
-			return nil, fmt.Errorf("kvstate: create bucket %s (R%d): %w%s", cfg.Bucket, cfg.Replicas, cerr, hint)
+			return nil, fmt.Errorf("kvstate: create bucket %s (R%d): %w%s", cfg.Bucket, max(cfg.Replicas, 1), cerr, hint)
 		}
 	}
 	if err != nil {
