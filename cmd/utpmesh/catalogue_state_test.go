@@ -45,6 +45,7 @@ type atpLoad struct {
 	// fails it.
 	tolerant bool
 	failed   int
+	failures []string // the first few, for the log
 }
 
 func (l *atpLoad) start(prefix string) {
@@ -64,6 +65,9 @@ func (l *atpLoad) start(prefix string) {
 				if err != nil && l.tolerant && !errors.As(err, &miss) {
 					l.mu.Lock()
 					l.failed++
+					if len(l.failures) < 5 {
+						l.failures = append(l.failures, err.Error())
+					}
 					l.mu.Unlock()
 					time.Sleep(100 * time.Millisecond)
 					continue
@@ -167,7 +171,7 @@ func (l *atpLoad) checkLogged(nc *nats.Conn) {
 			l.t.Errorf("acknowledged safety check %s (event %s) is not in the booking's log", id, ev)
 		}
 	}
-	l.t.Logf("ATP: %d acknowledged writes, %d events in the log, %d calls failed or erred and were tried again", len(l.acked), len(evs), l.failed)
+	l.t.Logf("ATP: %d acknowledged writes, %d events in the log, %d calls failed or erred and were tried again; the first: %q", len(l.acked), len(evs), l.failed, l.failures)
 }
 
 func (l *atpLoad) count() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.acked) }
@@ -294,6 +298,31 @@ func TestATPWorkerOfTheOtherModeRefused(t *testing.T) {
 		t.Fatalf("a bolt worker beside the shared state started:\n%s", out.String())
 	}
 	for _, want := range []string{"JetStream bucket atp_state", "--atp-state jetstream"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("refusal %q does not say %q", out.String(), want)
+		}
+	}
+}
+
+// Issue 24's ATLAS finding, as an operator meets it: `up` serves
+// atlas.tasks from its file, and a worker started with the stock
+// credentials and --atlas-state jetstream refuses to start (it joined the
+// group without a word, and TASK_LIST alternated between two lists).
+func TestATLASWorkerOfTheOtherModeRefused(t *testing.T) {
+	dir := t.TempDir()
+	_, banner := startUpInProcess(t, "--data", dir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "",
+		"--services", "echo,atlas.tasks")
+	m := regexp.MustCompile(`(?m)^\s+NATS\s+(nats://\S+)`).FindStringSubmatch(banner)
+	if m == nil {
+		t.Fatalf("no NATS URL in the banner:\n%s", banner)
+	}
+	var out strings.Builder
+	code := runArgs(context.Background(), []string{"worker", "--nats", m[1], "--creds", creds.SeedPath(filepath.Join(dir, "creds"), creds.WorkerName("atlas.tasks")),
+		"--data", t.TempDir(), "--atlas-state", "jetstream", "atlas.tasks"}, &out, &out)
+	if code == 0 {
+		t.Fatalf("a jetstream worker beside the file group started:\n%s", out.String())
+	}
+	for _, want := range []string{"served from its local file (atlas-tasks.db)", "--atlas-state bolt", "--atlas-state jetstream"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("refusal %q does not say %q", out.String(), want)
 		}
