@@ -328,3 +328,44 @@ func TestATLASWorkerOfTheOtherModeRefused(t *testing.T) {
 		}
 	}
 }
+
+// worker-atp, as `up` writes it, uses its state's bucket (the mode record,
+// reads and a commit) and may not manage it or write another service's:
+// the core made the bucket.
+func TestATPWorkerStateBucketPermissions(t *testing.T) {
+	dir := t.TempDir()
+	_, banner := startUpInProcess(t, "--data", dir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "",
+		"--services", "echo,atp,atlas.tasks", "--state", "jetstream")
+	m := regexp.MustCompile(`(?m)^\s+NATS\s+(nats://\S+)`).FindStringSubmatch(banner)
+	if m == nil {
+		t.Fatalf("no NATS URL in the banner:\n%s", banner)
+	}
+	w, err := connectAs(t, m[1], creds.SeedPath(filepath.Join(dir, "creds"), creds.WorkerName("atp")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := kvstate.Open(ctx, w.nc, kvstate.Config{Bucket: atp.StateBucket})
+	if err != nil {
+		t.Fatalf("worker-atp opens its state: %v", err)
+	}
+	if err := kv.MarkShared(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Update(ctx, func(tx state.Tx) error { return tx.Bucket("demo", "probe").Put("k", []byte("v")) }); err != nil {
+		t.Fatalf("worker-atp commits to its state: %v", err)
+	}
+	select {
+	case err := <-w.errs:
+		t.Fatalf("permission violation using its own bucket: %v", err)
+	default:
+	}
+	for _, subj := range []string{"$JS.API.STREAM.UPDATE.KV_atp_state", "$JS.API.STREAM.DELETE.KV_atp_state",
+		"$JS.API.STREAM.PURGE.KV_atp_state", "$KV.atlas_tasks._mode"} {
+		if err := w.nc.Publish(subj, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		w.waitViolation(t, "publish", subj)
+	}
+}
