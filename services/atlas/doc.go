@@ -39,7 +39,7 @@
 //     optimistic and serializable per project (services/state/kvstate).
 //
 // Every worker of a group uses one mode: a worker of the replicated mode
-// probes the bolt holder's lease and records the mode in the bucket
+// reads the bolt holder's lease and records the mode in the bucket
 // (kvstate.ModeKey), a bolt worker reads that record once it holds the
 // lease; either refuses to start beside the other (state.ErrModeMismatch),
 // saying which flag to use.

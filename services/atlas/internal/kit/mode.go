@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -22,43 +21,28 @@ import (
 //     the CardStore (holder.go) and, once it holds it, reads the mode
 //     recorded in the group's bucket (kvstate.ModeKey): "jetstream" refuses
 //     it;
-//   - a worker of the replicated mode probes the holder lease (a short
-//     claim under sharedHolder, given back at once): a local holder refuses
-//     it; it then records the mode in the bucket and probes again.
+//   - a worker of the replicated mode reads the holder lease: a live local
+//     holder refuses it; it then records the mode in the bucket and reads
+//     the lease again.
 //
 // Whichever starts second sees the other's mark (each writes its mark
 // before it checks the other's).
 
-// sharedHolder is the holder name the replicated mode probes the holder
-// lease with.
-func sharedHolder(group string) string {
-	return "the replicated state of atlas." + group + " (bucket " + atlas.KVBucket(group) + ")"
-}
-
-// probeLease is the lease of a probe: the shortest a CardStore takes.
-const probeLease = time.Second
-
 // probeLocal fails with state.ErrModeMismatch when a process serves the
-// group from its local file (holds the holder lease).
+// group from its local file: its holder lease is held and has not lapsed.
+// It only reads the lease (CardStore GetClaim).
 func probeLocal(ctx context.Context, st cardstore.Store, group string) error {
-	name := sharedHolder(group)
-	_, err := st.Claim(ctx, cardstore.ClaimRequest{ProjectID: HolderProject, Key: HolderKey(group), Holder: name, Lease: probeLease})
-	var held *cardstore.ClaimHeldError
+	c, err := st.GetClaim(ctx, HolderProject, HolderKey(group))
 	switch {
-	case err == nil:
-		if err := st.Release(ctx, HolderProject, HolderKey(group), name); err != nil && !errors.Is(err, cardstore.ErrClaimLost) {
-			return fmt.Errorf("atlas.%s: give back the state-mode probe: %w", group, err)
-		}
+	case errors.Is(err, cardstore.ErrNotFound):
 		return nil
-	case errors.As(err, &held):
-		if held.Holder == name { // another worker of the replicated mode probing
-			return nil
-		}
-		return fmt.Errorf("%w: atlas.%s is served from its local file (%s) by %s, and this worker was started with the replicated state: every worker of a group uses one state mode — start this one with --atlas-state bolt on that host and data directory, or stop that one and start every worker of atlas.%s with %s",
-			state.ErrModeMismatch, group, filepath.Base(atlas.DBPath(".", group)), held.Holder, group, atlas.StateFlagHint)
-	default:
+	case err != nil:
 		return fmt.Errorf("atlas.%s: check the group's state mode in the CardStore: %w (is the mesh up?)", group, err)
+	case c.Expired:
+		return nil // its holder is gone
 	}
+	return fmt.Errorf("%w: atlas.%s is served from its local file (%s) by %s, and this worker was started with the replicated state: every worker of a group uses one state mode — start this one with --atlas-state bolt on that host and data directory, or stop that one and start every worker of atlas.%s with %s",
+		state.ErrModeMismatch, group, filepath.Base(atlas.DBPath(".", group)), c.Holder, group, atlas.StateFlagHint)
 }
 
 // checkShared records the replicated mode in the group's bucket, then
