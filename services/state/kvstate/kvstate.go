@@ -1,11 +1,12 @@
 // Package kvstate keeps a tool service's state (package state) in a
-// JetStream KV bucket that every worker of the group shares, so that two
-// workers of atlas.tasks on two hosts serve one dataset, and the data has
-// as many replicas as the bucket (R1, or R3 on a cluster).
+// JetStream KV bucket that every worker of the service shares, so that two
+// workers of atlas.tasks, or of atp, on two hosts serve one dataset, and
+// the data has as many replicas as the bucket (R1, or R3 on a cluster).
 //
 // # Layout
 //
-// The bucket is atlas_<group> (Config.Bucket). A value lives under the key
+// The bucket is Config.Bucket (atlas_<group>, atp_state). Its key ModeKey
+// records the service's state mode (mode.go). A value lives under the key
 // <project>.<bucket>.<key>, each token kept as it is when it consists of
 // letters, digits, '-' and '_', and written as '=' followed by its
 // unpadded base64url encoding otherwise (so "task_0a1b" stays readable in
@@ -41,7 +42,7 @@
 //
 // Caveats: a Scan costs one round trip to create its consumer, then the
 // values, and Projects lists the version keys: both suit the
-// personal-scale data ATLAS keeps (thousands of keys per bucket), not
+// personal-scale data ATLAS and ATP keep (thousands of keys per bucket), not
 // millions. Projects may miss a project created a moment ago on another
 // node (the scheduler finds it on its next pass).
 package kvstate
@@ -82,7 +83,8 @@ const (
 
 // Config configures a Store.
 type Config struct {
-	// Bucket is the KV bucket name, e.g. atlas_tasks. Required.
+	// Bucket is the KV bucket name, e.g. atlas_tasks or atp_state.
+	// Required.
 	Bucket string
 	// Replicas of the bucket's stream: 1 or 3 on a cluster of at least
 	// three servers. An existing bucket with another count is updated to
