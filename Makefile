@@ -120,6 +120,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'RoundTripGate' -benchtime 1000x -count 2 ./pkg/authz/natsauthz
 	$(GO) test -run '^$$' -bench 'Failover' -benchtime 5x ./pkg/worker
 	$(GO) test -run '^$$' -bench 'Disk' -benchtime 5000x ./pkg/retention
+	$(GO) test -run '^$$' -bench 'Catalogue' -benchtime 400x ./services/catalog
 
 clean:
 	rm -rf $(BIN)

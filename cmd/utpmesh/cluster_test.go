@@ -26,6 +26,9 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/services/atp"
+	"github.com/utpmesh/utpmesh/services/atp/booking"
+	"github.com/utpmesh/utpmesh/services/state/kvstate"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -60,9 +63,14 @@ func startMeshCluster(t *testing.T) *meshCluster {
 		routeAddr = append(routeAddr, a)
 		routes = append(routes, "nats-route://"+a)
 	}
+	// ATP's load is one agent's: no rate limit.
+	cfg := filepath.Join(root, "mesh.yaml")
+	if err := os.WriteFile(cfg, []byte("atp:\n  limits:\n    calls_per_minute: -1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 3 {
 		mc.args = append(mc.args, strings.Join([]string{"up", "--data", filepath.Join(root, fmt.Sprintf("n%d", i)),
-			"--nats-listen", mc.natsAddr[i], "--metrics-addr", "", "--ui-listen", "", "--services", "echo,atlas.tasks",
+			"--nats-listen", mc.natsAddr[i], "--metrics-addr", "", "--ui-listen", "", "--services", "echo,atlas.tasks,atp", "--config", cfg,
 			"--cluster-name", "test", "--server-name", fmt.Sprintf("n%d", i), "--cluster-listen", routeAddr[i],
 			"--routes", strings.Join(routes, ","), "--cluster-secret-file", secret,
 			"--creds-dir", mc.creds, "--keys-dir", mc.keys}, "\x00"))
@@ -144,6 +152,25 @@ func (mc *meshCluster) connect() *nats.Conn {
 	return nc
 }
 
+// demoBooking returns a demo booking (every node loads the ATP fixture;
+// nodes starting at once may each have made one).
+func (mc *meshCluster) demoBooking(nc *nats.Conn) string {
+	mc.t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		kv, err := kvstate.Open(context.Background(), nc, kvstate.Config{Bucket: atp.StateBucket})
+		var bs []*booking.Booking
+		if err == nil {
+			bs, err = booking.New(kv, booking.Options{}).List(context.Background(), authz.DemoProject)
+		}
+		if err == nil && len(bs) > 0 {
+			return bs[0].ID
+		}
+		if time.Now().After(deadline) {
+			mc.t.Fatalf("no demo booking: %v", err)
+		}
+	}
+}
+
 // leaderOf returns the index of the node leading a stream.
 func (mc *meshCluster) leaderOf(nc *nats.Conn, stream string) int {
 	mc.t.Helper()
@@ -167,9 +194,12 @@ func (mc *meshCluster) leaderOf(nc *nats.Conn, stream string) int {
 // while a node is SIGKILLed and restarted — first a node that leads
 // neither the command stream nor the CardStore's, then the command
 // stream's leader — and checks every call whose command was acknowledged:
-// exactly one tool.result card, one inbox entry, one stored wakeup. Then a
-// stateful service served on every node (atlas.tasks, replicated state)
-// shows one dataset whichever node's worker answers.
+// exactly one tool.result card, one inbox entry, one stored wakeup. ATP
+// calls run beside them at concurrency 8 (ATP's state is replicated too):
+// every read sees every write before it, and every acknowledged write is
+// in the booking's log at the end. Then a stateful service served on every
+// node (atlas.tasks, replicated state) shows one dataset whichever node's
+// worker answers.
 func TestClusterNodeLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster of real processes")
@@ -225,6 +255,9 @@ func TestClusterNodeLoss(t *testing.T) {
 			}
 		}
 	}
+	// ATP calls in flight through both node losses.
+	atpl := &atpLoad{t: t, ac: ac, booking: mc.demoBooking(nc), acked: map[string]string{}, errs: make(chan error, 8), tolerant: true}
+	atpl.start("cluster")
 	waitMore(40)
 	cmdLeader := mc.leaderOf(nc, streams.CommandStream(ver))
 	cardsLeader := mc.leaderOf(nc, "utpmesh_cards")
@@ -243,8 +276,11 @@ func TestClusterNodeLoss(t *testing.T) {
 	waitMore(40)
 	mc.restart(leader)
 	waitMore(40)
+	atpl.until(8) // ATP still answers after both losses
 	close(stop)
 	wg.Wait()
+	atpl.finish()
+	atpl.checkLogged(nc)
 	mu.Lock()
 	calls := append([]string(nil), acked...)
 	mu.Unlock()

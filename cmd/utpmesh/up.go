@@ -120,18 +120,20 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	var workerIDs []meshauth.Identity // one per tool service: what 'utpmesh worker --creds' may serve
 	var credsLine string
 	build := func(sctx context.Context, m *mesh.Mesh) ([]worker.Tool, error) {
-		// The core makes every catalogue service's buckets: worker
-		// identities manage no stream.
-		if err := catalog.Provision(sctx, m.Conn()); err != nil {
-			return nil, err
-		}
 		var tools []worker.Tool
 		if ext != nil { // the replica count the mesh chose for the deployment
 			atlasReplicas = m.Config().Replicated.Replicas
 		}
+		// The core makes every catalogue service's buckets, with the
+		// mesh's replicas: worker identities manage no stream.
+		replicas := max(atlasReplicas, 1)
+		if err := catalog.Provision(sctx, m.Conn(), replicas); err != nil {
+			return nil, err
+		}
 		for _, s := range services {
 			ts, err := catalog.Build([]string{s}, catalog.Deps{NC: m.Conn(), Store: m.Cards(), Registry: m.Registry(),
-				DataDir: *data, Context: sctx, Logger: log, AtlasState: atlasState, AtlasStateReplicas: atlasReplicas, Config: cfgFile})
+				DataDir: *data, Context: sctx, Logger: log, AtlasState: atlasState, AtlasStateReplicas: atlasReplicas,
+				ATPStateReplicas: replicas, Config: cfgFile})
 			if err != nil {
 				return nil, err
 			}

@@ -48,6 +48,7 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	configPath := fs.String("config", "", "YAML configuration file for the catalogues' outside world: ATP notification channels, OCTO suppliers, CyNodeAI egress (see docs/operations.md, Configuration file)")
 	atlasState := fs.String("atlas-state", "bolt", "where ATLAS groups keep their data: bolt (a file under --data; one worker per group) or jetstream (a key-value bucket every worker of the group shares)")
 	atlasReplicas := fs.Int("atlas-state-replicas", 1, "with --atlas-state jetstream: copies of the bucket (3 on a 3-node cluster)")
+	atpState := fs.String("atp-state", "jetstream", "where atp keeps its data: jetstream (the key-value bucket atp_state, made by 'utpmesh up', that every atp worker shares) or bolt (a file under --data; one worker, on a mesh whose atp never used the bucket)")
 	var lf logFlags
 	lf.register(fs)
 	services, err := parse(fs, args)
@@ -62,6 +63,9 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	}
 	if *atlasState != "bolt" && *atlasState != "jetstream" {
 		return usagef("--atlas-state %q: use bolt or jetstream", *atlasState)
+	}
+	if *atpState != "bolt" && *atpState != "jetstream" {
+		return usagef("--atp-state %q: use jetstream or bolt", *atpState)
 	}
 	if *atlasReplicas < 1 || *atlasReplicas > 5 {
 		return usagef("--atlas-state-replicas %d: use 1 (one server) or 3 (a 3-node cluster)", *atlasReplicas)
@@ -84,10 +88,11 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	}
 	// Services that keep files own the data directory: lock it before
 	// anything opens a file there (see docs/operations.md, data directory).
+	stateDeps := catalog.Deps{AtlasState: *atlasState, AtlasStateReplicas: *atlasReplicas, ATPState: *atpState}
 	keepsFiles := false
 	for _, s := range services {
 		svc, _ := catalog.Lookup(s)
-		keepsFiles = keepsFiles || (svc.KeepsFiles && !(svc.SharedState && *atlasState == "jetstream"))
+		keepsFiles = keepsFiles || svc.KeepsLocal(stateDeps)
 	}
 	if keepsFiles {
 		lock, err := datalock.Acquire(*data, "utpmesh worker "+strings.Join(services, " "))
@@ -160,7 +165,7 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	svcCtx, stopServices := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServices()
 	tools, err := catalog.Build(services, catalog.Deps{NC: nc, Store: store, Registry: reg, DataDir: *data, Context: svcCtx, Logger: log,
-		AtlasState: *atlasState, AtlasStateReplicas: *atlasReplicas, Config: cfgFile})
+		AtlasState: *atlasState, AtlasStateReplicas: *atlasReplicas, ATPState: *atpState, Config: cfgFile})
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state/kvstate"
+	"github.com/utpmesh/utpmesh/services/state/kvstate"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 

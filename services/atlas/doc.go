@@ -22,7 +22,8 @@
 //
 // # State
 //
-// Deps.State says where a group keeps its data (internal/state):
+// Deps.State says where a group keeps its data (services/state, the
+// tool services' state engine):
 //
 //   - StateBolt (default): the local bbolt file DBPath. One process serves
 //     the group: it holds a lease in the CardStore (project _atlas, key
@@ -35,7 +36,13 @@
 //   - StateJetStream: the JetStream KV bucket atlas_<group>, R1 or R3
 //     (Deps.StateReplicas), shared by every worker of the group: two
 //     workers of atlas.tasks serve one task list. Transactions are
-//     optimistic and serializable per project (internal/state/kvstate).
+//     optimistic and serializable per project (services/state/kvstate).
+//
+// Every worker of a group uses one mode: a worker of the replicated mode
+// reads the bolt holder's lease and records the mode in the bucket
+// (kvstate.ModeKey), a bolt worker reads that record once it holds the
+// lease; either refuses to start beside the other (state.ErrModeMismatch),
+// saying which flag to use.
 //
 // The workflow scheduler runs each scheduled run once across all
 // schedulers that share the workflows: the run is recorded in the same

@@ -18,10 +18,37 @@ import (
 	"github.com/utpmesh/utpmesh/services/atp/octo"
 	"github.com/utpmesh/utpmesh/services/atp/rails"
 	"github.com/utpmesh/utpmesh/services/atp/ratelimit"
+	"github.com/utpmesh/utpmesh/services/state"
 )
 
-// FileName is the service's bbolt file under the data directory.
+// FileName is the bookings file the service kept under the data
+// directory before its state moved to the state engine: a worker that
+// finds one imports it once (booking.ImportLegacy) and renames it
+// atp.db.imported.
 const FileName = "atp.db"
+
+// Where the service keeps its state (Deps.State): the state engine's
+// modes (package state).
+const (
+	// StateJetStream: the JetStream KV bucket StateBucket, shared by
+	// every worker of the service (R1 on one server, R3 on a cluster).
+	// The default.
+	StateJetStream = state.ModeJetStream
+	// StateBolt: the local bbolt file StateFile under the data
+	// directory; one worker serves it, and only where no worker of the
+	// service ever used the bucket.
+	StateBolt = state.ModeBolt
+)
+
+// StateBucket is the KV bucket of the replicated state; the mesh core
+// creates it (catalog's Provision), workers only use it.
+const StateBucket = "atp_state"
+
+// StateFile is the local state's file under the data directory.
+const StateFile = "atp-state.db"
+
+// StateFlagHint is how an operator picks the state mode of a worker.
+const StateFlagHint = "utpmesh worker --atp-state jetstream|bolt atp"
 
 // Deps are what the ATP service needs.
 type Deps struct {
@@ -32,8 +59,16 @@ type Deps struct {
 	Cards cardstore.Store
 	// Resolve provides NC and Cards of a mesh started after the service.
 	Resolve func(ctx context.Context) (*nats.Conn, cardstore.Store, error)
-	// DataDir holds atp.db. Required.
+	// DataDir holds the local state's file (StateBolt) and an atp.db
+	// left by an earlier version, which is imported once. Required.
 	DataDir string
+	// State is where the service keeps its state: StateJetStream ("" too)
+	// or StateBolt.
+	State string
+	// StateReplicas is the replica count of the replicated state's
+	// bucket: 0 adopts the bucket the mesh core made (a worker), 1 or 3
+	// (utpmesh up, which makes it).
+	StateReplicas int
 	// Context bounds the service's timeout loop and the life of its file;
 	// nil: they live until the process exits.
 	Context context.Context
@@ -79,13 +114,26 @@ type Message struct {
 	BookingID      string
 }
 
-// DBPath is the service's file in dataDir.
+// DBPath is the bookings file an earlier version kept in dataDir.
 func DBPath(dataDir string) string { return filepath.Join(dataDir, FileName) }
+
+// StatePath is the local state's file in dataDir.
+func StatePath(dataDir string) string { return filepath.Join(dataDir, StateFile) }
 
 // Normalize checks d and fills its defaults.
 func (d Deps) Normalize() (Deps, error) {
 	if d.DataDir == "" {
-		return d, errors.New("atp: no data directory: pass --data DIR (the service keeps atp.db there)")
+		return d, errors.New("atp: no data directory: pass --data DIR (the service keeps its local files there)")
+	}
+	switch d.State {
+	case "":
+		d.State = StateJetStream
+	case StateJetStream, StateBolt:
+	default:
+		return d, fmt.Errorf("atp: state %q: use %s (a KV bucket every worker shares) or %s (a local file, one worker)", d.State, StateJetStream, StateBolt)
+	}
+	if d.StateReplicas < 0 || d.StateReplicas > 5 || (d.State == StateBolt && d.StateReplicas > 1) {
+		return d, fmt.Errorf("atp: %d state replicas: use 1, or 3 on a NATS cluster of at least three servers, with the %s state", d.StateReplicas, StateJetStream)
 	}
 	if d.Now == nil {
 		d.Now = time.Now

@@ -1,13 +1,15 @@
 // Package atp holds what the ATP tool service shares: its dependencies
-// (Deps), its data file, and the booking-state handle the Cedar gate uses
-// (StatesFor).
+// (Deps), where it keeps its state, and the booking-state handle the Cedar
+// gate uses (StatesFor).
 //
 // ATP is the activity-travel catalogue specified by the ATP seeds (tool
 // catalogue, section 4, and the Windley Loop addendum). Its tools act on
 // Booking Objects (package booking): the eight tools of the seed and the
 // operators' booking tools, all in one service "atp" (utpmesh worker atp)
-// because they share one bbolt file, atp.db, which bbolt lets only one
-// process open:
+// because they share one state in the state engine (package state): the
+// JetStream KV bucket atp_state that every worker of the service shares
+// (the default, StateJetStream), or a local bbolt file for one worker
+// (StateBolt). An atp.db written by an earlier version is imported once:
 //
 //	atp_get_context_package        CONTEXT_READ           ATPAction::"get_context_package"
 //	atp_notify_traveller           NOTIFICATION_SEND      ATPAction::"notify_traveller"

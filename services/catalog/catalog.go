@@ -29,6 +29,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/cynode"
 	"github.com/utpmesh/utpmesh/services/cynode/cynodeconfig"
 	"github.com/utpmesh/utpmesh/services/echo"
+	"github.com/utpmesh/utpmesh/services/state/kvstate"
 	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
@@ -60,6 +61,13 @@ type Deps struct {
 	// AtlasStateReplicas is the replica count of that bucket (3 on a
 	// cluster).
 	AtlasStateReplicas int
+	// ATPState is where ATP keeps its data: "jetstream" (or "": the KV
+	// bucket atp_state every worker shares, the default) or "bolt" (a file
+	// under DataDir, one worker); see atp.Deps.State.
+	ATPState string
+	// ATPStateReplicas is the replica count of that bucket: 0 adopts the
+	// bucket the core made (a worker), 1 or 3 (utpmesh up).
+	ATPStateReplicas int
 	// Config is the configuration file (--config), already validated
 	// with the catalogues' sections (atpconfig, cynodeconfig); each
 	// service takes its own section. Nil: no file.
@@ -76,6 +84,7 @@ func NewLate() *Late { return toolkit.NewLate() }
 // atlasService adapts an ATLAS group's factory to the catalogue.
 func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, error)) Service {
 	return Service{Name: "atlas." + group, Description: desc, InUp: true, KeepsFiles: true, SharedState: true,
+		Local:   func(d Deps) bool { return d.AtlasState != atlas.StateJetStream },
 		Publish: func(string) []string { return atlas.StatePublishSubjects(group) },
 		Build: func(d Deps) ([]worker.Tool, error) {
 			ad := atlas.Deps{NC: d.NC, Store: d.Store, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger,
@@ -124,20 +133,24 @@ type Service struct {
 	// Deps.DataDir (then `utpmesh worker` locks that directory).
 	KeepsFiles bool
 	// SharedState reports whether the service can keep its state where
-	// every worker of it sees it (Deps.AtlasState "jetstream"), so that
-	// it may run on every node of a cluster. A service that keeps files
-	// without it runs as one worker only.
+	// every worker of it sees it (the state engine's JetStream mode), so
+	// that it may run on every node of a cluster. A service that keeps
+	// files without it runs as one worker only.
 	SharedState bool
+	// Local reports whether, with d, a SharedState service keeps its
+	// state in a local file after all (then `utpmesh worker` locks the
+	// data directory). Nil: it does whenever KeepsFiles is set.
+	Local func(d Deps) bool
 	// Publish lists the subjects beyond the protocol's that a worker of
 	// the service publishes to (its own buckets' data and JetStream
 	// subjects, its audit records…), for its NATS identity's permissions:
 	// exactly its own, never a stream's create or update.
 	Publish func(ver string) []string
 	// Provision creates and configures the service's buckets with the
-	// mesh core's connection (`utpmesh up` runs it for every catalogue
-	// service at start): worker identities manage no stream. Nil: the
-	// service has none.
-	Provision func(ctx context.Context, nc *nats.Conn) error
+	// mesh core's connection and the mesh's replica count (`utpmesh up`
+	// runs it for every catalogue service at start): worker identities
+	// manage no stream. Nil: the service has none.
+	Provision func(ctx context.Context, nc *nats.Conn, replicas int) error
 	// Subscribe lists further subjects a worker of the service serves
 	// (e.g. the ATLAS confirmation endpoints), with * for project and
 	// channel, for its NATS identity's permissions.
@@ -160,13 +173,21 @@ var services = map[string]Service{
 // bookings file) to the catalogue.
 func atpService() Service {
 	return Service{Name: "atp", Description: "ATP catalogue: atp_* tools on Booking Objects, atp_invoke_hem, operators' booking and HEM tools",
-		InUp: true, KeepsFiles: true,
-		Publish: func(string) []string { return ratelimit.PublishSubjects(ratelimit.DefaultBucket) },
-		Provision: func(ctx context.Context, nc *nats.Conn) error {
-			return ratelimit.Provision(ctx, nc, ratelimit.DefaultBucket)
+		InUp: true, KeepsFiles: true, SharedState: true,
+		Publish: func(string) []string {
+			return append(ratelimit.PublishSubjects(ratelimit.DefaultBucket), kvstate.PublishSubjects(atp.StateBucket)...)
 		},
+		Provision: func(ctx context.Context, nc *nats.Conn, replicas int) error {
+			if err := ratelimit.Provision(ctx, nc, ratelimit.DefaultBucket, replicas); err != nil {
+				return err
+			}
+			return kvstate.Provision(ctx, nc, kvstate.Config{Bucket: atp.StateBucket, Replicas: max(replicas, 1),
+				Description: "ATP bookings, HEM tasks, notifications, activities (utpmesh)"})
+		},
+		Local: func(d Deps) bool { return d.ATPState == atp.StateBolt },
 		Build: func(d Deps) ([]worker.Tool, error) {
-			ad := atp.Deps{NC: d.NC, Cards: d.Store, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger}
+			ad := atp.Deps{NC: d.NC, Cards: d.Store, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger,
+				State: d.ATPState, StateReplicas: d.ATPStateReplicas}
 			atpconfig.Apply(d.Config, &ad, d.Logger)
 			if d.Late != nil {
 				ad.Resolve = d.Late.Resolve
@@ -205,6 +226,15 @@ func Default() []Service {
 	return out
 }
 
+// KeepsLocal reports whether the service keeps its state in local files
+// under Deps.DataDir with d (then `utpmesh worker` locks that directory).
+func (s Service) KeepsLocal(d Deps) bool {
+	if !s.KeepsFiles {
+		return false
+	}
+	return !s.SharedState || s.Local == nil || s.Local(d)
+}
+
 // KeepFiles reports whether any of the named services keeps its own files
 // under Deps.DataDir; unknown names count as not.
 func KeepFiles(names []string) bool {
@@ -217,11 +247,12 @@ func KeepFiles(names []string) bool {
 }
 
 // Provision runs every service's Provision with the mesh core's
-// connection nc: their buckets exist before any worker starts.
-func Provision(ctx context.Context, nc *nats.Conn) error {
+// connection nc and the mesh's replica count (0 or 1: one server): their
+// buckets exist before any worker starts.
+func Provision(ctx context.Context, nc *nats.Conn, replicas int) error {
 	for _, n := range Names() {
 		if p := services[n].Provision; p != nil {
-			if err := p(ctx, nc); err != nil {
+			if err := p(ctx, nc, replicas); err != nil {
 				return fmt.Errorf("service %s: %w", n, err)
 			}
 		}

@@ -1,6 +1,8 @@
 // Package booking is the ATP Booking Object: its data, its append-only
-// event log and its state machine, kept in the ATP service's own bbolt
-// file (atp.db under the data directory), so bookings survive a restart.
+// event log and its state machine, kept in the state engine (package
+// state: the KV bucket atp_state every ATP worker shares, or a local bbolt
+// file), so bookings survive a restart and every worker sees them.
+// ImportLegacy imports the atp.db file the service kept before, once.
 //
 // # State machine
 //
@@ -15,8 +17,9 @@
 // docs/catalogues/atp.md has the mapping table and the transition table
 // (Transitions) with the timeouts (Timeouts).
 //
-// Every change goes through one bbolt transaction that also appends its
-// event: a transition that the table does not list is refused
+// Every change goes through one state transaction that also appends its
+// event (a transaction that lost to another worker's commit runs again
+// with fresh reads): a transition that the table does not list is refused
 // (ErrIllegalTransition), and so is any transition while a HEM escalation
 // is active on the booking (ErrHEMActive) or while it is suspended (except
 // Resume and cancellation). Timeouts run on Store.Tick with the store's
@@ -25,7 +28,7 @@
 //
 // # Event log
 //
-// Each booking has its own bucket of events keyed by a sequence number
-// that bbolt assigns; the package only ever appends to it, never rewrites
-// or deletes an entry.
+// Each booking has its own bucket of events, events/<id>, keyed by its
+// sequence number (Booking.EventCount + 1, as 16 hex digits); the package
+// only ever appends to it, never rewrites or deletes an entry.
 package booking

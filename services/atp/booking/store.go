@@ -2,18 +2,15 @@ package booking
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
-
-	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
+	"github.com/utpmesh/utpmesh/services/state"
+	"github.com/utpmesh/utpmesh/services/state/boltstate"
 )
 
 // Event types of the log.
@@ -50,55 +47,75 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Store keeps bookings and their logs in one bbolt file. It is safe for
+// Buckets of a project in the state engine (package state).
+const (
+	// BucketBookings holds each booking's object under its id.
+	BucketBookings = "bookings"
+	// eventsPrefix + <booking id> is a booking's log, keyed by
+	// EventKey(seq).
+	eventsPrefix = "events/"
+)
+
+// EventsBucket is the bucket of a booking's log.
+func EventsBucket(id string) string { return eventsPrefix + id }
+
+// EventKey is the key of a log entry: its sequence number as 16 hex
+// digits, so keys sort in log order.
+func EventKey(seq uint64) string { return fmt.Sprintf("%016x", seq) }
+
+// Store keeps bookings and their logs in the state engine (package
+// state): a JetStream KV bucket every worker of the service shares
+// (kvstate), or a local bbolt file (boltstate, Open). It is safe for
 // concurrent use and implements atpauthz.States.
 type Store struct {
-	db  *bolt.DB
+	st  state.Store
 	now func() time.Time
 }
 
 var _ atpauthz.States = (*Store)(nil)
 
-// schemaVersion is the layout of the ATP bookings file.
-const schemaVersion = "1"
-
-// Open opens (creating) the bbolt file at path.
-func Open(path string, opts Options) (*Store, error) {
-	// Through internal/boltfile like every bbolt file of the mesh: one lock
-	// timeout and ErrLocked, and the layout version in the meta bucket
-	// (per-project buckets are created as projects appear).
-	db, err := boltfile.Open(path, boltfile.Options{Schema: &boltfile.Schema{Kind: "atp bookings", Version: schemaVersion}})
-	if err != nil {
-		return nil, fmt.Errorf("booking: %w (is another ATP process using this data directory?)", err)
-	}
+// New keeps the bookings in st. Closing the Store closes st.
+func New(st state.Store, opts Options) *Store {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Store{db: db, now: opts.Now}, nil
+	return &Store{st: st, now: opts.Now}
 }
 
-// Close closes the file.
-func (s *Store) Close() error { return s.db.Close() }
+// Open keeps the bookings in the local bbolt file at path (boltstate;
+// one process may open it).
+func Open(path string, opts Options) (*Store, error) {
+	st, err := boltstate.Open(path, 0)
+	if err != nil {
+		return nil, fmt.Errorf("booking: %w (is another ATP process using this data directory?)", err)
+	}
+	return New(st, opts), nil
+}
 
-// DB is the underlying file, for packages of the ATP service that keep
-// their own buckets beside the bookings (names not starting with "p:").
-func (s *Store) DB() *bolt.DB { return s.db }
+// Close closes the state.
+func (s *Store) Close() error { return s.st.Close() }
+
+// State is the state engine the bookings live in, for packages of the ATP
+// service that keep their own buckets beside them (HEM tasks,
+// notifications, activities).
+func (s *Store) State() state.Store { return s.st }
 
 // Now is the store's clock.
 func (s *Store) Now() time.Time { return s.now().UTC() }
 
 // Tx is one change of one booking: Booking may be modified, Append adds
-// events; both are committed together by Update.
+// events; both are committed together by Update. Its function may run
+// more than once (state.Store.Update): it must have no other effect.
 type Tx struct {
 	Booking *Booking
-	tx      *bolt.Tx
-	events  *bolt.Bucket
+	tx      state.Tx
+	project string
 	now     time.Time
 	added   []Event
 }
 
-// BoltTx is the underlying transaction (for buckets of other packages).
-func (t *Tx) BoltTx() *bolt.Tx { return t.tx }
+// State is the underlying transaction (for buckets of other packages).
+func (t *Tx) State() state.Tx { return t.tx }
 
 // Now is the transaction's time.
 func (t *Tx) Now() time.Time { return t.now }
@@ -112,17 +129,14 @@ func (t *Tx) Append(typ, actor string, data any) (Event, error) {
 			return Event{}, fmt.Errorf("booking: encode %s event: %w", typ, err)
 		}
 	}
-	seq, err := t.events.NextSequence()
-	if err != nil {
-		return Event{}, err
-	}
+	seq := t.Booking.EventCount + 1
 	e := Event{Seq: seq, ID: fmt.Sprintf("%s/%d", t.Booking.ID, seq), Time: t.now, Type: typ, Actor: actor, Data: raw,
 		OperatorOnly: typ == EventGuardrail}
 	enc, err := json.Marshal(e)
 	if err != nil {
 		return Event{}, err
 	}
-	if err := t.events.Put(seqKey(seq), enc); err != nil {
+	if err := t.tx.Bucket(t.project, EventsBucket(t.Booking.ID)).Put(EventKey(seq), enc); err != nil {
 		return Event{}, err
 	}
 	t.Booking.LastEventAt, t.Booking.EventCount = t.now, seq
@@ -130,43 +144,34 @@ func (t *Tx) Append(typ, actor string, data any) (Event, error) {
 	return e, nil
 }
 
-// Events returns the booking's log as committed before this change
-// (operator-only entries included).
+// Events returns the booking's log, the events appended in this change
+// included (operator-only entries too).
 func (t *Tx) Events() ([]Event, error) {
-	var out []Event
-	err := t.events.ForEach(func(_, v []byte) error {
+	return scanEvents(t.tx, t.project, t.Booking.ID, 0, 0, true)
+}
+
+func scanEvents(tx state.Tx, project, id string, after uint64, limit int, operator bool) ([]Event, error) {
+	out := []Event{}
+	err := tx.Bucket(project, EventsBucket(id)).Scan("", false, func(_ string, v []byte) error {
 		var e Event
 		if err := json.Unmarshal(v, &e); err != nil {
-			return err
+			return fmt.Errorf("booking: decode an event of %s: %w", id, err)
+		}
+		if e.Seq <= after || (e.OperatorOnly && !operator) {
+			return nil
 		}
 		out = append(out, e)
+		if limit > 0 && len(out) >= limit {
+			return state.ErrStop
+		}
 		return nil
 	})
 	return out, err
 }
 
-// Transition moves the booking (see Store.Transition) inside this change.
-func (t *Tx) Transition(to State, actor, reason string) (Event, error) {
-	return transition(t, to, actor, reason, EventTransition)
-}
-
-func seqKey(n uint64) []byte {
-	var k [8]byte
-	binary.BigEndian.PutUint64(k[:], n)
-	return k[:]
-}
-
-func projectBucket(tx *bolt.Tx, project string) (*bolt.Bucket, error) {
-	name := []byte("p:" + project)
-	if !tx.Writable() {
-		return tx.Bucket(name), nil
-	}
-	return tx.CreateBucketIfNotExists(name)
-}
-
 func (s *Store) err(err error) error {
-	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
-		return ErrClosed
+	if errors.Is(err, state.ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
 	return err
 }
@@ -184,84 +189,70 @@ func (s *Store) Create(ctx context.Context, project string, b *Booking, actor st
 	now := s.Now()
 	nb.Project, nb.State, nb.Suspended, nb.ReturnState = project, Inquiry, false, ""
 	nb.StateEnteredAt, nb.CreatedAt, nb.UpdatedAt = now, now, now
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		p, err := projectBucket(tx, project)
-		if err != nil {
+	nb.EventCount, nb.LastEventAt = 0, time.Time{}
+	var out Booking
+	err := s.st.Update(ctx, func(tx state.Tx) error {
+		if _, found, err := tx.Bucket(project, BucketBookings).Get(nb.ID); err != nil {
 			return err
-		}
-		if p.Bucket([]byte(nb.ID)) != nil {
+		} else if found {
 			return fmt.Errorf("%w: booking %s already exists in project %s", ErrBadInput, nb.ID, project)
 		}
-		bb, err := p.CreateBucket([]byte(nb.ID))
-		if err != nil {
-			return err
-		}
-		ev, err := bb.CreateBucket([]byte("events"))
-		if err != nil {
-			return err
-		}
-		t := &Tx{Booking: &nb, tx: tx, events: ev, now: now}
+		out = nb // a closure run again starts from the request
+		t := &Tx{Booking: &out, tx: tx, project: project, now: now}
 		if _, err := t.Append(EventCreated, actor, map[string]any{"state": Inquiry}); err != nil {
 			return err
 		}
-		return putBooking(bb, &nb)
+		return putBooking(tx, &out)
 	})
 	if err != nil {
 		return nil, s.err(err)
 	}
-	return &nb, nil
+	return &out, nil
 }
 
-func putBooking(bb *bolt.Bucket, b *Booking) error {
+func putBooking(tx state.Tx, b *Booking) error {
 	raw, err := json.Marshal(b)
 	if err != nil {
 		return err
 	}
-	return bb.Put([]byte("object"), raw)
+	return tx.Bucket(b.Project, BucketBookings).Put(b.ID, raw)
 }
 
-func getBooking(tx *bolt.Tx, project, id string) (*Booking, *bolt.Bucket, error) {
-	p, err := projectBucket(tx, project)
+func getBooking(tx state.Tx, project, id string) (*Booking, error) {
+	raw, found, err := tx.Bucket(project, BucketBookings).Get(id)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	var bb *bolt.Bucket
-	if p != nil {
-		bb = p.Bucket([]byte(id))
-	}
-	if bb == nil {
-		return nil, nil, fmt.Errorf("%w: no booking %q in project %s (utpmesh atp booking create makes one)", ErrNotFound, id, project)
+	if !found {
+		return nil, fmt.Errorf("%w: no booking %q in project %s (utpmesh atp booking create makes one)", ErrNotFound, id, project)
 	}
 	b := &Booking{}
-	if err := json.Unmarshal(bb.Get([]byte("object")), b); err != nil {
-		return nil, nil, fmt.Errorf("booking: decode %s: %w", id, err)
+	if err := json.Unmarshal(raw, b); err != nil {
+		return nil, fmt.Errorf("booking: decode %s: %w", id, err)
 	}
-	return b, bb, nil
+	return b, nil
 }
 
 // Get returns a booking.
 func (s *Store) Get(ctx context.Context, project, id string) (*Booking, error) {
 	var b *Booking
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.st.View(ctx, func(tx state.Tx) error {
 		var err error
-		b, _, err = getBooking(tx, project, id)
+		b, err = getBooking(tx, project, id)
 		return err
 	})
 	return b, s.err(err)
 }
 
-// List returns the project's bookings.
+// List returns the project's bookings, by id.
 func (s *Store) List(ctx context.Context, project string) ([]*Booking, error) {
 	var out []*Booking
-	err := s.db.View(func(tx *bolt.Tx) error {
-		p, _ := projectBucket(tx, project)
-		if p == nil {
-			return nil
-		}
-		return p.ForEachBucket(func(k []byte) error {
-			b, _, err := getBooking(tx, project, string(k))
-			if err != nil {
-				return err
+	err := s.st.View(ctx, func(tx state.Tx) error {
+		out = nil
+		return tx.Bucket(project, BucketBookings).Scan("", false, func(id string, raw []byte) error {
+			b := &Booking{}
+			if err := json.Unmarshal(raw, b); err != nil {
+				return fmt.Errorf("booking: decode %s: %w", id, err)
 			}
 			out = append(out, b)
 			return nil
@@ -286,34 +277,40 @@ func (s *Store) BookingState(ctx context.Context, project, id string) (string, e
 
 // Update runs fn on one booking in one write transaction: the booking as
 // fn leaves it and the events it appended are stored together, or nothing
-// is when fn fails. It returns the events appended.
+// is when fn fails. It returns the events appended. fn may run more than
+// once (another worker's conflicting commit re-runs it with fresh reads).
 func (s *Store) Update(ctx context.Context, project, id string, fn func(t *Tx) error) ([]Event, error) {
 	var added []Event
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b, bb, err := getBooking(tx, project, id)
+	err := s.st.Update(ctx, func(tx state.Tx) error {
+		b, err := getBooking(tx, project, id)
 		if err != nil {
 			return err
 		}
-		t := &Tx{Booking: b, tx: tx, events: bb.Bucket([]byte("events")), now: s.Now()}
+		t := &Tx{Booking: b, tx: tx, project: project, now: s.Now()}
 		if err := fn(t); err != nil {
 			return err
 		}
 		b.UpdatedAt = t.now
 		added = t.added
-		return putBooking(bb, b)
+		return putBooking(tx, b)
 	})
 	return added, s.err(err)
 }
 
 // View runs fn on one booking in a read transaction.
-func (s *Store) View(ctx context.Context, project, id string, fn func(b *Booking, tx *bolt.Tx) error) error {
-	return s.err(s.db.View(func(tx *bolt.Tx) error {
-		b, _, err := getBooking(tx, project, id)
+func (s *Store) View(ctx context.Context, project, id string, fn func(b *Booking, tx state.Tx) error) error {
+	return s.err(s.st.View(ctx, func(tx state.Tx) error {
+		b, err := getBooking(tx, project, id)
 		if err != nil {
 			return err
 		}
 		return fn(b, tx)
 	}))
+}
+
+// Transition moves the booking (see Store.Transition) inside this change.
+func (t *Tx) Transition(to State, actor, reason string) (Event, error) {
+	return transition(t, to, actor, reason, EventTransition)
 }
 
 // Transition moves a booking to a state (a Layer-3 state, Suspended or
@@ -390,27 +387,14 @@ func transition(t *Tx, to State, actor, reason, evType string) (Event, error) {
 // Events returns a booking's log entries with Seq > after, at most limit
 // (0: all). Operator-only entries are left out unless operator is set.
 func (s *Store) Events(ctx context.Context, project, id string, after uint64, limit int, operator bool) ([]Event, error) {
-	out := []Event{}
-	err := s.db.View(func(tx *bolt.Tx) error {
-		_, bb, err := getBooking(tx, project, id)
-		if err != nil {
+	var out []Event
+	err := s.st.View(ctx, func(tx state.Tx) error {
+		if _, err := getBooking(tx, project, id); err != nil {
 			return err
 		}
-		c := bb.Bucket([]byte("events")).Cursor()
-		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
-			var e Event
-			if err := json.Unmarshal(v, &e); err != nil {
-				return err
-			}
-			if e.OperatorOnly && !operator {
-				continue
-			}
-			out = append(out, e)
-			if limit > 0 && len(out) >= limit {
-				break
-			}
-		}
-		return nil
+		var err error
+		out, err = scanEvents(tx, project, id, after, limit, operator)
+		return err
 	})
 	return out, s.err(err)
 }
@@ -430,23 +414,28 @@ func (s *Store) Tick(ctx context.Context) ([]Fired, error) {
 	now := s.Now()
 	type due struct{ project, id string }
 	var dues []due
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.ForEach(func(name []byte, p *bolt.Bucket) error {
-			if len(name) < 2 || string(name[:2]) != "p:" {
-				return nil
-			}
-			project := string(name[2:])
-			return p.ForEachBucket(func(k []byte) error {
-				b, _, err := getBooking(tx, project, string(k))
-				if err != nil {
-					return err
+	err := s.st.View(ctx, func(tx state.Tx) error {
+		dues = nil
+		projects, err := tx.Projects()
+		if err != nil {
+			return err
+		}
+		for _, project := range projects {
+			err := tx.Bucket(project, BucketBookings).Scan("", false, func(id string, raw []byte) error {
+				b := &Booking{}
+				if err := json.Unmarshal(raw, b); err != nil {
+					return fmt.Errorf("booking: decode %s: %w", id, err)
 				}
 				if _, ok := timeoutDue(b, now); ok {
 					dues = append(dues, due{project, b.ID})
 				}
 				return nil
 			})
-		})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, s.err(err)
@@ -458,6 +447,7 @@ func (s *Store) Tick(ctx context.Context) ([]Fired, error) {
 		}
 		var f *Fired
 		_, err := s.Update(ctx, d.project, d.id, func(t *Tx) error {
+			f = nil
 			to, ok := timeoutDue(t.Booking, t.now)
 			if !ok { // changed since the scan
 				return nil

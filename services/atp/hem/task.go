@@ -12,10 +12,9 @@ import (
 	"strings"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/atp/rails"
+	"github.com/utpmesh/utpmesh/services/state"
 )
 
 // Errors of the lifecycle; every error returned wraps one of them (or a
@@ -126,27 +125,20 @@ func NewManager(store *booking.Store, cat *Catalogue, wake Waker) *Manager {
 // Catalogue is the manager's catalogue.
 func (m *Manager) Catalogue() *Catalogue { return m.cat }
 
-func taskBucket(project string) []byte { return []byte("h:" + project) }
-
-func putTask(tx *bolt.Tx, t *Task) error {
-	b, err := tx.CreateBucketIfNotExists(taskBucket(t.Project))
-	if err != nil {
-		return err
-	}
+func putTask(tx state.Tx, t *Task) error {
 	raw, err := json.Marshal(t)
 	if err != nil {
 		return err
 	}
-	return b.Put([]byte(t.TaskID), raw)
+	return tx.Bucket(t.Project, booking.BucketHEMTasks).Put(t.TaskID, raw)
 }
 
-func getTask(tx *bolt.Tx, project, id string) (*Task, error) {
-	b := tx.Bucket(taskBucket(project))
-	var raw []byte
-	if b != nil {
-		raw = b.Get([]byte(id))
+func getTask(tx state.Tx, project, id string) (*Task, error) {
+	raw, found, err := tx.Bucket(project, booking.BucketHEMTasks).Get(id)
+	if err != nil {
+		return nil, err
 	}
-	if raw == nil {
+	if !found {
 		return nil, fmt.Errorf("%w: %q in project %s (utpmesh hem ls lists the tasks)", ErrNoTask, id, project)
 	}
 	t := &Task{}
@@ -193,10 +185,11 @@ func (m *Manager) Invoke(ctx context.Context, in Invocation) (*Task, error) {
 		t.Token = hex.EncodeToString(b[:])
 	}
 	if in.BookingID == "" {
-		return t, m.store.DB().Update(func(tx *bolt.Tx) error { return putTask(tx, t) })
+		return t, m.store.State().Update(ctx, func(tx state.Tx) error { return putTask(tx, t) })
 	}
 	var blocked *rails.Violation
 	_, err := m.store.Update(ctx, in.Project, in.BookingID, func(tx *booking.Tx) error {
+		blocked, t.EventLogEntries = nil, []string{} // the closure may run again
 		if len(e.States) > 0 && !slices.Contains(e.States, tx.Booking.ToolState()) {
 			return fmt.Errorf("%w: %s needs booking %s in %s; it is in %s", ErrWrongState, e.HEMID, in.BookingID, strings.Join(e.States, " or "), tx.Booking.ToolState())
 		}
@@ -218,7 +211,7 @@ func (m *Manager) Invoke(ctx context.Context, in Invocation) (*Task, error) {
 		}
 		t.EventLogEntries = append(t.EventLogEntries, ev.ID)
 		tx.AddHEM(t.TaskID)
-		return putTask(tx.BoltTx(), t)
+		return putTask(tx.State(), t)
 	})
 	if err != nil {
 		return nil, err
@@ -232,7 +225,7 @@ func (m *Manager) Invoke(ctx context.Context, in Invocation) (*Task, error) {
 // Get returns a task.
 func (m *Manager) Get(ctx context.Context, project, id string) (*Task, error) {
 	var t *Task
-	err := m.store.DB().View(func(tx *bolt.Tx) error {
+	err := m.store.State().View(ctx, func(tx state.Tx) error {
 		var err error
 		t, err = getTask(tx, project, id)
 		return err
@@ -243,12 +236,9 @@ func (m *Manager) Get(ctx context.Context, project, id string) (*Task, error) {
 // List returns the project's tasks, oldest first; status "" means all.
 func (m *Manager) List(ctx context.Context, project, status string) ([]*Task, error) {
 	out := []*Task{}
-	err := m.store.DB().View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(taskBucket(project))
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(_, v []byte) error {
+	err := m.store.State().View(ctx, func(tx state.Tx) error {
+		out = out[:0]
+		return tx.Bucket(project, booking.BucketHEMTasks).Scan("", false, func(_ string, v []byte) error {
 			t := &Task{}
 			if err := json.Unmarshal(v, t); err != nil {
 				return err
@@ -308,14 +298,13 @@ func (m *Manager) Decline(ctx context.Context, project, id, operator, reason str
 // Expire is ExpireProject for every project with tasks.
 func (m *Manager) Expire(ctx context.Context) ([]*Task, error) {
 	var projects []string
-	_ = m.store.DB().View(func(tx *bolt.Tx) error {
-		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
-			if strings.HasPrefix(string(name), "h:") {
-				projects = append(projects, string(name[2:]))
-			}
-			return nil
-		})
-	})
+	if err := m.store.State().View(ctx, func(tx state.Tx) error {
+		var err error
+		projects, err = tx.Projects()
+		return err
+	}); err != nil {
+		return nil, err
+	}
 	var all []*Task
 	for _, p := range projects {
 		done, err := m.ExpireProject(ctx, p)
@@ -374,7 +363,7 @@ func (m *Manager) ExpireProject(ctx context.Context, project string) ([]*Task, e
 // transaction; then reports the resolution to the agent.
 func (m *Manager) resolve(ctx context.Context, project, id string, decide func(t *Task, e Entry) error) (*Task, error) {
 	var out *Task
-	apply := func(tx *bolt.Tx, bt *booking.Tx) error {
+	apply := func(tx state.Tx, bt *booking.Tx) error {
 		t, err := getTask(tx, project, id)
 		if err != nil {
 			return err
@@ -416,9 +405,9 @@ func (m *Manager) resolve(ctx context.Context, project, id string, decide func(t
 		return nil, err
 	}
 	if t.BookingID == "" {
-		err = m.store.DB().Update(func(tx *bolt.Tx) error { return apply(tx, nil) })
+		err = m.store.State().Update(ctx, func(tx state.Tx) error { return apply(tx, nil) })
 	} else {
-		_, err = m.store.Update(ctx, project, t.BookingID, func(bt *booking.Tx) error { return apply(bt.BoltTx(), bt) })
+		_, err = m.store.Update(ctx, project, t.BookingID, func(bt *booking.Tx) error { return apply(bt.State(), bt) })
 	}
 	if err != nil {
 		return nil, err
@@ -436,7 +425,7 @@ func (m *Manager) report(ctx context.Context, t *Task) {
 	if err := m.wake(ctx, t); err != nil {
 		return
 	}
-	_ = m.store.DB().Update(func(tx *bolt.Tx) error {
+	_ = m.store.State().Update(ctx, func(tx state.Tx) error {
 		cur, err := getTask(tx, t.Project, t.TaskID)
 		if err != nil {
 			return err

@@ -16,14 +16,17 @@ func bucketConfig(bucket string) jetstream.KeyValueConfig {
 }
 
 // Provision creates or updates the counters bucket with the mesh core's
-// connection (`utpmesh up`): ATP's worker identities may not create or
-// update streams, only use the bucket (PublishSubjects).
-func Provision(ctx context.Context, nc *nats.Conn, bucket string) error {
+// connection (`utpmesh up`) and the mesh's replica count (1, or 3 on a
+// cluster, so the counters survive a node): ATP's worker identities may
+// not create or update streams, only use the bucket (PublishSubjects).
+func Provision(ctx context.Context, nc *nats.Conn, bucket string, replicas int) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("ratelimit: %w", err)
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, bucketConfig(bucket)); err != nil {
+	cfg := bucketConfig(bucket)
+	cfg.Replicas = max(replicas, 1)
+	if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 		return fmt.Errorf("ratelimit: KV bucket %s: %w", bucket, err)
 	}
 	return nil

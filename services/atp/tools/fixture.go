@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"errors"
 
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 )
@@ -63,5 +64,18 @@ func (s *Service) LoadFixture(ctx context.Context, project string) (*booking.Boo
 	if len(have) > 0 {
 		return have[0], nil
 	}
-	return s.CreateBooking(ctx, project, FixtureBooking(), "CONFIRMED", "fixture")
+	// One id for the demo booking: the nodes of a cluster, which share the
+	// state and load the fixture at once, make one booking, not three.
+	fb := FixtureBooking()
+	fb.ID = FixtureBookingID
+	b, err := s.CreateBooking(ctx, project, fb, "CONFIRMED", "fixture")
+	if errors.Is(err, booking.ErrBadInput) {
+		if got, gerr := s.store.Get(ctx, project, FixtureBookingID); gerr == nil {
+			return got, nil // another worker made it meanwhile
+		}
+	}
+	return b, err
 }
+
+// FixtureBookingID is the demo booking's id (a UUIDv7).
+const FixtureBookingID = "0190f3a2-5d1e-7c0d-8e5a-000000000001"

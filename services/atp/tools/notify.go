@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"strings"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/atp/rails"
+	"github.com/utpmesh/utpmesh/services/state"
 	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
@@ -33,8 +32,6 @@ func (s *Service) notifySpec() spec {
 		run: s.notifyTraveller}
 }
 
-func notificationBucket(project string) []byte { return []byte("n:" + project) }
-
 func (s *Service) notifyTraveller(ctx context.Context, c *worker.Call) (any, error) {
 	var a struct {
 		bookingArg
@@ -50,12 +47,15 @@ func (s *Service) notifyTraveller(ctx context.Context, c *worker.Call) (any, err
 	// A call redelivered after its notification was logged answers the
 	// same (the provider is not called twice).
 	var prev json.RawMessage
-	_ = s.store.DB().View(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(notificationBucket(c.ProjectID)); b != nil {
-			prev = append(prev, b.Get([]byte(id))...)
+	if err := s.store.State().View(ctx, func(tx state.Tx) error {
+		v, found, err := tx.Bucket(c.ProjectID, booking.BucketNotifications).Get(id)
+		if found {
+			prev = append(json.RawMessage{}, v...)
 		}
-		return nil
-	})
+		return err
+	}); err != nil {
+		return nil, err
+	}
 	if prev != nil {
 		var out map[string]any
 		return out, json.Unmarshal(prev, &out)
@@ -134,11 +134,7 @@ func (s *Service) notifyTraveller(ctx context.Context, c *worker.Call) (any, err
 		if err != nil {
 			return err
 		}
-		nb, err := tx.BoltTx().CreateBucketIfNotExists(notificationBucket(c.ProjectID))
-		if err != nil {
-			return err
-		}
-		return nb.Put([]byte(id), raw)
+		return tx.State().Bucket(c.ProjectID, booking.BucketNotifications).Put(id, raw)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("the %s message WAS sent (provider id %q) but could not be logged: %w", a.Channel, providerID, err)

@@ -7,10 +7,10 @@ import (
 	"sort"
 	"strings"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/services/atp/booking"
+	"github.com/utpmesh/utpmesh/services/state"
 )
 
 // Activity is a Capability Declaration in the service's activity
@@ -38,8 +38,6 @@ type Activity struct {
 	OCTO map[string]string `json:"octo,omitempty"`
 }
 
-func activityBucket(project string) []byte { return []byte("a:" + project) }
-
 // PutActivity stores (replaces) a Capability Declaration in the
 // project's activity registry.
 func (s *Service) PutActivity(ctx context.Context, project string, a Activity) error {
@@ -61,12 +59,8 @@ func (s *Service) PutActivity(ctx context.Context, project string, a Activity) e
 	if err != nil {
 		return err
 	}
-	return s.store.DB().Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(activityBucket(project))
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte(a.ActivityID), raw)
+	return s.store.State().Update(ctx, func(tx state.Tx) error {
+		return tx.Bucket(project, booking.BucketActivities).Put(a.ActivityID, raw)
 	})
 }
 
@@ -86,12 +80,9 @@ func (s *Service) searchActivities(ctx context.Context, c *worker.Call) (any, er
 		q.Limit = 20
 	}
 	out := []Activity{}
-	err := s.store.DB().View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(activityBucket(c.ProjectID))
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(_, v []byte) error {
+	err := s.store.State().View(ctx, func(tx state.Tx) error {
+		out = out[:0]
+		return tx.Bucket(c.ProjectID, booking.BucketActivities).Scan("", false, func(_ string, v []byte) error {
 			var a Activity
 			if err := json.Unmarshal(v, &a); err != nil {
 				return err

@@ -79,7 +79,7 @@ type Service struct {
 	limiter *ratelimit.Limiter
 }
 
-// Open opens the service's file, hands it to the gate's state provider of
+// Open opens the service's state (openState), hands it to the gate's state provider of
 // the data directory (atp.StatesFor) and starts the timeout loop. When
 // deps.Context ends both stop and the file is closed.
 func Open(deps atp.Deps) (*Service, error) {
@@ -90,10 +90,11 @@ func Open(deps atp.Deps) (*Service, error) {
 	if err := os.MkdirAll(deps.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("atp: data directory: %w", err)
 	}
-	st, err := booking.Open(atp.DBPath(deps.DataDir), booking.Options{Now: deps.Now})
+	engine, err := openState(deps)
 	if err != nil {
 		return nil, err
 	}
+	st := booking.New(engine, booking.Options{Now: deps.Now})
 	s := &Service{deps: deps, store: st, done: make(chan struct{})}
 	cat := deps.HEMCatalogue
 	if cat == nil {

@@ -20,7 +20,7 @@ import (
 	"github.com/utpmesh/utpmesh/internal/jskv/jskvtest"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
+	"github.com/utpmesh/utpmesh/services/state"
 	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 

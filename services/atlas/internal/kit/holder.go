@@ -120,6 +120,12 @@ func (s *Service) acquire(ctx context.Context, st cardstore.Store) (*holder, err
 	for {
 		_, err := st.Claim(ctx, req)
 		if err == nil {
+			// Held: now no worker of the replicated mode can start; one
+			// that did before left its mark in the bucket (mode.go).
+			if err := s.checkLocalMode(ctx); err != nil {
+				_ = st.Release(ctx, HolderProject, req.Key, name)
+				return nil, err
+			}
 			return &holder{st: st, name: name, key: req.Key, stop: make(chan struct{})}, nil
 		}
 		var held *cardstore.ClaimHeldError
@@ -141,6 +147,16 @@ func (s *Service) acquire(ctx context.Context, st cardstore.Store) (*holder, err
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// checkLocalMode refuses the local state when the group's bucket records
+// the replicated mode.
+func (s *Service) checkLocalMode(ctx context.Context) error {
+	nc, _, err := s.deps.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("atlas.%s: %w", s.group, err)
+	}
+	return checkLocal(ctx, nc, s.group)
 }
 
 func (s *Service) heldError(by string, until time.Time) error {

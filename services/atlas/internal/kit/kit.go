@@ -16,10 +16,10 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/determ"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state/boltstate"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state/kvstate"
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
+	"github.com/utpmesh/utpmesh/services/state"
+	"github.com/utpmesh/utpmesh/services/state/boltstate"
+	"github.com/utpmesh/utpmesh/services/state/kvstate"
 	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
@@ -145,7 +145,7 @@ func New(group string, deps atlas.Deps) (*Service, error) {
 	s := &Service{group: group, deps: deps, log: deps.Logger, specs: map[string]*Spec{}, done: make(chan struct{})}
 	switch deps.State {
 	case atlas.StateJetStream:
-		kv := &lazyKV{deps: deps, cfg: kvstate.Config{Bucket: atlas.KVBucket(group), Replicas: deps.StateReplicas,
+		kv := &lazyKV{deps: deps, group: group, cfg: kvstate.Config{Bucket: atlas.KVBucket(group), Replicas: deps.StateReplicas,
 			Description: "ATLAS atlas." + group + " state (utpmesh)"}}
 		if deps.NC != nil {
 			if err := kv.openNow(); err != nil {

@@ -6,16 +6,17 @@ import (
 	"sync"
 
 	"github.com/utpmesh/utpmesh/services/atlas"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state/kvstate"
+	"github.com/utpmesh/utpmesh/services/state"
+	"github.com/utpmesh/utpmesh/services/state/kvstate"
 )
 
 // lazyKV opens the group's KV state once NATS is known: at New when
 // Deps.NC is set (so a bad configuration fails the start), else on first
 // use.
 type lazyKV struct {
-	deps atlas.Deps
-	cfg  kvstate.Config
+	deps  atlas.Deps
+	group string
+	cfg   kvstate.Config
 
 	mu     sync.Mutex
 	st     *kvstate.Store
@@ -33,12 +34,20 @@ func (l *lazyKV) open(ctx context.Context) (*kvstate.Store, error) {
 	if l.st != nil {
 		return l.st, nil
 	}
-	nc, _, err := l.deps.Conn(ctx)
+	nc, cards, err := l.deps.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("atlas state: %w", err)
 	}
+	// A local holder refuses this worker before it touches the bucket
+	// (which a worker identity cannot create).
+	if err := probeLocal(ctx, cards, l.group); err != nil {
+		return nil, err
+	}
 	st, err := kvstate.Open(ctx, nc, l.cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkShared(ctx, cards, l.group, st); err != nil {
 		return nil, err
 	}
 	l.st = st

@@ -10,15 +10,15 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/internal/meshtest"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state/boltstate"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state/kvstate"
+	"github.com/utpmesh/utpmesh/services/state"
+	"github.com/utpmesh/utpmesh/services/state/boltstate"
+	"github.com/utpmesh/utpmesh/services/state/kvstate"
 )
 
 // BenchmarkUpdate is one write transaction (read a key, write it and an
 // index key) on each store, one writer:
 //
-//	go test -run '^$' -bench Update -benchtime 200x ./services/atlas/internal/state/kvstate/
+//	go test -run '^$' -bench Update -benchtime 200x ./services/state/kvstate/
 func BenchmarkUpdate(b *testing.B) {
 	bolt, err := boltstate.Open(filepath.Join(b.TempDir(), "atlas-bench.db"), 0)
 	if err != nil {

@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state/kvstate"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state/statetest"
+	"github.com/utpmesh/utpmesh/services/state"
+	"github.com/utpmesh/utpmesh/services/state/kvstate"
+	"github.com/utpmesh/utpmesh/services/state/statetest"
 )
 
 // cluster starts three routed nats-servers with JetStream on loopback,

@@ -1,11 +1,12 @@
-// Package kvstate keeps an ATLAS group's state (package state) in a
-// JetStream KV bucket that every worker of the group shares, so that two
-// workers of atlas.tasks on two hosts serve one dataset, and the data has
-// as many replicas as the bucket (R1, or R3 on a cluster).
+// Package kvstate keeps a tool service's state (package state) in a
+// JetStream KV bucket that every worker of the service shares, so that two
+// workers of atlas.tasks, or of atp, on two hosts serve one dataset, and
+// the data has as many replicas as the bucket (R1, or R3 on a cluster).
 //
 // # Layout
 //
-// The bucket is atlas_<group> (Config.Bucket). A value lives under the key
+// The bucket is Config.Bucket (atlas_<group>, atp_state). Its key ModeKey
+// records the service's state mode (mode.go). A value lives under the key
 // <project>.<bucket>.<key>, each token kept as it is when it consists of
 // letters, digits, '-' and '_', and written as '=' followed by its
 // unpadded base64url encoding otherwise (so "task_0a1b" stays readable in
@@ -41,7 +42,7 @@
 //
 // Caveats: a Scan costs one round trip to create its consumer, then the
 // values, and Projects lists the version keys: both suit the
-// personal-scale data ATLAS keeps (thousands of keys per bucket), not
+// personal-scale data ATLAS and ATP keep (thousands of keys per bucket), not
 // millions. Projects may miss a project created a moment ago on another
 // node (the scheduler finds it on its next pass).
 package kvstate
@@ -64,7 +65,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/internal/deadline"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
+	"github.com/utpmesh/utpmesh/services/state"
 )
 
 // Defaults of Config.
@@ -82,11 +83,13 @@ const (
 
 // Config configures a Store.
 type Config struct {
-	// Bucket is the KV bucket name, e.g. atlas_tasks. Required.
+	// Bucket is the KV bucket name, e.g. atlas_tasks or atp_state.
+	// Required.
 	Bucket string
-	// Replicas of the bucket's stream: 1 (default) or 3 on a cluster of
-	// at least three servers. An existing bucket with another count is
-	// updated to this one.
+	// Replicas of the bucket's stream: 1 or 3 on a cluster of at least
+	// three servers. An existing bucket with another count is updated to
+	// this one. 0 adopts an existing bucket's count and creates a missing
+	// one with 1 (a worker that manages no stream passes 0).
 	Replicas int
 	// MaxAttempts bounds how often Update runs its closure when commits
 	// conflict; default DefaultMaxAttempts.
@@ -121,10 +124,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if cfg.Bucket == "" {
 		return nil, errors.New("kvstate: Config.Bucket is required")
 	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
-	if cfg.Replicas < 1 || cfg.Replicas > 5 {
+	if cfg.Replicas < 0 || cfg.Replicas > 5 {
 		return nil, fmt.Errorf("kvstate: %d replicas: use 1, or 3 on a cluster of at least three servers", cfg.Replicas)
 	}
 	if cfg.Timeout < 0 {
@@ -160,7 +160,7 @@ func open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config
 	info, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, Description: cfg.Description,
-			History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas})
+			History: 1, Storage: jetstream.FileStorage, Replicas: max(cfg.Replicas, 1)})
 		cerr := err
 		// Another worker may have created (and configured) it meanwhile.
 		if info, err = js.Stream(ctx, stream); err != nil && cerr != nil {
@@ -168,13 +168,16 @@ func open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config
 			if cfg.Replicas > 1 {
 				hint = fmt.Sprintf(" (R%d needs a NATS cluster of at least %d servers; use 1 replica on a single server)", cfg.Replicas, cfg.Replicas)
 			}
-			return nil, fmt.Errorf("kvstate: create bucket %s (R%d): %w%s", cfg.Bucket, cfg.Replicas, cerr, hint)
+			return nil, fmt.Errorf("kvstate: create bucket %s (R%d): %w%s", cfg.Bucket, max(cfg.Replicas, 1), cerr, hint)
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kvstate: bucket %s: %w", cfg.Bucket, err)
 	}
 	sc := info.CachedInfo().Config
+	if cfg.Replicas == 0 {
+		cfg.Replicas = max(sc.Replicas, 1)
+	}
 	if !sc.AllowAtomicPublish || sc.AllowDirect || sc.Replicas != cfg.Replicas {
 		sc.AllowAtomicPublish, sc.AllowDirect, sc.Replicas = true, false, cfg.Replicas
 		if _, err := js.UpdateStream(ctx, sc); err != nil {
@@ -465,7 +468,7 @@ func (b *bucket) set(key string, w write) error {
 		return state.ErrReadOnly
 	}
 	if key == "" {
-		return errors.New("atlas state: empty key")
+		return errors.New("state: empty key")
 	}
 	if err := b.t.touch(b.project); err != nil {
 		return err

@@ -1,4 +1,4 @@
-// Package boltstate keeps an ATLAS group's state (package state) in one
+// Package boltstate keeps a tool service's state (package state) in one
 // local bbolt file, the layout the ATLAS services have always used: a
 // top-level bucket "p:<project>" per project, holding one nested bucket per
 // name, holding the keys. Files written before the state interface existed
@@ -23,7 +23,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/utpmesh/utpmesh/internal/boltfile"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
+	"github.com/utpmesh/utpmesh/services/state"
 )
 
 // projectPrefix prefixes the name of a project's top-level bucket.
@@ -139,7 +139,7 @@ func (b *bucket) Get(key string) ([]byte, bool, error) {
 
 func (b *bucket) Put(key string, value []byte) error {
 	if key == "" {
-		return errors.New("atlas state: empty key")
+		return errors.New("state: empty key")
 	}
 	bb, err := b.create()
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
+	"github.com/utpmesh/utpmesh/services/state"
 )
 
 // Factory returns two handles on one fresh, empty dataset: two processes'

@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/internal/meshtest"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state/kvstate"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state/statetest"
+	"github.com/utpmesh/utpmesh/services/state"
+	"github.com/utpmesh/utpmesh/services/state/kvstate"
+	"github.com/utpmesh/utpmesh/services/state/statetest"
 )
 
 func TestConformance(t *testing.T) {
@@ -167,6 +167,13 @@ func TestPublishSubjectsSuffice(t *testing.T) {
 		if len(keys) != 1 {
 			t.Fatalf("keys = %v", keys)
 		}
+		// The state mode: recorded and read with the same subjects.
+		if err := s.MarkShared(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if mode, err := kvstate.Mode(ctx, nc, bucket); err != nil || mode != state.ModeJetStream {
+			t.Fatalf("mode = %q, %v", mode, err)
+		}
 	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
@@ -175,5 +182,96 @@ func TestPublishSubjectsSuffice(t *testing.T) {
 	case err := <-denied:
 		t.Fatalf("a subject outside PublishSubjects was needed: %v", err)
 	default:
+	}
+}
+
+// The state mode a bucket records: none before, "jetstream" once a worker
+// (or the core's Provision) marked it, kept by a second mark; a missing
+// bucket reads as none and is not created.
+func TestMode(t *testing.T) {
+	srv := meshtest.NATS(t)
+	nc := meshtest.Conn(t, srv)
+	ctx := context.Background()
+	if mode, err := kvstate.Mode(ctx, nc, "atlas_missing"); err != nil || mode != "" {
+		t.Fatalf("mode of a missing bucket = %q, %v", mode, err)
+	}
+	s, err := kvstate.Open(ctx, nc, kvstate.Config{Bucket: "atlas_unmarked"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode, err := kvstate.Mode(ctx, nc, "atlas_unmarked"); err != nil || mode != "" {
+		t.Fatalf("mode of an unmarked bucket = %q, %v", mode, err)
+	}
+	for range 2 {
+		if err := s.MarkShared(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := kvstate.Provision(ctx, nc, kvstate.Config{Bucket: "atp_state"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"atlas_unmarked", "atp_state"} {
+		if mode, err := kvstate.Mode(ctx, nc, b); err != nil || mode != state.ModeJetStream {
+			t.Fatalf("mode of %s = %q, %v", b, mode, err)
+		}
+	}
+	// The mark is no project: Projects does not list it.
+	if err := s.View(ctx, func(tx state.Tx) error {
+		ps, err := tx.Projects()
+		if err == nil && len(ps) != 0 {
+			err = fmt.Errorf("projects = %v", ps)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvstate.Open(ctx, nc, kvstate.Config{Bucket: "atlas_missing2", Replicas: 0}); err != nil {
+		t.Fatal(err)
+	}
+	checkStream(t, nc, "atlas_missing2", 1) // 0 replicas: a missing bucket is made R1
+}
+
+// Lazy opens on first use, runs its hook once, and refuses use after
+// Close; a failed open is tried again on the next use.
+func TestLazy(t *testing.T) {
+	srv := meshtest.NATS(t)
+	nc := meshtest.Conn(t, srv)
+	ctx := context.Background()
+	var resolved, hooked atomic.Int64
+	fail := errors.New("not yet")
+	l := kvstate.NewLazy(func(context.Context) (*nats.Conn, error) {
+		if resolved.Add(1) == 1 {
+			return nil, fail
+		}
+		return nc, nil
+	}, kvstate.Config{Bucket: "atlas_lazy"}, func(ctx context.Context, s *kvstate.Store) error {
+		hooked.Add(1)
+		return s.MarkShared(ctx)
+	})
+	if resolved.Load() != 0 {
+		t.Fatal("NewLazy resolved at once")
+	}
+	put := func() error {
+		return l.Update(ctx, func(tx state.Tx) error { return tx.Bucket("p", "b").Put("k", []byte("v")) })
+	}
+	if err := put(); !errors.Is(err, fail) {
+		t.Fatalf("first use = %v, want the resolver's error", err)
+	}
+	for range 2 {
+		if err := put(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if resolved.Load() != 2 || hooked.Load() != 1 {
+		t.Fatalf("resolved %d times, hook ran %d times; want 2 and 1", resolved.Load(), hooked.Load())
+	}
+	if mode, err := kvstate.Mode(ctx, nc, "atlas_lazy"); err != nil || mode != state.ModeJetStream {
+		t.Fatalf("mode = %q, %v", mode, err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.View(ctx, func(state.Tx) error { return nil }); !errors.Is(err, state.ErrClosed) {
+		t.Fatalf("after Close = %v, want ErrClosed", err)
 	}
 }

@@ -8,9 +8,9 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state/boltstate"
-	"github.com/utpmesh/utpmesh/services/atlas/internal/state/statetest"
+	"github.com/utpmesh/utpmesh/services/state"
+	"github.com/utpmesh/utpmesh/services/state/boltstate"
+	"github.com/utpmesh/utpmesh/services/state/statetest"
 )
 
 func TestConformance(t *testing.T) {
