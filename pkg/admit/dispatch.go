@@ -172,6 +172,14 @@ func (s *Service) decide(ctx context.Context, ts subjects.ToolSubject, kind, nam
 		d.message = fmt.Sprintf("tool %s may be called by an operator only (registry options.principal %q); an agent cannot call it", req.ToolName, registry.PrincipalOperator)
 		d.detail, _ = json.Marshal(authz.AuthFailedDetail{Reason: d.reason, Tool: req.ToolName, RequiredScopes: []string{}, Granted: []string{}, Policies: []string{}})
 		d.summary = Summary{Decision: authz.DecisionDeny, Reason: d.reason}
+		act, _ := authz.ActionOf(ent)
+		if a := s.cfg.Audit; a != nil {
+			a.Audit(ctx, ts.Version, &authz.AuditRecord{Time: time.Now().UTC(), ProjectID: ts.Project, ChannelID: ts.Channel,
+				AgentID: req.AgentID, ToolName: req.ToolName, ToolCallID: req.ToolCallID, Action: act.String(),
+				Decision: authz.DecisionDeny, Reason: d.reason, Policies: []string{}})
+		} else {
+			s.log.Warn("refused an operator-only tool to an agent", "tool", req.ToolName, "agent_id", req.AgentID, "project", ts.Project)
+		}
 		return d, nil
 	}
 	g := s.cfg.Gate

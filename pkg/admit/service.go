@@ -79,6 +79,10 @@ type Config struct {
 	// mesh.Config.Auth): every call is admitted, with decision reason
 	// "no_gate", and logged once.
 	Gate *authz.Gate
+	// Audit records the admission's own refusals (an operator-only tool
+	// asked by an agent) as authz decisions; the gate audits its own.
+	// Nil: they are only logged.
+	Audit authz.Auditor
 	// Key signs admissions. Required.
 	Key *Key
 	// Keys is the key set of every node; Start adds Key to it. Default a

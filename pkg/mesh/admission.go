@@ -9,6 +9,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/admit"
 	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 )
 
 // startAdmission serves svc.dispatch: the node's admission key
@@ -38,7 +39,8 @@ func (m *Mesh) startAdmission(ctx context.Context) error {
 	}
 	m.push(func(context.Context) error { nc.Close(); return nil })
 	m.admit, err = admit.Start(ctx, nc, admit.Config{Version: cfg.ProtocolVersion, Store: m.cards, Registry: m.reg,
-		Gate: gate, Key: key, Keys: keys, Logger: cfg.Logger.With("component", "admission")})
+		Audit: &natsauthz.Publisher{NC: nc, Logger: cfg.Logger.With("component", "admission")},
+		Gate:  gate, Key: key, Keys: keys, Logger: cfg.Logger.With("component", "admission")})
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,15 @@
 package cynode_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/services/cynode/audit"
 	ct "github.com/utpmesh/utpmesh/services/cynode/internal/cynodetest"
+	"github.com/utpmesh/utpmesh/subjects"
 )
 
 func TestTasksAndJobs(t *testing.T) {
@@ -110,22 +114,34 @@ func TestAgentCannotWidenItsOwnPermissions(t *testing.T) {
 	h := ct.Start(t, nil)
 	seed(t, h)
 	const key = "agents.project_manager.sandbox.allow_add_to_allowed_images"
+	// The mesh audits its admission's refusals as authz decisions.
+	decisions, err := h.Mesh.Conn().SubscribeSync("cg." + subjects.DefaultVersion + "." + ct.Project + ".*.evt.sys.authz.decision")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = decisions.Unsubscribe() }()
 	for _, tc := range []struct {
 		name, agent, tool string
 		args              map[string]any
 		typ, msg          string
 	}{
-		{"PM creates the switch", ct.PMAgent, "db.system_setting.create", map[string]any{"key": key, "value": true, "value_type": "boolean"}, "not_allowed", "operator's tool"},
-		{"PM updates the switch", ct.PMAgent, "db.system_setting.update", map[string]any{"key": key, "value": true, "value_type": "boolean"}, "not_allowed", "operator's tool"},
-		{"PM deletes a setting", ct.PMAgent, "db.system_setting.delete", map[string]any{"key": key}, "not_allowed", "operator's tool"},
-		{"PM adds an image as a setting", ct.PMAgent, "db.system_setting.create", map[string]any{"key": "sandbox.allowed_images/evil:1", "value": map[string]any{}, "value_type": "json"}, "not_allowed", "operator's tool"},
-		{"PA creates the switch", ct.PAAgent, "db.system_setting.create", map[string]any{"key": key, "value": true, "value_type": "boolean"}, "not_allowed", "operator's tool"},
+		{"PM creates the switch", ct.PMAgent, "db.system_setting.create", map[string]any{"key": key, "value": true, "value_type": "boolean"}, "operator_only", "operator only"},
+		{"PM updates the switch", ct.PMAgent, "db.system_setting.update", map[string]any{"key": key, "value": true, "value_type": "boolean"}, "operator_only", "operator only"},
+		{"PM deletes a setting", ct.PMAgent, "db.system_setting.delete", map[string]any{"key": key}, "operator_only", "operator only"},
+		{"PM adds an image as a setting", ct.PMAgent, "db.system_setting.create", map[string]any{"key": "sandbox.allowed_images/evil:1", "value": map[string]any{}, "value_type": "json"}, "operator_only", "operator only"},
+		{"PA creates the switch", ct.PAAgent, "db.system_setting.create", map[string]any{"key": key, "value": true, "value_type": "boolean"}, "operator_only", "operator only"},
 		{"PM writes the switch as a system preference", ct.PMAgent, "db.preference.create", map[string]any{"scope_type": "system", "key": key, "value": true, "value_type": "boolean"}, "access_denied", "guards agents' permissions"},
 		{"PM updates it as a system preference", ct.PMAgent, "db.preference.update", map[string]any{"scope_type": "system", "key": key, "value": true, "value_type": "boolean"}, "access_denied", "guards agents' permissions"},
 		{"PM adds an image as a system preference", ct.PMAgent, "db.preference.create", map[string]any{"scope_type": "system", "key": "sandbox.allowed_images/evil:1", "value": map[string]any{}, "value_type": "json"}, "access_denied", "guards agents' permissions"},
 		{"PM deletes it as a system preference", ct.PMAgent, "db.preference.delete", map[string]any{"scope_type": "system", "key": key}, "access_denied", "guards agents' permissions"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.typ == "operator_only" { // refused by the mesh's admission: the tool never runs
+				if msg := h.RefusedOperatorOnly(tc.agent, tc.tool, tc.args); !strings.Contains(msg, tc.msg) {
+					t.Fatalf("%q; want it to say %q", msg, tc.msg)
+				}
+				return
+			}
 			if msg := h.Fail(tc.agent, tc.tool, tc.args, tc.typ); !strings.Contains(msg, tc.msg) {
 				t.Fatalf("%q; want it to say %q", msg, tc.msg)
 			}
@@ -137,15 +153,19 @@ func TestAgentCannotWidenItsOwnPermissions(t *testing.T) {
 	// The same keys at other scopes are ordinary preferences.
 	h.OK(ct.PMAgent, "db.preference.create", map[string]any{"scope_type": "project", "scope_id": ct.Project, "key": key, "value": true, "value_type": "boolean"})
 	h.Fail(ct.PMAgent, "sandbox.allowed_images.add", add, "access_denied")
-	// Refusals are audited as denials.
+	// The operator-only tools' refusals are audited as denials by the
+	// mesh's admission (authz decision records).
 	denied := 0
-	for _, r := range h.Audit(audit.Filter{}) {
-		if r.Tool == "db.system_setting.create" && r.Subject == ct.PMAgent && r.Decision == audit.DecisionDeny {
+	for denied < 2 {
+		msg, err := decisions.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("%d denied db.system_setting.create decisions of %s, want 2: %v", denied, ct.PMAgent, err)
+		}
+		var r authz.AuditRecord
+		if json.Unmarshal(msg.Data, &r) == nil && r.ToolName == "db.system_setting.create" && r.AgentID == ct.PMAgent &&
+			r.Decision == authz.DecisionDeny && r.Reason == authz.ReasonOperatorOnly {
 			denied++
 		}
-	}
-	if denied < 2 {
-		t.Fatalf("%d denied db.system_setting.create records of %s, want 2", denied, ct.PMAgent)
 	}
 }
 

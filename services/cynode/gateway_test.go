@@ -57,7 +57,7 @@ func TestGatewayAllowlists(t *testing.T) {
 		{ct.SandboxAgent, "db.task.get", map[string]any{"task_id": "t1"}, "not_allowed"},
 		{ct.SandboxAgent, "db.system_setting.list", map[string]any{}, "not_allowed"},
 		{ct.PAAgent, "db.task.update_status", map[string]any{"task_id": "t1", "status": "running"}, "not_allowed"},
-		{ct.PAAgent, "db.system_setting.create", map[string]any{"key": "k", "value": 1, "value_type": "number"}, "not_allowed"},
+		{ct.PAAgent, "db.system_setting.create", map[string]any{"key": "k", "value": 1, "value_type": "number"}, "operator_only"},
 		{ct.PAAgent, "db.preference.effective", map[string]any{"task_id": "t1"}, ""},
 		{ct.PMAgent, "db.project.list", map[string]any{}, ""},
 		{ct.Unregistered, "artifact.list", map[string]any{"task_id": "t1"}, "unauthenticated"},
@@ -67,6 +67,12 @@ func TestGatewayAllowlists(t *testing.T) {
 		if tc.want == "" {
 			if r.Status != card.StatusSuccess || ct.Str(r.Envelope, "status") != "success" {
 				t.Errorf("%s × %s: want allowed, got %s %+v", tc.agent, tc.tool, r.Status, r.Error)
+			}
+			continue
+		}
+		if tc.want == "operator_only" { // refused by the mesh's admission before any worker
+			if r.Status != card.StatusFailed || r.Error == nil || r.Error.Code != card.CodeAuthFailed || ct.Str(r.Envelope, "reason") != "operator_only" {
+				t.Errorf("%s × %s: want refused operator_only (auth_failed) by the admission, got %s %+v envelope %v", tc.agent, tc.tool, r.Status, r.Error, r.Envelope)
 			}
 			continue
 		}

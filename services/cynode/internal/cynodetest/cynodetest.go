@@ -203,6 +203,19 @@ func (h *Harness) Fail(agentID, tool string, args any, typ string) string {
 	return Str(r.Envelope, "error", "message")
 }
 
+// RefusedOperatorOnly calls tool as agentID and fails the test unless the
+// mesh's admission refused it as an operator-only tool (auth_failed,
+// reason operator_only): the worker never sees the call. It returns the
+// error message.
+func (h *Harness) RefusedOperatorOnly(agentID, tool string, args any) string {
+	h.T.Helper()
+	r := h.Call(agentID, tool, args)
+	if r.Status != card.StatusFailed || r.Error == nil || r.Error.Code != card.CodeAuthFailed || Str(r.Envelope, "reason") != "operator_only" {
+		h.T.Fatalf("%s as %s (%v): status %s, error %+v, envelope %v; want auth_failed operator_only from the admission", tool, agentID, args, r.Status, r.Error, r.Envelope)
+	}
+	return r.Error.Message
+}
+
 // Audit lists the project's audit records.
 func (h *Harness) Audit(f audit.Filter) []audit.Record {
 	h.T.Helper()
