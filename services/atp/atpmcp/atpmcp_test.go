@@ -72,7 +72,7 @@ var invokeHEM = map[string]any{"hem_id": "HEM-MANDATE-01",
 func TestHEMConfirmationAsElicitation(t *testing.T) {
 	f := startMesh(t)
 	n := 0
-	agent := func() string { n++; return fmt.Sprintf("op-%d", n) } // invoke_hem is rate limited per agent
+	agent := func() string { n++; return fmt.Sprintf("host-%d", n) } // invoke_hem is rate limited per agent
 	mcptest.Each(t, func(t *testing.T, tr mcptest.Transport, ver string) {
 		for _, tc := range []struct {
 			name    string
