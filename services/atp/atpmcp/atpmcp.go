@@ -59,8 +59,11 @@ type pending struct {
 }
 
 // Pending implements mcpbridge.Handoff: a result of status PENDING with a
-// task_id.
-func (HEM) Pending(result json.RawMessage) (*mcpbridge.HandoffTask, bool) {
+// task_id. With operator credentials (h.Operator) the host is asked
+// whatever its mandate: the person at the host decides as that operator.
+// Without them, only a host whose mandate names the HEM tools is asked
+// (and Resolve says what an operator runs).
+func (h HEM) Pending(result json.RawMessage) (*mcpbridge.HandoffTask, bool) {
 	var p pending
 	if json.Unmarshal(result, &p) != nil || p.Status != hem.StatusPending || p.TaskID == "" {
 		return nil, false
@@ -69,9 +72,12 @@ func (HEM) Pending(result json.RawMessage) (*mcpbridge.HandoffTask, bool) {
 	if p.ProtocolDeadline != "" {
 		q += "; without a decision it is decided at " + p.ProtocolDeadline
 	}
-	return &mcpbridge.HandoffTask{ID: p.TaskID, Label: fmt.Sprintf("HEM task %s (%s)", p.TaskID, p.HEMID),
-		Question: q + ". Run the HEM? (false declines it: give a reason)", ResultToolCallID: p.ResultToolCallID,
-		Operators: []string{atptools.ToolHEMList, atptools.ToolHEMConfirm}}, true
+	t := &mcpbridge.HandoffTask{ID: p.TaskID, Label: fmt.Sprintf("HEM task %s (%s)", p.TaskID, p.HEMID),
+		Question: q + ". Run the HEM? (false declines it: give a reason)", ResultToolCallID: p.ResultToolCallID}
+	if h.Operator == nil {
+		t.Operators = []string{atptools.ToolHEMList, atptools.ToolHEMConfirm}
+	}
+	return t, true
 }
 
 // Hint implements mcpbridge.Handoff.
