@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // startUp runs 'utpmesh up' in process in root with its default --data
@@ -130,4 +133,77 @@ func TestHEMAsOperator(t *testing.T) {
 		}
 	}
 	wantContains(t, "events", cm.must(t, 0, "atp", "booking", "events", booking, "--creds", adminCreds).stdout, "operator:operator")
+}
+
+// TestMCPOperatorHandoff: 'utpmesh mcp --operator-creds operator.nk'
+// against a real 'up': the agent's atp_invoke_hem waits for an operator,
+// the host's human is asked (the session's mandate is the demo agent's,
+// which holds no operator action) and its confirmation decides the HEM as
+// the operator; credentials that are not an operator's, or --listen, are
+// refused.
+func TestMCPOperatorHandoff(t *testing.T) {
+	root := t.TempDir()
+	url, booking := startUp(t, root, "atp,echo")
+	cm := &cliMesh{url: url}
+	dir := filepath.Join(root, "utpmesh-data")
+	agentCreds := filepath.Join(dir, "creds", "agent-demo.nk")
+	opCreds := filepath.Join(dir, "creds", "operator.nk")
+	getenv := func(k string) string {
+		if k == "NATS_URL" {
+			return url
+		}
+		return ""
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"mcp", "--operator-creds", filepath.Join(dir, "creds", "admin.nk")}, "not an operator's identity"},
+		{[]string{"mcp", "--operator-creds", agentCreds}, "--operator-creds " + opCreds},
+		{[]string{"mcp", "--operator-creds", opCreds, "--listen", "127.0.0.1:0"}, "--operator-creds is for stdio"},
+	} {
+		wantContains(t, strings.Join(tc.args, " "), cm.must(t, 2, tc.args...).stderr, tc.want)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cr, sw := io.Pipe()
+	sr, cw := io.Pipe()
+	var stderr lockedBuffer
+	cmd := &mcpCommand{env: env{stdout: sw, stderr: &stderr, getenv: getenv}, stdin: sr}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Run(ctx, []string{"--creds", agentCreds, "--operator-creds", opCreds}) }()
+	var asked []string
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "operator-test", Version: "1"}, &sdk.ClientOptions{
+		ElicitationHandler: func(_ context.Context, r *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+			asked = append(asked, r.Params.Message)
+			return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}, nil
+		}}).Connect(ctx, &sdk.IOTransport{Reader: cr, Writer: cw}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "atp_invoke_hem", Arguments: map[string]any{"booking_object_id": booking, "hem_id": "HEM-MANDATE-01",
+		"context": map[string]any{"trigger_reason": "MANDATE_GAP_DETECTED", "agent_assessment": "need notify_traveller"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := res.StructuredContent.(map[string]any)
+	if res.IsError || s["status"] != "COMPLETE" || s["confirmed_by"] != "operator" || len(asked) != 1 || !strings.Contains(asked[0], "asks an operator to confirm HEM task") {
+		t.Fatalf("atp_invoke_hem through the operator's bridge: isError %v, structured %v, content %+v, asked %q", res.IsError, s, res.Content, asked)
+	}
+	_ = cs.Close()
+	_ = cw.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("mcp: %v\n%s", err, stderr.String())
+	}
+	wantContains(t, "stderr", stderr.String(), "as operator operator")
+	ts := decodeJSON[struct {
+		Tasks []struct {
+			ResolvedBy string `json:"resolved_by"`
+			Operator   string `json:"operator"`
+		} `json:"tasks"`
+	}](t, cm.must(t, 0, "hem", "ls", "--status", "COMPLETE", "--json").stdout).Tasks
+	if len(ts) != 1 || ts[0].ResolvedBy != "operator" || ts[0].Operator != "operator" {
+		t.Fatalf("completed HEM tasks = %+v, want one decided by the operator named operator", ts)
+	}
 }
