@@ -2,8 +2,10 @@
 // (pkg/apps/mcpbridge): an atp_invoke_hem whose result is PENDING waits
 // for an operator (a mcpbridge.Handoff). The bridge serves atp_invoke_hem
 // as an MCP task whose result is the "<tool_call_id>.hem-result" call the
-// ATP service writes into the turn; a host whose mandate permits
-// atp_hem_list and atp_hem_confirm is asked, and its answer confirms
+// ATP service writes into the turn. With operator credentials
+// (HEM.Operator; utpmesh mcp --operator-creds) the host is asked whatever
+// its mandate, else only a host whose mandate permits atp_hem_list and
+// atp_hem_confirm; the answer confirms
 // (atp_hem_list for the task's human_confirmation_token, then
 // atp_hem_confirm) or declines (atp_hem_decline with the reason) the task.
 //
