@@ -31,6 +31,13 @@ func init() {
 	}
 }
 
+// operatorHandoffs are the catalogues' MCP handoffs that decide as an
+// operator, each call made by call (utpmesh mcp --operator-creds): ATP's
+// HEM escalations.
+func operatorHandoffs(call mcpbridge.CallFunc) []mcpbridge.Handoff {
+	return []mcpbridge.Handoff{atpmcp.HEM{Operator: call}}
+}
+
 // authCatalogues are the catalogues whose entity loaders the gate of a
 // mesh with data directory dir uses: ATP's, reading the booking states of
 // the atp service of dir.

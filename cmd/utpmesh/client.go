@@ -271,6 +271,8 @@ func (f *callerFlags) authHint(e *card.Error, project string) string {
 		return fmt.Sprintf("%s (%s): pass a current mandate of this mesh (an up restarted with another --data has other keys), e.g. %s, %s", e.Message, used, pass, issue)
 	case authz.ReasonScopeViolation:
 		return fmt.Sprintf("%s (%s): see what it permits with 'utpmesh mandate query --project %s --mandate %s', and pass one that permits %s: %s", e.Message, used, project, f.describeOr("FILE"), d.Tool, issue)
+	case authz.ReasonOperatorOnly:
+		return fmt.Sprintf("%s: an operator runs it, with the operator's credentials (e.g. 'utpmesh hem' with --creds %s)", e.Message, defaultOperatorCredsPath)
 	case authz.ReasonNoProjectPolicy, authz.ReasonProjectPolicy:
 		return fmt.Sprintf("%s: see the policies with 'utpmesh policy get --project %s' and change them with 'utpmesh policy put --project %s FILE.cedar'", e.Message, project, project)
 	}

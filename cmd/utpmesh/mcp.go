@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,7 +13,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/card"
 )
 
 func init() {
@@ -29,11 +32,12 @@ type mcpCommand struct {
 }
 
 func (c *mcpCommand) Run(ctx context.Context, args []string) error {
-	fs, mf, pf := newProjectFlagSet("mcp", "utpmesh mcp [--project P] [--channel C] [--mandate FILE] [--agent A] [--listen ADDR] [--nats URL]", c.env)
+	fs, mf, pf := newProjectFlagSet("mcp", "utpmesh mcp [--project P] [--channel C] [--mandate FILE] [--agent A] [--operator-creds FILE] [--listen ADDR] [--nats URL]", c.env)
 	var cf callerFlags
 	cf.register(fs, c.env, "mcp")
 	listen := fs.String("listen", "", "serve streamable HTTP on ADDR (e.g. 127.0.0.1:8090; port 0 picks one) instead of stdio; each request's identity is its 'Authorization: Bearer <mandate JWT>'")
 	callTimeout := fs.Duration("call-timeout", mcpbridge.DefaultCallTimeout, "how long one tools/call waits for its result (the call goes on after that)")
+	opCreds := fs.String("operator-creds", "", "an operator's credentials (e.g. ./utpmesh-data/creds/operator.nk): the host's human answer decides operator handoffs (ATP's HEM escalations) as that operator; stdio only")
 	refresh := fs.Duration("refresh", mcpbridge.DefaultRefreshInterval, "how often the registry is re-read to announce tool changes to the host (notifications/tools/list_changed)")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -49,6 +53,12 @@ func (c *mcpCommand) Run(ctx context.Context, args []string) error {
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
 	if *listen != "" && (explicit["mandate"] || explicit["agent"]) {
 		return usagef("with --listen every request brings its own mandate as 'Authorization: Bearer <token>'; drop --mandate and --agent (they are for stdio)")
+	}
+	if *opCreds != "" && *listen != "" {
+		return usagef("--operator-creds is for stdio, where the host's human is the operator; over --listen every bearer's host would decide as the operator: serve the operator with a stdio bridge")
+	}
+	if kind, _ := kindOfCreds(*opCreds); *opCreds != "" && kind != credsOperator {
+		return usagef("--operator-creds %s is not an operator's identity: pass the operator's, e.g. --operator-creds %s", *opCreds, operatorCredsHint(*opCreds))
 	}
 	var id mcpbridge.Identity
 	if *listen == "" {
@@ -66,8 +76,18 @@ func (c *mcpCommand) Run(ctx context.Context, args []string) error {
 	}
 	defer nc.Close()
 	log := slog.New(slog.NewTextHandler(c.env.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var handoffs []mcpbridge.Handoff
+	if *opCreds != "" {
+		call, name, done, err := c.operatorCall(ctx, mf, *opCreds, pf.project, pf.channel, *callTimeout, log)
+		if err != nil {
+			return err
+		}
+		defer done()
+		handoffs = operatorHandoffs(call)
+		fmt.Fprintf(c.env.stderr, "utpmesh mcp: the host's answers decide operator handoffs (HEM escalations) as operator %s\n", name)
+	}
 	b, err := mcpbridge.New(mcpbridge.Config{Conn: nc, Project: pf.project, Channel: pf.channel, Version: mf.version,
-		CallTimeout: *callTimeout, ServerVersion: Version, Logger: log})
+		CallTimeout: *callTimeout, ServerVersion: Version, Logger: log, Handoffs: handoffs})
 	if err != nil {
 		return usagef("%v", err)
 	}
@@ -81,6 +101,33 @@ func (c *mcpCommand) Run(ctx context.Context, args []string) error {
 		return b.ServeStdio(ctx, id, c.stdin, c.env.stdout)
 	}
 	return c.serveHTTP(ctx, b, *listen, pf.project)
+}
+
+// operatorCall connects with the operator's credentials file and returns
+// the CallFunc of operator handoffs: each call is the operator's
+// (agent.Config.Operator), in one turn of this bridge, waiting at most
+// timeout. done closes the connection.
+func (c *mcpCommand) operatorCall(ctx context.Context, mf *meshFlags, file, project, channel string, timeout time.Duration,
+	log *slog.Logger) (call mcpbridge.CallFunc, name string, done func(), err error) {
+	_, name = kindOfCreds(file)
+	om := *mf
+	om.creds = file
+	nc, err := om.connect(ctx, "mcp-operator")
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("--operator-creds: %w", err)
+	}
+	op, err := agent.New(nc, agent.Config{Project: project, Channel: channel, Version: mf.version, Operator: name, Logger: log})
+	if err != nil {
+		nc.Close()
+		return nil, "", nil, usagef("--operator-creds: %v", err)
+	}
+	turn := "mcp-operator-" + card.NewID()
+	call = func(ctx context.Context, tool string, args json.RawMessage) (*agent.Outcome, error) {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return op.Call(cctx, agent.CallRequest{ToolName: tool, Arguments: args, AgentTurnID: turn})
+	}
+	return call, name, func() { _ = op.Close(); nc.Close() }, nil
 }
 
 // serveHTTP serves the bridge on addr until ctx ends.

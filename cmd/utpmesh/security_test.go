@@ -111,6 +111,10 @@ func TestNATSIdentities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	op, err := connectAs(t, url, m.CredsFile("operator"))
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// Without credentials, or with a key the mesh never minted, no
 	// connection at all.
@@ -177,6 +181,12 @@ func TestNATSIdentities(t *testing.T) {
 		{"worker", "register another tool", wk, pub(wk, "cg."+v+".demo.default.svc.registry.put.atlas_task_list"), "publish", "cg." + v + ".demo.default.svc.registry.put.atlas_task_list"},
 		{"worker", "write the registry on the admin's subject", wk, pub(wk, "cg."+v+".demo.default.svc.registry.put"), "publish", "cg." + v + ".demo.default.svc.registry.put"},
 		{"worker", "delete a registry entry", wk, pub(wk, "cg."+v+".demo.default.svc.registry.delete"), "publish", "cg." + v + ".demo.default.svc.registry.delete"},
+		{"operator", "dispatch as an agent", op, pub(op, "cg."+v+".demo.main.svc.dispatch.call.demo-agent"), "publish", "cg." + v + ".demo.main.svc.dispatch.call.demo-agent"},
+		{"operator", "dispatch as another operator", op, pub(op, "cg."+v+".demo.main.svc.dispatch.operator.alice"), "publish", "cg." + v + ".demo.main.svc.dispatch.operator.alice"},
+		{"operator", "read an agent's wakeups", op, sub(op, "cg."+v+".demo.*.cmd.agent.demo-agent.wakeup"), "subscription", "cg." + v + ".demo.*.cmd.agent.demo-agent.wakeup"},
+		{"operator", "read every wakeup", op, sub(op, "cg."+v+".*.*.cmd.agent.*.wakeup"), "subscription", "cg." + v + ".*.*.cmd.agent.*.wakeup"},
+		{"operator", "ack inbox entries", op, pub(op, "cg."+v+".demo.default.svc.inbox.ack"), "publish", "cg." + v + ".demo.default.svc.inbox.ack"},
+		{"operator", "publish a tool command", op, pub(op, "cg."+v+".demo.main.cmd.tool.echo"), "publish", "cg." + v + ".demo.main.cmd.tool.echo"},
 		{"worker", "switch mandates off", wk, pub(wk, "cg."+v+".demo.default.svc.authz.config_put"), "publish", "cg." + v + ".demo.default.svc.authz.config_put"},
 	}
 	for _, tc := range tests {

@@ -66,6 +66,21 @@ func (v verbEnv) CallFlags(name, usage, projectHelp string) (cli.Caller, *flag.F
 	return t, fs
 }
 
+// OperatorCallFlags implements cli.Env: the calls are the operator's
+// (resolveOperator): --creds, else the local mesh's operator.nk; no
+// --agent or --mandate (an agent's credentials call with the demo mandate,
+// and the mesh refuses the operator's tools to them).
+func (v verbEnv) OperatorCallFlags(name, usage, projectHelp string) (cli.Caller, *flag.FlagSet) {
+	t := &toolCaller{name: name, operator: true}
+	fs := newFlagSet(name, usage, v.env)
+	t.mf.register(fs, v.env)
+	fs.Lookup("creds").Usage = "the operator's credentials (default $NATS_CREDS, else " + defaultOperatorCredsPath + " if it exists: the operator identity of a local 'utpmesh up')"
+	t.cf.defAgent, t.cf.env = "cli", v.env
+	t.project = fs.String("project", "demo", projectHelp)
+	t.channel = fs.String("channel", agent.DefaultChannel, "channel to call on")
+	return t, fs
+}
+
 // Parse implements cli.Env.
 func (v verbEnv) Parse(fs *flag.FlagSet, args []string) ([]string, error) { return parse(fs, args) }
 
@@ -86,6 +101,8 @@ type toolCaller struct {
 	cf      callerFlags
 	project *string
 	channel *string
+	// operator: the calls are an operator's (OperatorCallFlags).
+	operator bool
 }
 
 var _ cli.Caller = (*toolCaller)(nil)
@@ -96,16 +113,28 @@ func (t *toolCaller) JSON() bool { return t.mf.json }
 // Call implements cli.Caller: it makes the call and returns its
 // successful result; a failure is an error naming the code and message.
 func (t *toolCaller) Call(ctx context.Context, tool string, args any) (json.RawMessage, error) {
-	agentID, token, err := t.cf.resolve()
-	if err != nil {
-		return nil, err
+	cfg := agent.Config{Project: *t.project, Channel: *t.channel, Version: t.mf.version}
+	asAgent := !t.operator
+	if t.operator {
+		credsFile, name, agentCreds, err := resolveOperator(t.mf.creds)
+		if err != nil {
+			return nil, err
+		}
+		t.mf.creds, cfg.Operator, asAgent = credsFile, name, agentCreds
+	}
+	if asAgent {
+		agentID, token, err := t.cf.resolve()
+		if err != nil {
+			return nil, err
+		}
+		cfg.AgentID, cfg.Mandate, cfg.Operator = agentID, token, ""
 	}
 	nc, err := t.mf.connect(ctx, t.name)
 	if err != nil {
 		return nil, err
 	}
 	defer nc.Close()
-	ag, err := agent.New(nc, agent.Config{Project: *t.project, Channel: *t.channel, AgentID: agentID, Version: t.mf.version, Mandate: token})
+	ag, err := agent.New(nc, cfg)
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
@@ -117,10 +146,17 @@ func (t *toolCaller) Call(ctx context.Context, tool string, args any) (json.RawM
 	cctx, cancel := context.WithTimeout(ctx, t.mf.timeout)
 	defer cancel()
 	out, err := ag.Call(cctx, agent.CallRequest{ToolName: tool, Arguments: raw, AgentTurnID: "cli-" + card.NewID()})
+	if err != nil && t.operator && !asAgent {
+		return nil, fmt.Errorf("%s as operator %s: %w (an operator's calls need the operator's credentials: --creds %s)", tool, cfg.Operator, err, operatorCredsHint(t.mf.creds))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", tool, err)
 	}
-	if out.Result.Status != card.StatusSuccess {
+	if r := out.Result; r.Status != card.StatusSuccess {
+		if t.operator && asAgent && r.Error != nil && r.Error.Code == card.CodeAuthFailed {
+			return nil, fmt.Errorf("%s %s: auth_failed: %s (the calls were made as agent %s: --creds %s is an agent's; an operator decides: pass --creds %s)",
+				t.name, r.Status, r.Error.Message, cfg.AgentID, t.mf.creds, operatorCredsHint(t.mf.creds))
+		}
 		return nil, t.cf.resultErr(t.name, out.Result, *t.project)
 	}
 	return out.Result.Result, nil

@@ -12,7 +12,9 @@
 //     manage streams.
 //   - operator: a human operator (operator.nk): its own dispatch subject
 //     (svc.dispatch.operator.<name>), policy and identity changes, reads
-//     of every project; no streams, no commands, no results.
+//     of every project, the wakeups of its own calls (agent id
+//     op-<name>, utp.OperatorAgentID); no streams, no commands, no
+//     results, no inbox acks.
 //   - agent-<project> (or agent-<project>.<agent>, one agent): an agent
 //     runtime of one project. Its dispatch subject, raw tool and PMO
 //     commands only when the project opted in (RawCommands), the

@@ -7,6 +7,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -192,9 +193,14 @@ func operatorPermissions(ver string, id Identity) *server.Permissions {
 	for _, op := range readCardOps {
 		pub = append(pub, a+"svc.cardstore."+op)
 	}
+	// The wakeups of its own calls only (agent id utp.OperatorAgentID):
+	// a waiting call gets its result at once. No inbox ack: the inbox's
+	// ack is not scoped to an agent, so its entries stay pending and a
+	// waiting call re-reads them with list.
+	wake := a + "cmd.agent." + utp.OperatorAgentID(subjects.ToolToken(name)) + ".wakeup"
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: pub},
-		Subscribe: &server.SubjectPermission{Allow: []string{inbox(id)}},
+		Subscribe: &server.SubjectPermission{Allow: []string{inbox(id), wake}},
 	}
 }
 

@@ -76,6 +76,18 @@ func TestPermissionsShape(t *testing.T) {
 			if raw != tc.id.RawCommands {
 				t.Errorf("raw commands allowed = %v, want %v (%v)", raw, tc.id.RawCommands, pub)
 			}
+			if tc.id.Role == meshauth.RoleOperator {
+				// Its own calls' wakeups only; never an agent's dispatch, an
+				// inbox ack or another agent's wakeups.
+				if !slices.Equal(sub, []string{creds.InboxPrefix(tc.id.Key) + ".>", "cg.v1.*.*.cmd.agent.op-operator.wakeup"}) {
+					t.Errorf("operator subscribe %v", sub)
+				}
+				for _, s := range pub {
+					if strings.Contains(s, ".svc.dispatch.call.") || strings.HasSuffix(s, ".svc.inbox.ack") || strings.Contains(s, ".cmd.") {
+						t.Errorf("operator publish %q", s)
+					}
+				}
+			}
 			if tc.id.Agent != "" && (!slices.Contains(pub, "cg.v1.demo.*.svc.dispatch.call.alice") || slices.Contains(sub, "cg.v1.demo.*.cmd.agent.*.wakeup")) {
 				t.Errorf("per-agent identity: publish %v, subscribe %v", pub, sub)
 			}

@@ -88,6 +88,13 @@ func (s *Service) dispatch(ctx context.Context, ts subjects.ToolSubject, kind st
 	}
 	if kind == utp.PrincipalAgent {
 		name = req.AgentID
+		if strings.HasPrefix(req.AgentID, utp.OperatorAgentPrefix) {
+			return nil, fmt.Errorf("%w: agent_id %q: agent ids beginning %q are the operators' (their results wake the operator); use another agent id",
+				ErrForbidden, req.AgentID, utp.OperatorAgentPrefix)
+		}
+	} else if want := utp.OperatorAgentID(name); req.AgentID != want {
+		return nil, fmt.Errorf("%w: agent_id %q: an operator's calls are made as agent_id %q (the operator %s dispatches on svc.dispatch.operator.%s)",
+			ErrForbidden, req.AgentID, want, name, name)
 	}
 	project := ts.Project
 	ent, builtin, err := s.entry(ctx, project, req.ToolName)

@@ -45,7 +45,8 @@ var (
 	// message names the field and what to send instead.
 	ErrInvalid = errors.New("admit: invalid dispatch request")
 	// ErrForbidden: the request's agent_id is not the agent its subject
-	// names (forbidden).
+	// names, an agent's begins utp.OperatorAgentPrefix, or an operator's
+	// is not utp.OperatorAgentID of its name (forbidden).
 	ErrForbidden = errors.New("admit: forbidden")
 	// ErrUnknownTool: the tool is not registered in the project
 	// (not_found).

@@ -101,6 +101,18 @@ type Config struct {
 	// this much later; an unknown tool is never cached. Default
 	// DefaultRegistryCacheTTL; negative reads the registry on every call.
 	RegistryCacheTTL time.Duration
+	// Operator makes the client an operator's (docs/security.md, "Roles"):
+	// its calls are dispatched on
+	// cg.<ver>.<project>.<channel>.svc.dispatch.operator.<Operator> and
+	// admitted with the principal operator:<Operator> and no mandate (the
+	// operator identity, operator.nk, may publish there). Their agent_id is
+	// utp.OperatorAgentID(Operator), "op-<Operator>", whose wakeups are the
+	// only ones that identity may receive; AgentID may be left empty or
+	// must be that. An operator's client cannot ack inbox entries (the
+	// inbox's ack is not scoped to an agent): Call leaves its entries
+	// pending and re-reads them with inbox list while it waits. A subject
+	// token; Mandate and RawCommands must be unset.
+	Operator string
 	// RawCommands makes Call and Dispatch write the tool.call card (with
 	// the mandate in metadata.mandate) and publish the UTP command
 	// themselves, as CommonGround-style runtimes do, instead of sending
@@ -129,7 +141,8 @@ type Client struct {
 	wakeSubj string
 	mandate  string
 	raw      bool
-	dispatch string // svc.dispatch.call.<agent> subject
+	operator string // Config.Operator
+	dispatch string // svc.dispatch.call.<agent> or svc.dispatch.operator.<name> subject
 	entries  entryCache
 
 	// mu guards sub, waiters and closed.
@@ -153,6 +166,21 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 	if cfg.Channel == "" {
 		cfg.Channel = DefaultChannel
 	}
+	if cfg.Operator != "" {
+		if err := subjects.ValidateToken("operator", cfg.Operator); err != nil {
+			return nil, fmt.Errorf("%w: agent.New: Config.Operator: %v (an operator's name, e.g. operator)", ErrInvalid, err)
+		}
+		want := utp.OperatorAgentID(cfg.Operator)
+		switch {
+		case cfg.AgentID == "":
+			cfg.AgentID = want
+		case cfg.AgentID != want:
+			return nil, fmt.Errorf("%w: agent.New: Config.AgentID %q: an operator's calls are made as %q; leave AgentID empty", ErrInvalid, cfg.AgentID, want)
+		}
+		if cfg.Mandate != "" || cfg.RawCommands {
+			return nil, fmt.Errorf("%w: agent.New: Config.Operator: an operator's calls carry no mandate and are dispatched by the mesh; unset Mandate and RawCommands", ErrInvalid)
+		}
+	}
 	for _, f := range []struct{ field, role, v string }{
 		{"Project", "project_id", cfg.Project},
 		{"AgentID", "agent_id", cfg.AgentID},
@@ -171,7 +199,12 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: agent.New: wakeup subject: %v", ErrInvalid, err)
 	}
-	disp, err := subjects.Dispatch(cfg.Version, cfg.Project, cfg.Channel, subjects.ToolToken(cfg.AgentID))
+	var disp subjects.ToolSubject
+	if cfg.Operator != "" {
+		disp, err = subjects.OperatorDispatch(cfg.Version, cfg.Project, cfg.Channel, cfg.Operator)
+	} else {
+		disp, err = subjects.Dispatch(cfg.Version, cfg.Project, cfg.Channel, subjects.ToolToken(cfg.AgentID))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: agent.New: dispatch subject: %v", ErrInvalid, err)
 	}
@@ -207,7 +240,7 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		nc: nc, js: js, ver: cfg.Version, project: cfg.Project, channel: cfg.Channel, agentID: cfg.AgentID,
 		store: cfg.Store, reg: cfg.Registry, inbox: cfg.Inbox, poll: cfg.PollInterval,
 		log:      cfg.Logger.With("component", "agent", "agent_id", cfg.AgentID, "project_id", cfg.Project),
-		wakeSubj: wake.String(), mandate: cfg.Mandate, raw: cfg.RawCommands, dispatch: disp.String(),
+		wakeSubj: wake.String(), mandate: cfg.Mandate, raw: cfg.RawCommands, operator: cfg.Operator, dispatch: disp.String(),
 		waiters: make(map[string][]*waiter),
 		done:    make(chan struct{}),
 		entries: entryCache{ttl: cfg.RegistryCacheTTL, now: time.Now},
@@ -219,6 +252,9 @@ func (c *Client) Project() string { return c.project }
 
 // Channel returns the client's channel.
 func (c *Client) Channel() string { return c.channel }
+
+// Operator returns the operator the client's calls are made as (Config.Operator), or "".
+func (c *Client) Operator() string { return c.operator }
 
 // AgentID returns the client's agent id.
 func (c *Client) AgentID() string { return c.agentID }

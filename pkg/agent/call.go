@@ -272,6 +272,9 @@ func (c *Client) prepare(ctx context.Context, req CallRequest) (*prepared, error
 	if mandate == "" {
 		mandate = c.mandate
 	}
+	if c.operator != "" && mandate != "" {
+		return nil, fmt.Errorf("%w: the operator %s's calls carry no mandate; drop CallRequest.Mandate", ErrInvalid, c.operator)
+	}
 	if !c.raw {
 		for k, v := range req.Metadata {
 			if k == MetadataMandate || utp.TypedMetadata[k] {
@@ -553,6 +556,11 @@ func (c *Client) finish(ctx context.Context, pd Pending, wk utp.Wakeup) (*Outcom
 	out := &Outcome{
 		Call: pd, Wakeup: wk, ResultCard: rc, Result: tr,
 		AfterExecution: card.EffectiveAfterExecution(tr.Result, tr.AfterExecution),
+	}
+	if c.operator != "" {
+		// The operator may not ack (Config.Operator): the entry stays
+		// pending; nobody resumes the operator's agent id.
+		return out, nil
 	}
 	if wk.InboxID == "" {
 		return out, fmt.Errorf("%w: the wakeup of tool_call_id %s has no inbox_id", ErrNotAcked, pd.ToolCallID)

@@ -9,6 +9,11 @@
 //	out, err := c.Call(ctx, agent.CallRequest{ToolName: "echo", AgentTurnID: turn, Arguments: args})
 //	// out.Result.Status, out.Result.Result, out.AfterExecution
 //
+// An operator's client (Config.Operator) makes its calls on
+// svc.dispatch.operator.<name> with no mandate, as the agent id
+// op-<name> (utp.OperatorAgentID); it waits for them like any Call but
+// does not ack their inbox entries (the operator identity may not).
+//
 // A Client needs a CardStore, a tool registry and an inbox client; New
 // creates the NATS clients of the mesh services (natsstore, natsreg,
 // natsinbox) for those Config leaves nil, with the same version and channel.

@@ -41,6 +41,14 @@ type Env interface {
 	// demo; projectHelp is its help) and --channel. The Caller calls with
 	// them once the set is parsed.
 	CallFlags(name, usage, projectHelp string) (Caller, *flag.FlagSet)
+	// OperatorCallFlags is CallFlags for a subcommand whose tools are an
+	// operator's (registry options.principal "operator", e.g. ATP's HEM
+	// decisions): the Caller calls as the operator whose credentials it
+	// connects with (by default the operator identity of a local mesh,
+	// DATA/creds/operator.nk), dispatched on the operator's subject with
+	// no mandate. With an agent's credentials it calls as the agent, and
+	// the mesh refuses the tools; with the admin's it refuses to call.
+	OperatorCallFlags(name, usage, projectHelp string) (Caller, *flag.FlagSet)
 	// Parse parses args, flags allowed anywhere, and returns the
 	// positional arguments; a flag mistake is a usage error.
 	Parse(fs *flag.FlagSet, args []string) ([]string, error)

@@ -242,14 +242,16 @@ func TestAdmissionRefusals(t *testing.T) {
 }
 
 // TestOperatorDispatch: an operator's call of an operator-only tool is
-// admitted with principal operator:<name> and no mandate; an agent may not
-// re-dispatch it as its own.
+// admitted with principal operator:<name> and no mandate, made as the
+// agent id op-<name> (whose wakeup it gets); an operator may not make
+// calls as another agent id, an agent may not use an op- agent id nor
+// re-dispatch the operator's call as its own.
 func TestOperatorDispatch(t *testing.T) {
 	e := startAdmissionMesh(t)
 	ctx := ctxFor(t)
 	nc := e.m.Conn()
-	// The result wakes the agent_id the operator's request names.
-	wake, _ := subjects.AgentWakeup(e.ver, admProject, admChannel, admAgent)
+	opAgent := utp.OperatorAgentID("alice")
+	wake, _ := subjects.AgentWakeup(e.ver, admProject, admChannel, opAgent)
 	sub, err := nc.SubscribeSync(wake.String())
 	if err != nil {
 		t.Fatal(err)
@@ -259,6 +261,10 @@ func TestOperatorDispatch(t *testing.T) {
 	req := utp.DispatchRequest{AgentID: admAgent, AgentTurnID: "turn-op", ToolCallID: "op-1", StepID: "s-1", ToolName: "ops_only",
 		Traceparent: utp.NewTraceparent()}
 	var reply utp.DispatchReply
+	if err := svc.Call(ctx, nc, subj.String(), admit.Codes, req, &reply); !errors.Is(err, admit.ErrForbidden) || !strings.Contains(err.Error(), `made as agent_id "op-alice"`) {
+		t.Fatalf("operator call as agent %s: %v, want forbidden naming op-alice", admAgent, err)
+	}
+	req.AgentID = opAgent
 	if err := svc.Call(ctx, nc, subj.String(), admit.Codes, req, &reply); err != nil {
 		t.Fatal(err)
 	}
@@ -286,8 +292,13 @@ func TestOperatorDispatch(t *testing.T) {
 	}
 	c := agentOn(t, nc, e.demo, false)
 	if _, err := c.Dispatch(ctx, agent.CallRequest{ToolName: "ops_only", AgentTurnID: "turn-op", ToolCallID: "op-1"}); err == nil ||
-		!strings.Contains(err.Error(), "dispatched before by operator:alice") {
-		t.Fatalf("agent re-dispatch of the operator's call: %v, want a conflict naming the operator", err)
+		!strings.Contains(err.Error(), "dispatched before") {
+		t.Fatalf("agent re-dispatch of the operator's call: %v, want a conflict", err)
+	}
+	as, _ := subjects.Dispatch(e.ver, admProject, admChannel, opAgent)
+	req.ToolCallID, req.ToolName = "op-2", "probe"
+	if err := svc.Call(ctx, nc, as.String(), admit.Codes, req, &reply); !errors.Is(err, admit.ErrForbidden) || !strings.Contains(err.Error(), "are the operators'") {
+		t.Fatalf("agent call as %s: %v, want forbidden", opAgent, err)
 	}
 }
 

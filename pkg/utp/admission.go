@@ -32,6 +32,16 @@ const (
 	PrincipalOperator = "operator"
 )
 
+// OperatorAgentPrefix begins the agent id of an operator's calls
+// (OperatorAgentID); the mesh's admission refuses it to agents.
+const OperatorAgentPrefix = "op-"
+
+// OperatorAgentID is the agent_id of the calls of the operator name: the
+// results of its calls wake cmd.agent.op-<name>.wakeup, the only wakeup
+// subject the operator identity may subscribe to. name is a subject token
+// (an operator name, e.g. "operator" → "op-operator").
+func OperatorAgentID(name string) string { return OperatorAgentPrefix + name }
+
 // ErrAdmission is wrapped by every error of VerifyAdmission and
 // Admission.CheckCard: the command's admission is missing, malformed,
 // signed by an unknown key, forged, or does not match the command.

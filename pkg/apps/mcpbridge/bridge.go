@@ -113,6 +113,10 @@ type Config struct {
 	ServerVersion string
 	// Logger receives warnings; default discards.
 	Logger *slog.Logger
+	// Handoffs are this bridge's own handoffs, asked before the
+	// registered ones (RegisterHandoff): e.g. a catalogue's handoff that
+	// decides as the operator whose credentials this bridge was given.
+	Handoffs []Handoff
 }
 
 // Bridge is an MCP server whose tools are a project's mesh tools.

@@ -43,7 +43,7 @@ func (b *Bridge) handleCall(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	if p, ok := pendingConfirm(out.Result.Result); ok {
 		return b.askConfirmation(ctx, ci, out, p)
 	}
-	if h, t, ok := pendingHandoff(out.Call.ToolName, out.Result.Status, out.Result.Result); ok {
+	if h, t, ok := b.pendingHandoff(out.Call.ToolName, out.Result.Status, out.Result.Result); ok {
 		return b.askOperator(ctx, ci, out, h, t)
 	}
 	return resultOf(out), nil

@@ -114,7 +114,7 @@ func (b *Bridge) answerConfirmation(ctx context.Context, ci callInfo, req mcp.Ca
 	}
 	ans := server.ElicitationResponse(req.Params.InputResponses, confirmInputID)
 	if st.HandoffTaskID != "" {
-		h, ok := handoffOf(st.ToolName)
+		h, ok := b.handoffOf(st.ToolName)
 		if !ok {
 			return errorResult(fmt.Sprintf("requestState names task %s of %s, which this bridge does not know how to decide; call the tool again without it", st.HandoffTaskID, st.ToolName)), nil
 		}

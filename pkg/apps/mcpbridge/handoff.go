@@ -57,6 +57,8 @@ type HandoffTask struct {
 	ResultToolCallID string
 	// Operators are the tools a host's mandate must permit for the host
 	// to be asked (mandate_query); else the pending result is answered.
+	// Empty: the host is asked whatever its mandate (a handoff that
+	// decides as an operator of its own).
 	Operators []string
 }
 
@@ -73,8 +75,12 @@ func RegisterHandoff(h Handoff) {
 	handoffs = append(handoffs, h)
 }
 
-// handoffOf returns the handoff that owns tool.
-func handoffOf(tool string) (Handoff, bool) {
+// handoffOf returns the handoff that owns tool: the bridge's own
+// (Config.Handoffs) first, then the registered ones.
+func (b *Bridge) handoffOf(tool string) (Handoff, bool) {
+	if i := slices.IndexFunc(b.cfg.Handoffs, func(h Handoff) bool { return h.Owns(tool) }); i >= 0 {
+		return b.cfg.Handoffs[i], true
+	}
 	handoffMu.RLock()
 	defer handoffMu.RUnlock()
 	i := slices.IndexFunc(handoffs, func(h Handoff) bool { return h.Owns(tool) })
@@ -85,8 +91,8 @@ func handoffOf(tool string) (Handoff, bool) {
 }
 
 // pendingHandoff reports whether out waits for an operator.
-func pendingHandoff(tool string, status card.Status, result json.RawMessage) (Handoff, *HandoffTask, bool) {
-	h, ok := handoffOf(tool)
+func (b *Bridge) pendingHandoff(tool string, status card.Status, result json.RawMessage) (Handoff, *HandoffTask, bool) {
+	h, ok := b.handoffOf(tool)
 	if !ok || status != card.StatusSuccess {
 		return nil, nil, false
 	}
@@ -111,6 +117,9 @@ var handoffSchema = map[string]any{
 // residual of mandate_query permits every tool of t.Operators (a mesh
 // without the gate permits everything).
 func (b *Bridge) operator(ctx context.Context, t *HandoffTask) (bool, error) {
+	if len(t.Operators) == 0 {
+		return true, nil
+	}
 	r, err := b.residual(ctx)
 	if err != nil || r == nil {
 		return err == nil, err

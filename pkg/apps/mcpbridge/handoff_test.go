@@ -37,7 +37,7 @@ var openTicket = map[string]any{"subject": "a new desk"}
 func TestHandoffAsElicitation(t *testing.T) {
 	f := startMesh(t)
 	n := 0
-	agentID := func() string { n++; return fmt.Sprintf("op-%d", n) }
+	agentID := func() string { n++; return fmt.Sprintf("host-%d", n) }
 	mcptest.Each(t, func(t *testing.T, tr mcptest.Transport, ver string) {
 		for _, tc := range []struct {
 			name   string

@@ -26,8 +26,8 @@ const AsyncOption = "async"
 
 // isAsync reports whether a registry entry is served as an MCP task: it
 // says so (AsyncOption), or a registered Handoff owns it.
-func isAsync(e *registry.Entry) bool {
-	if _, ok := handoffOf(e.ToolName); ok {
+func (b *Bridge) isAsync(e *registry.Entry) bool {
+	if _, ok := b.handoffOf(e.ToolName); ok {
 		return true
 	}
 	var v bool
@@ -153,21 +153,21 @@ func (b *Bridge) taskOf(ctx context.Context, ci callInfo, turn, callID string) (
 	if call == nil || call.CallCard == nil || call.CallCard.Metadata.AgentID != ci.id.AgentID {
 		return nil, fmt.Errorf("%w: %s (no call %s in turn %s made by agent %s)", ErrTaskNotFound, TaskID(turn, callID), callID, turn, ci.id.AgentID)
 	}
-	return stateOf(turn, *call, byID), nil
+	return b.stateOf(turn, *call, byID), nil
 }
 
 // stateOf maps a call to an MCP task: no result yet → working; a success
 // or partial result → completed; failed or timeout → failed; canceled →
 // cancelled. A call whose result waits for an operator (a Handoff's task)
 // works until the later call of the turn (byID) that carries the outcome.
-func stateOf(turn string, call agent.CallState, byID map[string]*agent.CallState) *taskState {
+func (b *Bridge) stateOf(turn string, call agent.CallState, byID map[string]*agent.CallState) *taskState {
 	st := &taskState{call: call}
 	t := mcp.NewTask(TaskID(turn, call.ToolCallID), mcp.WithTaskPollInterval(taskPollInterval.Milliseconds()))
 	t.CreatedAt = call.CallCard.CreatedAt.UTC().Format(time.RFC3339)
 	t.LastUpdatedAt = t.CreatedAt
 	final := &call
 	if call.Result != nil {
-		if h, ht, ok := pendingHandoff(call.ToolName, call.Result.Status, call.Result.Result); ok {
+		if h, ht, ok := b.pendingHandoff(call.ToolName, call.Result.Status, call.Result.Result); ok {
 			st.handoff, st.handoffTask = h, ht
 			final = byID[ht.ResultToolCallID]
 			if final != nil && final.Result == nil {
@@ -317,7 +317,7 @@ func (b *Bridge) listTasks(ctx context.Context, ci callInfo) ([]mcp.Task, error)
 		if !isTaskCall(cs.CallCard) || cs.CallCard.Metadata.AgentID != ci.id.AgentID {
 			continue
 		}
-		tasks = append(tasks, stateOf(ci.turn, cs, byID).task)
+		tasks = append(tasks, b.stateOf(ci.turn, cs, byID).task)
 	}
 	return tasks, nil
 }

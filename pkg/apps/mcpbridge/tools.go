@@ -30,8 +30,8 @@ func toolOf(e *registry.Entry) mcp.Tool {
 }
 
 // fingerprint says whether a served tool changed.
-func fingerprint(e *registry.Entry) string {
-	return fmt.Sprintf("%s\x00%s\x00%v", e.Description, e.Parameters, isAsync(e))
+func (b *Bridge) fingerprint(e *registry.Entry) string {
+	return fmt.Sprintf("%s\x00%s\x00%v", e.Description, e.Parameters, b.isAsync(e))
 }
 
 // syncTools makes the server's tools the project's registry entries. The
@@ -48,7 +48,7 @@ func (b *Bridge) syncTools(ctx context.Context) {
 	defer b.mu.Unlock()
 	same := len(entries) == len(b.tools)
 	for _, e := range entries {
-		if fp, ok := b.tools[e.ToolName]; !ok || fp != fingerprint(e) {
+		if fp, ok := b.tools[e.ToolName]; !ok || fp != b.fingerprint(e) {
 			same = false
 		}
 	}
@@ -61,7 +61,7 @@ func (b *Bridge) syncTools(ctx context.Context) {
 	for _, e := range entries {
 		// Recorded even when skipped below, so an unchanged registry is
 		// not synced (and announced) again at every refresh.
-		b.tools[e.ToolName] = fingerprint(e)
+		b.tools[e.ToolName] = b.fingerprint(e)
 		t := toolOf(e)
 		if err := mcp.ValidateParamHeaderAnnotations(&t); err != nil {
 			// mcp-go refuses (panics on) such a tool: leave it out rather
@@ -71,7 +71,7 @@ func (b *Bridge) syncTools(ctx context.Context) {
 			continue
 		}
 		tools = append(tools, server.ServerTool{Tool: t, Handler: b.handleCall})
-		b.async[e.ToolName] = isAsync(e)
+		b.async[e.ToolName] = b.isAsync(e)
 	}
 	defer func() {
 		// Any other definition mcp-go panics on: keep serving the tools

@@ -35,7 +35,8 @@ const hemUsage = `utpmesh hem ls [--status PENDING|COMPLETE|DECLINED]
 utpmesh hem confirm TASK_ID [--token T] [--note N]
                                              run the HEM: the task ends COMPLETE and the agent is woken
 utpmesh hem decline TASK_ID --reason R       refuse it: the task ends DECLINED and the agent is woken
-Common flags: --project P (default demo) --channel C --mandate FILE|TOKEN --agent A --nats URL --json`
+Calls are the operator's: --creds FILE (default ./utpmesh-data/creds/operator.nk, the operator identity of a local 'utpmesh up')
+Common flags: --project P (default demo) --channel C --creds FILE --nats URL --json`
 
 // projectHelp is the help of --project.
 const projectHelp = "project of the booking"
@@ -250,7 +251,7 @@ func (c *hemCommand) Run(ctx context.Context, args []string) error {
 }
 
 func (c *hemCommand) ls(ctx context.Context, args []string) error {
-	t, fs := c.env.CallFlags("hem ls", hemUsage, projectHelp)
+	t, fs := c.env.OperatorCallFlags("hem ls", hemUsage, projectHelp)
 	status := fs.String("status", "", "PENDING, COMPLETE or DECLINED (default: all)")
 	pos, err := c.env.Parse(fs, args)
 	if err != nil {
@@ -291,7 +292,7 @@ func (c *hemCommand) ls(ctx context.Context, args []string) error {
 }
 
 func (c *hemCommand) confirm(ctx context.Context, args []string) error {
-	t, fs := c.env.CallFlags("hem confirm", hemUsage, projectHelp)
+	t, fs := c.env.OperatorCallFlags("hem confirm", hemUsage, projectHelp)
 	token := fs.String("token", "", "the task's human_confirmation_token (from 'utpmesh hem ls'), when its HEM needs one")
 	note := fs.String("note", "", "a note kept with the decision")
 	pos, err := c.env.Parse(fs, args)
@@ -309,7 +310,7 @@ func (c *hemCommand) confirm(ctx context.Context, args []string) error {
 }
 
 func (c *hemCommand) decline(ctx context.Context, args []string) error {
-	t, fs := c.env.CallFlags("hem decline", hemUsage, projectHelp)
+	t, fs := c.env.OperatorCallFlags("hem decline", hemUsage, projectHelp)
 	reason := fs.String("reason", "", "why (the agent reads it); required")
 	pos, err := c.env.Parse(fs, args)
 	if err != nil {

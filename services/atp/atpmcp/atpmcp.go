@@ -2,8 +2,10 @@
 // (pkg/apps/mcpbridge): an atp_invoke_hem whose result is PENDING waits
 // for an operator (a mcpbridge.Handoff). The bridge serves atp_invoke_hem
 // as an MCP task whose result is the "<tool_call_id>.hem-result" call the
-// ATP service writes into the turn; a host whose mandate permits
-// atp_hem_list and atp_hem_confirm is asked, and its answer confirms
+// ATP service writes into the turn. With operator credentials
+// (HEM.Operator; utpmesh mcp --operator-creds) the host is asked whatever
+// its mandate, else only a host whose mandate permits atp_hem_list and
+// atp_hem_confirm; the answer confirms
 // (atp_hem_list for the task's human_confirmation_token, then
 // atp_hem_confirm) or declines (atp_hem_decline with the reason) the task.
 //
@@ -59,8 +61,11 @@ type pending struct {
 }
 
 // Pending implements mcpbridge.Handoff: a result of status PENDING with a
-// task_id.
-func (HEM) Pending(result json.RawMessage) (*mcpbridge.HandoffTask, bool) {
+// task_id. With operator credentials (h.Operator) the host is asked
+// whatever its mandate: the person at the host decides as that operator.
+// Without them, only a host whose mandate names the HEM tools is asked
+// (and Resolve says what an operator runs).
+func (h HEM) Pending(result json.RawMessage) (*mcpbridge.HandoffTask, bool) {
 	var p pending
 	if json.Unmarshal(result, &p) != nil || p.Status != hem.StatusPending || p.TaskID == "" {
 		return nil, false
@@ -69,9 +74,12 @@ func (HEM) Pending(result json.RawMessage) (*mcpbridge.HandoffTask, bool) {
 	if p.ProtocolDeadline != "" {
 		q += "; without a decision it is decided at " + p.ProtocolDeadline
 	}
-	return &mcpbridge.HandoffTask{ID: p.TaskID, Label: fmt.Sprintf("HEM task %s (%s)", p.TaskID, p.HEMID),
-		Question: q + ". Run the HEM? (false declines it: give a reason)", ResultToolCallID: p.ResultToolCallID,
-		Operators: []string{atptools.ToolHEMList, atptools.ToolHEMConfirm}}, true
+	t := &mcpbridge.HandoffTask{ID: p.TaskID, Label: fmt.Sprintf("HEM task %s (%s)", p.TaskID, p.HEMID),
+		Question: q + ". Run the HEM? (false declines it: give a reason)", ResultToolCallID: p.ResultToolCallID}
+	if h.Operator == nil {
+		t.Operators = []string{atptools.ToolHEMList, atptools.ToolHEMConfirm}
+	}
+	return t, true
 }
 
 // Hint implements mcpbridge.Handoff.

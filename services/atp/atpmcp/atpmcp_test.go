@@ -72,7 +72,7 @@ var invokeHEM = map[string]any{"hem_id": "HEM-MANDATE-01",
 func TestHEMConfirmationAsElicitation(t *testing.T) {
 	f := startMesh(t)
 	n := 0
-	agent := func() string { n++; return fmt.Sprintf("op-%d", n) } // invoke_hem is rate limited per agent
+	agent := func() string { n++; return fmt.Sprintf("host-%d", n) } // invoke_hem is rate limited per agent
 	mcptest.Each(t, func(t *testing.T, tr mcptest.Transport, ver string) {
 		for _, tc := range []struct {
 			name    string
@@ -106,21 +106,30 @@ func TestHEMConfirmationAsElicitation(t *testing.T) {
 		}
 		// The host's agent cannot decide it itself, even with a mandate
 		// that names the tools; the operator can.
-		if res = mcptest.CallTool(t, cs, "atp_hem_decline", map[string]any{"task_id": id, "reason": "by the host"}); !res.IsError || !strings.Contains(mcptest.Text(res), "operator's tool") {
+		if res = mcptest.CallTool(t, cs, "atp_hem_decline", map[string]any{"task_id": id, "reason": "by the host"}); !res.IsError || !strings.Contains(mcptest.Text(res), "operator only") {
 			t.Fatalf("atp_hem_decline by the host's agent: %q", mcptest.Text(res))
 		}
 		if out := f.h.Operator("alice").OK("atp_hem_decline", map[string]any{"task_id": id, "reason": "by the operator"}).Obj(); out["status"] != "DECLINED" {
 			t.Fatalf("atp_hem_decline by the operator: %v", out)
 		}
-		// Not an operator: never asked.
-		asked := 0
-		cs, _ = f.connect(t, tr, ver, f.issue(t, agent(), hemInvoker), func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
-			asked++
-			return &sdk.ElicitResult{Action: "accept"}, nil
-		})
+		// A bridge with operator credentials asks the host whatever its
+		// mandate (the person at the host decides as that operator)...
+		var asked []string
+		cs, _ = f.connect(t, tr, ver, f.issue(t, agent(), hemInvoker), mcptest.Answer(mcptest.Confirm(true, ""), &asked))
 		res = mcptest.CallTool(t, cs, "atp_invoke_hem", invokeHEM)
-		if s := mcptest.Structured(t, res); res.IsError || s["status"] != "PENDING" || asked != 0 || !strings.Contains(mcptest.Text(res), "not an operator's") {
-			t.Fatalf("not an operator: isError %v, structured %v, text %q, asked %d", res.IsError, s, mcptest.Text(res), asked)
+		if s := mcptest.Structured(t, res); res.IsError || s["status"] != "COMPLETE" || len(asked) != 1 {
+			t.Fatalf("operator bridge, agent's mandate: isError %v, structured %v, text %q, asked %q", res.IsError, s, mcptest.Text(res), asked)
+		}
+		// ... one without them asks no host whose mandate is not an
+		// operator's.
+		n := 0
+		cs, _ = f.connect(t, tr, ver, f.issue(t, agent(), hemInvoker), func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+			n++
+			return &sdk.ElicitResult{Action: "accept"}, nil
+		}, atpmcp.HEM{})
+		res = mcptest.CallTool(t, cs, "atp_invoke_hem", invokeHEM)
+		if s := mcptest.Structured(t, res); res.IsError || s["status"] != "PENDING" || n != 0 || !strings.Contains(mcptest.Text(res), "not an operator's") {
+			t.Fatalf("not an operator: isError %v, structured %v, text %q, asked %d", res.IsError, s, mcptest.Text(res), n)
 		}
 	})
 }

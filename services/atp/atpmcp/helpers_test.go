@@ -38,10 +38,12 @@ func (f *fixture) issue(t *testing.T, agentID, policies string) string {
 	return f.h.Mandate(agentID, policies)
 }
 
-// newBridge is a bridge on m; it closes when the test ends.
-func newBridge(t *testing.T, m *mesh.Mesh) *mcpbridge.Bridge {
+// newBridge is a bridge on m with its own handoffs (none: the registered
+// one); it closes when the test ends.
+func newBridge(t *testing.T, m *mesh.Mesh, handoffs ...mcpbridge.Handoff) *mcpbridge.Bridge {
 	t.Helper()
-	b, err := mcpbridge.New(mcpbridge.Config{Conn: m.Conn(), Project: atptest.Project, CallTimeout: time.Minute, Logger: atptest.Quiet})
+	b, err := mcpbridge.New(mcpbridge.Config{Conn: m.Conn(), Project: atptest.Project, CallTimeout: time.Minute, Logger: atptest.Quiet,
+		Handoffs: handoffs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,9 +54,9 @@ func newBridge(t *testing.T, m *mesh.Mesh) *mcpbridge.Bridge {
 // connect serves a new bridge over tr and connects an official-SDK
 // client with protocol version ver, calling as the mandate token. elicit
 // answers elicitations (nil: the client does not declare elicitation).
-func (f *fixture) connect(t *testing.T, tr mcptest.Transport, ver, token string, elicit mcptest.Elicit) (*sdk.ClientSession, *mcpbridge.Bridge) {
+func (f *fixture) connect(t *testing.T, tr mcptest.Transport, ver, token string, elicit mcptest.Elicit, handoffs ...mcpbridge.Handoff) (*sdk.ClientSession, *mcpbridge.Bridge) {
 	t.Helper()
-	b := newBridge(t, f.m)
+	b := newBridge(t, f.m, handoffs...)
 	return mcptest.Connect(t, b, tr, ver, token, mcptest.Elicitation(elicit)), b
 }
 
