@@ -7,10 +7,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
+	"runtime/pprof"
+	"syscall"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -78,6 +83,19 @@ func runFailoverNode() {
 		os.Exit(1)
 	}
 	fmt.Println(failoverReady)
+	if os.Getenv("UTPMESH_BENCH_DETAIL") != "" {
+		// Diagnosis: SIGUSR1 prints every goroutine's stack.
+		usr := make(chan os.Signal, 1)
+		signal.Notify(usr, syscall.SIGUSR1)
+		go func() {
+			for range usr {
+				if f, err := os.Create(filepath.Join(os.TempDir(), "failover-stacks-"+s.Name+".txt")); err == nil {
+					_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+					f.Close()
+				}
+			}
+		}()
+	}
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -349,6 +367,36 @@ func (fc *failoverCluster) run(b *testing.B) {
 	b.StopTimer()
 }
 
+// leads lists the streams and consumers server leads.
+func (fc *failoverCluster) leads(server string) []string {
+	nc, err := nats.Connect(fc.url(0))
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []string
+	sl := js.ListStreams(ctx)
+	for si := range sl.Info() {
+		if si.Cluster != nil && si.Cluster.Leader == server {
+			out = append(out, si.Config.Name)
+		}
+		st, err := js.Stream(ctx, si.Config.Name)
+		if err != nil {
+			continue
+		}
+		cl := st.ListConsumers(ctx)
+		for ci := range cl.Info() {
+			if ci.Cluster != nil && ci.Cluster.Leader == server {
+				out = append(out, si.Config.Name+"/"+ci.Name)
+			}
+		}
+	}
+	return out
+}
+
 // failoverClientOpts are the agent's connect options: reconnect for ever.
 func failoverClientOpts() []nats.Option {
 	return []nats.Option{nats.Name("failover-bench"), nats.MaxReconnects(-1)}
@@ -366,6 +414,7 @@ type phaseResult struct {
 	failed     int
 	calls      int
 	firstErr   error
+	errs       map[string]int
 }
 
 func (r phaseResult) report(b *testing.B, name string) {
@@ -375,7 +424,17 @@ func (r phaseResult) report(b *testing.B, name string) {
 	if r.firstErr != nil {
 		b.Logf("%s: %d of %d calls failed, first: %v", name, r.failed, r.calls, r.firstErr)
 	}
+	if os.Getenv("UTPMESH_BENCH_DETAIL") != "" {
+		for _, k := range slices.Sorted(maps.Keys(r.errs)) {
+			fmt.Fprintf(os.Stderr, "%s: %d× %s\n", name, r.errs[k], k)
+		}
+	}
 }
+
+// errKind is an error's message without its identifiers, for counting.
+var idRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}|failover-[0-9]+-[0-9]+|_INBOX\.[A-Za-z0-9.]+`)
+
+func errKind(err error) string { return idRE.ReplaceAllString(err.Error(), "ID") }
 
 // phase runs the load, kills node victim after failoverWarm, keeps the
 // load on for failoverWindow, waits for every call, and measures.
@@ -389,14 +448,26 @@ func (fc *failoverCluster) phase(b *testing.B, ac *agent.Client, victim int) pha
 	defer tick.Stop()
 	start := time.Now()
 	var kill time.Time
+	dumped := false
 	for i := 0; ; i++ {
 		now := <-tick.C
 		if kill.IsZero() && now.Sub(start) >= failoverWarm {
+			if os.Getenv("UTPMESH_BENCH_DETAIL") != "" {
+				fmt.Fprintf(os.Stderr, "%s leads: %v\n", fc.specs[victim].Name, fc.leads(fc.specs[victim].Name))
+			}
 			kill = time.Now()
 			fc.kill(victim)
 		}
 		if !kill.IsZero() && now.Sub(kill) >= failoverWindow {
 			break
+		}
+		if !kill.IsZero() && !dumped && now.Sub(kill) >= 6*time.Second && os.Getenv("UTPMESH_BENCH_STACKS") != "" {
+			dumped = true
+			for _, p := range fc.nodes {
+				if p != nil {
+					_ = p.cmd.Process.Signal(syscall.SIGUSR1)
+				}
+			}
 		}
 		rec := &callRec{start: time.Now()}
 		mu.Lock()
@@ -421,7 +492,7 @@ func (fc *failoverCluster) phase(b *testing.B, ac *agent.Client, victim int) pha
 // measureFault computes the longest stall after kill and the p99 of the
 // calls started in [kill, end).
 func measureFault(recs []*callRec, kill, end time.Time) phaseResult {
-	var r phaseResult
+	r := phaseResult{errs: map[string]int{}}
 	var ends []time.Time
 	var lat []time.Duration
 	for _, c := range recs {
@@ -438,6 +509,7 @@ func measureFault(recs []*callRec, kill, end time.Time) phaseResult {
 			if r.firstErr == nil {
 				r.firstErr = c.err
 			}
+			r.errs[fmt.Sprintf("after %2.0fs in %2.0fs: %s", c.start.Sub(kill).Seconds(), c.end.Sub(c.start).Seconds(), errKind(c.err))]++
 		}
 	}
 	slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
