@@ -119,6 +119,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'Gate' -benchtime 2000x ./pkg/authz
 	$(GO) test -run '^$$' -bench 'RoundTripGate' -benchtime 1000x -count 2 ./pkg/authz/natsauthz
 	$(GO) test -run '^$$' -bench 'Failover' -benchtime 5x ./pkg/worker
+	$(GO) test -run '^$$' -bench 'ClusterFailover' -benchtime 1x -timeout 15m ./pkg/mesh
 
 clean:
 	rm -rf $(BIN)

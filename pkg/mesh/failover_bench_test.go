@@ -121,7 +121,11 @@ func runFailoverNode() {
 //   - <case>-failed: calls of the window that ended with an error.
 //
 // The whole run is one operation: run it with -benchtime 1x (make bench
-// does). UTPMESH_BENCH_LOG=1 shows the nodes' logs.
+// does). UTPMESH_BENCH_LOG=1 shows the nodes' logs; UTPMESH_BENCH_DETAIL=1
+// prints what the killed node led and the failed calls grouped by error
+// (and makes a node write its goroutines to $TMPDIR/failover-stacks-<node>.txt
+// on SIGUSR1; UTPMESH_BENCH_STACKS=1 sends it to the survivors 6 s after
+// each kill).
 func BenchmarkClusterFailover(b *testing.B) {
 	if os.Getenv(failoverNodeEnv) != "" {
 		b.Fatal("BenchmarkClusterFailover in a node process: TestMain must call runFailoverNode first")
