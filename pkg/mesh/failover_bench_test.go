@@ -3,6 +3,7 @@ package mesh_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -490,6 +491,13 @@ func (fc *failoverCluster) phase(b *testing.B, ac *agent.Client, victim int) pha
 		}()
 	}
 	wg.Wait()
+	if os.Getenv("UTPMESH_BENCH_DETAIL") != "" {
+		slow := slices.Clone(recs)
+		slices.SortFunc(slow, func(a, b *callRec) int { return cmp.Compare(b.end.Sub(b.start), a.end.Sub(a.start)) })
+		for _, c := range slow[:min(5, len(slow))] {
+			fmt.Fprintf(os.Stderr, "slow call: started %+.2fs after the kill, took %.2fs, err %v\n", c.start.Sub(kill).Seconds(), c.end.Sub(c.start).Seconds(), c.err)
+		}
+	}
 	return measureFault(recs, kill, kill.Add(failoverWindow))
 }
 
