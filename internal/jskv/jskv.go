@@ -27,6 +27,17 @@
 // (Config.Timeout, else deadline.Default) when its context has no deadline,
 // and fails with an error matching context.DeadlineExceeded; writes go
 // through nats.go's jetstream package, which bounds them itself.
+//
+// # Failover
+//
+// A read is sent in attempts of at most Config.Attempt (DefaultAttempt)
+// each: one that gets no answer, no responders, or JetStream's "temporarily
+// unavailable" is sent again, after a short pause, until the read's bound
+// ends. When a bucket's leader is lost, the others elect a new one (4–9 s,
+// nats-server's RAFT election timeout); a read asked during the election
+// then succeeds within an attempt of the new leader, instead of waiting
+// out its whole deadline for a request the lost leader will never answer
+// (measured: BenchmarkClusterFailover in pkg/mesh).
 package jskv
 
 import (
@@ -64,7 +75,19 @@ type Config struct {
 	// a leader never answers: the read then fails with an error matching
 	// context.DeadlineExceeded instead of waiting.
 	Timeout time.Duration
+	// Attempt bounds one request of a leader read; a request unanswered
+	// within it is sent again (see Failover). 0 means DefaultAttempt.
+	Attempt time.Duration
 }
+
+// DefaultAttempt is Config.Attempt's default: far above a leader read's
+// time on a loaded cluster (milliseconds), and short enough that a read
+// asked during a leader election is answered soon after the new leader
+// is elected.
+const DefaultAttempt = 2 * time.Second
+
+// retryPause bounds the pause between two attempts of a leader read.
+const retryPause = 250 * time.Millisecond
 
 // Bucket is an open KV bucket.
 type Bucket struct {
@@ -79,6 +102,8 @@ type Bucket struct {
 	keyPre string
 	// timeout bounds a leader read whose context has no deadline.
 	timeout time.Duration
+	// attempt bounds one request of a leader read.
+	attempt time.Duration
 }
 
 // Open creates the bucket, or updates its configuration to cfg when it
@@ -99,6 +124,12 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bucket, err
 	}
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("jskv: bucket %s: timeout is %v; use a positive duration, or 0 for the default %v", cfg.Bucket, cfg.Timeout, deadline.Default)
+	}
+	if cfg.Attempt < 0 {
+		return nil, fmt.Errorf("jskv: bucket %s: attempt is %v; use a positive duration, or 0 for the default %v", cfg.Bucket, cfg.Attempt, DefaultAttempt)
+	}
+	if cfg.Attempt == 0 {
+		cfg.Attempt = DefaultAttempt
 	}
 	if cfg.History < 1 || cfg.History > jetstream.KeyValueMaxHistory {
 		return nil, fmt.Errorf("jskv: bucket %s: history is %d; JetStream KV keeps 1 to %d revisions per key", cfg.Bucket, cfg.History, jetstream.KeyValueMaxHistory)
@@ -125,7 +156,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bucket, err
 		getSubj:   prefix + "STREAM.MSG.GET.KV_" + cfg.Bucket,
 		purgeSubj: prefix + "STREAM.PURGE.KV_" + cfg.Bucket,
 		keyPre:    "$KV." + cfg.Bucket + ".",
-		timeout:   cfg.Timeout,
+		timeout:   cfg.Timeout, attempt: cfg.Attempt,
 	}, nil
 }
 
@@ -196,13 +227,9 @@ func (b *Bucket) msgGet(ctx context.Context, body map[string]any) (key string, e
 	}
 	ctx, cancel := deadline.Bound(ctx, b.timeout)
 	defer cancel()
-	msg, err := deadline.Request(ctx, b.nc, b.getSubj, req)
+	resp, err := b.leaderRequest(ctx, req)
 	if err != nil {
-		return "", Entry{}, false, fmt.Errorf("jskv: read from the stream leader: %w", err)
-	}
-	var resp msgGetResponse
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return "", Entry{}, false, fmt.Errorf("jskv: read: malformed reply: %w", err)
+		return "", Entry{}, false, err
 	}
 	if resp.Error != nil {
 		if resp.Error.ErrCode == errCodeNoMessage {
@@ -225,6 +252,43 @@ func (b *Bucket) msgGet(ctx context.Context, body map[string]any) (key string, e
 		}
 	}
 	return strings.TrimPrefix(m.Subject, b.keyPre), e, true, nil
+}
+
+// errCodeUnavailable is JetStream's "JetStream system temporarily
+// unavailable" (a stream or the meta group without a leader).
+const errCodeUnavailable = 10008
+
+// leaderRequest sends a message-get request to the stream leader in
+// attempts of b.attempt until one is answered (see Failover) or ctx ends.
+func (b *Bucket) leaderRequest(ctx context.Context, req []byte) (*msgGetResponse, error) {
+	pause := 25 * time.Millisecond
+	for {
+		actx, cancel := deadline.Within(ctx, b.attempt)
+		msg, err := deadline.Request(actx, b.nc, b.getSubj, req)
+		cancel()
+		var resp msgGetResponse
+		if err == nil {
+			if err := json.Unmarshal(msg.Data, &resp); err != nil {
+				return nil, fmt.Errorf("jskv: read: malformed reply: %w", err)
+			}
+			if resp.Error == nil || resp.Error.ErrCode != errCodeUnavailable {
+				return &resp, nil
+			}
+			err = fmt.Errorf("%s (code %d, err_code %d)", resp.Error.Description, resp.Error.Code, resp.Error.ErrCode)
+		} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("jskv: read from the stream leader of %s: %w", b.KV.Bucket(), err)
+		}
+		// Unanswered, no responders, or no leader: ask again after a
+		// pause, while the read's bound lasts.
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("jskv: read from the stream leader of %s: no answer before the read's deadline (the bucket has no leader: an election under way, or no quorum), last: %v: %w", b.KV.Bucket(), err, ctx.Err())
+		case <-t.C:
+		}
+		pause = min(2*pause, retryPause)
+	}
 }
 
 // MaxAttempts bounds a CAS loop.

@@ -221,3 +221,77 @@ func TestReadWithoutLeaderReturns(t *testing.T) {
 		t.Fatalf("Scan without a stream leader = %v, want context.DeadlineExceeded", err)
 	}
 }
+
+// TestReadAsksAgainUntilALeaderIsBack: a leader read asked while its
+// bucket has no leader (two of three nodes stopped) is sent again, one
+// attempt after another, and answered once a node comes back and a leader
+// is elected, within the read's deadline; before, the one request sent
+// during the election waited out the caller's whole deadline, which turned
+// a node's loss into calls stalled for their whole timeout.
+func TestReadAsksAgainUntilALeaderIsBack(t *testing.T) {
+	c := jskvtest.Start(t)
+	ctx := context.Background()
+	b, err := jskv.Open(ctx, c.JetStream(t, 0), jskv.Config{Bucket: "again", Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.KV.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.KV.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := info.(*jetstream.KeyValueBucketStatus).StreamInfo().Cluster.Leader
+	survivor := -1
+	for i, s := range c.Servers {
+		if s.Name() != leader && survivor < 0 {
+			survivor = i
+		}
+	}
+	sb, err := jskv.Open(ctx, c.JetStream(t, survivor), jskv.Config{Bucket: "again", Replicas: 3, Attempt: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Count the read's requests as the survivor sees them.
+	watch := c.Conn(t, survivor)
+	reqs, err := watch.SubscribeSync("$JS.API.STREAM.MSG.GET.KV_again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var stopped []int
+	for i := range c.Servers {
+		if i != survivor {
+			c.Stop(i)
+			stopped = append(stopped, i)
+		}
+	}
+	type result struct {
+		e   jskv.Entry
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// A generous bound: the read must end by being answered, long
+		// before it.
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		e, err := sb.Latest(rctx, "k")
+		done <- result{e, err}
+	}()
+	// Two requests seen: the read asked, got no answer and asked again,
+	// all while the bucket had no leader.
+	for range 2 {
+		if _, err := reqs.NextMsg(time.Minute); err != nil {
+			t.Fatalf("waiting for the read's attempts: %v", err)
+		}
+	}
+	c.Restart(t, stopped[0])
+	r := <-done
+	if r.err != nil || string(r.e.Value) != "v" {
+		t.Fatalf("Latest across a leader election = %q, %v; want v", r.e.Value, r.err)
+	}
+}

@@ -170,6 +170,12 @@ type Config struct {
 	// Policies is set; with neither, no sweeper runs. Store, Inbox and
 	// Projects are the mesh's.
 	Retention retention.Config
+	// LeaderCheck, on a cluster node (Config.Cluster), is how often the
+	// node leading the command stream asks the leaders of every other
+	// stream, bucket and consumer it replicates to move to it (see
+	// leaders.go: a node that leads nothing costs no election when it is
+	// lost). 0 means DefaultLeaderCheck; negative turns it off.
+	LeaderCheck time.Duration
 }
 
 // ReplicatedConfig configures the replicated state (Config.Replicated).
@@ -332,6 +338,16 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	}
 	if err := m.serve(ctx); err != nil {
 		return m, err
+	}
+	if cfg.Cluster != nil && cfg.LeaderCheck >= 0 {
+		every := cfg.LeaderCheck
+		if every == 0 {
+			every = DefaultLeaderCheck
+		}
+		kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); m.keepLeaders(kctx, every) }()
+		m.push(func(context.Context) error { cancel(); <-done; return nil })
 	}
 	m.ready.Store(true)
 	return m, nil

@@ -21,6 +21,8 @@ import (
 type Cluster struct {
 	// Servers are the nodes.
 	Servers []*server.Server
+	opts    []*server.Options
+	t       testing.TB
 }
 
 // Start starts the cluster and waits until its JetStream meta group has a
@@ -39,7 +41,7 @@ func Start(t testing.TB) *Cluster {
 		_ = l.Close()
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i]))
 	}
-	c := &Cluster{}
+	c := &Cluster{t: t}
 	for i := range n {
 		opts := &server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1,
@@ -47,17 +49,16 @@ func Start(t testing.TB) *Cluster {
 			Cluster: server.ClusterOpts{Name: "jskvtest", Host: "127.0.0.1", Port: ports[i]},
 			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
 		}
-		s, err := server.NewServer(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go s.Start()
-		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("node %d not ready", i+1)
-		}
-		c.Servers = append(c.Servers, s)
+		c.opts = append(c.opts, opts)
+		c.Servers = append(c.Servers, nil)
+		c.start(i)
 	}
+	t.Cleanup(func() {
+		for _, s := range c.Servers {
+			s.Shutdown()
+			s.WaitForShutdown()
+		}
+	})
 	// Wait for the meta leader: until then stream creation fails.
 	js := c.JetStream(t, 0)
 	deadline := time.Now().Add(30 * time.Second)
@@ -73,6 +74,33 @@ func Start(t testing.TB) *Cluster {
 		}
 		time.Sleep(50 * time.Millisecond) // polling the cluster's state, not timing the code under test
 	}
+}
+
+// start starts node i from its options.
+func (c *Cluster) start(i int) {
+	c.t.Helper()
+	s, err := server.NewServer(c.opts[i].Clone())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		c.t.Fatalf("node %d not ready", i+1)
+	}
+	c.Servers[i] = s
+}
+
+// Stop shuts node i down (it keeps its store).
+func (c *Cluster) Stop(i int) {
+	c.Servers[i].Shutdown()
+	c.Servers[i].WaitForShutdown()
+}
+
+// Restart starts a stopped node i again with the same name, store and
+// route port (its client port is new).
+func (c *Cluster) Restart(t testing.TB, i int) {
+	t.Helper()
+	c.start(i)
 }
 
 func (c *Cluster) hasMetaLeader() bool {
