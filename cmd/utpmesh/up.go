@@ -127,7 +127,9 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		// The core makes every catalogue service's buckets, with the
 		// mesh's replicas: worker identities manage no stream.
 		replicas := max(atlasReplicas, 1)
-		if err := catalog.Provision(sctx, m.Conn(), replicas); err != nil {
+		if err := m.Patiently(sctx, "catalogue buckets", func(c context.Context) error {
+			return catalog.Provision(c, m.Conn(), replicas)
+		}); err != nil {
 			return nil, err
 		}
 		for _, s := range services {

@@ -67,38 +67,8 @@ func (m *Mesh) replicas() int {
 func (m *Mesh) openReplicated(ctx context.Context, js jetstream.JetStream) error {
 	cfg, log := m.cfg, m.cfg.Logger
 	r := m.replicas()
-	wctx, cancel := context.WithTimeout(ctx, clusterWait)
-	defer cancel()
 	start := time.Now()
-	// retry runs one step until it succeeds: while the cluster forms (or
-	// on a loaded machine) creating a replicated stream can time out;
-	// a retry finds what the last attempt made.
-	retry := func(what string, step func(context.Context) error) error {
-		// A request sent before the cluster has a meta leader gets no
-		// answer: try again soon, then with more patience (a loaded
-		// machine creates a replicated stream slowly).
-		patience := 10 * time.Second
-		for attempt := 0; ; attempt++ {
-			actx, acancel := context.WithTimeout(wctx, patience)
-			patience = min(2*patience, 30*time.Second)
-			err := step(actx)
-			acancel()
-			if err == nil {
-				return nil
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if wctx.Err() != nil {
-				return fmt.Errorf("mesh: %s: the JetStream cluster did not accept %d-replica streams within %v (are %d nodes up and routed to each other?): %w", what, r, clusterWait, r, err)
-			}
-			log.Info("waiting for the JetStream cluster", "step", what, "replicas", r, "waited", time.Since(start).Round(time.Second), "err", err)
-			select {
-			case <-wctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}
+	retry := func(what string, step func(context.Context) error) error { return m.patiently(ctx, what, r, step) }
 	if err := retry("streams", func(c context.Context) error {
 		return streams.Ensure(c, js, cfg.ProtocolVersion, streams.WithReplicas(r))
 	}); err != nil {
@@ -161,4 +131,50 @@ func (m *Mesh) openReplicated(ctx context.Context, js jetstream.JetStream) error
 	}
 	log.Info("mesh state is replicated in JetStream", "replicas", r, "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// Patiently runs step, the creation of replicated state (a catalogue
+// service's buckets, say), the way the mesh opens its own: on replicated
+// state, retried until it succeeds while the JetStream cluster forms or a
+// loaded machine answers slowly, for up to two minutes (each attempt
+// bounded); otherwise once.
+func (m *Mesh) Patiently(ctx context.Context, what string, step func(context.Context) error) error {
+	if m.cfg.Replicated == nil {
+		return step(ctx)
+	}
+	return m.patiently(ctx, what, m.replicas(), step)
+}
+
+// patiently runs one step until it succeeds: while the cluster forms (or
+// on a loaded machine) creating a replicated stream can time out; a retry
+// finds what the last attempt made.
+func (m *Mesh) patiently(ctx context.Context, what string, r int, step func(context.Context) error) error {
+	log := m.cfg.Logger
+	wctx, cancel := context.WithTimeout(ctx, clusterWait)
+	defer cancel()
+	start := time.Now()
+	// A request sent before the cluster has a meta leader gets no answer:
+	// try again soon, then with more patience (a loaded machine creates a
+	// replicated stream slowly).
+	patience := 10 * time.Second
+	for attempt := 0; ; attempt++ {
+		actx, acancel := context.WithTimeout(wctx, patience)
+		patience = min(2*patience, 30*time.Second)
+		err := step(actx)
+		acancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if wctx.Err() != nil {
+			return fmt.Errorf("mesh: %s: the JetStream cluster did not accept %d-replica streams within %v (are %d nodes up and routed to each other?): %w", what, r, clusterWait, r, err)
+		}
+		log.Info("waiting for the JetStream cluster", "step", what, "replicas", r, "waited", time.Since(start).Round(time.Second), "err", err)
+		select {
+		case <-wctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
