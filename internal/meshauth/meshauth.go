@@ -207,15 +207,23 @@ func Ensure(dir, name string) (pub string, created bool, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", false, fmt.Errorf("meshauth: credentials directory: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return Ensure(dir, name) // created concurrently
-	}
+	// Written whole to a temporary file, then linked into place: a process
+	// that makes the same identity at the same time (cluster nodes sharing
+	// a credentials directory) never reads a half-written seed, and the
+	// first link wins.
+	f, err := os.CreateTemp(dir, "."+name+".*.tmp")
 	if err != nil {
 		return "", false, fmt.Errorf("meshauth: write %s: %w", path, err)
 	}
+	tmp := f.Name()
+	defer func() { _ = os.Remove(tmp) }()
 	_, werr := f.Write(append(seed, '\n'))
-	if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
+	if err := errors.Join(werr, f.Chmod(0o600), f.Sync(), f.Close()); err != nil {
+		return "", false, fmt.Errorf("meshauth: write %s: %w", path, err)
+	}
+	if err := os.Link(tmp, path); errors.Is(err, fs.ErrExist) {
+		return Ensure(dir, name) // created concurrently: use that one
+	} else if err != nil {
 		return "", false, fmt.Errorf("meshauth: write %s: %w", path, err)
 	}
 	pub, err = kp.PublicKey()

@@ -80,3 +80,34 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestEnsureConcurrent: processes that make the same identity at once
+// (cluster nodes sharing a credentials directory) all get the one seed
+// that won, never a half-written file.
+func TestEnsureConcurrent(t *testing.T) {
+	dir := t.TempDir()
+	const n = 16
+	pubs, errs := make([]string, n), make([]error, n)
+	start := make(chan struct{})
+	done := make(chan int)
+	for i := range n {
+		go func() {
+			<-start
+			pubs[i], _, errs[i] = meshauth.Ensure(dir, "worker-x")
+			done <- i
+		}()
+	}
+	close(start)
+	for range n {
+		<-done
+	}
+	for i := range n {
+		if errs[i] != nil || pubs[i] != pubs[0] {
+			t.Fatalf("Ensure %d = %q, %v; want %q", i, pubs[i], errs[i], pubs[0])
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("credentials directory holds %d files, want the one seed: %v", len(entries), entries)
+	}
+}
