@@ -79,6 +79,9 @@ type Bucket struct {
 	keyPre string
 	// timeout bounds a leader read whose context has no deadline.
 	timeout time.Duration
+	// within makes timeout bound every leader read, even one whose
+	// context has a later deadline (Bind).
+	within bool
 }
 
 // Open creates the bucket, or updates its configuration to cfg when it
@@ -113,6 +116,26 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bucket, err
 		}
 		return nil, fmt.Errorf("jskv: bucket %s: %w", cfg.Bucket, err)
 	}
+	return newBucket(js, kv, cfg.Timeout), nil
+}
+
+// Bind returns a Bucket over kv, a bucket that exists already, without
+// creating or configuring its stream: for an identity that manages no
+// stream and may only read and write the bucket. Its leader reads need
+// publish permission on $JS.API.STREAM.MSG.GET.KV_<bucket> only (no
+// consumer). Each of them is bounded by timeout (0: deadline.Default)
+// even when its context allows longer, so that one lost reply costs this
+// long, not the caller's whole deadline.
+func Bind(js jetstream.JetStream, kv jetstream.KeyValue, timeout time.Duration) (*Bucket, error) {
+	if timeout < 0 {
+		return nil, fmt.Errorf("jskv: bucket %s: timeout is %v; use a positive duration, or 0 for the default %v", kv.Bucket(), timeout, deadline.Default)
+	}
+	b := newBucket(js, kv, timeout)
+	b.within = true
+	return b, nil
+}
+
+func newBucket(js jetstream.JetStream, kv jetstream.KeyValue, timeout time.Duration) *Bucket {
 	prefix := js.Options().APIPrefix
 	if prefix == "" {
 		prefix = jetstream.DefaultAPIPrefix
@@ -120,13 +143,14 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bucket, err
 	if !strings.HasSuffix(prefix, ".") {
 		prefix += "."
 	}
+	name := kv.Bucket()
 	return &Bucket{
 		KV: kv, nc: js.Conn(),
-		getSubj:   prefix + "STREAM.MSG.GET.KV_" + cfg.Bucket,
-		purgeSubj: prefix + "STREAM.PURGE.KV_" + cfg.Bucket,
-		keyPre:    "$KV." + cfg.Bucket + ".",
-		timeout:   cfg.Timeout,
-	}, nil
+		getSubj:   prefix + "STREAM.MSG.GET.KV_" + name,
+		purgeSubj: prefix + "STREAM.PURGE.KV_" + name,
+		keyPre:    "$KV." + name + ".",
+		timeout:   timeout,
+	}
 }
 
 // Entry is a key's latest revision as the leader has it.
@@ -194,7 +218,12 @@ func (b *Bucket) msgGet(ctx context.Context, body map[string]any) (key string, e
 	if err != nil {
 		return "", Entry{}, false, err
 	}
-	ctx, cancel := deadline.Bound(ctx, b.timeout)
+	var cancel context.CancelFunc
+	if b.within {
+		ctx, cancel = deadline.Within(ctx, b.timeout)
+	} else {
+		ctx, cancel = deadline.Bound(ctx, b.timeout)
+	}
 	defer cancel()
 	msg, err := deadline.Request(ctx, b.nc, b.getSubj, req)
 	if err != nil {
