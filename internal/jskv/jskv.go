@@ -75,6 +75,8 @@ type Bucket struct {
 	getSubj string
 	// purgeSubj is the stream's purge API subject (Drop).
 	purgeSubj string
+	// infoSubj is the stream's info API subject (Keys).
+	infoSubj string
 	// keyPre is the subject prefix of the bucket's keys.
 	keyPre string
 	// timeout bounds a leader read whose context has no deadline.
@@ -148,6 +150,7 @@ func newBucket(js jetstream.JetStream, kv jetstream.KeyValue, timeout time.Durat
 		KV: kv, nc: js.Conn(),
 		getSubj:   prefix + "STREAM.MSG.GET.KV_" + name,
 		purgeSubj: prefix + "STREAM.PURGE.KV_" + name,
+		infoSubj:  prefix + "STREAM.INFO.KV_" + name,
 		keyPre:    "$KV." + name + ".",
 		timeout:   timeout,
 	}
@@ -218,12 +221,7 @@ func (b *Bucket) msgGet(ctx context.Context, body map[string]any) (key string, e
 	if err != nil {
 		return "", Entry{}, false, err
 	}
-	var cancel context.CancelFunc
-	if b.within {
-		ctx, cancel = deadline.Within(ctx, b.timeout)
-	} else {
-		ctx, cancel = deadline.Bound(ctx, b.timeout)
-	}
+	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	msg, err := deadline.Request(ctx, b.nc, b.getSubj, req)
 	if err != nil {

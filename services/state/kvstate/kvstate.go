@@ -35,16 +35,17 @@
 // leader, so a worker reads what another worker's acknowledged commit
 // wrote.
 //
-// A Scan and Projects read the bucket without a consumer: they walk the
-// matching keys through $JS.API.STREAM.MSG.GET with next_by_subj
-// (jskv.Bucket.Scan), which only the stream leader answers, so they are
-// as fresh as every other read. A worker identity therefore needs no
+// A Scan and Projects read the bucket without a consumer: they list the
+// matching keys with $JS.API.STREAM.INFO (a subjects filter) and read
+// each key's latest value with $JS.API.STREAM.MSG.GET, several requests
+// in flight (jskv.Bucket.ScanLatest); only the stream leader answers
+// either, so they are as fresh as every other read. A worker identity therefore needs no
 // consumer on its bucket (PublishSubjects): a push consumer's deliver
 // subject is not checked against its creator's permissions, so one it
 // could create would deliver the bucket's values on any subject.
 //
-// Caveats: a Scan costs one round trip per stored key of the scanned
-// group (docs/performance.md), and Projects one per project: both suit
+// Caveats: a Scan costs one leader read per stored key of the scanned
+// group (docs/performance.md), and Projects one stream info: both suit
 // the personal-scale data ATLAS and ATP keep (thousands of keys per
 // bucket), not millions.
 package kvstate
@@ -357,30 +358,21 @@ func (t *tx) unchanged() (bool, error) {
 }
 
 func (t *tx) Projects() ([]string, error) {
-	seen := map[string]bool{}
-	err := t.s.lead.Scan(t.ctx, "*."+versionToken, func(k string, e jskv.Entry) error {
-		if !e.Exists {
-			return nil
-		}
-		tok, _, _ := strings.Cut(k, ".")
-		p, err := decode(tok)
-		if err != nil {
-			return err
-		}
-		seen[p] = true
-		return nil
-	})
+	// Version keys are never deleted: their subjects are the projects.
+	keys, err := t.s.lead.Keys(t.ctx, "*."+versionToken)
 	if err != nil {
 		return nil, fmt.Errorf("kvstate: %s: list projects: %w", t.s.cfg.Bucket, err)
 	}
-	out := make([]string, 0, len(seen))
-	for p := range seen {
+	var out []string
+	for _, k := range keys {
+		tok, _, _ := strings.Cut(k, ".")
+		p, err := decode(tok)
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, p)
 	}
 	sort.Strings(out)
-	if len(out) == 0 {
-		return nil, nil
-	}
 	return out, nil
 }
 
@@ -559,19 +551,18 @@ func (b *bucket) Scan(prefix string, reverse bool, fn func(string, []byte) error
 	return nil
 }
 
-// list reads the group's values from the stream leader, one message per
-// request and no consumer (jskv.Bucket.Scan). A leader read is as fresh
+// list reads the group's values from the stream leader with no consumer:
+// the keys with one stream info request, then each key's latest message,
+// several in flight (jskv.Bucket.ScanLatest). A leader read is as fresh
 // as the version key the transaction read before it, so the scan sees
 // every commit that read relies on; a commit landing during the scan is
 // caught as any other, by View's re-check or Update's compare-and-set of
 // the version keys.
 func (b *bucket) list() (map[string][]byte, error) {
 	vals := map[string][]byte{}
-	err := b.t.s.lead.Scan(b.t.ctx, b.base+"*", func(k string, e jskv.Entry) error {
+	err := b.t.s.lead.ScanLatest(b.t.ctx, b.base+"*", func(k string, e jskv.Entry) error {
 		if e.Exists {
 			vals[k] = e.Value
-		} else {
-			delete(vals, k) // deleted after the scan passed its older value
 		}
 		return nil
 	})
