@@ -18,7 +18,7 @@ func (b *Bucket) Drop(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := deadline.Bound(ctx, b.timeout)
+	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	msg, err := deadline.Request(ctx, b.nc, b.purgeSubj, req)
 	if err != nil {

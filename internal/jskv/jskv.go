@@ -98,12 +98,17 @@ type Bucket struct {
 	getSubj string
 	// purgeSubj is the stream's purge API subject (Drop).
 	purgeSubj string
+	// infoSubj is the stream's info API subject (Keys).
+	infoSubj string
 	// keyPre is the subject prefix of the bucket's keys.
 	keyPre string
 	// timeout bounds a leader read whose context has no deadline.
 	timeout time.Duration
 	// attempt bounds one request of a leader read.
 	attempt time.Duration
+	// within makes timeout bound every leader read, even one whose
+	// context has a later deadline (Bind).
+	within bool
 }
 
 // Open creates the bucket, or updates its configuration to cfg when it
@@ -144,6 +149,26 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bucket, err
 		}
 		return nil, fmt.Errorf("jskv: bucket %s: %w", cfg.Bucket, err)
 	}
+	return newBucket(js, kv, cfg.Timeout, cfg.Attempt), nil
+}
+
+// Bind returns a Bucket over kv, a bucket that exists already, without
+// creating or configuring its stream: for an identity that manages no
+// stream and may only read and write the bucket. Its leader reads need
+// publish permission on $JS.API.STREAM.MSG.GET.KV_<bucket> only (no
+// consumer). Each of them is bounded by timeout (0: deadline.Default)
+// even when its context allows longer, so that one lost reply costs this
+// long, not the caller's whole deadline.
+func Bind(js jetstream.JetStream, kv jetstream.KeyValue, timeout time.Duration) (*Bucket, error) {
+	if timeout < 0 {
+		return nil, fmt.Errorf("jskv: bucket %s: timeout is %v; use a positive duration, or 0 for the default %v", kv.Bucket(), timeout, deadline.Default)
+	}
+	b := newBucket(js, kv, timeout, DefaultAttempt)
+	b.within = true
+	return b, nil
+}
+
+func newBucket(js jetstream.JetStream, kv jetstream.KeyValue, timeout, attempt time.Duration) *Bucket {
 	prefix := js.Options().APIPrefix
 	if prefix == "" {
 		prefix = jetstream.DefaultAPIPrefix
@@ -151,13 +176,15 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bucket, err
 	if !strings.HasSuffix(prefix, ".") {
 		prefix += "."
 	}
+	name := kv.Bucket()
 	return &Bucket{
 		KV: kv, nc: js.Conn(),
-		getSubj:   prefix + "STREAM.MSG.GET.KV_" + cfg.Bucket,
-		purgeSubj: prefix + "STREAM.PURGE.KV_" + cfg.Bucket,
-		keyPre:    "$KV." + cfg.Bucket + ".",
-		timeout:   cfg.Timeout, attempt: cfg.Attempt,
-	}, nil
+		getSubj:   prefix + "STREAM.MSG.GET.KV_" + name,
+		purgeSubj: prefix + "STREAM.PURGE.KV_" + name,
+		infoSubj:  prefix + "STREAM.INFO.KV_" + name,
+		keyPre:    "$KV." + name + ".",
+		timeout:   timeout, attempt: attempt,
+	}
 }
 
 // Entry is a key's latest revision as the leader has it.
@@ -225,7 +252,7 @@ func (b *Bucket) msgGet(ctx context.Context, body map[string]any) (key string, e
 	if err != nil {
 		return "", Entry{}, false, err
 	}
-	ctx, cancel := deadline.Bound(ctx, b.timeout)
+	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	resp, err := b.leaderRequest(ctx, req)
 	if err != nil {

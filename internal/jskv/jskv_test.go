@@ -145,6 +145,76 @@ func TestScan(t *testing.T) {
 	}
 }
 
+// TestScanLatest: the keys of a pattern come from the stream leader's
+// subject list, each with its latest revision (a delete marker as
+// Exists false), in key order; other keys are left out.
+func TestScanLatest(t *testing.T) {
+	ctx := context.Background()
+	js, err := jetstream.New(meshtest.Conn(t, meshtest.NATS(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened, err := jskv.Open(ctx, js, jskv.Config{Bucket: "sl", History: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Bound over the existing bucket, as an identity that manages no
+	// stream does.
+	b, err := jskv.Bind(js, opened.KV, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range [][2]string{{"p.x", "1"}, {"p-1.x", "other"}, {"p.y", "1"}, {"p.x", "2"}, {"p.x", "3"}, {"px.z", "other"}} {
+		if _, err := b.KV.Put(ctx, kv[0], []byte(kv[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.KV.Delete(ctx, "p.y"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 300} { // a few keys, then more than ScanParallel
+		for i := range n {
+			if _, err := b.KV.Put(ctx, fmt.Sprintf("q.k%03d", i), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, tc := range []struct{ filter, want string }{
+			{"p.>", "p.x=3/true p.y=/false"},
+			{"none.>", ""},
+		} {
+			var got []string
+			err := b.ScanLatest(ctx, tc.filter, func(key string, e jskv.Entry) error {
+				got = append(got, fmt.Sprintf("%s=%s/%v", key, e.Value, e.Exists))
+				return nil
+			})
+			if err != nil || strings.Join(got, " ") != tc.want {
+				t.Fatalf("ScanLatest(%s) = %v, %v; want %s", tc.filter, got, err, tc.want)
+			}
+		}
+		keys, err := b.Keys(ctx, "q.*")
+		if err != nil || len(keys) != n {
+			t.Fatalf("Keys(q.*) = %d keys, %v; want %d", len(keys), err, n)
+		}
+		seen := 0
+		if err := b.ScanLatest(ctx, "q.*", func(key string, e jskv.Entry) error {
+			if key != keys[seen] || !e.Exists || string(e.Value) != "v" {
+				return fmt.Errorf("key %d = %s %+v, want %s=v", seen, key, e, keys[seen])
+			}
+			seen++
+			return nil
+		}); err != nil || seen != n {
+			t.Fatalf("ScanLatest(q.*) saw %d keys, %v; want %d", seen, err, n)
+		}
+	}
+	stop := errors.New("stop")
+	if err := b.ScanLatest(ctx, "p.>", func(string, jskv.Entry) error { return stop }); !errors.Is(err, stop) {
+		t.Fatalf("ScanLatest with a failing fn = %v", err)
+	}
+	if _, err := jskv.Bind(js, opened.KV, -time.Second); err == nil || !strings.Contains(err.Error(), "use a positive duration") {
+		t.Fatalf("Bind with a negative timeout = %v, want an error saying what to use", err)
+	}
+}
+
 // TestOpenConcurrently: nodes starting at once all open the same new
 // bucket.
 func TestOpenConcurrently(t *testing.T) {
@@ -219,6 +289,11 @@ func TestReadWithoutLeaderReturns(t *testing.T) {
 	}
 	if err := sb.Scan(ctx, ">", func(string, jskv.Entry) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Scan without a stream leader = %v, want context.DeadlineExceeded", err)
+	}
+	// The key list is the leader's too: without one it fails (timed out,
+	// or refused by the node), it does not answer from a stale copy.
+	if err := sb.ScanLatest(ctx, ">", func(string, jskv.Entry) error { return nil }); err == nil {
+		t.Fatal("ScanLatest without a stream leader succeeded")
 	}
 }
 

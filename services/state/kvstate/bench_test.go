@@ -68,3 +68,40 @@ func BenchmarkUpdate(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScan lists a bucket of 1,000 keys (one View with one Scan) on a
+// single server:
+//
+//	go test -run '^$' -bench Scan -benchtime 20x ./services/state/kvstate/
+func BenchmarkScan(b *testing.B) {
+	s, err := kvstate.Open(context.Background(), meshtest.Conn(b, meshtest.NATS(b)), kvstate.Config{Bucket: "atlas_scan"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 1000
+	for i := 0; i < n; i += 100 {
+		if err := s.Update(context.Background(), func(tx state.Tx) error {
+			for j := i; j < i+100; j++ {
+				if err := tx.Bucket("p", "t").Put(fmt.Sprintf("task_%04d", j), []byte(`{"title":"x"}`)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		got := 0
+		if err := s.View(context.Background(), func(tx state.Tx) error {
+			got = 0
+			return tx.Bucket("p", "t").Scan("", false, func(string, []byte) error { got++; return nil })
+		}); err != nil {
+			b.Fatal(err)
+		}
+		if got != n {
+			b.Fatalf("scanned %d keys, want %d", got, n)
+		}
+	}
+}

@@ -35,16 +35,19 @@
 // leader, so a worker reads what another worker's acknowledged commit
 // wrote.
 //
-// A Scan lists the bucket with an ordered consumer, which JetStream may
-// place on a replica that lags the leader; the consumer also reads the
-// project's version key (committed last in each batch), and a scan whose
-// replica has not reached the revision the transaction read is done again.
+// A Scan and Projects read the bucket without a consumer: they list the
+// matching keys with $JS.API.STREAM.INFO (a subjects filter) and read
+// each key's latest value with $JS.API.STREAM.MSG.GET, several requests
+// in flight (jskv.Bucket.ScanLatest); only the stream leader answers
+// either, so they are as fresh as every other read. A worker identity therefore needs no
+// consumer on its bucket (PublishSubjects): a push consumer's deliver
+// subject is not checked against its creator's permissions, so one it
+// could create would deliver the bucket's values on any subject.
 //
-// Caveats: a Scan costs one round trip to create its consumer, then the
-// values, and Projects lists the version keys: both suit the
-// personal-scale data ATLAS and ATP keep (thousands of keys per bucket), not
-// millions. Projects may miss a project created a moment ago on another
-// node (the scheduler finds it on its next pass).
+// Caveats: a Scan costs one leader read per stored key of the scanned
+// group (docs/performance.md), and Projects one stream info: both suit
+// the personal-scale data ATLAS and ATP keep (thousands of keys per
+// bucket), not millions.
 package kvstate
 
 import (
@@ -65,6 +68,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/internal/deadline"
+	"github.com/utpmesh/utpmesh/internal/jskv"
 	"github.com/utpmesh/utpmesh/services/state"
 )
 
@@ -111,7 +115,10 @@ type Store struct {
 	wmu sync.Mutex
 	nc  *nats.Conn
 	kv  jetstream.KeyValue
-	cfg Config
+	// lead reads through the stream leader without a consumer (Scan,
+	// Projects).
+	lead *jskv.Bucket
+	cfg  Config
 	// subject prefix of the bucket's keys: $KV.<bucket>.
 	prefix string
 }
@@ -188,7 +195,11 @@ func open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config
 	if err != nil {
 		return nil, fmt.Errorf("kvstate: bind bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Store{nc: nc, kv: kv, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
+	lead, err := jskv.Bind(js, kv, cfg.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("kvstate: %w", err)
+	}
+	return &Store{nc: nc, kv: kv, lead: lead, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
 }
 
 // PublishSubjects are the subjects a NATS user must be allowed to publish
@@ -196,15 +207,16 @@ func open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config
 // subscribing to its own reply inboxes): what a worker identity of the
 // group needs. They manage no stream: the bucket is created and
 // configured by the mesh core (`utpmesh up` serving the group with the
-// replicated state), never by a worker.
+// replicated state), never by a worker. They create no consumer either:
+// every read is a leader read (STREAM.MSG.GET), since nats-server does
+// not check a push consumer's deliver subject against its creator's
+// permissions.
 func PublishSubjects(bucket string) []string {
 	st := "KV_" + bucket
 	return []string{
 		"$JS.API.INFO",
 		"$JS.API.STREAM.INFO." + st,
 		"$JS.API.STREAM.MSG.GET." + st,
-		"$JS.API.CONSUMER.CREATE." + st + ".>", "$JS.API.CONSUMER.DELETE." + st + ".>",
-		"$JS.FC." + st + ".>",
 		"$KV." + bucket + ".>",
 	}
 }
@@ -346,16 +358,13 @@ func (t *tx) unchanged() (bool, error) {
 }
 
 func (t *tx) Projects() ([]string, error) {
-	l, err := t.s.kv.ListKeysFiltered(t.ctx, "*."+versionToken)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
+	// Version keys are never deleted: their subjects are the projects.
+	keys, err := t.s.lead.Keys(t.ctx, "*."+versionToken)
 	if err != nil {
 		return nil, fmt.Errorf("kvstate: %s: list projects: %w", t.s.cfg.Bucket, err)
 	}
-	defer func() { _ = l.Stop() }()
 	var out []string
-	for k := range l.Keys() {
+	for _, k := range keys {
 		tok, _, _ := strings.Cut(k, ".")
 		p, err := decode(tok)
 		if err != nil {
@@ -490,29 +499,13 @@ func (b *bucket) Put(key string, value []byte) error {
 
 func (b *bucket) Delete(key string) error { return b.set(key, write{del: true}) }
 
-// scanTries bounds how often Scan waits for a lagging replica.
-const scanTries = 50
-
 func (b *bucket) Scan(prefix string, reverse bool, fn func(string, []byte) error) error {
 	if err := b.t.touch(b.project); err != nil {
 		return err
 	}
-	var vals map[string][]byte
-	for try := 1; ; try++ {
-		var fresh bool
-		var err error
-		if vals, fresh, err = b.list(); err != nil {
-			return err
-		}
-		if fresh {
-			break
-		}
-		if try == scanTries {
-			return fmt.Errorf("kvstate: %s: scan %s: the replica serving it stayed behind the stream leader", b.t.s.cfg.Bucket, b.base)
-		}
-		if err := pause(b.t.ctx, 1); err != nil {
-			return err
-		}
+	vals, err := b.list()
+	if err != nil {
+		return err
 	}
 	for k, wr := range b.t.writes {
 		if !strings.HasPrefix(k, b.base) {
@@ -558,36 +551,25 @@ func (b *bucket) Scan(prefix string, reverse bool, fn func(string, []byte) error
 	return nil
 }
 
-// list reads the bucket's keys with an ordered consumer, which JetStream
-// may place on any replica. It watches the project's version key with
-// them: fresh is false when that replica's copy is older than the
-// revision the transaction read from the leader (the replica has not
-// applied every commit the transaction's reads rely on yet).
-func (b *bucket) list() (vals map[string][]byte, fresh bool, err error) {
-	ver := encode(b.project) + "." + versionToken
-	w, err := b.t.s.kv.WatchFiltered(b.t.ctx, []string{b.base + "*", ver}, jetstream.IgnoreDeletes())
+// list reads the group's values from the stream leader with no consumer:
+// the keys with one stream info request, then each key's latest message,
+// several in flight (jskv.Bucket.ScanLatest). A leader read is as fresh
+// as the version key the transaction read before it, so the scan sees
+// every commit that read relies on; a commit landing during the scan is
+// caught as any other, by View's re-check or Update's compare-and-set of
+// the version keys.
+func (b *bucket) list() (map[string][]byte, error) {
+	vals := map[string][]byte{}
+	err := b.t.s.lead.ScanLatest(b.t.ctx, b.base+"*", func(k string, e jskv.Entry) error {
+		if e.Exists {
+			vals[k] = e.Value
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, false, fmt.Errorf("kvstate: %s: scan %s: %w", b.t.s.cfg.Bucket, b.base, err)
+		return nil, fmt.Errorf("kvstate: %s: scan %s: %w", b.t.s.cfg.Bucket, b.base, err)
 	}
-	vals = map[string][]byte{}
-	var seen uint64
-	for e := range w.Updates() {
-		if e == nil {
-			break
-		}
-		if e.Key() == ver {
-			seen = e.Revision()
-			continue
-		}
-		vals[e.Key()] = e.Value()
-	}
-	if err := w.Stop(); err != nil {
-		return nil, false, fmt.Errorf("kvstate: %s: scan %s: %w", b.t.s.cfg.Bucket, b.base, err)
-	}
-	if err := b.t.ctx.Err(); err != nil {
-		return nil, false, err
-	}
-	return vals, seen >= b.t.versions[b.project], nil
+	return vals, nil
 }
 
 // encode makes a KV key token of s (see the package doc).

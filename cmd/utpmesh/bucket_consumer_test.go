@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/utpmesh/utpmesh/pkg/creds"
+	"github.com/utpmesh/utpmesh/services/atlas"
+	"github.com/utpmesh/utpmesh/services/atp"
+	"github.com/utpmesh/utpmesh/services/state"
+	"github.com/utpmesh/utpmesh/services/state/kvstate"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// A worker identity of a service with replicated state (ATP, an ATLAS
+// group) reads and scans its bucket without any consumer, and may create
+// none on it: nats-server does not check a push consumer's deliver
+// subject against its creator's permissions, so a consumer it could
+// create would deliver the bucket's values (which it writes) on a subject
+// it may not publish, an agent's wakeup included (a forged wakeup).
+func TestWorkersCreateNoBucketConsumer(t *testing.T) {
+	dir := t.TempDir()
+	_, banner := startUpInProcess(t, "--data", dir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "",
+		"--services", "echo,atp,atlas.tasks", "--state", "jetstream")
+	m := regexp.MustCompile(`(?m)^\s+NATS\s+(nats://\S+)`).FindStringSubmatch(banner)
+	if m == nil {
+		t.Fatalf("no NATS URL in the banner:\n%s", banner)
+	}
+	wake, err := subjects.AgentWakeup(subjects.DefaultVersion, "demo", "default", "demo-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ service, bucket string }{
+		{"atp", atp.StateBucket},
+		{"atlas.tasks", atlas.KVBucket("tasks")},
+	} {
+		t.Run(tc.service, func(t *testing.T) {
+			w, err := connectAs(t, m[1], creds.SeedPath(filepath.Join(dir, "creds"), creds.WorkerName(tc.service)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			// Its own use of the bucket: a commit, the project list and a
+			// scan, with no permission violation.
+			kv, err := kvstate.Open(ctx, w.nc, kvstate.Config{Bucket: tc.bucket})
+			if err != nil {
+				t.Fatalf("worker-%s opens its state: %v", tc.service, err)
+			}
+			if err := kv.Update(ctx, func(tx state.Tx) error { return tx.Bucket("demo", "probe").Put("k", []byte("v")) }); err != nil {
+				t.Fatalf("worker-%s commits: %v", tc.service, err)
+			}
+			var projects, keys []string
+			if err := kv.View(ctx, func(tx state.Tx) error {
+				keys = nil
+				if projects, err = tx.Projects(); err != nil {
+					return err
+				}
+				return tx.Bucket("demo", "probe").Scan("", false, func(k string, _ []byte) error { keys = append(keys, k); return nil })
+			}); err != nil {
+				t.Fatalf("worker-%s lists and scans: %v", tc.service, err)
+			}
+			if len(keys) != 1 || keys[0] != "k" || len(projects) == 0 {
+				t.Fatalf("worker-%s read projects %v, keys %v; want demo among the projects and the key k", tc.service, projects, keys)
+			}
+			select {
+			case err := <-w.errs:
+				t.Fatalf("permission violation using its own bucket: %v", err)
+			default:
+			}
+			// A push consumer on its own bucket delivering to an agent's
+			// wakeup subject, in each form of the create request.
+			stream := "KV_" + tc.bucket
+			body, err := json.Marshal(map[string]any{"stream_name": stream, "config": map[string]any{
+				"name": "evil", "deliver_subject": wake.String(), "ack_policy": "none",
+				"filter_subject": "$KV." + tc.bucket + ".>"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, subj := range []string{
+				"$JS.API.CONSUMER.CREATE." + stream,
+				"$JS.API.CONSUMER.CREATE." + stream + ".evil",
+				"$JS.API.CONSUMER.CREATE." + stream + ".evil.$KV." + tc.bucket + ".>",
+				"$JS.API.CONSUMER.DURABLE.CREATE." + stream + ".evil",
+			} {
+				if err := w.nc.PublishRequest(subj, w.nc.NewRespInbox(), body); err != nil {
+					t.Fatal(err)
+				}
+				if err := w.nc.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				w.waitViolation(t, "publish", subj)
+			}
+		})
+	}
+}
