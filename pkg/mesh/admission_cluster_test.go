@@ -3,11 +3,9 @@ package mesh_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +16,6 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
-	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/svc"
@@ -39,51 +36,18 @@ func TestClusterAdmission(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "issuer-keys") // the nodes share the issuer keys (mesh.ReplicatedConfig)
-	var routes, listen []string
-	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		listen = append(listen, l.Addr().String())
-		routes = append(routes, "nats-route://"+l.Addr().String())
-		l.Close()
-	}
-	meshes := make([]*mesh.Mesh, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range 3 {
-		var tools []worker.Tool
-		if i > 0 {
-			tools = []worker.Tool{probeTool("probe", registry.Options{})}
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			meshes[i], errs[i] = mesh.Start(ctx, mesh.Config{DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i)), Listen: "127.0.0.1:0",
-				Logger: quiet, Tools: tools, Auth: &mesh.AuthConfig{KeyDir: keys},
-				ServerName: fmt.Sprintf("n%d", i), Cluster: &embednats.Cluster{Name: "admit", Listen: listen[i], Routes: routes}})
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("node %d: %v", i, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, m := range meshes {
-			sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			_ = m.Stop(sctx)
-			cancel()
+	meshes := startMeshes(t, "admit", func(i int, c *mesh.Config) {
+		c.Tools, c.Auth = nil, &mesh.AuthConfig{KeyDir: keys}
+		if i > 0 { // node 0 serves no probe
+			c.Tools = []worker.Tool{probeTool("probe", registry.Options{})}
 		}
 	})
 	m0 := meshes[0]
 	if _, err := authz.SetupDemo(ctx, m0.Auth().Store, m0.Auth().Keys, []string{admProject},
-		[]types.EntityUID{types.NewEntityUID(authz.DefaultActionType, "probe")}, filepath.Join(dir, "n0"), time.Now()); err != nil {
+		[]types.EntityUID{types.NewEntityUID(authz.DefaultActionType, "probe")}, m0.Config().DataDir, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := os.ReadFile(filepath.Join(dir, "n0", authz.DemoMandateFile))
+	tok, err := os.ReadFile(filepath.Join(m0.Config().DataDir, authz.DemoMandateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +71,7 @@ func TestClusterAdmission(t *testing.T) {
 		}
 	}
 	// A worker connected to node 2 verifies what node 0's key signed.
-	k0, err := admit.LoadOrCreateKey(filepath.Join(dir, "n0"))
+	k0, err := admit.LoadOrCreateKey(m0.Config().DataDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,10 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
-	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
-	"github.com/utpmesh/utpmesh/services/echo"
 )
 
 // BenchmarkRoundTripCluster is BenchmarkRoundTrip's utp row on a 3-node
@@ -31,40 +26,9 @@ import (
 // capacity).
 func BenchmarkRoundTripCluster(b *testing.B) {
 	ctx := context.Background()
-	dir := b.TempDir()
-	var routes, listen []string
-	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		listen = append(listen, l.Addr().String())
-		routes = append(routes, "nats-route://"+l.Addr().String())
-		l.Close()
-	}
-	meshes := make([]*mesh.Mesh, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			meshes[i], errs[i] = mesh.Start(ctx, mesh.Config{DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i)), Listen: "127.0.0.1:0",
-				Logger: benchLog(i), Tools: []worker.Tool{echo.Tool()}, Worker: worker.Config{Concurrency: 64},
-				ServerName: fmt.Sprintf("n%d", i), Cluster: &embednats.Cluster{Name: "bench", Listen: listen[i], Routes: routes}})
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			b.Fatalf("node %d: %v", i, err)
-		}
-	}
-	defer func() {
-		for _, m := range meshes {
-			_ = m.Stop(ctx)
-		}
-	}()
+	meshes := startMeshes(b, "bench", func(i int, c *mesh.Config) {
+		c.Logger, c.Worker = benchLog(i), worker.Config{Concurrency: 64}
+	})
 	nc, err := nats.Connect(meshes[0].ClientURL())
 	if err != nil {
 		b.Fatal(err)

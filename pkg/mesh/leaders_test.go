@@ -21,16 +21,19 @@ import (
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
-// startMeshes starts three meshes as one cluster, in this process.
-func startMeshes(t *testing.T, name string) []*mesh.Mesh {
-	t.Helper()
+// startMeshes starts three meshes as one cluster named name, in this
+// process (each on its own data directory, route port and server name,
+// serving echo), with node adjusting node i's Config when set; they stop
+// when the test ends.
+func startMeshes(tb testing.TB, name string, node ...func(i int, c *mesh.Config)) []*mesh.Mesh {
+	tb.Helper()
 	ctx := context.Background()
-	dir := t.TempDir()
+	dir := tb.TempDir()
 	var routes, listen []string
 	for range 3 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		listen = append(listen, l.Addr().String())
 		routes = append(routes, "nats-route://"+l.Addr().String())
@@ -40,16 +43,20 @@ func startMeshes(t *testing.T, name string) []*mesh.Mesh {
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for i := range 3 {
+		cfg := mesh.Config{DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i)), Listen: "127.0.0.1:0",
+			Logger: quiet, Tools: []worker.Tool{echo.Tool()},
+			ServerName: fmt.Sprintf("n%d", i), Cluster: &embednats.Cluster{Name: name, Listen: listen[i], Routes: routes}}
+		for _, f := range node {
+			f(i, &cfg)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			meshes[i], errs[i] = mesh.Start(ctx, mesh.Config{DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i)), Listen: "127.0.0.1:0",
-				Logger: quiet, Tools: []worker.Tool{echo.Tool()},
-				ServerName: fmt.Sprintf("n%d", i), Cluster: &embednats.Cluster{Name: name, Listen: listen[i], Routes: routes}})
+			meshes[i], errs[i] = mesh.Start(ctx, cfg)
 		}()
 	}
 	wg.Wait()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		for _, m := range meshes {
 			if m != nil {
 				_ = m.Stop(context.Background())
@@ -58,7 +65,7 @@ func startMeshes(t *testing.T, name string) []*mesh.Mesh {
 	})
 	for i, err := range errs {
 		if err != nil {
-			t.Fatalf("node %d: %v", i, err)
+			tb.Fatalf("node %d: %v", i, err)
 		}
 	}
 	return meshes

@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,9 +13,6 @@ import (
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
-	"github.com/utpmesh/utpmesh/pkg/mesh"
-	"github.com/utpmesh/utpmesh/pkg/worker"
-	"github.com/utpmesh/utpmesh/services/echo"
 )
 
 // TestNoQuorumMesh: three meshes as one cluster; with two of them
@@ -27,40 +21,7 @@ import (
 // fail while the survivor's /healthz said 200.
 func TestNoQuorumMesh(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	var routes, listen []string
-	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		listen = append(listen, l.Addr().String())
-		routes = append(routes, "nats-route://"+l.Addr().String())
-		l.Close()
-	}
-	meshes := make([]*mesh.Mesh, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			meshes[i], errs[i] = mesh.Start(ctx, mesh.Config{DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i)), Listen: "127.0.0.1:0",
-				Logger: quiet, Tools: []worker.Tool{echo.Tool()},
-				ServerName: fmt.Sprintf("n%d", i), Cluster: &embednats.Cluster{Name: "quorum", Listen: listen[i], Routes: routes}})
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("node %d: %v", i, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, m := range meshes {
-			_ = m.Stop(context.Background())
-		}
-	})
+	meshes := startMeshes(t, "quorum")
 	nc, err := nats.Connect(meshes[0].ClientURL())
 	if err != nil {
 		t.Fatal(err)
