@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/internal/deadline"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/pkg/identity"
 	"github.com/utpmesh/utpmesh/pkg/streams"
@@ -177,8 +178,6 @@ const durableAckWait = worker.DefaultAckWait
 // created, a limited worker's are narrowed to its projects' filters, a
 // push consumer in its place is an error saying what to do.
 func (m *Mesh) workerDurables(ids []meshauth.Identity) error {
-	ctx, cancel := context.WithTimeout(context.Background(), streams.Patience)
-	defer cancel()
 	js, err := jetstream.New(m.nc)
 	if err != nil {
 		return fmt.Errorf("mesh: jetstream: %w", err)
@@ -186,23 +185,36 @@ func (m *Mesh) workerDurables(ids []meshauth.Identity) error {
 	stream := streams.CommandStream(m.cfg.ProtocolVersion)
 	for _, id := range ids {
 		for durable, filters := range meshauth.WorkerDurables(m.cfg.ProtocolVersion, id) {
-			cur, err := js.Consumer(ctx, stream, durable)
-			if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				return fmt.Errorf("mesh: durable %s of %s: %w", durable, id.Name(), err)
-			}
-			if err == nil {
-				have := cur.CachedInfo().Config
-				if have.DeliverSubject != "" {
-					return fmt.Errorf("mesh: durable %s of %s delivers to %q (a push consumer, which no worker of the mesh makes): delete it (nats consumer rm %s %s) and start again",
-						durable, id.Name(), have.DeliverSubject, stream, durable)
+			// A push consumer is refused outright; the rest is retried
+			// with the mesh's patience on replicated state (a cluster that
+			// is still forming, a loaded machine), each attempt bounded.
+			var refused error
+			err := m.Patiently(context.Background(), "durable "+durable, func(ctx context.Context) error {
+				ctx, cancel := deadline.Bound(ctx, streams.Patience)
+				defer cancel()
+				cur, err := js.Consumer(ctx, stream, durable)
+				if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+					return err
 				}
-				if len(id.Projects) == 0 || slices.Equal(filtersOf(have), filters) {
-					continue // the worker's own (it may change its ack wait)
+				if err == nil {
+					have := cur.CachedInfo().Config
+					if have.DeliverSubject != "" {
+						refused = fmt.Errorf("mesh: durable %s of %s delivers to %q (a push consumer, which no worker of the mesh makes): delete it (nats consumer rm %s %s) and start again",
+							durable, id.Name(), have.DeliverSubject, stream, durable)
+						return nil
+					}
+					if len(id.Projects) == 0 || slices.Equal(filtersOf(have), filters) {
+						return nil // the worker's own (it may change its ack wait)
+					}
 				}
-			}
-			cfg := streams.ConsumerConfig(durable, filters, durableAckWait, -1)
-			if _, err := js.CreateOrUpdateConsumer(ctx, stream, cfg); err != nil {
+				_, err = js.CreateOrUpdateConsumer(ctx, stream, streams.ConsumerConfig(durable, filters, durableAckWait, -1))
+				return err
+			})
+			if err != nil {
 				return fmt.Errorf("mesh: durable %s of %s (filters %s): %w", durable, id.Name(), strings.Join(filters, ", "), err)
+			}
+			if refused != nil {
+				return refused
 			}
 		}
 	}

@@ -228,7 +228,7 @@ func (d *Deployment) start(i int) {
 		d.t.Fatalf("externaltest: node %d: %v", i, err)
 	}
 	s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
+	if !s.ReadyForConnections(2 * time.Minute) { // a bound for a loaded machine, not a speed check
 		d.t.Fatalf("externaltest: node %d not ready for connections", i)
 	}
 	d.servers[i] = s
