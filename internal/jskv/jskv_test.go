@@ -242,24 +242,7 @@ func TestOpenConcurrently(t *testing.T) {
 func TestReadWithoutLeaderReturns(t *testing.T) {
 	c := jskvtest.Start(t)
 	ctx := context.Background()
-	b, err := jskv.Open(ctx, c.JetStream(t, 0), jskv.Config{Bucket: "stall", Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.KV.Put(ctx, "k", []byte("v")); err != nil {
-		t.Fatal(err)
-	}
-	info, err := b.KV.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leader := info.(*jetstream.KeyValueBucketStatus).StreamInfo().Cluster.Leader
-	survivor := -1
-	for i, s := range c.Servers {
-		if s.Name() != leader && survivor < 0 {
-			survivor = i
-		}
-	}
+	survivor := followerOf(t, c, "stall")
 	// The survivor's client, then the bucket opened through it (the
 	// bucket exists: Open only reads its configuration back).
 	sb, err := jskv.Open(ctx, c.JetStream(t, survivor), jskv.Config{Bucket: "stall", Replicas: 3, Timeout: 200 * time.Millisecond})
@@ -306,24 +289,7 @@ func TestReadWithoutLeaderReturns(t *testing.T) {
 func TestReadAsksAgainUntilALeaderIsBack(t *testing.T) {
 	c := jskvtest.Start(t)
 	ctx := context.Background()
-	b, err := jskv.Open(ctx, c.JetStream(t, 0), jskv.Config{Bucket: "again", Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.KV.Put(ctx, "k", []byte("v")); err != nil {
-		t.Fatal(err)
-	}
-	info, err := b.KV.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leader := info.(*jetstream.KeyValueBucketStatus).StreamInfo().Cluster.Leader
-	survivor := -1
-	for i, s := range c.Servers {
-		if s.Name() != leader && survivor < 0 {
-			survivor = i
-		}
-	}
+	survivor := followerOf(t, c, "again")
 	sb, err := jskv.Open(ctx, c.JetStream(t, survivor), jskv.Config{Bucket: "again", Replicas: 3, Attempt: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -369,4 +335,30 @@ func TestReadAsksAgainUntilALeaderIsBack(t *testing.T) {
 	if r.err != nil || string(r.e.Value) != "v" {
 		t.Fatalf("Latest across a leader election = %q, %v; want v", r.e.Value, r.err)
 	}
+}
+
+// followerOf makes bucket with 3 replicas through node 0, puts key "k" in
+// it, and returns the index of a node that does not lead its stream.
+func followerOf(t *testing.T, c *jskvtest.Cluster, bucket string) int {
+	t.Helper()
+	ctx := context.Background()
+	b, err := jskv.Open(ctx, c.JetStream(t, 0), jskv.Config{Bucket: bucket, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.KV.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.KV.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := info.(*jetstream.KeyValueBucketStatus).StreamInfo().Cluster.Leader
+	for i, s := range c.Servers {
+		if s.Name() != leader {
+			return i
+		}
+	}
+	t.Fatalf("bucket %s: every node leads it", bucket)
+	return -1
 }
