@@ -16,6 +16,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // Client is a cardstore.Store that talks to a Server over NATS.
@@ -29,6 +30,9 @@ import (
 // which only the mesh core and admin may publish for claims and results.
 type Client struct {
 	ep svc.Endpoint
+	// agent, when set (NewAgentClient), sends the AgentOps on the agent's
+	// own subjects.
+	agent string
 
 	mu     sync.Mutex
 	claims map[claimID]heldClaim // tool-scoped claims this client holds
@@ -59,7 +63,32 @@ func NewClient(nc *nats.Conn, opts ...svc.ClientOption) (*Client, error) {
 	return &Client{ep: ep, claims: map[claimID]heldClaim{}}, nil
 }
 
+// NewAgentClient returns a Store for one agent's runtime: the AgentOps
+// (put, get, get_many, list_turn, find_result, the boxes, list_turns) go
+// to the agent's own subjects, cg.<ver>.<project>.<channel>.svc.cardstore.<op>.<agent>
+// (subjects.AgentService), the only ones a per-agent identity may use, on
+// which the server serves that agent's cards and turns only (AgentOps
+// says what is the agent's). Other operations use the plain subjects, as
+// NewClient's do.
+func NewAgentClient(nc *nats.Conn, agentID string, opts ...svc.ClientOption) (*Client, error) {
+	if err := subjects.ValidateToken("agent_id", agentID); err != nil {
+		return nil, fmt.Errorf("natsstore: NewAgentClient: %w (an agent id is a subject token, e.g. demo-agent)", err)
+	}
+	c, err := NewClient(nc, opts...)
+	if err != nil {
+		return nil, err
+	}
+	c.agent = agentID
+	return c, nil
+}
+
+// Agent returns the agent of a client made by NewAgentClient, or "".
+func (c *Client) Agent() string { return c.agent }
+
 func (c *Client) call(ctx context.Context, project, op string, req, resp any) error {
+	if c.agent != "" && isAgentOp(op) {
+		return c.callTool(ctx, project, op, c.agent, req, resp)
+	}
 	return c.mapErr(c.ep.Call(ctx, project, op, req, resp))
 }
 

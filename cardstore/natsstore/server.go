@@ -23,8 +23,9 @@ import (
 // is not used (the CardStore has no signed writes).
 type ServerConfig = svc.ServerConfig
 
-// Server serves a cardstore.Store on cg.<ver>.*.*.svc.cardstore.<op> and
-// its tool-scoped writes on cg.<ver>.*.*.svc.cardstore.<op>.<tool>.
+// Server serves a cardstore.Store on cg.<ver>.*.*.svc.cardstore.<op>, its
+// tool-scoped writes on cg.<ver>.*.*.svc.cardstore.<op>.<tool> and its
+// agent-scoped operations (AgentOps) on cg.<ver>.*.*.svc.cardstore.<op>.<agent>.
 type Server struct {
 	store cardstore.Store
 	srv   *svc.Server
@@ -81,25 +82,11 @@ func (s *Server) putCards(ctx context.Context, sc svc.Scope, data []byte, result
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
-	if len(req.Cards) == 0 {
-		return nil, fmt.Errorf("%w: cards is empty", cardstore.ErrInvalid)
+	if err := checkCards(req.Cards, sc.Project); err != nil {
+		return nil, err
 	}
-	for i, c := range req.Cards {
-		if c == nil {
-			return nil, fmt.Errorf("%w: cards[%d] is null", cardstore.ErrInvalid, i)
-		}
-		if c.ProjectID != sc.Project {
-			return nil, fmt.Errorf("%w: cards[%d] (%s) belongs to project %q, but the request was sent on project %q's subject",
-				cardstore.ErrInvalid, i, c.CardID, c.ProjectID, sc.Project)
-		}
-		if c.Type == card.TypeToolResult && !results {
-			s.log.Warn("cardstore: tool.result card refused on put", "project_id", sc.Project, "card_id", c.CardID, "tool_call_id", c.ToolCallID)
-			err := fmt.Errorf("%w: cards[%d] (%s) is a tool.result: results are written with %s, which only workers and the mesh core may use", ErrWrongOp, i, c.CardID, OpPutResult)
-			subj, _ := subjects.Service(sc.Version, sc.Project, sc.Channel, ServiceName, OpPut)
-			s.srv.Audit(audit.Record{Service: ServiceName, Op: OpPut, Project: sc.Project, Channel: sc.Channel,
-				Actor: "unverified:any identity that may use svc.cardstore.put of project " + sc.Project + " (its agents, workers, core, admin)",
-				Code:  CodeWrongOp, Reason: err.Error(), Subject: subj.String(),
-				Detail: map[string]string{"card_id": c.CardID, "tool_call_id": c.ToolCallID, "agent_turn_id": c.Metadata.AgentTurnID}})
+	if !results {
+		if err := s.refuseResults(sc, req.Cards); err != nil {
 			return nil, err
 		}
 	}
@@ -107,6 +94,25 @@ func (s *Server) putCards(ctx context.Context, sc svc.Scope, data []byte, result
 		return nil, err
 	}
 	return putReply{Count: len(req.Cards)}, nil
+}
+
+// refuseResults refuses (ErrWrongOp, audited) a put holding a tool.result
+// card: results are written with put_result.
+func (s *Server) refuseResults(sc svc.Scope, cards []*card.Card) error {
+	for i, c := range cards {
+		if c.Type != card.TypeToolResult {
+			continue
+		}
+		s.log.Warn("cardstore: tool.result card refused on put", "project_id", sc.Project, "card_id", c.CardID, "tool_call_id", c.ToolCallID)
+		err := fmt.Errorf("%w: cards[%d] (%s) is a tool.result: results are written with %s, which only workers and the mesh core may use", ErrWrongOp, i, c.CardID, OpPutResult)
+		subj, _ := subjects.Service(sc.Version, sc.Project, sc.Channel, ServiceName, OpPut)
+		s.srv.Audit(audit.Record{Service: ServiceName, Op: OpPut, Project: sc.Project, Channel: sc.Channel,
+			Actor: "unverified:any identity that may use svc.cardstore.put of project " + sc.Project + " (its agents, workers, core, admin)",
+			Code:  CodeWrongOp, Reason: err.Error(), Subject: subj.String(),
+			Detail: map[string]string{"card_id": c.CardID, "tool_call_id": c.ToolCallID, "agent_turn_id": c.Metadata.AgentTurnID}})
+		return err
+	}
+	return nil
 }
 
 func (s *Server) get(ctx context.Context, sc svc.Scope, data []byte) (any, error) {

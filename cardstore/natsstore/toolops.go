@@ -52,8 +52,12 @@ func (s *Server) toolOps() *toolOps {
 	return &toolOps{s: s, ts: ts}
 }
 
-// serve runs one request and audits a forbidden one.
+// serve runs one request and audits a forbidden one. The agent-scoped
+// operations (AgentOps) share the subjects' shape and go to agentOp.
 func (t *toolOps) serve(ctx context.Context, ts subjects.ToolSubject, data []byte) (any, error) {
+	if isAgentOp(ts.Op) {
+		return t.s.agentOp(ctx, ts, data)
+	}
 	reply, info, err := t.do(ctx, ts, data)
 	if errors.Is(err, cardstore.ErrForbidden) {
 		t.s.log.Warn("cardstore: tool-scoped write refused", "subject", ts.String(), "err", err)
@@ -134,8 +138,8 @@ func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) 
 		}
 		return putReply{Count: len(req.Cards)}, info, nil
 	}
-	return nil, info, fmt.Errorf("%w: %s has no tool-scoped operation %q (want %s, %s, %s, %s, %s, %s or %s)", svc.ErrBadRequest, ServiceName, ts.Op,
-		OpStartCall, OpClaim, OpRelease, OpPutResult, OpClaimKey, OpReleaseKey, OpGetClaim)
+	return nil, info, fmt.Errorf("%w: %s has no tool-scoped operation %q (want %s, %s, %s, %s, %s, %s or %s; an agent's: %s)", svc.ErrBadRequest, ServiceName, ts.Op,
+		OpStartCall, OpClaim, OpRelease, OpPutResult, OpClaimKey, OpReleaseKey, OpGetClaim, strings.Join(AgentOps, ", "))
 }
 
 // lease serves claim_key, release_key and get_claim on a service's
