@@ -28,6 +28,9 @@ var (
 	// ErrPending: DeleteTurn found a pending entry in the turn (a result
 	// its agent has not consumed yet) and removed nothing.
 	ErrPending = errors.New("inbox: turn has a pending entry")
+	// ErrForbidden: an agent-scoped request (svc.inbox.<op>.<agent>) for
+	// something that is not that agent's: another agent's entries or turn.
+	ErrForbidden = errors.New("inbox: forbidden")
 )
 
 // Limits.

@@ -24,6 +24,16 @@ const (
 	OpDeleteTurn = "delete_turn"
 )
 
+// AgentOps are the operations an agent runtime may also send on its
+// agent's own subject, cg.<ver>.<project>.<channel>.svc.inbox.<op>.<agent>
+// (subjects.AgentService), the only inbox subjects a per-agent identity
+// may publish: the service then serves that agent's entries and turns only
+// (list: agent_id defaults to the agent, another is refused; get and ack:
+// entries whose agent_id is the agent; set_epoch: a turn with no card or
+// the agent's, cardstore.TurnAgent). Anything else is ErrForbidden (wire
+// code forbidden), audited. Same bodies as the plain operations.
+var AgentOps = []string{OpList, OpGet, OpAck, OpSetEpoch}
+
 // Wire codes of the inbox's own errors (the others are svc's common codes).
 const (
 	// CodeClosed is the wire code of ErrClosed.
@@ -41,6 +51,7 @@ var Codes = svc.Codes{
 	{Err: ErrClosed, Code: CodeClosed},
 	{Err: ErrRefused, Code: CodeRefused},
 	{Err: ErrPending, Code: CodePending},
+	{Err: ErrForbidden, Code: svc.CodeForbidden},
 }
 
 // Request and reply bodies of the svc operations (docs/protocol.md §9.6, §11.5).

@@ -176,6 +176,12 @@ func (s *Service) Start(ctx context.Context) error {
 			return fmt.Errorf("inbox: %w", err)
 		}
 	}
+	// The agent-scoped operations, cg.<ver>.*.*.svc.inbox.<op>.<agent>.
+	if err := srv.HandleTools(func(ctx context.Context, ts subjects.ToolSubject, data []byte) (any, error) {
+		return s.handleAgent(ctx, srv, ts, data)
+	}); err != nil {
+		return fmt.Errorf("inbox: %w", err)
+	}
 	if err := srv.Start(); err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}

@@ -3,17 +3,22 @@ package natsinbox
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // Client talks to the inbox service over NATS. Its errors match the
 // sentinels of package inbox (and svc's transport errors) with errors.Is.
 type Client struct {
 	ep svc.Endpoint
+	// agent, when set (NewAgentClient), sends inbox.AgentOps on the
+	// agent's own subjects.
+	agent string
 }
 
 var _ inbox.API = (*Client)(nil)
@@ -29,12 +34,40 @@ func NewClient(nc *nats.Conn, opts ...svc.ClientOption) (*Client, error) {
 	return &Client{ep: ep}, nil
 }
 
+// NewAgentClient returns a client for one agent's runtime: list, get, ack
+// and set_epoch (inbox.AgentOps) go to the agent's own subjects,
+// cg.<ver>.<project>.<channel>.svc.inbox.<op>.<agent> (subjects.AgentService),
+// the only inbox subjects a per-agent identity may use, on which the
+// service serves that agent's entries and turns only. Other operations use
+// the plain subjects, as NewClient's do.
+func NewAgentClient(nc *nats.Conn, agentID string, opts ...svc.ClientOption) (*Client, error) {
+	if err := subjects.ValidateToken("agent_id", agentID); err != nil {
+		return nil, fmt.Errorf("natsinbox: NewAgentClient: %w (an agent id is a subject token, e.g. demo-agent)", err)
+	}
+	c, err := NewClient(nc, opts...)
+	if err != nil {
+		return nil, err
+	}
+	c.agent = agentID
+	return c, nil
+}
+
+// Agent returns the agent of a client made by NewAgentClient, or "".
+func (c *Client) Agent() string { return c.agent }
+
 func (c *Client) call(ctx context.Context, project, op string, req, resp any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := inbox.CheckProject(project); err != nil {
 		return err
+	}
+	if c.agent != "" && slices.Contains(inbox.AgentOps, op) {
+		subj, err := c.ep.ToolSubject(project, op, c.agent)
+		if err != nil {
+			return fmt.Errorf("%w: %v", inbox.ErrInvalid, err)
+		}
+		return c.ep.Send(ctx, subj, false, req, resp)
 	}
 	return c.ep.Call(ctx, project, op, req, resp)
 }
