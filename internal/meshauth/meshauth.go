@@ -12,14 +12,21 @@
 //     manage streams.
 //   - operator: a human operator (operator.nk): its own dispatch subject
 //     (svc.dispatch.operator.<name>), policy and identity changes, reads
-//     of every project, the wakeups of its own calls (agent id
-//     op-<name>, utp.OperatorAgentID); no streams, no commands, no
-//     results, no inbox acks.
-//   - agent-<project> (or agent-<project>.<agent>, one agent): an agent
-//     runtime of one project. Its dispatch subject, raw tool and PMO
-//     commands only when the project opted in (RawCommands), the
-//     CardStore, registry reads, the inbox and authz reads of that project
-//     only; its wakeups.
+//     of every project, its own calls (agent id op-<name>,
+//     utp.OperatorAgentID): their cards, inbox entries (list, get, ack)
+//     and wakeups, on that agent id's scoped subjects; no streams, no
+//     commands, no results, no other inbox acks.
+//   - agent-<project>: an agent runtime of one project, for any of its
+//     agents. Its dispatch subjects, raw tool and PMO commands only when
+//     the project opted in (RawCommands), the CardStore (plain and every
+//     agent's scoped subjects), registry reads, the inbox and authz reads
+//     of that project only; its agents' wakeups.
+//   - agent-<project>.<agent>: one agent. As agent-<project>, but its own
+//     agent's subjects only: dispatch (svc.dispatch.call.<agent>), the
+//     CardStore and inbox on their agent-scoped subjects
+//     (svc.cardstore.<op>.<agent>, svc.inbox.<op>.<agent>: the services
+//     serve that agent's cards, turns and entries only), its wakeups. It
+//     still reads the project's registry and policies.
 //   - worker-<service>: a tool worker serving the given tools in every
 //     project or in Projects only: its tools' durable consumers (bind,
 //     fetch, acknowledge), reports, dead letters, authz decision records,
@@ -98,7 +105,8 @@ type Identity struct {
 	// Project scopes an agent identity.
 	Project string `json:"project,omitempty"`
 	// Agent, for an agent identity, limits it to one agent id: it may
-	// dispatch only as that agent and receive only its wakeups. Empty:
+	// dispatch only as that agent, use the CardStore and the inbox only on
+	// that agent's scoped subjects and receive only its wakeups. Empty:
 	// every agent of Project.
 	Agent string `json:"agent,omitempty"`
 	// RawCommands lets an agent identity publish raw tool and PMO commands

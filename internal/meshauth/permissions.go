@@ -25,9 +25,35 @@ var LeaseOps = []string{"claim_key", "release_key", "get_claim"}
 // <service>/… (subjects.ToolToken of the service name).
 func LeaseToken(service string) string { return subjects.ToolToken(service) }
 
-// agentReads are the CardStore operations an agent may use on its
-// project: every one but put_result, claim, release and the leases.
+// agentCardOps are the CardStore operations a project-wide agent identity
+// may use on its project's plain subjects: every one but put_result,
+// claim, release and the leases.
 var agentCardOps = []string{"put", "get", "get_many", "list_turn", "find_result", "box_create", "box_append", "box_get", "list_turns", "get_claim"}
+
+// AgentCardOps are the CardStore's agent-scoped operations
+// (natsstore.AgentOps), on cg.<ver>.<p>.*.svc.cardstore.<op>.<agent>.
+var AgentCardOps = []string{"put", "get", "get_many", "list_turn", "find_result", "box_create", "box_append", "box_get", "list_turns"}
+
+// AgentInboxOps are the inbox's agent-scoped operations (inbox.AgentOps),
+// on cg.<ver>.<p>.*.svc.inbox.<op>.<agent>.
+var AgentInboxOps = []string{"list", "get", "ack", "set_epoch"}
+
+// operatorCardReads are the agent-scoped CardStore reads of an operator's
+// own agent id.
+var operatorCardReads = []string{"get", "get_many", "list_turn", "find_result", "box_get", "list_turns"}
+
+// agentScoped returns the agent-scoped subjects of ops of service for
+// agent ("*": every agent) in project ("*": every project).
+func agentScoped(ver, project, service, agent string, ops []string) []string {
+	out := make([]string, 0, len(ops))
+	for _, op := range ops {
+		// The arguments are checked tokens (Identity.Validate) or "*".
+		if s, err := subjects.AgentServiceAllow(ver, project, service, op, agent); err == nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
 
 // workerCardOps are the plain CardStore operations of a worker; claims,
 // releases, results and leases are on its own tool-scoped subjects.
@@ -67,6 +93,11 @@ func scopes(ver string, projects []string) []string {
 	return out
 }
 
+// agentPermissions: a project-wide agent identity (no Agent) uses its
+// project's plain CardStore and inbox subjects and every agent's scoped
+// ones; a per-agent identity only its own agent's scoped subjects, on
+// which the services serve that agent's cards and entries only. Both read
+// the project's registry and policies.
 func agentPermissions(ver string, id Identity) *server.Permissions {
 	p := "cg." + ver + "." + id.Project + ".*."
 	who := "*"
@@ -77,7 +108,6 @@ func agentPermissions(ver string, id Identity) *server.Permissions {
 		p + "svc." + subjects.DispatchService + "." + subjects.DispatchCallOp + "." + who,
 		p + "svc." + subjects.DispatchService + "." + subjects.DispatchKeysOp,
 		p + "svc.registry.get", p + "svc.registry.list",
-		p + "svc.inbox.list", p + "svc.inbox.get", p + "svc.inbox.ack", p + "svc.inbox.set_epoch",
 		p + "svc.worker.*",
 		"$SRV.>",
 		"$JS.API.INFO",
@@ -88,9 +118,17 @@ func agentPermissions(ver string, id Identity) *server.Permissions {
 	for _, op := range []string{"get", "config_get", "test", "query", "history", "history_get", "issuer_key"} {
 		pub = append(pub, p+"svc.authz."+op)
 	}
-	for _, op := range agentCardOps {
-		pub = append(pub, p+"svc.cardstore."+op)
+	agent := "*"
+	if id.Agent != "" {
+		agent = id.Agent
+	} else {
+		pub = append(pub, p+"svc.inbox.list", p+"svc.inbox.get", p+"svc.inbox.ack", p+"svc.inbox.set_epoch")
+		for _, op := range agentCardOps {
+			pub = append(pub, p+"svc.cardstore."+op)
+		}
 	}
+	pub = append(pub, agentScoped(ver, id.Project, "cardstore", agent, AgentCardOps)...)
+	pub = append(pub, agentScoped(ver, id.Project, "inbox", agent, AgentInboxOps)...)
 	wake := "*"
 	if id.Agent != "" {
 		wake = id.Agent // agent ids in wakeup subjects are tokens (subjects.AgentWakeup)
@@ -193,11 +231,15 @@ func operatorPermissions(ver string, id Identity) *server.Permissions {
 	for _, op := range readCardOps {
 		pub = append(pub, a+"svc.cardstore."+op)
 	}
-	// The wakeups of its own calls only (agent id utp.OperatorAgentID):
-	// a waiting call gets its result at once. No inbox ack: the inbox's
-	// ack is not scoped to an agent, so its entries stay pending and a
-	// waiting call re-reads them with list.
-	wake := a + "cmd.agent." + utp.OperatorAgentID(subjects.ToolToken(name)) + ".wakeup"
+	// Its own calls (agent id utp.OperatorAgentID) as an agent client
+	// reads them, on that agent id's scoped subjects: the cards, and the
+	// inbox entries, which it acks there (the plain ack, of any agent, it
+	// may not use). And their wakeups only: a waiting call gets its result
+	// at once.
+	self := utp.OperatorAgentID(subjects.ToolToken(name))
+	pub = append(pub, agentScoped(ver, "*", "cardstore", self, operatorCardReads)...)
+	pub = append(pub, agentScoped(ver, "*", "inbox", self, []string{"list", "get", "ack"})...)
+	wake := a + "cmd.agent." + self + ".wakeup"
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: pub},
 		Subscribe: &server.SubjectPermission{Allow: []string{inbox(id), wake}},

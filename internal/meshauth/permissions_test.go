@@ -7,8 +7,10 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/pkg/creds"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 )
 
@@ -111,5 +113,55 @@ func TestWorkerDurables(t *testing.T) {
 	}
 	if got := meshauth.WorkerDurables("v1", meshauth.Identity{Role: meshauth.RoleAgent, Project: "a"}); got != nil {
 		t.Fatalf("WorkerDurables of an agent = %v, want nil", got)
+	}
+}
+
+// TestAgentScopedPermissions: a per-agent identity publishes only its own
+// agent's CardStore and inbox subjects, never the project's plain ones
+// (which serve every agent's cards and entries) nor another agent's; a
+// project-wide one keeps the plain subjects and every agent's scoped ones;
+// the operator acks only its own agent id's inbox entries. The op lists
+// are the services' own.
+func TestAgentScopedPermissions(t *testing.T) {
+	if !slices.Equal(meshauth.AgentCardOps, natsstore.AgentOps) || !slices.Equal(meshauth.AgentInboxOps, inbox.AgentOps) {
+		t.Fatalf("agent-scoped ops: meshauth %v / %v, services %v / %v", meshauth.AgentCardOps, meshauth.AgentInboxOps, natsstore.AgentOps, inbox.AgentOps)
+	}
+	pub := func(id meshauth.Identity) []string {
+		id.Key = newKey(t)
+		return meshauth.Permissions("v1", id).Publish.Allow
+	}
+	alice := pub(meshauth.Identity{Role: meshauth.RoleAgent, Project: "demo", Agent: "alice"})
+	wide := pub(meshauth.Identity{Role: meshauth.RoleAgent, Project: "demo"})
+	op := pub(meshauth.Identity{Role: meshauth.RoleOperator})
+	for _, s := range alice {
+		for _, svc := range []string{".svc.cardstore.", ".svc.inbox."} {
+			if strings.Contains(s, svc) && !strings.HasSuffix(s, ".alice") {
+				t.Errorf("per-agent identity publishes %q: not its own agent's", s)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		pub  []string
+		want []string
+	}{
+		{"per-agent", alice, []string{"cg.v1.demo.*.svc.inbox.ack.alice", "cg.v1.demo.*.svc.inbox.set_epoch.alice", "cg.v1.demo.*.svc.cardstore.get.alice",
+			"cg.v1.demo.*.svc.cardstore.put.alice", "cg.v1.demo.*.svc.cardstore.box_get.alice", "cg.v1.demo.*.svc.cardstore.list_turns.alice"}},
+		{"project-wide", wide, []string{"cg.v1.demo.*.svc.inbox.ack", "cg.v1.demo.*.svc.inbox.ack.*", "cg.v1.demo.*.svc.cardstore.get", "cg.v1.demo.*.svc.cardstore.get.*"}},
+		{"operator", op, []string{"cg.v1.*.*.svc.inbox.ack.op-operator", "cg.v1.*.*.svc.inbox.list.op-operator", "cg.v1.*.*.svc.cardstore.get.op-operator"}},
+	} {
+		for _, w := range tc.want {
+			if !slices.Contains(tc.pub, w) {
+				t.Errorf("%s identity lacks %q", tc.name, w)
+			}
+		}
+	}
+	for _, s := range op {
+		if strings.Contains(s, ".svc.inbox.ack") && s != "cg.v1.*.*.svc.inbox.ack.op-operator" {
+			t.Errorf("operator publishes %q", s)
+		}
+		if strings.Contains(s, ".svc.cardstore.put") || strings.Contains(s, ".svc.inbox.set_epoch") {
+			t.Errorf("operator publishes %q", s)
+		}
 	}
 }

@@ -76,14 +76,17 @@ type Config struct {
 	AgentID string
 	// Version is the protocol version token; default subjects.DefaultVersion.
 	Version string
-	// Store is the CardStore. Default: a natsstore client on the same
-	// connection, version and channel.
+	// Store is the CardStore. Default: the agent's natsstore client
+	// (natsstore.NewAgentClient: the CardStore's agent-scoped subjects,
+	// svc.cardstore.<op>.<agent>) on the same connection, version and
+	// channel.
 	Store cardstore.Store
 	// Registry is the tool registry. Default: a natsreg client on the same
 	// connection, version and channel.
 	Registry registry.Registry
-	// Inbox is the inbox. Default: the inbox service's NATS client
-	// (natsinbox) on the same connection, version and channel.
+	// Inbox is the inbox. Default: the agent's inbox client
+	// (natsinbox.NewAgentClient: svc.inbox.<op>.<agent>) on the same
+	// connection, version and channel.
 	Inbox inbox.API
 	// Logger; default slog.Default().
 	Logger *slog.Logger
@@ -108,10 +111,9 @@ type Config struct {
 	// operator identity, operator.nk, may publish there). Their agent_id is
 	// utp.OperatorAgentID(Operator), "op-<Operator>", whose wakeups are the
 	// only ones that identity may receive; AgentID may be left empty or
-	// must be that. An operator's client cannot ack inbox entries (the
-	// inbox's ack is not scoped to an agent): Call leaves its entries
-	// pending and re-reads them with inbox list while it waits. A subject
-	// token; Mandate and RawCommands must be unset.
+	// must be that. Its inbox entries are read and acked on that agent
+	// id's own subjects (svc.inbox.<op>.op-<Operator>), as an agent's. A
+	// subject token; Mandate and RawCommands must be unset.
 	Operator string
 	// RawCommands makes Call and Dispatch write the tool.call card (with
 	// the mandate in metadata.mandate) and publish the UTP command
@@ -212,8 +214,11 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent.New: jetstream: %w", err)
 	}
+	// The agent's own CardStore and inbox subjects (…svc.<service>.<op>.<agent>):
+	// the only ones a per-agent identity may use, served for this agent's
+	// cards and entries only.
 	if cfg.Store == nil {
-		if cfg.Store, err = natsstore.NewClient(nc, svc.WithVersion(cfg.Version), svc.WithChannel(cfg.Channel)); err != nil {
+		if cfg.Store, err = natsstore.NewAgentClient(nc, cfg.AgentID, svc.WithVersion(cfg.Version), svc.WithChannel(cfg.Channel)); err != nil {
 			return nil, fmt.Errorf("agent.New: cardstore client: %w", err)
 		}
 	}
@@ -223,7 +228,7 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		}
 	}
 	if cfg.Inbox == nil {
-		if cfg.Inbox, err = natsinbox.NewClient(nc, svc.WithVersion(cfg.Version), svc.WithChannel(cfg.Channel)); err != nil {
+		if cfg.Inbox, err = natsinbox.NewAgentClient(nc, cfg.AgentID, svc.WithVersion(cfg.Version), svc.WithChannel(cfg.Channel)); err != nil {
 			return nil, fmt.Errorf("agent.New: inbox client: %w", err)
 		}
 	}

@@ -557,11 +557,6 @@ func (c *Client) finish(ctx context.Context, pd Pending, wk utp.Wakeup) (*Outcom
 		Call: pd, Wakeup: wk, ResultCard: rc, Result: tr,
 		AfterExecution: card.EffectiveAfterExecution(tr.Result, tr.AfterExecution),
 	}
-	if c.operator != "" {
-		// The operator may not ack (Config.Operator): the entry stays
-		// pending; nobody resumes the operator's agent id.
-		return out, nil
-	}
 	if wk.InboxID == "" {
 		return out, fmt.Errorf("%w: the wakeup of tool_call_id %s has no inbox_id", ErrNotAcked, pd.ToolCallID)
 	}

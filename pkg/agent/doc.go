@@ -11,12 +11,17 @@
 //
 // An operator's client (Config.Operator) makes its calls on
 // svc.dispatch.operator.<name> with no mandate, as the agent id
-// op-<name> (utp.OperatorAgentID); it waits for them like any Call but
-// does not ack their inbox entries (the operator identity may not).
+// op-<name> (utp.OperatorAgentID); it waits for them and acks their
+// inbox entries like any Call.
 //
 // A Client needs a CardStore, a tool registry and an inbox client; New
-// creates the NATS clients of the mesh services (natsstore, natsreg,
-// natsinbox) for those Config leaves nil, with the same version and channel.
+// creates the NATS clients of the mesh services for those Config leaves
+// nil, with the same version and channel: the CardStore and the inbox on
+// the agent's own subjects (natsstore.NewAgentClient,
+// natsinbox.NewAgentClient: cg.<ver>.<project>.<channel>.svc.cardstore.<op>.<agent_id>
+// and …svc.inbox.<op>.<agent_id>), which serve that agent's cards, turns
+// and inbox entries only and are the only ones a per-agent identity
+// (agent-<project>.<agent>.nk) may use; the registry with natsreg.
 //
 // # Message flow
 //

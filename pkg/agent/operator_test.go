@@ -60,8 +60,8 @@ func TestOperatorConfig(t *testing.T) {
 
 // TestOperatorCall: an operator's client calls an operator-only tool
 // through the mesh's admission (principal operator:<name>, agent id
-// op-<name>, no mandate) and gets the result; its inbox entry stays
-// pending (an operator does not ack). An agent's call of the same tool is
+// op-<name>, no mandate) and gets the result; its inbox entry is acked
+// on op-<name>'s own inbox subject. An agent's call of the same tool is
 // refused operator_only.
 func TestOperatorCall(t *testing.T) {
 	g := gatetest.Start(t, gatetest.Options{Tools: []worker.Tool{whoTool("ops_only", registry.Options{Principal: registry.PrincipalOperator})}})
@@ -81,8 +81,8 @@ func TestOperatorCall(t *testing.T) {
 		t.Fatalf("operator call ran as %+v", v)
 	}
 	e, err := op.Inbox().Get(ctx, gatetest.Project, out.Wakeup.InboxID)
-	if err != nil || e.State != inbox.StatePending || e.AgentID != "op-alice" {
-		t.Fatalf("operator's inbox entry = %+v, %v; want pending, agent op-alice", e, err)
+	if err != nil || e.State != inbox.StateAcked || e.AgentID != "op-alice" {
+		t.Fatalf("operator's inbox entry = %+v, %v; want acked, agent op-alice", e, err)
 	}
 
 	ag := g.Agent(t, authz.DemoAgent, g.Demo)

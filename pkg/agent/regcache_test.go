@@ -54,7 +54,7 @@ func TestRegistryCache(t *testing.T) {
 			defer c.Close()
 			ctx := ctxT(t)
 			for range 3 {
-				if _, err := c.Call(ctx, agent.CallRequest{ToolName: echo.Name, Arguments: json.RawMessage(`{}`), AgentTurnID: "turn-cache"}); err != nil {
+				if _, err := c.Call(ctx, agent.CallRequest{ToolName: echo.Name, Arguments: json.RawMessage(`{}`), AgentTurnID: "turn-cache-" + tc.name}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -62,7 +62,7 @@ func TestRegistryCache(t *testing.T) {
 				t.Fatalf("registry reads for 3 calls = %d, want %d", got, tc.wantReads)
 			}
 			for range 2 {
-				_, err := c.Call(ctx, agent.CallRequest{ToolName: "no_such_tool", Arguments: json.RawMessage(`{}`), AgentTurnID: "turn-cache"})
+				_, err := c.Call(ctx, agent.CallRequest{ToolName: "no_such_tool", Arguments: json.RawMessage(`{}`), AgentTurnID: "turn-cache-" + tc.name})
 				if !errors.Is(err, agent.ErrUnknownTool) {
 					t.Fatalf("call of an unknown tool: %v, want ErrUnknownTool", err)
 				}
