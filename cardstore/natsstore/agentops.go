@@ -19,9 +19,12 @@ import (
 // agent id). A per-agent identity may publish only its own agent's
 // (internal/meshauth), and the server serves only that agent's cards:
 //
-//   - a card is the agent's when its turn is (cardstore.TurnAgent: the
-//     agent_id of the turn's first card that names one), or, for a card
-//     of no turn, when its own metadata.agent_id names the agent;
+//   - a card is the agent's when its metadata.agent_id names the agent
+//     (its own calls and their results, wherever they are: the admission
+//     may put an agent's call into another agent's turn, e.g. a
+//     confirmation) or when it is in one of the agent's turns
+//     (cardstore.TurnAgent: the agent_id of the turn's first card that
+//     names one);
 //   - put: every card must name the agent (metadata.agent_id) and its turn
 //     must be new or the agent's; tool.result cards are refused as on the
 //     plain put (wrong_op);
@@ -217,22 +220,23 @@ func (a *agentScope) checkIDs(ctx context.Context, ids []string) error {
 	return nil
 }
 
-// checkCards refuses the first card that is not the agent's. A card is
-// the agent's when its turn is, or, with no turn, when it names the agent.
+// checkCards refuses the first card that is not the agent's: a card is
+// the agent's when it names the agent or is in one of the agent's turns.
 func (a *agentScope) checkCards(ctx context.Context, cards []*card.Card) error {
 	for _, c := range cards {
+		if c.Metadata.AgentID != "" && subjects.ToolToken(c.Metadata.AgentID) == a.ts.Tool {
+			continue
+		}
 		var agent string
 		if turn := c.Metadata.AgentTurnID; turn != "" {
 			var err error
 			if agent, err = a.turnAgent(ctx, turn); err != nil {
 				return err
 			}
-		} else {
-			agent = c.Metadata.AgentID
 		}
 		if agent == "" || subjects.ToolToken(agent) != a.ts.Tool {
 			a.info["card_id"] = c.CardID
-			return fmt.Errorf("%w: card %s is not agent %s's (a card is the agent's whose turn it is in): on svc.cardstore.%s.%s an agent reads only its own cards",
+			return fmt.Errorf("%w: card %s is not agent %s's (it neither names the agent nor is in one of its turns): on svc.cardstore.%s.%s an agent reads only its own cards",
 				cardstore.ErrForbidden, c.CardID, a.ts.Tool, a.ts.Op, a.ts.Tool)
 		}
 	}

@@ -44,7 +44,13 @@ func testAgentScopedOps(t *testing.T, mode string) {
 	aCall.Metadata.AgentID, bCall.Metadata.AgentID = "alice", "bob"
 	aRes, bRes := resultCard("p", "t-alice", "c1", "echo"), resultCard("p", "t-bob", "c1", "echo")
 	bLoose := agentCard("bob", "")
-	if err := m.store.Put(ctx, aCall, aRes, bCall, bRes, bLoose); err != nil {
+	// The admission put alice's call into bob's turn (a confirmation):
+	// it and its result name her, and are hers to read; the turn is not.
+	aInBob := callCard("p", "t-bob", "c2", "echo")
+	aInBob.Metadata.AgentID = "alice"
+	aInBobRes := resultCard("p", "t-bob", "c2", "echo")
+	aInBobRes.Metadata.AgentID = "alice"
+	if err := m.store.Put(ctx, aCall, aRes, bCall, bRes, bLoose, aInBob, aInBobRes); err != nil {
 		t.Fatal(err)
 	}
 	bBox, err := m.store.CreateBox(ctx, "p", "", []string{bCall.CardID, bRes.CardID})
@@ -62,6 +68,9 @@ func testAgentScopedOps(t *testing.T, mode string) {
 	// Her own: every read and write works.
 	if c, err := alice.Get(ctx, "p", aRes.CardID); err != nil || c.CardID != aRes.CardID {
 		t.Fatalf("get her result: %v, %v", c, err)
+	}
+	if res, err := alice.GetMany(ctx, "p", []string{aInBob.CardID, aInBobRes.CardID}); err != nil || len(res.Cards) != 2 {
+		t.Fatalf("get her call and result in bob's turn: %+v, %v", res, err)
 	}
 	if page, err := alice.ListTurn(ctx, cardstore.ListTurnRequest{ProjectID: "p", AgentTurnID: "t-alice"}); err != nil || len(page.Cards) != 2 {
 		t.Fatalf("list her turn: %+v, %v", page, err)
