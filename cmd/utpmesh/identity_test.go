@@ -161,6 +161,23 @@ func TestIdentityEscalations(t *testing.T) {
 		{"agent demo/alice", alice, "dispatch as another agent", "publish", p("demo", "svc.dispatch.call.bob")},
 		{"agent demo/alice", alice, "receive another agent's wakeups", "subscription", "cg." + v + ".demo.*.cmd.agent.bob.wakeup"},
 		{"agent demo/alice", alice, "receive every agent's wakeups", "subscription", "cg." + v + ".demo.*.cmd.agent.*.wakeup"},
+		// The project's plain CardStore and inbox subjects serve every
+		// agent's cards and entries; another agent's scoped ones are its.
+		{"agent demo/alice", alice, "list the project's inbox", "publish", p("demo", "svc.inbox.list")},
+		{"agent demo/alice", alice, "get from the project's inbox", "publish", p("demo", "svc.inbox.get")},
+		{"agent demo/alice", alice, "ack on the project's inbox", "publish", p("demo", "svc.inbox.ack")},
+		{"agent demo/alice", alice, "set an epoch on the project's inbox", "publish", p("demo", "svc.inbox.set_epoch")},
+		{"agent demo/alice", alice, "ack on bob's inbox subject", "publish", p("demo", "svc.inbox.ack.bob")},
+		{"agent demo/alice", alice, "list bob's inbox subject", "publish", p("demo", "svc.inbox.list.bob")},
+		{"agent demo/alice", alice, "read the project's cards", "publish", p("demo", "svc.cardstore.get")},
+		{"agent demo/alice", alice, "list the project's turns", "publish", p("demo", "svc.cardstore.list_turns")},
+		{"agent demo/alice", alice, "list a turn on the project's subject", "publish", p("demo", "svc.cardstore.list_turn")},
+		{"agent demo/alice", alice, "put on the project's subject", "publish", p("demo", "svc.cardstore.put")},
+		{"agent demo/alice", alice, "get a box on the project's subject", "publish", p("demo", "svc.cardstore.box_get")},
+		{"agent demo/alice", alice, "read claims", "publish", p("demo", "svc.cardstore.get_claim")},
+		{"agent demo/alice", alice, "read cards on bob's subject", "publish", p("demo", "svc.cardstore.get.bob")},
+		{"agent demo/alice", alice, "put cards on bob's subject", "publish", p("demo", "svc.cardstore.put.bob")},
+		{"agent demo/alice", alice, "read another project's cards on its own subject", "publish", p("other", "svc.cardstore.get.alice")},
 		{"operator", op, "update a stream", "publish", "$JS.API.STREAM.UPDATE." + cmd},
 		{"operator", op, "publish a tool command", "publish", p("demo", "cmd.tool.echo")},
 		{"operator", op, "write a result", "publish", p("demo", "svc.cardstore.put_result")},
@@ -168,6 +185,9 @@ func TestIdentityEscalations(t *testing.T) {
 		{"operator", op, "dispatch as an agent", "publish", p("demo", "svc.dispatch.call.demo-agent")},
 		{"operator", op, "read every reply inbox", "subscription", "_INBOX.>"},
 		{"operator", op, "read tool commands", "subscription", "cg." + v + ".demo.*.cmd.tool.echo"},
+		{"operator", op, "ack an agent's inbox entries", "publish", p("demo", "svc.inbox.ack.demo-agent")},
+		{"operator", op, "ack another operator's inbox entries", "publish", p("demo", "svc.inbox.ack.op-alice")},
+		{"operator", op, "put cards as itself", "publish", p("demo", "svc.cardstore.put.op-operator")},
 	}
 	for _, tc := range deny {
 		t.Run(tc.actor+" may not "+tc.action, func(t *testing.T) {
@@ -200,6 +220,17 @@ func TestIdentityEscalations(t *testing.T) {
 		{"worker limited to demo", "read project demo's cards", lim, p("demo", "svc.cardstore.get")},
 		{"operator", "dispatch as itself", op, p("demo", "svc.dispatch.operator.operator")},
 		{"operator", "put a policy", op, p("demo", "svc.authz.put")},
+		{"agent demo/alice", "list its own inbox", alice, p("demo", "svc.inbox.list.alice")},
+		{"agent demo/alice", "ack its own inbox entries", alice, p("demo", "svc.inbox.ack.alice")},
+		{"agent demo/alice", "set the epoch of its own turns", alice, p("demo", "svc.inbox.set_epoch.alice")},
+		{"agent demo/alice", "read its own cards", alice, p("demo", "svc.cardstore.get.alice")},
+		{"agent demo/alice", "put its own cards", alice, p("demo", "svc.cardstore.put.alice")},
+		{"agent demo/alice", "list its own turns", alice, p("demo", "svc.cardstore.list_turns.alice")},
+		{"agent (project-wide)", "ack on the project's inbox", agentDemo, p("demo", "svc.inbox.ack")},
+		{"agent (project-wide)", "ack on any agent's inbox subject", agentDemo, p("demo", "svc.inbox.ack.bob")},
+		{"agent (project-wide)", "read cards on any agent's subject", agentDemo, p("demo", "svc.cardstore.get.bob")},
+		{"operator", "ack its own inbox entries", op, p("demo", "svc.inbox.ack.op-operator")},
+		{"operator", "read its own calls' cards", op, p("demo", "svc.cardstore.get.op-operator")},
 	}
 	for _, tc := range allow {
 		t.Run(tc.actor+" may "+tc.action, func(t *testing.T) { tc.a.allowed(t, tc.subj) })
