@@ -13,6 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/nats-io/nats.go"
 
+	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
@@ -135,13 +136,17 @@ func isTaskCall(c *card.Card) bool {
 
 // taskOf reads the task (turn, callID) for ci's agent: the call's cards
 // and inbox entries (agent.Client.Resume). Another agent's call is not
-// found.
+// found (the CardStore refuses another agent's turn on the agent's own
+// subjects: forbidden).
 func (b *Bridge) taskOf(ctx context.Context, ci callInfo, turn, callID string) (*taskState, error) {
 	c, err := b.client(ci.id.AgentID)
 	if err != nil {
 		return nil, err
 	}
 	ts, err := c.Resume(ctx, turn)
+	if errors.Is(err, cardstore.ErrForbidden) {
+		return nil, fmt.Errorf("%w: %s (turn %s is not agent %s's)", ErrTaskNotFound, TaskID(turn, callID), turn, ci.id.AgentID)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read task %s: %w", TaskID(turn, callID), err)
 	}
