@@ -78,8 +78,9 @@
 //     whose wakeup core NATS lost (a reconnect) is found that way. The inbox, not the wakeup, is the
 //     truth, so no result can be missed as long as the inbox keeps it.
 //  8. Result. Call reads the tool.result card the wakeup points at
-//     (tool_result_card_id), checks that it belongs to the call, and
-//     acknowledges the inbox entry lazily (inbox "ack" with "lazy": the
+//     (tool_result_card_id, CardStore "get" on the agent's subject),
+//     checks that it belongs to the call, and acknowledges the inbox
+//     entry lazily (inbox "ack" on the agent's subject, with "lazy": the
 //     inbox answers at once, shows the entry acked to every read, and
 //     writes the ack with its next transaction; a crash before that
 //     leaves the entry pending, so Resume sees the result once more).
