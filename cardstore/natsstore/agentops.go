@@ -52,12 +52,13 @@ type agentScope struct {
 	s      *Server
 	ts     subjects.ToolSubject
 	owners map[string]string // agent_turn_id → its agent ("" none)
+	empty  map[string]bool   // agent_turn_ids with no card
 	info   map[string]string
 }
 
 // agentOp serves one agent-scoped request and audits a refusal.
 func (s *Server) agentOp(ctx context.Context, ts subjects.ToolSubject, data []byte) (any, error) {
-	a := &agentScope{s: s, ts: ts, owners: map[string]string{}, info: map[string]string{"agent": ts.Tool}}
+	a := &agentScope{s: s, ts: ts, owners: map[string]string{}, empty: map[string]bool{}, info: map[string]string{"agent": ts.Tool}}
 	reply, err := a.do(ctx, data)
 	if errors.Is(err, cardstore.ErrForbidden) {
 		s.log.Warn("cardstore: agent-scoped request refused", "subject", ts.String(), "err", err)
@@ -247,8 +248,8 @@ func (a *agentScope) checkCards(ctx context.Context, cards []*card.Card) error {
 // agent. A turn with no card is the agent's to start (write) or reads as
 // empty.
 func (a *agentScope) checkTurn(ctx context.Context, turn string, write bool) error {
-	if turn == "" {
-		return nil // the store refuses a missing agent_turn_id
+	if turn == "" || a.empty[turn] {
+		return nil // no turn (the store refuses a missing agent_turn_id), or one with no card
 	}
 	if _, seen := a.owners[turn]; !seen {
 		agent, found, err := cardstore.TurnAgent(ctx, a.s.store, a.ts.Project, turn)
@@ -259,6 +260,7 @@ func (a *agentScope) checkTurn(ctx context.Context, turn string, write bool) err
 			return fmt.Errorf("cardstore: look up the agent of turn %q: %w", turn, err)
 		}
 		if !found {
+			a.empty[turn] = true
 			return nil
 		}
 		a.owners[turn] = agent

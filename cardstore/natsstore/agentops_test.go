@@ -180,3 +180,41 @@ func testAgentScopedOps(t *testing.T, mode string) {
 		t.Fatalf("a tool.result on put.alice = %v, want wrong_op", err)
 	}
 }
+
+// BenchmarkAgentGet is an agent's read of its call's result over NATS, on
+// bbolt: plain on the project's get; agent on get.<agent> with a result
+// naming the agent (the SDK's case: no turn lookup); agent-turn with a
+// result that names no agent, so the server reads the turn's first cards
+// to find its agent.
+//
+//	go test -run '^$' -bench BenchmarkAgentGet -benchtime 2000x ./cardstore/natsstore/
+func BenchmarkAgentGet(b *testing.B) {
+	for _, mode := range []string{"plain", "agent", "agent-turn"} {
+		b.Run(mode, func(b *testing.B) {
+			ctx := context.Background()
+			m := serveTools(b, modeBolt)
+			call, res := callCard("p", "t1", "c1", "echo"), resultCard("p", "t1", "c1", "echo")
+			call.Metadata.AgentID = "alice"
+			if mode != "agent-turn" {
+				res.Metadata.AgentID = "alice"
+			}
+			if err := m.store.Put(ctx, call, res); err != nil {
+				b.Fatal(err)
+			}
+			st := cardstore.Store(m.client)
+			if mode != "plain" {
+				c, err := natsstore.NewAgentClient(m.nc, "alice")
+				if err != nil {
+					b.Fatal(err)
+				}
+				st = c
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := st.Get(ctx, "p", res.CardID); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

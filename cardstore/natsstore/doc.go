@@ -40,6 +40,14 @@
 // toolcall/…; a key with no service goes to the plain claim_key and
 // release_key, the core's and admin's.
 //
+// Agent runtimes read and write on their agent's own subjects,
+// cg.<ver>.<project_id>.<channel_id>.svc.cardstore.<op>.<agent>
+// (subjects.AgentService; NewAgentClient), the only ones a per-agent
+// identity may publish: there the server serves that agent's cards, turns
+// and boxes only (AgentOps says what is the agent's) and refuses anything
+// else with cardstore.ErrForbidden, audited. The agent-scoped ops and the
+// tool-scoped ops are disjoint, so the op says how the last token reads.
+//
 // Caveats:
 //   - One Put over NATS holds the cards of one project (the subject's). The
 //     local store accepts mixed batches; the client refuses them.
