@@ -107,8 +107,8 @@ type Deps struct {
 	Context context.Context
 	// Node names this worker's sandbox node; "" reads (or generates)
 	// <DataDir>/cynode-node (sandbox.NodeFile).
-	Node string
-	Logger  *slog.Logger
+	Node   string
+	Logger *slog.Logger
 	// TestEgress lets tests reach their local servers (made-up host
 	// names, exempt address:port pairs). Its type is internal to
 	// services/cynode, so only this module's tests can set it; no

@@ -82,7 +82,7 @@ type Service struct {
 	cfg     gateway.SandboxConfig
 	root    string
 	dataDir string
-	images *imagestore.Store
+	images  *imagestore.Store
 	// cgroups is nil when execs are limited by rlimits; noCgroup says why.
 	cgroups  *cgroups
 	noCgroup string
