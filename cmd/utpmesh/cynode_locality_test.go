@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,5 +125,90 @@ func TestCynodeNodeSubjectPermissions(t *testing.T) {
 			}
 			a.waitViolation(t, "subscription", pattern)
 		})
+	}
+}
+
+// TestSandboxNodeLossAcrossProcesses: two `utpmesh worker cynode`
+// processes, each with its own data directory, serve one mesh. The
+// sandbox lives on the worker that took sandbox.create, and every call
+// on it through the CLI works whichever worker takes it; once that worker
+// is SIGKILLed, the next call fails at once naming its node, and a new
+// sandbox.create works on the survivor.
+func TestSandboxNodeLossAcrossProcesses(t *testing.T) {
+	for _, bin := range []string{"bwrap", "prlimit"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if os.Getenv("UTPMESH_REQUIRE_BWRAP") == "1" {
+				t.Fatalf("%s is not installed and UTPMESH_REQUIRE_BWRAP=1: run make test-deps", bin)
+			}
+			t.Skipf("%s is not installed: sandboxes run in bubblewrap with prlimit", bin)
+		}
+	}
+	root := t.TempDir()
+	// A killed worker leaves its sandboxes' tmpfs mounted (a root worker
+	// mounts them on the host; its next start would unmount them).
+	t.Cleanup(func() {
+		works, _ := filepath.Glob(filepath.Join(root, "cynode-*", "sandboxes", "*", "work"))
+		for _, w := range works {
+			_ = syscall.Unmount(w, syscall.MNT_DETACH)
+		}
+	})
+	cm := startServicesMesh(t, root, []string{"echo"}, nil)
+	// The mesh serves echo only; its project policy and a mandate let the
+	// demo agent invoke the cynode tools the workers bring.
+	pol := filepath.Join(root, "cynode.cedar")
+	if err := os.WriteFile(pol, []byte(`permit(principal, action == Action::"mcp.tool.invoke", resource);`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type node struct {
+		p   *proc
+		dir string
+	}
+	var nodes []node
+	for i := range 2 {
+		dir := filepath.Join(root, fmt.Sprintf("cynode-%d", i))
+		p := startProc(t, "worker", "--nats", cm.url, "--data", dir, "--metrics-addr", "", "--instance", fmt.Sprintf("cynode-%d", i), "cynode")
+		p.waitLine(t, "worker serving")
+		nodes = append(nodes, node{p, dir})
+	}
+	cm.must(t, 0, "policy", "put", "--project", "demo", "--yes", pol)
+	mand := strings.TrimSpace(cm.must(t, 0, "mandate", "issue", "--project", "demo", "--agent", "demo-agent", "--policy", pol,
+		"--data", filepath.Join(root, "utpmesh-data")).stdout)
+	call := func(code int, tool, args string) string {
+		t.Helper()
+		r := cm.must(t, code, "call", tool, "--mandate", mand, "--json", "--args", args)
+		return r.stdout + r.stderr
+	}
+	const job = `"task_id":"demo-task","job_id":"demo-job"`
+	call(0, "sandbox.create", `{`+job+`,"image_ref":"builtin:host-usr"}`)
+	holder, survivor := -1, -1
+	for i, n := range nodes {
+		if ents, _ := os.ReadDir(filepath.Join(n.dir, "sandboxes")); len(ents) == 1 {
+			holder = i
+		} else {
+			survivor = i
+		}
+	}
+	if holder < 0 || survivor < 0 {
+		t.Fatal("want the sandbox on exactly one of the two workers")
+	}
+	call(0, "sandbox.put_file", `{`+job+`,"path":"in.txt","content_bytes_base64":"aGVsbG8K"}`)
+	for range 4 {
+		wantContains(t, "exec", call(0, "sandbox.exec", `{`+job+`,"command":"/bin/cat","argv":["in.txt"]}`), `hello\n`)
+	}
+	raw, err := os.ReadFile(filepath.Join(nodes[holder].dir, sandbox.NodeFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimSpace(string(raw))
+	if err := nodes[holder].p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = nodes[holder].p.cmd.Wait()
+	wantContains(t, "exec on the lost sandbox", call(1, "sandbox.exec", `{`+job+`,"command":"/bin/true","argv":[]}`),
+		"lived on node "+name+", which is gone", "create a new sandbox", "upstream_unavailable")
+	call(0, "sandbox.create", `{`+job+`,"image_ref":"builtin:host-usr"}`)
+	wantContains(t, "exec in the new sandbox", call(0, "sandbox.exec", `{`+job+`,"command":"/bin/echo","argv":["again"]}`), `again\n`)
+	if ents, _ := os.ReadDir(filepath.Join(nodes[survivor].dir, "sandboxes")); len(ents) != 1 {
+		t.Fatalf("the new sandbox is not on the survivor: %v", ents)
 	}
 }
