@@ -121,4 +121,3 @@ func TestSandboxLocalityTwoWorkers(t *testing.T) {
 		t.Fatalf("exec in the new sandbox = %v", r)
 	}
 }
-
