@@ -122,9 +122,21 @@ func (l *locality) register() error {
 		_ = svc.Stop()
 		return fmt.Errorf("cynode sandbox: node endpoint %s: %w", subj, err)
 	}
+	// The server has the node's subscription before Serve returns: a
+	// request right after finds it.
+	fctx, cancel := deadline.Within(context.Background(), 0)
+	defer cancel()
+	if err := l.nc.FlushWithContext(fctx); err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("cynode sandbox: node endpoint %s: %w", subj, err)
+	}
 	l.stopMu.Lock()
+	defer l.stopMu.Unlock()
+	if l.stopped { // the service closed while the node started
+		_ = svc.Stop()
+		return errors.New("cynode sandbox: the service is closed")
+	}
 	l.svc = svc
-	l.stopMu.Unlock()
 	return nil
 }
 

@@ -1,41 +1,5 @@
 package sandbox
 
-// Locality: a sandbox lives on one node.
-//
-// A sandbox is a directory (and, for a service that is not root, a holder
-// process) of the cynode worker process that created it, and every cynode
-// worker consumes the one durable of each sandbox tool, so a call on a job's
-// sandbox may reach a worker that does not hold it. Each worker is a node
-// with a name (NodeFile under its data directory, generated once) and an
-// incarnation (random, per process). sandbox.create records, in the KV
-// bucket Bucket that every worker shares, which node and incarnation hold
-// the job's sandbox (compare-and-set: one create wins across the mesh). A
-// call that reaches another worker is forwarded, as a NATS request with the
-// call's deadline, to the holder on its node subject
-// (subjects.NodeService: cg.<ver>.<project>.<channel>.svc.cynode.node.<node>,
-// served by the holder's micro service MicroService); the holder runs it
-// with its own limits and answers the result or the error, and the worker
-// that took the call writes the tool.result under its claim as for any
-// call.
-//
-// Why forwarding, not routing the command itself to the holder: the call
-// keeps the protocol's one path (one durable per tool, one claim, one
-// result card written by the worker that claimed it), so exactly one
-// result holds as for every other tool; a per-node durable would need a
-// second command subject per node, its own redelivery and a core that
-// knows nodes. The cost is one NATS round trip between two workers, and
-// a forwarded exec that the receiving worker abandons (its call canceled,
-// it died) runs on at the holder until the deadline it was sent with.
-//
-// A holder that is gone fails the call at once: no process serves its
-// subject (NATS answers "no responders" as soon as its connection is
-// gone), or a probe with a short deadline (ProbeTimeout) goes unanswered
-// (a host lost without closing its connection), or the node answers with
-// another incarnation (it restarted, and a start removes every sandbox
-// left behind). The error is unavailable, naming the node and saying to
-// create a new sandbox; sandbox.create then takes the record over, and
-// sandbox.destroy removes it.
-
 import (
 	"context"
 	"crypto/rand"
@@ -142,7 +106,9 @@ type locality struct {
 	bucket  *jskv.Bucket
 	svc     micro.Service
 	running atomic.Int64
+	// stopMu guards svc (set by register) and stopped (set by stop).
 	stopMu  sync.Mutex
+	stopped bool
 }
 
 // BucketConfig is the records bucket's configuration with replicas.
@@ -325,9 +291,14 @@ func (l *locality) wait(ctx context.Context) error {
 func (l *locality) stop() {
 	l.stopMu.Lock()
 	defer l.stopMu.Unlock()
+	l.stopped = true
 	if l.svc != nil {
 		_ = l.svc.Stop()
 		l.svc = nil
+		// Calls forwarded from now on find no responder at once.
+		fctx, cancel := deadline.Within(context.Background(), 0)
+		defer cancel()
+		_ = l.nc.FlushWithContext(fctx)
 	}
 }
 

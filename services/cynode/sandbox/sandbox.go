@@ -1,31 +1,3 @@
-// Package sandbox is the CyNodeAI sandbox tools: sandbox.create, exec,
-// put_file, get_file, stream_logs, destroy, and
-// sandbox.allowed_images.list|add. A sandbox belongs to a job of a task
-// (job_id must be a job of task_id); it is a work directory and a user id
-// of its own, and every exec runs in a fresh bubblewrap (bwrap)
-// container: all namespaces unshared (no network: only its own loopback),
-// private /proc, /dev and /tmp, the work dir at /work, a cleared
-// environment. The system tree is either the host's /usr read-only (the
-// built-in image, builtin:host-usr) or an image the operator imported
-// into the local image store (internal/imagestore: a docker save archive
-// or an OCI image layout, unpacked to <data>/images/<image id>/rootfs)
-// bound read-only as /; either way the image must be in the allowed
-// images. The process runs as the sandbox's own unprivileged uid
-// (200000-299999, derived from task and job; with an imported image the
-// host's setpriv is bound in at /.cynode to drop to it). Memory,
-// processes and CPU are limited by a cgroup v2 of the exec's own
-// (memory.max, pids.max, cpu.max; killed whole at the end) where the
-// service can delegate those controllers, otherwise by rlimits; each
-// result says which (limits_enforced_by). CPU time, file size, open
-// files, a wall-clock timeout and an output cap apply either way, and
-// the container dies with the service. Sandbox directories left behind by
-// a crash are removed when the service starts. The tools have scope pm
-// (sandbox agents never get them).
-//
-// A sandbox lives on one node, the worker process that created it; a
-// call that another cynode worker took is forwarded to it, and a call on
-// a sandbox whose node is gone fails at once (Serve; locality.go says how
-// and why).
 package sandbox
 
 import (
