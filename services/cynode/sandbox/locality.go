@@ -50,8 +50,10 @@ const (
 // to it: a holder that does not answer it is gone.
 var ProbeTimeout = 2 * time.Second
 
-// Errors of locality.
+// Errors of the sandbox service.
 var (
+	// ErrNoBwrap is returned when bubblewrap is not installed.
+	ErrNoBwrap = errors.New("bubblewrap (bwrap) is not installed: apt-get install -y bubblewrap (make test-deps)")
 	// ErrNodeName: the node's name is not one (NodeFile holds something
 	// else); the message names the file and the rule.
 	ErrNodeName = errors.New("cynode sandbox: bad node name")

@@ -23,7 +23,7 @@ import (
 
 // needBwrap skips without bubblewrap, unless UTPMESH_REQUIRE_BWRAP=1
 // (make test), where its absence fails the test.
-func needBwrap(t *testing.T) {
+func needBwrap(t testing.TB) {
 	t.Helper()
 	for _, bin := range []string{"bwrap", "prlimit"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -40,14 +40,14 @@ var sbConfig = gateway.SandboxConfig{MemoryBytes: 128 << 20, CPUSeconds: 2, MaxP
 // mesh is one NATS server with JetStream and a seeded cynode store that
 // every node of a test shares (as the shared state engine gives them).
 type mesh struct {
-	t   *testing.T
+	t   testing.TB
 	srv interface {
 		Connect(...nats.Option) (*nats.Conn, error)
 	}
 	d *ct.Direct
 }
 
-func newMesh(t *testing.T) *mesh {
+func newMesh(t testing.TB) *mesh {
 	srv := meshtest.NATS(t)
 	d := ct.NewDirect(t, nil)
 	d.Seed()
@@ -312,4 +312,34 @@ func TestNodeListShowsSandboxNodes(t *testing.T) {
 		t.Fatalf("node.get node-a = %v", one)
 	}
 	d.Fail(d.Spec(specs, node.ToolRefresh), ct.PMAgent, map[string]any{"node_slug": "node-a"}, gateway.TypeInvalidArgument, "is a sandbox node")
+}
+
+// BenchmarkSandboxCall: a call on a sandbox of node A, taken by A
+// (local) or by B (forwarded to A): sandbox.exec of /bin/true, and
+// sandbox.stream_logs, which runs no process, so the difference is what
+// locality costs a call.
+func BenchmarkSandboxCall(b *testing.B) {
+	needBwrap(b)
+	m := newMesh(b)
+	a, other := m.mustStart("node-a"), m.mustStart("node-b")
+	a.ok(sandbox.ToolCreate, create)
+	for _, tool := range []string{sandbox.ToolExec, sandbox.ToolStreamLogs} {
+		for _, bc := range []struct {
+			name string
+			via  *testNode
+		}{{"local", a}, {"forwarded", other}} {
+			b.Run(tool+"/"+bc.name, func(b *testing.B) {
+				d, sp := bc.via.direct(), bc.via.spec(tool)
+				args := job(map[string]any{"command": "/bin/true"})
+				if tool == sandbox.ToolStreamLogs {
+					args = job(map[string]any{"limit_bytes": 1})
+				}
+				for b.Loop() {
+					if _, err := d.Run(sp, ct.PMAgent, args); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }
