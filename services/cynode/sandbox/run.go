@@ -13,7 +13,6 @@ import (
 	"time"
 )
 
-
 // Limit names, as reported in an exec result's limit_hit.
 const (
 	LimitTimeout = "timeout_ms"
