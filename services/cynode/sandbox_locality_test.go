@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/cynode"
 	ct "github.com/utpmesh/utpmesh/services/cynode/internal/cynodetest"
+	"github.com/utpmesh/utpmesh/services/cynode/node"
 	"github.com/utpmesh/utpmesh/services/cynode/store"
 )
 
@@ -93,6 +95,10 @@ func TestSandboxLocalityTwoWorkers(t *testing.T) {
 	if r := h.Admitted(ct.PMAgent, admitted, principal, "sandbox.put_file", args(map[string]any{"path": "in.txt", "content_bytes_base64": b64("hello\n")})); r.Status != card.StatusSuccess {
 		t.Fatalf("put_file through the mesh's worker: %+v %v", r.Error, r.Envelope)
 	}
+	// Both nodes answer discovery, however loaded the machine.
+	quiet := node.QuietWindow
+	node.QuietWindow = 2 * time.Second
+	t.Cleanup(func() { node.QuietWindow = quiet })
 	// node.list, through the mesh, says where the sandbox lives.
 	nodes := h.OK(ct.PMAgent, "node.list", map[string]any{"tool": "sandbox.exec"})
 	where := map[string]float64{}

@@ -288,6 +288,12 @@ func TestNodeListShowsSandboxNodes(t *testing.T) {
 	m := newMesh(t)
 	a, b := m.mustStart("node-a"), m.mustStart("node-b")
 	a.ok(sandbox.ToolCreate, create)
+	// Both nodes answer discovery, however loaded the machine; no worker
+	// runtime is there to answer its own discovery, which waits for the
+	// first reply as long.
+	quiet, first := node.QuietWindow, node.FirstReplyTimeout
+	node.QuietWindow, node.FirstReplyTimeout = 2*time.Second, 2*time.Second
+	t.Cleanup(func() { node.QuietWindow, node.FirstReplyTimeout = quiet, first })
 	d := b.direct()
 	specs := node.Specs()
 	got := d.OK(d.Spec(specs, node.ToolList), ct.PMAgent, map[string]any{})
