@@ -100,7 +100,7 @@ func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, err
 // one store and one gateway) to the catalogue.
 func cynodeService() Service {
 	return Service{Name: "cynode", Description: "CyNodeAI catalogue behind its gateway: artifact.*, db.*, model.*, skills.*, node.*, help.get, web.*, api.call, git.*, sandbox.*", KeepsFiles: true,
-		Publish: cynode.PublishSubjects,
+		Publish: cynode.PublishSubjects, Subscribe: cynode.SubscribeSubjects, Provision: cynode.Provision,
 		Build: func(d Deps) ([]worker.Tool, error) {
 			cd := cynode.Deps{NC: d.NC, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger}
 			if err := cynodeconfig.Apply(d.Config, &cd, d.Logger); err != nil {

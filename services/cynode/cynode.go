@@ -105,7 +105,10 @@ type Deps struct {
 	Keys mandate.KeyResolver
 	// Context closes the store when it ends; nil: at process exit.
 	Context context.Context
-	Logger  *slog.Logger
+	// Node names this worker's sandbox node; "" reads (or generates)
+	// <DataDir>/cynode-node (sandbox.NodeFile).
+	Node   string
+	Logger *slog.Logger
 	// TestEgress lets tests reach their local servers (made-up host
 	// names, exempt address:port pairs). Its type is internal to
 	// services/cynode, so only this module's tests can set it; no
@@ -158,7 +161,10 @@ type Service struct {
 // Tools are the service's worker tools.
 func (s *Service) Tools() []worker.Tool { return s.tools }
 
-// Close closes the store.
+// SandboxNode is the name of this worker's sandbox node.
+func (s *Service) SandboxNode() string { return s.sandbox.Node() }
+
+// Close closes the store and stops the sandbox node.
 func (s *Service) Close() error {
 	var err error
 	s.closeMu.Do(func() {
@@ -294,6 +300,19 @@ func Open(d Deps) (*Service, error) {
 	}
 	sb, err := sandbox.New(ictx, cfg.Sandbox, d.DataDir)
 	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	// Its sandboxes are reached from every cynode worker (sandbox.Serve):
+	// at once when the connection exists, else once the mesh is up.
+	loc := sandbox.Locality{Conn: conn, Store: st, Node: d.Node, Logger: d.Logger}
+	if d.NC != nil {
+		err = sb.Serve(ictx, loc)
+	} else {
+		err = sb.ServeLater(ictx, loc)
+	}
+	if err != nil {
+		sb.Close()
 		_ = st.Close()
 		return nil, err
 	}

@@ -7,6 +7,13 @@
 // asks one node to reload its configuration (worker.RefreshEndpoint: it
 // forgets its cached registry entries). All have scope pm.
 //
+// A sandbox node is a cynode worker as its sandbox locality reports it
+// (services/cynode/sandbox: the micro service sandbox.MicroService, whose
+// STATS data is the node's live sandboxes and capacity). node.list lists
+// them under sandbox_nodes, each with the sandboxes of the calling
+// project and the count of all; node.get finds one by its node name when
+// no worker runtime has that slug.
+//
 // Discovery is a scatter-gather request: the tools wait up to
 // FirstReplyTimeout for the first reply, then collect until no reply came
 // for QuietWindow; a worker slower than that is missing from the answer.
@@ -17,6 +24,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +33,7 @@ import (
 	"github.com/utpmesh/utpmesh/internal/deadline"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/gateway"
+	"github.com/utpmesh/utpmesh/services/cynode/sandbox"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -61,14 +70,69 @@ type Load struct {
 	Redelivered uint64 `json:"redelivered"`
 }
 
+// SandboxNode is a cynode worker's sandbox node, from its live STATS.
+type SandboxNode struct {
+	// Slug is the node's name (sandbox.NodeFile).
+	Slug        string    `json:"node_slug"`
+	ServiceID   string    `json:"service_id"`
+	Incarnation string    `json:"incarnation"`
+	Started     time.Time `json:"started"`
+	// Sandboxes are those of the calling project; SandboxesTotal counts
+	// every project's.
+	Sandboxes      []sandbox.SandboxInfo `json:"sandboxes"`
+	SandboxesTotal int                   `json:"sandboxes_total"`
+	Capacity       sandbox.Capacity      `json:"capacity"`
+}
+
+// DiscoverSandboxNodes asks the mesh for its sandbox nodes; Sandboxes
+// hold every project's (the tools keep the caller's).
+func DiscoverSandboxNodes(ctx context.Context, nc *nats.Conn) ([]SandboxNode, error) {
+	stats, err := collect(ctx, nc, "$SRV.STATS."+sandbox.MicroService)
+	if err != nil {
+		return nil, err
+	}
+	out := []SandboxNode{}
+	for _, raw := range stats {
+		var st micro.Stats
+		if json.Unmarshal(raw, &st) != nil || st.ID == "" {
+			continue
+		}
+		for _, ep := range st.Endpoints {
+			var ns sandbox.NodeStats
+			if ep == nil || len(ep.Data) == 0 || json.Unmarshal(ep.Data, &ns) != nil || ns.Node == "" {
+				continue
+			}
+			out = append(out, SandboxNode{Slug: ns.Node, ServiceID: st.ID, Incarnation: ns.Incarnation, Started: ns.Started,
+				Sandboxes: ns.Sandboxes, SandboxesTotal: len(ns.Sandboxes), Capacity: ns.Capacity})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Slug < out[j].Slug })
+	return out, nil
+}
+
+// forProject keeps the sandboxes of project.
+func (n SandboxNode) forProject(project string) SandboxNode {
+	var keep []sandbox.SandboxInfo
+	for _, sb := range n.Sandboxes {
+		if sb.ProjectID == project {
+			keep = append(keep, sb)
+		}
+	}
+	n.Sandboxes = keep
+	if n.Sandboxes == nil {
+		n.Sandboxes = []sandbox.SandboxInfo{}
+	}
+	return n
+}
+
 const slugParams = `{"type":"object","additionalProperties":false,"required":["node_slug"],"properties":{"node_slug":{"type":"string","minLength":1,"maxLength":256}}}`
 
 // Specs are the node tools.
 func Specs() []gateway.Spec {
 	return []gateway.Spec{
-		{Name: ToolList, Description: "Lists the mesh's nodes (worker runtimes): tools, versions, projects, load.", Scope: gateway.ScopePM,
+		{Name: ToolList, Description: "Lists the mesh's nodes (worker runtimes): tools, versions, projects, load; and the sandbox nodes (cynode workers): their sandboxes of this project and capacity.", Scope: gateway.ScopePM,
 			Params: `{"type":"object","additionalProperties":false,"properties":{"tool":{"type":"string","maxLength":256}}}`, Run: list},
-		{Name: ToolGet, Description: "Returns one node by node_slug (its worker instance).", Scope: gateway.ScopePM,
+		{Name: ToolGet, Description: "Returns one node by node_slug (its worker instance), or a sandbox node by its name.", Scope: gateway.ScopePM,
 			Params: slugParams, Run: get},
 		{Name: ToolRefresh, Description: "Makes one node reload its configuration: it forgets the registry entries it caches, so its next calls use the registry's current definitions.", Scope: gateway.ScopePM,
 			Params: slugParams, Run: refresh},
@@ -170,19 +234,36 @@ func split(s string) []string {
 	return out
 }
 
-func discover(ctx context.Context, x *gateway.Exec) ([]Node, error) {
+// discover asks for both kinds of nodes at once; sandbox nodes keep the
+// calling project's sandboxes.
+func discover(ctx context.Context, x *gateway.Exec) ([]Node, []SandboxNode, error) {
 	if x.Conn == nil {
-		return nil, gateway.Errorf(gateway.TypeUnavailable, "this cynode service has no NATS connection to ask the mesh")
+		return nil, nil, gateway.Errorf(gateway.TypeUnavailable, "this cynode service has no NATS connection to ask the mesh")
 	}
 	nc, err := x.Conn(ctx)
 	if err != nil {
-		return nil, gateway.Errorf(gateway.TypeUnavailable, "the mesh's connection: %v", err)
+		return nil, nil, gateway.Errorf(gateway.TypeUnavailable, "the mesh's connection: %v", err)
 	}
+	var wg sync.WaitGroup
+	var sbs []SandboxNode
+	var sbErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sbs, sbErr = DiscoverSandboxNodes(ctx, nc)
+	}()
 	nodes, err := Discover(ctx, nc)
-	if err != nil {
-		return nil, gateway.Errorf(gateway.TypeUnavailable, "discovery: %v", err)
+	wg.Wait()
+	if err == nil {
+		err = sbErr
 	}
-	return nodes, nil
+	if err != nil {
+		return nil, nil, gateway.Errorf(gateway.TypeUnavailable, "discovery: %v", err)
+	}
+	for i := range sbs {
+		sbs[i] = sbs[i].forProject(x.Project)
+	}
+	return nodes, sbs, nil
 }
 
 func list(ctx context.Context, x *gateway.Exec) (any, error) {
@@ -192,7 +273,7 @@ func list(ctx context.Context, x *gateway.Exec) (any, error) {
 	if err := x.Bind(&a); err != nil {
 		return nil, err
 	}
-	nodes, err := discover(ctx, x)
+	nodes, sbs, err := discover(ctx, x)
 	if err != nil {
 		return nil, err
 	}
@@ -202,39 +283,63 @@ func list(ctx context.Context, x *gateway.Exec) (any, error) {
 			out = append(out, n)
 		}
 	}
-	return map[string]any{"nodes": out}, nil
+	if a.Tool != "" && !strings.HasPrefix(a.Tool, "sandbox.") {
+		sbs = []SandboxNode{}
+	}
+	return map[string]any{"nodes": out, "sandbox_nodes": sbs}, nil
 }
 
-func find(ctx context.Context, x *gateway.Exec) (Node, error) {
+// find returns the worker runtime of a slug, or else the sandbox node of
+// that name (nil when a runtime matched).
+func find(ctx context.Context, x *gateway.Exec) (Node, *SandboxNode, error) {
 	var a struct {
 		Slug string `json:"node_slug"`
 	}
 	if err := x.Bind(&a); err != nil {
-		return Node{}, err
+		return Node{}, nil, err
 	}
-	nodes, err := discover(ctx, x)
+	nodes, sbs, err := discover(ctx, x)
 	if err != nil {
-		return Node{}, err
+		return Node{}, nil, err
 	}
 	var slugs []string
 	for _, n := range nodes {
 		if n.Slug == a.Slug {
-			return n, nil
+			return n, nil, nil
 		}
 		slugs = append(slugs, n.Slug)
 	}
-	return Node{}, gateway.Errorf(gateway.TypeNotFound, "no node %q answered discovery (nodes: %v; node.list shows them)", a.Slug, slugs)
+	var names []string
+	for i, n := range sbs {
+		if n.Slug == a.Slug {
+			return Node{}, &sbs[i], nil
+		}
+		names = append(names, n.Slug)
+	}
+	return Node{}, nil, gateway.Errorf(gateway.TypeNotFound, "no node %q answered discovery (nodes: %v; sandbox nodes: %v; node.list shows them)", a.Slug, slugs, names)
 }
 
-func get(ctx context.Context, x *gateway.Exec) (any, error) { return find(ctx, x) }
+func get(ctx context.Context, x *gateway.Exec) (any, error) {
+	n, sb, err := find(ctx, x)
+	if err != nil {
+		return nil, err
+	}
+	if sb != nil {
+		return sb, nil
+	}
+	return n, nil
+}
 
 // RefreshTimeout bounds the refresh request to the node.
 var RefreshTimeout = 10 * time.Second
 
 func refresh(ctx context.Context, x *gateway.Exec) (any, error) {
-	n, err := find(ctx, x)
+	n, sb, err := find(ctx, x)
 	if err != nil {
 		return nil, err
+	}
+	if sb != nil {
+		return nil, gateway.Errorf(gateway.TypeInvalidArgument, "%s is a sandbox node; node.refresh_config takes a worker runtime's node_slug (node.list: nodes)", sb.Slug)
 	}
 	nc, err := x.Conn(ctx)
 	if err != nil {

@@ -13,9 +13,6 @@ import (
 	"time"
 )
 
-// ErrNoBwrap is returned when bubblewrap is not installed.
-var ErrNoBwrap = errors.New("bubblewrap (bwrap) is not installed: apt-get install -y bubblewrap (make test-deps)")
-
 // Limit names, as reported in an exec result's limit_hit.
 const (
 	LimitTimeout = "timeout_ms"

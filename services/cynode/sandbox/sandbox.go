@@ -1,26 +1,3 @@
-// Package sandbox is the CyNodeAI sandbox tools: sandbox.create, exec,
-// put_file, get_file, stream_logs, destroy, and
-// sandbox.allowed_images.list|add. A sandbox belongs to a job of a task
-// (job_id must be a job of task_id); it is a work directory and a user id
-// of its own, and every exec runs in a fresh bubblewrap (bwrap)
-// container: all namespaces unshared (no network: only its own loopback),
-// private /proc, /dev and /tmp, the work dir at /work, a cleared
-// environment. The system tree is either the host's /usr read-only (the
-// built-in image, builtin:host-usr) or an image the operator imported
-// into the local image store (internal/imagestore: a docker save archive
-// or an OCI image layout, unpacked to <data>/images/<image id>/rootfs)
-// bound read-only as /; either way the image must be in the allowed
-// images. The process runs as the sandbox's own unprivileged uid
-// (200000-299999, derived from task and job; with an imported image the
-// host's setpriv is bound in at /.cynode to drop to it). Memory,
-// processes and CPU are limited by a cgroup v2 of the exec's own
-// (memory.max, pids.max, cpu.max; killed whole at the end) where the
-// service can delegate those controllers, otherwise by rlimits; each
-// result says which (limits_enforced_by). CPU time, file size, open
-// files, a wall-clock timeout and an output cap apply either way, and
-// the container dies with the service. Sandbox directories left behind by
-// a crash are removed when the service starts. The tools have scope pm
-// (sandbox agents never get them).
 package sandbox
 
 import (
@@ -74,9 +51,10 @@ var (
 
 // Service runs the sandboxes under <data>/sandboxes.
 type Service struct {
-	cfg    gateway.SandboxConfig
-	root   string
-	images *imagestore.Store
+	cfg     gateway.SandboxConfig
+	root    string
+	dataDir string
+	images  *imagestore.Store
 	// cgroups is nil when execs are limited by rlimits; noCgroup says why.
 	cgroups  *cgroups
 	noCgroup string
@@ -85,6 +63,9 @@ type Service struct {
 	// holders keep the work dirs' tmpfs of a service that is not root,
 	// by sandbox dir (guarded by mu).
 	holders map[string]*holder
+	// loc is the service's node (Serve; guarded by mu); nil: every
+	// sandbox is local.
+	loc *locality
 
 	helperOnce sync.Once
 	hostHelper *hostHelper
@@ -115,7 +96,7 @@ func New(ctx context.Context, cfg gateway.SandboxConfig, dataDir string) (*Servi
 	if err != nil {
 		return nil, fmt.Errorf("cynode sandbox: %w", err)
 	}
-	s := &Service{cfg: cfg, root: root, images: images, jobs: map[string]*sync.Mutex{}, holders: map[string]*holder{}}
+	s := &Service{cfg: cfg, root: root, dataDir: dataDir, images: images, jobs: map[string]*sync.Mutex{}, holders: map[string]*holder{}}
 	for i, src := range cfg.Images {
 		if !filepath.IsAbs(src) {
 			src = filepath.Join(dataDir, src)
@@ -152,6 +133,9 @@ func (s *Service) LimitsEnforcedBy() (string, string) {
 func (s *Service) Close() {
 	if s == nil {
 		return
+	}
+	if l := s.localityOf(); l != nil {
+		l.stop()
 	}
 	s.cgroups.close()
 	if canMount() {
@@ -194,9 +178,27 @@ func (s *Service) helper() (*hostHelper, error) {
 	return s.hostHelper, nil
 }
 
+// runFunc is a sandbox tool's implementation.
+type runFunc func(*Service, context.Context, *gateway.Exec) (any, error)
+
+// jobTools are the tools on a job's sandbox, run where it lives.
+var jobTools = map[string]runFunc{
+	ToolCreate: (*Service).create, ToolExec: (*Service).exec, ToolPutFile: (*Service).putFile, ToolGetFile: (*Service).getFile,
+	ToolStreamLogs: (*Service).streamLogs, ToolDestroy: (*Service).destroy,
+}
+
+// forwardable is the tool a call forwarded to this node may run (create
+// is never forwarded: the worker that takes it holds the sandbox).
+func (s *Service) forwardable(tool string) runFunc {
+	if tool == ToolCreate {
+		return nil
+	}
+	return jobTools[tool]
+}
+
 // Specs are the sandbox tools; s nil gives the definitions only.
 func Specs(s *Service) []gateway.Spec {
-	run := func(f func(*Service, context.Context, *gateway.Exec) (any, error)) func(context.Context, *gateway.Exec) (any, error) {
+	run := func(f runFunc) func(context.Context, *gateway.Exec) (any, error) {
 		return func(ctx context.Context, x *gateway.Exec) (any, error) {
 			if s == nil {
 				return nil, gateway.Errorf(gateway.TypeUnavailable, "the sandbox tools are not configured in this process")
@@ -204,24 +206,27 @@ func Specs(s *Service) []gateway.Spec {
 			return f(s, ctx, x)
 		}
 	}
+	job := func(tool string) func(context.Context, *gateway.Exec) (any, error) {
+		return run(s.route(tool, jobTools[tool]))
+	}
 	obj := func(required, props string) string {
 		return `{"type":"object","additionalProperties":false,"required":["task_id","job_id"` + required + `],"properties":{` + jobProps + props + `}}`
 	}
 	return []gateway.Spec{
 		{Name: ToolCreate, Description: "Creates the sandbox of a job from an allowed image (builtin:host-usr is built in): an empty work dir and an isolated runtime.",
-			Params: obj(`,"image_ref"`, `,"image_ref":{"type":"string","minLength":1,"maxLength":512}`), Scope: gateway.ScopePM, TaskScoped: true, Run: run((*Service).create)},
+			Params: obj(`,"image_ref"`, `,"image_ref":{"type":"string","minLength":1,"maxLength":512}`), Scope: gateway.ScopePM, TaskScoped: true, Run: job(ToolCreate)},
 		{Name: ToolExec, Description: "Runs command with argv in the job's sandbox (no network, read-only system, rlimits, timeout); returns exit_code, size-limited stdout/stderr and limit_hit.",
 			Params: obj(`,"command","argv"`, `,"command":{"type":"string","minLength":1,"maxLength":4096},"argv":{"type":"array","maxItems":256,"items":{"type":"string","maxLength":65536}},"timeout_ms":{"type":"integer","minimum":1}`),
-			Scope:  gateway.ScopePM, TaskScoped: true, Run: run((*Service).exec)},
+			Scope:  gateway.ScopePM, TaskScoped: true, Run: job(ToolExec)},
 		{Name: ToolPutFile, Description: "Writes a file (base64) into the sandbox's work dir at a relative path.",
 			Params: obj(`,"path","content_bytes_base64"`, `,"path":`+pathSchema+`,"content_bytes_base64":{"type":"string","contentEncoding":"base64"}`),
-			Scope:  gateway.ScopePM, TaskScoped: true, BinaryFields: []string{"content_bytes_base64"}, Run: run((*Service).putFile)},
+			Scope:  gateway.ScopePM, TaskScoped: true, BinaryFields: []string{"content_bytes_base64"}, Run: job(ToolPutFile)},
 		{Name: ToolGetFile, Description: "Reads a file of the sandbox's work dir (base64); symlinks leaving the work dir are refused.",
-			Params: obj(`,"path"`, `,"path":`+pathSchema), Scope: gateway.ScopePM, TaskScoped: true, Run: run((*Service).getFile)},
+			Params: obj(`,"path"`, `,"path":`+pathSchema), Scope: gateway.ScopePM, TaskScoped: true, Run: job(ToolGetFile)},
 		{Name: ToolStreamLogs, Description: "Returns the sandbox's log (every exec's command and output) from offset; page on with next_offset until eof.",
-			Params: obj(``, `,"offset":{"type":"integer","minimum":0},"limit_bytes":{"type":"integer","minimum":1}`), Scope: gateway.ScopePM, TaskScoped: true, Run: run((*Service).streamLogs)},
+			Params: obj(``, `,"offset":{"type":"integer","minimum":0},"limit_bytes":{"type":"integer","minimum":1}`), Scope: gateway.ScopePM, TaskScoped: true, Run: job(ToolStreamLogs)},
 		{Name: ToolDestroy, Description: "Removes the job's sandbox: its work dir, log and runtime.",
-			Params: jobParams, Scope: gateway.ScopePM, TaskScoped: true, Run: run((*Service).destroy)},
+			Params: jobParams, Scope: gateway.ScopePM, TaskScoped: true, Run: job(ToolDestroy)},
 		{Name: ToolImagesList, Description: "Lists the allowed sandbox images (the operator's and those PM agents added).",
 			Params: `{"type":"object","additionalProperties":false,"properties":{` + gateway.PageSchema + `}}`, Scope: gateway.ScopePM, Run: run((*Service).listImages)},
 		{Name: ToolImagesAdd, Description: "Adds an image reference to the allowed images; PM agents only, and only when the system setting " + SettingAllowAdd + " is true.",
@@ -232,6 +237,7 @@ func Specs(s *Service) []gateway.Spec {
 
 // meta is a sandbox's record on disk.
 type meta struct {
+	ProjectID string    `json:"project_id,omitempty"`
 	TaskID    string    `json:"task_id"`
 	JobID     string    `json:"job_id"`
 	ImageRef  string    `json:"image_ref"`
@@ -371,7 +377,7 @@ func (s *Service) create(ctx context.Context, x *gateway.Exec) (any, error) {
 			s.mu.Unlock()
 		}
 	}
-	m := meta{TaskID: x.TaskID, JobID: x.JobID, ImageRef: a.ImageRef, ImageID: img.ID, Rootfs: img.Rootfs, UID: b.uid, CreatedAt: x.Now, CreatedBy: x.Identity.AgentID,
+	m := meta{ProjectID: x.Project, TaskID: x.TaskID, JobID: x.JobID, ImageRef: a.ImageRef, ImageID: img.ID, Rootfs: img.Rootfs, UID: b.uid, CreatedAt: x.Now, CreatedBy: x.Identity.AgentID,
 		JobDirLimited: limited, JobDirHeld: held}
 	raw, _ := json.Marshal(m)
 	if err := os.WriteFile(filepath.Join(b.dir, "meta.json"), raw, 0o600); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/utp"
+	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/cynode"
 	"github.com/utpmesh/utpmesh/services/cynode/audit"
 	"github.com/utpmesh/utpmesh/services/cynode/internal/egress"
@@ -295,7 +296,14 @@ func (h *Harness) OperatorCall(name, tool string, args any) *Result {
 // its mandate are absent, as in an admitted call (tooltest.Admitted).
 func (h *Harness) Admitted(agentID string, adm *utp.Admission, principal, tool string, args any) *Result {
 	h.T.Helper()
-	b := h.base.Admitted(h.Service.Tools(), tool, tooltest.Admit{AgentID: agentID, Turn: "turn-admitted-" + agentID,
+	return h.AdmittedOn(h.Service.Tools(), agentID, adm, principal, tool, args)
+}
+
+// AdmittedOn is Admitted on tools, another worker's (a second cynode
+// service of the test): the call as that worker runs it when it takes it.
+func (h *Harness) AdmittedOn(tools []worker.Tool, agentID string, adm *utp.Admission, principal, tool string, args any) *Result {
+	h.T.Helper()
+	b := h.base.Admitted(tools, tool, tooltest.Admit{AgentID: agentID, Turn: "turn-admitted-" + agentID,
 		ToolCallID: fmt.Sprintf("call-%d", h.base.Next()), Principal: principal, Admission: adm, Args: h.base.Args(args)})
 	if b.Error != nil && b.Error.Code == card.CodeInternalError && len(b.Error.Detail) == 0 {
 		h.T.Fatalf("%s as %s: %s", tool, principal, b.Error.Message)
