@@ -34,7 +34,11 @@ func startSandbox(t *testing.T) *ct.Harness {
 	t.Helper()
 	needBwrap(t)
 	cfg := ct.Config()
-	cfg.Sandbox = cynode.SandboxConfig{MemoryBytes: 128 << 20, CPUSeconds: 2, MaxProcs: 32, MaxFileBytes: 1 << 20, MaxOutputBytes: 4096, TimeoutMS: 10000, JobDirBytes: 4 << 20}
+	// The wall-clock limit is far above the CPU limit: the endless loop
+	// must be stopped by its 2 CPU-seconds, which a loaded machine may give
+	// it only slowly (at 10 s it once got under 2 on a busy 2-core host).
+	// Tests of the wall-clock limit pass their own timeout_ms.
+	cfg.Sandbox = cynode.SandboxConfig{MemoryBytes: 128 << 20, CPUSeconds: 2, MaxProcs: 32, MaxFileBytes: 1 << 20, MaxOutputBytes: 4096, TimeoutMS: 25000, JobDirBytes: 4 << 20}
 	h := ct.Start(t, cfg)
 	seed(t, h)
 	h.OK(ct.PMAgent, "sandbox.create", map[string]any{"task_id": "t1", "job_id": "j1", "image_ref": "builtin:host-usr"})
