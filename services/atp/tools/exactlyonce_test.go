@@ -8,14 +8,17 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 
+	"github.com/utpmesh/utpmesh/internal/jskv/jskvtest"
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/utp"
@@ -224,4 +227,128 @@ func TestUnknownCommitOutcomeATP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// killBeforeCommit is ATP's state whose armed write transaction, once its
+// closure has read and written, calls kill before the commit.
+type killBeforeCommit struct {
+	state.Store
+	armed atomic.Bool
+	kill  func()
+}
+
+func (k *killBeforeCommit) Update(ctx context.Context, fn func(state.Tx) error) error {
+	return k.Store.Update(ctx, func(tx state.Tx) error {
+		err := fn(tx)
+		if err == nil && k.armed.CompareAndSwap(true, false) {
+			k.kill()
+		}
+		return err
+	})
+}
+
+// TestFollowerKillExactlyOnceATP: atp_booking_create calls on the
+// replicated (R3) state while a follower of its bucket is killed — the
+// node the service's connection is on, so the connection fails over too,
+// between one call's reads and its commit — each end with the one answer
+// of their call: a call is retried (worker.ErrRetryLater, as the worker
+// would redeliver it) but never fails for the loss, and every call
+// created exactly one booking (n calls, n bookings, every answered id
+// among them).
+func TestFollowerKillExactlyOnceATP(t *testing.T) {
+	c := jskvtest.Start(t)
+	var urls []string
+	for _, s := range c.Servers {
+		urls = append(urls, s.ClientURL())
+	}
+	ctx := context.Background()
+	boot := c.Conn(t, 0)
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := kvstate.Provision(pctx, boot, kvstate.Config{Bucket: atp.StateBucket, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.Stream(pctx, "KV_"+atp.StateBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := info.CachedInfo().Cluster.Leader
+	var nc *nats.Conn
+	for _, srv := range c.Servers {
+		if srv.Name() == leader {
+			continue
+		}
+		order := []string{srv.ClientURL()}
+		for _, u := range urls {
+			if u != srv.ClientURL() {
+				order = append(order, u)
+			}
+		}
+		if nc, err = nats.Connect(strings.Join(order, ","), nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		break
+	}
+	killed := -1
+	kb := &killBeforeCommit{kill: func() {
+		for j, srv := range c.Servers {
+			if srv.Name() == nc.ConnectedServerName() {
+				killed = j
+			}
+		}
+		c.Servers[killed].Shutdown()
+	}}
+	s := openOn(t, nc, 3, func(st state.Store) state.Store { kb.Store = st; return kb })
+	create := handler(t, s, ToolBookingCreate)
+	const n = 40
+	retries := 0
+	ids := map[string]bool{}
+	for i := range n {
+		call := callOf(ToolBookingCreate, fmt.Sprintf("call-%d", i), map[string]any{"booking": map[string]any{"title": fmt.Sprintf("b%d", i)}})
+		if i == n/4 {
+			kb.armed.Store(true)
+		}
+		for attempt := 0; ; attempt++ {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			res, err := create(cctx, call)
+			cancel()
+			if errors.Is(err, worker.ErrRetryLater) && attempt < 100 {
+				retries++
+				time.Sleep(100 * time.Millisecond) // the worker's redelivery delay, shortened
+				continue
+			}
+			if err != nil {
+				t.Fatalf("call %d (attempt %d) failed: %v", i, attempt, err)
+			}
+			var b struct {
+				ID string `json:"booking_object_id"`
+			}
+			if err := json.Unmarshal([]byte(resultJSON(t, res)), &b); err != nil || b.ID == "" || ids[b.ID] {
+				t.Fatalf("call %d answered %s: want a booking of its own", i, resultJSON(t, res))
+			}
+			ids[b.ID] = true
+			break
+		}
+	}
+	if killed < 0 {
+		t.Fatal("no node was killed")
+	}
+	bs, err := s.store.List(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bs {
+		if !ids[b.ID] {
+			t.Errorf("booking %s (%s) was created by no answered call", b.ID, b.Title)
+		}
+	}
+	if len(bs) != n {
+		t.Fatalf("bookings after %d calls with a follower killed = %d, want %d", n, len(bs), n)
+	}
+	t.Logf("killed node %d (a follower, the connection's node); %d retries; %d calls, %d bookings", killed, retries, n, len(bs))
 }
