@@ -66,6 +66,16 @@ func (s *Server) Ready() error {
 	return nil
 }
 
+// StorageFault is why the storage guard holds JetStream stopped (the
+// cause Ready names), or "" while the store writes. A node with a
+// storage fault is alive: it starts JetStream again by itself.
+func (s *Server) StorageFault() string {
+	if s.guard == nil {
+		return ""
+	}
+	return s.guard.fault()
+}
+
 // storageGuard watches a server's JetStream store. nats-server
 // keeps a stream's write error (ENOSPC, EIO, EACCES) until the stream is
 // reloaded: every later publish is dropped unanswered (publishers time
