@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,8 +63,8 @@ func fillUp(t *testing.T, dir string) string {
 
 // TestClusterNodeDiskFullMesh: three meshes as one cluster, the third
 // one's data directory alone on a 64 MiB tmpfs, which fills to the brim.
-// That node is not Ready and names the full disk, the other two stay
-// Ready, and the cluster shows the node not current in every stream's
+// That node is not Ready and names the full disk (/readyz 503, /healthz
+// 200), the other two stay Ready, and the cluster shows the node not current in every stream's
 // group (what `utpmesh status` lists as BEHIND). Calls go on through the other two —
 // from an agent of a healthy node, and from an agent of the full node
 // itself, whose clients the others serve through the routes; none ends
@@ -77,7 +78,7 @@ func TestClusterNodeDiskFullMesh(t *testing.T) {
 	meshes := startMeshes(t, "diskfull", func(i int, c *mesh.Config) {
 		c.MaxPayload, c.MaxCardBytes = 2<<20, 1<<20 // a 2 MiB floor
 		if i == full {
-			c.DataDir = vol
+			c.DataDir, c.MetricsAddr = vol, "127.0.0.1:0"
 		}
 	})
 	ctx := context.Background()
@@ -127,6 +128,15 @@ func TestClusterNodeDiskFullMesh(t *testing.T) {
 		t.Fatalf("full node: Ready = %v, want ErrNotReady naming the full disk", rerr)
 	}
 	t.Logf("full node: %v", meshes[full].Ready())
+	// /readyz says why; /healthz stays 200: the node is alive and heals
+	// by itself, a liveness probe must not restart it.
+	base := strings.TrimSuffix(meshes[full].MetricsURL(), "/metrics")
+	if code := httpStatus(t, base+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz of the full node = %d, want 503", code)
+	}
+	if code := httpStatus(t, base+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz of the full node = %d, want 200", code)
+	}
 	js := jsOn(t, meshes[0])
 	name := fmt.Sprintf("n%d", full)
 	waitFor(t, "the full node behind in every stream", func() bool { return replicaState(t, js, name) == "behind" })
@@ -149,7 +159,7 @@ func TestClusterNodeDiskFullMesh(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the full node ready again", func() bool { return meshes[full].Ready() == nil })
+	waitFor(t, "the full node ready again", func() bool { return httpStatus(t, base+"/readyz") == http.StatusOK })
 	waitFor(t, "the healed node a current replica of every stream", func() bool { return replicaState(t, js, name) == "current" })
 	for _, ac := range []*agent.Client{onFull, healthy} {
 		waitFor(t, "a call after the heal", func() bool { return call(ac, 10*time.Second) == nil })
