@@ -80,6 +80,8 @@ func (s *Store) Recorded(ctx context.Context, r *Record) (*toolkit.CallRecord, e
 // of its ctx (WithRecord) with the call's change.
 type recording struct{ state.Store }
 
+var _ state.Store = recording{}
+
 func (s recording) Update(ctx context.Context, fn func(state.Tx) error) error {
 	r := recordOf(ctx)
 	if r == nil || r.Result == nil || r.Written() != nil {
