@@ -24,6 +24,11 @@ type nodeStatus struct {
 	Online bool `json:"online"`
 	// Leads counts the streams, buckets and consumers it leads.
 	Leads int `json:"leads"`
+	// Behind counts the assets whose group sees the node online but not
+	// current: it is routed but does not keep up, as a node whose
+	// JetStream its storage guard stopped (a full disk) or one catching
+	// up after a restart.
+	Behind int `json:"behind"`
 }
 
 // assetStatus is one stream, key-value bucket or consumer and its RAFT
@@ -41,7 +46,10 @@ type assetStatus struct {
 	// Stalled says why the asset takes no writes ("" when it does).
 	Stalled string   `json:"stalled,omitempty"`
 	Offline []string `json:"offline"`
-	online  []string // replicas seen online, leader included
+	// Behind are the replicas online but not current (see
+	// nodeStatus.Behind).
+	Behind []string `json:"behind"`
+	online []string // replicas seen online, leader included
 }
 
 // assetStatus reads every stream (buckets are the KV_ streams) and the
@@ -117,7 +125,7 @@ func assetOf(kind, name, stream string, replicas int, ci *jetstream.ClusterInfo,
 	if replicas < 1 {
 		replicas = 1
 	}
-	a := assetStatus{Kind: kind, Name: name, Stream: stream, Replicas: replicas, Offline: []string{}}
+	a := assetStatus{Kind: kind, Name: name, Stream: stream, Replicas: replicas, Offline: []string{}, Behind: []string{}}
 	if ci == nil || ci.RaftGroup == "" && ci.Leader == "" && len(ci.Replicas) == 0 {
 		ci = &jetstream.ClusterInfo{Leader: server}
 	}
@@ -130,6 +138,9 @@ func assetOf(kind, name, stream string, replicas int, ci *jetstream.ClusterInfo,
 			a.Offline = append(a.Offline, p.Name)
 		} else {
 			a.online = append(a.online, p.Name)
+			if !p.Current {
+				a.Behind = append(a.Behind, p.Name)
+			}
 		}
 	}
 	a.Online = len(a.online)
@@ -163,6 +174,9 @@ func (r *statusReport) addAsset(a assetStatus, nodes map[string]*nodeStatus) {
 	for _, o := range a.Offline {
 		node(o)
 	}
+	for _, b := range a.Behind {
+		node(b).Behind++
+	}
 	if a.Stalled != "" {
 		what := a.Kind + " " + a.Name
 		if a.Stream != "" {
@@ -184,11 +198,17 @@ func writeReadiness(ew *statusWriter, r *statusReport) {
 	}
 	if len(r.Nodes) > 0 {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NODE\tONLINE\tLEADS")
+		fmt.Fprintln(tw, "NODE\tONLINE\tLEADS\tBEHIND")
 		for _, n := range r.Nodes {
-			fmt.Fprintf(tw, "%s\t%t\t%d\n", n.Name, n.Online, n.Leads)
+			fmt.Fprintf(tw, "%s\t%t\t%d\t%d\n", n.Name, n.Online, n.Leads, n.Behind)
 		}
 		_ = tw.Flush()
+		for _, n := range r.Nodes {
+			if n.Online && n.Behind > 0 {
+				ew.printf("node %s is online but not current in %s: it does not keep up (its JetStream stopped on a full disk? see its /readyz and log) or it is catching up; the other replicas take the writes\n",
+					n.Name, plural(n.Behind, "asset", "assets"))
+			}
+		}
 	}
 	if len(r.Assets) > 0 {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)

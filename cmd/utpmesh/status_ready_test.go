@@ -48,6 +48,33 @@ func TestAssetReadiness(t *testing.T) {
 	}
 }
 
+// TestReplicaBehind: a replica its group sees online but not current (a
+// node whose JetStream stopped on a full disk stays routed) keeps the
+// asset's quorum, and status counts it against its node as BEHIND and
+// says so.
+func TestReplicaBehind(t *testing.T) {
+	ci := &jetstream.ClusterInfo{RaftGroup: "S-R3", Leader: "n0", Replicas: []*jetstream.PeerInfo{
+		{Name: "n1", Current: true}, {Name: "n2", Current: false, Lag: 5}}}
+	a := assetOf("stream", "S", "", 3, ci, "n0")
+	if !a.Quorum || a.Stalled != "" || len(a.Behind) != 1 || a.Behind[0] != "n2" {
+		t.Fatalf("asset %+v: want quorum, not stalled, n2 behind", a)
+	}
+	rep := &statusReport{}
+	nodes := map[string]*nodeStatus{}
+	rep.addAsset(a, nodes)
+	if n := nodes["n2"]; n == nil || !n.Online || n.Behind != 1 || len(rep.Problems) != 0 {
+		t.Fatalf("node n2 %+v, problems %v: want online, behind in 1 asset, no problem", n, rep.Problems)
+	}
+	rep.Ready = true
+	for _, n := range nodes {
+		rep.Nodes = append(rep.Nodes, *n)
+	}
+	var out strings.Builder
+	ew := &statusWriter{w: &out}
+	writeReadiness(ew, rep)
+	wantContains(t, "status", out.String(), "BEHIND", "node n2 is online but not current in 1 asset", "full disk")
+}
+
 // TestStatusNotReady: when JetStream does not answer (stopped after a
 // storage fault, or a node without quorum), status prints NOT READY with
 // the reason and exits 1.

@@ -43,12 +43,15 @@
 // port would let anyone join the cluster and bypass the users. Every
 // node must be given the same Users (they are per node, not replicated).
 //
-// Storage faults: a single server with JetStream runs a storage guard
+// Storage faults: every server with JetStream runs a storage guard
 // (health.go) that stops JetStream when its store cannot write (free space
 // below Config.MinFreeBytes, a failed write probe, a stream's write
 // error), so publishes fail at once instead of timing out, and starts it
 // again, reloading every stream and consumer from disk, once the store
-// writes again. Ready is the node's readiness: it names the fault, the
+// writes again. On a cluster node the stop keeps the node's RAFT state
+// (nats-server's ShutdownJetStream): the other nodes elect new leaders
+// for what it led and go on with two of three replicas, and once the
+// node's JetStream starts again it rejoins and catches up from them. Ready is the node's readiness: it names the fault, the
 // lost quorum of a cluster node, or a stream that cannot write.
 //
 // Start-up failures are reported at once, not after ReadyTimeout: a fixed
@@ -142,7 +145,7 @@ type Config struct {
 	// require TLS with that certificate. Connect then uses an in-process
 	// connection, which needs no certificate check.
 	TLSCert, TLSKey string
-	// MinFreeBytes is the storage guard's floor (single server with
+	// MinFreeBytes is the storage guard's floor (any server with
 	// JetStream): with less free space in the store's filesystem the
 	// guard stops JetStream and the server is not Ready, and it starts
 	// JetStream again once twice this much is free and the store writes.
@@ -176,7 +179,7 @@ type Server struct {
 	ns    *server.Server
 	cfg   Config
 	logs  *slogAdapter
-	guard *storageGuard // single server with JetStream; nil otherwise
+	guard *storageGuard // with JetStream; nil otherwise
 
 	mu   sync.Mutex
 	opts *server.Options
@@ -280,7 +283,7 @@ func Start(cfg Config) (*Server, error) {
 	}
 	logs.started()
 	s := &Server{ns: ns, cfg: cfg, opts: opts, logs: logs}
-	if cfg.JetStream && cfg.Cluster == nil {
+	if cfg.JetStream {
 		s.startGuard(logs)
 	}
 	return s, nil

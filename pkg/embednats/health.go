@@ -66,7 +66,17 @@ func (s *Server) Ready() error {
 	return nil
 }
 
-// storageGuard watches a single server's JetStream store. nats-server
+// StorageFault is why the storage guard holds JetStream stopped (the
+// cause Ready names), or "" while the store writes. A node with a
+// storage fault is alive: it starts JetStream again by itself.
+func (s *Server) StorageFault() string {
+	if s.guard == nil {
+		return ""
+	}
+	return s.guard.fault()
+}
+
+// storageGuard watches a server's JetStream store. nats-server
 // keeps a stream's write error (ENOSPC, EIO, EACCES) until the stream is
 // reloaded: every later publish is dropped unanswered (publishers time
 // out) even once space is back. The guard therefore stops JetStream as
@@ -76,6 +86,16 @@ func (s *Server) Ready() error {
 // every stream and consumer from disk, once the probe writes and free
 // space is back above twice the floor. Messages acknowledged before the
 // fault are on disk (SyncAlways) and come back with the reload.
+//
+// On a cluster node the stop is nats-server's ShutdownJetStream, which
+// hands over the meta leadership, stops the node's RAFT groups and keeps
+// their state on disk: the other two nodes elect leaders for whatever it
+// led and keep taking writes (2 of 3 replicas), and a client of this node
+// is served by them through the routes. The restart rejoins the meta
+// group and every stream's group, and the node catches up from the
+// current leaders, messages stored while it was stopped included.
+// nats-server does the same stop by itself when a RAFT write hits ENOSPC;
+// the guard is what starts JetStream again.
 type storageGuard struct {
 	s        *Server
 	dir      string // the store directory handed to nats-server (probe, statfs, restart)
@@ -84,13 +104,14 @@ type storageGuard struct {
 	jsConfig server.JetStreamConfig // as nats-server settled it at start
 	kick     chan struct{}
 	stop     chan struct{}
+	stopOnce sync.Once
 	done     chan struct{}
 
 	mu    sync.Mutex
 	cause string // "" while healthy
 }
 
-// startGuard starts the storage guard of a single JetStream server.
+// startGuard starts the storage guard of a JetStream server.
 func (s *Server) startGuard(logs *slogAdapter) {
 	jc := s.ns.JetStreamConfig()
 	if jc == nil {
@@ -122,9 +143,10 @@ func (g *storageGuard) setFault(cause string) {
 	g.mu.Unlock()
 }
 
-// close stops the guard and waits for it.
+// close stops the guard and waits for it; Shutdown may call it more
+// than once.
 func (g *storageGuard) close() {
-	close(g.stop)
+	g.stopOnce.Do(func() { close(g.stop) })
 	<-g.done
 }
 

@@ -397,7 +397,9 @@ func (m *Mesh) embed(ctx context.Context, host string, port int) (err error) {
 // health is /healthz: ready once Start has returned, and, on a cluster
 // node, while its JetStream is current with the cluster's meta leader (a
 // node that lost its peers answers 503, so a load balancer or Kubernetes
-// stops sending it clients).
+// stops sending it clients) or stopped by its storage guard (a full disk
+// is a matter of readiness: the node heals by itself, a restart would not
+// help).
 func (m *Mesh) health() error {
 	if !m.ready.Load() {
 		return errors.New("starting")
@@ -405,7 +407,7 @@ func (m *Mesh) health() error {
 	if m.cfg.External != nil {
 		return m.externalHealth()
 	}
-	if m.cfg.Cluster != nil && m.srv != nil && !m.srv.NATS().JetStreamIsCurrent() {
+	if m.cfg.Cluster != nil && m.srv != nil && m.srv.StorageFault() == "" && !m.srv.NATS().JetStreamIsCurrent() {
 		return errors.New("not current with the JetStream cluster (no meta leader reachable)")
 	}
 	return nil

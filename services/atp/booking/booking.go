@@ -27,6 +27,10 @@ var (
 	ErrBadInput = errors.New("booking: bad input")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("booking: store closed")
+	// ErrRecorded: a write transaction of a call (WithRecord) found the
+	// call's record stored already: its change was applied before; answer
+	// from Store.Recorded.
+	ErrRecorded = errors.New("booking: the call's change is recorded already")
 )
 
 // Booking is one Booking Object.

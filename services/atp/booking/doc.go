@@ -31,4 +31,13 @@
 // Each booking has its own bucket of events, events/<id>, keyed by its
 // sequence number (Booking.EventCount + 1, as 16 hex digits); the package
 // only ever appends to it, never rewrites or deletes an entry.
+//
+// # Call records
+//
+// A state-changing tool call runs with a Record in its ctx (WithRecord):
+// the store's first write transaction under that ctx stores the call's
+// record (its result, under its turn and tool_call_id, in BucketCalls)
+// with the change, and refuses to run (ErrRecorded) when the record is
+// there already. A repeat of the call answers from Store.Recorded, so a
+// change is applied once even when a commit's outcome was unknown.
 package booking

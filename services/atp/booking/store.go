@@ -79,7 +79,7 @@ func New(st state.Store, opts Options) *Store {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Store{st: st, now: opts.Now}
+	return &Store{st: recording{st}, now: opts.Now}
 }
 
 // Open keeps the bookings in the local bbolt file at path (boltstate;
@@ -179,6 +179,13 @@ func (s *Store) err(err error) error {
 // Create stores a new booking in INQUIRY (the only state creation enters)
 // with its BOOKING_CREATED event. An empty ID gets a UUIDv7.
 func (s *Store) Create(ctx context.Context, project string, b *Booking, actor string) (*Booking, error) {
+	return s.CreateAdvanced(ctx, project, b, actor, "", nil)
+}
+
+// CreateAdvanced is Create followed, in the same transaction, by the
+// transitions to each state of path, each logged with reason: the booking
+// is stored with all of them or not at all.
+func (s *Store) CreateAdvanced(ctx context.Context, project string, b *Booking, actor, reason string, path []State) (*Booking, error) {
 	if project == "" {
 		return nil, fmt.Errorf("%w: no project", ErrBadInput)
 	}
@@ -201,6 +208,11 @@ func (s *Store) Create(ctx context.Context, project string, b *Booking, actor st
 		t := &Tx{Booking: &out, tx: tx, project: project, now: now}
 		if _, err := t.Append(EventCreated, actor, map[string]any{"state": Inquiry}); err != nil {
 			return err
+		}
+		for _, st := range path {
+			if _, err := t.Transition(st, actor, reason); err != nil {
+				return err
+			}
 		}
 		return putBooking(tx, &out)
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
+	"github.com/utpmesh/utpmesh/services/state"
 	"github.com/utpmesh/utpmesh/services/toolkit"
 )
 
@@ -27,7 +28,7 @@ func (s *Service) adminTools() []spec {
 			desc: "Operators: create a Booking Object (in INQUIRY) from its itinerary, participants, seller contacts, meeting points, pre-arrangement fields, payment and flags; advance_to walks the legal path to PENDING_CONFIRMATION or CONFIRMED, logging each step.",
 			params: `{"type":"object","required":["booking"],"additionalProperties":false,"properties":{
 "booking":{"type":"object"},"advance_to":{"enum":["PENDING_CONFIRMATION","CONFIRMED","PRE_JOURNEY"]}}}`,
-			run: s.bookingCreate},
+			writes: true, run: s.bookingCreate},
 		{name: ToolBookingGet, action: `ATPAdminAction::"booking_get"`, scope: ScopeBookingAdmin, risk: registry.RiskLow,
 			desc:   "Operators: the whole Booking Object.",
 			params: `{"type":"object","required":["booking_object_id"],"additionalProperties":false,"properties":{"booking_object_id":` + bookingIDSchema + `}}`,
@@ -36,7 +37,7 @@ func (s *Service) adminTools() []spec {
 			desc: "Operators: move a booking to another state (Layer-3 or tool-catalogue name, BOOKING_SUSPENDED, RESUME); illegal transitions and transitions during a HEM escalation are refused.",
 			params: `{"type":"object","required":["booking_object_id","to"],"additionalProperties":false,"properties":{
 "booking_object_id":` + bookingIDSchema + `,"to":{"type":"string","minLength":1},"reason":{"type":"string"}}}`,
-			run: s.bookingTransition},
+			writes: true, run: s.bookingTransition},
 		{name: ToolBookingEvents, action: `ATPAdminAction::"booking_events"`, scope: ScopeBookingAdmin, risk: registry.RiskLow,
 			desc: "Operators: the booking's event log (guardrail events included), oldest first, after a sequence number.",
 			params: `{"type":"object","required":["booking_object_id"],"additionalProperties":false,"properties":{
@@ -59,6 +60,22 @@ func (s *Service) bookingCreate(ctx context.Context, c *worker.Call) (any, error
 	if err := dec.Decode(&b); err != nil {
 		return nil, worker.Fail(card.CodeBadRequest, fmt.Sprintf("booking: %v (docs/catalogues/atp.md shows a booking object)", err))
 	}
+	if b.ID == "" {
+		b.ID = booking.NewID() // named here: the call record reads it back
+	}
+	// The booking and its advance are one transaction: the call record
+	// holds the booking as it was created.
+	setResult(ctx, func(tx state.Tx) (any, error) {
+		raw, found, err := tx.Bucket(c.ProjectID, booking.BucketBookings).Get(b.ID)
+		if err != nil || !found {
+			return nil, err
+		}
+		nb := &booking.Booking{}
+		if err := json.Unmarshal(raw, nb); err != nil {
+			return nil, err
+		}
+		return view{nb, nb.ToolState()}, nil
+	})
 	nb, err := s.CreateBooking(ctx, c.ProjectID, &b, a.AdvanceTo, toolkit.Actor(c))
 	if err != nil {
 		return nil, err
@@ -76,8 +93,8 @@ type view struct {
 
 // CreateBooking creates a booking and walks it to advanceTo
 // ("", PENDING_CONFIRMATION, CONFIRMED or PRE_JOURNEY) through the legal
-// transitions, each logged. The fixture loader and atp_booking_create use
-// it.
+// transitions, each logged, in one transaction. The fixture loader and
+// atp_booking_create use it.
 func (s *Service) CreateBooking(ctx context.Context, project string, b *booking.Booking, advanceTo, who string) (*booking.Booking, error) {
 	var path []booking.State
 	switch advanceTo {
@@ -89,16 +106,7 @@ func (s *Service) CreateBooking(ctx context.Context, project string, b *booking.
 	default:
 		return nil, fmt.Errorf("%w: advance_to %q; use PENDING_CONFIRMATION or CONFIRMED (PRE_JOURNEY)", booking.ErrBadInput, advanceTo)
 	}
-	nb, err := s.store.Create(ctx, project, b, who)
-	if err != nil {
-		return nil, err
-	}
-	for _, st := range path {
-		if nb, _, err = s.store.Transition(ctx, project, nb.ID, st, who, "created with advance_to "+advanceTo); err != nil {
-			return nil, err
-		}
-	}
-	return nb, nil
+	return s.store.CreateAdvanced(ctx, project, b, who, "created with advance_to "+advanceTo, path)
 }
 
 func (s *Service) bookingGet(ctx context.Context, c *worker.Call) (any, error) {
@@ -126,11 +134,21 @@ func (s *Service) bookingTransition(ctx context.Context, c *worker.Call) (any, e
 	if err != nil {
 		return nil, err
 	}
-	b, ev, err := s.store.Transition(ctx, c.ProjectID, a.BookingObjectID, to, toolkit.Actor(c), a.Reason)
-	if err != nil {
+	var out map[string]any
+	setResult(ctx, resultMap(&out))
+	if _, err := s.store.Update(ctx, c.ProjectID, a.BookingObjectID, func(tx *booking.Tx) error {
+		out = nil // the closure may run again
+		ev, err := tx.Transition(to, toolkit.Actor(c), a.Reason)
+		if err != nil {
+			return err
+		}
+		b := tx.Booking
+		out = map[string]any{"booking_object_id": b.ID, "state": b.ToolState(), "layer3_state": b.State, "suspended": b.Suspended, "event": ev}
+		return nil
+	}); err != nil {
 		return nil, err
 	}
-	return map[string]any{"booking_object_id": b.ID, "state": b.ToolState(), "layer3_state": b.State, "suspended": b.Suspended, "event": ev}, nil
+	return out, nil
 }
 
 func (s *Service) bookingEvents(ctx context.Context, c *worker.Call) (any, error) {

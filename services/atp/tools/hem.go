@@ -17,7 +17,9 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atp/atpauthz"
+	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/atp/hem"
+	"github.com/utpmesh/utpmesh/services/state"
 	"github.com/utpmesh/utpmesh/services/toolkit"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -51,7 +53,7 @@ func (s *Service) hemTools() []spec {
 "booking_object_id":` + bookingIDSchema + `,"hem_id":{"type":"string","pattern":"^HEM-"},
 "context":{"type":"object","required":["trigger_reason","agent_assessment"],"properties":{"trigger_reason":{"type":"string","minLength":1},
 "agent_assessment":{"type":"string","minLength":1},"recommended_action":{"type":"string"}}}}}`,
-			run: s.invokeHEM},
+			writes: true, run: s.invokeHEM},
 		{name: ToolHEMList, action: `ATPAdminAction::"hem_list"`, scope: ScopeHEMOperator, risk: registry.RiskLow, operator: true,
 			desc:   "Operators: HEM tasks of the project (status PENDING, COMPLETE, DECLINED or all), with the human_confirmation_token where one is needed.",
 			params: `{"type":"object","additionalProperties":false,"properties":{"status":{"enum":["PENDING","COMPLETE","DECLINED"]}}}`,
@@ -60,12 +62,12 @@ func (s *Service) hemTools() []spec {
 			desc: "Operators: confirm a PENDING HEM task; the HEM runs and the task ends COMPLETE.",
 			params: `{"type":"object","required":["task_id"],"additionalProperties":false,"properties":{"task_id":{"type":"string","minLength":1},
 "human_confirmation_token":{"type":"string"},"note":{"type":"string"}}}`,
-			run: s.hemConfirm},
+			writes: true, run: s.hemConfirm},
 		{name: ToolHEMDecline, action: `ATPAdminAction::"hem_decline"`, scope: ScopeHEMOperator, risk: registry.RiskMedium, operator: true,
 			desc: "Operators: decline a PENDING HEM task with a reason; nothing of the HEM runs.",
 			params: `{"type":"object","required":["task_id","reason"],"additionalProperties":false,"properties":{"task_id":{"type":"string","minLength":1},
 "reason":{"type":"string","minLength":1}}}`,
-			run: s.hemDecline},
+			writes: true, run: s.hemDecline},
 	}
 }
 
@@ -110,20 +112,44 @@ func (s *Service) invokeHEM(ctx context.Context, c *worker.Call) (any, error) {
 	if c.CallCard != nil {
 		epoch = c.CallCard.Metadata.TurnEpoch
 	}
-	t, err := s.hem.Invoke(ctx, hem.Invocation{TaskID: callID("hem", c), Project: c.ProjectID, HEMID: a.HEMID, BookingID: a.BookingObjectID,
+	taskID := callID("hem", c)
+	setResult(ctx, taskResult(c.ProjectID, taskID, invokeOutput))
+	t, err := s.hem.Invoke(ctx, hem.Invocation{TaskID: taskID, Project: c.ProjectID, HEMID: a.HEMID, BookingID: a.BookingObjectID,
 		Context: a.Context, TriggerReason: hc.TriggerReason, AgentID: c.Command.AgentID, AgentTurnID: c.Command.AgentTurnID,
 		ToolCallID: c.Command.ToolCallID, TurnEpoch: epoch, Version: c.Version, Channel: c.ChannelID})
 	if err != nil {
 		return nil, mapErr(hemErr(err))
 	}
-	out := t.PollOutput()
+	return invokeOutput(t), nil
+}
+
+// invokeOutput is atp_invoke_hem's result for task t.
+func invokeOutput(t *hem.Task) map[string]any {
 	if t.Status == hem.StatusPending {
-		out = map[string]any{"task_id": t.TaskID, "status": hem.StatusPending, "confirmation_required": true,
+		return map[string]any{"task_id": t.TaskID, "status": hem.StatusPending, "confirmation_required": true,
 			"elicitation_sent_to": "operator", "hem_id": t.HEMID, "protocol_deadline": t.Deadline,
 			"result_tool_call_id": ResultCallID(t.ToolCallID)}
 	}
-	return out, nil
+	return t.PollOutput()
 }
+
+// taskResult records a HEM tool's result: out of the task as the call's
+// transaction left it (no task: the transaction refused the call).
+func taskResult(project, taskID string, out func(t *hem.Task) map[string]any) recorded {
+	return func(tx state.Tx) (any, error) {
+		raw, found, err := tx.Bucket(project, booking.BucketHEMTasks).Get(taskID)
+		if err != nil || !found {
+			return nil, err
+		}
+		t := &hem.Task{}
+		if err := json.Unmarshal(raw, t); err != nil {
+			return nil, fmt.Errorf("atp: decode HEM task %s: %w", taskID, err)
+		}
+		return out(t), nil
+	}
+}
+
+func pollOutput(t *hem.Task) map[string]any { return t.PollOutput() }
 
 // operatorOf returns the name of the operator who made call c, or an
 // auth_failed failure: the operator's HEM tools are operator-only in the
@@ -192,6 +218,7 @@ func (s *Service) hemConfirm(ctx context.Context, c *worker.Call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	setResult(ctx, taskResult(c.ProjectID, a.TaskID, pollOutput))
 	t, err := s.hem.Confirm(ctx, c.ProjectID, a.TaskID, operator, a.Token, a.Note)
 	if err != nil {
 		return nil, hemErr(err)
@@ -211,6 +238,7 @@ func (s *Service) hemDecline(ctx context.Context, c *worker.Call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	setResult(ctx, taskResult(c.ProjectID, a.TaskID, pollOutput))
 	t, err := s.hem.Decline(ctx, c.ProjectID, a.TaskID, operator, a.Reason)
 	if err != nil {
 		return nil, hemErr(err)

@@ -29,7 +29,7 @@ func (s *Service) notifySpec() spec {
 		params: `{"type":"object","required":["booking_object_id","recipient_participant_id","channel","message_body"],"additionalProperties":false,"properties":{
 "booking_object_id":` + bookingIDSchema + `,"recipient_participant_id":{"type":"string","minLength":1},"channel":{"enum":["WHATSAPP","SMS","EMAIL"]},
 "message_body":{"type":"string","minLength":1,"maxLength":4000},"template_id":{"type":"string"}}}`,
-		run: s.notifyTraveller}
+		writes: true, run: s.notifyTraveller}
 }
 
 func (s *Service) notifyTraveller(ctx context.Context, c *worker.Call) (any, error) {
@@ -121,7 +121,9 @@ func (s *Service) notifyTraveller(ctx context.Context, c *worker.Call) (any, err
 		return nil, worker.Fail(card.CodeUpstreamUnavailable, fmt.Sprintf("%s delivery to participant %s failed: %v; the failure is in the booking's log, call again to retry", a.Channel, p.ParticipantID, err))
 	}
 	var out map[string]any
+	setResult(ctx, resultMap(&out)) // the log entry of the sent message is the call's change
 	_, err = s.store.Update(ctx, c.ProjectID, b.ID, func(tx *booking.Tx) error {
+		out = nil // the closure may run again
 		ev, err := tx.Append(booking.EventNotification, RuntimeActor, map[string]any{"notification_id": id, "channel": a.Channel,
 			"recipient_participant_id": p.ParticipantID, "delivery_status": "SENT", "provider_message_id": providerID,
 			"template_id": a.TemplateID, "message_body": a.Body, "requested_by": toolkit.Actor(c)})

@@ -50,7 +50,7 @@ func (s *Service) seedTools() []spec {
 			params: `{"type":"object","required":["booking_object_id","participant_id","field_key","field_value","source"],"additionalProperties":false,"properties":{
 "booking_object_id":` + bookingIDSchema + `,"participant_id":{"type":"string","minLength":1},"field_key":{"type":"string","minLength":1},
 "field_value":{},"source":{"type":"string","minLength":1,"description":"who supplied the value, e.g. GUEST, AGENT, SUPPLIER"}}}`,
-			run: s.updatePreArrangement},
+			writes: true, run: s.updatePreArrangement},
 		{name: ToolCollectPreArr, action: `ATPAction::"collect_pre_arrangement_data"`, scope: ScopePreArrangement, risk: registry.RiskLow,
 			desc: "The pre-arrangement collection manifest: per participant and field, required or optional, current value and the schema fragment governing it. PRE_JOURNEY only.",
 			params: `{"type":"object","required":["booking_object_id","filter"],"additionalProperties":false,"properties":{
@@ -62,7 +62,7 @@ func (s *Service) seedTools() []spec {
 "booking_object_id":` + bookingIDSchema + `,"check_type":{"enum":["EQUIPMENT_FIT","MEDICAL_CLEARANCE","AGE_VERIFICATION","SKILL_ASSESSMENT","WEATHER_GO_NOGO"]},
 "subject":{"type":"string","minLength":1,"description":"participant_id or itinerary item_id checked"},"outcome":{"enum":["PASS","FAIL","CONDITIONAL","GO","NO_GO"]},
 "conditions":{"type":"array","items":{"type":"string"}},"checked_by":{"type":"string","minLength":1},"evidence_ref":{"type":"string"}}}`,
-			run: s.recordSafetyCheck},
+			writes: true, run: s.recordSafetyCheck},
 		{name: ToolSearchActivities, action: `ATPAction::"search_activities"`, scope: ScopeBookingRead, risk: registry.RiskLow,
 			desc: "Search the activity registry (pre-booking, no booking needed): Capability Declarations with availability, ATP-native and OCTO-bridged.",
 			params: `{"type":"object","additionalProperties":false,"properties":{
@@ -276,7 +276,9 @@ func (s *Service) updatePreArrangement(ctx context.Context, c *worker.Call) (any
 		return nil, err
 	}
 	var out map[string]any
+	setResult(ctx, resultMap(&out))
 	_, err := s.store.Update(ctx, c.ProjectID, a.BookingObjectID, func(tx *booking.Tx) error {
+		out = nil // the closure may run again
 		b := tx.Booking
 		if err := needState(ToolUpdatePreArr, b, booking.ToolPreJourney); err != nil {
 			return err
@@ -334,7 +336,9 @@ func (s *Service) recordSafetyCheck(ctx context.Context, c *worker.Call) (any, e
 	}
 	id := callID("sc", c)
 	var out map[string]any
+	setResult(ctx, resultMap(&out))
 	_, err := s.store.Update(ctx, c.ProjectID, a.BookingObjectID, func(tx *booking.Tx) error {
+		out = nil // the closure may run again
 		b := tx.Booking
 		if err := needState(ToolRecordSafetyCheck, b, booking.ToolPreJourney, booking.ToolJourney); err != nil {
 			return err

@@ -213,7 +213,11 @@ type spec struct {
 	// operator); its handler also refuses any other principal
 	// (operatorOnly).
 	operator bool
-	run      func(ctx context.Context, c *worker.Call) (any, error)
+	// writes marks a tool that changes the service's state: it runs
+	// exactly once per call (once), and its run names its result with
+	// setResult before its write.
+	writes bool
+	run    func(ctx context.Context, c *worker.Call) (any, error)
 }
 
 // Tools returns the service's tools: toolkit specs (target atp.<name>,
@@ -224,6 +228,9 @@ func (s *Service) Tools() ([]worker.Tool, error) {
 	defs := make([]toolkit.Def, 0, len(specs))
 	for _, sp := range specs {
 		run := sp.run
+		if sp.writes {
+			run = s.once(run)
+		}
 		defs = append(defs, toolkit.Def{
 			Spec: toolkit.Spec{Name: sp.name, Description: sp.desc, Params: sp.params, Target: "atp." + sp.name,
 				CedarAction: sp.action, Scopes: []string{sp.scope}, Risk: sp.risk, Operator: sp.operator},
@@ -307,6 +314,9 @@ func (s *Service) limit(ctx context.Context, c *worker.Call) error {
 			RateLimitDetail{ATPErrorCode: "MCP-429-RATE", Limit: lim.Limit, Max: lim.Max, Window: lim.Window, RetryAfterSeconds: lim.RetryAfterSeconds})
 	}
 	if err != nil {
+		if r := retryable(ctx, c, err); errors.Is(r, worker.ErrRetryLater) {
+			return r // the counters' bucket is failing over: count the call when it answers
+		}
 		return worker.Fail(card.CodeUpstreamUnavailable, "atp: rate-limit check failed: "+err.Error()+"; call again")
 	}
 	return nil
