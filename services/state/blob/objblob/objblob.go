@@ -57,7 +57,9 @@ type Config struct {
 	// Bucket is the object store's name ([A-Za-z0-9_-]+). Required.
 	Bucket string
 	// Replicas of its stream: 1, or 3 on a cluster of at least three
-	// servers (Provision). Open adopts the bucket as it is.
+	// servers. Provision, and Open when it is not 0, create the bucket or
+	// set its count; 0 (a worker, which manages no stream) binds the
+	// bucket as the core made it.
 	Replicas int
 	// Description is the bucket's description (Provision).
 	Description string
@@ -158,12 +160,17 @@ type Store struct {
 
 var _ blob.Store = (*Store)(nil)
 
-// Open binds the bucket, which must exist (Provision): a worker manages no
-// stream.
+// Open binds the bucket: with cfg.Replicas 0 (a worker, which manages no
+// stream) one the core made (Provision), else it provisions it first.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	cfg, err := cfg.check()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Replicas > 0 {
+		if err := Provision(ctx, nc, cfg); err != nil {
+			return nil, err
+		}
 	}
 	s := &Store{nc: nc, cfg: cfg, stream: Stream(cfg.Bucket)}
 	ctx, cancel := deadline.Within(ctx, cfg.Timeout)
