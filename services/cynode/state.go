@@ -238,4 +238,3 @@ func logger(d Deps) *slog.Logger {
 	}
 	return d.Logger
 }
-
