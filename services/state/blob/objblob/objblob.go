@@ -58,8 +58,10 @@ type Config struct {
 	Bucket string
 	// Replicas of its stream: 1, or 3 on a cluster of at least three
 	// servers. Provision, and Open when it is not 0, create the bucket or
-	// set its count; 0 (a worker, which manages no stream) binds the
-	// bucket as the core made it.
+	// set its count; 0 (a worker, which manages no stream) adopts the
+	// bucket as the core made it, and creates a missing one with 1 (as
+	// kvstate does), which a worker identity may not: it is told the core
+	// makes it.
 	Replicas int
 	// Description is the bucket's description (Provision).
 	Description string
@@ -161,7 +163,8 @@ type Store struct {
 var _ blob.Store = (*Store)(nil)
 
 // Open binds the bucket: with cfg.Replicas 0 (a worker, which manages no
-// stream) one the core made (Provision), else it provisions it first.
+// stream) one the core made (Provision), else it provisions it first (see
+// Config.Replicas).
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	cfg, err := cfg.check()
 	if err != nil {
@@ -172,6 +175,21 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
+	s, err := bind(ctx, nc, cfg)
+	if errors.Is(err, errNoBucket) && cfg.Replicas == 0 {
+		pcfg := cfg
+		pcfg.Replicas = 1
+		if perr := Provision(ctx, nc, pcfg); perr != nil {
+			return nil, fmt.Errorf("%w (%v)", err, perr)
+		}
+		s, err = bind(ctx, nc, cfg)
+	}
+	return s, err
+}
+
+var errNoBucket = errors.New("objblob: no such object store")
+
+func bind(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	s := &Store{nc: nc, cfg: cfg, stream: Stream(cfg.Bucket)}
 	ctx, cancel := deadline.Within(ctx, cfg.Timeout)
 	defer cancel()
@@ -187,7 +205,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}
 	if resp.Error != nil {
 		if resp.Error.ErrCode == errCodeStreamNotFound {
-			return nil, fmt.Errorf("objblob: object store %s does not exist: the mesh core creates it (utpmesh up of this version); workers do not", cfg.Bucket)
+			return nil, fmt.Errorf("%w: object store %s does not exist: the mesh core creates it (utpmesh up of this version); workers do not", errNoBucket, cfg.Bucket)
 		}
 		return nil, fmt.Errorf("objblob: object store %s: %s", cfg.Bucket, resp.Error)
 	}
