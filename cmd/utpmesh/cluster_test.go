@@ -256,7 +256,7 @@ func TestClusterNodeLoss(t *testing.T) {
 		}
 	}
 	// ATP calls in flight through both node losses.
-	atpl := &atpLoad{t: t, ac: ac, booking: mc.demoBooking(nc), acked: map[string]string{}, errs: make(chan error, 8), tolerant: true}
+	atpl := atpLoad(t, ac, mc.demoBooking(nc), true)
 	atpl.start("cluster")
 	waitMore(40)
 	cmdLeader := mc.leaderOf(nc, streams.CommandStream(ver))
@@ -280,7 +280,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	atpl.finish()
-	atpl.checkLogged(nc)
+	atpl.checkStored(nc)
 	mu.Lock()
 	calls := append([]string(nil), acked...)
 	mu.Unlock()
