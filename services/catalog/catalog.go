@@ -111,7 +111,9 @@ func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, err
 func cynodeService() Service {
 	return Service{Name: "cynode", Description: "CyNodeAI catalogue behind its gateway: artifact.*, db.*, model.*, skills.*, node.*, help.get, web.*, api.call, git.*, sandbox.*",
 		KeepsFiles: true, SharedState: true,
-		Local: func(d Deps) bool { return d.CynodeState == cynode.StateBolt },
+		// In either state mode its data directory holds cynode.json, git
+		// clones and sandboxes: one worker per directory (the lock).
+		Local: func(Deps) bool { return true },
 		Publish: func(ver string) []string {
 			return append(cynode.PublishSubjects(ver), cynode.StatePublishSubjects()...)
 		},
