@@ -367,16 +367,17 @@ func TestClusterNodeLoss(t *testing.T) {
 		}
 	}
 
-	// atlas.tasks runs on every node with one shared dataset.
+	// atlas.tasks runs on every node with one shared dataset (its own
+	// tasks, beside the load's).
 	for i := range 9 {
-		raw, _ := json.Marshal(map[string]any{"title": fmt.Sprintf("task %d", i)})
+		raw, _ := json.Marshal(map[string]any{"title": fmt.Sprintf("task %d", i), "tags": []string{"one-dataset"}})
 		out, err := ac.Call(ctx, agent.CallRequest{ToolName: "TASK_CREATE", AgentTurnID: "tasks-turn", Arguments: raw})
 		if err != nil || out.Result.Status != card.StatusSuccess {
 			t.Fatalf("TASK_CREATE %d: %v %+v", i, err, out)
 		}
 	}
 	for i := range 6 {
-		out, err := ac.Call(ctx, agent.CallRequest{ToolName: "TASK_LIST", AgentTurnID: "tasks-turn", Arguments: json.RawMessage(`{}`)})
+		out, err := ac.Call(ctx, agent.CallRequest{ToolName: "TASK_LIST", AgentTurnID: "tasks-turn", Arguments: json.RawMessage(`{"tags":["one-dataset"]}`)})
 		if err != nil || out.Result.Status != card.StatusSuccess {
 			t.Fatalf("TASK_LIST %d: %v %+v", i, err, out)
 		}
