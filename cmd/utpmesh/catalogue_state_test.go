@@ -570,3 +570,43 @@ func TestATPWorkerStateBucketPermissions(t *testing.T) {
 		w.waitViolation(t, "publish", subj)
 	}
 }
+
+// CyNodeAI's bucket and object store are its worker's alone: worker-cynode
+// may not manage them (the core made them) nor touch another service's
+// state; worker-atp and an agent may not read or write them. (Its own
+// use is TestWorkersCreateNoBucketConsumer's cynode case.)
+func TestCynodeStatePermissions(t *testing.T) {
+	dir := t.TempDir()
+	_, banner := startUpInProcess(t, "--data", dir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "",
+		"--services", "echo,atp,cynode")
+	m := regexp.MustCompile(`(?m)^\s+NATS\s+(nats://\S+)`).FindStringSubmatch(banner)
+	if m == nil {
+		t.Fatalf("no NATS URL in the banner:\n%s", banner)
+	}
+	kvs, obs := "KV_"+cynode.StateBucket, objblob.Stream(cynode.BlobBucket)
+	for _, tc := range []struct {
+		who   string
+		subjs []string
+	}{
+		{creds.WorkerName("cynode"), []string{"$JS.API.STREAM.UPDATE." + kvs, "$JS.API.STREAM.DELETE." + kvs, "$JS.API.STREAM.PURGE." + kvs,
+			"$JS.API.STREAM.UPDATE." + obs, "$JS.API.STREAM.DELETE." + obs, "$JS.API.STREAM.CREATE.OBJ_other",
+			"$JS.API.STREAM.MSG.GET.KV_" + atp.StateBucket, "$KV." + atp.StateBucket + ".demo._v"}},
+		{creds.WorkerName("atp"), []string{"$JS.API.STREAM.MSG.GET." + kvs, "$JS.API.STREAM.MSG.GET." + obs, "$JS.API.STREAM.PURGE." + obs,
+			"$KV." + cynode.StateBucket + ".projects._v", "$O." + cynode.BlobBucket + ".C.x", "$O." + cynode.BlobBucket + ".M.eA=="}},
+		{"agent-demo", []string{"$JS.API.STREAM.MSG.GET." + kvs, "$JS.API.STREAM.MSG.GET." + obs, "$JS.API.STREAM.INFO." + obs,
+			"$KV." + cynode.StateBucket + ".projects._v", "$O." + cynode.BlobBucket + ".C.x"}},
+	} {
+		t.Run(tc.who, func(t *testing.T) {
+			w, err := connectAs(t, m[1], creds.SeedPath(filepath.Join(dir, "creds"), tc.who))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, subj := range tc.subjs {
+				if err := w.nc.Publish(subj, []byte("{}")); err != nil {
+					t.Fatal(err)
+				}
+				w.waitViolation(t, "publish", subj)
+			}
+		})
+	}
+}
