@@ -19,9 +19,14 @@ import (
 
 var n atomic.Int64
 
+// openB is open for a benchmark (R1, the default limit).
+func openB(b *testing.B, core, ca, cb *nats.Conn) (blob.Store, blob.Store) {
+	return open(b, core, ca, cb, 1, 0)
+}
+
 // open provisions a fresh bucket with core's connection and opens two
 // handles on their own connections, as two workers do.
-func open(t *testing.T, core, ca, cb *nats.Conn, replicas int, maxBytes int64) (blob.Store, blob.Store) {
+func open(t testing.TB, core, ca, cb *nats.Conn, replicas int, maxBytes int64) (blob.Store, blob.Store) {
 	t.Helper()
 	cfg := objblob.Config{Bucket: fmt.Sprintf("blobs_test%d", n.Add(1)), Replicas: replicas, MaxBytes: maxBytes}
 	if err := objblob.Provision(context.Background(), core, cfg); err != nil {
