@@ -96,7 +96,9 @@ type ResolveFunc func(ctx context.Context) (*nats.Conn, error)
 
 // Deps are what the cynode service needs.
 type Deps struct {
-	// NC publishes the audit records; Resolve provides it when nil.
+	// NC publishes the audit records and reaches the replicated state
+	// (StateJetStream); Resolve provides it when nil (the state is then
+	// opened on first use).
 	NC      *nats.Conn
 	Resolve ResolveFunc
 	// DataDir holds cynode.json, the local state (StateBolt) and a
