@@ -121,6 +121,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'Failover' -benchtime 5x ./pkg/worker
 	$(GO) test -run '^$$' -bench 'Disk' -benchtime 5000x ./pkg/retention
 	$(GO) test -run '^$$' -bench 'Catalogue' -benchtime 400x ./services/catalog
+	$(GO) test -run '^$$' -bench 'PutGet' -benchtime 200x ./services/state/blob/objblob
 	$(GO) test -run '^$$' -bench 'ClusterFailover' -benchtime 1x -timeout 15m ./pkg/mesh
 
 clean:

@@ -70,7 +70,7 @@ func startMeshCluster(t *testing.T) *meshCluster {
 	}
 	for i := range 3 {
 		mc.args = append(mc.args, strings.Join([]string{"up", "--data", filepath.Join(root, fmt.Sprintf("n%d", i)),
-			"--nats-listen", mc.natsAddr[i], "--metrics-addr", "", "--ui-listen", "", "--services", "echo,atlas.tasks,atp", "--config", cfg,
+			"--nats-listen", mc.natsAddr[i], "--metrics-addr", "", "--ui-listen", "", "--services", "echo,atlas.tasks,atp,cynode", "--config", cfg,
 			"--cluster-name", "test", "--server-name", fmt.Sprintf("n%d", i), "--cluster-listen", routeAddr[i],
 			"--routes", strings.Join(routes, ","), "--cluster-secret-file", secret,
 			"--creds-dir", mc.creds, "--keys-dir", mc.keys}, "\x00"))
@@ -194,12 +194,12 @@ func (mc *meshCluster) leaderOf(nc *nats.Conn, stream string) int {
 // while a node is SIGKILLed and restarted — first a node that leads
 // neither the command stream nor the CardStore's, then the command
 // stream's leader — and checks every call whose command was acknowledged:
-// exactly one tool.result card, one inbox entry, one stored wakeup. ATP
-// calls run beside them at concurrency 8 (ATP's state is replicated too):
-// every read sees every write before it, and every acknowledged write is
-// in the booking's log at the end. Then a stateful service served on every
-// node (atlas.tasks, replicated state) shows one dataset whichever node's
-// worker answers.
+// exactly one tool.result card, one inbox entry, one stored wakeup. ATLAS,
+// ATP and CyNodeAI calls run beside them at concurrency 8 each (their
+// state is replicated too, served on every node): every read sees every
+// write before it, and every acknowledged write is stored at the end
+// (catLoad). Then atlas.tasks shows one dataset whichever node's worker
+// answers.
 func TestClusterNodeLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster of real processes")
@@ -255,9 +255,11 @@ func TestClusterNodeLoss(t *testing.T) {
 			}
 		}
 	}
-	// ATP calls in flight through both node losses.
-	atpl := &atpLoad{t: t, ac: ac, booking: mc.demoBooking(nc), acked: map[string]string{}, errs: make(chan error, 8), tolerant: true}
-	atpl.start("cluster")
+	// ATLAS, ATP and CyNodeAI calls in flight through both node losses.
+	loads := []*catLoad{atlasLoad(t, ac, true), atpLoad(t, ac, mc.demoBooking(nc), true), cynodeLoad(t, ac, true)}
+	for _, l := range loads {
+		l.start("cluster")
+	}
 	waitMore(40)
 	cmdLeader := mc.leaderOf(nc, streams.CommandStream(ver))
 	cardsLeader := mc.leaderOf(nc, "utpmesh_cards")
@@ -276,11 +278,15 @@ func TestClusterNodeLoss(t *testing.T) {
 	waitMore(40)
 	mc.restart(leader)
 	waitMore(40)
-	atpl.until(8) // ATP still answers after both losses
+	for _, l := range loads {
+		l.until(8) // each catalogue still answers after both losses
+	}
 	close(stop)
 	wg.Wait()
-	atpl.finish()
-	atpl.checkLogged(nc)
+	for _, l := range loads {
+		l.finish()
+		l.checkStored(nc)
+	}
 	mu.Lock()
 	calls := append([]string(nil), acked...)
 	mu.Unlock()
@@ -361,16 +367,17 @@ func TestClusterNodeLoss(t *testing.T) {
 		}
 	}
 
-	// atlas.tasks runs on every node with one shared dataset.
+	// atlas.tasks runs on every node with one shared dataset (its own
+	// tasks, beside the load's).
 	for i := range 9 {
-		raw, _ := json.Marshal(map[string]any{"title": fmt.Sprintf("task %d", i)})
+		raw, _ := json.Marshal(map[string]any{"title": fmt.Sprintf("task %d", i), "tags": []string{"one-dataset"}})
 		out, err := ac.Call(ctx, agent.CallRequest{ToolName: "TASK_CREATE", AgentTurnID: "tasks-turn", Arguments: raw})
 		if err != nil || out.Result.Status != card.StatusSuccess {
 			t.Fatalf("TASK_CREATE %d: %v %+v", i, err, out)
 		}
 	}
 	for i := range 6 {
-		out, err := ac.Call(ctx, agent.CallRequest{ToolName: "TASK_LIST", AgentTurnID: "tasks-turn", Arguments: json.RawMessage(`{}`)})
+		out, err := ac.Call(ctx, agent.CallRequest{ToolName: "TASK_LIST", AgentTurnID: "tasks-turn", Arguments: json.RawMessage(`{"tags":["one-dataset"]}`)})
 		if err != nil || out.Result.Status != card.StatusSuccess {
 			t.Fatalf("TASK_LIST %d: %v %+v", i, err, out)
 		}

@@ -135,7 +135,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		for _, s := range services {
 			ts, err := catalog.Build([]string{s}, catalog.Deps{NC: m.Conn(), Store: m.Cards(), Registry: m.Registry(),
 				DataDir: *data, Context: sctx, Logger: log, AtlasState: atlasState, AtlasStateReplicas: atlasReplicas,
-				ATPStateReplicas: replicas, Config: cfgFile})
+				ATPStateReplicas: replicas, CynodeStateReplicas: replicas, Config: cfgFile})
 			if err != nil {
 				return nil, err
 			}

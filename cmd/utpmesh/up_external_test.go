@@ -258,7 +258,6 @@ func TestUpNATSFlags(t *testing.T) {
 		{"cluster", []string{"--creds", seed, "--cluster-name", "c"}, "clustered already"},
 		{"max payload", []string{"--creds", seed, "--max-payload", "1048576"}, "max_payload"},
 		{"state files", []string{"--creds", seed, "--state", "files"}, "--state files with --nats"},
-		{"stateful service", []string{"--creds", seed, "--services", "cynode"}, "keeps its state in a local file"},
 		{"missing creds file", []string{"--creds", filepath.Join(dir, "nope.creds")}, "--creds:"},
 	}
 	for _, tc := range tests {

@@ -49,6 +49,7 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	atlasState := fs.String("atlas-state", "bolt", "where ATLAS groups keep their data: bolt (a file under --data; one worker per group) or jetstream (a key-value bucket every worker of the group shares)")
 	atlasReplicas := fs.Int("atlas-state-replicas", 1, "with --atlas-state jetstream: copies of the bucket (3 on a 3-node cluster)")
 	atpState := fs.String("atp-state", "jetstream", "where atp keeps its data: jetstream (the key-value bucket atp_state, made by 'utpmesh up', that every atp worker shares) or bolt (a file under --data; one worker, on a mesh whose atp never used the bucket)")
+	cynodeState := fs.String("cynode-state", "jetstream", "where cynode keeps its records and contents: jetstream (the key-value bucket cynode_state and object store cynode_blobs, made by 'utpmesh up', that every cynode worker shares) or bolt (a file and a directory under --data; one worker, on a mesh whose cynode never used the bucket)")
 	var lf logFlags
 	lf.register(fs)
 	services, err := parse(fs, args)
@@ -66,6 +67,9 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	}
 	if *atpState != "bolt" && *atpState != "jetstream" {
 		return usagef("--atp-state %q: use jetstream or bolt", *atpState)
+	}
+	if *cynodeState != "bolt" && *cynodeState != "jetstream" {
+		return usagef("--cynode-state %q: use jetstream or bolt", *cynodeState)
 	}
 	if *atlasReplicas < 1 || *atlasReplicas > 5 {
 		return usagef("--atlas-state-replicas %d: use 1 (one server) or 3 (a 3-node cluster)", *atlasReplicas)
@@ -88,7 +92,7 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	}
 	// Services that keep files own the data directory: lock it before
 	// anything opens a file there (see docs/operations.md, data directory).
-	stateDeps := catalog.Deps{AtlasState: *atlasState, AtlasStateReplicas: *atlasReplicas, ATPState: *atpState}
+	stateDeps := catalog.Deps{AtlasState: *atlasState, AtlasStateReplicas: *atlasReplicas, ATPState: *atpState, CynodeState: *cynodeState}
 	keepsFiles := false
 	for _, s := range services {
 		svc, _ := catalog.Lookup(s)
@@ -165,7 +169,7 @@ func (c *workerCommand) Run(ctx context.Context, args []string) error {
 	svcCtx, stopServices := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServices()
 	tools, err := catalog.Build(services, catalog.Deps{NC: nc, Store: store, Registry: reg, DataDir: *data, Context: svcCtx, Logger: log,
-		AtlasState: *atlasState, AtlasStateReplicas: *atlasReplicas, ATPState: *atpState, Config: cfgFile})
+		AtlasState: *atlasState, AtlasStateReplicas: *atlasReplicas, ATPState: *atpState, CynodeState: *cynodeState, Config: cfgFile})
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/worker"
@@ -22,6 +24,8 @@ import (
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/ratelimit"
 	atptools "github.com/utpmesh/utpmesh/services/atp/tools"
+	"github.com/utpmesh/utpmesh/services/cynode"
+	cynodestore "github.com/utpmesh/utpmesh/services/cynode/store"
 	"github.com/utpmesh/utpmesh/services/toolkit/tooltest"
 )
 
@@ -32,7 +36,20 @@ type benchCatalogue struct {
 	name  string
 	open  func(ctx context.Context, b *testing.B, nc *nats.Conn, dir string) ([]worker.Tool, func(context.Context) (string, error))
 	calls func(setup string, i int) (tool string, args any)
+	// agent is the calling agent and its mandate ("bench" and none when
+	// nil).
+	agent func(b *testing.B) (id, mandate string)
 }
+
+// benchKey signs the mandates of the cynode bench agent (its gateway
+// checks them).
+var benchKey = sync.OnceValue(func() *mandate.IssuerKey {
+	k, err := mandate.GenerateKey(tooltest.Project)
+	if err != nil {
+		panic(err)
+	}
+	return k
+})
 
 var benchCatalogues = []benchCatalogue{
 	{name: "atlas.tasks",
@@ -83,12 +100,44 @@ var benchCatalogues = []benchCatalogue{
 			}
 			return atptools.ToolGetBookingStatus, map[string]any{"booking_object_id": booking}
 		}},
+	{name: "cynode",
+		open: func(ctx context.Context, b *testing.B, nc *nats.Conn, dir string) ([]worker.Tool, func(context.Context) (string, error)) {
+			cards, err := natsstore.NewClient(nc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg := &cynode.Config{Agents: map[string]cynode.Agent{"bench-pm": {Type: cynode.PM}},
+				AccessPolicies: `permit(principal, action == Action::"mcp.tool.invoke", resource);`}
+			cfg.Seed.Tasks = []cynodestore.Task{{ID: "bench-task", ProjectID: tooltest.Project}}
+			ts, err := cynode.Build(cynode.Deps{NC: nc, Cards: cards, DataDir: dir, StateReplicas: 1, Config: cfg, Keys: mandate.StaticKeys{benchKey()},
+				Context: ctx, Logger: tooltest.Quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return ts, func(context.Context) (string, error) { return "", nil }
+		},
+		calls: func(_ string, i int) (string, any) {
+			if i%2 == 0 {
+				return "artifact.put", map[string]any{"task_id": "bench-task", "path": fmt.Sprintf("out/%d.md", i%64),
+					"content_bytes_base64": base64.StdEncoding.EncodeToString([]byte(fmt.Sprintf("# artifact %d\n", i)))}
+			}
+			return "artifact.get", map[string]any{"task_id": "bench-task", "path": "out/0.md"} // the warm-up's first put
+		},
+		agent: func(b *testing.B) (string, string) {
+			tok, err := mandate.Issue(benchKey(), mandate.Claims{Subject: "bench-pm", ExpiresAt: time.Now().Add(time.Hour).Unix(),
+				Mandate: mandate.Grant{PolicySet: `permit(principal, action == Action::"mcp.tool.invoke", resource);`}}, time.Now())
+			if err != nil {
+				b.Fatal(err)
+			}
+			return "bench-pm", tok
+		}},
 }
 
 // BenchmarkCatalogue is a catalogue's call throughput with one and with
 // two worker runtimes (each on its own connection, as two processes), the
 // state in the shared JetStream bucket (R1, fsync before acknowledge):
-// 8 callers, half writes and half reads, all in one project.
+// 8 callers, half writes and half reads, all in one project (cynode:
+// artifact.put and artifact.get, contents in the object store).
 //
 //	go test -run '^$' -bench Catalogue -benchtime 400x ./services/catalog
 func BenchmarkCatalogue(b *testing.B) {
@@ -135,7 +184,11 @@ func BenchmarkCatalogue(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				ag := h.Agent("bench", "")
+				id, tok := "bench", ""
+				if c.agent != nil {
+					id, tok = c.agent(b)
+				}
+				ag := h.Agent(id, tok)
 				call := func(i int) error {
 					tool, args := c.calls(arg, i)
 					raw, _ := json.Marshal(args)

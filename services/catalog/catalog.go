@@ -68,6 +68,14 @@ type Deps struct {
 	// ATPStateReplicas is the replica count of that bucket: 0 adopts the
 	// bucket the core made (a worker), 1 or 3 (utpmesh up).
 	ATPStateReplicas int
+	// CynodeState is where CyNodeAI keeps its records and contents:
+	// "jetstream" (or "": the KV bucket cynode_state and object store
+	// cynode_blobs every worker shares, the default) or "bolt" (a file and
+	// a directory under DataDir, one worker); see cynode.Deps.State.
+	CynodeState string
+	// CynodeStateReplicas is the replica count of that bucket and object
+	// store: 0 adopts what the core made (a worker), 1 or 3 (utpmesh up).
+	CynodeStateReplicas int
 	// Config is the configuration file (--config), already validated
 	// with the catalogues' sections (atpconfig, cynodeconfig); each
 	// service takes its own section. Nil: no file.
@@ -97,12 +105,22 @@ func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, err
 }
 
 // cynodeService adapts the CyNodeAI catalogue (one service: its tools share
-// one store and one gateway) to the catalogue.
+// one store and one gateway) to the catalogue. Its records and contents
+// live in the state engine (cynode.Provision makes the bucket and object
+// store), so every node of a cluster may serve it.
 func cynodeService() Service {
-	return Service{Name: "cynode", Description: "CyNodeAI catalogue behind its gateway: artifact.*, db.*, model.*, skills.*, node.*, help.get, web.*, api.call, git.*, sandbox.*", KeepsFiles: true,
-		Publish: cynode.PublishSubjects, Subscribe: cynode.SubscribeSubjects, Provision: cynode.Provision,
+	return Service{Name: "cynode", Description: "CyNodeAI catalogue behind its gateway: artifact.*, db.*, model.*, skills.*, node.*, help.get, web.*, api.call, git.*, sandbox.*",
+		KeepsFiles: true, SharedState: true,
+		// In either state mode its data directory holds cynode.json, git
+		// clones and sandboxes: one worker per directory (the lock).
+		Local: func(Deps) bool { return true },
+		Publish: func(ver string) []string {
+			return append(cynode.PublishSubjects(ver), cynode.StatePublishSubjects()...)
+		},
+		Subscribe: cynode.SubscribeSubjects, Provision: cynode.Provision,
 		Build: func(d Deps) ([]worker.Tool, error) {
-			cd := cynode.Deps{NC: d.NC, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger}
+			cd := cynode.Deps{NC: d.NC, Cards: d.Store, DataDir: d.DataDir, Context: d.Context, Logger: d.Logger,
+				State: d.CynodeState, StateReplicas: d.CynodeStateReplicas}
 			if err := cynodeconfig.Apply(d.Config, &cd, d.Logger); err != nil {
 				return nil, err
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/cynode/api"
@@ -81,9 +82,11 @@ const (
 	Sandbox = gateway.Sandbox
 )
 
-// File names under the data directory.
+// File names under the data directory: DBFile is the data file of an
+// earlier version (imported once into the state engine, then renamed
+// cynode.db.imported); the local state mode keeps StateFile and BlobDir.
 const (
-	DBFile     = "cynode.db"
+	DBFile     = store.LegacyFile
 	ConfigFile = "cynode.json"
 )
 
@@ -93,11 +96,25 @@ type ResolveFunc func(ctx context.Context) (*nats.Conn, error)
 
 // Deps are what the cynode service needs.
 type Deps struct {
-	// NC publishes the audit records; Resolve provides it when nil.
+	// NC publishes the audit records and reaches the replicated state
+	// (StateJetStream); Resolve provides it when nil (the state is then
+	// opened on first use).
 	NC      *nats.Conn
 	Resolve ResolveFunc
-	// DataDir holds cynode.db and cynode.json. Required.
+	// DataDir holds cynode.json, the local state (StateBolt) and a
+	// cynode.db left by an earlier version, which is imported once.
+	// Required.
 	DataDir string
+	// State is where the service keeps its records and contents:
+	// StateJetStream ("" too) or StateBolt.
+	State string
+	// StateReplicas is the replica count of the replicated state's bucket
+	// and object store: 0 adopts what the mesh core made (a worker), 1 or
+	// 3 (utpmesh up, which makes them).
+	StateReplicas int
+	// Cards is the mesh's CardStore, where the local state's holder lease
+	// lives (package holder); nil: no lease is taken or checked.
+	Cards cardstore.Store
 	// Config, when set, is used instead of <DataDir>/cynode.json.
 	Config *Config
 	// Keys resolve mandate issuer keys; default the mesh's key directory
@@ -206,6 +223,10 @@ func Open(d Deps) (*Service, error) {
 	if d.DataDir == "" {
 		return nil, fmt.Errorf("cynode: no data directory: pass --data DIR (the service keeps %s and %s there)", DBFile, ConfigFile)
 	}
+	d, err := d.checkState()
+	if err != nil {
+		return nil, err
+	}
 	if d.NC == nil && d.Resolve == nil {
 		return nil, errors.New("cynode: needs a NATS connection (or a Resolve function) to publish audit records")
 	}
@@ -226,11 +247,36 @@ func Open(d Deps) (*Service, error) {
 	if d.Keys == nil {
 		d.Keys = mandate.NewKeyDir(filepath.Join(d.DataDir, "keys"))
 	}
-	bolt, err := store.OpenBolt(filepath.Join(d.DataDir, DBFile))
+	g, err := git.New(cfg.Git, d.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	var st store.Store = bolt
+	// A task that reaches a terminal status loses its git clones.
+	log := d.Logger
+	hook := func(_ context.Context, t store.Task) {
+		if err := g.RemoveClones(t.ID); err != nil {
+			log.Warn("cynode: removing the git clones of a finished task", "task_id", t.ID, "err", err)
+		}
+	}
+	// Once the store is open (at once, or on first use when the mesh
+	// comes later): the seed, and the clones of tasks that finished.
+	ready := func(ctx context.Context, e *store.Engine) error {
+		st := store.WithTaskHook(e, hook)
+		if err := cfg.Seed.Apply(ctx, st); err != nil {
+			return err
+		}
+		if ids, err := g.RemoveTerminalClones(ctx, st); err != nil {
+			log.Warn("cynode: removing the git clones of finished tasks", "err", err)
+		} else if len(ids) > 0 {
+			log.Info("cynode: removed the git clones of finished tasks", "task_ids", ids)
+		}
+		return nil
+	}
+	opened, err := openStore(d, ready)
+	if err != nil {
+		return nil, err
+	}
+	st := store.WithTaskHook(opened, hook)
 	conn := func(ctx context.Context) (*nats.Conn, error) {
 		if d.NC != nil {
 			return d.NC, nil
@@ -257,27 +303,6 @@ func Open(d Deps) (*Service, error) {
 			pubMu.Unlock()
 		}
 		return p.Publish(ctx, ver, rec)
-	}
-	g, err := git.New(cfg.Git, d.DataDir)
-	if err != nil {
-		_ = st.Close()
-		return nil, err
-	}
-	// A task that reaches a terminal status loses its git clones.
-	log := d.Logger
-	st = store.WithTaskHook(st, func(_ context.Context, t store.Task) {
-		if err := g.RemoveClones(t.ID); err != nil {
-			log.Warn("cynode: removing the git clones of a finished task", "task_id", t.ID, "err", err)
-		}
-	})
-	if err := cfg.Seed.Apply(context.Background(), st); err != nil {
-		_ = st.Close()
-		return nil, err
-	}
-	if ids, err := g.RemoveTerminalClones(context.Background(), st); err != nil {
-		log.Warn("cynode: removing the git clones of finished tasks", "err", err)
-	} else if len(ids) > 0 {
-		log.Info("cynode: removed the git clones of finished tasks", "task_ids", ids)
 	}
 	gw, err := gateway.New(gateway.Options{Config: cfg, Keys: d.Keys, Store: st, Audit: auditf, Conn: conn, Logger: d.Logger})
 	if err != nil {

@@ -30,8 +30,12 @@ func PublishSubjects(ver string) []string {
 func SubscribeSubjects(ver string) []string { return sandbox.SubscribeSubjects(ver) }
 
 // Provision creates the buckets of CyNodeAI with the mesh core's
-// connection and the mesh's replica count: the sandbox records
+// connection and the mesh's replica count: the state's bucket StateBucket
+// and object store BlobBucket, and the sandbox records
 // (sandbox.Provision). Worker identities create none.
 func Provision(ctx context.Context, nc *nats.Conn, replicas int) error {
+	if err := provisionState(ctx, nc, replicas); err != nil {
+		return err
+	}
 	return sandbox.Provision(ctx, nc, replicas)
 }

@@ -143,7 +143,7 @@ func TestForgeToken(t *testing.T) {
 func TestRemoveTerminalClones(t *testing.T) {
 	ctx := context.Background()
 	data := t.TempDir()
-	st, err := store.OpenBolt(filepath.Join(data, "cynode.db"))
+	st, err := store.OpenLocal(filepath.Join(data, "cynode-state.db"), filepath.Join(data, "blobs"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,18 +55,4 @@ func FuzzListCursor(f *testing.F) {
 	})
 }
 
-func openF(f *testing.F) *store.Bolt {
-	f.Helper()
-	path := f.TempDir() + "/cynode.db"
-	s, err := store.OpenBolt(path)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			f.Errorf("Close: %v", err)
-		}
-		checkFile(f, path)
-	})
-	return s
-}
+func openF(f *testing.F) store.Store { return openLocal(f, f.TempDir()) }

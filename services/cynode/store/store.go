@@ -1,8 +1,12 @@
 // Package store is the data behind the CyNodeAI tools: projects, tasks,
-// jobs, system settings, preferences and task artifacts. Store is the
-// interface the tools use; Bolt is the embedded default (one bbolt file of
-// the cynode service). A PostgreSQL backend implements the same interface:
-// every method is one typed operation (no query text crosses it), every
+// jobs, system settings, preferences, task artifacts and skills. Store is
+// the interface the tools use; Engine implements it over the tool
+// services' state engine (records in a services/state Store, contents in
+// a services/state/blob Store), so that every worker of the service sees
+// one dataset: in JetStream (kvstate and objblob, the default) or in a
+// local file and directory (boltstate and dirblob, OpenLocal: one
+// worker). ImportLegacy copies the cynode.db of an earlier version once.
+// Every method is one typed operation (no query text crosses it), every
 // list is paginated by an opaque cursor, and every conflict is a sentinel
 // error.
 package store
@@ -137,7 +141,7 @@ type Store interface {
 	PutSkill(ctx context.Context, sk Skill) error
 	GetSkill(ctx context.Context, id string) (Skill, error)
 	// ListSkills lists every skill for which visible is true, by id
-	// (every skill when visible is nil).
+	// (every skill when visible is nil), without content.
 	ListSkills(ctx context.Context, visible func(Skill) bool, page Page) ([]Skill, string, error)
 	DeleteSkill(ctx context.Context, id string) error
 

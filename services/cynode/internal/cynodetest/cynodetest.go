@@ -97,7 +97,7 @@ func StartEgress(t testing.TB, cfg *cynode.Config, hooks *egress.Hooks) *Harness
 	}
 	late := toolkit.NewLate()
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := cynode.Open(cynode.Deps{Resolve: late.Conn, DataDir: dir, Config: cfg, Keys: mandate.StaticKeys{key}, Context: ctx, Logger: Quiet, TestEgress: hooks})
+	svc, err := cynode.Open(cynode.Deps{Resolve: late.Conn, StateReplicas: 1, DataDir: dir, Config: cfg, Keys: mandate.StaticKeys{key}, Context: ctx, Logger: Quiet, TestEgress: hooks})
 	if err != nil {
 		cancel()
 		t.Fatalf("cynode: %v", err)

@@ -23,13 +23,13 @@ import (
 
 // Direct runs the tools of one package straight on a gateway.Exec, with
 // no mesh in between: the unit tests of the tool packages use it, over a
-// real bbolt store in the test's temporary directory (checked with
-// tx.Check when the test ends). The gateway's own rules (mandates,
+// real store of the engine's local mode in the test's temporary directory
+// (its bbolt file checked with tx.Check when the test ends). The gateway's own rules (mandates,
 // allowlists, policies, size limits, task scoping) are not applied;
 // Harness tests them end to end.
 type Direct struct {
 	T      testing.TB
-	Store  *store.Bolt
+	Store  *store.Engine
 	Config *gateway.Config
 	// Project is the calling project (Project unless changed).
 	Project string
@@ -48,8 +48,9 @@ func NewDirect(t testing.TB, cfg *gateway.Config) *Direct {
 	if cfg == nil {
 		cfg = Config()
 	}
-	path := filepath.Join(t.TempDir(), "cynode.db")
-	st, err := store.OpenBolt(path)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cynode-state.db")
+	st, err := store.OpenLocal(path, filepath.Join(dir, "blobs"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
