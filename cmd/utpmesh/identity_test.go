@@ -119,6 +119,13 @@ func TestIdentityEscalations(t *testing.T) {
 	cmd, wake, evt := "cg_cmd_"+v, "cg_wake_"+v, "cg_evt_"+v
 	p := func(project, rest string) string { return "cg." + v + "." + project + ".default." + rest }
 	otherLease := p("demo", "svc.cardstore.claim_key."+subjects.ToolToken("atlas.tasks"))
+	stateEvt := func(project, service string) string {
+		s, err := subjects.StateEvent(v, project, service, "booking-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.String()
+	}
 	deny := []struct {
 		actor  string
 		a      *actor
@@ -168,6 +175,10 @@ func TestIdentityEscalations(t *testing.T) {
 		{"operator", op, "dispatch as an agent", "publish", p("demo", "svc.dispatch.call.demo-agent")},
 		{"operator", op, "read every reply inbox", "subscription", "_INBOX.>"},
 		{"operator", op, "read tool commands", "subscription", "cg." + v + ".demo.*.cmd.tool.echo"},
+		{"worker", wk, "announce another service's state transition", "publish", stateEvt("demo", "atp")},
+		{"worker limited to demo", lim, "announce a state transition in project other", "publish", stateEvt("other", "lim")},
+		{"agent", agentDemo, "announce a state transition", "publish", stateEvt("demo", "atp")},
+		{"agent", agentDemo, "receive project other's state events", "subscription", "cg." + v + ".other.state.evt.tool.*.state.*"},
 	}
 	for _, tc := range deny {
 		t.Run(tc.actor+" may not "+tc.action, func(t *testing.T) {
@@ -200,10 +211,20 @@ func TestIdentityEscalations(t *testing.T) {
 		{"worker limited to demo", "read project demo's cards", lim, p("demo", "svc.cardstore.get")},
 		{"operator", "dispatch as itself", op, p("demo", "svc.dispatch.operator.operator")},
 		{"operator", "put a policy", op, p("demo", "svc.authz.put")},
+		{"worker", "announce its own service's state transition", wk, stateEvt("other", "echo")},
+		{"worker limited to demo", "announce its state transition in project demo", lim, stateEvt("demo", "lim")},
 	}
 	for _, tc := range allow {
 		t.Run(tc.actor+" may "+tc.action, func(t *testing.T) { tc.a.allowed(t, tc.subj) })
 	}
+	t.Run("agents receive their project's state events", func(t *testing.T) {
+		for _, a := range []*actor{agentDemo, alice} {
+			if _, err := a.nc.SubscribeSync("cg." + v + ".demo.state.evt.tool.*.state.*"); err != nil {
+				t.Fatal(err)
+			}
+			a.allowed(t, p("demo", "svc.dispatch.keys"))
+		}
+	})
 	t.Run("agent demo/alice receives its own wakeups", func(t *testing.T) {
 		if _, err := alice.nc.SubscribeSync("cg." + v + ".demo.*.cmd.agent.alice.wakeup"); err != nil {
 			t.Fatal(err)

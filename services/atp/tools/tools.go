@@ -94,8 +94,9 @@ func Open(deps atp.Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := booking.New(engine, booking.Options{Now: deps.Now})
-	s := &Service{deps: deps, store: st, done: make(chan struct{})}
+	s := &Service{deps: deps, done: make(chan struct{})}
+	st := booking.New(engine, booking.Options{Now: deps.Now, Committed: s.publishTransitions})
+	s.store = st
 	cat := deps.HEMCatalogue
 	if cat == nil {
 		cat = hem.Default()
