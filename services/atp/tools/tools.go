@@ -224,6 +224,9 @@ func (s *Service) Tools() ([]worker.Tool, error) {
 	specs := append(append(s.seedTools(), s.hemTools()...), s.adminTools()...)
 	defs := make([]toolkit.Def, 0, len(specs))
 	for _, sp := range specs {
+		if err := CheckScope(sp.scope); err != nil {
+			return nil, fmt.Errorf("atp: tool %s: %w", sp.name, err)
+		}
 		run := sp.run
 		defs = append(defs, toolkit.Def{
 			Spec: toolkit.Spec{Name: sp.name, Description: sp.desc, Params: sp.params, Target: "atp." + sp.name,
@@ -237,11 +240,27 @@ func (s *Service) Tools() ([]worker.Tool, error) {
 			}),
 		})
 	}
-	tools, err := toolkit.Tools(toolkit.Hooks{Guards: []toolkit.Guard{operatorOnly, s.rateLimit}}, defs...)
+	tools, err := toolkit.Tools(toolkit.Hooks{Guards: []toolkit.Guard{registeredScopes, operatorOnly, s.rateLimit}}, defs...)
 	if err != nil {
 		return nil, fmt.Errorf("atp: %w", err)
 	}
 	return tools, nil
+}
+
+// registeredScopes is the guard that checks the scopes a call's registry
+// entry carries (options.scopes, where scopes enter the mesh: an entry
+// re-registered by hand may carry any): a retired or unknown name
+// (tools.CheckScope, MCP-D4) fails the call, saying which name to use.
+func registeredScopes(_ context.Context, _ *toolkit.Spec, c *worker.Call) error {
+	if c.Entry == nil {
+		return nil
+	}
+	for _, sc := range c.Entry.Options.Scopes {
+		if err := CheckScope(sc); err != nil {
+			return worker.Fail(card.CodeBadRequest, fmt.Sprintf("the registry entry of %s in project %s has options.scopes %q: %v; re-register it with the normative name (utpmesh tools put)", c.ToolName, c.ProjectID, sc, err))
+		}
+	}
+	return nil
 }
 
 // operatorOnly is the guard of the operator-only tools: it refuses every
