@@ -2,6 +2,7 @@ package hem
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 )
@@ -91,3 +92,55 @@ func ParseExpansion(context json.RawMessage) *Expansion {
 
 // Valid reports whether the requested action is a Cedar action entity.
 func (e *Expansion) Valid() bool { return actionForm.MatchString(e.Action) }
+
+// Prompt is the operator's confirmation prompt of a task: for a
+// HEM-MANDATE-01 expansion the seed's structured escalation (the exact
+// Cedar action and resource condition requested, MCP-D15), else the HEM
+// and the agent's assessment.
+func (t *Task) Prompt() string {
+	var b strings.Builder
+	if x := t.Expansion; x != nil {
+		fmt.Fprintf(&b, "%s mandate gap: agent %s asks for %s", t.HEMID, t.AgentID, x.Action)
+		if x.ResourceCondition != "" {
+			fmt.Fprintf(&b, " on %s", x.ResourceCondition)
+		}
+		var more []string
+		if x.ToolName != "" {
+			more = append(more, "tool "+x.ToolName)
+		}
+		if x.HEMID != "" {
+			more = append(more, "hem_id "+x.HEMID)
+		}
+		if x.BookingState != "" {
+			more = append(more, "booking state "+x.BookingState)
+		}
+		if t.Requester != nil && t.Requester.JTI != "" {
+			more = append(more, "its mandate "+t.Requester.JTI)
+		}
+		if len(more) > 0 {
+			fmt.Fprintf(&b, " (%s)", strings.Join(more, ", "))
+		}
+		if x.Assessment != "" {
+			fmt.Fprintf(&b, ". Why: %s", x.Assessment)
+		}
+		b.WriteString(". Approving issues the agent a sub-mandate with this permit, narrowed from the mandate its own was narrowed from (never wider); declining leaves its mandate as it is.")
+		return b.String()
+	}
+	var c struct {
+		Trigger    string `json:"trigger_reason"`
+		Assessment string `json:"agent_assessment"`
+		Recommend  string `json:"recommended_action"`
+	}
+	_ = json.Unmarshal(t.Context, &c)
+	fmt.Fprintf(&b, "%s (%s) from agent %s", t.HEMID, c.Trigger, t.AgentID)
+	if t.BookingID != "" {
+		fmt.Fprintf(&b, " on booking %s", t.BookingID)
+	}
+	if c.Assessment != "" {
+		fmt.Fprintf(&b, ": %s", c.Assessment)
+	}
+	if c.Recommend != "" {
+		fmt.Fprintf(&b, " Recommended: %s", c.Recommend)
+	}
+	return b.String()
+}

@@ -78,6 +78,9 @@ type Task struct {
 	Expansion *Expansion `json:"expansion,omitempty"`
 	Requester *Requester `json:"requester,omitempty"`
 	Grant     *Grant     `json:"grant,omitempty"`
+	// ConfirmationPrompt is Prompt, in operators' listings (Redacted)
+	// only.
+	ConfirmationPrompt string `json:"confirmation_prompt,omitempty"`
 }
 
 // PollOutput is the seed's poll output of the task.
@@ -128,10 +131,11 @@ func (t *Task) ResolutionOutput() map[string]any {
 	return out
 }
 
-// Redacted is a copy of t without the issued sub-mandate's token (what
-// operators' listings show).
+// Redacted is a copy of t without the issued sub-mandate's token, with
+// its confirmation prompt (what operators' listings show).
 func (t *Task) Redacted() *Task {
 	c := *t
+	c.ConfirmationPrompt = t.Prompt()
 	if c.Grant != nil {
 		g := *c.Grant
 		g.Token = ""
