@@ -2,6 +2,7 @@ package atpmcp_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,4 +67,21 @@ func keys(m map[string]*sdk.Tool) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestHEMPromptNamesTheGap: the elicitation an MCP host's operator is
+// asked for a structured mandate-gap escalation names the exact Cedar
+// action and resource condition requested (MCP-D15).
+func TestHEMPromptNamesTheGap(t *testing.T) {
+	f := startMesh(t)
+	args := map[string]any{"booking_object_id": invokeHEM["booking_object_id"], "hem_id": "HEM-MANDATE-01",
+		"context": map[string]any{"trigger_reason": "MANDATE_GAP_DETECTED", "agent_assessment": "boot sizes",
+			"requested_action": `ATPAction::"update_pre_arrangement"`, "resource_condition": `resource == Booking::"b1"`}}
+	var asked []string
+	cs, _ := f.connect(t, mcptest.Stdio, "2025-11-25", f.issue(t, "gap-host", hemOperator), mcptest.Answer(mcptest.Confirm(false, "not now"), &asked))
+	res := mcptest.CallTool(t, cs, "atp_invoke_hem", args)
+	if s := mcptest.Structured(t, res); res.IsError || s["status"] != "DECLINED" || len(asked) != 1 ||
+		!strings.Contains(asked[0], `a mandate expansion adding ATPAction::"update_pre_arrangement" on resource == Booking::"b1"`) {
+		t.Fatalf("structured %v, asked %q", s, asked)
+	}
 }

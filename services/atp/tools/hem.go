@@ -124,6 +124,11 @@ func (s *Service) invokeHEM(ctx context.Context, c *worker.Call) (any, error) {
 		out = map[string]any{"task_id": t.TaskID, "status": hem.StatusPending, "confirmation_required": true,
 			"elicitation_sent_to": "operator", "hem_id": t.HEMID, "protocol_deadline": t.Deadline,
 			"result_tool_call_id": ResultCallID(t.ToolCallID)}
+		if t.Expansion != nil {
+			// The structured request as the service read it, so a host
+			// asking an operator shows the exact action (atpmcp).
+			out["expansion"] = t.Expansion
+		}
 	}
 	return out, nil
 }
