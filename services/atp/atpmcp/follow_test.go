@@ -84,4 +84,11 @@ func TestHEMPromptNamesTheGap(t *testing.T) {
 		!strings.Contains(asked[0], `a mandate expansion adding ATPAction::"update_pre_arrangement" on resource == Booking::"b1"`) {
 		t.Fatalf("structured %v, asked %q", s, asked)
 	}
+	// Approving issues a sub-mandate narrowed from the agent's parent,
+	// which the handoff does not hold: the host is told what to run.
+	cs, _ = f.connect(t, mcptest.Stdio, "2025-11-25", f.issue(t, "gap-host-2", hemOperator), mcptest.Answer(mcptest.Confirm(true, ""), &asked))
+	res = mcptest.CallTool(t, cs, "atp_invoke_hem", args)
+	if !res.IsError || !strings.Contains(mcptest.Text(res), "--parent-mandate") {
+		t.Fatalf("confirm of an expansion through the handoff: isError %v, %q", res.IsError, mcptest.Text(res))
+	}
 }
