@@ -556,3 +556,25 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+func TestStateEvent(t *testing.T) {
+	s, err := StateEvent(DefaultVersion, "demo", "atp", "0194f0c2-7d3e-7b1a-9e2f-3a4b5c6d7e8f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.String(), "cg.v1r3.demo.state.evt.tool.atp.state.0194f0c2-7d3e-7b1a-9e2f-3a4b5c6d7e8f"; got != want {
+		t.Fatalf("StateEvent = %s, want %s", got, want)
+	}
+	p, err := StateEventPattern(DefaultVersion, "demo", "*", "*")
+	if err != nil || p != "cg.v1r3.demo.state.evt.tool.*.state.*" {
+		t.Fatalf("StateEventPattern = %q, %v", p, err)
+	}
+	for _, bad := range []struct{ project, resource string }{{"de.mo", "b"}, {"demo", "a.b"}, {"demo", ""}} {
+		if _, err := StateEvent(DefaultVersion, bad.project, "atp", bad.resource); err == nil {
+			t.Errorf("StateEvent(%q, %q): no error", bad.project, bad.resource)
+		}
+		if _, err := StateEventPattern(DefaultVersion, bad.project, "atp", bad.resource); err == nil {
+			t.Errorf("StateEventPattern(%q, %q): no error", bad.project, bad.resource)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/utpmesh/utpmesh/pkg/apps/mcpbridge"
+	"github.com/utpmesh/utpmesh/pkg/apps/webui"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/config"
 	"github.com/utpmesh/utpmesh/services/atp"
@@ -14,6 +15,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atp/atpcli"
 	"github.com/utpmesh/utpmesh/services/atp/atpconfig"
 	"github.com/utpmesh/utpmesh/services/atp/atpmcp"
+	"github.com/utpmesh/utpmesh/services/atp/atpui"
 	"github.com/utpmesh/utpmesh/services/cynode/cynodeconfig"
 )
 
@@ -36,6 +38,13 @@ func init() {
 // HEM escalations.
 func operatorHandoffs(call mcpbridge.CallFunc) []mcpbridge.Handoff {
 	return []mcpbridge.Handoff{atpmcp.HEM{Operator: call}}
+}
+
+// uiEscalations are the catalogues' queues of items waiting for an
+// operator in the web UI (/escalations): ATP's HEM tasks, whose mandate
+// expansions are narrowed from parent (the UI's mandate).
+func uiEscalations(parent string) []webui.Escalations {
+	return []webui.Escalations{atpui.HEM{ParentMandate: parent}}
 }
 
 // authCatalogues are the catalogues whose entity loaders the gate of a

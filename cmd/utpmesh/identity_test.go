@@ -119,6 +119,13 @@ func TestIdentityEscalations(t *testing.T) {
 	cmd, wake, evt := "cg_cmd_"+v, "cg_wake_"+v, "cg_evt_"+v
 	p := func(project, rest string) string { return "cg." + v + "." + project + ".default." + rest }
 	otherLease := p("demo", "svc.cardstore.claim_key."+subjects.ToolToken("atlas.tasks"))
+	stateEvt := func(project, service string) string {
+		s, err := subjects.StateEvent(v, project, service, "booking-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.String()
+	}
 	deny := []struct {
 		actor  string
 		a      *actor
@@ -188,6 +195,10 @@ func TestIdentityEscalations(t *testing.T) {
 		{"operator", op, "ack an agent's inbox entries", "publish", p("demo", "svc.inbox.ack.demo-agent")},
 		{"operator", op, "ack another operator's inbox entries", "publish", p("demo", "svc.inbox.ack.op-alice")},
 		{"operator", op, "put cards as itself", "publish", p("demo", "svc.cardstore.put.op-operator")},
+		{"worker", wk, "announce another service's state transition", "publish", stateEvt("demo", "atp")},
+		{"worker limited to demo", lim, "announce a state transition in project other", "publish", stateEvt("other", "lim")},
+		{"agent", agentDemo, "announce a state transition", "publish", stateEvt("demo", "atp")},
+		{"agent", agentDemo, "receive project other's state events", "subscription", "cg." + v + ".other.state.evt.tool.*.state.*"},
 	}
 	for _, tc := range deny {
 		t.Run(tc.actor+" may not "+tc.action, func(t *testing.T) {
@@ -231,10 +242,20 @@ func TestIdentityEscalations(t *testing.T) {
 		{"agent (project-wide)", "read cards on any agent's subject", agentDemo, p("demo", "svc.cardstore.get.bob")},
 		{"operator", "ack its own inbox entries", op, p("demo", "svc.inbox.ack.op-operator")},
 		{"operator", "read its own calls' cards", op, p("demo", "svc.cardstore.get.op-operator")},
+		{"worker", "announce its own service's state transition", wk, stateEvt("other", "echo")},
+		{"worker limited to demo", "announce its state transition in project demo", lim, stateEvt("demo", "lim")},
 	}
 	for _, tc := range allow {
 		t.Run(tc.actor+" may "+tc.action, func(t *testing.T) { tc.a.allowed(t, tc.subj) })
 	}
+	t.Run("agents receive their project's state events", func(t *testing.T) {
+		for _, a := range []*actor{agentDemo, alice} {
+			if _, err := a.nc.SubscribeSync("cg." + v + ".demo.state.evt.tool.*.state.*"); err != nil {
+				t.Fatal(err)
+			}
+			a.allowed(t, p("demo", "svc.dispatch.keys"))
+		}
+	})
 	t.Run("agent demo/alice receives its own wakeups", func(t *testing.T) {
 		if _, err := alice.nc.SubscribeSync("cg." + v + ".demo.*.cmd.agent.alice.wakeup"); err != nil {
 			t.Fatal(err)

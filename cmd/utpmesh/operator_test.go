@@ -133,6 +133,20 @@ func TestHEMAsOperator(t *testing.T) {
 		}
 	}
 	wantContains(t, "events", cm.must(t, 0, "atp", "booking", "events", booking, "--creds", adminCreds).stdout, "operator:operator")
+
+	// A structured mandate-gap escalation: hem ls prompts with the exact
+	// Cedar action; confirming needs the parent mandate and then issues
+	// the sub-mandate.
+	out := decodeJSON[struct {
+		Result map[string]any `json:"result"`
+	}](t, cm.must(t, 0, "call", "atp_invoke_hem", "--creds", agentCreds, "--json", "--args",
+		`{"booking_object_id":"`+booking+`","hem_id":"HEM-MANDATE-01","context":{"trigger_reason":"MANDATE_GAP_DETECTED","agent_assessment":"tell the guests","requested_action":"ATPAction::\"notify_traveller\""}}`).stdout).Result
+	gap, _ := out["task_id"].(string)
+	wantContains(t, "hem ls", cm.must(t, 0, "hem", "ls", "--status", "PENDING").stdout, gap+`: HEM-MANDATE-01 mandate gap: agent demo-agent asks for ATPAction::"notify_traveller"`)
+	token := list(t, "PENDING")[0].Token
+	wantContains(t, "hem confirm without a parent", cm.must(t, 1, "hem", "confirm", gap, "--token", token).stderr, "--parent-mandate FILE")
+	wantContains(t, "hem confirm", cm.must(t, 0, "hem", "confirm", gap, "--token", token, "--parent-mandate", filepath.Join(dir, "demo-mandate.jwt")).stdout,
+		"COMPLETE", "by operator operator", "sub-mandate", "delivered to the agent's turn")
 }
 
 // TestMCPOperatorHandoff: 'utpmesh mcp --operator-creds operator.nk'

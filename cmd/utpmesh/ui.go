@@ -57,6 +57,10 @@ type uiConfig struct {
 	// Store is the CardStore the UI reads; default a natsstore client on
 	// nc ('utpmesh up' may pass its own store).
 	Store cardstore.Store
+	// Operator makes the escalation decisions (/escalations) as the
+	// operator of --operator-creds; nil: the page says to pass them.
+	// An approved mandate expansion is narrowed from Mandate.
+	Operator webui.OperatorCall
 }
 
 // startUI serves the web UI over the mesh reachable on nc until stop is
@@ -113,7 +117,8 @@ func startUI(ctx context.Context, nc *nats.Conn, cfg uiConfig) (url string, stop
 		return "", nil, usagef("%v", err)
 	}
 	ui, err := webui.New(webui.Config{Store: cfg.Store, Conn: nc, Version: cfg.Version, Project: cfg.Project, Agent: ag,
-		Mandate: cfg.Mandate, Token: cfg.Token, Open: cfg.Open, CallTimeout: cfg.Timeout, Logger: cfg.Logger})
+		Mandate: cfg.Mandate, Token: cfg.Token, Open: cfg.Open, CallTimeout: cfg.Timeout, Logger: cfg.Logger,
+		Operator: cfg.Operator, Escalations: uiEscalations(cfg.Mandate)})
 	if err != nil {
 		_ = ag.Close()
 		if errors.Is(err, webui.ErrInvalid) {
@@ -165,7 +170,8 @@ func startUI(ctx context.Context, nc *nats.Conn, cfg uiConfig) (url string, stop
 type uiCommand struct{ env env }
 
 func (c *uiCommand) Run(ctx context.Context, args []string) error {
-	fs, mf, pf := newProjectFlagSet("ui", "utpmesh ui [--nats URL] [--listen 127.0.0.1:8080] [--project demo] [--mandate TOKEN|@FILE] [--ui-token T | --ui-open]", c.env)
+	fs, mf, pf := newProjectFlagSet("ui", "utpmesh ui [--nats URL] [--listen 127.0.0.1:8080] [--project demo] [--mandate TOKEN|@FILE] [--operator-creds FILE] [--ui-token T | --ui-open]", c.env)
+	opCreds := fs.String("operator-creds", "", "an operator's credentials (e.g. ./utpmesh-data/creds/operator.nk): /escalations lists the catalogues' items waiting for an operator (ATP's HEM tasks) and decides them as that operator")
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address of the UI (HOST:PORT; port 0 picks a free one)")
 	token := fs.String("ui-token", c.env.getenv("UTPMESH_UI_TOKEN"), "access token of the UI, at least 16 characters (default $UTPMESH_UI_TOKEN, else a new random one, printed in the URL)")
 	open := fs.Bool("ui-open", false, "switch the access token off: anyone who can reach --listen can use the UI (logged at WARN)")
@@ -199,8 +205,20 @@ func (c *uiCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	var operator webui.OperatorCall
+	if *opCreds != "" {
+		if kind, _ := kindOfCreds(*opCreds); kind != credsOperator {
+			return usagef("--operator-creds %s is not an operator's identity: pass the operator's, e.g. --operator-creds %s", *opCreds, operatorCredsHint(*opCreds))
+		}
+		call, _, done, err := (&mcpCommand{env: c.env}).operatorCall(ctx, mf, *opCreds, pf.project, pf.channel, mf.timeout, log)
+		if err != nil {
+			return err
+		}
+		defer done()
+		operator = webui.OperatorCall(call)
+	}
 	url, stop, err := startUI(ctx, nc, uiConfig{Listen: *listen, Project: pf.project, Channel: pf.channel, Version: mf.version,
-		Token: *token, Open: *open, AgentID: agentID, Mandate: mandateToken, Timeout: mf.timeout, Logger: log})
+		Token: *token, Open: *open, AgentID: agentID, Mandate: mandateToken, Timeout: mf.timeout, Logger: log, Operator: operator})
 	if err != nil {
 		return err
 	}

@@ -133,10 +133,29 @@ func agentPermissions(ver string, id Identity) *server.Permissions {
 	if id.Agent != "" {
 		wake = id.Agent // agent ids in wakeup subjects are tokens (subjects.AgentWakeup)
 	}
+	// Its project's state events (every service's, every resource's):
+	// a Windley loop re-queries on a transition of its booking.
+	events, _ := subjects.StateEventPattern(ver, id.Project, "*", "*")
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: pub},
-		Subscribe: &server.SubjectPermission{Allow: []string{inbox(id), p + "cmd.agent." + wake + ".wakeup"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{inbox(id), p + "cmd.agent." + wake + ".wakeup", events}},
 	}
+}
+
+// stateEvents is the publish permission of a worker's state events: its
+// own service's, in each of its projects (every project: "*").
+func stateEvents(ver string, id Identity) []string {
+	projects := id.Projects
+	if len(projects) == 0 {
+		projects = []string{"*"}
+	}
+	var out []string
+	for _, p := range projects {
+		if s, err := subjects.StateEventPattern(ver, p, id.Service, "*"); err == nil {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func workerPermissions(ver string, id Identity) *server.Permissions {
@@ -196,6 +215,11 @@ func workerPermissions(ver string, id Identity) *server.Permissions {
 			// Acknowledgements (+ACK, +NAK, +TERM, +WPI) of its own
 			// durable's deliveries only.
 			"$JS.ACK."+cmd+"."+d+".>")
+	}
+	// The state events of its own service (subjects.StateEvent), and
+	// no other service's.
+	if id.Service != "" {
+		pub = append(pub, stateEvents(ver, id)...)
 	}
 	pub, sub = append(pub, id.Publish...), append(sub, id.Subscribe...)
 	return &server.Permissions{

@@ -14,6 +14,11 @@
 // op-<name> (utp.OperatorAgentID); it waits for them and acks their
 // inbox entries like any Call.
 //
+// StateEvents follows the state transitions of a resource of the
+// project (an ATP booking; docs/protocol.md §10.4), so a runtime re-runs
+// its Windley query when a resource it is bound to changes state, not on
+// a timer.
+//
 // A Client needs a CardStore, a tool registry and an inbox client; New
 // creates the NATS clients of the mesh services for those Config leaves
 // nil, with the same version and channel: the CardStore and the inbox on

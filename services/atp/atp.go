@@ -91,6 +91,10 @@ type Deps struct {
 	// OCTOSuppliers are the OCTO APIs atp_search_activities also searches
 	// (source OCTO_BRIDGE); none: ATP-native activities only.
 	OCTOSuppliers []*octo.Supplier
+	// KeyDir holds the projects' mandate issuer keys (mandate.KeyDir;
+	// default <DataDir>/keys, where utpmesh up keeps them): an approved
+	// HEM-MANDATE-01 expansion signs its sub-mandate with the project's.
+	KeyDir string
 	// HEMCatalogue is the HEM catalogue; nil: hem.Default().
 	HEMCatalogue *hem.Catalogue
 	// Logger; default slog.Default().
@@ -137,6 +141,9 @@ func (d Deps) Normalize() (Deps, error) {
 	}
 	if d.Now == nil {
 		d.Now = time.Now
+	}
+	if d.KeyDir == "" {
+		d.KeyDir = filepath.Join(d.DataDir, "keys")
 	}
 	if d.TickEvery == 0 {
 		d.TickEvery = 10 * time.Second

@@ -134,6 +134,8 @@ type Bridge struct {
 	async    map[string]bool      // served tools that run as MCP tasks
 	verified map[string]time.Time // verified bearer token → its expiry
 	closed   bool
+
+	resources follower // resources' state events (follow.go)
 }
 
 // New returns a bridge for cfg. Close it to release its agent clients.
@@ -224,6 +226,7 @@ func (b *Bridge) Close() error {
 		errs = append(errs, c.Close())
 	}
 	b.clients = map[string]*agent.Client{}
+	errs = append(errs, b.stopFollowing())
 	return errors.Join(errs...)
 }
 

@@ -168,18 +168,31 @@ func (b *Bridge) residual(ctx context.Context) (*authz.Residual, error) {
 	}
 	qctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
 	defer cancel()
-	r, err := queryMandate(qctx, c, ci.turn, ci.id.Mandate)
+	r, err := queryMandate(qctx, c, ci.turn, ci.id.Mandate, nil)
 	if err != nil && strings.Contains(err.Error(), errNoGate) {
 		return nil, nil
 	}
-	return r, err
+	if err != nil || r.ResourceID == nil {
+		return r, err
+	}
+	// A mandate bound to a resource: follow its state events, and query
+	// with its state once one is known (follow.go).
+	b.follow(ctx, c, *r.ResourceID)
+	if st, ok := b.resourceState(*r.ResourceID); ok {
+		return queryMandate(qctx, c, ci.turn, ci.id.Mandate, &st)
+	}
+	return r, nil
 }
 
 // queryMandate runs the PMO built-in mandate_query (protocol §10.3) for
-// mandate, the booking state unknown.
-func queryMandate(ctx context.Context, c *agent.Client, turnID, mandate string) (*authz.Residual, error) {
+// mandate in the bound resource's state (nil: unknown).
+func queryMandate(ctx context.Context, c *agent.Client, turnID, mandate string, state *string) (*authz.Residual, error) {
+	args := json.RawMessage(`{}`)
+	if state != nil {
+		args, _ = json.Marshal(map[string]string{"booking_state": *state})
+	}
 	var r authz.Residual
-	if _, err := c.CallInto(ctx, agent.CallRequest{ToolName: registry.BuiltinMandateQuery, Arguments: json.RawMessage(`{}`), AgentTurnID: turnID, Mandate: mandate}, &r); err != nil {
+	if _, err := c.CallInto(ctx, agent.CallRequest{ToolName: registry.BuiltinMandateQuery, Arguments: args, AgentTurnID: turnID, Mandate: mandate}, &r); err != nil {
 		return nil, fmt.Errorf("mcp: %w", err)
 	}
 	return &r, nil

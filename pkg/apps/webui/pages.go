@@ -17,7 +17,7 @@ import (
 
 // pageNames are the templates/<name>.html files; each is parsed with
 // layout.html and fragments.html.
-var pageNames = []string{"index", "turn", "outcome", "replay", "error"}
+var pageNames = []string{"index", "turn", "outcome", "replay", "error", "escalations", "decision"}
 
 var funcs = template.FuncMap{
 	"clock": func(t time.Time) string {

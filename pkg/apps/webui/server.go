@@ -67,6 +67,13 @@ type Config struct {
 	// DefaultCallTimeout and DefaultReplayTimeout.
 	CallTimeout   time.Duration
 	ReplayTimeout time.Duration
+	// Operator makes the calls of escalation decisions, as the operator
+	// whose credentials the UI was started with; nil: /escalations says
+	// how to start it with them.
+	Operator OperatorCall
+	// Escalations are the catalogues' queues of items waiting for an
+	// operator (escalations.go), listed on /escalations.
+	Escalations []Escalations
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock (expiry of confirmations, bars of pending calls);
@@ -175,6 +182,8 @@ func (s *Server) routes() {
 	mux.HandleFunc("POST /confirm", s.resolve(true))
 	mux.HandleFunc("POST /cancel", s.resolve(false))
 	mux.HandleFunc("POST /turns/{turn}/replay", s.replay)
+	mux.HandleFunc("GET /escalations", s.escalations)
+	mux.HandleFunc("POST /escalations/decide", s.decide)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("no page at %s %s; start from the turn list at /", r.Method, r.URL.Path))
 	})

@@ -32,8 +32,10 @@ Common flags: --project P (default demo) --channel C --mandate FILE|TOKEN --agen
 
 const hemUsage = `utpmesh hem ls [--status PENDING|COMPLETE|DECLINED]
                                              atp_invoke_hem tasks, with the human_confirmation_token to confirm with
-utpmesh hem confirm TASK_ID [--token T] [--note N]
-                                             run the HEM: the task ends COMPLETE and the agent is woken
+utpmesh hem confirm TASK_ID [--token T] [--note N] [--parent-mandate FILE|TOKEN]
+                                             run the HEM: the task ends COMPLETE and the agent is woken; a
+                                             HEM-MANDATE-01 expansion issues the agent a sub-mandate narrowed
+                                             from --parent-mandate (the mandate the agent's was narrowed from)
 utpmesh hem decline TASK_ID --reason R       refuse it: the task ends DECLINED and the agent is woken
 Calls are the operator's: --creds FILE (default ./utpmesh-data/creds/operator.nk, the operator identity of a local 'utpmesh up')
 Common flags: --project P (default demo) --channel C --creds FILE --nats URL --json`
@@ -280,21 +282,34 @@ func (c *hemCommand) ls(ctx context.Context, args []string) error {
 			AgentID  string `json:"agent_id"`
 			Deadline string `json:"protocol_deadline"`
 			Token    string `json:"human_confirmation_token"`
+			Operator string `json:"operator"`
+			Prompt   string `json:"confirmation_prompt"`
 		} `json:"tasks"`
 	}
 	_ = json.Unmarshal(res, &r)
 	tw := tabwriter.NewWriter(c.env.Stdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tHEM\tBOOKING\tSTATUS\tAGENT\tDEADLINE\tTOKEN")
+	fmt.Fprintln(tw, "TASK\tHEM\tBOOKING\tSTATUS\tAGENT\tDEADLINE\tTOKEN\tDECIDED BY")
 	for _, x := range r.Tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.TaskID, x.HEMID, orDash(x.Booking), x.Status, x.AgentID, x.Deadline, orDash(x.Token))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.TaskID, x.HEMID, orDash(x.Booking), x.Status, x.AgentID, x.Deadline, orDash(x.Token), orDash(x.Operator))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// The confirmation prompt of each pending task (the structured
+	// escalation of a mandate gap).
+	for _, x := range r.Tasks {
+		if x.Status == "PENDING" && x.Prompt != "" {
+			fmt.Fprintf(c.env.Stdout(), "\n%s: %s\n", x.TaskID, x.Prompt)
+		}
+	}
+	return nil
 }
 
 func (c *hemCommand) confirm(ctx context.Context, args []string) error {
 	t, fs := c.env.OperatorCallFlags("hem confirm", hemUsage, projectHelp)
 	token := fs.String("token", "", "the task's human_confirmation_token (from 'utpmesh hem ls'), when its HEM needs one")
 	note := fs.String("note", "", "a note kept with the decision")
+	parent := fs.String("parent-mandate", "", "HEM-MANDATE-01: the mandate the agent's was narrowed from, a file or the token (e.g. utpmesh-data/demo-mandate.jwt)")
 	pos, err := c.env.Parse(fs, args)
 	if err != nil {
 		return err
@@ -302,7 +317,15 @@ func (c *hemCommand) confirm(ctx context.Context, args []string) error {
 	if len(pos) != 1 {
 		return cli.Usagef("want 'utpmesh hem confirm TASK_ID' ('utpmesh hem ls' lists the tasks)")
 	}
-	res, err := t.Call(ctx, atptools.ToolHEMConfirm, map[string]string{"task_id": pos[0], "human_confirmation_token": *token, "note": *note})
+	a := map[string]string{"task_id": pos[0], "human_confirmation_token": *token, "note": *note}
+	if *parent != "" {
+		tok, err := readToken(*parent)
+		if err != nil {
+			return err
+		}
+		a["parent_mandate"] = tok
+	}
+	res, err := t.Call(ctx, atptools.ToolHEMConfirm, a)
 	if err != nil {
 		return err
 	}
@@ -342,8 +365,24 @@ func (c *hemCommand) print(t cli.Caller, res json.RawMessage) error {
 	if why, ok := r["reason"]; ok {
 		fmt.Fprintf(c.env.Stdout(), " (%v)", why)
 	}
+	if op, ok := r["operator"]; ok {
+		fmt.Fprintf(c.env.Stdout(), " by operator %v", op)
+	}
+	if jti, ok := r["mandate_jti"]; ok {
+		fmt.Fprintf(c.env.Stdout(), "; sub-mandate %v issued (narrowed from %v), delivered to the agent's turn", jti, r["parent_mandate_jti"])
+	}
 	fmt.Fprintln(c.env.Stdout())
 	return nil
+}
+
+// readToken reads a mandate given as a file or as the token itself.
+func readToken(s string) (string, error) {
+	if b, err := os.ReadFile(strings.TrimPrefix(s, "@")); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	} else if strings.HasPrefix(s, "@") || !strings.Contains(s, ".") || strings.ContainsAny(s, "/\\") {
+		return "", cli.Usagef("--parent-mandate %s: %v (pass a file holding the mandate, or the token)", s, err)
+	}
+	return strings.TrimSpace(s), nil
 }
 
 // orDash is s, or "-" when it is empty.

@@ -53,11 +53,12 @@ func (HEM) Owns(tool string) bool { return tool == atptools.ToolInvokeHEM }
 // pending is the first result of an atp_invoke_hem that waits for an
 // operator (docs/protocol.md §18).
 type pending struct {
-	TaskID           string `json:"task_id"`
-	Status           string `json:"status"`
-	HEMID            string `json:"hem_id"`
-	ProtocolDeadline string `json:"protocol_deadline"`
-	ResultToolCallID string `json:"result_tool_call_id"`
+	TaskID           string         `json:"task_id"`
+	Status           string         `json:"status"`
+	HEMID            string         `json:"hem_id"`
+	ProtocolDeadline string         `json:"protocol_deadline"`
+	ResultToolCallID string         `json:"result_tool_call_id"`
+	Expansion        *hem.Expansion `json:"expansion"`
 }
 
 // Pending implements mcpbridge.Handoff: a result of status PENDING with a
@@ -71,6 +72,13 @@ func (h HEM) Pending(result json.RawMessage) (*mcpbridge.HandoffTask, bool) {
 		return nil, false
 	}
 	q := fmt.Sprintf("atp_invoke_hem asks an operator to confirm HEM task %s (%s)", p.TaskID, p.HEMID)
+	if x := p.Expansion; x != nil {
+		// The seed's structured escalation of a mandate gap (MCP-D15).
+		q += fmt.Sprintf(": a mandate expansion adding %s", x.Action)
+		if x.ResourceCondition != "" {
+			q += " on " + x.ResourceCondition
+		}
+	}
 	if p.ProtocolDeadline != "" {
 		q += "; without a decision it is decided at " + p.ProtocolDeadline
 	}

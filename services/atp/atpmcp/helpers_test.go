@@ -1,6 +1,7 @@
 package atpmcp_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -29,6 +30,12 @@ func startMesh(t *testing.T) *fixture {
 	t.Helper()
 	h := atptest.Start(t, atptest.Options{})
 	operatorMesh = h
+	// atp_invoke_hem escalates about a booking: the fixture's.
+	b, err := h.Service.LoadFixture(context.Background(), atptest.Project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	invokeHEM["booking_object_id"] = b.ID
 	return &fixture{h: h, m: h.Mesh}
 }
 

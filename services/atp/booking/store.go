@@ -45,6 +45,11 @@ type Event struct {
 type Options struct {
 	// Now is the clock (timeouts, event times); default time.Now.
 	Now func() time.Time
+	// Committed, when set, is called after each committed Update with
+	// the events it appended (the ATP service publishes the state
+	// transitions among them as state events). It runs after the commit,
+	// never inside the transaction, and cannot undo it.
+	Committed func(ctx context.Context, project, bookingID string, events []Event)
 }
 
 // Buckets of a project in the state engine (package state).
@@ -68,8 +73,9 @@ func EventKey(seq uint64) string { return fmt.Sprintf("%016x", seq) }
 // (kvstate), or a local bbolt file (boltstate, Open). It is safe for
 // concurrent use and implements atpauthz.States.
 type Store struct {
-	st  state.Store
-	now func() time.Time
+	st        state.Store
+	now       func() time.Time
+	committed func(ctx context.Context, project, bookingID string, events []Event)
 }
 
 var _ atpauthz.States = (*Store)(nil)
@@ -79,7 +85,7 @@ func New(st state.Store, opts Options) *Store {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Store{st: recording{st}, now: opts.Now}
+	return &Store{st: recording{st}, now: opts.Now, committed: opts.Committed}
 }
 
 // Open keeps the bookings in the local bbolt file at path (boltstate;
@@ -306,6 +312,9 @@ func (s *Store) Update(ctx context.Context, project, id string, fn func(t *Tx) e
 		added = t.added
 		return putBooking(tx, b)
 	})
+	if err == nil && len(added) > 0 && s.committed != nil {
+		s.committed(ctx, project, id, added)
+	}
 	return added, s.err(err)
 }
 

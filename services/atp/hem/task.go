@@ -72,6 +72,15 @@ type Task struct {
 	Secondary bool `json:"secondary_path_taken,omitempty"`
 	// WakePending: the resolution has not been reported to the agent yet.
 	WakePending bool `json:"wake_pending,omitempty"`
+	// Expansion is a HEM-MANDATE-01 task's structured request (nil: a
+	// free-text escalation), Requester the invoking call's mandate, and
+	// Grant the sub-mandate its approval issued.
+	Expansion *Expansion `json:"expansion,omitempty"`
+	Requester *Requester `json:"requester,omitempty"`
+	Grant     *Grant     `json:"grant,omitempty"`
+	// ConfirmationPrompt is Prompt, in operators' listings (Redacted)
+	// only.
+	ConfirmationPrompt string `json:"confirmation_prompt,omitempty"`
 }
 
 // PollOutput is the seed's poll output of the task.
@@ -89,14 +98,50 @@ func (t *Task) PollOutput() map[string]any {
 		out["hem_outcome"] = t.HEMOutcome
 		out["decision_object_id"] = t.DecisionObjectID
 		out["event_log_entries"] = t.EventLogEntries
+		if t.Grant != nil { // the token itself only in the resolution (ResolutionOutput)
+			out["mandate_jti"] = t.Grant.JTI
+			out["parent_mandate_jti"] = t.Grant.ParentJTI
+			out["granted_policy"] = t.Grant.Policy
+		}
 	case StatusDeclined:
 		out["declined_by"] = t.ResolvedBy
 		out["reason"] = t.Reason
+	}
+	if t.Operator != "" {
+		// The seed's confirmed_by/declined_by say "operator"; this says who.
+		out["operator"] = t.Operator
+	}
+	if t.Expansion != nil {
+		out["expansion"] = t.Expansion
 	}
 	if t.Secondary {
 		out["secondary_path_taken"] = true
 	}
 	return out
+}
+
+// ResolutionOutput is what the invoking agent's turn receives when the
+// task resolves: the poll output and, when the approval issued a
+// sub-mandate, the token itself ("mandate"), which no other output shows.
+func (t *Task) ResolutionOutput() map[string]any {
+	out := t.PollOutput()
+	if t.Grant != nil && t.Status == StatusComplete {
+		out["mandate"] = t.Grant.Token
+	}
+	return out
+}
+
+// Redacted is a copy of t without the issued sub-mandate's token, with
+// its confirmation prompt (what operators' listings show).
+func (t *Task) Redacted() *Task {
+	c := *t
+	c.ConfirmationPrompt = t.Prompt()
+	if c.Grant != nil {
+		g := *c.Grant
+		g.Token = ""
+		c.Grant = &g
+	}
+	return &c
 }
 
 // Who resolved a task (Task.ResolvedBy; the poll output's confirmed_by
@@ -153,6 +198,9 @@ type Invocation struct {
 	AgentID, AgentTurnID, ToolCallID  string
 	TurnEpoch                         int64
 	Version, Channel                  string
+	// Requester is the invoking call's mandate (HEM-MANDATE-01: what an
+	// approval narrows from); nil without one.
+	Requester *Requester
 }
 
 // Invoke creates a PENDING task (or returns the task of the same id, for a
@@ -172,13 +220,22 @@ func (m *Manager) Invoke(ctx context.Context, in Invocation) (*Task, error) {
 	if e.NeedsBooking && in.BookingID == "" {
 		return nil, fmt.Errorf("%w: %s acts on a booking: pass booking_object_id", ErrPrecondition, e.HEMID)
 	}
+	var exp *Expansion
+	if e.HEMID == MandateGapID {
+		if exp = ParseExpansion(in.Context); exp != nil && !exp.Valid() {
+			return nil, fmt.Errorf("%w: the requested action %q is not a Cedar action; write it like ATPAction::\"update_pre_arrangement\"", ErrBadInput, exp.Action)
+		}
+	}
 	if existing, err := m.Get(ctx, in.Project, in.TaskID); err == nil {
 		return existing, nil
 	}
 	now := m.store.Now()
 	t := &Task{TaskID: in.TaskID, Project: in.Project, HEMID: in.HEMID, BookingID: in.BookingID, Context: in.Context, Status: StatusPending,
 		AgentID: in.AgentID, AgentTurnID: in.AgentTurnID, ToolCallID: in.ToolCallID, TurnEpoch: in.TurnEpoch, Version: in.Version, Channel: in.Channel,
-		CreatedAt: now, Deadline: now.Add(e.ProtocolDeadline), EventLogEntries: []string{}}
+		CreatedAt: now, Deadline: now.Add(e.ProtocolDeadline), EventLogEntries: []string{}, Expansion: exp}
+	if exp != nil {
+		t.Requester = in.Requester
+	}
 	if e.TokenRequired {
 		var b [12]byte
 		_, _ = rand.Read(b[:])
@@ -268,6 +325,23 @@ func (m *Manager) ForBooking(ctx context.Context, project, bookingID string) ([]
 // confirmed_by "operator", and the operator's name in the task and its
 // HEM_RESOLVED event.
 func (m *Manager) Confirm(ctx context.Context, project, id, operator, token, note string) (*Task, error) {
+	return m.ConfirmGrant(ctx, project, id, operator, token, note, nil)
+}
+
+// CheckToken checks a confirmation's human_confirmation_token against a
+// pending task's, before anything is done for it.
+func (m *Manager) CheckToken(t *Task, token string) error {
+	e, ok := m.cat.Get(t.HEMID)
+	if ok && e.TokenRequired && token != t.Token {
+		return fmt.Errorf("%w: %s needs the human_confirmation_token shown by utpmesh hem ls for task %s", ErrToken, e.HEMID, t.TaskID)
+	}
+	return nil
+}
+
+// ConfirmGrant is Confirm recording g, the sub-mandate an approved
+// HEM-MANDATE-01 expansion issued (nil: none), on the task and, without
+// its token, in the HEM_RESOLVED event.
+func (m *Manager) ConfirmGrant(ctx context.Context, project, id, operator, token, note string, g *Grant) (*Task, error) {
 	if operator == "" {
 		return nil, fmt.Errorf("%w: confirming needs the operator's name", ErrBadInput)
 	}
@@ -275,7 +349,7 @@ func (m *Manager) Confirm(ctx context.Context, project, id, operator, token, not
 		if e.TokenRequired && token != t.Token {
 			return fmt.Errorf("%w: %s needs the human_confirmation_token shown by utpmesh hem ls for task %s", ErrToken, e.HEMID, id)
 		}
-		t.Status, t.HEMOutcome, t.ResolvedBy, t.Operator, t.Note = StatusComplete, e.Outcome, ResolvedByOperator, operator, note
+		t.Status, t.HEMOutcome, t.ResolvedBy, t.Operator, t.Note, t.Grant = StatusComplete, e.Outcome, ResolvedByOperator, operator, note, g
 		return nil
 	})
 }
@@ -388,9 +462,14 @@ func (m *Manager) resolve(ctx context.Context, project, id string, decide func(t
 			if t.Operator != "" {
 				actor = "operator:" + t.Operator
 			}
-			ev, err := bt.Append(booking.EventHEMResolved, actor, map[string]any{"task_id": t.TaskID, "hem_id": t.HEMID,
+			data := map[string]any{"task_id": t.TaskID, "hem_id": t.HEMID,
 				"status": t.Status, "resolved_by": t.ResolvedBy, "operator": t.Operator, "hem_outcome": t.HEMOutcome, "decision_object_id": t.DecisionObjectID, "reason": t.Reason,
-				"note": t.Note, "secondary_path_taken": t.Secondary, "escalation_resolved_at": now})
+				"note": t.Note, "secondary_path_taken": t.Secondary, "escalation_resolved_at": now}
+			if t.Grant != nil { // the sub-mandate's record, never its token
+				data["mandate_issued"] = map[string]any{"mandate_jti": t.Grant.JTI, "parent_mandate_jti": t.Grant.ParentJTI,
+					"granted_policy": t.Grant.Policy, "subject": t.AgentID, "exp": t.Grant.ExpiresAt}
+			}
+			ev, err := bt.Append(booking.EventHEMResolved, actor, data)
 			if err != nil {
 				return err
 			}

@@ -49,7 +49,7 @@ func (s *Service) hemTools() []spec {
 	return []spec{
 		{name: ToolInvokeHEM, action: `ATPAction::"invoke_hem"`, scope: ScopeHEMInvoke, risk: registry.RiskHigh,
 			desc: "Escalate to a human (HEM). Returns a task_id at once with status PENDING; the HEM runs only after an operator confirms. Poll atp_get_booking_status (pending_hem_tasks, hem_tasks); the resolution also arrives as a tool.result of call <tool_call_id>.hem-result in this turn. trigger_reason MANDATE_GAP_DETECTED uses hem_id HEM-MANDATE-01.",
-			params: `{"type":"object","required":["hem_id","context"],"additionalProperties":false,"properties":{
+			params: `{"type":"object","required":["booking_object_id","hem_id","context"],"additionalProperties":false,"properties":{
 "booking_object_id":` + bookingIDSchema + `,"hem_id":{"type":"string","pattern":"^HEM-"},
 "context":{"type":"object","required":["trigger_reason","agent_assessment"],"properties":{"trigger_reason":{"type":"string","minLength":1},
 "agent_assessment":{"type":"string","minLength":1},"recommended_action":{"type":"string"}}}}}`,
@@ -59,9 +59,9 @@ func (s *Service) hemTools() []spec {
 			params: `{"type":"object","additionalProperties":false,"properties":{"status":{"enum":["PENDING","COMPLETE","DECLINED"]}}}`,
 			run:    s.hemList},
 		{name: ToolHEMConfirm, action: `ATPAdminAction::"hem_confirm"`, scope: ScopeHEMOperator, risk: registry.RiskHigh, operator: true,
-			desc: "Operators: confirm a PENDING HEM task; the HEM runs and the task ends COMPLETE.",
+			desc: "Operators: confirm a PENDING HEM task; the HEM runs and the task ends COMPLETE. A HEM-MANDATE-01 task with a structured request (expansion) issues the agent a sub-mandate narrowed from parent_mandate, the mandate the agent's was narrowed from; one wider than that parent is refused.",
 			params: `{"type":"object","required":["task_id"],"additionalProperties":false,"properties":{"task_id":{"type":"string","minLength":1},
-"human_confirmation_token":{"type":"string"},"note":{"type":"string"}}}`,
+"human_confirmation_token":{"type":"string"},"note":{"type":"string"},"parent_mandate":{"type":"string","minLength":1}}}`,
 			writes: true, run: s.hemConfirm},
 		{name: ToolHEMDecline, action: `ATPAdminAction::"hem_decline"`, scope: ScopeHEMOperator, risk: registry.RiskMedium, operator: true,
 			desc: "Operators: decline a PENDING HEM task with a reason; nothing of the HEM runs.",
@@ -79,6 +79,9 @@ func (s *Service) invokeHEM(ctx context.Context, c *worker.Call) (any, error) {
 	}
 	if err := bind(c, &a); err != nil {
 		return nil, err
+	}
+	if a.BookingObjectID == "" {
+		return nil, worker.Fail(card.CodeBadRequest, "atp_invoke_hem escalates about a Booking Object: pass booking_object_id (the booking the HEM is for)")
 	}
 	// MCP-D6: a mandate permitting invoke_hem must enumerate its hem_ids,
 	// checked here on every use, not only when the mandate was issued.
@@ -116,7 +119,7 @@ func (s *Service) invokeHEM(ctx context.Context, c *worker.Call) (any, error) {
 	setResult(ctx, taskResult(c.ProjectID, taskID, invokeOutput))
 	t, err := s.hem.Invoke(ctx, hem.Invocation{TaskID: taskID, Project: c.ProjectID, HEMID: a.HEMID, BookingID: a.BookingObjectID,
 		Context: a.Context, TriggerReason: hc.TriggerReason, AgentID: c.Command.AgentID, AgentTurnID: c.Command.AgentTurnID,
-		ToolCallID: c.Command.ToolCallID, TurnEpoch: epoch, Version: c.Version, Channel: c.ChannelID})
+		ToolCallID: c.Command.ToolCallID, TurnEpoch: epoch, Version: c.Version, Channel: c.ChannelID, Requester: requesterOf(c)})
 	if err != nil {
 		return nil, mapErr(hemErr(err))
 	}
@@ -126,9 +129,15 @@ func (s *Service) invokeHEM(ctx context.Context, c *worker.Call) (any, error) {
 // invokeOutput is atp_invoke_hem's result for task t.
 func invokeOutput(t *hem.Task) map[string]any {
 	if t.Status == hem.StatusPending {
-		return map[string]any{"task_id": t.TaskID, "status": hem.StatusPending, "confirmation_required": true,
+		out := map[string]any{"task_id": t.TaskID, "status": hem.StatusPending, "confirmation_required": true,
 			"elicitation_sent_to": "operator", "hem_id": t.HEMID, "protocol_deadline": t.Deadline,
 			"result_tool_call_id": ResultCallID(t.ToolCallID)}
+		if t.Expansion != nil {
+			// The structured request as the service read it, so a host
+			// asking an operator shows the exact action (atpmcp).
+			out["expansion"] = t.Expansion
+		}
+		return out
 	}
 	return t.PollOutput()
 }
@@ -202,6 +211,9 @@ func (s *Service) hemList(ctx context.Context, c *worker.Call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	for i, t := range ts {
+		ts[i] = t.Redacted()
+	}
 	return map[string]any{"tasks": ts}, nil
 }
 
@@ -210,6 +222,7 @@ func (s *Service) hemConfirm(ctx context.Context, c *worker.Call) (any, error) {
 		TaskID string `json:"task_id"`
 		Token  string `json:"human_confirmation_token"`
 		Note   string `json:"note"`
+		Parent string `json:"parent_mandate"`
 	}
 	if err := bind(c, &a); err != nil {
 		return nil, err
@@ -219,7 +232,16 @@ func (s *Service) hemConfirm(ctx context.Context, c *worker.Call) (any, error) {
 		return nil, err
 	}
 	setResult(ctx, taskResult(c.ProjectID, a.TaskID, pollOutput))
-	t, err := s.hem.Confirm(ctx, c.ProjectID, a.TaskID, operator, a.Token, a.Note)
+	var grant *hem.Grant
+	if cur, err := s.hem.Get(ctx, c.ProjectID, a.TaskID); err == nil && cur.Status == hem.StatusPending && cur.Expansion != nil {
+		if err := s.hem.CheckToken(cur, a.Token); err != nil {
+			return nil, hemErr(err)
+		}
+		if grant, err = s.grantExpansion(ctx, c.ProjectID, cur, a.Parent); err != nil {
+			return nil, err
+		}
+	}
+	t, err := s.hem.ConfirmGrant(ctx, c.ProjectID, a.TaskID, operator, a.Token, a.Note, grant)
 	if err != nil {
 		return nil, hemErr(err)
 	}
@@ -297,7 +319,7 @@ func (s *Service) writeResolution(ctx context.Context, st cardstore.Store, t *he
 	if err := st.Put(ctx, callCard); err != nil && !errors.Is(err, cardstore.ErrConflict) {
 		return nil, fmt.Errorf("atp: write the resolution call card: %w", err)
 	}
-	value, _ := json.Marshal(t.PollOutput())
+	value, _ := json.Marshal(t.ResolutionOutput())
 	res, err := hemResultOf(t, callID).Card(card.ToolResultContent{Status: card.StatusSuccess, AfterExecution: card.Suspend, Result: value}, nil)
 	if err != nil {
 		return nil, err

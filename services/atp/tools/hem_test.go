@@ -392,7 +392,7 @@ func TestHEMSubAgentMandateLifetime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := h.Agent(agentID, tok).Call(tools.ToolInvokeHEM, map[string]any{"hem_id": hem.MandateGapID,
+			r := h.Agent(agentID, tok).Call(tools.ToolInvokeHEM, map[string]any{"hem_id": hem.MandateGapID, "booking_object_id": b.ID,
 				"context": map[string]any{"trigger_reason": hem.TriggerMandateGap, "agent_assessment": "gap"}})
 			if tc.ok != (r.Status == card.StatusSuccess) {
 				t.Fatalf("status %s, error %+v", r.Status, r.Error)

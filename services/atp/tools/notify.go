@@ -107,18 +107,28 @@ func (s *Service) notifyTraveller(ctx context.Context, c *worker.Call) (any, err
 		}
 		return nil, v
 	}
+	// A failed delivery is in the booking's log with its channel and
+	// outcome, like a sent or blocked one.
+	logFailed := func(reason string) string {
+		if _, err := s.store.Update(ctx, c.ProjectID, b.ID, func(tx *booking.Tx) error {
+			_, err := tx.Append(booking.EventNotification, RuntimeActor, map[string]any{"notification_id": id, "channel": a.Channel,
+				"recipient_participant_id": p.ParticipantID, "delivery_status": "FAILED", "error": reason, "requested_by": toolkit.Actor(c)})
+			return err
+		}); err != nil {
+			s.deps.Logger.Warn("atp: a failed notification could not be logged", "project", c.ProjectID, "booking", b.ID, "notification", id, "err", err)
+			return "; logging the failure failed too: " + err.Error()
+		}
+		return "; the failure is in the booking's log"
+	}
 	n := s.deps.Notifiers[a.Channel]
 	if n == nil {
-		return nil, worker.Fail(card.CodeUpstreamUnavailable, fmt.Sprintf("no %s provider is configured for the atp service (EMAIL: SMTP server; SMS, WHATSAPP: webhook URL); nothing was sent", a.Channel))
+		why := fmt.Sprintf("no %s provider is configured for the atp service (EMAIL: SMTP server; SMS, WHATSAPP: webhook URL); nothing was sent", a.Channel)
+		return nil, worker.Fail(card.CodeUpstreamUnavailable, why+logFailed(why))
 	}
 	providerID, err := n.Send(ctx, atp.Message{NotificationID: id, Channel: a.Channel, To: to, Body: a.Body, TemplateID: a.TemplateID, BookingID: b.ID})
 	if err != nil {
-		_, _ = s.store.Update(ctx, c.ProjectID, b.ID, func(tx *booking.Tx) error {
-			_, err := tx.Append(booking.EventNotification, RuntimeActor, map[string]any{"notification_id": id, "channel": a.Channel,
-				"recipient_participant_id": p.ParticipantID, "delivery_status": "FAILED", "error": err.Error(), "requested_by": toolkit.Actor(c)})
-			return err
-		})
-		return nil, worker.Fail(card.CodeUpstreamUnavailable, fmt.Sprintf("%s delivery to participant %s failed: %v; the failure is in the booking's log, call again to retry", a.Channel, p.ParticipantID, err))
+		logged := logFailed(err.Error())
+		return nil, worker.Fail(card.CodeUpstreamUnavailable, fmt.Sprintf("%s delivery to participant %s failed: %v%s; call again to retry", a.Channel, p.ParticipantID, err, logged))
 	}
 	var out map[string]any
 	setResult(ctx, resultMap(&out)) // the log entry of the sent message is the call's change

@@ -94,8 +94,9 @@ func Open(deps atp.Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := booking.New(engine, booking.Options{Now: deps.Now})
-	s := &Service{deps: deps, store: st, done: make(chan struct{})}
+	s := &Service{deps: deps, done: make(chan struct{})}
+	st := booking.New(engine, booking.Options{Now: deps.Now, Committed: s.publishTransitions})
+	s.store = st
 	cat := deps.HEMCatalogue
 	if cat == nil {
 		cat = hem.Default()
@@ -227,6 +228,9 @@ func (s *Service) Tools() ([]worker.Tool, error) {
 	specs := append(append(s.seedTools(), s.hemTools()...), s.adminTools()...)
 	defs := make([]toolkit.Def, 0, len(specs))
 	for _, sp := range specs {
+		if err := CheckScope(sp.scope); err != nil {
+			return nil, fmt.Errorf("atp: tool %s: %w", sp.name, err)
+		}
 		run := sp.run
 		if sp.writes {
 			run = s.once(run)
@@ -243,11 +247,27 @@ func (s *Service) Tools() ([]worker.Tool, error) {
 			}),
 		})
 	}
-	tools, err := toolkit.Tools(toolkit.Hooks{Guards: []toolkit.Guard{operatorOnly, s.rateLimit}}, defs...)
+	tools, err := toolkit.Tools(toolkit.Hooks{Guards: []toolkit.Guard{registeredScopes, operatorOnly, s.rateLimit}}, defs...)
 	if err != nil {
 		return nil, fmt.Errorf("atp: %w", err)
 	}
 	return tools, nil
+}
+
+// registeredScopes is the guard that checks the scopes a call's registry
+// entry carries (options.scopes, where scopes enter the mesh: an entry
+// re-registered by hand may carry any): a retired or unknown name
+// (tools.CheckScope, MCP-D4) fails the call, saying which name to use.
+func registeredScopes(_ context.Context, _ *toolkit.Spec, c *worker.Call) error {
+	if c.Entry == nil {
+		return nil
+	}
+	for _, sc := range c.Entry.Options.Scopes {
+		if err := CheckScope(sc); err != nil {
+			return worker.Fail(card.CodeBadRequest, fmt.Sprintf("the registry entry of %s in project %s has options.scopes %q: %v; re-register it with the normative name (utpmesh tools put)", c.ToolName, c.ProjectID, sc, err))
+		}
+	}
+	return nil
 }
 
 // operatorOnly is the guard of the operator-only tools: it refuses every

@@ -322,9 +322,13 @@ func TestNotifyDeliveryFailureIsLogged(t *testing.T) {
 	if e := ag.Fail(tools.ToolNotifyTraveller, map[string]any{"booking_object_id": b.ID, "recipient_participant_id": "p-aiko", "channel": "EMAIL", "message_body": "hi"}, card.CodeUpstreamUnavailable); !strings.Contains(e.Message, "no EMAIL provider") {
 		t.Fatalf("unconfigured: %s", e.Message)
 	}
+	// Both failures are in the log with their channel and outcome.
 	evs, _ := h.Service.Store().Events(ctx, atptest.Project, b.ID, 0, 0, false)
-	if last := evs[len(evs)-1]; last.Type != booking.EventNotification || !strings.Contains(string(last.Data), `"delivery_status":"FAILED"`) {
-		t.Fatalf("last event = %+v", last)
+	for i, want := range []string{`"channel":"SMS"`, `"channel":"EMAIL"`} {
+		ev := evs[len(evs)-2+i]
+		if ev.Type != booking.EventNotification || !strings.Contains(string(ev.Data), `"delivery_status":"FAILED"`) || !strings.Contains(string(ev.Data), want) {
+			t.Fatalf("event %d = %+v %s; want a FAILED notification with %s", i, ev, ev.Data, want)
+		}
 	}
 }
 
@@ -412,4 +416,29 @@ func TestRateLimitThroughTheMesh(t *testing.T) {
 	other.OK(tools.ToolGetBookingStatus, status) // limits are per client
 	h.Clock.Add(time.Minute)
 	busy.OK(tools.ToolGetBookingStatus, status)
+}
+
+// TestRetiredScopeInTheRegistry: scopes enter the mesh with a tool's
+// registry entry; an ATP entry re-registered with a retired scope name
+// fails its calls, naming the normative one (MCP-D4).
+func TestRetiredScopeInTheRegistry(t *testing.T) {
+	h := atptest.Start(t, atptest.Options{})
+	ctx := context.Background()
+	b, err := h.Service.LoadFixture(ctx, atptest.Project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := h.Mesh.Registry().Get(ctx, atptest.Project, tools.ToolCollectPreArr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Options.Scopes = []string{"JOURNEY_READ"}
+	if _, err := h.Mesh.Registry().Put(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	ag := h.Agent("ops", h.Mandate("ops", atptest.AllTools()))
+	got := ag.Fail(tools.ToolCollectPreArr, map[string]any{"booking_object_id": b.ID, "filter": "ALL"}, card.CodeBadRequest)
+	if !strings.Contains(got.Message, "JOURNEY_READ") || !strings.Contains(got.Message, "use CONTEXT_READ") {
+		t.Fatalf("message = %s", got.Message)
+	}
 }

@@ -7,6 +7,13 @@
 // expansion request routed to an operator through atp_invoke_hem with
 // hem_id HEM-MANDATE-01 (MandateGap, EscalateMandateGap).
 //
+// The booking's state transitions reach the loop as state events
+// (Loop.Follow, docs/protocol.md §10.4), and Loop.Call refuses, without
+// dispatching, a call the current residual set does not permit. An
+// approved expansion's narrowed sub-mandate arrives in the turn's
+// <call>.hem-result card (ReadResolution); Loop.Resolved re-queries with
+// it.
+//
 // It builds on the thin agent SDK (pkg/agent); the Cedar partial
 // evaluation itself runs in the mesh (pkg/authz.Query).
 package windley

@@ -61,6 +61,7 @@ type Loop struct {
 	state    *string
 	residual *authz.Residual
 	queries  int
+	events   int
 }
 
 // NewLoop returns a loop for agent c's turn, evaluating mandate ("": c's
