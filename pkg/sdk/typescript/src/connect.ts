@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 
 import { fromSeed } from "@nats-io/nkeys";
-import { connect, credsAuthenticator, nkeyAuthenticator } from "@nats-io/transport-node";
+import { AuthorizationError, connect, credsAuthenticator, nkeyAuthenticator } from "@nats-io/transport-node";
 import type { Authenticator, NatsConnection } from "@nats-io/transport-node";
 
 import { ErrorCodes, UtpmeshError } from "./errors.js";
@@ -85,9 +85,12 @@ export async function connectMesh(opts: ConnectOptions = {}): Promise<NatsConnec
       inboxPrefix: id?.inboxPrefix,
     });
   } catch (err) {
-    const hint = creds
-      ? `as ${creds}: is it a seed of this mesh (utpmesh-data/creds/…)?`
-      : "without credentials: pass creds (an agent-<project>.nk or worker-<service>.nk of the mesh) or set NATS_CREDS";
-    throw new UtpmeshError(ErrorCodes.unavailable, `connect to ${String(servers)} ${hint}: ${(err as Error).message}`, { cause: err });
+    const auth = err instanceof AuthorizationError || /authori[sz]ation/i.test((err as Error).message);
+    const hint = !auth
+      ? "(is the mesh running there? pass servers or set NATS_URL)"
+      : creds
+        ? `as ${creds} (is it a seed of this mesh, utpmesh-data/creds/…?)`
+        : "without credentials (pass creds, an agent-<project>.nk or worker-<service>.nk of the mesh, or set NATS_CREDS)";
+    throw new UtpmeshError(auth ? ErrorCodes.creds : ErrorCodes.unavailable, `connect to ${String(servers)} ${hint}: ${(err as Error).message}`, { cause: err });
   }
 }
