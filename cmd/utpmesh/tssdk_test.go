@@ -283,10 +283,37 @@ func TestTypeScriptSDK(t *testing.T) {
 		cli(t, "policy", "put", "--project", "demo", "--yes", "all.cedar")
 		gomodtest.Write(t, clone, map[string]string{"ts.jwt": cli(t, "mandate", "issue", "--project", "demo", "--agent", "ts-agent", "--policy", "ts.cedar")})
 		out := node(t, sdk, []string{"UTPMESH_TS_DATA=" + data, "UTPMESH_TS_MANDATE=" + filepath.Join(clone, "ts.jwt")}, "--test", "dist/test/")
-		if !strings.Contains(out, "\n# fail 0") || !strings.Contains(out, "\n# skipped 0") {
+		if !strings.Contains(out, "\n# fail 0") || strings.Contains(out, "# SKIP") || !strings.Contains(out, "- against a mesh\n") {
 			t.Fatalf("node --test:\n%s", out)
 		}
 		t.Logf("node --test: %s", out[strings.LastIndex(out, "# tests"):])
+	})
+
+	t.Run("the TS worker describes its tool", func(t *testing.T) {
+		nc := connect(t, "agent-demo")
+		m, err := nc.Request("cg.v1r3.demo.main.svc.worker.reverse", nil, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			Instance string `json:"instance"`
+			Entry    struct {
+				ToolName      string `json:"tool_name"`
+				TargetSubject string `json:"target_subject"`
+			} `json:"entry"`
+		}
+		if err := json.Unmarshal(m.Data, &d); err != nil || d.Instance == "" || d.Entry.ToolName != "reverse" ||
+			d.Entry.TargetSubject != "cg.{ver}.{project_id}.{channel_id}.cmd.tool.reverse" {
+			t.Fatalf("describe reverse: %s (%v)", m.Data, err)
+		}
+		// An agent of demo may not ask in another project; the admin may.
+		m, err = connect(t, "admin").Request("cg.v1r3.nope.main.svc.worker.reverse", nil, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Header.Get("Svc-Error-Code") != "not_found" || !strings.Contains(string(m.Data), "not registered in project nope") {
+			t.Fatalf("describe reverse in project nope: %v %s", m.Header, m.Data)
+		}
 	})
 
 	t.Run("status counts the TS worker's calls", func(t *testing.T) {

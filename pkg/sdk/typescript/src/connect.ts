@@ -11,6 +11,7 @@ import { AuthorizationError, connect, credsAuthenticator, nkeyAuthenticator } fr
 import type { Authenticator, NatsConnection } from "@nats-io/transport-node";
 
 import { ErrorCodes, UtpmeshError } from "./errors.js";
+import * as subj from "./subjects.js";
 
 /** An identity read from a credentials file. */
 export interface Identity {
@@ -25,9 +26,7 @@ export interface Identity {
 const SEED = /^\s*(SU[A-Z2-7]{50,})\s*$/m;
 
 /** inboxPrefix is the reply-inbox prefix of the identity whose public nkey is pub. */
-export function inboxPrefix(pub: string): string {
-  return "_INBOX." + pub;
-}
+export const inboxPrefix = subj.inboxPrefix;
 
 /**
  * loadIdentity reads the credentials file path: an nkey seed file (*.nk) or

@@ -50,6 +50,11 @@ export function toolToken(name: string): string {
   return b.toString("latin1") + "_" + sha8(name);
 }
 
+/** inboxPrefix is the reply-inbox prefix of the identity whose public nkey is pub: _INBOX.<pub> (§2.8). */
+export function inboxPrefix(pub: string): string {
+  return "_INBOX." + pub;
+}
+
 /** A project's subjects: version, project and channel tokens. */
 export interface Scope {
   version: string;
