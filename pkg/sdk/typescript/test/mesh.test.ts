@@ -195,4 +195,29 @@ describe("against a mesh", { skip }, () => {
         (e: Error) => e instanceof PendingError && /still pending/.test(e.message));
     });
   });
+  it("drains on stop: a call past the drain timeout ends canceled and is reported", async () => {
+    const wnc = await connectMesh({ creds: creds("worker-tsslow") });
+    let started!: () => void;
+    const running = new Promise<void>((r) => (started = r));
+    const tool: Tool = {
+      name: "ts_hold", parameters: { type: "object", properties: { ms: { type: "integer", minimum: 0 } }, required: ["ms"] },
+      options: { timeout_seconds: 60 },
+      handler: (c) => new Promise((_, reject) => {
+        started();
+        c.signal.addEventListener("abort", () => reject(new Error(String(c.signal.reason))));
+      }),
+    };
+    const worker = await serve({ nc: wnc, tools: [tool], projects: ["demo"], instanceId: "ts-drain-worker", drainTimeoutMs: 200, log: () => undefined });
+    try {
+      const call = ts.call({ toolName: "ts_hold", agentTurnId: turn("drain"), arguments: { ms: 120_000 } });
+      await running;
+      await worker.stop();
+      const out = await call;
+      assert.equal(out.result.status, "canceled", JSON.stringify(out.result));
+      assert.equal(out.result.error?.message, "the worker shut down before the call finished");
+    } finally {
+      await worker.stop();
+      await wnc.drain();
+    }
+  });
 });
