@@ -8,9 +8,12 @@
 //
 // Without them the tests skip.
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
 
 import type { NatsConnection } from "@nats-io/transport-node";
 
@@ -215,6 +218,41 @@ describe("against a mesh", { skip }, () => {
       const out = await call;
       assert.equal(out.result.status, "canceled", JSON.stringify(out.result));
       assert.equal(out.result.error?.message, "the worker shut down before the call finished");
+    } finally {
+      await worker.stop();
+      await wnc.drain();
+    }
+  });
+  it("takes over the call of a killed worker: one result", async () => {
+    const child = spawn(process.execPath, [join(dirname(fileURLToPath(import.meta.url)), "..", "testdata", "doomed-worker.js"), creds("worker-tsslow")],
+      { stdio: ["ignore", "pipe", "inherit"] });
+    const lines = createInterface({ input: child.stdout! });
+    const seen = (want: string) => new Promise<void>((resolve, reject) => {
+      lines.on("line", (l) => l === want && resolve());
+      child.once("exit", (code) => reject(new Error(`the doomed worker exited (${code}) before printing ${want}`)));
+    });
+    const serving = seen("serving");
+    const executing = seen("executing");
+    await serving;
+    const call = ts.call({ toolName: "ts_hold", agentTurnId: turn("kill"), arguments: { ms: 120_000 } });
+    await executing;
+    child.kill("SIGKILL");
+    // A live worker takes the call over once the dead one's command is
+    // redelivered (ack wait) and its claim has lapsed (lease).
+    const wnc = await connectMesh({ creds: creds("worker-tsslow") });
+    const worker = await serve({
+      nc: wnc, projects: ["demo"], instanceId: "ts-heir-worker", log: () => undefined,
+      tools: [{ name: "ts_hold", parameters: { type: "object", properties: { ms: { type: "integer", minimum: 0 } }, required: ["ms"] },
+        options: { timeout_seconds: 60 }, handler: (c) => ({ delivery: c.delivery }) }],
+    });
+    try {
+      const out = await call;
+      assert.equal(out.result.status, "success", JSON.stringify(out.result));
+      assert.ok((out.result.result as { delivery: number }).delivery >= 2);
+      assert.equal(worker.stats("ts_hold")?.claim_takeovers, 1);
+      const st = await ts.resume(turn("kill"));
+      assert.equal(st.calls.length, 1);
+      assert.equal(st.calls[0].resultCard?.card_id, out.resultCard.card_id);
     } finally {
       await worker.stop();
       await wnc.drain();
