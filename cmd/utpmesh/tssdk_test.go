@@ -85,9 +85,10 @@ func guideTS(t *testing.T) []guideBlock {
 // build, identity, serve, status, policy, mandate, the TS agent calling
 // the TS tool), then the Go agent SDK calling the TS tool, commands the
 // mesh did not admit refused by the TS worker, the SDK's own tests (node
-// --test: the agent against the Go echo worker, resume after a restart,
-// timeout, cancel), the TS worker's counters in status, and its drain on
-// SIGTERM. The clone is a temporary directory whose pkg/sdk/typescript
+// --test: the agent against the Go echo worker, wakeups, resume after a
+// restart, a refused call, timeout, cancel, drain, a killed TS worker's
+// call taken over), the describe endpoint, the TS worker's counters in
+// status, and its drain on SIGTERM. The clone is a temporary directory whose pkg/sdk/typescript
 // links to this tree's (npm run build writes dist/ there).
 func TestTypeScriptSDK(t *testing.T) {
 	sdk := tsSDKDir(t)
