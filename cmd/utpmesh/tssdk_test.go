@@ -256,7 +256,13 @@ func TestTypeScriptSDK(t *testing.T) {
 	})
 
 	t.Run("the TS worker refuses what the mesh did not admit", func(t *testing.T) {
-		forgedCommands(t, connect(t, "admin"), data)
+		forgedCommands(t, connect(t, "admin"), data, func(raw bool) {
+			mode := "admitted"
+			if raw {
+				mode = "raw"
+			}
+			cli(t, "policy", "config", "--project", "demo", "--commands", mode)
+		})
 	})
 
 	t.Run("the SDK's own tests", func(t *testing.T) {
@@ -330,9 +336,9 @@ func TestTypeScriptSDK(t *testing.T) {
 		}
 		// Results the TS worker wrote: the guide's call, the Go agent's,
 		// the SDK tests' success and bad arguments (their repeated call is
-		// answered from the inbox), the four unadmitted commands.
-		if rev == nil || rev.Workers != 1 || rev.Calls != 8 || rev.Failed != 5 || rev.InFlight != 0 {
-			t.Fatalf("status: reverse = %+v, want 1 worker, 8 calls, 5 failed", rev)
+		// answered from the inbox), the five unadmitted commands.
+		if rev == nil || rev.Workers != 1 || rev.Calls != 9 || rev.Failed != 6 || rev.InFlight != 0 {
+			t.Fatalf("status: reverse = %+v, want 1 worker, 9 calls, 6 failed", rev)
 		}
 	})
 
@@ -349,8 +355,11 @@ func TestTypeScriptSDK(t *testing.T) {
 // the mesh did not admit, and checks that each ends failed/auth_failed
 // without running: no CG-Admission, a signature by another key under the
 // mesh's key id, the mesh's signature of another call (a replay), and
-// the mesh's signature of the call with other card content.
-func forgedCommands(t *testing.T, nc *nats.Conn, dataDir string) {
+// the mesh's signature of the call with other card content; and a command
+// without CG-Admission in a project that accepts raw commands (setRaw
+// switches demo's mode), which the TS worker, running no Cedar gate,
+// refuses too.
+func forgedCommands(t *testing.T, nc *nats.Conn, dataDir string, setRaw func(bool)) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	key, err := admit.LoadOrCreateKey(dataDir)
@@ -388,23 +397,31 @@ func forgedCommands(t *testing.T, nc *nats.Conn, dataDir string) {
 	_, foreign, _ := ed25519Pair()
 	tests := []struct {
 		name   string
+		raw    bool
 		header func(a utp.Admission) string
 		want   string
 	}{
-		{"no header", func(utp.Admission) string { return "" }, "has no CG-Admission header"},
-		{"another key", func(a utp.Admission) string {
+		// The TS worker reads the project's mode when it refuses a command.
+		{"raw-mode project", true, func(utp.Admission) string { return "" }, "runs no Cedar gate"},
+		{"no header", false, func(utp.Admission) string { return "" }, "has no CG-Admission header"},
+		{"another key", false, func(a utp.Admission) string {
 			a.KeyID = key.KeyID
 			h, _ := utp.SignAdmission(foreign, a)
 			return h
 		}, "does not verify"},
-		{"another call's admission", func(utp.Admission) string { return other }, "differs from the admitted"},
-		{"other card content", func(a utp.Admission) string {
+		{"another call's admission", false, func(utp.Admission) string { return other }, "differs from the admitted"},
+		{"other card content", false, func(a utp.Admission) string {
 			a.CardSHA256 = utp.ContentSHA256([]byte(`{"tool_name":"reverse","arguments":{"text":"admitted"}}`))
 			h, _ := key.Sign(a)
 			return h
 		}, "is not the admitted one"},
 	}
+	raw := false
 	for i, tc := range tests {
+		if tc.raw != raw {
+			setRaw(tc.raw)
+			raw = tc.raw
+		}
 		call := "forged-" + string(rune('a'+i))
 		content, _ := json.Marshal(card.ToolCallContent{ToolName: "reverse", Arguments: json.RawMessage(`{"text":"forged"}`), TargetSubject: target})
 		cc := &card.Card{CardID: card.NewID(), ProjectID: "demo", Type: card.TypeToolCall, AuthorID: agentID, Content: content, ToolCallID: call,

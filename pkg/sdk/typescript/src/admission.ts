@@ -96,14 +96,13 @@ interface KeysReply {
 }
 
 /**
- * Admissions reads and caches the mesh's admission keys and each project's
- * commands mode from svc.dispatch.keys, re-reading the keys when a command
- * names an unknown key id (at most once a second).
+ * Admissions reads and caches the mesh's admission keys from
+ * svc.dispatch.keys, re-reading them when a command names an unknown key id
+ * (at most once a second), and reads a project's commands mode there.
  */
 export class Admissions {
   private keys = new Map<string, KeyObject>();
   private fetchedAt = 0;
-  private modes = new Map<string, { raw: boolean; at: number }>();
 
   constructor(private readonly nc: NatsConnection, private readonly timeoutMs = 5000) {}
 
@@ -120,10 +119,13 @@ export class Admissions {
     return claims;
   }
 
-  /** rawCommands reports whether the project accepts raw (unadmitted) commands (cached 5 s). */
+  /**
+   * rawCommands reports whether the project accepts raw (unadmitted)
+   * commands, read from the mesh at the time of asking: it is asked only
+   * for a command that is not admitted, whose refusal then names the
+   * project's current mode.
+   */
   async rawCommands(s: Scope): Promise<boolean> {
-    const m = this.modes.get(s.project);
-    if (m && Date.now() - m.at < 5000) return m.raw;
     return this.fetch(s);
   }
 
@@ -146,7 +148,6 @@ export class Admissions {
     const raw = r.value.commands === "raw";
     this.keys = keys;
     this.fetchedAt = Date.now();
-    this.modes.set(s.project, { raw, at: this.fetchedAt });
     return raw;
   }
 }
