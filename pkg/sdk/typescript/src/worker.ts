@@ -124,7 +124,6 @@ export class Worker {
     if (!o.tools?.length) throw invalid("WorkerOptions.tools is empty: give at least one tool");
     if (!o.projects?.length) throw invalid("WorkerOptions.projects is empty: name the projects to register the tools in, e.g. ['demo']");
     this.nc = o.nc;
-    this.js = jetstream(o.nc);
     this.log = o.log ?? stderrLogger;
     this.instance = o.instanceId ?? `${hostname()}-${process.pid}`;
     this.version = o.version ?? subj.DEFAULT_VERSION;
@@ -143,17 +142,36 @@ export class Worker {
       if (this.served.has(t.name)) throw invalid(`tool ${t.name} is given twice`);
       const target = t.target ?? t.name;
       for (const tok of target.split(".")) subj.checkToken(`tool ${t.name}: target`, tok);
-      compileSchema(t.parameters ?? {});
+      try {
+        compileSchema(t.parameters ?? {});
+      } catch (err) {
+        throw invalid(`tool ${t.name}: ${(err as Error).message}`);
+      }
       this.served.set(t.name, {
         tool: t, target, consumer: subj.toolConsumer(t.name), filter: subj.commandFilter(target, this.version),
         stats: { calls: 0, failed: 0, in_flight: 0, redelivered: 0, claim_takeovers: 0 },
       });
     }
+    this.js = jetstream(o.nc);
   }
 
   /** start checks the streams, registers the tools, and starts serving. */
   static async start(o: WorkerOptions): Promise<Worker> {
     const w = new Worker(o);
+    try {
+      return await w.begin(o);
+    } catch (err) {
+      // Leave nothing behind: no consumer, no discovery, no cancel subscription.
+      w.stopping = true;
+      for (const c of w.consumers) c.stop();
+      w.cancelSub?.unsubscribe();
+      w.discovery?.stop();
+      throw err;
+    }
+  }
+
+  private async begin(o: WorkerOptions): Promise<Worker> {
+    const w = this;
     await w.checkStreams();
     await w.register();
     w.cancelSub = w.nc.subscribe(subj.cancelPattern(w.version), { callback: (err, m) => {

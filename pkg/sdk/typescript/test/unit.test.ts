@@ -14,6 +14,8 @@ import { applyArgs, checkArgs, compileSchema } from "../src/schema.js";
 import * as subj from "../src/subjects.js";
 import type { Admission, Command } from "../src/types.js";
 import { effectiveAfterExecution } from "../src/types.js";
+import { serve } from "../src/worker.js";
+import type { NatsConnection } from "@nats-io/transport-node";
 
 describe("subjects", () => {
   it("names tokens, consumers and endpoints as the Go SDK does", () => {
@@ -172,4 +174,22 @@ describe("arguments", () => {
     assert.equal(effectiveAfterExecution({ status: "success", after_execution: "suspend", result: { __cg_control: { after_execution: "terminate" } } }), "terminate");
     assert.equal(effectiveAfterExecution({ status: "success", after_execution: "suspend", result: { __cg_control: { after_execution: "x" } } }), "suspend");
   });
+});
+
+describe("serve", () => {
+  // Checked before any I/O: a connection is not even touched.
+  const nc = {} as NatsConnection;
+  const handler = () => null;
+  const cases: [string, Parameters<typeof serve>[0], RegExp][] = [
+    ["no tools", { nc, tools: [], projects: ["demo"] }, /tools is empty/],
+    ["no projects", { nc, tools: [{ name: "t", parameters: {}, handler }], projects: [] }, /projects is empty: name the projects/],
+    ["a built-in's name", { nc, tools: [{ name: "List_Tools", parameters: {}, handler }], projects: ["demo"] }, /is a built-in's/],
+    ["a bad name", { nc, tools: [{ name: "x y", parameters: {}, handler }], projects: ["demo"] }, /tool name "x y": use 1–128 characters/],
+    ["a bad target", { nc, tools: [{ name: "t", target: "a..b", parameters: {}, handler }], projects: ["demo"] }, /target "" is not a subject token/],
+    ["an old draft", { nc, tools: [{ name: "t", parameters: { $schema: "http://json-schema.org/draft-04/schema#" }, handler }], projects: ["demo"] }, /tool t: parameters: .* is not draft 2020-12/],
+    ["a bad project", { nc, tools: [{ name: "t", parameters: {}, handler }], projects: ["de mo"] }, /project "de mo" is not a subject token/],
+  ];
+  for (const [name, o, re] of cases) {
+    it(`refuses ${name}, naming it`, () => assert.rejects(serve(o), (e: Error & { code?: string }) => e.code === "invalid" && re.test(e.message)));
+  }
 });
