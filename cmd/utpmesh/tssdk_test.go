@@ -289,7 +289,7 @@ func TestTypeScriptSDK(t *testing.T) {
 		gomodtest.Write(t, clone, map[string]string{"all.cedar": cur + policy})
 		cli(t, "policy", "put", "--project", "demo", "--yes", "all.cedar")
 		gomodtest.Write(t, clone, map[string]string{"ts.jwt": cli(t, "mandate", "issue", "--project", "demo", "--agent", "ts-agent", "--policy", "ts.cedar")})
-		out := node(t, sdk, []string{"UTPMESH_TS_DATA=" + data, "UTPMESH_TS_MANDATE=" + filepath.Join(clone, "ts.jwt")}, "--test", "dist/test/")
+		out := node(t, sdk, []string{"UTPMESH_TS_DATA=" + data, "UTPMESH_TS_MANDATE=" + filepath.Join(clone, "ts.jwt")}, "--test", "dist/test/unit.test.js", "dist/test/mesh.test.js")
 		if !strings.Contains(out, "\n# fail 0") || strings.Contains(out, "# SKIP") || !strings.Contains(out, "- against a mesh\n") {
 			t.Fatalf("node --test:\n%s", out)
 		}
