@@ -1,7 +1,8 @@
 # utpmesh — build, test, lint, fuzz, bench.
 # Every Go tool comes through the Go toolchain; `make test` installs what the
 # tests need beyond Go when it is missing: Debian's chromium, git and
-# bubblewrap (apt-get) and the MCP TypeScript SDK (npm ci).
+# bubblewrap (apt-get), the MCP TypeScript SDK and the TypeScript SDK's
+# dependencies (npm ci, from their committed lockfiles).
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -40,7 +41,7 @@ STRESS_PKGS  = ./pkg/inbox/... ./pkg/worker ./pkg/agent ./pkg/mesh ./pkg/svc ./p
 	./pkg/apps/... ./pkg/mandate ./pkg/sdk ./internal/meshtest ./internal/jskv/...
 STRESS_COUNT ?= 10
 
-.PHONY: all build test test-deps mcp-client stress ui-screenshot lint fuzz bench clean
+.PHONY: all build test test-deps mcp-client ts-sdk stress ui-screenshot lint fuzz bench clean
 
 all: build test
 
@@ -55,7 +56,7 @@ build:
 ## it fail, not skip, when no Chromium is found; UTPMESH_REQUIRE_GIT=1 does the
 ## same for the cynode git.* tests and the git binary, UTPMESH_REQUIRE_BWRAP=1
 ## for the cynode sandbox tests and bubblewrap.
-test: test-deps mcp-client
+test: test-deps mcp-client ts-sdk
 	$(GO) vet ./...
 	UTPMESH_REQUIRE_BROWSER=1 UTPMESH_REQUIRE_GIT=1 UTPMESH_REQUIRE_BWRAP=1 $(GO) test -race -count=1 -timeout 12m ./...
 
@@ -83,6 +84,17 @@ mcp-client:
 	if [ -d $$d/node_modules/@modelcontextprotocol/sdk ]; then exit 0; fi; \
 	if ! command -v npm >/dev/null 2>&1; then echo "make: no npm: the MCP foreign-client test will skip"; exit 0; fi; \
 	echo "make: installing the MCP TypeScript SDK for the foreign-client test (npm ci)"; \
+	npm ci --prefix $$d --no-audit --no-fund --loglevel=error >/dev/null
+
+## ts-sdk: install the TypeScript SDK's dependencies (npm ci, from
+## pkg/sdk/typescript/package-lock.json) for cmd/utpmesh TestTypeScriptSDK,
+## when npm is there and they are missing or older than the lockfile; without
+## Node the test skips and says why
+ts-sdk:
+	@d=pkg/sdk/typescript; \
+	if [ $$d/node_modules/.package-lock.json -nt $$d/package-lock.json ]; then exit 0; fi; \
+	if ! command -v npm >/dev/null 2>&1; then echo "make: no npm: the TypeScript SDK test will skip"; exit 0; fi; \
+	echo "make: installing the TypeScript SDK's dependencies (npm ci)"; \
 	npm ci --prefix $$d --no-audit --no-fund --loglevel=error >/dev/null
 
 ## ui-screenshot: re-take docs/img/ui-turn.png with the browser test

@@ -1,0 +1,25 @@
+/**
+ * @utpmesh/sdk: agent runtimes and tool workers of a utpmesh mesh in
+ * TypeScript, on the official NATS client (docs/protocol.md is the
+ * contract; the Go SDK, pkg/agent and pkg/worker, the reference).
+ *
+ * - {@link connectMesh}: connect as a mesh identity (nkey seed file, own inbox prefix).
+ * - {@link AgentClient}: dispatch calls with a mandate, await wakeups, read results, resume, ack.
+ * - {@link serve}: serve tools (register, discovery, admitted commands, claims, results, reports).
+ */
+export { connectMesh, inboxPrefix, loadIdentity } from "./connect.js";
+export type { ConnectOptions, Identity } from "./connect.js";
+export { AgentClient, PendingError } from "./agent.js";
+export type { AgentConfig, CallRequest, CallState, Outcome, Pending, Phase, TurnState } from "./agent.js";
+export { AbortReasons, Worker, serve, stderrLogger } from "./worker.js";
+export type { LogLevel, Logger, WorkerOptions } from "./worker.js";
+export { ResultCodes, ToolError, fail, isPartial, partial } from "./tool.js";
+export type { Call, PartialResult, Tool } from "./tool.js";
+export { SERVICE_NAME } from "./discovery.js";
+export type { ToolStats } from "./discovery.js";
+export { Admissions, HEADER_ADMISSION, HEADER_MANDATE, checkCard, decodeAdmission, matchAdmission } from "./admission.js";
+export { ErrorCodes, UtpmeshError, isCode } from "./errors.js";
+export { callKey, commandMsgId, isUUID, newTraceparent, traceId, uuidv7 } from "./ids.js";
+export { rawValueAt } from "./rawjson.js";
+export * as subjects from "./subjects.js";
+export * from "./types.js";

@@ -1,0 +1,73 @@
+/**
+ * Requests to the mesh's services (docs/protocol.md §11.1): a JSON object
+ * body, a reply that is an error when it carries the Svc-Error-Code header
+ * or starts with {"error"; no responders is "unavailable".
+ */
+import { RequestError, TimeoutError, headers as natsHeaders } from "@nats-io/transport-node";
+import type { MsgHdrs, NatsConnection } from "@nats-io/transport-node";
+
+import { ErrorCodes, UtpmeshError } from "./errors.js";
+
+/** DEFAULT_TIMEOUT_MS bounds every request (the Go clients' default). */
+export const DEFAULT_TIMEOUT_MS = 10_000;
+
+/** A decoded reply and its text (for callers that need raw bytes, e.g. the admission check). */
+export interface Reply<T> {
+  value: T;
+  text: string;
+}
+
+/** Options of one request. */
+export interface RequestOptions {
+  timeoutMs?: number;
+  headers?: Record<string, string>;
+}
+
+/** toHeaders makes NATS headers from a plain record (exact case, §1). */
+export function toHeaders(h: Record<string, string> | undefined): MsgHdrs | undefined {
+  if (!h) return undefined;
+  const out = natsHeaders();
+  for (const [k, v] of Object.entries(h)) if (v !== "" && v !== undefined) out.set(k, v);
+  return out;
+}
+
+/** request sends body to subject and decodes the reply, throwing a UtpmeshError on an error reply. */
+export async function request<T>(nc: NatsConnection, subject: string, body: unknown, opts: RequestOptions = {}): Promise<Reply<T>> {
+  const timeout = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  let m;
+  try {
+    m = await nc.request(subject, JSON.stringify(body ?? {}), { timeout, headers: toHeaders(opts.headers) });
+  } catch (err) {
+    throw requestError(subject, timeout, err);
+  }
+  const text = m.string();
+  const code = m.headers?.get("Svc-Error-Code") ?? "";
+  if (code !== "" || text.startsWith('{"error"')) {
+    let e: { code?: string; message?: string; detail?: unknown } = {};
+    try {
+      e = (JSON.parse(text) as { error?: typeof e }).error ?? {};
+    } catch {
+      /* the header alone says it */
+    }
+    throw new UtpmeshError(e.code || code || "internal_error", `${subject}: ${e.message ?? text}`, { detail: e.detail });
+  }
+  try {
+    return { value: JSON.parse(text) as T, text };
+  } catch (err) {
+    throw new UtpmeshError(ErrorCodes.badReply, `${subject}: the reply is not JSON: ${text.slice(0, 200)}`, { cause: err });
+  }
+}
+
+/** requestError maps a nats.js request failure to a UtpmeshError. */
+export function requestError(subject: string, timeoutMs: number, err: unknown): UtpmeshError {
+  if (err instanceof UtpmeshError) return err;
+  const e = err as Error;
+  if ((err instanceof RequestError && err.isNoResponders()) || e?.name === "NoRespondersError") {
+    return new UtpmeshError(ErrorCodes.unavailable, `${subject}: no responders: the service is down (is the mesh running?)`, { cause: err });
+  }
+  if (err instanceof TimeoutError || (err as { cause?: unknown })?.cause instanceof TimeoutError) {
+    return new UtpmeshError(ErrorCodes.timeout,
+      `${subject}: no reply within ${timeoutMs} ms (a permissions violation looks the same: may this identity publish it?)`, { cause: err });
+  }
+  return new UtpmeshError(ErrorCodes.unavailable, `${subject}: ${e?.message ?? String(err)}`, { cause: err });
+}

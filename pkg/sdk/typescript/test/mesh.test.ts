@@ -1,0 +1,261 @@
+// The SDK against a real mesh: cmd/utpmesh's TestTypeScriptSDK starts
+// `utpmesh up`, serves examples/tool.js, prepares the identities and
+// mandates below and runs these tests with:
+//
+//   NATS_URL            the mesh
+//   UTPMESH_TS_DATA     its data directory (creds/, demo-mandate.jwt)
+//   UTPMESH_TS_MANDATE  a mandate of agent ts-agent for reverse, ts_slow and ts_hold
+//
+// Without them the tests skip.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { createInterface } from "node:readline";
+import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+
+import type { NatsConnection } from "@nats-io/transport-node";
+
+import { AgentClient, PendingError, UtpmeshError, connectMesh, fail, serve } from "../src/index.js";
+import type { Tool, Wakeup, Worker } from "../src/index.js";
+
+const data = process.env.UTPMESH_TS_DATA;
+const skip = data ? false : "needs a mesh: run cmd/utpmesh TestTypeScriptSDK (go test -run TestTypeScriptSDK ./cmd/utpmesh)";
+const creds = (name: string) => join(data ?? "", "creds", name + ".nk");
+const read = (path: string) => readFileSync(path, "utf8").trim();
+// Turn and call ids of this run: the tests can run again on the same mesh.
+const run = Date.now().toString(36);
+const turn = (name: string) => `ts-${name}-${run}`;
+
+describe("against a mesh", { skip }, () => {
+  let nc: NatsConnection;
+  let demo: AgentClient;
+  let ts: AgentClient;
+  before(async () => {
+    nc = await connectMesh({ creds: creds("agent-demo"), name: "ts-sdk-test" });
+    demo = AgentClient.create({ nc, project: "demo", agentId: "demo-agent", mandate: read(join(data!, "demo-mandate.jwt")) });
+    ts = AgentClient.create({ nc, project: "demo", agentId: "ts-agent", mandate: read(process.env.UTPMESH_TS_MANDATE!) });
+  });
+  after(async () => {
+    await demo?.close();
+    await ts?.close();
+    await nc?.drain();
+  });
+
+  it("calls the Go echo worker and acks the result", async () => {
+    const args = { text: "hello", price: 1.5, nested: { k: [1, "x"] } };
+    const out = await demo.call({ toolName: "echo", agentTurnId: turn("echo"), arguments: args });
+    assert.equal(out.result.status, "success", JSON.stringify(out.result));
+    assert.deepEqual(out.result.result, args);
+    assert.equal(out.resultCard.metadata?.function_name, "echo");
+    assert.equal(out.call.admitted, true);
+    const pending = await demo.entries({ agentTurnId: turn("echo") });
+    assert.deepEqual(pending, [], "the call's entry is acked");
+  });
+
+  it("rings its wakeups listener", async () => {
+    let got!: (w: Wakeup) => void;
+    const wakeup = new Promise<Wakeup>((r) => (got = r));
+    const stop = await demo.wakeups((w) => {
+      if (w.agent_turn_id === turn("wakeups")) got(w);
+    });
+    try {
+      const p = await demo.dispatch({ toolName: "echo", agentTurnId: turn("wakeups"), arguments: { n: 2 } });
+      const w = await wakeup;
+      assert.equal(w.tool_call_id, p.toolCallId);
+      assert.equal(w.status, "success");
+      const { result } = await demo.readResult(w.agent_turn_id, w.tool_call_id, w.tool_result_card_id);
+      assert.deepEqual(result.result, { n: 2 });
+      assert.equal(await demo.ack([w.inbox_id]), 1);
+    } finally {
+      stop();
+    }
+  });
+
+  it("refuses an unknown tool, naming it", async () => {
+    await assert.rejects(demo.call({ toolName: "no_such_tool", agentTurnId: turn("unknown") }),
+      (e: UtpmeshError) => e.code === "unknown_tool" && /no_such_tool/.test(e.message));
+  });
+
+  it("gets auth_failed for a call without a mandate", async () => {
+    const bare = AgentClient.create({ nc, project: "demo", agentId: turn("bare") });
+    try {
+      const out = await bare.call({ toolName: "echo", agentTurnId: turn("bare") });
+      assert.equal(out.call.admitted, false);
+      assert.equal(out.result.status, "failed");
+      assert.equal(out.result.error?.code, "auth_failed");
+      assert.equal((out.result.error?.detail as { reason?: string })?.reason, "mandate_missing");
+    } finally {
+      await bare.close();
+    }
+  });
+
+  it("resumes a turn after a restart", async () => {
+    // The first runtime dispatches and goes away before the result.
+    const nc1 = await connectMesh({ creds: creds("agent-demo") });
+    const a1 = AgentClient.create({ nc: nc1, project: "demo", agentId: "demo-agent", mandate: read(join(data!, "demo-mandate.jwt")) });
+    const p = await a1.dispatch({ toolName: "echo", agentTurnId: turn("resume"), turnEpoch: 1, arguments: { sleep_ms: 200, n: 1 } });
+    await a1.close();
+    await nc1.close();
+    // The restarted runtime finds the call outstanding or unconsumed, and
+    // its result once the tool has reported.
+    const a2 = AgentClient.create({ nc, project: "demo", agentId: "demo-agent" });
+    let st = await a2.resume(turn("resume"));
+    assert.equal(st.calls.length, 1);
+    assert.equal(st.calls[0].toolCallId, p.toolCallId);
+    // Unconsumed: the result card is written; its inbox entry follows
+    // once the inbox has taken the report.
+    for (let i = 0; !st.unconsumed[0]?.entry && i < 200; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      st = await a2.resume(turn("resume"));
+    }
+    assert.equal(st.unconsumed.length, 1, "the result arrived");
+    const c = st.unconsumed[0];
+    assert.equal(c.result?.status, "success");
+    assert.deepEqual(c.result?.result, { sleep_ms: 200, n: 1 });
+    assert.equal(st.turnEpoch, 1);
+    const pending = await a2.entries({ agentTurnId: turn("resume") });
+    assert.deepEqual(pending.map((e) => e.tool_call_id), [p.toolCallId]);
+    assert.equal(await a2.ack([c.entry!.inbox_id]), 1);
+    st = await a2.resume(turn("resume"));
+    assert.equal(st.finished.length, 1);
+    assert.equal(st.finished[0].entry?.state, "acked");
+    await a2.close();
+  });
+
+  it("calls the TypeScript tool, and a repeated call gets the same result", async () => {
+    const out = await ts.call({ toolName: "reverse", agentTurnId: turn("reverse"), arguments: { text: "stressed" } });
+    assert.equal(out.result.status, "success", JSON.stringify(out.result));
+    assert.equal(out.result.result, "desserts");
+    assert.equal(out.resultCard.author_id, "tool.reverse");
+    const again = await ts.call({ toolName: "reverse", agentTurnId: turn("reverse"), toolCallId: out.call.toolCallId, arguments: { text: "stressed" } });
+    assert.equal(again.resultCard.card_id, out.resultCard.card_id);
+    const bad = await ts.call({ toolName: "reverse", agentTurnId: turn("reverse"), arguments: { text: 5 } });
+    assert.equal(bad.result.error?.code, "bad_request");
+    assert.match(bad.result.error?.message ?? "", /arguments\/text/);
+  });
+
+  describe("a worker in this process", () => {
+    let wnc: NatsConnection;
+    let worker: Worker;
+    let started!: () => void;
+    let running = new Promise<void>((r) => (started = r));
+    const hold = (signal: AbortSignal, ms: number) =>
+      new Promise<void>((resolve, reject) => {
+        const t = setTimeout(resolve, ms);
+        signal.addEventListener("abort", () => {
+          clearTimeout(t);
+          reject(new Error(String(signal.reason)));
+        });
+      });
+    const params = { type: "object", properties: { ms: { type: "integer", minimum: 0 } }, required: ["ms"] };
+    const tools: Tool[] = [
+      { name: "ts_slow", parameters: params, options: { timeout_seconds: 1 }, handler: async (c) => {
+        await hold(c.signal, c.arguments.ms as number);
+        return "late";
+      } },
+      { name: "ts_hold", parameters: params, options: { timeout_seconds: 60 }, handler: async (c) => {
+        started();
+        await hold(c.signal, c.arguments.ms as number);
+        throw fail("internal_error", "not canceled");
+      } },
+    ];
+    before(async () => {
+      wnc = await connectMesh({ creds: creds("worker-tsslow") });
+      worker = await serve({ nc: wnc, tools, projects: ["demo"], instanceId: "ts-test-worker", log: () => undefined });
+    });
+    after(async () => {
+      await worker?.stop();
+      await wnc?.drain();
+    });
+
+    it("ends a call that outlives its timeout with timeout", async () => {
+      const out = await ts.call({ toolName: "ts_slow", agentTurnId: turn("timeout"), arguments: { ms: 60_000 } });
+      assert.equal(out.result.status, "timeout", JSON.stringify(out.result));
+      assert.equal(out.result.error?.code, "tool_timeout");
+      // (A mesh the tests ran on before may hold an older call of ts_slow
+      // that this worker runs too: at least this call is counted.)
+      const st = worker.stats("ts_slow")!;
+      assert.ok(st.calls >= 1 && st.failed >= 1 && st.in_flight === 0, JSON.stringify(st));
+    });
+
+    it("honours cancel_tool_call", async () => {
+      running = new Promise<void>((r) => (started = r));
+      const call = ts.call({ toolName: "ts_hold", agentTurnId: turn("cancel"), toolCallId: `hold-${run}`, arguments: { ms: 120_000 } });
+      await running;
+      const c = await ts.call({ toolName: "cancel_tool_call", agentTurnId: turn("cancel"), arguments: { tool_call_id: `hold-${run}`, reason: "test" } });
+      assert.equal(c.result.status, "success", JSON.stringify(c.result));
+      assert.equal((c.result.result as { outcome?: string }).outcome, "cancel_requested");
+      const out = await call;
+      assert.equal(out.result.status, "canceled", JSON.stringify(out.result));
+      assert.equal(out.result.error?.code, "canceled");
+    });
+
+    it("ends a wait with a PendingError and leaves the call to resume", async () => {
+      await assert.rejects(
+        ts.call({ toolName: "ts_slow", agentTurnId: turn("pending"), arguments: { ms: 0 }, signal: AbortSignal.abort("gave up") }),
+        (e: Error) => e instanceof PendingError && /still pending/.test(e.message));
+    });
+  });
+  it("drains on stop: a call past the drain timeout ends canceled and is reported", async () => {
+    const wnc = await connectMesh({ creds: creds("worker-tsslow") });
+    let started!: () => void;
+    const running = new Promise<void>((r) => (started = r));
+    const tool: Tool = {
+      name: "ts_hold", parameters: { type: "object", properties: { ms: { type: "integer", minimum: 0 } }, required: ["ms"] },
+      options: { timeout_seconds: 60 },
+      handler: (c) => new Promise((_, reject) => {
+        started();
+        c.signal.addEventListener("abort", () => reject(new Error(String(c.signal.reason))));
+      }),
+    };
+    const worker = await serve({ nc: wnc, tools: [tool], projects: ["demo"], instanceId: "ts-drain-worker", drainTimeoutMs: 200, log: () => undefined });
+    try {
+      const call = ts.call({ toolName: "ts_hold", agentTurnId: turn("drain"), arguments: { ms: 120_000 } });
+      await running;
+      await worker.stop();
+      const out = await call;
+      assert.equal(out.result.status, "canceled", JSON.stringify(out.result));
+      assert.equal(out.result.error?.message, "the worker shut down before the call finished");
+    } finally {
+      await worker.stop();
+      await wnc.drain();
+    }
+  });
+  it("takes over the call of a killed worker: one result", async () => {
+    const child = spawn(process.execPath, [join(dirname(fileURLToPath(import.meta.url)), "..", "testdata", "doomed-worker.js"), creds("worker-tsslow")],
+      { stdio: ["ignore", "pipe", "inherit"] });
+    const lines = createInterface({ input: child.stdout! });
+    const seen = (want: string) => new Promise<void>((resolve, reject) => {
+      lines.on("line", (l) => l === want && resolve());
+      child.once("exit", (code) => reject(new Error(`the doomed worker exited (${code}) before printing ${want}`)));
+    });
+    const serving = seen("serving");
+    const executing = seen("executing");
+    await serving;
+    const call = ts.call({ toolName: "ts_hold", agentTurnId: turn("kill"), arguments: { ms: 120_000 } });
+    await executing;
+    child.kill("SIGKILL");
+    // A live worker takes the call over once the dead one's command is
+    // redelivered (ack wait) and its claim has lapsed (lease).
+    const wnc = await connectMesh({ creds: creds("worker-tsslow") });
+    const worker = await serve({
+      nc: wnc, projects: ["demo"], instanceId: "ts-heir-worker", log: () => undefined,
+      tools: [{ name: "ts_hold", parameters: { type: "object", properties: { ms: { type: "integer", minimum: 0 } }, required: ["ms"] },
+        options: { timeout_seconds: 60 }, handler: (c) => ({ delivery: c.delivery }) }],
+    });
+    try {
+      const out = await call;
+      assert.equal(out.result.status, "success", JSON.stringify(out.result));
+      assert.ok((out.result.result as { delivery: number }).delivery >= 2);
+      assert.equal(worker.stats("ts_hold")?.claim_takeovers, 1);
+      const st = await ts.resume(turn("kill"));
+      assert.equal(st.calls.length, 1);
+      assert.equal(st.calls[0].resultCard?.card_id, out.resultCard.card_id);
+    } finally {
+      await worker.stop();
+      await wnc.drain();
+    }
+  });
+});

@@ -1,0 +1,195 @@
+// Unit tests of the SDK's protocol rules; no mesh needed. Expected values
+// come from docs/protocol.md and the Go reference implementation.
+import assert from "node:assert/strict";
+import { generateKeyPairSync, sign } from "node:crypto";
+import { describe, it } from "node:test";
+
+import { headers } from "@nats-io/transport-node";
+
+import { checkCard, decodeAdmission, matchAdmission, publicKeyFromRaw, sha256Hex, verifySignature } from "../src/admission.js";
+import { parseCommand } from "../src/command.js";
+import { callKey, commandMsgId, isUUID, traceId, uuidv7 } from "../src/ids.js";
+import { rawValueAt } from "../src/rawjson.js";
+import { applyArgs, checkArgs, compileSchema } from "../src/schema.js";
+import * as subj from "../src/subjects.js";
+import type { Admission, Command } from "../src/types.js";
+import { effectiveAfterExecution } from "../src/types.js";
+import { serve } from "../src/worker.js";
+import type { NatsConnection } from "@nats-io/transport-node";
+
+describe("subjects", () => {
+  it("names tokens, consumers and endpoints as the Go SDK does", () => {
+    const cases: [string, string, string][] = [
+      // tool name, consumer, ToolToken
+      ["echo", "utp_tool_echo", "echo"],
+      ["artifact.put", "utp_tool_artifact_put_25d0e43c", "artifact_put_25d0e43c"],
+    ];
+    for (const [tool, consumer, token] of cases) {
+      assert.equal(subj.toolConsumer(tool), consumer);
+      assert.equal(subj.toolToken(tool), token);
+    }
+    assert.equal(subj.toolToken("héllo wörld"), "h__llo_w__rld_a1003f7d");
+    assert.equal(subj.endpointName("artifact.put"), "artifact_put_25d0e43c");
+  });
+  it("builds the agent's and the worker's subjects", () => {
+    const s = subj.scope("demo", "main");
+    assert.equal(subj.dispatchCall(s, "planner"), "cg.v1r3.demo.main.svc.dispatch.call.planner");
+    assert.equal(subj.wakeup(s, "planner"), "cg.v1r3.demo.main.cmd.agent.planner.wakeup");
+    assert.equal(subj.workerCardstore(s, "put_result", "artifact.put"), "cg.v1r3.demo.main.svc.cardstore.put_result.artifact_put_25d0e43c");
+    assert.equal(subj.registryPut(s, "echo"), "cg.v1r3.demo.main.svc.registry.put.echo");
+    assert.equal(subj.commandFilter("echo"), "cg.v1r3.*.*.cmd.tool.echo");
+  });
+  it("refuses bad tokens and redirected templates, naming them", () => {
+    assert.throws(() => subj.scope("de mo"), /project_id "de mo" is not a subject token/);
+    assert.throws(() => subj.wakeup(subj.scope("demo"), "a.b"), /agent_id "a.b"/);
+    const s = subj.scope("demo", "main");
+    assert.equal(subj.renderTemplate("cg.{ver}.{project_id}.{channel_id}.cmd.tool.echo", s), "cg.v1r3.demo.main.cmd.tool.echo");
+    assert.throws(() => subj.renderTemplate("cg.{ver}.other.{channel_id}.cmd.tool.echo", s), /refusing to redirect/);
+    assert.throws(() => subj.parseCommand("cg.v1r3.demo.main.cmd.agent.x.wakeup"), /not a tool command subject/);
+    assert.deepEqual(subj.parseCommand("cg.v1r3.demo.main.cmd.tool.search.call"), { version: "v1r3", project: "demo", channel: "main", target: "search.call" });
+  });
+});
+
+describe("ids", () => {
+  it("makes the command id of §3.1", () => {
+    assert.equal(commandMsgId("demo", "turn-1", "01a1fb9f-f5e4-77b7-a08f-1d9cba242476"),
+      "cmd-3a6d7f2f79a559aa06aedde2d8e9f0bd0361582d3d88c2f6f79fd5ffbfe9fd44");
+    assert.notEqual(commandMsgId("demo", "t-1", "2"), commandMsgId("demo", "t", "1-2"));
+  });
+  it("escapes claim keys as §7.4 says", () => {
+    const cases: [string, string, string][] = [
+      ["t-1", "c/2", "toolcall/t-1/c/2"], ["t/1", "c", "toolcall/t%2F1/c"], ["50%", "c", "toolcall/50%25/c"],
+      ["a/b", "c", "toolcall/a%2Fb/c"], ["a", "b/c", "toolcall/a/b/c"],
+    ];
+    for (const [turn, call, key] of cases) assert.equal(callKey(turn, call), key);
+  });
+  it("makes v7 UUIDs and reads trace ids", () => {
+    const id = uuidv7();
+    assert.ok(isUUID(id) && id[14] === "7", id);
+    assert.ok(!isUUID(id.toUpperCase()));
+    assert.equal(traceId("00-803c4b1a1f71da2450806502a9097199-be99ba026d83de52-01"), "803c4b1a1f71da2450806502a9097199");
+    assert.equal(traceId("00-00000000000000000000000000000000-be99ba026d83de52-01"), "");
+  });
+});
+
+describe("rawValueAt", () => {
+  it("returns a value's exact text", () => {
+    const text = '{"claim":{"token":1},"call_card":{"card_id":"x","content":{"price":1.50,"s":"a\\"}b","n":[1,{"k":null}]},"z":2}}';
+    assert.equal(rawValueAt(text, ["call_card", "content"]), '{"price":1.50,"s":"a\\"}b","n":[1,{"k":null}]}');
+    assert.equal(rawValueAt(text, ["claim", "token"]), "1");
+    assert.equal(rawValueAt(text, ["call_card", "missing"]), undefined);
+    assert.equal(rawValueAt(text, ["nope"]), undefined);
+  });
+});
+
+describe("admission", () => {
+  const { publicKey, privateKey } = generateKeyPairSync("ed25519");
+  const pubRaw = (publicKey.export({ format: "jwk" }) as { x: string }).x;
+  const content = '{"tool_name":"echo","arguments":{"text":"hello"},"target_subject":"cg.v1r3.demo.main.cmd.tool.echo"}';
+  const claims: Admission = {
+    v: 1, kid: "k1", sub: "cg.v1r3.demo.main.cmd.tool.echo", agent_id: "planner", agent_turn_id: "turn-1", turn_epoch: 1,
+    tool_call_id: "c1", tool_call_card_id: "5c102507-136d-5489-94b0-c10b0e3ef04b", tool_name: "echo", after_execution: "suspend",
+    principal: "agent:planner", card_sha256: sha256Hex(content), iat: 1795741326000,
+  };
+  const signWith = (key = privateKey, c: Admission = claims) => {
+    const payload = Buffer.from(JSON.stringify(c)).toString("base64url");
+    return payload + "." + sign(null, Buffer.from(payload, "ascii"), key).toString("base64url");
+  };
+  const cmd: Command = {
+    agent_id: "planner", agent_turn_id: "turn-1", turn_epoch: 1, tool_call_id: "c1", after_execution: "suspend",
+    tool_call_card_id: "5c102507-136d-5489-94b0-c10b0e3ef04b", tool_name: "echo",
+  };
+  const verify = (hdr: string | undefined, c: Command = cmd, sub = claims.sub, card = content) => {
+    const d = decodeAdmission(hdr);
+    verifySignature(publicKeyFromRaw(pubRaw), d.payload, d.sig, d.claims.kid);
+    matchAdmission(d.claims, sub, c);
+    checkCard(d.claims, card);
+  };
+  it("accepts the mesh's signature", () => verify(signWith()));
+  const refused: [string, () => void, RegExp][] = [
+    ["no header", () => verify(undefined), /has no CG-Admission header/],
+    ["no dot", () => verify("abc"), /not <claims>.<signature>/],
+    ["another key", () => verify(signWith(generateKeyPairSync("ed25519").privateKey)), /does not verify/],
+    ["changed claims", () => {
+      const [, sig] = signWith().split(".");
+      verify(Buffer.from(JSON.stringify({ ...claims, tool_call_id: "c2" })).toString("base64url") + "." + sig, { ...cmd, tool_call_id: "c2" });
+    }, /does not verify/],
+    ["another call", () => verify(signWith(), { ...cmd, tool_call_id: "c2" }), /tool_call_id "c2" differs/],
+    ["another subject", () => verify(signWith(), cmd, "cg.v1r3.demo.main.cmd.tool.other"), /subject/],
+    ["another epoch", () => verify(signWith(), { ...cmd, turn_epoch: 2 }), /turn_epoch 2 differs/],
+    ["another card", () => verify(signWith(), cmd, claims.sub, content.replace("hello", "HELLO")), /content .* is not the admitted one/],
+    ["re-serialized card", () => verify(signWith(), cmd, claims.sub, JSON.stringify(JSON.parse(content), null, 1)), /not the admitted one/],
+  ];
+  for (const [name, f, re] of refused) it(`refuses ${name}`, () => assert.throws(f, (e: Error & { code?: string }) => e.code === "not_admitted" && re.test(e.message)));
+});
+
+describe("parseCommand", () => {
+  const s = subj.parseCommand("cg.v1r3.demo.main.cmd.tool.echo");
+  const ok = { agent_id: "a", agent_turn_id: "t", turn_epoch: 1, tool_call_id: "c", after_execution: "suspend", tool_call_card_id: "5c102507-136d-5489-94b0-c10b0e3ef04b" };
+  const enc = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
+  it("reads a good command, headers agreeing", () => {
+    const h = headers();
+    h.set("CG-Turn-Epoch", "1");
+    const p = parseCommand(enc(ok), h, s, "echo");
+    assert.ok(p.ok);
+  });
+  const cases: { name: string; body: unknown; hdr?: Record<string, string>; dead?: string; bad?: RegExp }[] = [
+    { name: "not an object", body: [1], dead: "(body)" },
+    { name: "no agent_id", body: { ...ok, agent_id: undefined }, dead: "agent_id" },
+    { name: "agent_id not a token", body: { ...ok, agent_id: "a b" }, dead: "agent_id" },
+    { name: "turn header disagrees", body: ok, hdr: { "CG-Turn-Id": "t2" }, dead: "agent_turn_id" },
+    { name: "negative epoch", body: { ...ok, turn_epoch: -1 }, dead: "turn_epoch" },
+    { name: "inline arguments", body: { ...ok, arguments: null }, bad: /inline arguments is not allowed/ },
+    { name: "bad after_execution", body: { ...ok, after_execution: "pause" }, bad: /"pause" is not suspend or terminate/ },
+    { name: "no card id", body: { ...ok, tool_call_card_id: undefined }, bad: /tool_call_card_id: is required/ },
+    { name: "another tool", body: { ...ok, tool_name: "other" }, bad: /not the tool served/ },
+    { name: "project header", body: ok, hdr: { "CG-Project-Id": "x" }, bad: /CG-Project-Id/ },
+  ];
+  for (const c of cases) {
+    it(c.name, () => {
+      const h = headers();
+      for (const [k, v] of Object.entries(c.hdr ?? {})) h.set(k, v);
+      const p = parseCommand(enc(c.body), h, s, "echo");
+      assert.ok(!p.ok);
+      if (c.dead) assert.ok(!p.routable && p.field === c.dead, JSON.stringify(p));
+      else assert.ok(p.routable && c.bad!.test(p.reason), JSON.stringify(p));
+    });
+  }
+});
+
+describe("arguments", () => {
+  it("applies defaults and fixed values, then validates", () => {
+    const v = compileSchema({ type: "object", properties: { n: { type: "integer", minimum: 0 }, m: { type: "string" } }, required: ["n"] });
+    const args = applyArgs({ m: "x" }, { args: { defaults: { n: 1 }, fixed: { m: "y" } } });
+    assert.deepEqual(args, { m: "y", n: 1 });
+    assert.equal(checkArgs(v, args), undefined);
+    assert.match(checkArgs(v, { n: "1" }) ?? "", /^registry: invalid arguments: arguments\/n: must be integer/);
+    assert.match(checkArgs(v, { n: -1, m: 2 }) ?? "", /\(and 1 more violation\)/);
+  });
+  it("refuses other drafts, naming what to write", () => {
+    assert.throws(() => compileSchema({ $schema: "http://json-schema.org/draft-04/schema#", type: "object" }), /not draft 2020-12/);
+    compileSchema({ $schema: "http://json-schema.org/draft-07/schema#", type: "object" });
+  });
+  it("takes __cg_control's after_execution", () => {
+    assert.equal(effectiveAfterExecution({ status: "success", after_execution: "suspend", result: { __cg_control: { after_execution: "terminate" } } }), "terminate");
+    assert.equal(effectiveAfterExecution({ status: "success", after_execution: "suspend", result: { __cg_control: { after_execution: "x" } } }), "suspend");
+  });
+});
+
+describe("serve", () => {
+  // Checked before any I/O: a connection is not even touched.
+  const nc = {} as NatsConnection;
+  const handler = () => null;
+  const cases: [string, Parameters<typeof serve>[0], RegExp][] = [
+    ["no tools", { nc, tools: [], projects: ["demo"] }, /tools is empty/],
+    ["no projects", { nc, tools: [{ name: "t", parameters: {}, handler }], projects: [] }, /projects is empty: name the projects/],
+    ["a built-in's name", { nc, tools: [{ name: "List_Tools", parameters: {}, handler }], projects: ["demo"] }, /is a built-in's/],
+    ["a bad name", { nc, tools: [{ name: "x y", parameters: {}, handler }], projects: ["demo"] }, /tool name "x y": use 1–128 characters/],
+    ["a bad target", { nc, tools: [{ name: "t", target: "a..b", parameters: {}, handler }], projects: ["demo"] }, /target "" is not a subject token/],
+    ["an old draft", { nc, tools: [{ name: "t", parameters: { $schema: "http://json-schema.org/draft-04/schema#" }, handler }], projects: ["demo"] }, /tool t: parameters: .* is not draft 2020-12/],
+    ["a bad project", { nc, tools: [{ name: "t", parameters: {}, handler }], projects: ["de mo"] }, /project "de mo" is not a subject token/],
+  ];
+  for (const [name, o, re] of cases) {
+    it(`refuses ${name}, naming it`, () => assert.rejects(serve(o), (e: Error & { code?: string }) => e.code === "invalid" && re.test(e.message)));
+  }
+});
