@@ -94,21 +94,22 @@ export function wakeup(s: Scope, agentId: string): string {
 }
 
 /**
- * agentCardstore is the subject of an agent's CardStore operation op (get,
- * list_turn, find_result, …). Today the project-wide svc.cardstore.<op>
- * (§11.3); agent-scoped subjects replace it here.
+ * agentCardstore is the agent-scoped subject of an agent's CardStore
+ * operation op (get, list_turn, find_result, …):
+ * svc.cardstore.<op>.<ToolToken(agent)> (§11.3). The only form a per-agent
+ * identity may use; the service serves only that agent's cards on it
+ * (Go: subjects.AgentService).
  */
-export function agentCardstore(s: Scope, op: string, _agentId: string): string {
-  return svc(s, "cardstore", op);
+export function agentCardstore(s: Scope, op: string, agentId: string): string {
+  return svc(s, "cardstore", op) + "." + toolToken(agentId);
 }
 
 /**
- * agentInbox is the subject of an agent's inbox operation op (list, get,
- * ack, set_epoch). Today the project-wide svc.inbox.<op> (§11.5);
- * agent-scoped subjects replace it here.
+ * agentInbox is the agent-scoped subject of an agent's inbox operation op
+ * (list, get, ack, set_epoch): svc.inbox.<op>.<ToolToken(agent)> (§11.5).
  */
-export function agentInbox(s: Scope, op: string, _agentId: string): string {
-  return svc(s, "inbox", op);
+export function agentInbox(s: Scope, op: string, agentId: string): string {
+  return svc(s, "inbox", op) + "." + toolToken(agentId);
 }
 
 /** registryGet and registryList: svc.registry.get / list (§11.4). */

@@ -36,6 +36,8 @@ describe("subjects", () => {
     assert.equal(subj.dispatchCall(s, "planner"), "cg.v1r3.demo.main.svc.dispatch.call.planner");
     assert.equal(subj.wakeup(s, "planner"), "cg.v1r3.demo.main.cmd.agent.planner.wakeup");
     assert.equal(subj.workerCardstore(s, "put_result", "artifact.put"), "cg.v1r3.demo.main.svc.cardstore.put_result.artifact_put_25d0e43c");
+    assert.equal(subj.agentCardstore(s, "get", "planner"), "cg.v1r3.demo.main.svc.cardstore.get.planner");
+    assert.equal(subj.agentInbox(s, "ack", "planner"), "cg.v1r3.demo.main.svc.inbox.ack.planner");
     assert.equal(subj.registryPut(s, "echo"), "cg.v1r3.demo.main.svc.registry.put.echo");
     assert.equal(subj.commandFilter("echo"), "cg.v1r3.*.*.cmd.tool.echo");
   });
