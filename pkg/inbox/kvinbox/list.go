@@ -177,4 +177,3 @@ func (b *KV) readRecords(ctx context.Context, project string, ids []string) ([]*
 	}
 	return recs, nil
 }
-
