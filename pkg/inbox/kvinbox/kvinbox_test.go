@@ -3,6 +3,7 @@ package kvinbox
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,5 +80,79 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUpgradeListsAnOlderBucket: a bucket written by the version before
+// the listing walk (the same keys; its acks deleted the pending key,
+// leaving a delete marker) lists every entry, in creation order, page by
+// page; a pending listing drops the markers it meets, once.
+func TestUpgradeListsAnOlderBucket(t *testing.T) {
+	b := openR1(t)
+	ctx := context.Background()
+	var ids, acked, pending []string
+	for i := range 30 {
+		e, _, err := b.Insert(ctx, "p1", "c1", inboxtest.Report(fmt.Sprintf("turn-%d", i/3), fmt.Sprintf("call-%d", i%3), 0), "")
+		must(t, err)
+		ids = append(ids, e.InboxID)
+		if i%3 == 2 {
+			pending = append(pending, e.InboxID)
+			continue
+		}
+		// The older version's ack: the entry acked, its pending key
+		// deleted (a marker stays).
+		r, _, err := b.update(ctx, "p1", e.InboxID, func(r *record) bool {
+			now := time.Now().UTC()
+			r.State, r.AckedAt = inbox.StateAcked, &now
+			return true
+		})
+		must(t, err)
+		must(t, b.kv.Delete(ctx, pendingKey(r)))
+		acked = append(acked, e.InboxID)
+	}
+	pendingKeys := func() int {
+		ks, err := b.bk.Keys(ctx, "p.p1.agent-a.*")
+		must(t, err)
+		return len(ks)
+	}
+	if n := pendingKeys(); n != 30 {
+		t.Fatalf("%d pending keys before the upgrade, want 30 (10 pending, 20 markers)", n)
+	}
+	pageAll := func(state inbox.State, limit int) []string {
+		var out []string
+		q := inbox.ListQuery{AgentID: "agent-a", State: state, Limit: limit}
+		for {
+			page, err := b.List(ctx, "p1", q)
+			must(t, err)
+			out = append(out, inboxtest.IDs(page)...)
+			if len(page) < limit {
+				return out
+			}
+			q.After = page[len(page)-1].InboxID
+		}
+	}
+	tests := []struct {
+		name  string
+		state inbox.State
+		limit int
+		want  []string
+	}{
+		{"pending, one page", inbox.StatePending, inbox.MaxList, pending},
+		{"pending, pages of 4", inbox.StatePending, 4, pending},
+		{"every entry, pages of 4", inbox.StateAll, 4, ids},
+		{"acked, pages of 7", inbox.StateAcked, 7, acked},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := pageAll(tc.state, tc.limit); !slices.Equal(got, tc.want) {
+				t.Fatalf("listed %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if n := pendingKeys(); n != 10 {
+		t.Fatalf("%d pending keys after a pending listing, want 10 (the markers dropped)", n)
+	}
+	if n, err := b.Pending(ctx); err != nil || n != 10 {
+		t.Fatalf("Pending = %d, %v; want 10", n, err)
 	}
 }
