@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -81,6 +82,10 @@ type KV struct {
 	// where the next listing's walk starts (list.go).
 	floorMu sync.Mutex
 	floors  map[string]uint64
+
+	// markersGone: Pending has dropped the delete markers an older
+	// version left on pending keys.
+	markersGone atomic.Bool
 }
 
 // New returns the backend over bucket bk (see OpenBucket). Every
@@ -514,24 +519,35 @@ func (b *KV) SetEpoch(ctx context.Context, project, turn string, epoch int64) (i
 	return epoch, staled, nil
 }
 
-// Pending counts the live keys of the pending index, across every
-// project, through the key lister (delete markers skipped).
+// Pending counts the keys of the pending index, across every project,
+// from the stream leader's key list (one stream info request, no
+// consumer: a consumer may read a replica that lags the insert just
+// acknowledged). The first call of a KV also drops the delete markers a
+// bucket written by an older version keeps on acked entries' pending
+// keys (reading each pending key once); later ones only count.
 func (b *KV) Pending(ctx context.Context) (int, error) {
 	ctx, cancel := b.ctx(ctx)
 	defer cancel()
-	kl, err := b.kv.ListKeysFiltered(ctx, "p.>")
+	if !b.markersGone.Load() {
+		n := 0
+		err := b.bk.ScanLatest(ctx, "p.>", func(k string, e jskv.Entry) error {
+			if e.Exists {
+				n++
+				return nil
+			}
+			return b.bk.Drop(ctx, k)
+		})
+		if err != nil {
+			return 0, fmt.Errorf("kvinbox: count pending entries: %w", err)
+		}
+		b.markersGone.Store(true)
+		return n, nil
+	}
+	ks, err := b.bk.Keys(ctx, "p.>")
 	if err != nil {
 		return 0, fmt.Errorf("kvinbox: count pending entries: %w", err)
 	}
-	defer kl.Stop()
-	n := 0
-	for range kl.Keys() {
-		n++
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("kvinbox: count pending entries: %w", err)
-	}
-	return n, nil
+	return len(ks), nil
 }
 
 // Close waits for the wakeup marks still being written. It does not

@@ -83,14 +83,14 @@ func must(t testing.TB, err error) {
 	}
 }
 
-// TestUpgradeListsAnOlderBucket: a bucket written by the version before
-// the listing walk (the same keys; its acks deleted the pending key,
-// leaving a delete marker) lists every entry, in creation order, page by
-// page; a pending listing drops the markers it meets, once.
-func TestUpgradeListsAnOlderBucket(t *testing.T) {
-	b := openR1(t)
+// olderBucket writes 30 entries of agent-a the way the version before
+// the listing walk left them: the same keys, and its acks deleted the
+// pending key, leaving a delete marker. It returns the entries' ids, the
+// acked ones' and the pending ones', each in creation order.
+func olderBucket(t *testing.T) (b *KV, ids, acked, pending []string) {
+	t.Helper()
+	b = openR1(t)
 	ctx := context.Background()
-	var ids, acked, pending []string
 	for i := range 30 {
 		e, _, err := b.Insert(ctx, "p1", "c1", inboxtest.Report(fmt.Sprintf("turn-%d", i/3), fmt.Sprintf("call-%d", i%3), 0), "")
 		must(t, err)
@@ -99,8 +99,6 @@ func TestUpgradeListsAnOlderBucket(t *testing.T) {
 			pending = append(pending, e.InboxID)
 			continue
 		}
-		// The older version's ack: the entry acked, its pending key
-		// deleted (a marker stays).
 		r, _, err := b.update(ctx, "p1", e.InboxID, func(r *record) bool {
 			now := time.Now().UTC()
 			r.State, r.AckedAt = inbox.StateAcked, &now
@@ -110,14 +108,25 @@ func TestUpgradeListsAnOlderBucket(t *testing.T) {
 		must(t, b.kv.Delete(ctx, pendingKey(r)))
 		acked = append(acked, e.InboxID)
 	}
-	pendingKeys := func() int {
-		ks, err := b.bk.Keys(ctx, "p.p1.agent-a.*")
-		must(t, err)
-		return len(ks)
+	if n := pendingKeys(t, b); n != 30 {
+		t.Fatalf("%d pending keys in the older bucket, want 30 (10 pending, 20 markers)", n)
 	}
-	if n := pendingKeys(); n != 30 {
-		t.Fatalf("%d pending keys before the upgrade, want 30 (10 pending, 20 markers)", n)
-	}
+	return b, ids, acked, pending
+}
+
+func pendingKeys(t *testing.T, b *KV) int {
+	t.Helper()
+	ks, err := b.bk.Keys(context.Background(), "p.p1.agent-a.*")
+	must(t, err)
+	return len(ks)
+}
+
+// TestUpgradeListsAnOlderBucket: a bucket written by the version before
+// the listing walk lists every entry, in creation order, page by page; a
+// pending listing drops the markers it meets, once.
+func TestUpgradeListsAnOlderBucket(t *testing.T) {
+	b, ids, acked, pending := olderBucket(t)
+	ctx := context.Background()
 	pageAll := func(state inbox.State, limit int) []string {
 		var out []string
 		q := inbox.ListQuery{AgentID: "agent-a", State: state, Limit: limit}
@@ -149,10 +158,25 @@ func TestUpgradeListsAnOlderBucket(t *testing.T) {
 			}
 		})
 	}
-	if n := pendingKeys(); n != 10 {
+	if n := pendingKeys(t, b); n != 10 {
 		t.Fatalf("%d pending keys after a pending listing, want 10 (the markers dropped)", n)
 	}
 	if n, err := b.Pending(ctx); err != nil || n != 10 {
 		t.Fatalf("Pending = %d, %v; want 10", n, err)
+	}
+}
+
+// TestUpgradePendingCountsAnOlderBucket: Pending on a bucket written by
+// the version before counts the pending entries only, and its first call
+// drops every marker, so that later calls only count keys.
+func TestUpgradePendingCountsAnOlderBucket(t *testing.T) {
+	b, _, _, _ := olderBucket(t)
+	for i := range 2 {
+		if n, err := b.Pending(context.Background()); err != nil || n != 10 {
+			t.Fatalf("Pending call %d = %d, %v; want 10", i+1, n, err)
+		}
+		if n := pendingKeys(t, b); n != 10 {
+			t.Fatalf("%d pending keys after Pending call %d, want 10 (the markers dropped)", n, i+1)
+		}
 	}
 }
