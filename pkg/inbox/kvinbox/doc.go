@@ -42,5 +42,6 @@
 // Upgrade: a bucket written by the versions before this one has the same
 // keys and lists as it is. Its pending keys acked then keep a delete
 // marker each; a pending listing drops a marker the first time it reads
-// the acked entry behind it.
+// the acked entry behind it, and the first Pending (the mesh's status and
+// metrics) drops them all.
 package kvinbox
