@@ -118,16 +118,17 @@
 //
 // # Caveats
 //
-//   - With a kvinbox backend, see the caveat of package kvinbox.
+//   - With a kvinbox backend, package kvinbox says what a listing costs.
 //   - One inbox file, one process. JetStream lets several processes bind
 //     the consumer, but each would keep its own file: de-duplication and
 //     the svc queries would then see only part of the entries. Run one
 //     inbox per mesh (a second one opening the same file fails with
 //     boltinbox.ErrLocked, which makes it a safe standby that can be
 //     restarted once the first has gone).
-//   - Entries are kept forever; there is no purge yet. Listing acked,
-//     stale or all entries reads the agent's whole history (up to limit
-//     matches), and "agent_turn_id" filters after reading.
+//   - Entries are kept until retention deletes their turn (pkg/retention).
+//     A listing reads an index (the turn's, the agent's pending entries,
+//     the agent's history from the cursor on) until the page is full, not
+//     the agent's whole history: see the backend packages.
 //   - The card check trusts the CardStore: a report is accepted only if its
 //     card is readable at the time; a report that arrives before its card
 //     is written is dead-lettered, not retried (tool services write the card

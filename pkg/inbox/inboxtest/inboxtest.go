@@ -1,8 +1,8 @@
 // Package inboxtest is the conformance suite for inbox.Backend
 // implementations: what the inbox service relies on of its storage
 // (entries, duplicates, epochs and stale entries, acks and lazy acks, list
-// paging and filters, set_epoch rules, the wakeup mark). Every backend's
-// tests call Run:
+// paging and filters, pages followed while entries are added and acked,
+// set_epoch rules, the wakeup mark). Every backend's tests call Run:
 //
 //	func TestConformance(t *testing.T) {
 //		inboxtest.Run(t, func(t *testing.T) inbox.Backend {
@@ -408,4 +408,6 @@ func Run(t *testing.T, open func(t *testing.T) inbox.Backend) {
 			t.Fatalf("%d inserts made a new entry, want 1", news)
 		}
 	})
+
+	runPaging(t, open)
 }

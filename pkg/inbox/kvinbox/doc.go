@@ -14,16 +14,34 @@
 // ack is written at once (there is no transaction to ride along with), and
 // so is the wakeup-sent mark, in the background.
 //
-// Listing reads only what the page needs: one turn's entries through the
-// turn's index keys; an agent's entries through its index keys, streamed
-// by the bucket's key lister (one ordered consumer, not a request per
-// key) and read in inbox id order (UUIDv7: creation order) until the page
-// is full. An ack or set_epoch drops the entry's pending key without a
-// trace (a stream purge of the key, jskv.Bucket.Drop), so the pending
-// index holds only pending entries; DeleteTurn (retention) drops a turn's
-// keys the same way.
+// Listing reads what the page needs, with leader reads and stream info
+// requests, no consumer (list.go): one turn's entries (the agent's Resume,
+// `turns resume`) and an agent's pending entries (a runtime resuming
+// after a restart, `turns ls --pending`) from the index keys of the turn
+// or of the agent's pending entries, listed by one stream info request,
+// in inbox id order (UUIDv7: creation order); the agent's other listings
+// (acked history, every entry) by walking its agent keys in the order
+// they were written, from the cursor's key on, one leader read per key
+// (jskv.Bucket.Next), until the page is full. An insert creates an
+// entry's index keys once (a report's redelivery never rewrites one), so
+// an entry keeps its place, and a page followed while entries are added,
+// acked or reported again repeats nothing and skips nothing that was
+// there throughout (inboxtest's paging cases). An ack or set_epoch drops
+// the entry's pending key without a trace (a stream purge of the key,
+// jskv.Bucket.Drop), so the pending index holds only pending entries;
+// DeleteTurn (retention) drops a turn's keys the same way.
 //
-// Caveat: buckets written before this version keep a delete marker on
-// every pending key acked then; the key lister passes over them on the
-// server, at stream speed (`nats kv` can purge old markers).
+// What a listing costs: a turn's, its own entries; a pending list, the
+// agent's pending entries; a history page, its entries plus, for each,
+// the server passing over the messages written between two of the
+// agent's keys (other agents' entries of the bucket, the entry's own
+// keys); a walk that reaches the agent's newest entry passes over what
+// follows it once. Nothing of it follows the agent's history length
+// (docs/performance.md, "Inbox listing at 10⁵ entries").
+//
+// Upgrade: a bucket written by the versions before this one has the same
+// keys and lists as it is. Its pending keys acked then keep a delete
+// marker each; a pending listing drops a marker the first time it reads
+// the acked entry behind it, and the first Pending (the mesh's status and
+// metrics) drops them all.
 package kvinbox

@@ -7,10 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -76,12 +76,22 @@ type KV struct {
 	kv      jetstream.KeyValue
 	timeout time.Duration
 	wg      sync.WaitGroup // background wakeup marks
+
+	// floors holds, per "<project>.<agent>", a stream sequence below
+	// which the agent has no agent key (the first one a listing found),
+	// where the next listing's walk starts (list.go).
+	floorMu sync.Mutex
+	floors  map[string]uint64
+
+	// markersGone: Pending has dropped the delete markers an older
+	// version left on pending keys.
+	markersGone atomic.Bool
 }
 
 // New returns the backend over bucket bk (see OpenBucket). Every
 // operation is bounded by 10 s on top of its context.
 func New(bk *jskv.Bucket) *KV {
-	return &KV{bk: bk, kv: bk.KV, timeout: 10 * time.Second}
+	return &KV{bk: bk, kv: bk.KV, timeout: 10 * time.Second, floors: map[string]uint64{}}
 }
 
 // latest reads key from the leader; nil when it does not exist.
@@ -119,27 +129,21 @@ func (b *KV) settled(ctx context.Context, key string) (*jskv.Entry, error) {
 	return nil, fmt.Errorf("kvinbox: %s exists (a Create failed) but is not readable from the stream leader", key)
 }
 
-// keys lists the keys matching prefix+"*", without the prefix.
+// keys lists, sorted and without the prefix, the keys matching
+// prefix+"*": one stream info request to the leader (jskv.Bucket.Keys),
+// whose cost follows the number of matching keys, not the bucket's size.
+// The index keys it is used on (u., p.) are dropped, never deleted, so
+// every key it returns has a value, except the delete markers an older
+// version left on p. keys (List drops them as it meets them).
 func (b *KV) keys(ctx context.Context, prefix string) ([]string, error) {
-	var out []string
-	seen := map[string]bool{}
-	err := b.bk.Scan(ctx, prefix+"*", func(k string, e jskv.Entry) error {
-		id := strings.TrimPrefix(k, prefix)
-		if e.Exists {
-			seen[id] = true
-		} else {
-			delete(seen, id)
-		}
-		return nil
-	})
+	ks, err := b.bk.Keys(ctx, prefix+"*")
 	if err != nil {
 		return nil, fmt.Errorf("kvinbox: list %s*: %w", prefix, err)
 	}
-	for id := range seen {
-		out = append(out, id)
+	for i, k := range ks {
+		ks[i] = strings.TrimPrefix(k, prefix)
 	}
-	sort.Strings(out)
-	return out, nil
+	return ks, nil
 }
 
 func hashToken(parts ...string) string {
@@ -317,14 +321,17 @@ func turnKey(r *record) string {
 	return "u." + r.ProjectID + "." + hashToken(r.ProjectID, r.AgentTurnID) + "." + r.InboxID
 }
 
-// index writes the entry's index keys (idempotent).
+// index creates the entry's index keys that do not exist yet
+// (idempotent). It never rewrites one: an agent key's stream sequence is
+// the entry's place in the agent's listing (List), so a rewrite would move
+// an entry a reader has paged past to the end, listing it twice.
 func (b *KV) index(ctx context.Context, r *record) error {
 	keys := []string{agentKey(r), turnKey(r)}
 	if r.State == inbox.StatePending {
 		keys = append(keys, pendingKey(r))
 	}
 	for _, k := range keys {
-		if _, err := b.kv.Put(ctx, k, nil); err != nil {
+		if _, err := b.kv.Create(ctx, k, nil); err != nil && !isConflict(err) {
 			return fmt.Errorf("kvinbox: index %s: %w", k, err)
 		}
 	}
@@ -415,86 +422,6 @@ func (b *KV) Get(ctx context.Context, project, id string) (*inbox.Entry, error) 
 		return nil, fmt.Errorf("%w: inbox entry %s in project %s", inbox.ErrNotFound, id, project)
 	}
 	return &r.Entry, nil
-}
-
-// List reads one index's keys and only as many entries as the page
-// needs: for a turn, the turn's index (u.: a turn has few entries);
-// otherwise the agent's pending index (p.) for pending entries and its
-// full index (a.) for the others, through a key lister that skips the
-// delete markers acks leave behind. Inbox ids are UUIDv7s, so the ids'
-// order is creation order; the entries are read in it until the page is
-// full.
-func (b *KV) List(ctx context.Context, project string, q inbox.ListQuery) ([]inbox.Entry, error) {
-	ctx, cancel := b.ctx(ctx)
-	defer cancel()
-	if q.After != "" {
-		after, _, err := b.getRecord(ctx, project, q.After)
-		if err != nil {
-			return nil, err
-		}
-		if after == nil || after.AgentID != q.AgentID {
-			return nil, fmt.Errorf("%w: after: inbox entry %s of agent %s in project %s", inbox.ErrNotFound, q.After, q.AgentID, project)
-		}
-	}
-	var (
-		ids []string
-		err error
-	)
-	switch {
-	case q.AgentTurnID != "":
-		ids, err = b.keys(ctx, "u."+project+"."+hashToken(project, q.AgentTurnID)+".")
-	case q.State == inbox.StatePending:
-		ids, err = b.liveKeys(ctx, "p."+project+"."+q.AgentID+".")
-	default:
-		ids, err = b.liveKeys(ctx, "a."+project+"."+q.AgentID+".")
-	}
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(ids)
-	start := 0
-	if q.After != "" {
-		start = sort.Search(len(ids), func(i int) bool { return ids[i] > q.After })
-	}
-	out := []inbox.Entry{}
-	for _, id := range ids[start:] {
-		if len(out) >= q.Limit {
-			break
-		}
-		r, _, err := b.getRecord(ctx, project, id)
-		if err != nil {
-			return nil, err
-		}
-		if r == nil || r.AgentID != q.AgentID || (q.AgentTurnID != "" && r.AgentTurnID != q.AgentTurnID) {
-			continue
-		}
-		if q.State != inbox.StateAll && r.State != q.State {
-			continue
-		}
-		out = append(out, r.Entry)
-	}
-	return out, nil
-}
-
-// liveKeys lists the keys matching prefix+"*" that exist, without the
-// prefix, through the bucket's key lister: one ordered consumer that
-// streams the keys (delete markers skipped), not a request per message.
-func (b *KV) liveKeys(ctx context.Context, prefix string) ([]string, error) {
-	kl, err := b.kv.ListKeysFiltered(ctx, prefix+"*")
-	if err != nil {
-		return nil, fmt.Errorf("kvinbox: list %s*: %w", prefix, err)
-	}
-	defer kl.Stop()
-	var out []string
-	for k := range kl.Keys() {
-		out = append(out, strings.TrimPrefix(k, prefix))
-	}
-	// The lister ends its channel when it has every key, or, silently,
-	// when ctx ends: a partial list must not pass for a whole one.
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("kvinbox: list %s*: %w", prefix, err)
-	}
-	return out, nil
 }
 
 // Ack checks every id first (all or none for unknown ids), then acks the
@@ -592,24 +519,35 @@ func (b *KV) SetEpoch(ctx context.Context, project, turn string, epoch int64) (i
 	return epoch, staled, nil
 }
 
-// Pending counts the live keys of the pending index, across every
-// project, through the key lister (delete markers skipped).
+// Pending counts the keys of the pending index, across every project,
+// from the stream leader's key list (one stream info request, no
+// consumer: a consumer may read a replica that lags the insert just
+// acknowledged). The first call of a KV also drops the delete markers a
+// bucket written by an older version keeps on acked entries' pending
+// keys (reading each pending key once); later ones only count.
 func (b *KV) Pending(ctx context.Context) (int, error) {
 	ctx, cancel := b.ctx(ctx)
 	defer cancel()
-	kl, err := b.kv.ListKeysFiltered(ctx, "p.>")
+	if !b.markersGone.Load() {
+		n := 0
+		err := b.bk.ScanLatest(ctx, "p.>", func(k string, e jskv.Entry) error {
+			if e.Exists {
+				n++
+				return nil
+			}
+			return b.bk.Drop(ctx, k)
+		})
+		if err != nil {
+			return 0, fmt.Errorf("kvinbox: count pending entries: %w", err)
+		}
+		b.markersGone.Store(true)
+		return n, nil
+	}
+	ks, err := b.bk.Keys(ctx, "p.>")
 	if err != nil {
 		return 0, fmt.Errorf("kvinbox: count pending entries: %w", err)
 	}
-	defer kl.Stop()
-	n := 0
-	for range kl.Keys() {
-		n++
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("kvinbox: count pending entries: %w", err)
-	}
-	return n, nil
+	return len(ks), nil
 }
 
 // Close waits for the wakeup marks still being written. It does not

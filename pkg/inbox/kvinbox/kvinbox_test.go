@@ -3,6 +3,7 @@ package kvinbox
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,5 +80,103 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// olderBucket writes 30 entries of agent-a the way the version before
+// the listing walk left them: the same keys, and its acks deleted the
+// pending key, leaving a delete marker. It returns the entries' ids, the
+// acked ones' and the pending ones', each in creation order.
+func olderBucket(t *testing.T) (b *KV, ids, acked, pending []string) {
+	t.Helper()
+	b = openR1(t)
+	ctx := context.Background()
+	for i := range 30 {
+		e, _, err := b.Insert(ctx, "p1", "c1", inboxtest.Report(fmt.Sprintf("turn-%d", i/3), fmt.Sprintf("call-%d", i%3), 0), "")
+		must(t, err)
+		ids = append(ids, e.InboxID)
+		if i%3 == 2 {
+			pending = append(pending, e.InboxID)
+			continue
+		}
+		r, _, err := b.update(ctx, "p1", e.InboxID, func(r *record) bool {
+			now := time.Now().UTC()
+			r.State, r.AckedAt = inbox.StateAcked, &now
+			return true
+		})
+		must(t, err)
+		must(t, b.kv.Delete(ctx, pendingKey(r)))
+		acked = append(acked, e.InboxID)
+	}
+	if n := pendingKeys(t, b); n != 30 {
+		t.Fatalf("%d pending keys in the older bucket, want 30 (10 pending, 20 markers)", n)
+	}
+	return b, ids, acked, pending
+}
+
+func pendingKeys(t *testing.T, b *KV) int {
+	t.Helper()
+	ks, err := b.bk.Keys(context.Background(), "p.p1.agent-a.*")
+	must(t, err)
+	return len(ks)
+}
+
+// TestUpgradeListsAnOlderBucket: a bucket written by the version before
+// the listing walk lists every entry, in creation order, page by page; a
+// pending listing drops the markers it meets, once.
+func TestUpgradeListsAnOlderBucket(t *testing.T) {
+	b, ids, acked, pending := olderBucket(t)
+	ctx := context.Background()
+	pageAll := func(state inbox.State, limit int) []string {
+		var out []string
+		q := inbox.ListQuery{AgentID: "agent-a", State: state, Limit: limit}
+		for {
+			page, err := b.List(ctx, "p1", q)
+			must(t, err)
+			out = append(out, inboxtest.IDs(page)...)
+			if len(page) < limit {
+				return out
+			}
+			q.After = page[len(page)-1].InboxID
+		}
+	}
+	tests := []struct {
+		name  string
+		state inbox.State
+		limit int
+		want  []string
+	}{
+		{"pending, one page", inbox.StatePending, inbox.MaxList, pending},
+		{"pending, pages of 4", inbox.StatePending, 4, pending},
+		{"every entry, pages of 4", inbox.StateAll, 4, ids},
+		{"acked, pages of 7", inbox.StateAcked, 7, acked},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := pageAll(tc.state, tc.limit); !slices.Equal(got, tc.want) {
+				t.Fatalf("listed %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if n := pendingKeys(t, b); n != 10 {
+		t.Fatalf("%d pending keys after a pending listing, want 10 (the markers dropped)", n)
+	}
+	if n, err := b.Pending(ctx); err != nil || n != 10 {
+		t.Fatalf("Pending = %d, %v; want 10", n, err)
+	}
+}
+
+// TestUpgradePendingCountsAnOlderBucket: Pending on a bucket written by
+// the version before counts the pending entries only, and its first call
+// drops every marker, so that later calls only count keys.
+func TestUpgradePendingCountsAnOlderBucket(t *testing.T) {
+	b, _, _, _ := olderBucket(t)
+	for i := range 2 {
+		if n, err := b.Pending(context.Background()); err != nil || n != 10 {
+			t.Fatalf("Pending call %d = %d, %v; want 10", i+1, n, err)
+		}
+		if n := pendingKeys(t, b); n != 10 {
+			t.Fatalf("%d pending keys after Pending call %d, want 10 (the markers dropped)", n, i+1)
+		}
 	}
 }

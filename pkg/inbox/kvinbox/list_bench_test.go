@@ -9,16 +9,20 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/internal/jskv/jskvtest"
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 )
 
 // seedList writes n entries of agent-a straight into the bucket's layout
-// (asynchronous publishes: seeding through Insert would take minutes),
-// ten per turn, the last pending of every hundredth turn, the others
-// acked (no pending key, as Ack leaves them).
-func seedList(tb testing.TB, b *KV, js jetstream.JetStream, n int) {
+// as Insert and Ack leave it (asynchronous publishes: seeding through
+// Insert would take minutes), ten per turn, the last of every hundredth
+// turn pending, the others acked (no pending key, as Ack leaves them),
+// and returns their inbox ids in creation order. It is also what a
+// bucket written by the version before the listing walk holds: the same
+// keys.
+func seedList(tb testing.TB, b *KV, js jetstream.JetStream, n int) []string {
 	tb.Helper()
 	ctx := context.Background()
 	st, err := js.Stream(ctx, "KV_"+b.kv.Bucket())
@@ -27,9 +31,14 @@ func seedList(tb testing.TB, b *KV, js jetstream.JetStream, n int) {
 	}
 	pre := "$KV." + b.kv.Bucket() + "."
 	now := time.Now().UTC()
+	ids := make([]string, 0, n)
 	for i := 0; i < n; i++ {
 		if i%500 == 0 {
-			<-js.PublishAsyncComplete()
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				tb.Fatal("seeding stalled")
+			}
 		}
 		turn := fmt.Sprintf("turn-%d", i/10)
 		r := &record{Entry: inbox.Entry{InboxID: card.NewID(), ProjectID: "p1", ChannelID: "c1", AgentID: "agent-a",
@@ -42,6 +51,7 @@ func seedList(tb testing.TB, b *KV, js jetstream.JetStream, n int) {
 			t := r.CreatedAt
 			r.AckedAt = &t
 		}
+		ids = append(ids, r.InboxID)
 		v, _ := json.Marshal(r)
 		pubs := []struct {
 			key string
@@ -50,19 +60,17 @@ func seedList(tb testing.TB, b *KV, js jetstream.JetStream, n int) {
 			{"c.p1." + hashToken("p1", turn, r.ToolCallID), []byte(r.InboxID)},
 			{entryKey("p1", r.InboxID), v}, {agentKey(r), nil}, {turnKey(r), nil},
 		}
+		if r.State == inbox.StatePending {
+			pubs = append(pubs, struct {
+				key string
+				val []byte
+			}{pendingKey(r), nil})
+		}
 		for _, p := range pubs {
 			if _, err := js.PublishAsync(pre+p.key, p.val); err != nil {
 				tb.Fatal(err)
 			}
 		}
-		if r.State == inbox.StatePending {
-			if _, err := js.PublishAsync(pre+pendingKey(r), nil); err != nil {
-				tb.Fatal(err)
-			}
-		}
-		// An ack drops the pending key without a trace (jskv.Bucket.Drop);
-		// before issue 28 it left a delete marker there, which every
-		// listing of the agent's pending entries passed over.
 	}
 	select {
 	case <-js.PublishAsyncComplete():
@@ -72,43 +80,81 @@ func seedList(tb testing.TB, b *KV, js jetstream.JetStream, n int) {
 	if _, err := st.Info(ctx); err != nil {
 		tb.Fatal(err)
 	}
+	return ids
 }
 
 // BenchmarkList lists one agent's inbox at 10⁵ entries (one agent, ten
-// entries per turn, 1% pending): its pending entries (what a resuming
-// runtime and a waiting Call read), one turn's entries, and the first
-// page of its acked history.
+// entries per turn, 1% pending), on one server (R1) and on a 3-node
+// cluster (R3, the client on a node that is not the bucket's leader when
+// one can be found): its pending entries (what a runtime resuming after a
+// restart and `turns ls --pending` read), one turn's pending entries (the
+// agent's Resume and `turns resume`), the first page of 100 entries, and
+// of its acked history the first page and a page in the middle (the 500th
+// of 1,000).
 func BenchmarkList(b *testing.B) {
-	srv := meshtest.NATS(b)
-	js, err := jetstream.New(meshtest.Conn(b, srv))
-	if err != nil {
-		b.Fatal(err)
-	}
-	bk, err := OpenBucket(context.Background(), js, "inbox_bench", 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	kv := New(bk)
 	const n = 100_000
-	seedList(b, kv, js, n)
-	ctx := context.Background()
-	for _, tc := range []struct {
-		name string
-		q    inbox.ListQuery
-		want int
-	}{
-		{"pending", inbox.ListQuery{AgentID: "agent-a", State: inbox.StatePending, Limit: inbox.MaxList}, n / 1000},
-		{"turn", inbox.ListQuery{AgentID: "agent-a", AgentTurnID: "turn-4321", State: inbox.StateAll, Limit: inbox.MaxList}, 10},
-		{"acked-page", inbox.ListQuery{AgentID: "agent-a", State: inbox.StateAcked, Limit: 100}, 100},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			for range b.N {
-				es, err := kv.List(ctx, "p1", tc.q)
+	for _, mode := range []string{"single", "cluster"} {
+		b.Run(mode, func(b *testing.B) {
+			var js jetstream.JetStream
+			replicas := 1
+			if mode == "single" {
+				var err error
+				if js, err = jetstream.New(meshtest.Conn(b, meshtest.NATS(b))); err != nil {
+					b.Fatal(err)
+				}
+			} else {
+				c := jskvtest.Start(b)
+				js, replicas = c.JetStream(b, 0), 3
+				if _, err := OpenBucket(context.Background(), js, "inbox_bench", replicas); err != nil {
+					b.Fatal(err)
+				}
+				si, err := js.Stream(context.Background(), "KV_inbox_bench")
 				if err != nil {
 					b.Fatal(err)
 				}
-				if len(es) != tc.want {
-					b.Fatalf("listed %d entries, want %d", len(es), tc.want)
+				for i, s := range c.Servers {
+					if cl := si.CachedInfo().Cluster; cl != nil && s.Name() != cl.Leader {
+						js = c.JetStream(b, i)
+						break
+					}
+				}
+			}
+			bk, err := OpenBucket(context.Background(), js, "inbox_bench", replicas)
+			if err != nil {
+				b.Fatal(err)
+			}
+			kv := New(bk)
+			start := time.Now()
+			ids := seedList(b, kv, js, n)
+			b.Logf("seeded %d entries in %v", n, time.Since(start).Round(time.Second))
+			ctx := context.Background()
+			cases := []struct {
+				name string
+				q    inbox.ListQuery
+				want int
+			}{
+				{"pending", inbox.ListQuery{AgentID: "agent-a", State: inbox.StatePending, Limit: inbox.MaxList}, n / 1000},
+				{"resume-turn", inbox.ListQuery{AgentID: "agent-a", AgentTurnID: "turn-4399", State: inbox.StatePending, Limit: inbox.MaxList}, 1},
+				{"turn-all", inbox.ListQuery{AgentID: "agent-a", AgentTurnID: "turn-4321", State: inbox.StateAll, Limit: inbox.MaxList}, 10},
+				{"all-first-page", inbox.ListQuery{AgentID: "agent-a", State: inbox.StateAll, Limit: 100}, 100},
+				{"acked-first-page", inbox.ListQuery{AgentID: "agent-a", State: inbox.StateAcked, Limit: 100}, 100},
+				{"acked-page-500", inbox.ListQuery{AgentID: "agent-a", State: inbox.StateAcked, Limit: 100, After: ids[n/2-1]}, 100},
+			}
+			// Three rounds over the cases, on the one seeded bucket: on a
+			// shared machine the load moves between them.
+			for round := 1; round <= 3; round++ {
+				for _, tc := range cases {
+					b.Run(fmt.Sprintf("%s/round-%d", tc.name, round), func(b *testing.B) {
+						for range b.N {
+							es, err := kv.List(ctx, "p1", tc.q)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if len(es) != tc.want {
+								b.Fatalf("listed %d entries, want %d", len(es), tc.want)
+							}
+						}
+					})
 				}
 			}
 		})
