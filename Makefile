@@ -132,6 +132,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'RoundTripGate' -benchtime 1000x -count 2 ./pkg/authz/natsauthz
 	$(GO) test -run '^$$' -bench 'Failover' -benchtime 5x ./pkg/worker
 	$(GO) test -run '^$$' -bench 'Disk' -benchtime 5000x ./pkg/retention
+	$(GO) test -run '^$$' -bench 'List' -benchtime 10x ./pkg/inbox/kvinbox
 	$(GO) test -run '^$$' -bench 'Catalogue' -benchtime 400x ./services/catalog
 	$(GO) test -run '^$$' -bench 'PutGet' -benchtime 200x ./services/state/blob/objblob
 	$(GO) test -run '^$$' -bench 'ClusterFailover' -benchtime 1x -timeout 15m ./pkg/mesh
