@@ -215,6 +215,7 @@ func newProjectFlagSet(name, synopsis string, e env) (*flag.FlagSet, *meshFlags,
 	fs, mf := newMeshFlagSet(name, synopsis, e)
 	pf := new(projectFlags)
 	pf.register(fs)
+	mf.project = &pf.project
 	return fs, mf, pf
 }
 
