@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/utpmesh/utpmesh/cardstore"
-	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/datalock"
+	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/portcheck"
 	"github.com/utpmesh/utpmesh/pkg/apps/webui"
 	"github.com/utpmesh/utpmesh/pkg/authz"
