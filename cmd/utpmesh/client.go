@@ -54,8 +54,9 @@ func (m *meshFlags) register(fs *flag.FlagSet, e env) {
 
 // agentCommands are the commands that act as an agent of a project (they
 // make tool calls or read its turns): their identity is the project's
-// agent identity, not the admin's.
-var agentCommands = map[string]bool{"call": true, "confirm": true, "cancel": true, "undo": true, "turns": true, "receipts": true, "mcp": true, "ui": true}
+// agent identity, not the admin's. ('utpmesh ui' is not one: its live
+// updates subscribe to every command subject, which only the admin may.)
+var agentCommands = map[string]bool{"call": true, "confirm": true, "cancel": true, "undo": true, "turns": true, "receipts": true, "mcp": true}
 
 // credsHint names the identity a command connects as, for the error of a
 // connection the mesh refused: the project's agent identity for

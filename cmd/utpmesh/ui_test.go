@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/apps/webui"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
@@ -416,5 +418,51 @@ func TestUIBrowser(t *testing.T) {
 	if err != nil || !strings.Contains(summary, "4 equal") || !strings.Contains(summary, "1 different") || !strings.Contains(summary, "0 errors") {
 		html, _ := chromedp.Run(bctx, chromedp.OuterHTML(`main`))
 		t.Fatalf("replay summary %q (%v), want 4 equal, 1 different, 0 errors:\n%s", summary, err, html)
+	}
+}
+
+// TestUpKeepsUIToken: up's UI token is the one kept in DATA/ui-token
+// (mode 0600, made at the first start), so a restart serves the same
+// token and an open tab's cookie keeps working; deleting the file gives a
+// new one.
+func TestUpKeepsUIToken(t *testing.T) {
+	clone := t.TempDir()
+	tokenFile := filepath.Join(clone, "utpmesh-data", webui.TokenFile)
+	start := func() (token string, stop func()) {
+		t.Helper()
+		up, _, banner := startREADMEUp(t, clone, guideEnv("UTPMESH_TEST_EXEC=1"))
+		m := regexp.MustCompile(`(?m)^\s+ui\s+http://\S+\?token=(\S+)$`).FindStringSubmatch(banner)
+		if m == nil {
+			t.Fatalf("up printed no ui URL with a token:\n%s", banner)
+		}
+		return m[1], func() {
+			t.Helper()
+			if err := up.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			if err := up.Wait(); err != nil {
+				t.Fatalf("up after Ctrl-C: %v", err)
+			}
+		}
+	}
+	first, stop := start()
+	stop()
+	b, err := os.ReadFile(tokenFile)
+	fi, serr := os.Stat(tokenFile)
+	if err != nil || serr != nil || strings.TrimSpace(string(b)) != first || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: %q (%v, %v), mode %v; want the banner's token %q, mode 0600", tokenFile, b, err, serr, fi.Mode().Perm(), first)
+	}
+	again, stop := start()
+	stop()
+	if again != first {
+		t.Fatalf("after a restart the token is %q, want %q kept", again, first)
+	}
+	if err := os.Remove(tokenFile); err != nil {
+		t.Fatal(err)
+	}
+	rotated, stop := start()
+	stop()
+	if rotated == first || len(rotated) < webui.MinTokenLen {
+		t.Fatalf("after deleting %s the token is %q, want a new one", tokenFile, rotated)
 	}
 }
