@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +124,83 @@ func TestMandateFlag(t *testing.T) {
 				t.Fatalf("an explicit --mandate printed %q", errb.String())
 			}
 		})
+	}
+}
+
+// TestHelpSaysEachDefaultOnce: every command's --help lists its flags as
+// --name, and no flag's entry says its default twice (a usage text that
+// names its default gets none from the flag package). NATS_URL is set, as
+// on a machine that uses it, so --nats has a non-zero default.
+func TestHelpSaysEachDefaultOnce(t *testing.T) {
+	helps := [][]string{{"tools", "ls", "--help"}, {"turns", "show", "--help"}, {"identity", "add", "--help"},
+		{"mandate", "issue", "--help"}, {"policy", "get", "--help"}}
+	for name := range specs {
+		helps = append(helps, []string{name, "--help"})
+	}
+	checked := 0
+	for _, args := range helps {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), args, env{stdout: &out, stderr: &errb, getenv: func(k string) string {
+			if k == "NATS_URL" {
+				return "nats://127.0.0.1:4222"
+			}
+			return ""
+		}})
+		if code != 0 {
+			t.Fatalf("utpmesh %s: exit %d\n%s", strings.Join(args, " "), code, errb.String())
+		}
+		_, flags, ok := strings.Cut(out.String(), "\nFlags:\n")
+		if !ok {
+			continue // a command with subcommands lists them instead
+		}
+		checked++
+		for _, entry := range strings.Split("\n"+flags, "\n  --")[1:] {
+			if n := strings.Count(entry, "(default"); n > 1 {
+				t.Errorf("utpmesh %s: --%s says its default %d times", strings.Join(args, " "), entry, n)
+			}
+		}
+		if strings.Contains(flags, "\n  -") && !strings.Contains(flags, "\n  --") || strings.HasPrefix(flags, "  -") && !strings.HasPrefix(flags, "  --") {
+			t.Errorf("utpmesh %s lists flags as -name:\n%s", strings.Join(args, " "), flags)
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d commands listed flags", checked)
+	}
+	var out bytes.Buffer
+	run(context.Background(), []string{"call", "--help"}, env{stdout: &out, stderr: io.Discard, getenv: func(string) string { return "" }})
+	for _, want := range []string{
+		"  --nats string\n    \tNATS server URL (default $NATS_URL or nats://127.0.0.1:4222)\n",
+		"  --args string\n    \tthe call's arguments: a JSON object, or @FILE to read it from a file (default \"{}\")\n",
+		"  --timeout duration\n    \thow long one request to the mesh may take (default 10s)\n",
+		"  --json\n    \tprint JSON instead of a table\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("utpmesh call --help lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestVersion: version prints a line, --json an object, and refuses
+// anything else as a usage error.
+func TestVersion(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"version"}, 0, "utpmesh " + Version + "\n"},
+		{[]string{"version", "--json"}, 0, `{` + "\n" + `  "version": "` + Version + `",` + "\n" + `  "protocol": "v1r3",` + "\n" + `  "go": "` + runtime.Version() + `"` + "\n}\n"},
+		{[]string{"version", "--jsn"}, 2, "utpmesh version: unknown flag --jsn; did you mean --json?\nrun 'utpmesh version --help' for all flags\n"},
+		{[]string{"version", "x"}, 2, "utpmesh version: unexpected argument \"x\" (version takes only --json)\n"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), tc.args, env{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }})
+		got := out.String()
+		if code != 0 {
+			got = errb.String()
+		}
+		if code != tc.code || got != tc.want {
+			t.Errorf("utpmesh %s: exit %d, output %q; want %d, %q", strings.Join(tc.args, " "), code, got, tc.code, tc.want)
+		}
 	}
 }

@@ -8,17 +8,23 @@ import (
 	"net/http/cookiejar"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 )
 
-// fence is one fenced block of README.md: its info string and lines.
+// fence is one fenced block of README.md's quick start: its info string,
+// its lines, and its marker comment's kind ("run" or "output" for a
+// block under <!-- readme: KIND -->, else "").
 type fence struct {
-	lang  string
-	lines []string
+	lang, kind string
+	lines      []string
 }
+
+// readmeMarker marks a block the test runs, or the output it checks.
+var readmeMarker = regexp.MustCompile(`^<!-- readme: (run|output) -->$`)
 
 // quickStart returns the fenced blocks of README.md's "## Quick start"
 // section.
@@ -39,15 +45,21 @@ func quickStart(t *testing.T) []fence {
 	}
 	var out []fence
 	var cur *fence
+	marker := ""
 	for _, l := range strings.Split(text, "\n") {
 		switch {
+		case cur == nil && readmeMarker.MatchString(l):
+			marker = readmeMarker.FindStringSubmatch(l)[1]
 		case cur == nil && strings.HasPrefix(l, "```"):
-			cur = &fence{lang: strings.TrimPrefix(l, "```")}
+			cur = &fence{lang: strings.TrimPrefix(l, "```"), kind: marker}
+			marker = ""
 		case cur != nil && l == "```":
 			out = append(out, *cur)
 			cur = nil
 		case cur != nil:
 			cur.lines = append(cur.lines, l)
+		case strings.TrimSpace(l) != "":
+			marker = "" // a marker belongs to the block right below it
 		}
 	}
 	return out
@@ -90,54 +102,112 @@ func shellWords(t *testing.T, line string) []string {
 	return words
 }
 
-// TestREADMEQuickStart runs the README's quick start as written: 'go run
-// ./cmd/utpmesh up' in one directory, then the call command in the same
-// directory against it, with the test binary standing in for 'go run
-// ./cmd/utpmesh'. The only additions are up's ports (random, so parallel
-// test runs do not collide): --nats-listen 127.0.0.1:0, no metrics
-// server and --ui-listen 127.0.0.1:0, and the call's $NATS_URL pointing at
-// that port. The web UI that up serves then lists the call's turn.
+// TestREADMEQuickStart runs README.md's quick start as written: every
+// block marked <!-- readme: run -->, line by line, each checked against
+// the <!-- readme: output --> block below it. 'go run ./cmd/utpmesh up'
+// starts up in a directory standing for the clone; the other commands run
+// the test binary in place of 'go run ./cmd/utpmesh' and of the clone's
+// bin/utpmesh ('make build' is therefore skipped); 'cd' moves to another
+// directory (back to the clone for 'cd ~/utpmesh'); ~/utpmesh is the
+// clone; a confirmation id is the one the
+// previous call printed; the nats CLI runs when it is installed, with a
+// home of its own. The only additions are up's ports (random, so parallel
+// test runs do not collide: --nats-listen 127.0.0.1:0, no metrics server,
+// --ui-listen 127.0.0.1:0) and the commands' $NATS_URL pointing at that
+// port (nats://127.0.0.1:4222 in a line is that URL too). An output
+// block is matched line by line; "…", the times, timestamps and the ids
+// that differ per run (tool_call_id, turn, cfm_…, block_…) match any
+// value. The web UI that up serves then lists the first call's turn.
 func TestREADMEQuickStart(t *testing.T) {
 	const prefix = "go run ./cmd/utpmesh "
-	var cmds [][]string
-	var want []string
-	for _, f := range quickStart(t) {
+	blocks := quickStart(t)
+	runs := 0
+	for _, f := range blocks {
+		if f.kind == "run" {
+			runs++
+		}
+		if f.lang != "sh" {
+			continue
+		}
 		for _, l := range f.lines {
-			switch {
-			case f.lang == "text":
-				want = append(want, l)
-			case f.lang != "sh":
-			case strings.HasPrefix(l, prefix):
-				cmds = append(cmds, shellWords(t, strings.TrimPrefix(l, prefix)))
-			case strings.HasPrefix(l, "bin/utpmesh "):
-				if a := shellWords(t, strings.TrimPrefix(l, "bin/utpmesh ")); a[0] == "call" && len(cmds) > 1 && strings.Join(a, "\x00") != strings.Join(cmds[1], "\x00") {
-					t.Errorf("README's bin/utpmesh call %q differs from its quick-start call %q", a, cmds[1])
-				}
-			case strings.TrimSpace(l) != "":
+			switch w := strings.Fields(l); {
+			case len(w) == 0, strings.HasPrefix(l, prefix), strings.HasPrefix(l, "bin/utpmesh "):
+			case f.kind == "run" && (w[0] == "make" || w[0] == "cd" || w[0] == "nats" || strings.HasSuffix(w[0], "/bin/utpmesh")):
+			default:
 				t.Errorf("README quick start shows %q: run it as 'go run ./cmd/utpmesh …' or 'bin/utpmesh …' (utpmesh is not on PATH after a clone)", l)
 			}
 		}
 	}
-	if len(cmds) < 2 || strings.Join(cmds[0], " ") != "up" || cmds[1][0] != "call" {
-		t.Fatalf("README quick start should start with 'go run ./cmd/utpmesh up' then a call, got %q", cmds)
-	}
-	if len(want) < 3 {
-		t.Fatalf("README quick start shows no call output: %q", want)
+	if len(blocks) == 0 || blocks[0].kind != "" || strings.Join(blocks[0].lines, "\n") != prefix+"up" || runs < 4 {
+		t.Fatalf("README quick start should start with an unmarked 'go run ./cmd/utpmesh up', then blocks to run, got %+v", blocks)
 	}
 
-	dir := t.TempDir()
+	clone := t.TempDir()
 	environ := func(extra ...string) []string {
 		var out []string
 		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "NATS_URL=") && !strings.HasPrefix(kv, "UTPMESH_MANDATE=") {
+			k, _, _ := strings.Cut(kv, "=")
+			switch k {
+			case "NATS_URL", "NATS_CREDS", "UTPMESH_MANDATE", "UTPMESH_TEST_EXEC", "HOME", "XDG_CONFIG_HOME", "NATS_CONTEXT":
+			default:
 				out = append(out, kv)
 			}
 		}
 		return append(append(out, "UTPMESH_TEST_EXEC=1"), extra...)
 	}
-	up := exec.Command(os.Args[0], append(cmds[0], "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "127.0.0.1:0")...)
-	up.Dir, up.Env = dir, environ()
-	var upErr bytes.Buffer
+	up, url, upOut := startREADMEUp(t, clone, environ())
+
+	home := t.TempDir() // the nats CLI's contexts
+	r := &readmeRun{t: t, dir: clone, clone: clone, url: url,
+		env: environ("NATS_URL="+url, "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))}
+	var firstTurn string
+	for _, f := range blocks[1:] {
+		switch f.kind {
+		case "run":
+			for _, l := range f.lines {
+				r.line(l)
+				if m := regexp.MustCompile(`turn (cli-\S+)`).FindStringSubmatch(r.stdout); firstTurn == "" && m != nil {
+					firstTurn = m[1]
+				}
+			}
+		case "output":
+			r.check(f.lines)
+		}
+	}
+
+	// The UI printed in up's banner (token in the URL) lists the first
+	// call's turn.
+	m := regexp.MustCompile(`(?m)^\s+ui\s+(http://\S+\?token=\S+)$`).FindStringSubmatch(upOut)
+	if m == nil {
+		t.Fatalf("up printed no ui URL with a token:\n%s", upOut)
+	}
+	jar, _ := cookiejar.New(nil)
+	resp, err := (&http.Client{Jar: jar, Timeout: 30 * time.Second}).Get(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || firstTurn == "" || !bytes.Contains(page, []byte(firstTurn)) {
+		t.Errorf("GET %s: %d; want 200 and turn %q listed:\n%s", m[1], resp.StatusCode, firstTurn, page)
+	}
+
+	// Ctrl-C drains and exits 0.
+	if err := up.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Wait(); err != nil {
+		t.Fatalf("up after Ctrl-C: %v", err)
+	}
+}
+
+// startREADMEUp starts 'utpmesh up' in dir as the quick start does, on
+// random ports, and returns the process, its NATS URL and its banner.
+func startREADMEUp(t *testing.T, dir string, env []string) (*exec.Cmd, string, string) {
+	t.Helper()
+	up := exec.Command(os.Args[0], "up", "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "127.0.0.1:0")
+	up.Dir, up.Env = dir, env
+	var upErr lockedBuffer
 	up.Stderr = &upErr
 	stdout, err := up.StdoutPipe()
 	if err != nil {
@@ -153,79 +223,167 @@ func TestREADMEQuickStart(t *testing.T) {
 		}
 	})
 	urlRe := regexp.MustCompile(`^\s+NATS\s+(nats://\S+)`)
-	ready := make(chan string, 1)
-	var upOut strings.Builder // written by the reader until it sends or closes ready
+	type banner struct{ url, text string }
+	ready := make(chan banner, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
-		url, sent := "", false
+		var b banner
+		sent := false
 		for sc.Scan() {
 			if sent {
 				continue
 			}
-			upOut.WriteString(sc.Text() + "\n")
+			b.text += sc.Text() + "\n"
 			if m := urlRe.FindStringSubmatch(sc.Text()); m != nil {
-				url = m[1]
+				b.url = m[1]
 			}
 			if strings.HasPrefix(sc.Text(), "Press Ctrl-C") {
 				sent = true
-				ready <- url
+				ready <- b
 			}
 		}
 		if !sent {
 			close(ready)
 		}
 	}()
-	var url string
+	var b banner
 	select {
-	case url = <-ready:
+	case b = <-ready:
 	case <-time.After(2 * time.Minute): // a bound on a hang, not a speed requirement
 		t.Fatalf("up did not come up:\n%s", upErr.String())
 	}
-	if url == "" {
-		t.Fatalf("up printed no NATS URL:\n%s\n%s", upOut.String(), upErr.String())
+	if b.url == "" {
+		t.Fatalf("up printed no NATS URL:\n%s\n%s", b.text, upErr.String())
 	}
+	return up, b.url, b.text
+}
 
-	call := exec.Command(os.Args[0], cmds[1]...)
-	call.Dir, call.Env = dir, environ("NATS_URL="+url)
+// readmeRun is the state of a quick start being followed: the directory
+// the next command runs in, and what the last one printed.
+type readmeRun struct {
+	t                  *testing.T
+	dir, clone, url    string
+	env                []string
+	stdout, stderr     string
+	confirmationID     string
+	natsCLI, natsSkips bool
+}
+
+// confirmationRe is a confirmation id, as a call prints it.
+var confirmationRe = regexp.MustCompile(`cfm_[a-z]+_[0-9a-f]+`)
+
+// line runs one line of a run block.
+func (r *readmeRun) line(l string) {
+	t := r.t
+	t.Helper()
+	w := shellWords(t, l)
+	if len(w) == 0 {
+		return
+	}
+	for i := range w {
+		w[i] = strings.ReplaceAll(w[i], "~/utpmesh/", r.clone+"/")
+		w[i] = strings.ReplaceAll(w[i], "$PWD", r.dir)
+		w[i] = strings.ReplaceAll(w[i], "nats://127.0.0.1:4222", r.url)
+		if r.confirmationID != "" {
+			w[i] = confirmationRe.ReplaceAllString(w[i], r.confirmationID)
+		}
+	}
+	var cmd *exec.Cmd
+	switch {
+	case w[0] == "make" && len(w) == 2 && w[1] == "build":
+		return // the test binary stands in for bin/utpmesh
+	case w[0] == "cd" && len(w) == 2 && w[1] == "~/utpmesh":
+		r.dir = r.clone
+		return
+	case w[0] == "cd":
+		r.dir = t.TempDir() // another directory, with nothing of the clone
+		return
+	case w[0] == "go" && len(w) > 3 && w[1] == "run" && w[2] == "./cmd/utpmesh":
+		cmd = exec.Command(os.Args[0], w[3:]...)
+	case w[0] == r.clone+"/bin/utpmesh":
+		cmd = exec.Command(os.Args[0], w[1:]...)
+	case w[0] == "nats":
+		p, err := exec.LookPath("nats")
+		if err != nil {
+			if !r.natsSkips {
+				t.Logf("the nats CLI is not on PATH: its lines of the quick start are not run (go install github.com/nats-io/natscli/nats@latest)")
+			}
+			r.natsSkips = true
+			r.stdout, r.stderr = "", ""
+			return
+		}
+		r.natsCLI = true
+		cmd = exec.Command(p, w[1:]...)
+	default:
+		t.Fatalf("README quick start: the test does not know how to run %q", l)
+	}
+	cmd.Dir, cmd.Env = r.dir, r.env
 	var out, errb bytes.Buffer
-	call.Stdout, call.Stderr = &out, &errb
-	if err := call.Run(); err != nil {
-		t.Fatalf("%s%s: %v\nstdout:\n%s\nstderr:\n%s", prefix, strings.Join(cmds[1], " "), err, out.String(), errb.String())
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s (in %s): %v\nstdout:\n%s\nstderr:\n%s", l, r.dir, err, out.String(), errb.String())
 	}
-	// The README's output: the notice on stderr, then the status line
-	// (times and ids differ) and the result as printed.
-	if errb.String() != want[0]+"\n" {
-		t.Errorf("stderr = %q, README shows %q", errb.String(), want[0])
+	r.stdout, r.stderr = out.String(), errb.String()
+	if w[0] == "nats" && strings.Contains(l, " req ") && !strings.Contains(r.stdout, `"tool_name":"echo"`) {
+		t.Errorf("%s: want echo's registry entry\nstdout:\n%s\nstderr:\n%s", l, r.stdout, r.stderr)
 	}
-	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	status := regexp.MustCompile(`^success · suspend · \S+ · tool_call_id \S+ · turn cli-\S+$`)
-	if len(lines) != len(want)-1 || !status.MatchString(lines[0]) || !strings.HasPrefix(want[1], "success · suspend · ") ||
-		strings.Join(lines[1:], "\n") != strings.Join(want[2:], "\n") {
-		t.Errorf("stdout:\n%s\nREADME shows:\n%s", out.String(), strings.Join(want[1:], "\n"))
+	if id := confirmationRe.FindString(r.stdout); id != "" {
+		r.confirmationID = id
 	}
+}
 
-	// The UI printed in up's banner (token in the URL) lists the call's turn.
-	m := regexp.MustCompile(`(?m)^\s+ui\s+(http://\S+\?token=\S+)$`).FindStringSubmatch(upOut.String())
-	if m == nil {
-		t.Fatalf("up printed no ui URL with a token:\n%s", upOut.String())
-	}
-	turnID := regexp.MustCompile(`turn (cli-\S+)`).FindStringSubmatch(lines[0])
-	jar, _ := cookiejar.New(nil)
-	resp, err := (&http.Client{Jar: jar, Timeout: 30 * time.Second}).Get(m[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || turnID == nil || !bytes.Contains(page, []byte(turnID[1])) {
-		t.Errorf("GET %s: %d; want 200 and turn %v listed:\n%s", m[1], resp.StatusCode, turnID, page)
-	}
+// readmeVarying are the values of an output block that differ per run,
+// each matched by its pattern: a duration, a timestamp, a UUIDv7 (tool
+// call and turn ids), a confirmation id and an ATLAS block id.
+var readmeVarying = regexp.MustCompile(`\d+(?:\.\d+)?(?:ms|µs|s)\b|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ|cfm_[a-z]+_[0-9a-f]+|block_[0-9a-f]+`)
 
-	// Ctrl-C drains and exits 0.
-	if err := up.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
+// check compares the last command's output (stderr, then stdout) with an
+// output block of the README.
+func (r *readmeRun) check(want []string) {
+	t := r.t
+	t.Helper()
+	got := strings.Split(strings.TrimSuffix(r.stderr+r.stdout, "\n"), "\n")
+	ok := len(got) == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		ok = readmeLine(want[i]).MatchString(got[i])
 	}
-	if err := up.Wait(); err != nil {
-		t.Fatalf("up after Ctrl-C: %v\n%s", err, upErr.String())
+	if !ok {
+		t.Errorf("output:\n%s\nREADME shows:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// readmeElided is an elided value of an output block: "…", and the
+// digits before it ("0193…" of an id).
+var readmeElided = regexp.MustCompile(`[0-9a-f]*…`)
+
+// readmeLine is the pattern of one line of an output block: the line
+// as written, with elided values ("…", "0193…") and readmeVarying's
+// values matching any value.
+func readmeLine(want string) *regexp.Regexp {
+	var b strings.Builder
+	b.WriteString("^")
+	for i, part := range readmeElided.Split(want, -1) {
+		if i > 0 {
+			b.WriteString(".*")
+		}
+		last := 0
+		for _, m := range readmeVarying.FindAllStringIndex(part, -1) {
+			b.WriteString(regexp.QuoteMeta(part[last:m[0]]))
+			v := part[m[0]:m[1]]
+			switch {
+			case strings.HasPrefix(v, "cfm_"):
+				b.WriteString(`cfm_[a-z]+_[0-9a-f]+`)
+			case strings.HasPrefix(v, "block_"):
+				b.WriteString(`block_[0-9a-f]+`)
+			case strings.Contains(v, "T"):
+				b.WriteString(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
+			default:
+				b.WriteString(`\d+(?:\.\d+)?(?:ms|µs|s)`)
+			}
+			last = m[1]
+		}
+		b.WriteString(regexp.QuoteMeta(part[last:]))
+	}
+	b.WriteString("$")
+	return regexp.MustCompile(b.String())
 }

@@ -33,6 +33,9 @@ type meshFlags struct {
 	json    bool
 	creds   string
 	tlsCA   string
+	// project points at the command's --project (nil for commands
+	// without one): the credentials hint names its agent identity.
+	project *string
 }
 
 // defaultCredsPath is the admin identity a local 'utpmesh up' writes with
@@ -47,6 +50,37 @@ func (m *meshFlags) register(fs *flag.FlagSet, e env) {
 	fs.BoolVar(&m.json, "json", false, "print JSON instead of a table")
 	fs.StringVar(&m.tlsCA, "tls-ca", e.getenv("NATS_CA"), "CA certificate (PEM) that signed the mesh's --tls-cert (default $NATS_CA)")
 	fs.StringVar(&m.creds, "creds", e.getenv("NATS_CREDS"), "NATS credentials file: an nkey seed from DATA/creds or a .creds file (default $NATS_CREDS, else "+defaultCredsPath+" if it exists: the admin identity of a local 'utpmesh up')")
+}
+
+// agentCommands are the commands that act as an agent of a project (they
+// make tool calls or read its turns): their identity is the project's
+// agent identity, not the admin's. ('utpmesh ui' is not one: its live
+// updates subscribe to every command subject, which only the admin may.)
+var agentCommands = map[string]bool{"call": true, "confirm": true, "cancel": true, "undo": true, "turns": true, "receipts": true, "mcp": true}
+
+// credsHint names the identity a command connects as, for the error of a
+// connection the mesh refused: the project's agent identity for
+// agentCommands, the operator's for an MCP bridge's operator, the admin's
+// or the operator's for the rest. project is "" when the command has none.
+func credsHint(name, project string) string {
+	switch {
+	case agentCommands[name]:
+		if project == "" {
+			project = "<project>"
+		}
+		return "DATA/creds/" + creds.AgentName(project) + ".nk (the agent identity of project " + project + "; ./utpmesh-data/creds/ beside a local up)"
+	case name == "mcp-operator":
+		return "DATA/creds/operator.nk (the operator identity)"
+	}
+	return "DATA/creds/admin.nk (admin work) or DATA/creds/operator.nk (an operator's)"
+}
+
+// projectName is the command's --project, "" when it has none.
+func (m *meshFlags) projectName() string {
+	if m.project == nil {
+		return ""
+	}
+	return *m.project
 }
 
 // connect dials NATS. The error says how to start a mesh when none answers.
@@ -81,7 +115,10 @@ func (m *meshFlags) connect(ctx context.Context, name string) (*nats.Conn, error
 		nc, err = nats.Connect(m.url, opts[:len(opts)-1]...) // all but the credentials
 	}
 	if errors.Is(err, nats.ErrAuthorization) {
-		return nil, fmt.Errorf("connect to NATS at %s: %w (the mesh requires credentials: pass --creds FILE or set $NATS_CREDS, e.g. DATA/creds/admin.nk of 'utpmesh up')", m.url, err)
+		if credsFile != "" {
+			return nil, fmt.Errorf("connect to NATS at %s: %w (the mesh refused the credentials %s: pass %s of this mesh's 'utpmesh up')", m.url, err, credsFile, credsHint(name, m.projectName()))
+		}
+		return nil, fmt.Errorf("connect to NATS at %s: %w (the mesh requires credentials: pass --creds FILE or set $NATS_CREDS, e.g. %s of 'utpmesh up')", m.url, err, credsHint(name, m.projectName()))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w (is the mesh running? start it with 'utpmesh up', or pass --nats URL)", m.url, err)

@@ -35,6 +35,7 @@ type confirmCommand struct {
 func (c *confirmCommand) Run(ctx context.Context, args []string) error {
 	fs, mf := newMeshFlagSet(c.name, "utpmesh "+c.name+" CONFIRMATION_ID [--project P] [--channel C] [--turn T] [--json] [--nats URL]", c.env)
 	project := fs.String("project", "demo", "project of the pending call")
+	mf.project = project
 	channel := fs.String("channel", agent.DefaultChannel, "channel to call on")
 	turn := fs.String("turn", "", "agent_turn_id of the "+c.name+" call (default: a new cli-<uuid> turn)")
 	var cf callerFlags

@@ -28,11 +28,51 @@ func newFlagSet(name, synopsis string, e env) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
 		fmt.Fprintf(e.stdout, "Usage: %s\n\nFlags:\n", synopsis)
-		fs.SetOutput(e.stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+		printFlags(e.stdout, fs)
 	}
 	return fs
+}
+
+// printFlags lists fs's flags as the CLI spells them (--name), each with
+// its default once: a usage text that says its default itself ("default
+// $NATS_URL or …") gets no second one from the flag package.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if kind != "" {
+			line += " " + kind
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		if !saysDefault.MatchString(usage) && !zeroDefault(f) {
+			if g, ok := f.Value.(flag.Getter); ok && isString(g.Get()) {
+				line += fmt.Sprintf(" (default %q)", f.DefValue)
+			} else {
+				line += fmt.Sprintf(" (default %v)", f.DefValue)
+			}
+		}
+		fmt.Fprintln(w, line)
+	})
+}
+
+// isString reports whether v is a string (a string flag's default is
+// quoted).
+func isString(v any) bool {
+	_, ok := v.(string)
+	return ok
+}
+
+// saysDefault matches a usage text that names its flag's default.
+var saysDefault = regexp.MustCompile(`(?i)\bdefault\b`)
+
+// zeroDefault reports whether f's default is its type's zero value (not
+// worth printing, as the flag package does).
+func zeroDefault(f *flag.Flag) bool {
+	switch f.DefValue {
+	case "", "0", "false", "0s", "[]":
+		return true
+	}
+	return false
 }
 
 // parse parses args, allowing flags before, between and after positional
@@ -175,6 +215,7 @@ func newProjectFlagSet(name, synopsis string, e env) (*flag.FlagSet, *meshFlags,
 	fs, mf := newMeshFlagSet(name, synopsis, e)
 	pf := new(projectFlags)
 	pf.register(fs)
+	mf.project = &pf.project
 	return fs, mf, pf
 }
 

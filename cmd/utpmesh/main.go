@@ -14,9 +14,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=…".
@@ -148,10 +151,28 @@ func run(ctx context.Context, args []string, e env) int {
 
 type versionCommand struct{ env env }
 
+// versionInfo is what 'utpmesh version --json' prints.
+type versionInfo struct {
+	// Version is the CLI's version (Version).
+	Version string `json:"version"`
+	// Protocol is the UTP version token of the subjects it speaks.
+	Protocol string `json:"protocol"`
+	// Go is the Go version it was built with.
+	Go string `json:"go"`
+}
+
 func (c *versionCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("version", "utpmesh version", c.env)
-	if _, err := parse(fs, args); err != nil {
+	fs := newFlagSet("version", "utpmesh version [--json]", c.env)
+	asJSON := fs.Bool("json", false, `print {"version", "protocol", "go"} as JSON`)
+	pos, err := parse(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q (version takes only --json)", pos[0])
+	}
+	if *asJSON {
+		return writeJSON(c.env.stdout, versionInfo{Version: Version, Protocol: subjects.DefaultVersion, Go: runtime.Version()})
 	}
 	fmt.Fprintln(c.env.stdout, "utpmesh", Version)
 	return nil

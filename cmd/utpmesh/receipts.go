@@ -21,6 +21,7 @@ type receiptsCommand struct{ env env }
 func (c *receiptsCommand) Run(ctx context.Context, args []string) error {
 	fs, mf := newMeshFlagSet("receipts", "utpmesh receipts show TURN [--project P] [--json] [--nats URL]", c.env)
 	project := fs.String("project", "demo", "project of the turn")
+	mf.project = project
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err

@@ -482,13 +482,27 @@ func TestCLICreds(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	stranger := t.TempDir()
+	if _, _, err := meshauth.Ensure(stranger, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	strangerSeed := creds.SeedPath(stranger, "admin")
 	tests := []struct {
 		name string
 		args []string
 		code int
 		want string
 	}{
-		{"no credentials", []string{"policy", "config", "--project", "demo"}, 1, "the mesh requires credentials: pass --creds FILE or set $NATS_CREDS"},
+		{"no credentials", []string{"policy", "config", "--project", "demo"}, 1,
+			"the mesh requires credentials: pass --creds FILE or set $NATS_CREDS, e.g. DATA/creds/admin.nk (admin work) or DATA/creds/operator.nk (an operator's) of 'utpmesh up'"},
+		// The hint names the identity the command acts as: a call's is
+		// its project's agent identity, not the admin's.
+		{"call without credentials", []string{"call", "echo"}, 1,
+			"the mesh requires credentials: pass --creds FILE or set $NATS_CREDS, e.g. DATA/creds/agent-demo.nk (the agent identity of project demo; ./utpmesh-data/creds/ beside a local up) of 'utpmesh up'"},
+		{"mcp of another project", []string{"mcp", "--project", "sales"}, 1, "e.g. DATA/creds/agent-sales.nk (the agent identity of project sales;"},
+		{"confirm", []string{"confirm", "cfm_calendar_0123456789abcdef"}, 1, "e.g. DATA/creds/agent-demo.nk (the agent identity of project demo;"},
+		{"another mesh's credentials", []string{"call", "echo", "--creds", strangerSeed}, 1,
+			"(the mesh refused the credentials " + strangerSeed + ": pass DATA/creds/agent-demo.nk (the agent identity of project demo; ./utpmesh-data/creds/ beside a local up) of this mesh's 'utpmesh up')"},
 		{"missing file", []string{"policy", "config", "--project", "demo", "--creds", "/nonexistent/admin.nk"}, 2, "--creds: creds: credentials"},
 		{"admin", []string{"policy", "config", "--project", "demo", "--creds", m.CredsFile("admin")}, 0, "mandate required"},
 	}

@@ -93,6 +93,12 @@ func TestDataDirInUseCLI(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = m.Stop(context.Background()) })
 	holder := "data directory " + dir + " is in use by pid " + strconv.Itoa(os.Getpid()) + " (utpmesh up, started "
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
 	tests := []struct {
 		name       string
 		args       []string
@@ -101,6 +107,10 @@ func TestDataDirInUseCLI(t *testing.T) {
 		wantHolder bool
 	}{
 		{"up", []string{"up", "--data", dir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", ""},
+			"utpmesh up: " + holder, "; stop it, or pass --data with another directory", true},
+		// The lock is checked before any port: with every port busy too,
+		// the one line names the data directory's holder.
+		{"up, ports busy too", []string{"up", "--data", dir, "--nats-listen", addr, "--metrics-addr", addr, "--ui-listen", addr},
 			"utpmesh up: " + holder, "; stop it, or pass --data with another directory", true},
 		{"worker atlas.tasks", []string{"worker", "--nats", m.ClientURL(), "--data", dir, "atlas.tasks"},
 			"utpmesh worker: " + holder, "; stop it, or give this worker its own --data DIR", true},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
+	"github.com/utpmesh/utpmesh/internal/portcheck"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/apps/webui"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -167,12 +169,37 @@ func startUI(ctx context.Context, nc *nats.Conn, cfg uiConfig) (url string, stop
 	return url, stop, nil
 }
 
+// defaultUIListen is the UI's address when none is given: the one 'utpmesh
+// up' serves its own UI on, so a local up's is usually there already.
+var defaultUIListen = "127.0.0.1:8080"
+
+// uiListenAddr is where 'utpmesh ui' listens: --listen as given; when it
+// was not given and the default is taken (a local 'utpmesh up' serves its
+// UI there), a free port on the same host, said on w. A given address
+// that is taken is an error naming what to pass.
+func uiListenAddr(fs *flag.FlagSet, listen string, w io.Writer) (string, error) {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "listen" })
+	err := portcheck.Free(listen)
+	switch {
+	case err == nil:
+		return listen, nil
+	case !errors.Is(err, portcheck.ErrInUse):
+		return "", usagef("--listen %s: %v (want HOST:PORT, e.g. 127.0.0.1:8080; port 0 picks a free one)", listen, err)
+	case given:
+		return "", fmt.Errorf("ui %v; is a 'utpmesh up' or another 'utpmesh ui' serving there? pass --listen 127.0.0.1:0 for a free port", err)
+	}
+	host, _, _ := net.SplitHostPort(listen)
+	fmt.Fprintf(w, "utpmesh ui: %s is taken (a local 'utpmesh up' serves its own UI there, at the ui address of its banner); listening on a free port of %s instead (--listen picks one)\n", listen, host)
+	return net.JoinHostPort(host, "0"), nil
+}
+
 type uiCommand struct{ env env }
 
 func (c *uiCommand) Run(ctx context.Context, args []string) error {
 	fs, mf, pf := newProjectFlagSet("ui", "utpmesh ui [--nats URL] [--listen 127.0.0.1:8080] [--project demo] [--mandate TOKEN|@FILE] [--operator-creds FILE] [--ui-token T | --ui-open]", c.env)
 	opCreds := fs.String("operator-creds", "", "an operator's credentials (e.g. ./utpmesh-data/creds/operator.nk): /escalations lists the catalogues' items waiting for an operator (ATP's HEM tasks) and decides them as that operator")
-	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address of the UI (HOST:PORT; port 0 picks a free one)")
+	listen := fs.String("listen", defaultUIListen, "HTTP address of the UI (HOST:PORT; port 0 picks a free one; when the default is taken, as a local 'utpmesh up' takes it for its own UI, a free port is picked and said)")
 	token := fs.String("ui-token", c.env.getenv("UTPMESH_UI_TOKEN"), "access token of the UI, at least 16 characters (default $UTPMESH_UI_TOKEN, else a new random one, printed in the URL)")
 	open := fs.Bool("ui-open", false, "switch the access token off: anyone who can reach --listen can use the UI (logged at WARN)")
 	var cf callerFlags
@@ -200,6 +227,10 @@ func (c *uiCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	listenAddr, err := uiListenAddr(fs, *listen, c.env.stderr)
+	if err != nil {
+		return err
+	}
 	nc, err := mf.connect(ctx, "ui")
 	if err != nil {
 		return err
@@ -217,7 +248,7 @@ func (c *uiCommand) Run(ctx context.Context, args []string) error {
 		defer done()
 		operator = webui.OperatorCall(call)
 	}
-	url, stop, err := startUI(ctx, nc, uiConfig{Listen: *listen, Project: pf.project, Channel: pf.channel, Version: mf.version,
+	url, stop, err := startUI(ctx, nc, uiConfig{Listen: listenAddr, Project: pf.project, Channel: pf.channel, Version: mf.version,
 		Token: *token, Open: *open, AgentID: agentID, Mandate: mandateToken, Timeout: mf.timeout, Logger: log, Operator: operator})
 	if err != nil {
 		return err

@@ -6,11 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/apps/webui"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/worker"
@@ -52,7 +55,8 @@ func TestUIUsage(t *testing.T) {
 		{"token and open", []string{"ui", "--ui-token", "0123456789abcdef0123", "--ui-open", "--listen", "127.0.0.1:0"}, 2, "contradict"},
 		{"argument", []string{"ui", "extra"}, 2, "flags only"},
 		{"bad project", []string{"ui", "--project", "a.b"}, 2, "--project"},
-		{"bad listen", []string{"ui", "--listen", "127.0.0.1:notaport"}, 1, "--listen HOST:PORT"},
+		{"bad listen", []string{"ui", "--listen", "127.0.0.1:notaport"}, 2, "--listen 127.0.0.1:notaport: listen 127.0.0.1:notaport: "},
+		{"bad listen says the form", []string{"ui", "--listen", "127.0.0.1:notaport"}, 2, "(want HOST:PORT, e.g. 127.0.0.1:8080; port 0 picks a free one)"},
 		{"typo", []string{"ui", "--ui-opne"}, 2, "did you mean --ui-open"},
 	}
 	for _, c := range cases {
@@ -155,6 +159,61 @@ func TestUICommand(t *testing.T) {
 				t.Fatalf("exit %d\n%s", code, errb.String())
 			}
 		})
+	}
+}
+
+// TestUIBesideUp: 'utpmesh ui' without --listen beside a local up, whose
+// UI holds the default address, serves on a free port and says so on
+// stderr; with --listen naming a taken address it fails saying what to
+// pass.
+func TestUIBesideUp(t *testing.T) {
+	cm := startCLIMesh(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0") // up's UI, in the test's place
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	saved := defaultUIListen
+	defaultUIListen = busy.Addr().String()
+	t.Cleanup(func() { defaultUIListen = saved })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	var errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		defer pw.Close()
+		done <- run(ctx, []string{"ui", "--nats", cm.url}, env{stdout: pw, stderr: &errb, getenv: func(string) string { return "" }})
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no URL printed: %v\nstderr:\n%s", err, errb.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	_, u, _ := strings.Cut(strings.TrimSpace(line), " at ")
+	notice := "utpmesh ui: " + busy.Addr().String() + " is taken (a local 'utpmesh up' serves its own UI there, at the ui address of its banner); listening on a free port of 127.0.0.1 instead (--listen picks one)\n"
+	if !strings.HasPrefix(u, "http://127.0.0.1:") || strings.HasPrefix(u, "http://"+busy.Addr().String()) || !strings.HasPrefix(errb.String(), notice) {
+		t.Fatalf("printed %q, stderr:\n%s\nwant another port of 127.0.0.1 and the notice %q", line, errb.String(), notice)
+	}
+	jar, _ := cookiejar.New(nil)
+	resp, err := (&http.Client{Jar: jar}).Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", u, resp.StatusCode)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+
+	r := cm.run(t, "ui", "--listen", busy.Addr().String())
+	want := "utpmesh ui: ui listen " + busy.Addr().String() + ": address already in use; is a 'utpmesh up' or another 'utpmesh ui' serving there? pass --listen 127.0.0.1:0 for a free port\n"
+	if r.code != 1 || r.stderr != want {
+		t.Fatalf("--listen on a taken address: exit %d, stderr %q; want exit 1 and %q", r.code, r.stderr, want)
 	}
 }
 
@@ -359,5 +418,51 @@ func TestUIBrowser(t *testing.T) {
 	if err != nil || !strings.Contains(summary, "4 equal") || !strings.Contains(summary, "1 different") || !strings.Contains(summary, "0 errors") {
 		html, _ := chromedp.Run(bctx, chromedp.OuterHTML(`main`))
 		t.Fatalf("replay summary %q (%v), want 4 equal, 1 different, 0 errors:\n%s", summary, err, html)
+	}
+}
+
+// TestUpKeepsUIToken: up's UI token is the one kept in DATA/ui-token
+// (mode 0600, made at the first start), so a restart serves the same
+// token and an open tab's cookie keeps working; deleting the file gives a
+// new one.
+func TestUpKeepsUIToken(t *testing.T) {
+	clone := t.TempDir()
+	tokenFile := filepath.Join(clone, "utpmesh-data", webui.TokenFile)
+	start := func() (token string, stop func()) {
+		t.Helper()
+		up, _, banner := startREADMEUp(t, clone, guideEnv("UTPMESH_TEST_EXEC=1"))
+		m := regexp.MustCompile(`(?m)^\s+ui\s+http://\S+\?token=(\S+)$`).FindStringSubmatch(banner)
+		if m == nil {
+			t.Fatalf("up printed no ui URL with a token:\n%s", banner)
+		}
+		return m[1], func() {
+			t.Helper()
+			if err := up.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			if err := up.Wait(); err != nil {
+				t.Fatalf("up after Ctrl-C: %v", err)
+			}
+		}
+	}
+	first, stop := start()
+	stop()
+	b, err := os.ReadFile(tokenFile)
+	fi, serr := os.Stat(tokenFile)
+	if err != nil || serr != nil || strings.TrimSpace(string(b)) != first || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: %q (%v, %v), mode %v; want the banner's token %q, mode 0600", tokenFile, b, err, serr, fi.Mode().Perm(), first)
+	}
+	again, stop := start()
+	stop()
+	if again != first {
+		t.Fatalf("after a restart the token is %q, want %q kept", again, first)
+	}
+	if err := os.Remove(tokenFile); err != nil {
+		t.Fatal(err)
+	}
+	rotated, stop := start()
+	stop()
+	if rotated == first || len(rotated) < webui.MinTokenLen {
+		t.Fatalf("after deleting %s the token is %q, want a new one", tokenFile, rotated)
 	}
 }

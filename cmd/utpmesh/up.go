@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/datalock"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/portcheck"
+	"github.com/utpmesh/utpmesh/pkg/apps/webui"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
@@ -43,7 +45,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	maxPayload := fs.Int("max-payload", embednats.DefaultMaxPayload, "NATS max message size in bytes (65536 to 67108864); must exceed --max-card-bytes by 64 KiB")
 	maxCard := fs.Int("max-card-bytes", cardstore.DefaultMaxCardBytes, "largest card the CardStore accepts, in bytes (1 to 1048576)")
 	uiListen := fs.String("ui-listen", "127.0.0.1:8080", "serve the web UI on HOST:PORT (empty: off; port 0 picks a free port)")
-	uiToken := fs.String("ui-token", c.env.getenv("UTPMESH_UI_TOKEN"), "the web UI's access token (default $UTPMESH_UI_TOKEN, else a random one printed in the UI's URL)")
+	uiToken := fs.String("ui-token", c.env.getenv("UTPMESH_UI_TOKEN"), "the web UI's access token (default $UTPMESH_UI_TOKEN, else the one kept in DATA/"+webui.TokenFile+", made at the first start; delete the file and restart to change it)")
 	uiOpen := fs.Bool("ui-open", false, "serve the web UI without an access token (logged as a warning): anyone who can reach it can confirm, cancel and replay calls")
 	tlsCert := fs.String("tls-cert", "", "require TLS on the NATS port with this certificate (PEM); clients pass --tls-ca")
 	tlsKey := fs.String("tls-key", "", "the --tls-cert certificate's private key (PEM)")
@@ -101,6 +103,14 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	}
 	if *maxCard < 1 || *maxCard > cardstore.DefaultMaxCardBytes {
 		return usagef("--max-card-bytes %d: use 1 to %d bytes", *maxCard, cardstore.DefaultMaxCardBytes)
+	}
+	// The data directory's lock is checked before any port: a second up
+	// on the same directory is told which process holds it, not that the
+	// first one's ports are taken. mesh.Start takes the lock for good.
+	if lock, err := datalock.Acquire(*data, "utpmesh up"); errors.Is(err, datalock.ErrInUse) {
+		return fmt.Errorf("%w; stop it, or pass --data with another directory", err)
+	} else if err == nil {
+		_ = lock.Release()
 	}
 	if *uiListen != "" {
 		if err := portcheck.Free(*uiListen); errors.Is(err, portcheck.ErrInUse) {
@@ -207,8 +217,22 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		// The UI's confirm, cancel and replay run as the demo mandate's
 		// agent when there is one (project demo); otherwise it reads only.
 		tok, _ := os.ReadFile(filepath.Join(cfg.DataDir, authz.DemoMandateFile))
+		// The access token outlives a restart (open tabs keep working):
+		// it is kept in the data directory, readable by its owner only.
+		accessToken := *uiToken
+		if accessToken == "" && !*uiOpen {
+			path := filepath.Join(cfg.DataDir, webui.TokenFile)
+			var created bool
+			if accessToken, created, err = webui.LoadToken(path); err != nil {
+				stopEarly()
+				return err
+			}
+			if created {
+				log.Info("ui: new access token kept for the next starts; delete the file and restart to change it", "file", path)
+			}
+		}
 		uiURL, stopUI, err = startUI(ctx, m.Conn(), uiConfig{Listen: *uiListen, Project: cfg.Projects[0],
-			Version: cfg.ProtocolVersion, Token: *uiToken, Open: *uiOpen, Mandate: strings.TrimSpace(string(tok)),
+			Version: cfg.ProtocolVersion, Token: accessToken, Open: *uiOpen, Mandate: strings.TrimSpace(string(tok)),
 			Store: m.Cards(), Logger: log})
 		if err != nil {
 			stopEarly()

@@ -136,7 +136,12 @@
 //     runs once per delivery; the wakeup is acknowledged when it returns
 //     nil and redelivered after a delay when it returns an error or panics.
 //     Wakeups published while no consumer ran wait in the stream and are
-//     delivered when it runs again.
+//     delivered when it runs again. Creating that consumer takes a
+//     permission the agent identities of 'utpmesh up' (agent-<project>.nk,
+//     agent-<project>.<agent>.nk) do not have: with them, subscribe to
+//     WakeupSubject on the connection and, at start, Resume the turns the
+//     runtime parked (ExampleClient_Dispatch, run against a real up by
+//     cmd/utpmesh TestAgentExampleAgainstUp).
 //   - Resume reads the turn's cards (cardstore.AllTurn) and the inbox's
 //     entries of the turn and sorts the turn's tool calls into Outstanding
 //     (a tool.call, no tool.result yet), Unconsumed (a tool.result whose

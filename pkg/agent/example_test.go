@@ -88,11 +88,22 @@ func ExampleClient_Call() {
 	// Output: success {"msg":"hello"} suspend
 }
 
-// Park a turn against 'utpmesh up': dispatch, consume wakeups durably, and
-// pick the turn up again with Resume. It reads the agent credentials and
-// the demo mandate up writes under its data directory; it needs a running
-// mesh, so it is compiled, not run.
+// Park a turn against 'utpmesh up' and pick it up again, as an agent
+// runtime of its own process beside a local up: it connects with the
+// project's agent identity and the demo mandate that up writes under its
+// data directory ($NATS_URL, else the local default). Dispatch sends the
+// call and returns at once; the wakeup, a core NATS message on the agent's
+// wakeup subject (which the agent identity may receive), says a result is
+// there; Resume reads the turn from the CardStore and the inbox, and Ack
+// marks the result consumed. A runtime that restarts calls Resume for its
+// parked turns first: results that came while it was away are among
+// Unconsumed. It needs a running mesh, so go test compiles it and
+// cmd/utpmesh TestAgentExampleAgainstUp runs it against a real up.
 func ExampleClient_Dispatch() {
+	url := os.Getenv("NATS_URL")
+	if url == "" {
+		url = nats.DefaultURL
+	}
 	opt, err := creds.Option(creds.SeedPath(creds.DefaultDir, creds.AgentName("demo")))
 	if err != nil {
 		log.Fatal(err)
@@ -101,7 +112,7 @@ func ExampleClient_Dispatch() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	nc, err := nats.Connect(nats.DefaultURL, opt)
+	nc, err := nats.Connect(url, opt)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -111,27 +122,50 @@ func ExampleClient_Dispatch() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ctx := context.Background()
-	stop, err := c.Wakeups(ctx, func(w agent.Wakeup) error {
-		st, err := c.Resume(ctx, w.AgentTurnID)
-		if err != nil {
-			return err // redelivered later
+	defer c.Close()
+	woken := make(chan struct{}, 1)
+	sub, err := nc.Subscribe(c.WakeupSubject(), func(*nats.Msg) {
+		select {
+		case woken <- struct{}{}:
+		default:
 		}
-		for _, u := range st.Unconsumed {
-			fmt.Println(u.ToolCallID, u.Result.Status)
-			if u.Entry != nil {
-				if _, err := c.Ack(ctx, u.Entry.InboxID); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer stop()
-	if _, err := c.Dispatch(ctx, agent.CallRequest{ToolName: "echo", AgentTurnID: "turn-7"}); err != nil {
+	defer func() { _ = sub.Unsubscribe() }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	turn := fmt.Sprintf("turn-%d", time.Now().UnixNano())
+	if _, err := c.Dispatch(ctx, agent.CallRequest{ToolName: "echo", Arguments: json.RawMessage(`{"msg":"parked"}`),
+		AgentTurnID: turn}); err != nil {
 		log.Fatal(err)
+	}
+	// The turn is parked; here the runtime could stop and, once started
+	// again, go on from this loop.
+	for {
+		st, err := c.Resume(ctx, turn)
+		if err != nil {
+			log.Fatal(err)
+		}
+		acked := 0
+		for _, u := range st.Unconsumed {
+			if u.Entry == nil {
+				continue // the inbox has not stored the report yet; its wakeup follows
+			}
+			fmt.Println(u.Result.Status, string(u.Result.Result))
+			if _, err := c.Ack(ctx, u.Entry.InboxID); err != nil {
+				log.Fatal(err)
+			}
+			acked++
+		}
+		if acked > 0 {
+			return
+		}
+		select {
+		case <-woken:
+		case <-ctx.Done():
+			log.Fatal("no result within a minute: is echo served?")
+		}
 	}
 }

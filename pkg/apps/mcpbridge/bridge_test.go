@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -215,11 +216,12 @@ func TestConfirmationAsElicitation(t *testing.T) {
 			action       string
 			answer       *sdk.ElicitResult
 			status, held string
+			declined     string // the answer the text says the host gave
 		}{
-			{"accept", mcptest.Confirm(true, ""), confirm.StatusOK, "a room"},
-			{"accept-false", mcptest.Confirm(false, ""), confirm.StatusSkipped, ""},
-			{"decline", &sdk.ElicitResult{Action: "decline"}, confirm.StatusSkipped, ""},
-			{"cancel", &sdk.ElicitResult{Action: "cancel"}, confirm.StatusSkipped, ""},
+			{"accept", mcptest.Confirm(true, ""), confirm.StatusOK, "a room", ""},
+			{"accept-false", mcptest.Confirm(false, ""), confirm.StatusSkipped, "", "confirm: false"},
+			{"decline", &sdk.ElicitResult{Action: "decline"}, confirm.StatusSkipped, "", "decline"},
+			{"cancel", &sdk.ElicitResult{Action: "cancel"}, confirm.StatusSkipped, "", "cancel"},
 		} {
 			var asked []string
 			cs, _ := f.connect(t, tr, ver, f.demo, mcptest.Answer(tc.answer, &asked))
@@ -228,6 +230,13 @@ func TestConfirmationAsElicitation(t *testing.T) {
 			id, _ := s["confirmation_id"].(string)
 			if res.IsError || s["status"] != tc.status || len(asked) != 1 || !strings.Contains(asked[0], "hold waits for your confirmation ("+id+"): it would hold a room") {
 				t.Fatalf("%s: isError %v, structured %v, text %q, asked %q", tc.action, res.IsError, s, mcptest.Text(res), asked)
+			}
+			// A declined confirmation says so in the text, before the
+			// cancel tool's result; an accepted one does not.
+			text := mcptest.Text(res)
+			wantNote := fmt.Sprintf("Declined: the host answered %q to confirmation %s, so %s did not run; %s dropped it.", tc.declined, id, confirmtest.Tool, confirmtest.CancelTool)
+			if tc.declined != "" && !strings.HasPrefix(text, wantNote) || tc.declined == "" && strings.Contains(text, "Declined") {
+				t.Fatalf("%s: text %q, want it to start %q", tc.action, text, wantNote)
 			}
 			if got, _ := s["result"].(map[string]any); tc.held != "" && (got == nil || got["held"] != tc.held) {
 				t.Fatalf("%s: result %v, want the held value", tc.action, s["result"])
@@ -240,7 +249,11 @@ func TestConfirmationAsElicitation(t *testing.T) {
 		res := mcptest.CallTool(t, cs, confirmtest.Tool, map[string]any{"what": "a desk"})
 		s := mcptest.Structured(t, res)
 		id, _ := s["confirmation_id"].(string)
+		// A client that did not declare elicitation is not sent
+		// elicitation/create (the go-sdk client would refuse it, and the
+		// text would say the host did not answer).
 		if res.IsError || s["status"] != confirm.StatusPending || id == "" ||
+			!strings.Contains(mcptest.Text(res), "did not declare the elicitation capability, so it was not asked") ||
 			!strings.Contains(mcptest.Text(res), confirmtest.ConfirmTool+` with {"confirmation_id":"`+id+`"}`) || !strings.Contains(mcptest.Text(res), "drop it with "+confirmtest.CancelTool) {
 			t.Fatalf("no elicitation: isError %v, structured %v, text %q", res.IsError, s, mcptest.Text(res))
 		}
@@ -270,10 +283,10 @@ func TestHTTPNeedsBearer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ name, auth, want string }{
-		{"none", "", "Authorization: Bearer <token>"},
-		{"not a mandate", "Bearer abc", "not a mandate token"},
-		{"signed by another key", "Bearer " + forged, "mandate refused for project demo"},
+	for _, tc := range []struct{ name, auth, code, want string }{
+		{"none", "", "invalid_request", "Authorization: Bearer <token>"},
+		{"not a mandate", "Bearer abc", "invalid_token", "not a mandate token"},
+		{"signed by another key", "Bearer " + forged, "invalid_token", "mandate refused for project demo"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodPost, hs.URL+mcpbridge.HTTPPath, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
@@ -287,8 +300,20 @@ func TestHTTPNeedsBearer(t *testing.T) {
 			}
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), tc.want) {
-				t.Fatalf("status %d, body %s", resp.StatusCode, body)
+			var got struct {
+				Error            string `json:"error"`
+				ErrorDescription string `json:"error_description"`
+			}
+			if err := json.Unmarshal(body, &got); err != nil || resp.StatusCode != http.StatusUnauthorized ||
+				got.Error != tc.code || !strings.Contains(got.ErrorDescription, tc.want) {
+				t.Fatalf("status %d, body %s; want 401, error %q and an error_description with %q", resp.StatusCode, body, tc.code, tc.want)
+			}
+			// An MCP host reads the challenge: the same code and
+			// description, in RFC 6750's syntax (no '"' inside).
+			challenge := regexp.MustCompile(`^Bearer realm="utpmesh", error="([a-z_]+)", error_description="([^"\\]*)"$`).
+				FindStringSubmatch(resp.Header.Get("WWW-Authenticate"))
+			if challenge == nil || challenge[1] != tc.code || !strings.Contains(challenge[2], tc.want) {
+				t.Fatalf("WWW-Authenticate %q: want error %q and an error_description with %q", resp.Header.Get("WWW-Authenticate"), tc.code, tc.want)
 			}
 		})
 	}

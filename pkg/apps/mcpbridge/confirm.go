@@ -83,15 +83,15 @@ func elicitationParams(p *confirm.Pending) mcp.ElicitationParams {
 
 // askConfirmation asks the host to confirm a pending result: a 2026-07-28
 // client that declared elicitation gets an input request (and retries with
-// the answer); a 2025-11-25 client gets elicitation/create now. A host
-// that cannot be asked gets the pending result with the confirmation id.
+// the answer); a 2025-11-25 client that declared it at initialize gets
+// elicitation/create now. A host that did not declare elicitation is never
+// sent a request: it gets the pending result with the confirmation id.
 func (b *Bridge) askConfirmation(ctx context.Context, ci callInfo, out *agent.Outcome, p *confirm.Pending) (*mcp.CallToolResult, error) {
 	params := elicitationParams(p)
+	if !declaredElicitation(ctx) {
+		return pendingResult(out, p, noElicitation), nil
+	}
 	if server.IsModernRequest(ctx) {
-		info := server.RequestProtocolInfoFromContext(ctx)
-		if info.ClientCapabilities == nil || info.ClientCapabilities.Elicitation == nil {
-			return pendingResult(out, p, "the host cannot answer elicitations"), nil
-		}
 		state, _ := json.Marshal(pendingState{ConfirmationID: p.ConfirmationID, ToolName: p.ToolName, ToolCallID: out.Call.ToolCallID,
 			ConfirmTool: p.ConfirmTool, CancelTool: p.CancelTool})
 		return server.NewInputRequestBuilder(string(state)).Elicit(confirmInputID, params).ToolResult(), nil
@@ -102,7 +102,23 @@ func (b *Bridge) askConfirmation(ctx context.Context, ci callInfo, out *agent.Ou
 		b.log.Info("mcp: confirmation not asked", "confirmation_id", p.ConfirmationID, "err", err)
 		return pendingResult(out, p, "the host did not answer the elicitation: "+err.Error()), nil
 	}
-	return b.resolve(ctx, ci, p, accepted(ans)), nil
+	return b.resolveAnswer(ctx, ci, p, ans), nil
+}
+
+// noElicitation is why a host is not asked: it did not declare the
+// elicitation capability.
+const noElicitation = "the host cannot answer elicitations: it did not declare the elicitation capability, so it was not asked"
+
+// declaredElicitation reports whether the client of ctx's request declared
+// the elicitation capability: in the request's _meta (2026-07-28) or at
+// initialize (older versions; the session keeps it).
+func declaredElicitation(ctx context.Context) bool {
+	if server.IsModernRequest(ctx) {
+		info := server.RequestProtocolInfoFromContext(ctx)
+		return info.ClientCapabilities != nil && info.ClientCapabilities.Elicitation != nil
+	}
+	s, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo)
+	return ok && s.GetClientCapabilities().Elicitation != nil
 }
 
 // answerConfirmation handles the retry of a 2026-07-28 client carrying the
@@ -130,7 +146,7 @@ func (b *Bridge) answerConfirmation(ctx context.Context, ci callInfo, req mcp.Ca
 		return errorResult(fmt.Sprintf("no answer to input request %q for confirmation %s: retry with inputResponses.%s, or call %s / %s with {\"confirmation_id\":%q}",
 			confirmInputID, st.ConfirmationID, confirmInputID, confirmTool, cancelTool, st.ConfirmationID)), nil
 	}
-	return b.resolve(ctx, ci, p, accepted(ans)), nil
+	return b.resolveAnswer(ctx, ci, p, ans), nil
 }
 
 // accepted reports whether an elicitation answer confirms: accept, with
@@ -145,6 +161,27 @@ func accepted(ans *mcp.ElicitationResult) bool {
 		}
 	}
 	return true
+}
+
+// resolveAnswer resolves p by the host's answer ans. When the host
+// declined (decline, cancel, or confirm: false), the result's text says so
+// first: the cancel tool's result alone (e.g. SKIPPED) does not tell a
+// model that a human refused.
+func (b *Bridge) resolveAnswer(ctx context.Context, ci callInfo, p *confirm.Pending, ans *mcp.ElicitationResult) *mcp.CallToolResult {
+	yes := accepted(ans)
+	r := b.resolve(ctx, ci, p, yes)
+	if yes {
+		return r
+	}
+	how := string(ans.Action)
+	if ans.Action == mcp.ElicitationResponseActionAccept {
+		how = "confirm: false"
+	}
+	_, cancelTool := p.Resolvers()
+	note := fmt.Sprintf("Declined: the host answered %q to confirmation %s, so %s did not run; %s dropped it.",
+		how, p.ConfirmationID, p.ToolName, cancelTool)
+	r.Content = append([]mcp.Content{mcp.NewTextContent(note)}, r.Content...)
+	return r
 }
 
 // resolve runs p's confirm tool (yes) or cancel tool (ATLAS_CONFIRM and

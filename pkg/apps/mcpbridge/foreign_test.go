@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,16 +80,7 @@ func TestForeignClientTypeScript(t *testing.T) {
 	f := startMesh(t)
 	run := func(t *testing.T, env []string, args ...string) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "node", append([]string{filepath.Join(dir, "client.mjs")}, args...)...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), env...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("node client.mjs %v: %v\nstderr:\n%s", args, err, stderr.String())
-		}
+		stdout, stderr := runTSClient(t, dir, env, args...)
 		var out struct {
 			Tools  []string `json:"tools"`
 			Result struct {
@@ -99,8 +91,8 @@ func TestForeignClientTypeScript(t *testing.T) {
 				} `json:"content"`
 			} `json:"result"`
 		}
-		if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-			t.Fatalf("client output %q: %v\nstderr:\n%s", stdout.String(), err, stderr.String())
+		if err := json.Unmarshal(stdout, &out); err != nil {
+			t.Fatalf("client output %q: %v\nstderr:\n%s", stdout, err, stderr)
 		}
 		if !slices.Contains(out.Tools, "echo") || !slices.Contains(out.Tools, confirmtest.Tool) {
 			t.Fatalf("tools = %v", out.Tools)
@@ -119,4 +111,36 @@ func TestForeignClientTypeScript(t *testing.T) {
 		defer hs.Close()
 		run(t, nil, "http", hs.URL+mcpbridge.HTTPPath, f.demo)
 	})
+	// Without the bearer token the SDK's error carries the bridge's
+	// error_description: what to send (no OAuth flow is started).
+	t.Run("http without a token", func(t *testing.T) {
+		hs := httptest.NewServer(f.bridge(t).HTTPHandler())
+		defer hs.Close()
+		stdout, stderr := runTSClient(t, dir, nil, "http", hs.URL+mcpbridge.HTTPPath)
+		var out struct {
+			ConnectError string `json:"connect_error"`
+		}
+		if err := json.Unmarshal(stdout, &out); err != nil || !strings.Contains(out.ConnectError, `"error":"invalid_request"`) ||
+			!strings.Contains(out.ConnectError, "send the caller's mandate JWT as 'Authorization: Bearer <token>'") {
+			t.Fatalf("client output %q (%v), want a 401 saying what to send\nstderr:\n%s", stdout, err, stderr)
+		}
+	})
+}
+
+// runTSClient runs client.mjs with args and the test's environment plus
+// env, and returns its stdout and stderr; it fails the test if the client
+// fails.
+func runTSClient(t *testing.T, dir string, env []string, args ...string) (stdout []byte, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", append([]string{filepath.Join(dir, "client.mjs")}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node client.mjs %v: %v\nstderr:\n%s", args, err, errb.String())
+	}
+	return out.Bytes(), errb.String()
 }

@@ -147,11 +147,10 @@ func (b *Bridge) askOperator(ctx context.Context, ci callInfo, out *agent.Outcom
 		return handoffResult(out, h, t, "this host's mandate is not an operator's"), nil
 	}
 	params := mcp.ElicitationParams{Message: t.Question, RequestedSchema: handoffSchema}
+	if !declaredElicitation(ctx) {
+		return handoffResult(out, h, t, noElicitation), nil
+	}
 	if server.IsModernRequest(ctx) {
-		info := server.RequestProtocolInfoFromContext(ctx)
-		if info.ClientCapabilities == nil || info.ClientCapabilities.Elicitation == nil {
-			return handoffResult(out, h, t, "the host cannot answer elicitations"), nil
-		}
 		state, _ := json.Marshal(pendingState{HandoffTaskID: t.ID, ToolName: out.Call.ToolName, ToolCallID: out.Call.ToolCallID})
 		return server.NewInputRequestBuilder(string(state)).Elicit(confirmInputID, params).ToolResult(), nil
 	}

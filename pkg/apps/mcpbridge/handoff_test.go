@@ -72,7 +72,7 @@ func TestHandoffAsElicitation(t *testing.T) {
 		if res.IsError || s["status"] != ticketWaiting || id == "" ||
 			!strings.Contains(mcptest.Text(res), "PENDING: ticket "+id+" waits for an operator") ||
 			!strings.Contains(mcptest.Text(res), toolTicketApprove+` {"ticket_id":"`+id+`"}`) ||
-			!strings.Contains(mcptest.Text(res), "cannot answer elicitations") && !strings.Contains(mcptest.Text(res), "did not answer the elicitation") {
+			!strings.Contains(mcptest.Text(res), "did not declare the elicitation capability, so it was not asked") {
 			t.Fatalf("no elicitation: isError %v, structured %v, text %q", res.IsError, s, mcptest.Text(res))
 		}
 		if res = mcptest.CallTool(t, cs, toolTicketReject, map[string]any{"ticket_id": id, "reason": "by the host"}); res.IsError || mcptest.Structured(t, res)["status"] != ticketRejected {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -61,16 +62,16 @@ func (b *Bridge) HTTPHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || strings.TrimSpace(token) == "" {
-			unauthorized(w, "send the caller's mandate JWT as 'Authorization: Bearer <token>' (issue one with 'utpmesh mandate issue'; a local 'utpmesh up' writes utpmesh-data/demo-mandate.jwt)")
+			unauthorized(w, "invalid_request", "send the caller's mandate JWT as 'Authorization: Bearer <token>' (issue one with 'utpmesh mandate issue'; a local 'utpmesh up' writes utpmesh-data/demo-mandate.jwt)")
 			return
 		}
 		id, err := NewIdentity("", token)
 		if err != nil {
-			unauthorized(w, err.Error()+"; send a mandate JWT as 'Authorization: Bearer <token>' (issue one with 'utpmesh mandate issue')")
+			unauthorized(w, "invalid_token", err.Error()+"; send a mandate JWT as 'Authorization: Bearer <token>' (issue one with 'utpmesh mandate issue')")
 			return
 		}
 		if err := b.verify(r.Context(), id.Mandate); errors.Is(err, ErrMandateRefused) {
-			unauthorized(w, err.Error()+"; send a current mandate of this mesh and project (issue one with 'utpmesh mandate issue')")
+			unauthorized(w, "invalid_token", err.Error()+"; send a current mandate of this mesh and project (issue one with 'utpmesh mandate issue')")
 			return
 		} else if err != nil {
 			w.Header().Set("Content-Type", "application/json")
@@ -109,12 +110,32 @@ func (b *Bridge) answerHTTP(w http.ResponseWriter, r *http.Request, id Identity,
 // mcpProtocolVersionHeader is the HTTP header of the negotiated version.
 const mcpProtocolVersionHeader = "Mcp-Protocol-Version"
 
-// unauthorized answers 401 with {"error": msg}.
-func unauthorized(w http.ResponseWriter, msg string) {
+// unauthorized answers 401 with what to send, for people and for MCP
+// hosts alike: the body {"error": code, "error_description": msg} and the
+// same in the WWW-Authenticate challenge (RFC 6750 §3), so a host that
+// reads only the header (the MCP SDKs' OAuth probing) shows the
+// description instead of starting an OAuth flow it cannot finish. code is
+// "invalid_request" when no token was sent, else "invalid_token".
+func unauthorized(w http.ResponseWriter, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("WWW-Authenticate", `Bearer realm="utpmesh"`)
+	w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="utpmesh", error=%q, error_description="%s"`, code, challengeText(msg)))
 	w.WriteHeader(http.StatusUnauthorized)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(map[string]string{"error": msg})
+	_ = enc.Encode(map[string]string{"error": code, "error_description": msg})
+}
+
+// challengeText makes msg a valid error_description: RFC 6750 allows the
+// printable ASCII characters but '"' and '\'.
+func challengeText(msg string) string {
+	b := []byte(msg)
+	for i, c := range b {
+		switch {
+		case c == '"':
+			b[i] = '\''
+		case c == '\\' || c < 0x20 || c > 0x7e:
+			b[i] = ' '
+		}
+	}
+	return string(b)
 }
