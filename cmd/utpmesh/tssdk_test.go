@@ -289,8 +289,29 @@ func TestTypeScriptSDK(t *testing.T) {
 		gomodtest.Write(t, clone, map[string]string{"all.cedar": cur + policy})
 		cli(t, "policy", "put", "--project", "demo", "--yes", "all.cedar")
 		gomodtest.Write(t, clone, map[string]string{"ts.jwt": cli(t, "mandate", "issue", "--project", "demo", "--agent", "ts-agent", "--policy", "ts.cedar")})
-		out := node(t, sdk, []string{"UTPMESH_TS_DATA=" + data, "UTPMESH_TS_MANDATE=" + filepath.Join(clone, "ts.jwt")}, "--test", "dist/test/unit.test.js", "dist/test/mesh.test.js")
-		if !strings.Contains(out, "\n# fail 0") || strings.Contains(out, "# SKIP") || !strings.Contains(out, "- against a mesh\n") {
+		// The Windley loop's session (test/loops.test.ts): a fresh booking
+		// in PRE_JOURNEY and a mandate of agent ts-loop bound to it; and a
+		// per-agent identity, ts-alice, with a mandate for echo.
+		var created struct {
+			ID string `json:"booking_object_id"`
+		}
+		if err := json.Unmarshal([]byte(cli(t, "atp", "booking", "create", "--fixture", "--advance-to", "CONFIRMED", "--json")), &created); err != nil || created.ID == "" {
+			t.Fatalf("atp booking create: %+v, %v", created, err)
+		}
+		loop := `permit(principal, action == ATPAction::"get_booking_status", resource);
+permit(principal, action == ATPAction::"update_pre_arrangement", resource) when { context.booking_state == "PRE_JOURNEY" };
+`
+		gomodtest.Write(t, clone, map[string]string{"loop.cedar": loop, "alice.cedar": `permit(principal, action == Action::"echo", resource in Project::"demo");` + "\n"})
+		gomodtest.Write(t, clone, map[string]string{
+			"loop.jwt":  cli(t, "mandate", "issue", "--project", "demo", "--agent", "ts-loop", "--policy", "loop.cedar", "--booking", created.ID),
+			"alice.jwt": cli(t, "mandate", "issue", "--project", "demo", "--agent", "ts-alice", "--policy", "alice.cedar"),
+		})
+		cli(t, "identity", "add", "agent", "demo/ts-alice")
+		out := node(t, sdk, []string{"UTPMESH_TS_DATA=" + data, "UTPMESH_TS_MANDATE=" + filepath.Join(clone, "ts.jwt"),
+			"UTPMESH_TS_BOOKING=" + created.ID, "UTPMESH_TS_LOOP_MANDATE=" + filepath.Join(clone, "loop.jwt"), "UTPMESH_TS_ALICE_MANDATE=" + filepath.Join(clone, "alice.jwt")},
+			"--test", "dist/test/unit.test.js", "dist/test/mesh.test.js", "dist/test/loops.test.js")
+		if !strings.Contains(out, "\n# fail 0") || strings.Contains(out, "# SKIP") || !strings.Contains(out, "- against a mesh\n") ||
+			!strings.Contains(out, "- ATP's Windley loop against a mesh\n") || !strings.Contains(out, "- a per-agent identity against a mesh\n") {
 			t.Fatalf("node --test:\n%s", out)
 		}
 		t.Logf("node --test: %s", out[strings.LastIndex(out, "# tests"):])
