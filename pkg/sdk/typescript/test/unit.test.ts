@@ -13,7 +13,11 @@ import { rawValueAt } from "../src/rawjson.js";
 import { applyArgs, checkArgs, compileSchema } from "../src/schema.js";
 import * as subj from "../src/subjects.js";
 import type { Admission, Command } from "../src/types.js";
-import { effectiveAfterExecution } from "../src/types.js";
+import { decodeStateEvent, effectiveAfterExecution, residualAllows } from "../src/types.js";
+import { AgentClient } from "../src/agent.js";
+import { UtpmeshError } from "../src/errors.js";
+import { WindleyLoop, resultCallId } from "../src/windley.js";
+import type { WindleyLoopConfig } from "../src/windley.js";
 import { serve } from "../src/worker.js";
 import type { NatsConnection } from "@nats-io/transport-node";
 
@@ -194,4 +198,60 @@ describe("serve", () => {
   for (const [name, o, re] of cases) {
     it(`refuses ${name}, naming it`, () => assert.rejects(serve(o), (e: Error & { code?: string }) => e.code === "invalid" && re.test(e.message)));
   }
+});
+
+describe("state events and the residual set", () => {
+  it("builds state-event subjects as the Go SDK does (subjects.StateEvent, StateEventPattern)", () => {
+    const id = "0194f0c2-7d3e-7b1a-9e2f-3a4b5c6d7e8f";
+    assert.equal(subj.stateEvent("demo", "atp", id), `cg.v1r3.demo.state.evt.tool.atp.state.${id}`);
+    assert.equal(subj.stateEventPattern("demo", "*", "*"), "cg.v1r3.demo.state.evt.tool.*.state.*");
+    assert.equal(subj.stateEventPattern("demo", "artifact.put", id), `cg.v1r3.demo.state.evt.tool.artifact_put_25d0e43c.state.${id}`);
+    const bad: [string, string, RegExp][] = [["de.mo", "b", /project_id "de.mo"/], ["demo", "a.b", /resource_id "a.b"/], ["demo", "", /resource_id ""/]];
+    for (const [project, resource, re] of bad) {
+      assert.throws(() => subj.stateEvent(project, "atp", resource), re);
+      assert.throws(() => subj.stateEventPattern(project, "atp", resource), re);
+    }
+    assert.throws(() => subj.stateEvent("demo", "atp", "*"), /resource_id "\*"/, "a subject names one resource");
+  });
+  it("decodes a state event and refuses what is not one, naming what it needs", () => {
+    const ev = decodeStateEvent(JSON.stringify({ type: "state_transition", service: "atp", project_id: "demo", resource_id: "b1",
+      old_state: "PRE_JOURNEY", new_state: "JOURNEY", event_id: "b1/9", actor: "agent:ops", time: "2026-11-27T00:00:00Z", detail: { reason: "r" } }));
+    assert.equal(ev.new_state, "JOURNEY");
+    assert.deepEqual(ev.detail, { reason: "r" });
+    assert.throws(() => decodeStateEvent("{"), (e: UtpmeshError) => e.code === "bad_reply" && /not JSON/.test(e.message));
+    assert.throws(() => decodeStateEvent(JSON.stringify({ type: "state_transition", service: "atp", resource_id: "b1" })),
+      (e: UtpmeshError) => e.code === "bad_reply" && /needs type "state_transition", service, resource_id and new_state/.test(e.message));
+  });
+  it("reads the residual set as Go's authz.Residual.Allows does", () => {
+    const r = {
+      template_version: "atp/1.0", project_id: "demo", agent_id: "a", booking_object_id: null, booking_state: "JOURNEY", hem_ids: ["HEM-MANDATE-01"],
+      not_permitted: ["atp_update_pre_arrangement"], context_block: "",
+      permitted: [
+        { tool_name: "atp_get_booking_status", action: 'ATPAction::"get_booking_status"', conditional: false },
+        { tool_name: "atp_invoke_hem", action: 'ATPAction::"invoke_hem"', conditional: true, hem_ids: ["HEM-MANDATE-01"] },
+        { tool_name: "echo", action: 'Action::"echo"', conditional: true, conditions: ['p0: permit(...) when { context.x };'] },
+      ],
+    };
+    const cases: [string, string, boolean][] = [
+      ["atp_get_booking_status", "", true],
+      ["atp_invoke_hem", "HEM-MANDATE-01", true],
+      ["atp_invoke_hem", "HEM-OTHER", false],
+      ["atp_invoke_hem", "", false],
+      ["echo", "", false],
+      ["atp_update_pre_arrangement", "", false],
+    ];
+    for (const [tool, hem, want] of cases) assert.equal(residualAllows(r, tool, hem), want, `${tool} ${hem}`);
+    assert.equal(residualAllows(undefined, "echo"), false);
+  });
+  it("refuses a loop without an agent or turn, and a call before any query", async () => {
+    assert.throws(() => new WindleyLoop({} as WindleyLoopConfig), /agent is required/);
+    const agent = AgentClient.create({ nc: {} as NatsConnection, project: "demo", agentId: "a" });
+    assert.throws(() => new WindleyLoop({ agent, agentTurnId: "" }), /agentTurnId is required/);
+    const loop = new WindleyLoop({ agent, agentTurnId: "t" });
+    // No residual yet: nothing is permitted, and nothing touches the connection.
+    await assert.rejects(loop.call({ toolName: "echo", agentTurnId: "t" }),
+      (e: UtpmeshError) => e.code === "not_permitted" && /echo is not permitted .*booking state unknown.*nothing was dispatched/.test(e.message));
+    await assert.rejects(loop.newMandate(" "), /needs the new mandate's token/);
+    assert.equal(resultCallId("call-1"), "call-1.hem-result");
+  });
 });
