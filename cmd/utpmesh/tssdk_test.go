@@ -292,23 +292,40 @@ func TestTypeScriptSDK(t *testing.T) {
 		// The Windley loop's session (test/loops.test.ts): a fresh booking
 		// in PRE_JOURNEY and a mandate of agent ts-loop bound to it; and a
 		// per-agent identity, ts-alice, with a mandate for echo.
-		var created struct {
-			ID string `json:"booking_object_id"`
+		newBooking := func() string {
+			var created struct {
+				ID string `json:"booking_object_id"`
+			}
+			if err := json.Unmarshal([]byte(cli(t, "atp", "booking", "create", "--fixture", "--advance-to", "CONFIRMED", "--json")), &created); err != nil || created.ID == "" {
+				t.Fatalf("atp booking create: %+v, %v", created, err)
+			}
+			return created.ID
 		}
-		if err := json.Unmarshal([]byte(cli(t, "atp", "booking", "create", "--fixture", "--advance-to", "CONFIRMED", "--json")), &created); err != nil || created.ID == "" {
-			t.Fatalf("atp booking create: %+v, %v", created, err)
-		}
+		bound, gapBooking := newBooking(), newBooking()
+		// The mandate gap (docs/catalogues/atp.md, loop 2): demo-agent's
+		// mandate narrowed from the demo mandate, without
+		// update_pre_arrangement; the operator's approval (utpmesh hem,
+		// run by the node test) issues the sub-mandate.
+		guest := `permit(principal == Agent::"demo-agent", action in [ATPAction::"get_booking_status", ATPAction::"get_context_package"], resource in Project::"demo");
+permit(principal == Agent::"demo-agent", action == ATPAction::"invoke_hem", resource in Project::"demo")
+when { ["HEM-MANDATE-01"].contains(context.hem_id) };
+`
+		gomodtest.Write(t, clone, map[string]string{"guest.cedar": guest})
+		gomodtest.Write(t, clone, map[string]string{"guest.jwt": cli(t, "mandate", "narrow", "--parent", filepath.Join(data, "demo-mandate.jwt"),
+			"--policy", "guest.cedar", "--booking", gapBooking, "--ttl", "4h")})
 		loop := `permit(principal, action == ATPAction::"get_booking_status", resource);
 permit(principal, action == ATPAction::"update_pre_arrangement", resource) when { context.booking_state == "PRE_JOURNEY" };
 `
 		gomodtest.Write(t, clone, map[string]string{"loop.cedar": loop, "alice.cedar": `permit(principal, action == Action::"echo", resource in Project::"demo");` + "\n"})
 		gomodtest.Write(t, clone, map[string]string{
-			"loop.jwt":  cli(t, "mandate", "issue", "--project", "demo", "--agent", "ts-loop", "--policy", "loop.cedar", "--booking", created.ID),
+			"loop.jwt":  cli(t, "mandate", "issue", "--project", "demo", "--agent", "ts-loop", "--policy", "loop.cedar", "--booking", bound),
 			"alice.jwt": cli(t, "mandate", "issue", "--project", "demo", "--agent", "ts-alice", "--policy", "alice.cedar"),
 		})
 		cli(t, "identity", "add", "agent", "demo/ts-alice")
 		out := node(t, sdk, []string{"UTPMESH_TS_DATA=" + data, "UTPMESH_TS_MANDATE=" + filepath.Join(clone, "ts.jwt"),
-			"UTPMESH_TS_BOOKING=" + created.ID, "UTPMESH_TS_LOOP_MANDATE=" + filepath.Join(clone, "loop.jwt"), "UTPMESH_TS_ALICE_MANDATE=" + filepath.Join(clone, "alice.jwt")},
+			"UTPMESH_TS_BOOKING=" + bound, "UTPMESH_TS_LOOP_MANDATE=" + filepath.Join(clone, "loop.jwt"), "UTPMESH_TS_ALICE_MANDATE=" + filepath.Join(clone, "alice.jwt"),
+			"UTPMESH_TS_GAP_BOOKING=" + gapBooking, "UTPMESH_TS_GAP_MANDATE=" + filepath.Join(clone, "guest.jwt"),
+			"UTPMESH_TS_CLI=" + os.Args[0], "UTPMESH_TS_CLI_DIR=" + clone},
 			"--test", "dist/test/unit.test.js", "dist/test/mesh.test.js", "dist/test/loops.test.js")
 		if !strings.Contains(out, "\n# fail 0") || strings.Contains(out, "# SKIP") || !strings.Contains(out, "- against a mesh\n") ||
 			!strings.Contains(out, "- ATP's Windley loop against a mesh\n") || !strings.Contains(out, "- a per-agent identity against a mesh\n") {

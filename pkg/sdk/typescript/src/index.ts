@@ -14,9 +14,10 @@ export type { ConnectOptions, Identity } from "./connect.js";
 export { AgentClient, PendingError } from "./agent.js";
 export type { AgentConfig, CallRequest, CallState, Outcome, Pending, Phase, StateEventsOptions, TurnState } from "./agent.js";
 export {
-  HEM_MANDATE_GAP, MANDATE_QUERY, TOOL_INVOKE_HEM, TRIGGER_MANDATE_GAP, WINDLEY_SERVICE, WindleyLoop, queryMandate, resultCallId,
+  HEM_MANDATE_GAP, MANDATE_QUERY, TOOL_INVOKE_HEM, TRIGGER_MANDATE_GAP, WINDLEY_SERVICE, WindleyLoop, invokeHemArguments, newMandateGap,
+  queryMandate, resultCallId,
 } from "./windley.js";
-export type { QueryOptions, Requery, Resolution, WindleyLoopConfig } from "./windley.js";
+export type { MandateGap, QueryOptions, Requery, Resolution, WindleyLoopConfig } from "./windley.js";
 export { AbortReasons, Worker, serve, stderrLogger } from "./worker.js";
 export type { LogLevel, Logger, WorkerOptions } from "./worker.js";
 export { ResultCodes, ToolError, fail, isPartial, partial } from "./tool.js";

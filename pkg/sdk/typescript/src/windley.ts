@@ -100,6 +100,73 @@ export interface Resolution {
   [key: string]: unknown;
 }
 
+/**
+ * A structured mandate expansion request (MCP-D15): the exact Cedar
+ * action and resource condition the mandate lacks (Go: windley.MandateGap).
+ */
+export interface MandateGap {
+  /** The Cedar action, e.g. ATPAction::"update_pre_arrangement". */
+  missing_action: string;
+  /** The tool the plan needs. */
+  tool_name: string;
+  /** The resource the action is needed on, as a Cedar condition. */
+  resource_condition: string;
+  /** The booking the agent is bound to (null: none). */
+  booking_object_id: string | null;
+  /** For an atp_invoke_hem gap: the hem_id and the booking's state. */
+  hem_id?: string;
+  booking_state?: string;
+  /** The mandate that lacks the action. */
+  mandate_jti?: string;
+  /** Why the action is needed. */
+  agent_assessment: string;
+}
+
+/**
+ * newMandateGap builds the expansion request for calling tool (whose
+ * Cedar action is action; for atp_invoke_hem: with hemId) from residual r.
+ * It throws invalid when r already permits the call: that is no gap.
+ */
+export function newMandateGap(r: Residual | undefined, tool: string, action: string, hemId: string, assessment: string): MandateGap {
+  if (!r) throw invalid("no residual set: run the Windley query (WindleyLoop.start) first");
+  if (!tool || !action || !assessment) throw invalid("a mandate gap needs the tool, its Cedar action and the agent's assessment");
+  if (residualAllows(r, tool, hemId)) throw invalid(`${tool} is permitted: not a mandate gap, call it`);
+  const g: MandateGap = {
+    missing_action: action, tool_name: tool, resource_condition: `resource == Project::${JSON.stringify(r.project_id)}`,
+    booking_object_id: null, agent_assessment: assessment,
+  };
+  if (r.mandate_jti) g.mandate_jti = r.mandate_jti;
+  if (r.booking_object_id) {
+    g.booking_object_id = r.booking_object_id;
+    g.resource_condition = `resource == Booking::${JSON.stringify(r.booking_object_id)}`;
+  }
+  if (hemId) {
+    g.hem_id = hemId;
+    if (r.booking_state) g.booking_state = r.booking_state;
+  }
+  return g;
+}
+
+/**
+ * invokeHemArguments are the atp_invoke_hem arguments that route gap g to
+ * an operator: hem_id HEM-MANDATE-01, context.trigger_reason
+ * MANDATE_GAP_DETECTED and the request (as JSON text) in
+ * context.agent_assessment (Go: MandateGap.InvokeHEMArguments). Call
+ * atp_invoke_hem with them through WindleyLoop.call(req, HEM_MANDATE_GAP).
+ */
+export function invokeHemArguments(g: MandateGap): Record<string, unknown> {
+  const args: Record<string, unknown> = {
+    hem_id: HEM_MANDATE_GAP,
+    context: {
+      trigger_reason: TRIGGER_MANDATE_GAP,
+      agent_assessment: JSON.stringify(g),
+      recommended_action: `issue a sub-mandate that adds ${g.missing_action} on ${g.resource_condition}`,
+    },
+  };
+  if (g.booking_object_id) args.booking_object_id = g.booking_object_id;
+  return args;
+}
+
 /** resultCallId is the tool_call_id of a HEM task's resolution: "<invoke call id>.hem-result". */
 export function resultCallId(invokeCallId: string): string {
   return invokeCallId + ".hem-result";

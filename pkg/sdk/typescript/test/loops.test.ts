@@ -9,16 +9,23 @@
 //                             update_pre_arrangement when booking_state is PRE_JOURNEY
 //   UTPMESH_TS_ALICE_MANDATE  a mandate of agent ts-alice for echo; her identity is
 //                             creds/agent-demo.ts-alice.nk (utpmesh identity add agent demo/ts-alice)
+//   UTPMESH_TS_GAP_BOOKING    another fresh booking in PRE_JOURNEY
+//   UTPMESH_TS_GAP_MANDATE    demo-agent's mandate narrowed from the demo mandate, bound to it,
+//                             without update_pre_arrangement, with invoke_hem for HEM-MANDATE-01
+//   UTPMESH_TS_CLI, _CLI_DIR  the utpmesh CLI (run with UTPMESH_TEST_EXEC=1) and the directory to run it in
 //
 // Without them the tests skip.
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 
 import type { NatsConnection } from "@nats-io/transport-node";
 
-import { AgentClient, UtpmeshError, WindleyLoop, connectMesh, subjects } from "../src/index.js";
+import {
+  AgentClient, HEM_MANDATE_GAP, TOOL_INVOKE_HEM, UtpmeshError, WindleyLoop, connectMesh, invokeHemArguments, newMandateGap, resultCallId, subjects,
+} from "../src/index.js";
 import type { Requery, StateEvent, Wakeup } from "../src/index.js";
 import { request } from "../src/svc.js";
 
@@ -29,6 +36,9 @@ const creds = (name: string) => join(data ?? "", "creds", name + ".nk");
 const read = (path: string) => readFileSync(path, "utf8").trim();
 const run = Date.now().toString(36);
 const turn = (name: string) => `ts-${name}-${run}`;
+// utpmesh runs the CLI (the Go test binary acting as utpmesh) in the mesh's directory, as the operator for `hem`.
+const utpmesh = (...args: string[]) => execFileSync(process.env.UTPMESH_TS_CLI!, args,
+  { cwd: process.env.UTPMESH_TS_CLI_DIR, env: { ...process.env, UTPMESH_TEST_EXEC: "1" }, encoding: "utf8" });
 
 describe("ATP's Windley loop against a mesh", { skip }, () => {
   let nc: NatsConnection;
@@ -104,6 +114,64 @@ describe("ATP's Windley loop against a mesh", { skip }, () => {
       assert.equal((ok.result.result as { state: string }).state, "JOURNEY");
     } finally {
       stop();
+    }
+  });
+
+  it("ends a mandate gap in a new mandate: escalation, an operator's approval, the sub-mandate re-queried, the call made", async () => {
+    const b = process.env.UTPMESH_TS_GAP_BOOKING!;
+    const t = turn("gap");
+    const agent = AgentClient.create({ nc, project: "demo", agentId: "demo-agent", mandate: read(process.env.UTPMESH_TS_GAP_MANDATE!) });
+    try {
+      const loop = new WindleyLoop({ agent, agentTurnId: t });
+      await loop.start("PRE_JOURNEY");
+      assert.equal(loop.permits("atp_update_pre_arrangement"), false);
+      assert.ok(loop.permits(TOOL_INVOKE_HEM, HEM_MANDATE_GAP));
+      const update = { toolName: "atp_update_pre_arrangement", agentTurnId: t,
+        arguments: { booking_object_id: b, participant_id: "p-aiko", field_key: "boot_size_eu", field_value: 38, source: "GUEST" } };
+      await assert.rejects(loop.call(update), (e: UtpmeshError) => e.code === "not_permitted");
+      const gap = newMandateGap(loop.residual, "atp_update_pre_arrangement", 'ATPAction::"update_pre_arrangement"', "",
+        "the guests' boot sizes must be recorded before the lesson");
+      assert.equal(gap.resource_condition, `resource == Booking::"${b}"`);
+      assert.throws(() => newMandateGap(loop.residual, "atp_get_booking_status", 'ATPAction::"get_booking_status"', "", "x"), /is permitted: not a mandate gap/);
+
+      const inv = await loop.call({ toolName: TOOL_INVOKE_HEM, agentTurnId: t, arguments: invokeHemArguments(gap) }, HEM_MANDATE_GAP);
+      assert.equal(inv.result.status, "success", JSON.stringify(inv.result));
+      const task = inv.result.result as { task_id: string; status: string };
+      assert.equal(task.status, "PENDING");
+      assert.equal(await loop.readResolution(inv.call.toolCallId), undefined, "not resolved before the operator decides");
+
+      // The operator (operator.nk, `utpmesh hem`) sees the structured request and approves it with the parent mandate.
+      let woke!: (w: Wakeup) => void;
+      const resolution = new Promise<Wakeup>((r) => (woke = r));
+      const stop = await agent.wakeups((w) => w.tool_call_id === resultCallId(inv.call.toolCallId) && woke(w));
+      try {
+        const list = JSON.parse(utpmesh("hem", "ls", "--status", "PENDING", "--json")) as { tasks: { task_id: string; human_confirmation_token: string; expansion?: { missing_action?: string } }[] };
+        const pending = list.tasks.find((x) => x.task_id === task.task_id);
+        assert.ok(pending, `task ${task.task_id} is not pending: ${JSON.stringify(list)}`);
+        assert.equal(pending.expansion?.missing_action, 'ATPAction::"update_pre_arrangement"');
+        utpmesh("hem", "confirm", task.task_id, "--token", pending.human_confirmation_token, "--parent-mandate", join(data!, "demo-mandate.jwt"));
+        const w = await resolution;
+        assert.equal(w.status, "success");
+        assert.equal(await agent.ack([w.inbox_id]), 1);
+      } finally {
+        stop();
+      }
+      const res = await loop.readResolution(inv.call.toolCallId);
+      assert.equal(res?.status, "COMPLETE", JSON.stringify(res));
+      assert.equal(res?.confirmed_by, "operator");
+      assert.equal(res?.operator, "operator");
+      assert.ok(res?.mandate && res.mandate_jti, "the resolution carries the sub-mandate");
+
+      const queries = loop.queries;
+      await loop.resolved(res!);
+      assert.equal(loop.queries, queries + 1, "the new mandate is queried at once");
+      assert.equal(loop.mandate, res!.mandate);
+      assert.equal(loop.residual?.mandate_jti, res!.mandate_jti);
+      assert.ok(loop.permits("atp_update_pre_arrangement"), JSON.stringify(loop.residual?.permitted));
+      const done = await loop.call(update);
+      assert.equal(done.result.status, "success", JSON.stringify(done.result));
+    } finally {
+      await agent.close();
     }
   });
 
