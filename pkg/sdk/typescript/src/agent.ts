@@ -334,7 +334,7 @@ export class AgentClient {
    * opts.onInvalid (default: a process warning) and is skipped. A
    * subscription the server refuses (this identity's permissions: an
    * agent identity may subscribe to its own project's state events only)
-   * throws forbidden. Call the returned function to stop.
+   * throws permission_denied. Call the returned function to stop.
    */
   async stateEvents(service: string, resource: string, handler: (ev: StateEvent) => void, opts: StateEventsOptions = {}): Promise<() => void> {
     if (this.closed) throw new UtpmeshError(ErrorCodes.closed, "the agent client is closed");
@@ -372,7 +372,7 @@ export class AgentClient {
     }
     if (refused) {
       sub.unsubscribe();
-      throw new UtpmeshError(ErrorCodes.forbidden, `subscribe to ${pattern}: ${refused.message}: an agent identity may subscribe to its own project's state events only`, { cause: refused });
+      throw new UtpmeshError(ErrorCodes.permissionDenied, `subscribe to ${pattern}: ${refused.message}: an agent identity may subscribe to its own project's state events only`, { cause: refused });
     }
     return () => sub.unsubscribe();
   }

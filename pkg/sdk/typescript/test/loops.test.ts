@@ -248,16 +248,16 @@ describe("a per-agent identity against a mesh", { skip }, () => {
     // On demo-agent's subjects: the server refuses her identity the publish.
     const asDemo = AgentClient.create({ nc: anc, project: "demo", agentId: "demo-agent" });
     try {
-      await assert.rejects(asDemo.entries(), (e: UtpmeshError) => e.code === "forbidden" && /svc\.inbox\.list\.demo-agent/.test(e.message) &&
+      await assert.rejects(asDemo.entries(), (e: UtpmeshError) => e.code === "permission_denied" && /svc\.inbox\.list\.demo-agent/.test(e.message) &&
         /may not publish/.test(e.message));
-      await assert.rejects(asDemo.ack([w.inbox_id]), (e: UtpmeshError) => e.code === "forbidden");
+      await assert.rejects(asDemo.ack([w.inbox_id]), (e: UtpmeshError) => e.code === "permission_denied");
     } finally {
       await asDemo.close();
     }
     // Another project's state events: the server refuses the subscription.
     const elsewhere = AgentClient.create({ nc: anc, project: "other", agentId: "ts-alice" });
     await assert.rejects(elsewhere.stateEvents("atp", "*", () => undefined),
-      (e: UtpmeshError) => e.code === "forbidden" && /cg\.v1r3\.other\.state\.evt\.tool\.atp\.state\.\*/.test(e.message));
+      (e: UtpmeshError) => e.code === "permission_denied" && /cg\.v1r3\.other\.state\.evt\.tool\.atp\.state\.\*/.test(e.message));
     await elsewhere.close();
     // demo-agent's entry is still pending: nothing of hers touched it.
     const pending = await demo.entries({ agentTurnId: turn("theirs") });
