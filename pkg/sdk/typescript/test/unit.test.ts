@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { generateKeyPairSync, sign } from "node:crypto";
 import { describe, it } from "node:test";
 
-import { headers } from "@nats-io/transport-node";
+import { errors as natsErrors, headers } from "@nats-io/transport-node";
 
 import { checkCard, decodeAdmission, matchAdmission, publicKeyFromRaw, sha256Hex, verifySignature } from "../src/admission.js";
 import { parseCommand } from "../src/command.js";
@@ -16,6 +16,7 @@ import type { Admission, Command } from "../src/types.js";
 import { decodeStateEvent, effectiveAfterExecution, residualAllows } from "../src/types.js";
 import { AgentClient } from "../src/agent.js";
 import { UtpmeshError } from "../src/errors.js";
+import { requestError } from "../src/svc.js";
 import { WindleyLoop, resultCallId } from "../src/windley.js";
 import type { WindleyLoopConfig } from "../src/windley.js";
 import { serve } from "../src/worker.js";
@@ -253,5 +254,16 @@ describe("state events and the residual set", () => {
       (e: UtpmeshError) => e.code === "not_permitted" && /echo is not permitted .*booking state unknown.*nothing was dispatched/.test(e.message));
     await assert.rejects(loop.newMandate(" "), /needs the new mandate's token/);
     assert.equal(resultCallId("call-1"), "call-1.hem-result");
+  });
+});
+
+describe("request errors", () => {
+  it("tells a NATS permission refusal (permission_denied) from a timeout and no responders", () => {
+    const pv = new natsErrors.PermissionViolationError("Permissions Violation for Publish to \"x\"", "publish", "x");
+    const e = requestError("cg.v1r3.demo.default.svc.inbox.list.bob", 10, pv);
+    assert.equal(e.code, "permission_denied");
+    assert.match(e.message, /svc\.inbox\.list\.bob: this identity may not publish it/);
+    assert.equal(requestError("s", 10, new natsErrors.TimeoutError()).code, "timeout");
+    assert.equal(requestError("s", 10, new natsErrors.NoRespondersError("s")).code, "unavailable");
   });
 });
