@@ -177,7 +177,9 @@ export function resultCallId(invokeCallId: string): string {
  * follow() the booking's state events, then start() with the pre-session
  * query; each transition to a state the loop has not queried re-runs the
  * query (decision MCP-D14: state transitions, not a timer), and call()
- * refuses a tool the current residual set does not permit. Queries run
+ * refuses a tool the current residual set does not permit. A query that
+ * fails leaves no residual set (nothing is permitted) until one succeeds;
+ * the next event re-queries, even for the same state. Queries run
  * one at a time, in the order they were asked for, so the residual is
  * always the answer for the last state seen.
  */
@@ -188,6 +190,7 @@ export class WindleyLoop {
   private currentMandate?: string;
   private state?: string;
   private current?: Residual;
+  private lastError?: Error;
   private queried = false;
   private nQueries = 0;
   private nEvents = 0;
@@ -215,7 +218,10 @@ export class WindleyLoop {
       this.nEvents++;
       void this.bookingState(ev.new_state).then(
         ({ residual, requeried }) => requeried && onRequery?.({ event: ev, residual }),
-        (error: Error) => onRequery?.({ event: ev, error }),
+        (error: Error) => {
+          if (onRequery) onRequery({ event: ev, error });
+          else process.emitWarning(`utpmesh: the Windley re-query for ${ev.resource_id} in ${ev.new_state} failed: ${error.message}`);
+        },
       );
     });
   }
@@ -290,8 +296,12 @@ export class WindleyLoop {
   async call(req: CallRequest, hemId = ""): Promise<Outcome> {
     await this.idle();
     if (!this.permits(req?.toolName, hemId)) {
-      const st = this.current?.booking_state ?? "unknown";
       const what = hemId ? `${req?.toolName} with hem_id ${hemId}` : req?.toolName;
+      if (!this.current && this.lastError) {
+        throw new UtpmeshError(ErrorCodes.notPermitted,
+          `${what}: no residual set, the last mandate_query (booking state ${this.state ?? "unknown"}) failed: ${this.lastError.message}; nothing was dispatched: re-run the query (start, bookingState) first`);
+      }
+      const st = this.current?.booking_state ?? "unknown";
       throw new UtpmeshError(ErrorCodes.notPermitted,
         `${what} is not permitted by the current residual set (booking state ${st}); nothing was dispatched: escalate the gap (atp_invoke_hem with hem_id ${HEM_MANDATE_GAP}) instead of calling it`);
     }
@@ -337,7 +347,17 @@ export class WindleyLoop {
     // Until this query answers, the state is not queried: a failed query
     // is re-run by the next event, even for the same state.
     this.queried = false;
-    const r = await queryMandate(this.agent, this.agentTurnId, { bookingState: this.state, mandate: this.currentMandate });
+    let r: Residual;
+    try {
+      r = await queryMandate(this.agent, this.agentTurnId, { bookingState: this.state, mandate: this.currentMandate });
+    } catch (err) {
+      // The residual of another state or mandate is no answer for this
+      // one: until a query succeeds, nothing is permitted.
+      this.current = undefined;
+      this.lastError = err as Error;
+      throw err;
+    }
+    this.lastError = undefined;
     this.current = r;
     this.queried = true;
     return r;

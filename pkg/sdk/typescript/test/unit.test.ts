@@ -244,7 +244,11 @@ describe("state events and the residual set", () => {
     for (const [tool, hem, want] of cases) assert.equal(residualAllows(r, tool, hem), want, `${tool} ${hem}`);
     assert.equal(residualAllows(undefined, "echo"), false);
   });
-  it("refuses a loop without an agent or turn, and a call before any query", async () => {
+  const residual = (state: string) => ({
+    template_version: "utpmesh/1.0", project_id: "demo", agent_id: "a", booking_object_id: null, booking_state: state, hem_ids: [],
+    not_permitted: [], context_block: "- echo", permitted: [{ tool_name: "echo", action: 'Action::"echo"', conditional: false }],
+  });
+  it("refuses a loop without an agent or turn, a call before any query, and a call after a failed query", async () => {
     assert.throws(() => new WindleyLoop({} as WindleyLoopConfig), /agent is required/);
     const agent = AgentClient.create({ nc: {} as NatsConnection, project: "demo", agentId: "a" });
     assert.throws(() => new WindleyLoop({ agent, agentTurnId: "" }), /agentTurnId is required/);
@@ -253,6 +257,22 @@ describe("state events and the residual set", () => {
     await assert.rejects(loop.call({ toolName: "echo", agentTurnId: "t" }),
       (e: UtpmeshError) => e.code === "not_permitted" && /echo is not permitted .*booking state unknown.*nothing was dispatched/.test(e.message));
     await assert.rejects(loop.newMandate(" "), /needs the new mandate's token/);
+    // A query that fails leaves no residual: nothing is permitted until one succeeds.
+    let answer: () => Promise<unknown> = async () => ({ result: { status: "success", after_execution: "suspend", result: residual("JOURNEY") } });
+    const fake = { call: () => answer() } as unknown as AgentClient;
+    const l2 = new WindleyLoop({ agent: fake, agentTurnId: "t" });
+    await l2.start("PRE_JOURNEY");
+    assert.ok(l2.permits("echo"));
+    answer = async () => ({ result: { status: "failed", after_execution: "suspend", error: { code: "upstream_unavailable", message: "policy store down" } } });
+    await assert.rejects(l2.bookingState("JOURNEY"), (e: UtpmeshError) => e.code === "upstream_unavailable" && /mandate_query: failed: policy store down/.test(e.message));
+    assert.equal(l2.residual, undefined);
+    await assert.rejects(l2.call({ toolName: "echo", agentTurnId: "t" }),
+      (e: UtpmeshError) => e.code === "not_permitted" && /no residual set, the last mandate_query \(booking state JOURNEY\) failed: .*policy store down/.test(e.message));
+    // The same state again re-queries (the failed one is not queried).
+    answer = async () => ({ result: { status: "success", after_execution: "suspend", result: residual("JOURNEY") } });
+    assert.equal((await l2.bookingState("JOURNEY")).requeried, true);
+    assert.equal(l2.queries, 3);
+    assert.ok(l2.permits("echo"));
     assert.equal(resultCallId("call-1"), "call-1.hem-result");
   });
 });
