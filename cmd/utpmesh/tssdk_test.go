@@ -87,7 +87,10 @@ func guideTS(t *testing.T) []guideBlock {
 // mesh did not admit refused by the TS worker, the SDK's own tests (node
 // --test: the agent against the Go echo worker, wakeups, resume after a
 // restart, a refused call, timeout, cancel, drain, a killed TS worker's
-// call taken over), the describe endpoint, the TS worker's counters in
+// call taken over; ATP's Windley loop: a session bound to a booking
+// re-querying on another agent's transition and refusing the tool the new
+// residual forbids, a mandate gap approved with `utpmesh hem confirm`; a
+// per-agent identity's round trip and its refusals), the describe endpoint, the TS worker's counters in
 // status, and its drain on SIGTERM. The clone is a temporary directory whose pkg/sdk/typescript
 // links to this tree's (npm run build writes dist/ there).
 func TestTypeScriptSDK(t *testing.T) {
