@@ -87,7 +87,10 @@ func guideTS(t *testing.T) []guideBlock {
 // mesh did not admit refused by the TS worker, the SDK's own tests (node
 // --test: the agent against the Go echo worker, wakeups, resume after a
 // restart, a refused call, timeout, cancel, drain, a killed TS worker's
-// call taken over), the describe endpoint, the TS worker's counters in
+// call taken over; ATP's Windley loop: a session bound to a booking
+// re-querying on another agent's transition and refusing the tool the new
+// residual forbids, a mandate gap approved with `utpmesh hem confirm`; a
+// per-agent identity's round trip and its refusals), the describe endpoint, the TS worker's counters in
 // status, and its drain on SIGTERM. The clone is a temporary directory whose pkg/sdk/typescript
 // links to this tree's (npm run build writes dist/ there).
 func TestTypeScriptSDK(t *testing.T) {
@@ -289,8 +292,46 @@ func TestTypeScriptSDK(t *testing.T) {
 		gomodtest.Write(t, clone, map[string]string{"all.cedar": cur + policy})
 		cli(t, "policy", "put", "--project", "demo", "--yes", "all.cedar")
 		gomodtest.Write(t, clone, map[string]string{"ts.jwt": cli(t, "mandate", "issue", "--project", "demo", "--agent", "ts-agent", "--policy", "ts.cedar")})
-		out := node(t, sdk, []string{"UTPMESH_TS_DATA=" + data, "UTPMESH_TS_MANDATE=" + filepath.Join(clone, "ts.jwt")}, "--test", "dist/test/unit.test.js", "dist/test/mesh.test.js")
-		if !strings.Contains(out, "\n# fail 0") || strings.Contains(out, "# SKIP") || !strings.Contains(out, "- against a mesh\n") {
+		// The Windley loop's session (test/loops.test.ts): a fresh booking
+		// in PRE_JOURNEY and a mandate of agent ts-loop bound to it; and a
+		// per-agent identity, ts-alice, with a mandate for echo.
+		newBooking := func() string {
+			var created struct {
+				ID string `json:"booking_object_id"`
+			}
+			if err := json.Unmarshal([]byte(cli(t, "atp", "booking", "create", "--fixture", "--advance-to", "CONFIRMED", "--json")), &created); err != nil || created.ID == "" {
+				t.Fatalf("atp booking create: %+v, %v", created, err)
+			}
+			return created.ID
+		}
+		bound, gapBooking := newBooking(), newBooking()
+		// The mandate gap (docs/catalogues/atp.md, loop 2): demo-agent's
+		// mandate narrowed from the demo mandate, without
+		// update_pre_arrangement; the operator's approval (utpmesh hem,
+		// run by the node test) issues the sub-mandate.
+		guest := `permit(principal == Agent::"demo-agent", action in [ATPAction::"get_booking_status", ATPAction::"get_context_package"], resource in Project::"demo");
+permit(principal == Agent::"demo-agent", action == ATPAction::"invoke_hem", resource in Project::"demo")
+when { ["HEM-MANDATE-01"].contains(context.hem_id) };
+`
+		gomodtest.Write(t, clone, map[string]string{"guest.cedar": guest})
+		gomodtest.Write(t, clone, map[string]string{"guest.jwt": cli(t, "mandate", "narrow", "--parent", filepath.Join(data, "demo-mandate.jwt"),
+			"--policy", "guest.cedar", "--booking", gapBooking, "--ttl", "4h")})
+		loop := `permit(principal, action == ATPAction::"get_booking_status", resource);
+permit(principal, action == ATPAction::"update_pre_arrangement", resource) when { context.booking_state == "PRE_JOURNEY" };
+`
+		gomodtest.Write(t, clone, map[string]string{"loop.cedar": loop, "alice.cedar": `permit(principal, action == Action::"echo", resource in Project::"demo");` + "\n"})
+		gomodtest.Write(t, clone, map[string]string{
+			"loop.jwt":  cli(t, "mandate", "issue", "--project", "demo", "--agent", "ts-loop", "--policy", "loop.cedar", "--booking", bound),
+			"alice.jwt": cli(t, "mandate", "issue", "--project", "demo", "--agent", "ts-alice", "--policy", "alice.cedar"),
+		})
+		cli(t, "identity", "add", "agent", "demo/ts-alice")
+		out := node(t, sdk, []string{"UTPMESH_TS_DATA=" + data, "UTPMESH_TS_MANDATE=" + filepath.Join(clone, "ts.jwt"),
+			"UTPMESH_TS_BOOKING=" + bound, "UTPMESH_TS_LOOP_MANDATE=" + filepath.Join(clone, "loop.jwt"), "UTPMESH_TS_ALICE_MANDATE=" + filepath.Join(clone, "alice.jwt"),
+			"UTPMESH_TS_GAP_BOOKING=" + gapBooking, "UTPMESH_TS_GAP_MANDATE=" + filepath.Join(clone, "guest.jwt"),
+			"UTPMESH_TS_CLI=" + os.Args[0], "UTPMESH_TS_CLI_DIR=" + clone},
+			"--test", "dist/test/unit.test.js", "dist/test/mesh.test.js", "dist/test/loops.test.js")
+		if !strings.Contains(out, "\n# fail 0") || strings.Contains(out, "# SKIP") || !strings.Contains(out, "- against a mesh\n") ||
+			!strings.Contains(out, "- ATP's Windley loop against a mesh\n") || !strings.Contains(out, "- a per-agent identity against a mesh\n") {
 			t.Fatalf("node --test:\n%s", out)
 		}
 		t.Logf("node --test: %s", out[strings.LastIndex(out, "# tests"):])

@@ -11,10 +11,16 @@ import { checkId, newTraceparent, traceId, uuidv7 } from "./ids.js";
 import * as subj from "./subjects.js";
 import { request } from "./svc.js";
 import type { Scope } from "./subjects.js";
-import { effectiveAfterExecution, isAfterExecution } from "./types.js";
+import { decodeStateEvent, effectiveAfterExecution, isAfterExecution } from "./types.js";
 import type {
-  AfterExecution, Card, DispatchReply, DispatchRequest, EntryState, InboxEntry, ToolCallContent, ToolResultContent, Wakeup,
+  AfterExecution, Card, DispatchReply, DispatchRequest, EntryState, InboxEntry, StateEvent, ToolCallContent, ToolResultContent, Wakeup,
 } from "./types.js";
+
+/** Options of {@link AgentClient.stateEvents}. */
+export interface StateEventsOptions {
+  /** Called with a payload that is not a state event (it is skipped); default: a process warning. */
+  onInvalid?: (err: UtpmeshError, subject: string) => void;
+}
 
 /** Configuration of an {@link AgentClient}. */
 export interface AgentConfig {
@@ -315,6 +321,83 @@ export class AgentClient {
       st[cs.phase].push(cs);
     }
     return st;
+  }
+
+  /**
+   * stateEvents subscribes to the state events (§10.4) of resource ("*":
+   * every resource) of service ("*": every service) in the client's
+   * project and calls handler with each, in the order the server delivers
+   * them. The subscription is registered with the server before the
+   * returned promise resolves (a flush), so a transition committed
+   * afterwards is delivered: subscribe before the pre-session
+   * mandate_query. A payload that is not a state event goes to
+   * opts.onInvalid (default: a process warning) and is skipped. A
+   * subscription the server refuses (this identity's permissions: an
+   * agent identity may subscribe to its own project's state events only)
+   * throws permission_denied. Call the returned function to stop.
+   */
+  async stateEvents(service: string, resource: string, handler: (ev: StateEvent) => void, opts: StateEventsOptions = {}): Promise<() => void> {
+    if (this.closed) throw new UtpmeshError(ErrorCodes.closed, "the agent client is closed");
+    if (typeof handler !== "function") throw invalid("stateEvents needs a handler: (ev: StateEvent) => void");
+    let pattern: string;
+    try {
+      pattern = subj.stateEventPattern(this.scope.project, service, resource, this.scope.version);
+    } catch (err) {
+      throw invalid(`state events of service ${JSON.stringify(service)} resource ${JSON.stringify(resource)}: ${(err as Error).message} (a resource id is one subject token: letters, digits, - and _; or "*")`);
+    }
+    const onInvalid = opts.onInvalid ?? ((err: UtpmeshError, subject: string) => process.emitWarning(`utpmesh: state event on ${subject} skipped: ${err.message}`));
+    let refused: Error | undefined;
+    const sub = this.nc.subscribe(pattern, {
+      callback: (err, m) => {
+        if (err) {
+          refused = err;
+          return;
+        }
+        let ev: StateEvent;
+        try {
+          ev = decodeStateEvent(m.string());
+        } catch (e) {
+          onInvalid(e as UtpmeshError, m.subject);
+          return;
+        }
+        handler(ev);
+      },
+    });
+    try {
+      // The server answers the PING after the SUB (and its -ERR, if any).
+      await this.nc.flush();
+    } catch (err) {
+      sub.unsubscribe();
+      throw new UtpmeshError(ErrorCodes.unavailable, `subscribe to ${pattern}: ${(err as Error).message}`, { cause: err });
+    }
+    if (refused) {
+      sub.unsubscribe();
+      throw new UtpmeshError(ErrorCodes.permissionDenied, `subscribe to ${pattern}: ${refused.message}: an agent identity may subscribe to its own project's state events only`, { cause: refused });
+    }
+    return () => sub.unsubscribe();
+  }
+
+  /**
+   * findResult reads the tool.result card of call toolCallId of turn
+   * agentTurnId (svc.cardstore.find_result, §11.3), or undefined when
+   * there is none yet. A HEM task's resolution is such a card (the call
+   * "<invoke call id>.hem-result", see WindleyLoop.readResolution).
+   */
+  async findResult(agentTurnId: string, toolCallId: string): Promise<{ card: Card; result: ToolResultContent } | undefined> {
+    checkId("agent_turn_id", agentTurnId, true);
+    checkId("tool_call_id", toolCallId, true);
+    let card: Card;
+    try {
+      card = (await request<{ card: Card }>(this.nc, subj.agentCardstore(this.scope, "find_result", this.agentId),
+        { agent_turn_id: agentTurnId, tool_call_id: toolCallId }, { timeoutMs: this.timeout })).value.card;
+    } catch (err) {
+      if (err instanceof UtpmeshError && err.code === "not_found") return undefined;
+      throw err;
+    }
+    if (card?.type !== "tool.result" || card.tool_call_id !== toolCallId) {
+      throw new UtpmeshError(ErrorCodes.badReply, `find_result of ${toolCallId} in turn ${agentTurnId} answered card ${card?.card_id} (${card?.type} of ${card?.tool_call_id})`);
+    }
+    return { card, result: card.content as ToolResultContent };
   }
 
   /** close stops the wakeup subscription; waiting calls end with a PendingError. */

@@ -24,6 +24,14 @@ export const ErrorCodes = {
   noResult: "no_result",
   /** The client was closed. */
   closed: "closed",
+  /**
+   * The NATS server refused this identity a publish or a subscription (its
+   * permissions, docs/security.md): not the services' "forbidden", which a
+   * service answers to a request it received.
+   */
+  permissionDenied: "permission_denied",
+  /** A Windley loop's residual set does not permit the tool: nothing was dispatched (§10.3). */
+  notPermitted: "not_permitted",
   /** A command's CG-Admission does not verify (docs/protocol.md §5.7). */
   notAdmitted: "not_admitted",
 } as const;

@@ -6,11 +6,18 @@
  * - {@link connectMesh}: connect as a mesh identity (nkey seed file, own inbox prefix).
  * - {@link AgentClient}: dispatch calls with a mandate, await wakeups, read results, resume, ack.
  * - {@link serve}: serve tools (register, discovery, admitted commands, claims, results, reports).
+ * - {@link WindleyLoop}: a session bound to a booking: mandate_query before planning, again on each
+ *   state transition (AgentClient.stateEvents), and no call of a tool the residual set forbids.
  */
 export { connectMesh, inboxPrefix, loadIdentity } from "./connect.js";
 export type { ConnectOptions, Identity } from "./connect.js";
 export { AgentClient, PendingError } from "./agent.js";
-export type { AgentConfig, CallRequest, CallState, Outcome, Pending, Phase, TurnState } from "./agent.js";
+export type { AgentConfig, CallRequest, CallState, Outcome, Pending, Phase, StateEventsOptions, TurnState } from "./agent.js";
+export {
+  HEM_MANDATE_GAP, MANDATE_QUERY, TOOL_INVOKE_HEM, TRIGGER_MANDATE_GAP, WINDLEY_SERVICE, WindleyLoop, invokeHemArguments, newMandateGap,
+  queryMandate, resultCallId,
+} from "./windley.js";
+export type { MandateGap, QueryOptions, Requery, Resolution, WindleyLoopConfig } from "./windley.js";
 export { AbortReasons, Worker, serve, stderrLogger } from "./worker.js";
 export type { LogLevel, Logger, WorkerOptions } from "./worker.js";
 export { ResultCodes, ToolError, fail, isPartial, partial } from "./tool.js";

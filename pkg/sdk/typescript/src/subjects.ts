@@ -112,6 +112,38 @@ export function agentInbox(s: Scope, op: string, agentId: string): string {
   return svc(s, "inbox", op) + "." + toolToken(agentId);
 }
 
+/** The channel token of state events: a resource belongs to its project, not to a channel (§10.4). */
+export const STATE_CHANNEL = "state";
+
+function tokenOrWildcard(field: string, v: string): void {
+  if (v !== "*") checkToken(field, v);
+}
+
+/**
+ * stateEvent is the subject of a state transition of resource of service
+ * in a project: cg.<v>.<project>.state.evt.tool.<ToolToken(service)>.state.<resource>
+ * (§10.4; Go: subjects.StateEvent). resource must be a subject token.
+ */
+export function stateEvent(project: string, service: string, resource: string, version = DEFAULT_VERSION): string {
+  return stateEventPattern(project, service, resource, version, false);
+}
+
+/**
+ * stateEventPattern is cg.<v>.<project>.state.evt.tool.<service>.state.<resource>
+ * where each of project, service and resource is a subject token or "*"
+ * (service is ToolToken'd unless "*"); a runtime subscribes to it before
+ * its pre-session mandate_query (§10.4; Go: subjects.StateEventPattern).
+ */
+export function stateEventPattern(project: string, service: string, resource: string, version = DEFAULT_VERSION, wild = true): string {
+  checkToken("version", version);
+  const check = wild ? tokenOrWildcard : checkToken;
+  check("project_id", project);
+  check("resource_id", resource);
+  if (!service) throw invalid(`service "" is not a service name: use the tool service's name (atp) or "*"`);
+  const svcToken = wild && service === "*" ? "*" : toolToken(service);
+  return `cg.${version}.${project}.${STATE_CHANNEL}.evt.tool.${svcToken}.state.${resource}`;
+}
+
 /** registryGet and registryList: svc.registry.get / list (§11.4). */
 export function registry(s: Scope, op: "get" | "list"): string {
   return svc(s, "registry", op);

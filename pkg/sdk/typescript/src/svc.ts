@@ -65,6 +65,10 @@ export function requestError(subject: string, timeoutMs: number, err: unknown): 
   if ((err instanceof RequestError && err.isNoResponders()) || e?.name === "NoRespondersError") {
     return new UtpmeshError(ErrorCodes.unavailable, `${subject}: no responders: the service is down (is the mesh running?)`, { cause: err });
   }
+  if (e?.name === "PermissionViolationError" || (e as { cause?: Error })?.cause?.name === "PermissionViolationError") {
+    return new UtpmeshError(ErrorCodes.permissionDenied,
+      `${subject}: this identity may not publish it (${e.message}): an agent identity uses its own agent's subjects only; connect with the identity of that agent or the project's`, { cause: err });
+  }
   if (err instanceof TimeoutError || (err as { cause?: unknown })?.cause instanceof TimeoutError) {
     return new UtpmeshError(ErrorCodes.timeout,
       `${subject}: no reply within ${timeoutMs} ms (a permissions violation looks the same: may this identity publish it?)`, { cause: err });

@@ -1,4 +1,5 @@
 /** The wire types of docs/protocol.md, as TypeScript types. Unknown fields are kept as they came. */
+import { ErrorCodes, UtpmeshError } from "./errors.js";
 
 /** after_execution of a call (§4.4). */
 export type AfterExecution = "suspend" | "terminate";
@@ -209,4 +210,95 @@ export function effectiveAfterExecution(r: ToolResultContent): AfterExecution {
   const res = r.result as { __cg_control?: { after_execution?: unknown } } | null | undefined;
   const ov = res && typeof res === "object" && !Array.isArray(res) ? res.__cg_control?.after_execution : undefined;
   return isAfterExecution(ov) ? ov : r.after_execution;
+}
+
+/** The type of a {@link StateEvent}. */
+export const STATE_EVENT_TYPE = "state_transition";
+
+/**
+ * A state event (§10.4; Go: utp.StateEvent): one committed state
+ * transition of a tool service's resource (an ATP booking). A doorbell:
+ * the service's record (event_id) is the truth.
+ */
+export interface StateEvent {
+  /** "state_transition". */
+  type: string;
+  /** The tool service ("atp"). */
+  service: string;
+  project_id: string;
+  /** The resource that changed (ATP: the booking_object_id). */
+  resource_id: string;
+  /** The states the gate sees (authz context.booking_state), before and after. */
+  old_state: string;
+  new_state: string;
+  /** The service's record of the transition (ATP: the event log's entry id); the message's Nats-Msg-Id too. */
+  event_id: string;
+  /** Who made it: agent:<id>, operator:<name>, or the service's own actor (atp.timeout). */
+  actor: string;
+  /** When it was committed (RFC 3339). */
+  time: string;
+  /** The service's own data of the transition. */
+  detail?: unknown;
+}
+
+/**
+ * decodeStateEvent parses and checks a state event's payload; it throws
+ * naming what is missing (Go: utp.DecodeStateEvent).
+ */
+export function decodeStateEvent(text: string): StateEvent {
+  let e: StateEvent;
+  try {
+    e = JSON.parse(text) as StateEvent;
+  } catch (err) {
+    throw new UtpmeshError(ErrorCodes.badReply, `state event: not JSON: ${(err as Error).message}`);
+  }
+  if (!e || typeof e !== "object" || e.type !== STATE_EVENT_TYPE || !e.service || !e.resource_id || !e.new_state) {
+    throw new UtpmeshError(ErrorCodes.badReply, `state event needs type "${STATE_EVENT_TYPE}", service, resource_id and new_state: ${text.slice(0, 200)}`);
+  }
+  return e;
+}
+
+/** One tool of a residual set (§10.3; Go: authz.PermittedTool). */
+export interface PermittedTool {
+  tool_name: string;
+  /** The Cedar action, e.g. ATPAction::"update_pre_arrangement". */
+  action: string;
+  /** True: permitted only when conditions hold, or only for hem_ids. */
+  conditional: boolean;
+  /** Permitted only with these hem_id values. */
+  hem_ids?: string[];
+  /** Residual Cedar policies that still decide ("<policy id>: <Cedar text>"). */
+  conditions?: string[];
+}
+
+/** The result of mandate_query, the residual set (§10.3; Go: authz.Residual). */
+export interface Residual {
+  template_version: string;
+  project_id: string;
+  agent_id: string;
+  mandate_jti?: string;
+  expires_at?: string;
+  /** The mandate's bound resource (null: none). */
+  booking_object_id: string | null;
+  /** The state the query was told (null: unknown). */
+  booking_state: string | null;
+  permitted: PermittedTool[] | null;
+  not_permitted: string[] | null;
+  hem_ids: string[] | null;
+  /** The Windley context block for a system prompt. */
+  context_block: string;
+}
+
+/**
+ * residualAllows reports whether the residual set permits tool (for a tool
+ * permitted only for listed hem_ids: with hemId); a conditional tool is
+ * not permitted (Go: authz.Residual.Allows).
+ */
+export function residualAllows(r: Residual | undefined, tool: string, hemId = ""): boolean {
+  for (const p of r?.permitted ?? []) {
+    if (p.tool_name !== tool) continue;
+    if (p.hem_ids && p.hem_ids.length > 0) return p.hem_ids.includes(hemId);
+    return !p.conditional;
+  }
+  return false;
 }

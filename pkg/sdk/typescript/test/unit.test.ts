@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { generateKeyPairSync, sign } from "node:crypto";
 import { describe, it } from "node:test";
 
-import { headers } from "@nats-io/transport-node";
+import { errors as natsErrors, headers } from "@nats-io/transport-node";
 
 import { checkCard, decodeAdmission, matchAdmission, publicKeyFromRaw, sha256Hex, verifySignature } from "../src/admission.js";
 import { parseCommand } from "../src/command.js";
@@ -13,7 +13,12 @@ import { rawValueAt } from "../src/rawjson.js";
 import { applyArgs, checkArgs, compileSchema } from "../src/schema.js";
 import * as subj from "../src/subjects.js";
 import type { Admission, Command } from "../src/types.js";
-import { effectiveAfterExecution } from "../src/types.js";
+import { decodeStateEvent, effectiveAfterExecution, residualAllows } from "../src/types.js";
+import { AgentClient } from "../src/agent.js";
+import { UtpmeshError } from "../src/errors.js";
+import { requestError } from "../src/svc.js";
+import { WindleyLoop, resultCallId } from "../src/windley.js";
+import type { WindleyLoopConfig } from "../src/windley.js";
 import { serve } from "../src/worker.js";
 import type { NatsConnection } from "@nats-io/transport-node";
 
@@ -194,4 +199,91 @@ describe("serve", () => {
   for (const [name, o, re] of cases) {
     it(`refuses ${name}, naming it`, () => assert.rejects(serve(o), (e: Error & { code?: string }) => e.code === "invalid" && re.test(e.message)));
   }
+});
+
+describe("state events and the residual set", () => {
+  it("builds state-event subjects as the Go SDK does (subjects.StateEvent, StateEventPattern)", () => {
+    const id = "0194f0c2-7d3e-7b1a-9e2f-3a4b5c6d7e8f";
+    assert.equal(subj.stateEvent("demo", "atp", id), `cg.v1r3.demo.state.evt.tool.atp.state.${id}`);
+    assert.equal(subj.stateEventPattern("demo", "*", "*"), "cg.v1r3.demo.state.evt.tool.*.state.*");
+    assert.equal(subj.stateEventPattern("demo", "artifact.put", id), `cg.v1r3.demo.state.evt.tool.artifact_put_25d0e43c.state.${id}`);
+    const bad: [string, string, RegExp][] = [["de.mo", "b", /project_id "de.mo"/], ["demo", "a.b", /resource_id "a.b"/], ["demo", "", /resource_id ""/]];
+    for (const [project, resource, re] of bad) {
+      assert.throws(() => subj.stateEvent(project, "atp", resource), re);
+      assert.throws(() => subj.stateEventPattern(project, "atp", resource), re);
+    }
+    assert.throws(() => subj.stateEvent("demo", "atp", "*"), /resource_id "\*"/, "a subject names one resource");
+  });
+  it("decodes a state event and refuses what is not one, naming what it needs", () => {
+    const ev = decodeStateEvent(JSON.stringify({ type: "state_transition", service: "atp", project_id: "demo", resource_id: "b1",
+      old_state: "PRE_JOURNEY", new_state: "JOURNEY", event_id: "b1/9", actor: "agent:ops", time: "2026-11-27T00:00:00Z", detail: { reason: "r" } }));
+    assert.equal(ev.new_state, "JOURNEY");
+    assert.deepEqual(ev.detail, { reason: "r" });
+    assert.throws(() => decodeStateEvent("{"), (e: UtpmeshError) => e.code === "bad_reply" && /not JSON/.test(e.message));
+    assert.throws(() => decodeStateEvent(JSON.stringify({ type: "state_transition", service: "atp", resource_id: "b1" })),
+      (e: UtpmeshError) => e.code === "bad_reply" && /needs type "state_transition", service, resource_id and new_state/.test(e.message));
+  });
+  it("reads the residual set as Go's authz.Residual.Allows does", () => {
+    const r = {
+      template_version: "atp/1.0", project_id: "demo", agent_id: "a", booking_object_id: null, booking_state: "JOURNEY", hem_ids: ["HEM-MANDATE-01"],
+      not_permitted: ["atp_update_pre_arrangement"], context_block: "",
+      permitted: [
+        { tool_name: "atp_get_booking_status", action: 'ATPAction::"get_booking_status"', conditional: false },
+        { tool_name: "atp_invoke_hem", action: 'ATPAction::"invoke_hem"', conditional: true, hem_ids: ["HEM-MANDATE-01"] },
+        { tool_name: "echo", action: 'Action::"echo"', conditional: true, conditions: ['p0: permit(...) when { context.x };'] },
+      ],
+    };
+    const cases: [string, string, boolean][] = [
+      ["atp_get_booking_status", "", true],
+      ["atp_invoke_hem", "HEM-MANDATE-01", true],
+      ["atp_invoke_hem", "HEM-OTHER", false],
+      ["atp_invoke_hem", "", false],
+      ["echo", "", false],
+      ["atp_update_pre_arrangement", "", false],
+    ];
+    for (const [tool, hem, want] of cases) assert.equal(residualAllows(r, tool, hem), want, `${tool} ${hem}`);
+    assert.equal(residualAllows(undefined, "echo"), false);
+  });
+  const residual = (state: string) => ({
+    template_version: "utpmesh/1.0", project_id: "demo", agent_id: "a", booking_object_id: null, booking_state: state, hem_ids: [],
+    not_permitted: [], context_block: "- echo", permitted: [{ tool_name: "echo", action: 'Action::"echo"', conditional: false }],
+  });
+  it("refuses a loop without an agent or turn, a call before any query, and a call after a failed query", async () => {
+    assert.throws(() => new WindleyLoop({} as WindleyLoopConfig), /agent is required/);
+    const agent = AgentClient.create({ nc: {} as NatsConnection, project: "demo", agentId: "a" });
+    assert.throws(() => new WindleyLoop({ agent, agentTurnId: "" }), /agentTurnId is required/);
+    const loop = new WindleyLoop({ agent, agentTurnId: "t" });
+    // No residual yet: nothing is permitted, and nothing touches the connection.
+    await assert.rejects(loop.call({ toolName: "echo", agentTurnId: "t" }),
+      (e: UtpmeshError) => e.code === "not_permitted" && /echo is not permitted .*booking state unknown.*nothing was dispatched/.test(e.message));
+    await assert.rejects(loop.newMandate(" "), /needs the new mandate's token/);
+    // A query that fails leaves no residual: nothing is permitted until one succeeds.
+    let answer: () => Promise<unknown> = async () => ({ result: { status: "success", after_execution: "suspend", result: residual("JOURNEY") } });
+    const fake = { call: () => answer() } as unknown as AgentClient;
+    const l2 = new WindleyLoop({ agent: fake, agentTurnId: "t" });
+    await l2.start("PRE_JOURNEY");
+    assert.ok(l2.permits("echo"));
+    answer = async () => ({ result: { status: "failed", after_execution: "suspend", error: { code: "upstream_unavailable", message: "policy store down" } } });
+    await assert.rejects(l2.bookingState("JOURNEY"), (e: UtpmeshError) => e.code === "upstream_unavailable" && /mandate_query: failed: policy store down/.test(e.message));
+    assert.equal(l2.residual, undefined);
+    await assert.rejects(l2.call({ toolName: "echo", agentTurnId: "t" }),
+      (e: UtpmeshError) => e.code === "not_permitted" && /no residual set, the last mandate_query \(booking state JOURNEY\) failed: .*policy store down/.test(e.message));
+    // The same state again re-queries (the failed one is not queried).
+    answer = async () => ({ result: { status: "success", after_execution: "suspend", result: residual("JOURNEY") } });
+    assert.equal((await l2.bookingState("JOURNEY")).requeried, true);
+    assert.equal(l2.queries, 3);
+    assert.ok(l2.permits("echo"));
+    assert.equal(resultCallId("call-1"), "call-1.hem-result");
+  });
+});
+
+describe("request errors", () => {
+  it("tells a NATS permission refusal (permission_denied) from a timeout and no responders", () => {
+    const pv = new natsErrors.PermissionViolationError("Permissions Violation for Publish to \"x\"", "publish", "x");
+    const e = requestError("cg.v1r3.demo.default.svc.inbox.list.bob", 10, pv);
+    assert.equal(e.code, "permission_denied");
+    assert.match(e.message, /svc\.inbox\.list\.bob: this identity may not publish it/);
+    assert.equal(requestError("s", 10, new natsErrors.TimeoutError()).code, "timeout");
+    assert.equal(requestError("s", 10, new natsErrors.NoRespondersError("s")).code, "unavailable");
+  });
 });
