@@ -24,6 +24,13 @@ const (
 	OpDeleteTurn = "delete_turn"
 )
 
+// Ops says which requests a client resends while unanswered (svc.Ops):
+// the reads. Acks, epochs, reports and deletes are sent once.
+var Ops = svc.Ops{
+	OpList: svc.Read, OpGet: svc.Read,
+	OpAck: svc.Once, OpSetEpoch: svc.Once, OpReport: svc.Once, OpDeleteTurn: svc.Once,
+}
+
 // Wire codes of the inbox's own errors (the others are svc's common codes).
 const (
 	// CodeClosed is the wire code of ErrClosed.

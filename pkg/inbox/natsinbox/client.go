@@ -26,6 +26,7 @@ func NewClient(nc *nats.Conn, opts ...svc.ClientOption) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsinbox: %w", err)
 	}
+	ep.Ops = inbox.Ops
 	return &Client{ep: ep}, nil
 }
 
