@@ -25,10 +25,12 @@ const (
 )
 
 // Ops says which requests a client resends while unanswered (svc.Ops):
-// the reads. Acks, epochs, reports and deletes are sent once.
+// the reads, and set_epoch (it only raises the epoch, and a copy answers
+// the same). An ack is sent once (a copy would count none acked), so are
+// reports and deletes.
 var Ops = svc.Ops{
-	OpList: svc.Read, OpGet: svc.Read,
-	OpAck: svc.Once, OpSetEpoch: svc.Once, OpReport: svc.Once, OpDeleteTurn: svc.Once,
+	OpList: svc.Read, OpGet: svc.Read, OpSetEpoch: svc.Deduped,
+	OpAck: svc.Once, OpReport: svc.Once, OpDeleteTurn: svc.Once,
 }
 
 // Wire codes of the inbox's own errors (the others are svc's common codes).
