@@ -31,7 +31,6 @@ const (
 	errCodeBatchIncomplete      = 10176
 	errCodeBatchTooLarge        = 10199
 	errCodeBatchTooManyInflight = 10210
-	errCodeUnavailable          = 10008 // JetStream temporarily unavailable (no leader yet)
 	errCodeExpectNotReady       = 10163 // expected last sequence per subject temporarily unavailable (a new leader)
 )
 
@@ -170,7 +169,7 @@ func (s *Store) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
 			return 0, fmt.Errorf("%w: a record is larger than the stream's or server's max message size (%s); raise max_payload", cardstore.ErrTooLarge, apiErr.Description)
 		case errCodeAtomicDisabled:
 			return 0, fmt.Errorf("%w: stream %s refuses atomic batches: %w", ErrUnsupported, s.cfg.Stream, err)
-		case errCodeBatchTooManyInflight, errCodeBatchIncomplete, errCodeUnavailable, errCodeExpectNotReady:
+		case errCodeBatchTooManyInflight, errCodeBatchIncomplete, errCodeExpectNotReady:
 			if attempt >= maxTransient {
 				return 0, fmt.Errorf("jsstore: write to stream %s still refused after %d attempts: %w", s.cfg.Stream, attempt+1, err)
 			}

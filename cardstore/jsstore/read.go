@@ -225,27 +225,20 @@ func (s *Store) leaderGet(ctx context.Context, req map[string]any) (*msg, error)
 	if err != nil {
 		return nil, fmt.Errorf("jsstore: encode message get: %w", err)
 	}
+	reply, err := s.request(ctx, apiMsgGet+s.cfg.Stream, body)
+	if err != nil {
+		return nil, s.requestErr(err)
+	}
 	var resp struct {
 		Message *storedMsg `json:"message"`
 		Error   *apiError  `json:"error"`
 	}
-	for attempt := 0; ; attempt++ {
-		reply, err := s.request(ctx, apiMsgGet+s.cfg.Stream, body)
-		if err != nil {
-			return nil, s.requestErr(err)
-		}
-		resp.Message, resp.Error = nil, nil
-		if err := json.Unmarshal(reply.Data, &resp); err != nil {
-			return nil, fmt.Errorf("jsstore: message get from stream %s: malformed reply: %w", s.cfg.Stream, err)
-		}
-		if resp.Error == nil || resp.Error.ErrCode != errCodeUnavailable {
-			break
-		}
-		// No leader yet (a new one is being elected): ask again.
-		if err := backoff(ctx, attempt); err != nil {
-			return nil, fmt.Errorf("jsstore: message get from stream %s: %s (code %d, err_code %d): %w", s.cfg.Stream, resp.Error.Description, resp.Error.Code, resp.Error.ErrCode, err)
-		}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return nil, fmt.Errorf("jsstore: message get from stream %s: malformed reply: %w", s.cfg.Stream, err)
 	}
+	// "JetStream system temporarily unavailable" (no meta leader: no
+	// quorum) is returned at once, so that a call fails at once without
+	// quorum (docs/operations.md, TestNoQuorumMesh).
 	switch {
 	case resp.Error != nil && resp.Error.ErrCode == errCodeNoMessage:
 		return nil, nil
