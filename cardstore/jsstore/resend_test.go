@@ -315,3 +315,14 @@ func streamLeader(t *testing.T, servers []*server.Server, stream string) int {
 		}
 	}
 }
+
+// TestAttemptTimeoutConfig: a negative Config.AttemptTimeout is refused,
+// naming the field and what to set instead.
+func TestAttemptTimeoutConfig(t *testing.T) {
+	ns := startServer(t, "")
+	nc := connect(t, ns)
+	_, err := jsstore.Open(t.Context(), nc, jsstore.Config{Stream: newStream(), AttemptTimeout: -time.Second})
+	if !errors.Is(err, cardstore.ErrInvalid) || !strings.Contains(err.Error(), "Config.AttemptTimeout") || !strings.Contains(err.Error(), "0 for the default") {
+		t.Fatalf("Open with a negative AttemptTimeout: %v; want ErrInvalid naming Config.AttemptTimeout and the default", err)
+	}
+}
