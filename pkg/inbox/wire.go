@@ -25,12 +25,13 @@ const (
 )
 
 // Ops says which requests a client resends while unanswered (svc.Ops):
-// the reads, and set_epoch (it only raises the epoch, and a copy answers
-// the same). An ack is sent once (a copy would count none acked), so are
-// reports and deletes.
+// the reads; set_epoch (it only raises the epoch, and a copy answers the
+// same); ack (re-acking is a no-op; a copy answered first counts none of
+// the entries the first copy acked, so its count is then a lower bound).
+// Reports and deletes are sent once.
 var Ops = svc.Ops{
-	OpList: svc.Read, OpGet: svc.Read, OpSetEpoch: svc.Deduped,
-	OpAck: svc.Once, OpReport: svc.Once, OpDeleteTurn: svc.Once,
+	OpList: svc.Read, OpGet: svc.Read, OpSetEpoch: svc.Deduped, OpAck: svc.Deduped,
+	OpReport: svc.Once, OpDeleteTurn: svc.Once,
 }
 
 // Wire codes of the inbox's own errors (the others are svc's common codes).
