@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/deadline"
 	"github.com/utpmesh/utpmesh/pkg/card"
 )
 
@@ -30,6 +31,7 @@ const (
 	errCodeBatchIncomplete      = 10176
 	errCodeBatchTooLarge        = 10199
 	errCodeBatchTooManyInflight = 10210
+	errCodeExpectNotReady       = 10163 // expected last sequence per subject temporarily unavailable (a new leader)
 )
 
 // Headers of the writes.
@@ -60,17 +62,19 @@ func rollup(m *nats.Msg) *nats.Msg {
 }
 
 // noRespondersWindow bounds how long a request that no server answered
-// is asked again: a stream just created through another server, or one
-// electing a leader, answers a moment later, but on a loaded machine
-// (CI's two cores under -race) that moment has exceeded half a second.
-// Nothing was stored by a request nobody took, so repeating it is safe.
+// is asked again, unless Config.RequestTimeout is longer: a stream just
+// created through another server, or one electing a leader (4–9 s,
+// nats-server's RAFT election timeout), answers a moment later, but on a
+// loaded machine (CI's two cores under -race) that moment has exceeded
+// half a second. Nothing was stored by a request nobody took, so
+// repeating it is safe.
 const noRespondersWindow = 10 * time.Second
 
 // askAgain waits before the next attempt of a request that no server
 // answered, and reports false once the window since first is over (the
 // caller then returns the error). It returns ctx's error if ctx ends.
-func askAgain(ctx context.Context, first time.Time, attempt int) (bool, error) {
-	if time.Since(first) >= noRespondersWindow {
+func (s *Store) askAgain(ctx context.Context, first time.Time, attempt int) (bool, error) {
+	if time.Since(first) >= max(noRespondersWindow, s.cfg.RequestTimeout) {
 		return false, nil
 	}
 	if err := backoff(ctx, attempt); err != nil {
@@ -86,19 +90,56 @@ const maxTransient = 50
 // publish stores msgs, all of them or none: one message is a plain
 // publish, several are one atomic batch (ADR-50). It returns the sequence
 // of the last message. A failed expectation is errCAS.
+//
+// Each attempt waits Config.AttemptTimeout for its acknowledgement; one
+// left unanswered (the stream leader died with it in flight, or its
+// acknowledgement was lost) is sent again, within ctx (bounded by
+// Config.RequestTimeout when it has no deadline). That is safe because
+// every write of the store is guarded by a compare-and-set (a batch holds
+// at least one card expected absent): a copy of a write that was stored
+// fails its expectation and stores nothing, and nats-server's new leader
+// has applied every entry of the lost leader's term before it takes a
+// write (it signals leadership only then), so at most one copy is ever
+// applied. The write's outcome then is read back (resend.go): a batch's
+// caller plans again and finds its cards (commitGroup), a single record
+// is compared with what is stored (storedCopy).
 func (s *Store) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
+	ctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	if len(msgs) > 1 {
+		select {
+		case s.batches <- struct{}{}:
+			defer func() { <-s.batches }()
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 	first := time.Now()
+	unanswered := 0 // attempts sent and never answered: maybe stored
 	for attempt := 0; ; attempt++ {
-		seq, err := s.publishOnce(ctx, msgs)
+		actx, acancel := deadline.Within(ctx, s.cfg.AttemptTimeout)
+		seq, err := s.publishOnce(actx, msgs)
+		lost := err != nil && errors.Is(actx.Err(), context.DeadlineExceeded)
+		acancel()
+		if lost {
+			unanswered++
+			if ctx.Err() == nil {
+				continue // resend at once: the attempt has waited already
+			}
+			return s.unknownOutcome(ctx, msgs, unanswered, err)
+		}
 		if noResponders(err) {
 			// Nothing stored: the stream's subjects are not known to this
 			// server yet (a stream just created through another node, or a
 			// leader being elected). Ask again shortly.
-			again, werr := askAgain(ctx, first, attempt)
+			again, werr := s.askAgain(ctx, first, attempt)
 			if werr != nil {
+				if unanswered > 0 {
+					return s.unknownOutcome(ctx, msgs, unanswered, werr)
+				}
 				return 0, werr
 			}
 			if again {
@@ -107,10 +148,19 @@ func (s *Store) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
 		}
 		var apiErr *jetstream.APIError
 		if err == nil || !errors.As(err, &apiErr) {
+			if err != nil && unanswered > 0 {
+				return s.unknownOutcome(ctx, msgs, unanswered, err)
+			}
 			return seq, err
 		}
 		switch apiErr.ErrorCode {
 		case errCodeWrongLastSeq, errCodeWrongLastSeqConstant:
+			if unanswered > 0 && len(msgs) == 1 {
+				// An earlier copy may be what changed the record.
+				if seq, ok, rerr := s.storedCopy(ctx, msgs[0]); rerr == nil && ok {
+					return seq, nil
+				}
+			}
 			return 0, fmt.Errorf("%w: %w", errCAS, err)
 		case errCodeBatchTooLarge:
 			return 0, fmt.Errorf("%w: this write needs %d messages in one atomic batch, more than the server allows (%s); write fewer cards at once, or raise jetstream { limits { max_batch_size } } on every nats-server",
@@ -119,11 +169,14 @@ func (s *Store) publish(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
 			return 0, fmt.Errorf("%w: a record is larger than the stream's or server's max message size (%s); raise max_payload", cardstore.ErrTooLarge, apiErr.Description)
 		case errCodeAtomicDisabled:
 			return 0, fmt.Errorf("%w: stream %s refuses atomic batches: %w", ErrUnsupported, s.cfg.Stream, err)
-		case errCodeBatchTooManyInflight, errCodeBatchIncomplete:
+		case errCodeBatchTooManyInflight, errCodeBatchIncomplete, errCodeExpectNotReady:
 			if attempt >= maxTransient {
 				return 0, fmt.Errorf("jsstore: write to stream %s still refused after %d attempts: %w", s.cfg.Stream, attempt+1, err)
 			}
 			if err := backoff(ctx, attempt); err != nil {
+				if unanswered > 0 {
+					return s.unknownOutcome(ctx, msgs, unanswered, err)
+				}
 				return 0, err
 			}
 		default:
@@ -144,22 +197,20 @@ func noResponders(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
-// publishOnce makes one attempt of publish.
+// publishOnce makes one attempt of publish, bounded by ctx. A batch
+// gets a batch id of its own: a copy of it resent is a new batch.
 func (s *Store) publishOnce(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
-	ctx, cancel := s.reqCtx(ctx)
-	defer cancel()
 	if len(msgs) == 1 {
+		if s.beforeCommit != nil {
+			if err := s.beforeCommit(ctx, msgs); err != nil {
+				return 0, err
+			}
+		}
 		ack, err := s.js.PublishMsg(ctx, msgs[0], jetstream.WithRetryAttempts(0))
 		if err != nil {
 			return 0, s.publishErr(err)
 		}
-		return ack.Sequence, nil
-	}
-	select {
-	case s.batches <- struct{}{}:
-		defer func() { <-s.batches }()
-	case <-ctx.Done():
-		return 0, ctx.Err()
+		return s.acked(ctx, msgs, ack.Sequence)
 	}
 	id := card.NewID() // at most 64 bytes
 	for i, m := range msgs {
@@ -174,11 +225,16 @@ func (s *Store) publishOnce(ctx context.Context, msgs []*nats.Msg) (uint64, erro
 		}
 		m.Header.Set(hdrBatchCommit, "1")
 	}
+	if s.beforeCommit != nil {
+		if err := s.beforeCommit(ctx, msgs); err != nil {
+			return 0, err
+		}
+	}
 	ack, err := s.js.PublishMsg(ctx, msgs[len(msgs)-1], jetstream.WithRetryAttempts(0))
 	if err != nil {
 		return 0, s.publishErr(err)
 	}
-	return ack.Sequence, nil
+	return s.acked(ctx, msgs, ack.Sequence)
 }
 
 // publishErr keeps API errors as they are (publish classifies them) and

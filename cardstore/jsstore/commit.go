@@ -194,6 +194,10 @@ func (s *Store) commitGroup(group []*putReq) {
 			return
 		}
 		switch {
+		case errors.Is(err, errUnknownOutcome):
+			// Read back what the unanswered batch did (resend.go).
+			s.settleUnknown(live, p, err)
+			return
 		case errors.Is(err, errCAS):
 			if err := backoff(ctx, attempt); err != nil {
 				for _, r := range live {

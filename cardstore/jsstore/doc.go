@@ -136,6 +136,26 @@
 // token 0 (the next claim starts at 1, as boltstore's delete does); a
 // result's tombstone keeps the token.
 //
+// # Resending
+//
+// Every JetStream request goes in attempts of Config.AttemptTimeout
+// (default 2 s) within its whole bound (the caller's deadline, or
+// Config.RequestTimeout): one left unanswered — the stream leader died
+// with it in flight, or its acknowledgement was lost — is sent again, and
+// reaches the new leader once one is elected. Reads are resent as they
+// are. Writes may be because each is a compare-and-set (a Put's batch
+// holds at least one card expected absent) and nats-server's new leader
+// applies the lost leader's log before it takes a write: a copy of a
+// write that was stored fails its expectation and stores nothing. What
+// the write did is then read back: a Put plans again and finds its cards
+// (an identical Put is a no-op that succeeds), a single record is
+// compared with the stored one, and a write still unanswered at its
+// deadline is read back once more; only when that does not find it does
+// it fail, with ErrUnavailable and "may or may not be stored". So a
+// write is stored at most once, and reported failed only when it was not
+// seen stored (TestResendLostAck, TestResendUnknownUntilDeadline,
+// TestResendLeaderLoss).
+//
 // # Tool-scoped writes
 //
 // Store implements natsstore's ToolStore (ClaimTool, ReleaseTool,

@@ -47,3 +47,17 @@ func PutRawClaim(ctx context.Context, s *Store, project, key string, data []byte
 	_, err := s.publish(ctx, []*nats.Msg{rollup(record(s.lay.claim(project, key), data))})
 	return err
 }
+
+// SetBeforeCommit makes fn run in every attempt of a write just before
+// the message that commits it is sent (a batch's last message, or the
+// single record), with the attempt's context; msgs are the write's
+// messages. An error from fn ends the attempt without sending it (an
+// error of ctx: as if it had gone unanswered).
+func SetBeforeCommit(s *Store, fn func(ctx context.Context, msgs []*nats.Msg) error) {
+	s.beforeCommit = fn
+}
+
+// SetDropAck makes every attempt of a write for which fn returns true
+// behave as if its acknowledgement had been lost: the write was stored,
+// and the attempt waits out its bound unanswered.
+func SetDropAck(s *Store, fn func(msgs []*nats.Msg) bool) { s.dropAck = fn }

@@ -141,10 +141,16 @@ func (s *Store) direct(ctx context.Context, req directReq) (out []*msg, pending 
 	}
 	first := time.Now()
 	for attempt := 0; ; attempt++ {
-		out, pending, err := s.batchGet(ctx, body)
+		actx, cancel := deadline.Within(ctx, s.cfg.AttemptTimeout)
+		out, pending, err := s.batchGet(actx, body)
+		lost := err != nil && errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+		cancel()
+		if lost {
+			continue // unanswered: a read, sent again (resend.go)
+		}
 		if errors.Is(err, nats.ErrNoResponders) {
 			// No stream answered (yet): see request.
-			again, werr := askAgain(ctx, first, attempt)
+			again, werr := s.askAgain(ctx, first, attempt)
 			if werr != nil {
 				return nil, 0, werr
 			}
@@ -230,6 +236,9 @@ func (s *Store) leaderGet(ctx context.Context, req map[string]any) (*msg, error)
 	if err := json.Unmarshal(reply.Data, &resp); err != nil {
 		return nil, fmt.Errorf("jsstore: message get from stream %s: malformed reply: %w", s.cfg.Stream, err)
 	}
+	// "JetStream system temporarily unavailable" (no meta leader: no
+	// quorum) is returned at once, so that a call fails at once without
+	// quorum (docs/operations.md, TestNoQuorumMesh).
 	switch {
 	case resp.Error != nil && resp.Error.ErrCode == errCodeNoMessage:
 		return nil, nil
@@ -243,15 +252,23 @@ func (s *Store) leaderGet(ctx context.Context, req map[string]any) (*msg, error)
 
 // request sends a JetStream API or direct-get request and returns the
 // reply. No responders is retried briefly: a stream just created through
-// another server, or electing a leader, answers a moment later.
+// another server, or electing a leader, answers a moment later. An
+// attempt unanswered within Config.AttemptTimeout is sent again (a read:
+// see resend.go).
 func (s *Store) request(ctx context.Context, subj string, body []byte) (*nats.Msg, error) {
 	first := time.Now()
 	for attempt := 0; ; attempt++ {
-		reply, err := deadline.Request(ctx, s.nc, subj, body)
+		actx, cancel := deadline.Within(ctx, s.cfg.AttemptTimeout)
+		reply, err := deadline.Request(actx, s.nc, subj, body)
+		lost := err != nil && errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+		cancel()
+		if lost {
+			continue
+		}
 		if !errors.Is(err, nats.ErrNoResponders) {
 			return reply, err
 		}
-		again, werr := askAgain(ctx, first, attempt)
+		again, werr := s.askAgain(ctx, first, attempt)
 		if werr != nil {
 			return nil, werr
 		}

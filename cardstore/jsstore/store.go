@@ -32,6 +32,12 @@ const (
 	// DefaultRequestTimeout bounds one JetStream request when the caller's
 	// context has no deadline.
 	DefaultRequestTimeout = 10 * time.Second
+	// DefaultAttemptTimeout bounds one attempt of a JetStream request: far
+	// above a request's time on a loaded cluster (milliseconds; a batch
+	// commit tens of them), and short enough that a request the stream
+	// leader took with it when it died is sent again soon, to reach the
+	// new leader as soon as one is elected (resend.go).
+	DefaultAttemptTimeout = 2 * time.Second
 	// DefaultMaxInflightBatches bounds the atomic batches one Store has
 	// open at once; nats-server allows 50 per stream by default.
 	DefaultMaxInflightBatches = 16
@@ -73,6 +79,11 @@ type Config struct {
 	// RequestTimeout bounds each JetStream request made without a context
 	// deadline (default DefaultRequestTimeout).
 	RequestTimeout time.Duration
+	// AttemptTimeout bounds one attempt of a request (default
+	// DefaultAttemptTimeout): an attempt unanswered within it is sent
+	// again, within the request's whole bound (the caller's deadline, or
+	// RequestTimeout). See resend.go for why a write may be resent.
+	AttemptTimeout time.Duration
 	// MaxInflightBatches bounds the atomic batches this Store has open at
 	// once (default DefaultMaxInflightBatches); more concurrent writers
 	// wait for a slot.
@@ -99,6 +110,15 @@ type Store struct {
 	// batch and its publication: the place where a concurrent writer
 	// makes a compare-and-set fail.
 	beforeWrite func()
+	// beforeCommit, when set (tests only), runs in every attempt of a
+	// write just before the message that commits it (a batch's last, or
+	// the single record) is sent, with the attempt's context: where a
+	// test kills the stream leader. An error ends the attempt unsent.
+	beforeCommit func(ctx context.Context, msgs []*nats.Msg) error
+	// dropAck, when set (tests only), makes an attempt whose
+	// acknowledgement arrived behave as if it had been lost when it
+	// returns true (acked).
+	dropAck func(msgs []*nats.Msg) bool
 
 	// mu guards closed; every method holds it for reading while it runs,
 	// so Close waits for them.
@@ -144,6 +164,12 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	case cfg.RequestTimeout < 0:
 		return nil, cardstore.Invalid("jsstore.Open: Config.RequestTimeout %v is negative", cfg.RequestTimeout)
+	}
+	switch {
+	case cfg.AttemptTimeout == 0:
+		cfg.AttemptTimeout = DefaultAttemptTimeout
+	case cfg.AttemptTimeout < 0:
+		return nil, cardstore.Invalid("jsstore.Open: Config.AttemptTimeout %v is negative; use a positive duration, or 0 for the default %v", cfg.AttemptTimeout, DefaultAttemptTimeout)
 	}
 	switch {
 	case cfg.MaxInflightBatches == 0:

@@ -60,6 +60,7 @@ func NewClient(nc *nats.Conn, opts ...svc.ClientOption) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsstore: %w", err)
 	}
+	ep.Ops = Ops
 	return &Client{ep: ep, claims: map[claimID]heldClaim{}}, nil
 }
 

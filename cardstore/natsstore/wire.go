@@ -50,6 +50,19 @@ const (
 	OpDeleteTurn = "delete_turn"
 )
 
+// Ops says which requests a client resends while unanswered (svc.Ops):
+// reads, and the writes of cards, whose identical repeat stores nothing
+// and succeeds (cardstore.Store's Put). A claim is sent once (a copy
+// would renew it and lose its taken_over), so are releases, boxes (a
+// copy would append twice) and deletes.
+var Ops = svc.Ops{
+	OpPut: svc.Deduped, OpPutResult: svc.Deduped,
+	OpGet: svc.Read, OpGetMany: svc.Read, OpListTurn: svc.Read, OpFindResult: svc.Read,
+	OpBoxGet: svc.Read, OpListTurns: svc.Read, OpGetClaim: svc.Read,
+	OpBoxCreate: svc.Once, OpBoxAppend: svc.Once, OpClaim: svc.Once, OpRelease: svc.Once,
+	OpClaimKey: svc.Once, OpReleaseKey: svc.Once, OpStartCall: svc.Once, OpDeleteTurn: svc.Once,
+}
+
 // Wire error codes of the CardStore service (besides svc's common ones).
 const (
 	CodeNotFound     = svc.CodeNotFound

@@ -34,6 +34,16 @@ const (
 // code forbidden), audited. Same bodies as the plain operations.
 var AgentOps = []string{OpList, OpGet, OpAck, OpSetEpoch}
 
+// Ops says which requests a client resends while unanswered (svc.Ops):
+// the reads; set_epoch (it only raises the epoch, and a copy answers the
+// same); ack (re-acking is a no-op; a copy answered first counts none of
+// the entries the first copy acked, so its count is then a lower bound).
+// Reports and deletes are sent once.
+var Ops = svc.Ops{
+	OpList: svc.Read, OpGet: svc.Read, OpSetEpoch: svc.Deduped, OpAck: svc.Deduped,
+	OpReport: svc.Once, OpDeleteTurn: svc.Once,
+}
+
 // Wire codes of the inbox's own errors (the others are svc's common codes).
 const (
 	// CodeClosed is the wire code of ErrClosed.

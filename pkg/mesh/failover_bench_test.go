@@ -460,8 +460,15 @@ func (fc *failoverCluster) phase(b *testing.B, ac *agent.Client, victim int) pha
 			if os.Getenv("UTPMESH_BENCH_DETAIL") != "" {
 				fmt.Fprintf(os.Stderr, "%s leads: %v\n", fc.specs[victim].Name, fc.leads(fc.specs[victim].Name))
 			}
+			var elected func()
+			if os.Getenv("UTPMESH_BENCH_DETAIL") != "" {
+				elected = fc.watchElections(victim)
+			}
 			kill = time.Now()
 			fc.kill(victim)
+			if elected != nil {
+				go elected()
+			}
 		}
 		if !kill.IsZero() && now.Sub(kill) >= failoverWindow {
 			break
@@ -555,4 +562,50 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// watchElections lists, before node victim is killed, the streams it
+// leads and the consumers it leads, and returns a function to run after
+// the kill that prints, for each, how long after the kill it had a new
+// leader (diagnosis: a leader's loss costs the latest of these RAFT
+// elections, 4–9 s each in nats-server).
+func (fc *failoverCluster) watchElections(victim int) func() {
+	name := fc.specs[victim].Name
+	led := fc.leads(name)
+	return func() {
+		kill := time.Now()
+		nc, err := nats.Connect(fc.url((victim+1)%3), nats.MaxReconnects(-1))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "elections: %v\n", err)
+			return
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		out := make([]string, len(led))
+		var wg sync.WaitGroup
+		for i, asset := range led {
+			stream, consumer, isConsumer := strings.Cut(asset, "/")
+			out[i] = asset + " none"
+			wg.Go(func() {
+				for end := kill.Add(failoverWindow); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					var cl *jetstream.ClusterInfo
+					if isConsumer {
+						if c, err := js.Consumer(ctx, stream, consumer); err == nil {
+							cl = c.CachedInfo().Cluster
+						}
+					} else if st, err := js.Stream(ctx, stream); err == nil {
+						cl = st.CachedInfo().Cluster
+					}
+					cancel()
+					if cl != nil && cl.Leader != "" && cl.Leader != name {
+						out[i] = fmt.Sprintf("%s %.1fs", asset, time.Since(kill).Seconds())
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		fmt.Fprintf(os.Stderr, "%s's assets had a new leader after: %s\n", name, strings.Join(out, ", "))
+	}
 }

@@ -2,6 +2,7 @@ package svc
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,15 +32,23 @@ func Call(ctx context.Context, nc *nats.Conn, subject string, codes Codes, req, 
 }
 
 // CallMsg is Call for a request already encoded into m (with headers, say:
-// a traceparent).
+// a traceparent). Call and CallMsg send the request once; an Endpoint
+// resends the requests of the ops its service declares may be repeated
+// (Ops).
 func CallMsg(ctx context.Context, nc *nats.Conn, m *nats.Msg, codes Codes, resp any) error {
+	return callMsg(ctx, nc, m, codes, resp, 0)
+}
+
+// callMsg is CallMsg; with attempt > 0 the request is resent every
+// attempt until a reply to any copy arrives (requestAttempts).
+func callMsg(ctx context.Context, nc *nats.Conn, m *nats.Msg, codes Codes, resp any, attempt time.Duration) error {
 	subject, body := m.Subject, m.Data
 	if max := nc.MaxPayload(); max > 0 && int64(len(body)) > max {
 		return fmt.Errorf("%w: request of %d bytes exceeds the NATS max payload of %d bytes", ErrTooLarge, len(body), max)
 	}
 	ctx, cancel := deadline.Bound(ctx, DefaultTimeout)
 	defer cancel()
-	msg, err := deadline.RequestMsg(ctx, nc, m)
+	msg, err := requestAttempts(ctx, nc, m, attempt)
 	if err != nil {
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
@@ -99,9 +108,10 @@ func truncate(b []byte) string {
 }
 
 // Endpoint is where a service client sends its requests: the protocol
-// version and channel of the svc subjects, and the timeout of a request
-// whose context has no deadline. The NATS clients of the CardStore, the
-// registry and the inbox share it.
+// version and channel of the svc subjects, the timeout of a request
+// whose context has no deadline, and which ops' requests are resent every
+// Attempt while unanswered (Ops; see resend.go). The NATS clients of the
+// CardStore, the registry and the inbox share it.
 type Endpoint struct {
 	NC      *nats.Conn
 	Service string
@@ -109,12 +119,28 @@ type Endpoint struct {
 	Version string
 	Channel string
 	Timeout time.Duration
+	// Ops declares which of the service's ops may be resent (Read,
+	// Deduped); the others, and every op when Ops is nil, are sent once.
+	Ops Ops
+	// Attempt is how long a resendable request waits for a reply before
+	// a copy is sent (DefaultAttempt; WithAttempt).
+	Attempt time.Duration
 }
 
 // NewEndpoint returns an Endpoint for service with the defaults:
-// subjects.DefaultVersion, channel "default", DefaultTimeout.
+// subjects.DefaultVersion, channel "default", DefaultTimeout,
+// DefaultAttempt, no op resent.
 func NewEndpoint(nc *nats.Conn, service string, codes Codes) Endpoint {
-	return Endpoint{NC: nc, Service: service, Codes: codes, Version: subjects.DefaultVersion, Channel: "default", Timeout: DefaultTimeout}
+	return Endpoint{NC: nc, Service: service, Codes: codes, Version: subjects.DefaultVersion, Channel: "default", Timeout: DefaultTimeout, Attempt: DefaultAttempt}
+}
+
+// attempt is the resend interval of op's requests, 0 when op is sent
+// once.
+func (e Endpoint) attempt(op string) time.Duration {
+	if !e.Ops.resends(op) {
+		return 0
+	}
+	return cmp.Or(e.Attempt, DefaultAttempt)
 }
 
 // Call sends one request on cg.<ver>.<project>.<channel>.svc.<service>.<op>.
@@ -130,5 +156,16 @@ func (e Endpoint) Call(ctx context.Context, project, op string, req, resp any) e
 	}
 	ctx, cancel := deadline.Bound(ctx, e.Timeout)
 	defer cancel()
-	return Call(ctx, e.NC, subj.String(), e.Codes, req, resp)
+	return e.call(ctx, subj.String(), op, req, resp)
+}
+
+// call is Call for the request of op, resent when op may be (attempt).
+func (e Endpoint) call(ctx context.Context, subject, op string, req, resp any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("%w: encode request: %v", ErrBadRequest, err)
+	}
+	m := nats.NewMsg(subject)
+	m.Data = body
+	return callMsg(ctx, e.NC, m, e.Codes, resp, e.attempt(op))
 }

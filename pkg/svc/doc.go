@@ -56,8 +56,12 @@
 //
 // Endpoint is one service's client side: NewClientEndpoint applies the one
 // option set every service client shares (ClientOption: WithVersion,
-// WithChannel, WithTimeout); Endpoint.Call sends a plain operation,
-// Endpoint.Send any subject of the service (ToolSubject), signed or not.
+// WithChannel, WithTimeout, WithAttempt); Endpoint.Call sends a plain
+// operation, Endpoint.Send any subject of the service (ToolSubject),
+// signed or not. An Endpoint resends the request of an op its service
+// declares Read or Deduped (Ops, next to the service's op names) every
+// Attempt while no reply has come, and takes the first reply to any copy;
+// other ops, and Call and CallMsg, send once (resend.go).
 //
 // # Why not nats.go micro
 //

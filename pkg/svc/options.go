@@ -55,6 +55,18 @@ func WithTimeout(d time.Duration) ClientOption {
 	}
 }
 
+// WithAttempt sets how long a request of an op that may be resent (Ops)
+// waits for a reply before a copy is sent (default DefaultAttempt).
+func WithAttempt(d time.Duration) ClientOption {
+	return func(e *Endpoint) error {
+		if d <= 0 {
+			return fmt.Errorf("WithAttempt: %v is not a positive duration", d)
+		}
+		e.Attempt = d
+		return nil
+	}
+}
+
 // ErrNilConn is the error of a client built on a nil NATS connection.
 var ErrNilConn = errors.New("nil NATS connection")
 

@@ -66,8 +66,11 @@ func (e Endpoint) ToolSubject(project, op, tool string) (string, error) {
 
 // Send sends req on subject (a subject of this endpoint's service, say
 // ToolSubject's) and decodes the reply into resp, applying the endpoint's
-// timeout when ctx has no deadline. With sign, the body is signed with the
-// connection's nkey when it has one (internal/reqsign).
+// timeout when ctx has no deadline; the request is resent when the
+// subject's op may be (Ops). With sign, the body is signed with the
+// connection's nkey when it has one (internal/reqsign); a copy resent
+// carries the same signature, which the server accepts for
+// reqsign.MaxSkew.
 func (e Endpoint) Send(ctx context.Context, subject string, sign bool, req, resp any) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -85,5 +88,5 @@ func (e Endpoint) Send(ctx context.Context, subject string, sign bool, req, resp
 		}
 		req = json.RawMessage(body)
 	}
-	return Call(ctx, e.NC, subject, e.Codes, req, resp)
+	return e.call(ctx, subject, opOf(subject), req, resp)
 }

@@ -31,6 +31,7 @@ func NewClient(nc *nats.Conn, opts ...svc.ClientOption) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsinbox: %w", err)
 	}
+	ep.Ops = inbox.Ops
 	return &Client{ep: ep}, nil
 }
 
@@ -99,7 +100,9 @@ func (c *Client) Get(ctx context.Context, project, inboxID string) (*inbox.Entry
 
 // Ack marks entries of the project acked and returns how many were pending.
 // An id with no entry fails the whole call with an error matching
-// ErrNotFound that names it.
+// ErrNotFound that names it. A request unanswered for an attempt (2 s) is
+// sent again (inbox.Ops); when a copy's answer comes first, the entries
+// the first copy acked are not counted.
 func (c *Client) Ack(ctx context.Context, project string, inboxIDs ...string) (int, error) {
 	if len(inboxIDs) == 0 {
 		return 0, fmt.Errorf("%w: inbox_ids is empty", inbox.ErrInvalid)

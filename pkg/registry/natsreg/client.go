@@ -29,6 +29,7 @@ func NewClient(nc *nats.Conn, opts ...svc.ClientOption) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsreg: %w", err)
 	}
+	ep.Ops = Ops
 	return &Client{ep: ep}, nil
 }
 

@@ -19,6 +19,10 @@ const (
 	OpDelete = "delete"
 )
 
+// Ops says which requests a client resends while unanswered (svc.Ops):
+// the reads. A put (a new version) and a delete are sent once.
+var Ops = svc.Ops{OpGet: svc.Read, OpList: svc.Read, OpPut: svc.Once, OpDelete: svc.Once}
+
 // Wire error codes of the registry service (besides svc's common ones).
 // A definition that breaks a validation rule is svc.CodeBadRequest, or
 // CodeReserved when its tool_name is a built-in PMO name.
