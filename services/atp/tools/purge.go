@@ -15,8 +15,8 @@ func (s *Service) PurgeRecords(ctx context.Context) (toolkit.Purged, error) {
 	return s.store.PurgeRecords(ctx, time.Now(), toolkit.RecordMaxAge)
 }
 
-// purgeLoop purges every Deps.PurgeEvery until ctx ends or the service
-// closes.
-func (s *Service) purgeLoop(ctx context.Context) {
-	toolkit.PurgeLoop(ctx, s.done, s.deps.PurgeEvery, s.deps.Logger, "atp call records", s.PurgeRecords)
+// purgeLoop purges every every (Deps.PurgeEvery) until ctx ends or the
+// service closes.
+func (s *Service) purgeLoop(ctx context.Context, every time.Duration) {
+	toolkit.PurgeLoop(ctx, s.done, every, s.deps.Logger, "atp call records", s.PurgeRecords)
 }

@@ -101,10 +101,9 @@ func TestCallRecordsPurged(t *testing.T) {
 
 	// The service's own schedule.
 	age(t, s, "old-2", toolkit.RecordMaxAge+time.Hour)
-	s.deps.PurgeEvery = 10 * time.Millisecond
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go s.purgeLoop(lctx)
+	go s.purgeLoop(lctx, 10*time.Millisecond)
 	for deadline := time.Now().Add(time.Minute); hasRecord(t, s, "old-2"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the purge loop left a record older than RecordMaxAge for a minute")

@@ -109,7 +109,7 @@ func Open(deps atp.Deps) (*Service, error) {
 		ctx = context.Background()
 	}
 	go s.loop(ctx)
-	go s.purgeLoop(ctx)
+	go s.purgeLoop(ctx, deps.PurgeEvery)
 	return s, nil
 }
 

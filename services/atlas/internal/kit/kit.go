@@ -180,7 +180,7 @@ func New(group string, deps atlas.Deps) (*Service, error) {
 	} else {
 		ctx = context.Background()
 	}
-	go s.purgeLoop(ctx)
+	go s.purgeLoop(ctx, deps.PurgeEvery)
 	return s, nil
 }
 

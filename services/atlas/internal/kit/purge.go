@@ -46,8 +46,8 @@ func (s *Service) PurgeRecords(ctx context.Context) (toolkit.Purged, error) {
 	return p, nil
 }
 
-// purgeLoop purges every Deps.PurgeEvery until ctx ends or the service
-// closes.
-func (s *Service) purgeLoop(ctx context.Context) {
-	toolkit.PurgeLoop(ctx, s.done, s.deps.PurgeEvery, s.log, "atlas."+s.group+" call records", s.PurgeRecords)
+// purgeLoop purges every every (Deps.PurgeEvery) until ctx ends or the
+// service closes.
+func (s *Service) purgeLoop(ctx context.Context, every time.Duration) {
+	toolkit.PurgeLoop(ctx, s.done, every, s.log, "atlas."+s.group+" call records", s.PurgeRecords)
 }

@@ -138,10 +138,9 @@ func TestCallRecordsPurged(t *testing.T) {
 
 			// The service's own schedule.
 			age("call-recent")
-			s.deps.PurgeEvery = 10 * time.Millisecond
 			lctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			go s.purgeLoop(lctx)
+			go s.purgeLoop(lctx, 10*time.Millisecond)
 			for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 				if call, _ := stored("call-recent"); !call {
 					break
