@@ -152,3 +152,56 @@ func TestCallRecordsPurged(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPurge measures one purge of a project's call records on the
+// replicated state (R1): "keep" when none is old (the hourly cost of a
+// steady state), "delete" when all are. b.N purges; each reads every
+// record.
+func BenchmarkPurge(b *testing.B) {
+	const records = 2000
+	nc := meshtest.Conn(b, meshtest.NATS(b))
+	for _, tc := range []struct {
+		name string
+		age  time.Duration
+	}{{"keep", 0}, {"delete", toolkit.RecordMaxAge + time.Hour}} {
+		b.Run(fmt.Sprintf("%s/records=%d", tc.name, records), func(b *testing.B) {
+			ctx := context.Background()
+			cards, err := boltstore.Open(filepath.Join(b.TempDir(), "cards.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = cards.Close() }()
+			s, err := New("bench"+tc.name, atlas.Deps{NC: nc, Store: cards, State: atlas.StateJetStream, PurgeEvery: -1,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = s.Close() }()
+			fill := func() {
+				at := time.Now().Add(-tc.age)
+				for i := 0; i < records; i += 50 {
+					if err := s.st.Update(ctx, func(tx state.Tx) error {
+						for j := i; j < i+50; j++ {
+							if err := toolkit.PutCall(tx.Bucket("demo", bucketCalls), "turn", fmt.Sprint("call-", j),
+								toolkit.CallRecord{ToolName: "MAKE", ArgsHash: "h", Result: []byte(`{"id":"x"}`), At: at}); err != nil {
+								return err
+							}
+						}
+						return nil
+					}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			for b.Loop() {
+				b.StopTimer()
+				fill()
+				b.StartTimer()
+				p, err := s.PurgeRecords(ctx)
+				if err != nil || (tc.age > 0) != (p.Deleted == records) {
+					b.Fatalf("purge = %+v, %v", p, err)
+				}
+			}
+		})
+	}
+}
