@@ -32,7 +32,7 @@ var pendingRecords = toolkit.Aged{Bucket: bucketPending, Time: func(v []byte) (t
 // (_calls) and pending confirmations (_pending) stored more than
 // toolkit.RecordMaxAge ago by the real clock, and stamps call records an
 // earlier version wrote without a time (toolkit.Purge). A worker that may
-// not serve the group's local state (Refused) purges nothing. Receipts
+// not serve the group's local state purges nothing (Refused's error). Receipts
 // are cards in their call's turn: turn retention (pkg/retention) removes
 // them.
 func (s *Service) PurgeRecords(ctx context.Context) (toolkit.Purged, error) {
@@ -47,7 +47,13 @@ func (s *Service) PurgeRecords(ctx context.Context) (toolkit.Purged, error) {
 }
 
 // purgeLoop purges every every (Deps.PurgeEvery) until ctx ends or the
-// service closes.
+// service closes; while the service is refused its state (Refused) it
+// skips the runs: the holder purges.
 func (s *Service) purgeLoop(ctx context.Context, every time.Duration) {
-	toolkit.PurgeLoop(ctx, s.done, every, s.log, "atlas."+s.group+" call records", s.PurgeRecords)
+	toolkit.PurgeLoop(ctx, s.done, every, s.log, "atlas."+s.group+" call records", func(ctx context.Context) (toolkit.Purged, error) {
+		if s.Refused() != nil {
+			return toolkit.Purged{}, nil
+		}
+		return s.PurgeRecords(ctx)
+	})
 }
