@@ -13,6 +13,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/atlas/internal/determ"
 	"github.com/utpmesh/utpmesh/services/state"
@@ -55,9 +56,15 @@ func TestCallRecordsPurged(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			calls := map[string]*worker.Call{} // a retry is the same call: the same tool.call card
 			do := func(tool int, id string) string {
 				t.Helper()
-				r, err := tools[tool].Handler(ctx, testCall(t, cards, "turn-1", id))
+				c := calls[id]
+				if c == nil {
+					c = testCall(t, cards, "turn-1", id)
+					calls[id] = c
+				}
+				r, err := tools[tool].Handler(ctx, c)
 				if err != nil {
 					t.Fatalf("%s %s: %v", tools[tool].Name, id, err)
 				}
