@@ -92,8 +92,9 @@ type Purged struct {
 // It reads each project's records in one read transaction and deletes at
 // most purgeBatch of them per write transaction, reading each again
 // first, so that it is safe to run in several workers at once. A record
-// it cannot read is kept and counted (the error names it after the rest
-// is done).
+// it cannot read is kept and counted, and a project it cannot read or
+// write is left for the next run: the others are purged all the same,
+// and the error names the first such record or project.
 func Purge(ctx context.Context, st state.Store, now time.Time, maxAge time.Duration, buckets ...Aged) (Purged, error) {
 	var out Purged
 	var bad error
@@ -107,6 +108,9 @@ func Purge(ctx context.Context, st state.Store, now time.Time, maxAge time.Durat
 	}
 	cutoff := now.Add(-maxAge)
 	for _, p := range projects {
+		if err := ctx.Err(); err != nil {
+			return out, fmt.Errorf("toolkit: purge: %w", err)
+		}
 		for _, a := range buckets {
 			var keys []string
 			err := st.View(ctx, func(tx state.Tx) error {
@@ -120,7 +124,12 @@ func Purge(ctx context.Context, st state.Store, now time.Time, maxAge time.Durat
 				})
 			})
 			if err != nil {
-				return out, fmt.Errorf("toolkit: purge: read project %s's %s: %w", p, a.Bucket, err)
+				// A busy or unreachable project: the others are purged
+				// all the same, and the error says which was not.
+				if bad == nil {
+					bad = fmt.Errorf("toolkit: purge: read project %s's %s: %w", p, a.Bucket, err)
+				}
+				continue
 			}
 			for len(keys) > 0 {
 				n := min(len(keys), purgeBatch)
@@ -131,10 +140,10 @@ func Purge(ctx context.Context, st state.Store, now time.Time, maxAge time.Durat
 					b := tx.Bucket(p, a.Bucket)
 					for _, k := range keys[:n] {
 						v, found, err := b.Get(k)
-						if err != nil || !found {
-							if err != nil {
-								return err
-							}
+						if err != nil {
+							return err
+						}
+						if !found {
 							continue
 						}
 						at, err := a.Time(v)
@@ -167,7 +176,10 @@ func Purge(ctx context.Context, st state.Store, now time.Time, maxAge time.Durat
 					return nil
 				})
 				if err != nil {
-					return out, fmt.Errorf("toolkit: purge: project %s's %s: %w", p, a.Bucket, err)
+					if bad == nil {
+						bad = fmt.Errorf("toolkit: purge: project %s's %s: %w", p, a.Bucket, err)
+					}
+					break
 				}
 				out.Deleted += did.Deleted
 				out.Stamped += did.Stamped
