@@ -21,6 +21,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/creds"
+	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/cynode"
@@ -376,30 +377,38 @@ func (l *catLoad) finish() {
 
 // TestWorkerProcessesShareState is issue 24's finding: a second
 // `utpmesh worker atp` kept its own atp.db and answered "no booking", a
-// second `utpmesh worker cynode` its own cynode.db (artifacts split 3/3).
+// second `utpmesh worker cynode` its own cynode.db (artifacts split 3/3),
+// and TASK_LIST alternated between two lists of ATLAS tasks.
 // Per catalogue, two workers started as separate processes with the stock
 // credentials (worker-<service>.nk) serve, beside up's own, one dataset:
 // calls at concurrency 8 all succeed (no timeout) and every read sees
 // every write; then one worker is SIGKILLed mid-load and no acknowledged
-// write is lost.
+// write is lost. ATLAS's default (a group's local file) serves one worker
+// per group: its row runs the replicated state, `up --state jetstream`
+// and workers with --atlas-state jetstream.
 func TestWorkerProcessesShareState(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts worker processes")
 	}
 	for _, tc := range []struct {
 		service, bucket, tool string
-		load                  func(t *testing.T, ac *agent.Client, banner string) *catLoad
+		// upArgs and workerArgs select the service's shared state where
+		// it is not the default.
+		upArgs, workerArgs []string
+		load               func(t *testing.T, ac *agent.Client, banner string) *catLoad
 	}{
-		{"atp", atp.StateBucket, "atp_record_safety_check", func(t *testing.T, ac *agent.Client, banner string) *catLoad {
+		{"atp", atp.StateBucket, "atp_record_safety_check", nil, nil, func(t *testing.T, ac *agent.Client, banner string) *catLoad {
 			b := regexp.MustCompile(`demo booking (\S+)`).FindStringSubmatch(banner)
 			if b == nil {
 				t.Fatalf("no demo booking in the banner:\n%s", banner)
 			}
 			return atpLoad(t, ac, b[1], false)
 		}},
-		{"cynode", cynode.StateBucket, "artifact.put", func(t *testing.T, ac *agent.Client, _ string) *catLoad {
+		{"cynode", cynode.StateBucket, "artifact.put", nil, nil, func(t *testing.T, ac *agent.Client, _ string) *catLoad {
 			return cynodeLoad(t, ac, false)
 		}},
+		{"atlas.tasks", atlas.KVBucket(atlas.GroupTasks), "TASK_CREATE", []string{"--state", "jetstream"}, []string{"--atlas-state", "jetstream"},
+			func(t *testing.T, ac *agent.Client, _ string) *catLoad { return atlasLoad(t, ac, false) }},
 	} {
 		t.Run(tc.service, func(t *testing.T) {
 			dir := t.TempDir()
@@ -409,8 +418,8 @@ func TestWorkerProcessesShareState(t *testing.T) {
 			if err := os.WriteFile(cfg, []byte("atp:\n  limits:\n    calls_per_minute: -1\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, banner := startUpInProcess(t, "--data", dir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "",
-				"--services", "echo,"+tc.service, "--config", cfg)
+			_, banner := startUpInProcess(t, append([]string{"--data", dir, "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "",
+				"--services", "echo," + tc.service, "--config", cfg}, tc.upArgs...)...)
 			m := regexp.MustCompile(`(?m)^\s+NATS\s+(nats://\S+)`).FindStringSubmatch(banner)
 			if m == nil {
 				t.Fatalf("no NATS URL in the banner:\n%s", banner)
@@ -419,8 +428,9 @@ func TestWorkerProcessesShareState(t *testing.T) {
 			seed := func(name string) string { return creds.SeedPath(filepath.Join(dir, "creds"), name) }
 			var workers []*proc
 			for i := range 2 {
-				w := startProc(t, "worker", "--nats", url, "--creds", seed(creds.WorkerName(tc.service)), "--data", filepath.Join(t.TempDir(), tc.service),
-					"--metrics-addr", "", "--instance", fmt.Sprintf("%s-%d", tc.service, i), "--log-level", "debug", "--config", cfg, tc.service)
+				args := append([]string{"worker", "--nats", url, "--creds", seed(creds.WorkerName(tc.service)), "--data", filepath.Join(t.TempDir(), tc.service),
+					"--metrics-addr", "", "--instance", fmt.Sprintf("%s-%d", tc.service, i), "--log-level", "debug", "--config", cfg}, tc.workerArgs...)
+				w := startProc(t, append(args, tc.service)...)
 				w.waitLine(t, "worker serving")
 				workers = append(workers, w)
 			}

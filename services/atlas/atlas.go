@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -71,6 +72,10 @@ type Deps struct {
 	// bbolt file: when it ends they stop and the file is closed. Nil: they
 	// live until the process exits.
 	Context context.Context
+	// PurgeEvery is how often the service deletes its call records and
+	// pending confirmations older than toolkit.RecordMaxAge; 0:
+	// toolkit.PurgeEvery (an hour). Negative: never.
+	PurgeEvery time.Duration
 	// Version is the protocol version of the service's own subjects (the
 	// confirmation endpoint); default subjects.DefaultVersion. Tool calls
 	// answer on the version of their command.

@@ -77,6 +77,10 @@ type Deps struct {
 	// TickEvery is how often state timeouts are applied; default 10s.
 	// Negative: never (tests call Service.Tick).
 	TickEvery time.Duration
+	// PurgeEvery is how often the service deletes its call records older
+	// than toolkit.RecordMaxAge; 0: toolkit.PurgeEvery (an hour).
+	// Negative: never (tests call Service.PurgeRecords).
+	PurgeEvery time.Duration
 	// Notifiers deliver atp_notify_traveller messages per channel
 	// (EMAIL, SMS, WHATSAPP); a channel without one fails its calls with
 	// upstream_unavailable naming the missing configuration.

@@ -15,7 +15,9 @@
 //     every call's outcome (hooks.go);
 //   - idempotency by (agent_turn_id, tool_call_id): the call record a
 //     catalogue stores with its change, the replay of a recorded call and
-//     the refusal of a tool_call_id reused for another call (idem.go);
+//     the refusal of a tool_call_id reused for another call (idem.go),
+//     and the records' end: Purge deletes them RecordMaxAge after they
+//     were stored, PurgeLoop on a schedule (purge.go);
 //   - the confirmation convention's rule (pkg/confirm): NeedsConfirm and
 //     PendingTTL (confirm.go).
 //

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // Records is where a catalogue keeps its call records: a key-value bucket
@@ -24,6 +25,10 @@ type CallRecord struct {
 	// Receipt is the catalogue's own record of the call (its receipt, its
 	// event), replayed with the result.
 	Receipt json.RawMessage `json:"receipt"`
+	// At is when the record was stored (the writer's clock; PutCall sets
+	// it). Zero in a record an earlier version wrote. Purge removes a
+	// record RecordMaxAge after it.
+	At time.Time `json:"at,omitzero"`
 }
 
 // CallKey is the record key of a call: its turn and tool_call_id.
@@ -53,8 +58,12 @@ func GetCall(r Records, turn, toolCallID string) (*CallRecord, error) {
 	return rec, nil
 }
 
-// PutCall stores the record of a call.
+// PutCall stores the record of a call, stamped with the time now when
+// rec.At is zero.
 func PutCall(r Records, turn, toolCallID string, rec CallRecord) error {
+	if rec.At.IsZero() {
+		rec.At = time.Now().UTC()
+	}
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err

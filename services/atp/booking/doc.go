@@ -40,4 +40,5 @@
 // with the change, and refuses to run (ErrRecorded) when the record is
 // there already. A repeat of the call answers from Store.Recorded, so a
 // change is applied once even when a commit's outcome was unknown.
+// Store.PurgeRecords deletes the records once they are old (purge.go).
 package booking

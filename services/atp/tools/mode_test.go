@@ -13,6 +13,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atp/internal/atptest"
 	"github.com/utpmesh/utpmesh/services/atp/tools"
 	"github.com/utpmesh/utpmesh/services/state"
+	"github.com/utpmesh/utpmesh/services/state/holder"
 	"github.com/utpmesh/utpmesh/services/toolkit/tooltest"
 )
 
@@ -44,7 +45,7 @@ func TestStateModes(t *testing.T) {
 		want   []string
 	}{
 		{atp.StateJetStream, state.ErrModeMismatch, []string{"served from its local file (atp-state.db) by pid", "--atp-state bolt", "--atp-state jetstream"}},
-		{atp.StateBolt, tools.ErrStateHeld, []string{"is held by pid", "utpmesh worker --atp-state jetstream|bolt atp"}},
+		{atp.StateBolt, holder.ErrHeld, []string{"is held by pid", "utpmesh worker --atp-state jetstream|bolt atp"}},
 	} {
 		if _, _, err := open(tc.mode); !errors.Is(err, tc.target) {
 			t.Fatalf("a %s worker beside a local one: %v, want %v", tc.mode, err, tc.target)

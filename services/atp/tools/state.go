@@ -12,11 +12,20 @@ import (
 	"github.com/utpmesh/utpmesh/services/atp/booking"
 	"github.com/utpmesh/utpmesh/services/state"
 	"github.com/utpmesh/utpmesh/services/state/boltstate"
+	"github.com/utpmesh/utpmesh/services/state/holder"
 	"github.com/utpmesh/utpmesh/services/state/kvstate"
 )
 
 // stateStart bounds how long Open waits for the replicated state.
 const stateStart = 30 * time.Second
+
+// holderSpec is the holder lease of ATP's local state (atp.StateBolt,
+// package holder): a CardStore claim on key atp/state in project _atp. A
+// second worker of the local state elsewhere is refused by it
+// (holder.ErrHeld), and a worker of the replicated state reads it
+// (holder.CheckFree, state.ErrModeMismatch).
+var holderSpec = holder.Spec{Service: "atp", Project: "_atp", Key: "atp/state", File: atp.StateFile, FlagHint: atp.StateFlagHint,
+	LocalFlag: "--atp-state bolt", SharedFlag: "--atp-state jetstream"}
 
 // openState opens the service's state in its mode (atp.Deps.State):
 //
@@ -25,7 +34,7 @@ const stateStart = 30 * time.Second
 //     records the mode in the bucket and imports an atp.db an earlier
 //     version left in the data directory.
 //   - bolt: the file atp.StatePath under the data directory (openLocal),
-//     behind a holder lease in the CardStore (holder.go), refused when the
+//     behind a holder lease in the CardStore (holderSpec), refused when the
 //     bucket records that the service's state is replicated
 //     (state.ErrModeMismatch); it imports an atp.db too.
 //
@@ -44,7 +53,7 @@ func openState(deps atp.Deps) (state.Store, error) {
 			cards = nil // no CardStore (a test's Deps): no local holder to look for
 		}
 		if cards != nil {
-			if err := checkNoLocalHolder(ctx, cards); err != nil {
+			if err := holder.CheckFree(ctx, cards, holderSpec); err != nil {
 				return err
 			}
 		}
@@ -52,7 +61,7 @@ func openState(deps atp.Deps) (state.Store, error) {
 			return err
 		}
 		if cards != nil {
-			if err := checkNoLocalHolder(ctx, cards); err != nil {
+			if err := holder.CheckFree(ctx, cards, holderSpec); err != nil {
 				return err
 			}
 		}
@@ -71,7 +80,7 @@ func openState(deps atp.Deps) (state.Store, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), stateStart)
 	defer cancel()
 	if deps.Cards != nil { // refused before it touches the bucket
-		if err := checkNoLocalHolder(ctx, deps.Cards); err != nil {
+		if err := holder.CheckFree(ctx, deps.Cards, holderSpec); err != nil {
 			return nil, err
 		}
 	}
@@ -91,16 +100,16 @@ func openState(deps atp.Deps) (state.Store, error) {
 func openLocal(deps atp.Deps) (state.Store, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), stateStart)
 	defer cancel()
-	var h *holder
+	var h *holder.Held
 	if deps.Cards != nil {
 		var err error
-		if h, err = holdLocal(ctx, deps.Cards, deps.DataDir, deps.Logger); err != nil {
+		if h, err = holder.Take(ctx, deps.Cards, holderSpec, deps.DataDir, deps.Logger); err != nil {
 			return nil, err
 		}
 	}
 	fail := func(err error) (state.Store, error) {
 		if h != nil {
-			h.release()
+			h.Release()
 		}
 		return nil, err
 	}
@@ -131,13 +140,13 @@ func openLocal(deps atp.Deps) (state.Store, error) {
 // heldStore is the local state with its holder lease, given up on Close.
 type heldStore struct {
 	state.Store
-	h *holder
+	h *holder.Held
 }
 
 // Close closes the file and gives the lease up.
 func (s *heldStore) Close() error {
 	err := s.Store.Close()
-	s.h.release()
+	s.h.Release()
 	return err
 }
 

@@ -109,6 +109,7 @@ func Open(deps atp.Deps) (*Service, error) {
 		ctx = context.Background()
 	}
 	go s.loop(ctx)
+	go s.purgeLoop(ctx, deps.PurgeEvery)
 	return s, nil
 }
 

@@ -41,6 +41,11 @@ type Spec struct {
 	// FlagHint is how an operator picks a worker's state mode
 	// ("utpmesh worker --cynode-state jetstream|bolt cynode").
 	FlagHint string
+	// LocalFlag and SharedFlag, when set, are the flags of the two modes
+	// ("--atp-state bolt", "--atp-state jetstream"), which CheckFree's
+	// refusal then names; otherwise it says "the local state" and "the
+	// shared state".
+	LocalFlag, SharedFlag string
 }
 
 // Held is a held lease; Release gives it up.
@@ -133,6 +138,13 @@ func CheckFree(ctx context.Context, st cardstore.Store, spec Spec) error {
 	case c.Expired:
 		return nil
 	}
-	return fmt.Errorf("%w: %s is served from its local file (%s) by %s, and this worker was started with the shared state: every %s worker uses one state mode — start this one with the local state on that host and data directory, or stop that one and start every %s worker with the shared state (%s)",
-		state.ErrModeMismatch, spec.Service, spec.File, c.Holder, spec.Service, spec.Service, spec.FlagHint)
+	local, shared := "the local state", "the shared state"
+	if spec.LocalFlag != "" {
+		local = spec.LocalFlag
+	}
+	if spec.SharedFlag != "" {
+		shared = spec.SharedFlag
+	}
+	return fmt.Errorf("%w: %s is served from its local file (%s) by %s, and this worker was started with the shared state: every %s worker uses one state mode — start this one with %s on that host and data directory, or stop that one and start every %s worker with %s (%s)",
+		state.ErrModeMismatch, spec.Service, spec.File, c.Holder, spec.Service, local, spec.Service, shared, spec.FlagHint)
 }

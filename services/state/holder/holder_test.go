@@ -52,3 +52,26 @@ func TestLease(t *testing.T) {
 		t.Fatalf("after Release: %v", err)
 	}
 }
+
+// A Spec with the modes' flags has CheckFree's refusal name them.
+func TestCheckFreeNamesTheFlags(t *testing.T) {
+	ctx := context.Background()
+	cards, err := boltstore.Open(filepath.Join(t.TempDir(), "cards.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cards.Close() })
+	flagged := spec
+	flagged.LocalFlag, flagged.SharedFlag = "--svc-state bolt", "--svc-state jetstream"
+	h, err := holder.Take(ctx, cards, flagged, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	err = holder.CheckFree(ctx, cards, flagged)
+	for _, want := range []string{"start this one with --svc-state bolt on that host", "start every svc worker with --svc-state jetstream", flagged.FlagHint} {
+		if !errors.Is(err, state.ErrModeMismatch) || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckFree = %v; want ErrModeMismatch saying %q", err, want)
+		}
+	}
+}

@@ -168,7 +168,8 @@ func New(group string, deps atlas.Deps) (*Service, error) {
 			return nil, err
 		}
 	}
-	if ctx := deps.Context; ctx != nil {
+	ctx := deps.Context
+	if ctx != nil {
 		go func() {
 			select {
 			case <-ctx.Done():
@@ -176,7 +177,10 @@ func New(group string, deps atlas.Deps) (*Service, error) {
 			case <-s.done:
 			}
 		}()
+	} else {
+		ctx = context.Background()
 	}
+	go s.purgeLoop(ctx, deps.PurgeEvery)
 	return s, nil
 }
 
