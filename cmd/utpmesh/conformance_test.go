@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/utpmesh/utpmesh/internal/gomodtest"
+	"github.com/utpmesh/utpmesh/pkg/conformance"
+)
+
+// conformanceMesh starts a real 'utpmesh up' in a temporary directory and
+// prepares what the kit needs: the probe's worker identity, its entry
+// (registered before the policy names it), a policy and a mandate of the
+// kit's agent that permit the probe and cancel_tool_call. It returns the
+// directory, and a function that runs the kit with extra flags and
+// returns its results (--json) and exit code.
+func conformanceMesh(t *testing.T) (dir, url string, kit func(t *testing.T, extra ...string) ([]conformance.Result, int, string)) {
+	t.Helper()
+	dir = t.TempDir()
+	up := startIn(t, dir, guideEnv("UTPMESH_TEST_EXEC=1"), os.Args[0],
+		"up", "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "", "--services", "echo")
+	up.waitLine(t, "Press Ctrl-C")
+	m := regexp.MustCompile(`(?m)^\s+NATS\s+(nats://\S+)`).FindStringSubmatch(up.output())
+	if m == nil {
+		t.Fatalf("up printed no NATS URL:\n%s", up.output())
+	}
+	url = m[1]
+	t.Cleanup(func() {
+		if err := up.stopWith(t, os.Interrupt); err != nil {
+			t.Errorf("up after Ctrl-C: %v\n%s", err, up.output())
+		}
+	})
+	t.Chdir(dir)
+	cli := func(t *testing.T, args ...string) (string, string, int) {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		code := run(ctx, args, env{stdout: &stdout, stderr: &stderr, getenv: func(k string) string {
+			if k == "NATS_URL" {
+				return url
+			}
+			return ""
+		}})
+		return stdout.String(), stderr.String(), code
+	}
+	must := func(t *testing.T, args ...string) string {
+		t.Helper()
+		out, errOut, code := cli(t, args...)
+		if code != 0 {
+			t.Fatalf("utpmesh %s: exit %d\n%s\n%s", strings.Join(args, " "), code, out, errOut)
+		}
+		return out
+	}
+	entry := `tools:
+  - tool_name: conformance_probe
+    description: The conformance kit's probe.
+    parameters: ` + conformance.ProbeParameters + `
+    target_subject: cg.{ver}.{project_id}.{channel_id}.cmd.tool.conformance_probe
+    after_execution: suspend
+    options: {timeout_seconds: 5}
+`
+	policy := `permit(principal, action == Action::"conformance_probe", resource in Project::"demo");` + "\n"
+	gomodtest.Write(t, dir, map[string]string{"probe.yaml": entry, "probe.cedar": policy})
+	must(t, "identity", "add", "worker", "conformance", "--tools", "conformance_probe")
+	must(t, "tools", "import", "--project", "demo", "probe.yaml")
+	cur := must(t, "policy", "get", "--project", "demo")
+	gomodtest.Write(t, dir, map[string]string{"all.cedar": cur + policy})
+	must(t, "policy", "put", "--project", "demo", "--yes", "all.cedar")
+	gomodtest.Write(t, dir, map[string]string{"kit.jwt": must(t, "mandate", "issue", "--project", "demo", "--agent", "conformance-kit", "--policy", "probe.cedar")})
+	return dir, url, func(t *testing.T, extra ...string) ([]conformance.Result, int, string) {
+		t.Helper()
+		args := append([]string{"conformance", "tool", "--json", "--creds", "utpmesh-data/creds/agent-demo.nk",
+			"--mandate", "kit.jwt", "--admin-creds", "utpmesh-data/creds/admin.nk"}, extra...)
+		out, errOut, code := cli(t, args...)
+		var rs []conformance.Result
+		if err := json.Unmarshal([]byte(out), &rs); err != nil {
+			t.Fatalf("utpmesh %s: exit %d, output is not the results (%v)\n%s\n%s", strings.Join(args, " "), code, err, out, errOut)
+		}
+		return rs, code, errOut
+	}
+}
+
+// checkAllPass fails the test unless every tool case ran and passed.
+func checkAllPass(t *testing.T, rs []conformance.Result, code int, logs string) {
+	t.Helper()
+	var b strings.Builder
+	for _, r := range rs {
+		b.WriteString(r.Line() + "\n")
+	}
+	t.Logf("conformance tool:\n%s", b.String())
+	if code != 0 || len(rs) != len(conformance.ToolCases()) {
+		t.Fatalf("exit %d with %d of %d cases:\n%s\nkit's stderr:\n%s", code, len(rs), len(conformance.ToolCases()), b.String(), logs)
+	}
+	for i, r := range rs {
+		if r.Outcome != conformance.Pass || r.Case != conformance.ToolCases()[i][0] {
+			t.Fatalf("case %d: %s\nkit's stderr:\n%s", i, r.Line(), logs)
+		}
+	}
+}
+
+// TestConformanceGo runs the conformance kit's tool cases against the Go
+// SDK's probe (utpmesh conformance probe), which the kit starts, crashes
+// and kills; and checks that a probe that breaks the contract fails.
+func TestConformanceGo(t *testing.T) {
+	_, url, kit := conformanceMesh(t)
+	probe := "UTPMESH_TEST_EXEC=1 " + os.Args[0] + " conformance probe --nats " + url + " --creds utpmesh-data/creds/worker-conformance.nk"
+	rs, code, logs := kit(t, "--exec", probe)
+	checkAllPass(t, rs, code, logs)
+}
+
+// TestConformanceTypeScript runs the kit's tool cases against the
+// TypeScript SDK's probe (examples/conformance-probe.ts). It skips like
+// TestTypeScriptSDK when Node.js or the SDK's dependencies are missing.
+func TestConformanceTypeScript(t *testing.T) {
+	sdk := tsSDKDir(t)
+	build := exec.Command("npm", "run", "build", "--prefix", sdk)
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("npm run build: %v\n%s", err, b)
+	}
+	dir, url, kit := conformanceMesh(t)
+	probe := "node " + filepath.Join(sdk, "dist", "examples", "conformance-probe.js") + " --nats " + url + " --creds " + filepath.Join(dir, "utpmesh-data", "creds", "worker-conformance.nk")
+	rs, code, logs := kit(t, "--exec", probe)
+	checkAllPass(t, rs, code, logs)
+}
