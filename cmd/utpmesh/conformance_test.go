@@ -20,9 +20,9 @@ import (
 // prepares what the kit needs: the probe's worker identity, its entry
 // (registered before the policy names it), a policy and a mandate of the
 // kit's agent that permit the probe and cancel_tool_call. It returns the
-// directory, and a function that runs the kit with extra flags and
-// returns its results (--json) and exit code.
-func conformanceMesh(t *testing.T) (dir, url string, kit func(t *testing.T, extra ...string) ([]conformance.Result, int, string)) {
+// directory, the NATS URL, and a function that runs the kit with extra
+// flags (as the kit's agent, with admin.nk for the unadmitted commands).
+func conformanceMesh(t *testing.T) (dir, url string, kit func(t *testing.T, extra ...string) (stdout, stderr string, code int)) {
 	t.Helper()
 	dir = t.TempDir()
 	up := startIn(t, dir, guideEnv("UTPMESH_TEST_EXEC=1"), os.Args[0],
@@ -76,17 +76,22 @@ func conformanceMesh(t *testing.T) (dir, url string, kit func(t *testing.T, extr
 	gomodtest.Write(t, dir, map[string]string{"all.cedar": cur + policy})
 	must(t, "policy", "put", "--project", "demo", "--yes", "all.cedar")
 	gomodtest.Write(t, dir, map[string]string{"kit.jwt": must(t, "mandate", "issue", "--project", "demo", "--agent", "conformance-kit", "--policy", "probe.cedar")})
-	return dir, url, func(t *testing.T, extra ...string) ([]conformance.Result, int, string) {
+	return dir, url, func(t *testing.T, extra ...string) (string, string, int) {
 		t.Helper()
-		args := append([]string{"conformance", "tool", "--json", "--creds", "utpmesh-data/creds/agent-demo.nk",
-			"--mandate", "kit.jwt", "--admin-creds", "utpmesh-data/creds/admin.nk"}, extra...)
-		out, errOut, code := cli(t, args...)
-		var rs []conformance.Result
-		if err := json.Unmarshal([]byte(out), &rs); err != nil {
-			t.Fatalf("utpmesh %s: exit %d, output is not the results (%v)\n%s\n%s", strings.Join(args, " "), code, err, out, errOut)
-		}
-		return rs, code, errOut
+		return cli(t, append([]string{"conformance", "tool", "--creds", "utpmesh-data/creds/agent-demo.nk",
+			"--mandate", "kit.jwt", "--admin-creds", "utpmesh-data/creds/admin.nk"}, extra...)...)
 	}
+}
+
+// kitResults runs the kit with --json and returns its results.
+func kitResults(t *testing.T, kit func(t *testing.T, extra ...string) (string, string, int), extra ...string) ([]conformance.Result, int, string) {
+	t.Helper()
+	out, errOut, code := kit(t, append([]string{"--json"}, extra...)...)
+	var rs []conformance.Result
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("conformance tool %s: exit %d, output is not the results (%v)\n%s\n%s", strings.Join(extra, " "), code, err, out, errOut)
+	}
+	return rs, code, errOut
 }
 
 // checkAllPass fails the test unless every tool case ran and passed.
@@ -113,8 +118,21 @@ func checkAllPass(t *testing.T, rs []conformance.Result, code int, logs string) 
 func TestConformanceGo(t *testing.T) {
 	_, url, kit := conformanceMesh(t)
 	probe := "UTPMESH_TEST_EXEC=1 " + os.Args[0] + " conformance probe --nats " + url + " --creds utpmesh-data/creds/worker-conformance.nk"
-	rs, code, logs := kit(t, "--exec", probe)
+	rs, code, logs := kitResults(t, kit, "--exec", probe)
 	checkAllPass(t, rs, code, logs)
+
+	// A tool that does not follow the contract fails the kit (exit 1),
+	// one line per case; a case the configuration cannot run is skipped.
+	out, errOut, code := kit(t, "--tool", "echo", "--mandate", "utpmesh-data/demo-mandate.jwt", "--case", "success,tool_failure", "--case", "sigkill")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 1 || len(lines) != 3 || !strings.HasPrefix(lines[0], "FAIL success (§5.2) got ") ||
+		!strings.HasPrefix(lines[1], "FAIL tool_failure (§13) got success") || lines[2] != "SKIP sigkill (§7.4) needs the kit to run the implementation (--exec CMD)" ||
+		!strings.Contains(errOut, "2 of 3 cases failed") {
+		t.Fatalf("the kit against echo: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if _, errOut, code := kit(t, "--case", "nope"); code != 2 || !strings.Contains(errOut, `no case "nope"; the cases are success, tool_failure,`) {
+		t.Fatalf("--case nope: exit %d: %s", code, errOut)
+	}
 }
 
 // TestConformanceTypeScript runs the kit's tool cases against the
@@ -128,6 +146,6 @@ func TestConformanceTypeScript(t *testing.T) {
 	}
 	dir, url, kit := conformanceMesh(t)
 	probe := "node " + filepath.Join(sdk, "dist", "examples", "conformance-probe.js") + " --nats " + url + " --creds " + filepath.Join(dir, "utpmesh-data", "creds", "worker-conformance.nk")
-	rs, code, logs := kit(t, "--exec", probe)
+	rs, code, logs := kitResults(t, kit, "--exec", probe)
 	checkAllPass(t, rs, code, logs)
 }

@@ -332,6 +332,9 @@ func (k *toolKit) redelivery(ctx context.Context) (Outcome, string) {
 	if n := markerLines(marker); n != 2 {
 		return failf("the handler ran %d times, want 2 (the crashed execution and the redelivered one)", n)
 	}
+	if d := k.oneResult(ctx, out); d != "" {
+		return failf("%s", d)
+	}
 	return passf("the process exited mid-call; the command was redelivered, ran again and ended success with one result")
 }
 
@@ -359,7 +362,33 @@ func (k *toolKit) sigkill(ctx context.Context) (Outcome, string) {
 	if n := markerLines(marker); n != 2 {
 		return failf("the handler ran %d times, want 2 (the killed execution and the taken-over one)", n)
 	}
+	if d := k.oneResult(ctx, r.out); d != "" {
+		return failf("%s", d)
+	}
 	return passf("SIGKILL mid-call; the restarted process took the call over and ended it success with one result")
+}
+
+// oneResult checks, from the turn as the mesh keeps it, that the call has
+// one result, the one the agent got; it returns what is wrong, or "".
+func (k *toolKit) oneResult(ctx context.Context, out *agent.Outcome) string {
+	ts, err := k.cfg.Agent.Resume(ctx, k.turn)
+	if err != nil {
+		return fmt.Sprintf("resume the turn: %v", err)
+	}
+	n := 0
+	for _, c := range ts.Calls {
+		if c.ToolCallID != out.Call.ToolCallID {
+			continue
+		}
+		n++
+		if c.ResultCard == nil || c.ResultCard.CardID != out.ResultCard.CardID {
+			return fmt.Sprintf("the turn holds another result for the call than the one its wakeup named (%s)", out.ResultCard.CardID)
+		}
+	}
+	if n != 1 {
+		return fmt.Sprintf("the turn lists the call %d times, want once", n)
+	}
+	return ""
 }
 
 // errNoAdmin is the detail of the cases that need the admin connection.
