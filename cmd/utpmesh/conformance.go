@@ -22,17 +22,23 @@ utpmesh conformance tool [--tool conformance_probe] [--exec CMD] [--creds AGENT.
                          [--admin-creds admin.nk] [--case NAME]... [--json]
                          drive an implementation of the probe tool through the protocol's cases
                          and print PASS|FAIL|SKIP <case> (§section) <detail> per case; exit 1 on a FAIL
+utpmesh conformance agent --exec CMD [--creds WORKER.nk] [--tool conformance_probe] [--case NAME]... [--json]
+                         serve the probe tool (Go) and run an agent program through the agent cases
 utpmesh conformance probe [--creds WORKER.nk] [--tool conformance_probe] [--project P]
                          serve the probe tool with the Go SDK (the reference implementation)
+utpmesh conformance caller [--creds AGENT.nk] [--mandate FILE] < request.json
+                         the Go SDK's agent program of the contract
 
-The probe contract (what the tool must do) is in docs/write-a-tool-service.md,
-"Conformance kit", and in the doc of package pkg/conformance.
+The probe and agent program contracts are in docs/write-a-tool-service.md,
+part D, and in the doc of package pkg/conformance.
 `
 
 func (c *conformanceCommand) Run(ctx context.Context, args []string) error {
 	return dispatch(ctx, c.env, "conformance", conformanceUsage, []sub{
 		{names: []string{"tool"}, run: c.tool},
+		{names: []string{"agent"}, run: c.agent},
 		{names: []string{"probe"}, run: c.probe},
+		{names: []string{"caller"}, run: c.caller},
 	}, args)
 }
 

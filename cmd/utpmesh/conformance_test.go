@@ -20,9 +20,10 @@ import (
 // prepares what the kit needs: the probe's worker identity, its entry
 // (registered before the policy names it), a policy and a mandate of the
 // kit's agent that permit the probe and cancel_tool_call. It returns the
-// directory, the NATS URL, and a function that runs the kit with extra
-// flags (as the kit's agent, with admin.nk for the unadmitted commands).
-func conformanceMesh(t *testing.T) (dir, url string, kit func(t *testing.T, extra ...string) (stdout, stderr string, code int)) {
+// directory, the NATS URL, a function that runs the CLI in process, and
+// one that runs the kit's tool cases with extra flags (as the kit's agent,
+// with admin.nk for the unadmitted commands).
+func conformanceMesh(t *testing.T) (dir, url string, cli, kit func(t *testing.T, extra ...string) (stdout, stderr string, code int)) {
 	t.Helper()
 	dir = t.TempDir()
 	up := startIn(t, dir, guideEnv("UTPMESH_TEST_EXEC=1"), os.Args[0],
@@ -39,7 +40,7 @@ func conformanceMesh(t *testing.T) (dir, url string, kit func(t *testing.T, extr
 		}
 	})
 	t.Chdir(dir)
-	cli := func(t *testing.T, args ...string) (string, string, int) {
+	cli = func(t *testing.T, args ...string) (string, string, int) {
 		t.Helper()
 		var stdout, stderr bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -76,7 +77,7 @@ func conformanceMesh(t *testing.T) (dir, url string, kit func(t *testing.T, extr
 	gomodtest.Write(t, dir, map[string]string{"all.cedar": cur + policy})
 	must(t, "policy", "put", "--project", "demo", "--yes", "all.cedar")
 	gomodtest.Write(t, dir, map[string]string{"kit.jwt": must(t, "mandate", "issue", "--project", "demo", "--agent", "conformance-kit", "--policy", "probe.cedar")})
-	return dir, url, func(t *testing.T, extra ...string) (string, string, int) {
+	return dir, url, cli, func(t *testing.T, extra ...string) (string, string, int) {
 		t.Helper()
 		return cli(t, append([]string{"conformance", "tool", "--creds", "utpmesh-data/creds/agent-demo.nk",
 			"--mandate", "kit.jwt", "--admin-creds", "utpmesh-data/creds/admin.nk"}, extra...)...)
@@ -116,7 +117,7 @@ func checkAllPass(t *testing.T, rs []conformance.Result, code int, logs string) 
 // SDK's probe (utpmesh conformance probe), which the kit starts, crashes
 // and kills; and checks that a probe that breaks the contract fails.
 func TestConformanceGo(t *testing.T) {
-	_, url, kit := conformanceMesh(t)
+	_, url, cli, kit := conformanceMesh(t)
 	probe := "UTPMESH_TEST_EXEC=1 " + os.Args[0] + " conformance probe --nats " + url + " --creds utpmesh-data/creds/worker-conformance.nk"
 	rs, code, logs := kitResults(t, kit, "--exec", probe)
 	checkAllPass(t, rs, code, logs)
@@ -133,6 +134,35 @@ func TestConformanceGo(t *testing.T) {
 	if _, errOut, code := kit(t, "--case", "nope"); code != 2 || !strings.Contains(errOut, `no case "nope"; the cases are success, tool_failure,`) {
 		t.Fatalf("--case nope: exit %d: %s", code, errOut)
 	}
+
+	// The agent side: the kit serves the Go probe and runs the Go SDK's
+	// agent program (conformance caller) through the agent cases.
+	caller := "UTPMESH_TEST_EXEC=1 " + os.Args[0] + " conformance caller --nats " + url + " --creds utpmesh-data/creds/agent-demo.nk --mandate kit.jwt"
+	agentCases(t, cli, caller)
+}
+
+// agentCases runs the kit's agent cases against the agent program cmd and
+// fails the test unless every case passes.
+func agentCases(t *testing.T, cli func(t *testing.T, extra ...string) (string, string, int), cmd string) {
+	t.Helper()
+	out, errOut, code := cli(t, "conformance", "agent", "--json", "--creds", "utpmesh-data/creds/worker-conformance.nk", "--exec", cmd)
+	var rs []conformance.Result
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("conformance agent: exit %d, output is not the results (%v)\n%s\n%s", code, err, out, errOut)
+	}
+	var b strings.Builder
+	for _, r := range rs {
+		b.WriteString(r.Line() + "\n")
+	}
+	t.Logf("conformance agent:\n%s", b.String())
+	if code != 0 || len(rs) != len(conformance.AgentCases()) {
+		t.Fatalf("exit %d with %d of %d cases:\n%s\nstderr:\n%s", code, len(rs), len(conformance.AgentCases()), b.String(), errOut)
+	}
+	for i, r := range rs {
+		if r.Outcome != conformance.Pass || r.Case != conformance.AgentCases()[i][0] {
+			t.Fatalf("case %d: %s\nstderr:\n%s", i, r.Line(), errOut)
+		}
+	}
 }
 
 // TestConformanceTypeScript runs the kit's tool cases against the
@@ -144,8 +174,12 @@ func TestConformanceTypeScript(t *testing.T) {
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("npm run build: %v\n%s", err, b)
 	}
-	dir, url, kit := conformanceMesh(t)
+	dir, url, cli, kit := conformanceMesh(t)
 	probe := "node " + filepath.Join(sdk, "dist", "examples", "conformance-probe.js") + " --nats " + url + " --creds " + filepath.Join(dir, "utpmesh-data", "creds", "worker-conformance.nk")
 	rs, code, logs := kitResults(t, kit, "--exec", probe)
 	checkAllPass(t, rs, code, logs)
+
+	agent := "node " + filepath.Join(sdk, "dist", "examples", "conformance-agent.js") + " --nats " + url +
+		" --creds " + filepath.Join(dir, "utpmesh-data", "creds", "agent-demo.nk") + " --mandate " + filepath.Join(dir, "kit.jwt")
+	agentCases(t, cli, agent)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
@@ -24,21 +23,14 @@ func (c *conformanceCommand) tool(ctx context.Context, args []string) error {
 	adminCreds := fs.String("admin-creds", "", "the admin identity, to publish commands the mesh did not admit (default "+defaultCredsPath+" if it exists)")
 	wait := fs.Duration("wait", 90*time.Second, "how long one case, and the wait for the tool to be ready, may take")
 	var cases stringList
-	fs.Var(&cases, "case", "run only this case (repeatable, or comma-separated); default all: "+caseNames())
+	fs.Var(&cases, "case", "run only this case (repeatable, or comma-separated); default all: "+caseList(conformance.ToolCases()))
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
 	if *wait <= 0 {
 		return usagef("--wait must be positive, e.g. --wait 90s")
 	}
-	var only []string
-	for _, c := range cases {
-		for _, n := range strings.Split(c, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				only = append(only, n)
-			}
-		}
-	}
+	only := splitCases(cases)
 	agentID, token, err := cf.resolve()
 	if err != nil {
 		return err
@@ -85,26 +77,5 @@ func (c *conformanceCommand) tool(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := conformance.Print(c.env.stdout, rs, mf.json); err != nil {
-		return err
-	}
-	if conformance.Failed(rs) {
-		n := 0
-		for _, r := range rs {
-			if r.Outcome == conformance.Fail {
-				n++
-			}
-		}
-		return fmt.Errorf("%d of %d cases failed", n, len(rs))
-	}
-	return nil
-}
-
-// caseNames lists the tool cases for the help text.
-func caseNames() string {
-	var names []string
-	for _, c := range conformance.ToolCases() {
-		names = append(names, c[0])
-	}
-	return strings.Join(names, ", ")
+	return report(c.env, rs, mf.json)
 }
