@@ -139,6 +139,16 @@ func TestConformanceGo(t *testing.T) {
 	// agent program (conformance caller) through the agent cases.
 	caller := "UTPMESH_TEST_EXEC=1 " + os.Args[0] + " conformance caller --nats " + url + " --creds utpmesh-data/creds/agent-demo.nk --mandate kit.jwt"
 	agentCases(t, cli, caller)
+
+	// An agent program that breaks the contract fails (exit 1); none is a
+	// usage mistake (exit 2).
+	out, errOut, code = cli(t, "conformance", "agent", "--creds", "utpmesh-data/creds/worker-conformance.nk", "--case", "results", "--exec", "echo hello")
+	if code != 1 || !strings.HasPrefix(out, `FAIL results (§5.2) the agent program printed "hello", which is not a result line`) {
+		t.Fatalf("an agent program printing hello: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if _, errOut, code := cli(t, "conformance", "agent"); code != 2 || !strings.Contains(errOut, "--exec is required") {
+		t.Fatalf("conformance agent without --exec: exit %d: %s", code, errOut)
+	}
 }
 
 // agentCases runs the kit's agent cases against the agent program cmd and
