@@ -32,11 +32,27 @@
 // a directory of the kit's). Probe is the Go implementation; the
 // TypeScript SDK's is pkg/sdk/typescript/examples/conformance-probe.ts.
 //
+// # The agent program contract
+//
+// `utpmesh conformance agent` serves the probe (Go) and runs the agent
+// program under test once per run (`sh -c CMD`), with one AgentRequest on
+// its stdin:
+//
+//	{"agent_turn_id":"T","wait_ms":N,"calls":[{"tool_call_id":"C","tool_name":"conformance_probe","arguments":{…}}]}
+//
+// The program makes the calls together, keeping each tool_call_id (so a
+// re-run of the same request finds the calls the turn already has rather
+// than making new ones), prints one AgentLine per call on stdout as its
+// result arrives — {"tool_call_id","status","result","error"} — or status
+// "pending" for a call without a result after wait_ms, and exits 0.
+// Caller is the Go implementation (`utpmesh conformance caller`); the
+// TypeScript one is pkg/sdk/typescript/examples/conformance-agent.ts.
+//
 // # Cases
 //
 // RunTool runs the cases of ToolCases in order: the agent's calls go
 // through the mesh's admission with the kit's mandate; the commands the
 // mesh did not admit (inline arguments, missing card, unauthorized) are
-// published with the admin connection. Each Result names the protocol.md
-// section it proves.
+// published with the admin connection. RunAgent runs the cases of
+// AgentCases. Each Result names the protocol.md section it proves.
 package conformance
