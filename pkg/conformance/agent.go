@@ -193,7 +193,7 @@ func (k *agentKit) start(req *AgentRequest) (*agentRun, error) {
 // kill SIGKILLs the program's process group.
 func (r *agentRun) kill() {
 	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
-	for range r.lines { //nolint:revive // drain until the reader is done
+	for range r.lines { // drain until the reader is done
 	}
 	<-r.exited
 }
@@ -310,13 +310,13 @@ func (k *agentKit) marker(name string) string {
 
 func (k *agentKit) pending(ctx context.Context) (Outcome, string) {
 	m := k.marker("pending")
-	req := k.request(300, ProbeArgs{Mode: ModeSleep, MS: 3000, Value: json.RawMessage(`"late"`), Marker: m})
+	req := k.request(1000, ProbeArgs{Mode: ModeSleep, MS: 4000, Value: json.RawMessage(`"late"`), Marker: m})
 	got, err := k.run(ctx, req)
 	if err != nil {
 		return failf("%v", err)
 	}
 	if d := expectLine(got, req.Calls[0].ToolCallID, StatusPending, nil, ""); d != "" {
-		return failf("%s (a call of 3 s awaited for 300 ms)", d)
+		return failf("%s (a call of 4 s awaited for 1 s)", d)
 	}
 	k.pendingReq = req
 	return passf("a call without a result within wait_ms printed pending; the program exited 0")

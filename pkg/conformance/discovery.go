@@ -11,7 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/utpmesh/utpmesh/internal/deadline"
 	"github.com/utpmesh/utpmesh/pkg/worker"
+	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // endpoint is one discovered endpoint serving the probe tool.
@@ -128,8 +130,11 @@ func (k *toolKit) discovery(ctx context.Context) (Outcome, string) {
 	if !found {
 		return failf("$SRV.STATS of service %s has no endpoint %s", ep.serviceID, ep.name)
 	}
-	subj := fmt.Sprintf("cg.%s.%s.%s.svc.worker.%s", k.ver, k.project, k.channel, ep.name)
-	m, err := k.discoveryConn().RequestWithContext(ctx, subj, nil)
+	subj, err := subjects.Service(k.ver, k.project, k.channel, "worker", ep.name)
+	if err != nil {
+		return failf("describe subject of endpoint %q: %v", ep.name, err)
+	}
+	m, err := deadline.Request(ctx, k.discoveryConn(), subj.String(), nil)
 	if err != nil {
 		return failf("describe request %s: %v", subj, err)
 	}
