@@ -40,7 +40,7 @@ func Caller(ctx context.Context, ac *agent.Client, in io.Reader, out io.Writer) 
 			oc, err := ac.Call(ctx, agent.CallRequest{ToolName: c.ToolName, Arguments: c.Arguments, AgentTurnID: req.AgentTurnID, ToolCallID: c.ToolCallID})
 			var pe *agent.PendingError
 			switch {
-			case errors.As(err, &pe):
+			case errors.As(err, &pe), oc == nil && ctx.Err() != nil: // no result within wait_ms
 				line.Status = StatusPending
 			case oc == nil:
 				errs[i] = fmt.Errorf("call %s: %w", c.ToolCallID, err)

@@ -47,7 +47,7 @@ try {
       const r = out.result;
       process.stdout.write(JSON.stringify({ tool_call_id: c.tool_call_id, status: r.status, result: r.result, error: r.error }) + "\n");
     } catch (e) {
-      if (!(e instanceof PendingError)) throw e;
+      if (!(e instanceof PendingError) && !signal.aborted) throw e; // aborted: no result within wait_ms
       process.stdout.write(JSON.stringify({ tool_call_id: c.tool_call_id, status: "pending" }) + "\n");
     }
   }));
