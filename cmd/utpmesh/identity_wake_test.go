@@ -27,7 +27,8 @@ import (
 // `utpmesh identity add agent` finds its durable made without a restart;
 // the project-wide identity binds the project's, which holds every agent
 // of the project; none may bind another agent's or project's durable, nor
-// create a consumer on the wakeup stream.
+// create a consumer on the wakeup stream; a removed identity's durable
+// stays, and the identity added again binds it.
 func TestAgentIdentityWakeups(t *testing.T) {
 	ctx := context.Background()
 	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quietLog, Tools: []worker.Tool{echo.Tool()},
@@ -173,6 +174,18 @@ func TestAgentIdentityWakeups(t *testing.T) {
 	}
 	_ = stop()
 	noViolation("bob", ab)
+	// Removed, its durable stays; added again, bob binds it again.
+	cm.must(t, 0, "identity", "remove", "agent-demo.bob", "--creds", m.CredsFile("admin"))
+	if _, err := js.Consumer(cctx, wake, streams.AgentWakeupConsumer("demo", "bob")); err != nil {
+		t.Fatalf("bob's durable after identity remove: %v", err)
+	}
+	cm.must(t, 0, "identity", "add", "agent", "demo/bob", "--creds", m.CredsFile("admin"), "--creds-dir", seeds)
+	_, bob = client(creds.SeedPath(seeds, "agent-demo.bob"), "demo", "bob")
+	stop, err = bob.Wakeups(cctx, handler)
+	if err != nil {
+		t.Fatalf("bob's Wakeups after identity remove and add: %v", err)
+	}
+	_ = stop()
 
 	// The project-wide identity binds the project's durable: every
 	// agent's wakeups of demo, alice's and bob's among them.

@@ -232,10 +232,6 @@ func (c *Client) wakeupConsumer(ctx context.Context, o *wakeupsOptions) (jetstre
 	switch {
 	case err == nil:
 		have := cons.CachedInfo().Config
-		if have.DeliverSubject != "" {
-			return nil, fmt.Errorf("%w: wakeup consumer %s is a push consumer (delivers to %q): delete it (nats consumer rm %s %s) or pick another name with WithDurable",
-				ErrNoDurable, o.durable, have.DeliverSubject, stream, o.durable)
-		}
 		hf := have.FilterSubjects
 		if have.FilterSubject != "" {
 			hf = []string{have.FilterSubject}
@@ -253,6 +249,9 @@ func (c *Client) wakeupConsumer(ctx context.Context, o *wakeupsOptions) (jetstre
 		}
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil, fmt.Errorf("agent: wakeup consumer %s: stream %s does not exist (is the mesh up?): %w", o.durable, stream, err)
+	case errors.Is(err, jetstream.ErrNotPullConsumer):
+		return nil, fmt.Errorf("%w: wakeup consumer %s is a push consumer: delete it (nats consumer rm %s %s) or pick another name with WithDurable: %w",
+			ErrNoDurable, o.durable, stream, o.durable, err)
 	case !errors.Is(err, jetstream.ErrConsumerNotFound):
 		return nil, fmt.Errorf("%w: wakeup consumer %s: %w (no answer is what an identity gets for a durable it may not use: %s)", ErrNoDurable, o.durable, err, hint)
 	}

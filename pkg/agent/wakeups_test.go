@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,7 +17,7 @@ import (
 // client makes the durables the mesh makes for agent identities: the
 // default one spans every channel of the agent's project, the project's
 // every agent; a consumer of the same name with another filter is not
-// bound; conflicting or invalid options are refused.
+// bound, nor a push consumer; conflicting or invalid options are refused.
 func TestWakeupsDurables(t *testing.T) {
 	e := startMesh(t)
 	ctx := ctxT(t)
@@ -57,6 +58,18 @@ func TestWakeupsDurables(t *testing.T) {
 		t.Fatalf("Wakeups on a durable filtering bob's wakeups = %v, want ErrNoDurable", err)
 	}
 	if err := js.DeleteConsumer(ctx, wake, alice.DurableName()); err != nil {
+		t.Fatal(err)
+	}
+	// Nor is a push consumer of that name.
+	push := streams.ConsumerConfig(bob.DurableName(), []string{bobs}, streams.WakeupAckWait, -1)
+	push.DeliverSubject = "elsewhere"
+	if _, err := js.CreateOrUpdateConsumer(ctx, wake, push); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.Wakeups(ctx, func(agent.Wakeup) error { return nil }); !errors.Is(err, agent.ErrNoDurable) || !strings.Contains(err.Error(), "push consumer") {
+		t.Fatalf("Wakeups on a push consumer = %v, want ErrNoDurable naming it", err)
+	}
+	if err := js.DeleteConsumer(ctx, wake, bob.DurableName()); err != nil {
 		t.Fatal(err)
 	}
 

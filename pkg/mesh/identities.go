@@ -219,17 +219,16 @@ func (m *Mesh) identityDurables(ids []meshauth.Identity) error {
 				ctx, cancel := deadline.Bound(ctx, streams.Patience)
 				defer cancel()
 				cur, err := js.Consumer(ctx, d.stream, d.name)
+				if errors.Is(err, jetstream.ErrNotPullConsumer) {
+					refused = fmt.Errorf("mesh: durable %s of %s is a push consumer, which the mesh never makes for an identity: delete it (nats consumer rm %s %s) and start again",
+						d.name, id.Name(), d.stream, d.name)
+					return nil
+				}
 				if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 					return err
 				}
 				if err == nil {
-					have := cur.CachedInfo().Config
-					if have.DeliverSubject != "" {
-						refused = fmt.Errorf("mesh: durable %s of %s delivers to %q (a push consumer, which the mesh never makes for an identity): delete it (nats consumer rm %s %s) and start again",
-							d.name, id.Name(), have.DeliverSubject, d.stream, d.name)
-						return nil
-					}
-					if d.keep || slices.Equal(filtersOf(have), d.filters) {
+					if have := cur.CachedInfo().Config; d.keep || slices.Equal(filtersOf(have), d.filters) {
 						return nil // the identity's own (an admin may change its ack wait)
 					}
 				}
