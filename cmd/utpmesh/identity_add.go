@@ -7,6 +7,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/pkg/creds"
+	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -53,6 +54,9 @@ func (c *identityCommand) add(ctx context.Context, args []string) error {
 		how = "reused"
 	}
 	fmt.Fprintf(c.env.stdout, "%s admitted (no restart); its seed (%s) is %s: hand it to that process only\n", name, how, seed)
+	if id.Role == meshauth.RoleAgent {
+		fmt.Fprintf(c.env.stdout, "its durable wakeup consumer %s is made on the mesh (agent.Client.Wakeups binds it)\n", streams.AgentWakeupConsumer(id.Project, id.Agent))
+	}
 	if id.Role == meshauth.RoleWorker {
 		fmt.Fprintf(c.env.stdout, "serve it with your worker's --creds %s (or utpmesh worker --creds %s ...)\n", seed, seed)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/identity"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/echo"
@@ -126,6 +127,8 @@ func TestIdentityEscalations(t *testing.T) {
 		}
 		return s.String()
 	}
+	aliceWake, bobWake := streams.AgentWakeupConsumer("demo", "alice"), streams.AgentWakeupConsumer("demo", "bob")
+	demoWake, otherWake := streams.AgentWakeupConsumer("demo", ""), streams.AgentWakeupConsumer("other", "")
 	deny := []struct {
 		actor  string
 		a      *actor
@@ -165,6 +168,27 @@ func TestIdentityEscalations(t *testing.T) {
 		{"agent", agentDemo, "add an identity", "publish", p("_mesh", "svc.identity.add")},
 		{"agent", agentDemo, "take a service's lease", "publish", otherLease},
 		{"agent (raw commands)", agentOther, "publish a raw command in project demo", "publish", p("demo", "cmd.tool.echo")},
+		// Wakeup durables: the core made each agent identity's; a
+		// consumer's filter is in the create request's body, so no agent
+		// may create one, and each binds its own only.
+		{"agent demo/alice", alice, "create a consumer on the wakeup stream", "publish", "$JS.API.CONSUMER.CREATE." + wake + ".mine"},
+		{"agent demo/alice", alice, "create a consumer filtered on another agent's wakeups", "publish", "$JS.API.CONSUMER.CREATE." + wake + ".mine.cg." + v + ".demo.*.cmd.agent.bob.wakeup"},
+		{"agent demo/alice", alice, "update its own wakeup durable", "publish", "$JS.API.CONSUMER.CREATE." + wake + "." + aliceWake + ".cg." + v + ".demo.*.cmd.agent.alice.wakeup"},
+		{"agent demo/alice", alice, "create a durable the old way", "publish", "$JS.API.CONSUMER.DURABLE.CREATE." + wake + ".mine"},
+		{"agent demo/alice", alice, "create an ephemeral consumer", "publish", "$JS.API.CONSUMER.CREATE." + wake},
+		{"agent demo/alice", alice, "delete its own wakeup durable", "publish", "$JS.API.CONSUMER.DELETE." + wake + "." + aliceWake},
+		{"agent demo/alice", alice, "bind bob's wakeup durable", "publish", "$JS.API.CONSUMER.INFO." + wake + "." + bobWake},
+		{"agent demo/alice", alice, "fetch from bob's wakeup durable", "publish", "$JS.API.CONSUMER.MSG.NEXT." + wake + "." + bobWake},
+		{"agent demo/alice", alice, "ack a delivery of bob's wakeup durable", "publish", "$JS.ACK." + wake + "." + bobWake + ".1.7.7.1700000000000000000.0"},
+		{"agent demo/alice", alice, "fetch from the project's wakeup durable", "publish", "$JS.API.CONSUMER.MSG.NEXT." + wake + "." + demoWake},
+		{"agent demo/alice", alice, "fetch from another project's durable of its name", "publish", "$JS.API.CONSUMER.MSG.NEXT." + wake + "." + streams.AgentWakeupConsumer("other", "alice")},
+		{"agent", agentDemo, "create a consumer on the wakeup stream", "publish", "$JS.API.CONSUMER.CREATE." + wake + ".mine.cg." + v + ".other.*.cmd.agent.*.wakeup"},
+		{"agent", agentDemo, "fetch from project other's wakeup durable", "publish", "$JS.API.CONSUMER.MSG.NEXT." + wake + "." + otherWake},
+		{"agent", agentDemo, "ack a delivery of project other's wakeup durable", "publish", "$JS.ACK." + wake + "." + otherWake + ".1.7.7.1700000000000000000.0"},
+		{"agent", agentDemo, "fetch from alice's wakeup durable", "publish", "$JS.API.CONSUMER.MSG.NEXT." + wake + "." + aliceWake},
+		{"agent", agentDemo, "list the wakeup stream's consumers", "publish", "$JS.API.CONSUMER.LIST." + wake},
+		{"worker", wk, "fetch an agent's wakeups from its durable", "publish", "$JS.API.CONSUMER.MSG.NEXT." + wake + "." + aliceWake},
+		{"operator", op, "fetch an agent's wakeups from its durable", "publish", "$JS.API.CONSUMER.MSG.NEXT." + wake + "." + demoWake},
 		{"agent demo/alice", alice, "dispatch as another agent", "publish", p("demo", "svc.dispatch.call.bob")},
 		{"agent demo/alice", alice, "receive another agent's wakeups", "subscription", "cg." + v + ".demo.*.cmd.agent.bob.wakeup"},
 		{"agent demo/alice", alice, "receive every agent's wakeups", "subscription", "cg." + v + ".demo.*.cmd.agent.*.wakeup"},
@@ -231,6 +255,10 @@ func TestIdentityEscalations(t *testing.T) {
 		{"worker limited to demo", "read project demo's cards", lim, p("demo", "svc.cardstore.get")},
 		{"operator", "dispatch as itself", op, p("demo", "svc.dispatch.operator.operator")},
 		{"operator", "put a policy", op, p("demo", "svc.authz.put")},
+		{"agent demo/alice", "bind its own wakeup durable", alice, "$JS.API.CONSUMER.INFO." + wake + "." + aliceWake},
+		{"agent demo/alice", "fetch from its own wakeup durable", alice, "$JS.API.CONSUMER.MSG.NEXT." + wake + "." + aliceWake},
+		{"agent (project-wide)", "bind the project's wakeup durable", agentDemo, "$JS.API.CONSUMER.INFO." + wake + "." + demoWake},
+		{"agent (project-wide)", "fetch from the project's wakeup durable", agentDemo, "$JS.API.CONSUMER.MSG.NEXT." + wake + "." + demoWake},
 		{"agent demo/alice", "list its own inbox", alice, p("demo", "svc.inbox.list.alice")},
 		{"agent demo/alice", "ack its own inbox entries", alice, p("demo", "svc.inbox.ack.alice")},
 		{"agent demo/alice", "set the epoch of its own turns", alice, p("demo", "svc.inbox.set_epoch.alice")},

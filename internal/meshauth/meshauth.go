@@ -20,13 +20,16 @@
 //     agents. Its dispatch subjects, raw tool and PMO commands only when
 //     the project opted in (RawCommands), the CardStore (plain and every
 //     agent's scoped subjects), registry reads, the inbox and authz reads
-//     of that project only; its agents' wakeups.
+//     of that project only; its agents' wakeups, and the project's
+//     durable wakeup consumer (AgentDurables: bind, fetch, acknowledge;
+//     never create).
 //   - agent-<project>.<agent>: one agent. As agent-<project>, but its own
 //     agent's subjects only: dispatch (svc.dispatch.call.<agent>), the
 //     CardStore and inbox on their agent-scoped subjects
 //     (svc.cardstore.<op>.<agent>, svc.inbox.<op>.<agent>: the services
-//     serve that agent's cards, turns and entries only), its wakeups. It
-//     still reads the project's registry and policies.
+//     serve that agent's cards, turns and entries only), its wakeups and
+//     its own durable wakeup consumer (AgentDurables). It still reads the
+//     project's registry and policies.
 //   - worker-<service>: a tool worker serving the given tools in every
 //     project or in Projects only: its tools' durable consumers (bind,
 //     fetch, acknowledge), reports, dead letters, authz decision records,

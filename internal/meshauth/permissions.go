@@ -133,6 +133,16 @@ func agentPermissions(ver string, id Identity) *server.Permissions {
 	if id.Agent != "" {
 		wake = id.Agent // agent ids in wakeup subjects are tokens (subjects.AgentWakeup)
 	}
+	// Its wakeup durable, which the core made (AgentDurables): bind,
+	// fetch and acknowledge, never create, update or delete (a consumer's
+	// filter is in the create request's body, which no permission sees).
+	wakeStream := streams.WakeupStream(ver)
+	for d := range AgentDurables(ver, id) {
+		pub = append(pub,
+			"$JS.API.CONSUMER.INFO."+wakeStream+"."+d,
+			"$JS.API.CONSUMER.MSG.NEXT."+wakeStream+"."+d,
+			"$JS.ACK."+wakeStream+"."+d+".>")
+	}
 	// Its project's state events (every service's, every resource's):
 	// a Windley loop re-queries on a transition of its booking.
 	events, _ := subjects.StateEventPattern(ver, id.Project, "*", "*")
@@ -294,4 +304,31 @@ func WorkerDurables(ver string, id Identity) map[string][]string {
 		out[streams.ToolConsumer(t.Name)] = filters
 	}
 	return out
+}
+
+// AgentDurables returns the durable wakeup consumer of an agent identity
+// and its filter, on the wakeup stream (streams.WakeupStream): for a
+// per-agent identity (agent-<P>.<A>) streams.AgentWakeupConsumer(P, A)
+// filtered on cg.<ver>.<P>.*.cmd.agent.<A>.wakeup; for a project-wide one
+// (agent-<P>) streams.AgentWakeupConsumer(P, "") filtered on
+// cg.<ver>.<P>.*.cmd.agent.*.wakeup, every agent's wakeups of the project
+// on one durable (a runtime hosting the project's agents tells them apart
+// by the wakeup's agent_id). The mesh core creates them as pull consumers
+// before the identity may connect; the identity may bind, fetch and
+// acknowledge its own and never create a consumer on the wakeup stream:
+// a consumer's filter travels in the request body, so a create permission
+// would let it read any project's wakeups. Nil for any other identity.
+func AgentDurables(ver string, id Identity) map[string][]string {
+	if id.Role != RoleAgent {
+		return nil
+	}
+	agent := "*"
+	if id.Agent != "" {
+		agent = id.Agent // agent ids in wakeup subjects are tokens (subjects.AgentWakeup)
+	}
+	filter, err := subjects.WakeupPattern(ver, id.Project, "*", agent)
+	if err != nil { // Identity.Validate refuses what would fail here
+		return nil
+	}
+	return map[string][]string{streams.AgentWakeupConsumer(id.Project, id.Agent): {filter}}
 }

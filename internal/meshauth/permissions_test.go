@@ -165,3 +165,53 @@ func TestAgentScopedPermissions(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentDurables: each agent identity has one wakeup durable with its
+// own filter, and its permissions reach that durable's info, fetch and
+// acknowledgements only: never a consumer create, update or delete, nor
+// another agent's or project's durable.
+func TestAgentDurables(t *testing.T) {
+	wake := streams.WakeupStream("v1")
+	for _, tc := range []struct {
+		name    string
+		id      meshauth.Identity
+		durable string
+		filter  string
+		others  []string // durables it may not touch
+	}{
+		{"per-agent", meshauth.Identity{Role: meshauth.RoleAgent, Project: "demo", Agent: "alice"},
+			streams.AgentWakeupConsumer("demo", "alice"), "cg.v1.demo.*.cmd.agent.alice.wakeup",
+			[]string{streams.AgentWakeupConsumer("demo", "bob"), streams.AgentWakeupConsumer("demo", ""), streams.AgentWakeupConsumer("other", "alice")}},
+		{"project-wide", meshauth.Identity{Role: meshauth.RoleAgent, Project: "demo"},
+			streams.AgentWakeupConsumer("demo", ""), "cg.v1.demo.*.cmd.agent.*.wakeup",
+			[]string{streams.AgentWakeupConsumer("demo", "alice"), streams.AgentWakeupConsumer("other", "")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := meshauth.AgentDurables("v1", tc.id)
+			if len(got) != 1 || !slices.Equal(got[tc.durable], []string{tc.filter}) {
+				t.Fatalf("AgentDurables = %v, want %s: %s", got, tc.durable, tc.filter)
+			}
+			tc.id.Key = newKey(t)
+			pub := meshauth.Permissions("v1", tc.id).Publish.Allow
+			for _, w := range []string{"$JS.API.CONSUMER.INFO." + wake + "." + tc.durable, "$JS.API.CONSUMER.MSG.NEXT." + wake + "." + tc.durable,
+				"$JS.ACK." + wake + "." + tc.durable + ".>"} {
+				if !slices.Contains(pub, w) {
+					t.Errorf("publish lacks %q", w)
+				}
+			}
+			for _, s := range pub {
+				if strings.Contains(s, "CONSUMER.CREATE") || strings.Contains(s, "CONSUMER.DURABLE") || strings.Contains(s, "CONSUMER.DELETE") {
+					t.Errorf("publish %q: an agent makes or removes consumers", s)
+				}
+				for _, o := range tc.others {
+					if strings.Contains(s, o) {
+						t.Errorf("publish %q: another identity's durable", s)
+					}
+				}
+			}
+		})
+	}
+	if got := meshauth.AgentDurables("v1", meshauth.Identity{Role: meshauth.RoleWorker, Service: "x", Tools: []meshauth.Tool{{Name: "x", Target: "x"}}}); got != nil {
+		t.Fatalf("AgentDurables of a worker = %v, want nil", got)
+	}
+}

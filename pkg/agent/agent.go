@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +20,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
+	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -48,6 +47,12 @@ var (
 	// entry. The Outcome is returned with the error and is valid; the entry
 	// stays pending (Resume lists it as unconsumed) until acknowledged.
 	ErrNotAcked = errors.New("agent: inbox entry not acknowledged")
+	// ErrNoDurable: Wakeups could neither bind nor create its durable
+	// consumer: the identity may not use it (an agent identity binds only
+	// the durable the mesh made for it), or a consumer of that name is not
+	// one of this agent's wakeups. The message says which identity binds
+	// which durable.
+	ErrNoDurable = errors.New("agent: no usable wakeup durable")
 	// ErrClosed: the Client has been closed.
 	ErrClosed = errors.New("agent: client closed")
 	// ErrToolFailed: CallInto's call ended with a status other than
@@ -271,13 +276,14 @@ func (c *Client) Version() string { return c.ver }
 func (c *Client) WakeupSubject() string { return c.wakeSubj }
 
 // DurableName returns the default name of the agent's durable wakeup
-// consumer: "agent_<agent_id>_<8 hex digits>", the digits a hash of
-// version, project, channel and agent id, so that agents with the same id
-// in different projects or channels (which share the command stream) never
-// share a consumer.
+// consumer, streams.AgentWakeupConsumer(project, agent_id):
+// "agent_<agent_id>_<8 hex digits>", the digits a hash of project and
+// agent id, so that agents with the same id in different projects never
+// share a consumer. It is the durable the mesh makes for the per-agent
+// identity agent-<project>.<agent_id>, filtered on the agent's wakeups in
+// every channel of the project (the wakeup stream is per version).
 func (c *Client) DurableName() string {
-	sum := sha256.Sum256([]byte(c.ver + "." + c.project + "." + c.channel + "." + c.agentID))
-	return "agent_" + c.agentID + "_" + hex.EncodeToString(sum[:4])
+	return streams.AgentWakeupConsumer(c.project, c.agentID)
 }
 
 // Store returns the CardStore the Client uses.

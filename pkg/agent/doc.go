@@ -131,17 +131,21 @@
 //   - Dispatch does steps 1–4 and returns a Pending (tool_call_id,
 //     tool_call_card_id, step_id, agent_turn_id…) to keep with the turn.
 //   - Wakeups consumes the agent's wakeups with a JetStream durable pull
-//     consumer (default name DurableName(): agent_<agent_id>_<hash>) on the
-//     command stream, filtered on the agent's wakeup subject. The handler
-//     runs once per delivery; the wakeup is acknowledged when it returns
-//     nil and redelivered after a delay when it returns an error or panics.
+//     consumer on the wakeup stream (cg_wake_<ver>). The handler runs once
+//     per delivery; the wakeup is acknowledged when it returns nil and
+//     redelivered after a delay when it returns an error or panics.
 //     Wakeups published while no consumer ran wait in the stream and are
-//     delivered when it runs again. Creating that consumer takes a
-//     permission the agent identities of 'utpmesh up' (agent-<project>.nk,
-//     agent-<project>.<agent>.nk) do not have: with them, subscribe to
-//     WakeupSubject on the connection and, at start, Resume the turns the
-//     runtime parked (ExampleClient_Dispatch, run against a real up by
-//     cmd/utpmesh TestAgentExampleAgainstUp).
+//     delivered when it runs again. With NATS authentication on, the mesh
+//     makes each agent identity's durable and the identity may only bind
+//     it: agent-<project>.<agent>.nk binds DurableName()
+//     (agent_<agent_id>_<hash>, the agent's wakeups in every channel of
+//     the project), the default; agent-<project>.nk binds the project's
+//     (project_<project>_<hash>, every agent's wakeups of the project,
+//     told apart by Wakeup.AgentID) with WithProjectWakeups
+//     (ExampleClient_Dispatch, run against a real up by cmd/utpmesh
+//     TestAgentExampleAgainstUp). Another durable (WithDurable) is
+//     created when missing, which only admin may; a durable the identity
+//     may not use is ErrNoDurable, saying which it may.
 //   - Resume reads the turn's cards (cardstore.AllTurn) and the inbox's
 //     entries of the turn and sorts the turn's tool calls into Outstanding
 //     (a tool.call, no tool.result yet), Unconsumed (a tool.result whose
@@ -158,7 +162,7 @@
 //     acknowledged; the inbox may publish a wakeup twice after a crash; a
 //     Call and a Wakeups consumer of the same agent both see every
 //     wakeup; a durable consumer created for the first time replays the
-//     agent's wakeups still in the stream (24 h). Deduplicate by
+//     wakeups of its filter still in the stream (24 h). Deduplicate by
 //     (agent_turn_id, tool_call_id), the seed's callback anchor, or let
 //     WithSkipConsumed drop wakeups whose entry is no longer pending.
 //   - The inbox entry, not the wakeup, is the state: Ack is what marks a

@@ -92,8 +92,9 @@ func ExampleClient_Call() {
 // runtime of its own process beside a local up: it connects with the
 // project's agent identity and the demo mandate that up writes under its
 // data directory ($NATS_URL, else the local default). Dispatch sends the
-// call and returns at once; the wakeup, a core NATS message on the agent's
-// wakeup subject (which the agent identity may receive), says a result is
+// call and returns at once; Wakeups consumes the project's durable wakeup
+// consumer, which up made for the project's agent identity (a wakeup that
+// came while the runtime was away waits there), and says a result is
 // there; Resume reads the turn from the CardStore and the inbox, and Ack
 // marks the result consumed. A runtime that restarts calls Resume for its
 // parked turns first: results that came while it was away are among
@@ -123,20 +124,26 @@ func ExampleClient_Dispatch() {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	woken := make(chan struct{}, 1)
-	sub, err := nc.Subscribe(c.WakeupSubject(), func(*nats.Msg) {
-		select {
-		case woken <- struct{}{}:
-		default:
-		}
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	turn := fmt.Sprintf("turn-%d", time.Now().UnixNano())
+	// Every agent's wakeups of the project, on the durable the mesh made for
+	// agent-demo.nk (a per-agent identity, agent-demo.<agent>.nk, binds its
+	// agent's with no option).
+	woken := make(chan struct{}, 1)
+	stop, err := c.Wakeups(ctx, func(w agent.Wakeup) error {
+		if w.AgentID == c.AgentID() && w.AgentTurnID == turn {
+			select {
+			case woken <- struct{}{}:
+			default:
+			}
+		}
+		return nil // acknowledged: the inbox entry, not the wakeup, is the state
+	}, agent.WithProjectWakeups())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = stop() }()
 	if _, err := c.Dispatch(ctx, agent.CallRequest{ToolName: "echo", Arguments: json.RawMessage(`{"msg":"parked"}`),
 		AgentTurnID: turn}); err != nil {
 		log.Fatal(err)

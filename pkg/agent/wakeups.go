@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,13 +14,15 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/utp"
+	"github.com/utpmesh/utpmesh/subjects"
 )
 
 // Defaults of the durable wakeup consumer.
 const (
 	// DefaultWakeupAckWait is how long a wakeup handed to the handler may
-	// stay unacknowledged before JetStream redelivers it.
-	DefaultWakeupAckWait = 30 * time.Second
+	// stay unacknowledged before JetStream redelivers it: the ack wait of
+	// the durables the mesh makes for agent identities.
+	DefaultWakeupAckWait = streams.WakeupAckWait
 	// DefaultRetryDelay is how long a wakeup whose handler failed waits
 	// before redelivery.
 	DefaultRetryDelay = time.Second
@@ -29,6 +32,9 @@ const (
 // what JetStream and the headers say about it.
 type Wakeup struct {
 	utp.Wakeup
+	// Channel is the channel of the wakeup's subject: the durables
+	// Wakeups binds by default span every channel of the project.
+	Channel string
 	// Traceparent is the W3C trace context the wakeup carried (the
 	// command's, passed through worker and inbox).
 	Traceparent string
@@ -41,14 +47,19 @@ type WakeupsOption func(*wakeupsOptions) error
 
 type wakeupsOptions struct {
 	durable      string
+	project      bool
 	ackWait      time.Duration
+	ackWaitSet   bool
 	retryDelay   time.Duration
 	skipConsumed bool
 }
 
-// WithDurable names the durable consumer (default Client.DurableName()).
-// Processes using the same name share the agent's wakeups, each delivered
-// to one of them.
+// WithDurable names a durable consumer of the agent's wakeups on the
+// client's channel only (default: Client.DurableName(), every channel).
+// Wakeups binds it when it exists with that filter and creates it
+// otherwise, which takes admin rights: the mesh makes no such durable for
+// an agent identity. Processes using the same name share the agent's
+// wakeups, each delivered to one of them.
 func WithDurable(name string) WakeupsOption {
 	return func(o *wakeupsOptions) error {
 		if name == "" || len(name) > 255 {
@@ -65,13 +76,30 @@ func WithDurable(name string) WakeupsOption {
 }
 
 // WithAckWait sets the consumer's ack wait (default DefaultWakeupAckWait): a
-// handler running longer than this sees the wakeup redelivered.
+// handler running longer than this sees the wakeup redelivered. Changing
+// the ack wait of a durable that exists takes admin rights; without the
+// option Wakeups binds it with the ack wait it has.
 func WithAckWait(d time.Duration) WakeupsOption {
 	return func(o *wakeupsOptions) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: WithAckWait: %v is not a positive duration", ErrInvalid, d)
 		}
-		o.ackWait = d
+		o.ackWait, o.ackWaitSet = d, true
+		return nil
+	}
+}
+
+// WithProjectWakeups makes Wakeups consume every agent's wakeups of the
+// client's project, on the project's durable, the one the mesh makes for
+// the project-wide agent identity (agent-<project>.nk:
+// streams.AgentWakeupConsumer(project, ""), filtered on
+// cg.<ver>.<project>.*.cmd.agent.*.wakeup): for a runtime that hosts the
+// project's agents, which tells them apart by Wakeup.AgentID. Not with
+// WithDurable. WithSkipConsumed then checks the client's own agent's
+// wakeups only (the others' entries are on their agents' subjects).
+func WithProjectWakeups() WakeupsOption {
+	return func(o *wakeupsOptions) error {
+		o.project = true
 		return nil
 	}
 }
@@ -101,16 +129,26 @@ func WithSkipConsumed() WakeupsOption {
 }
 
 // Wakeups consumes the agent's wakeups durably: a JetStream durable pull
-// consumer on the wakeup stream (cg_wake_<ver>), filtered on the agent's wakeup subject,
-// hands each wakeup to handler and acknowledges it once handler returns
-// nil. A handler error (or panic) makes the wakeup come back after the
-// retry delay. Wakeups published while no consumer runs wait in the stream
-// (for the stream's retention, 24 h) and are delivered when Wakeups is
-// called again with the same durable name.
+// consumer on the wakeup stream (cg_wake_<ver>) hands each wakeup to
+// handler and acknowledges it once handler returns nil. A handler error
+// (or panic) makes the wakeup come back after the retry delay. Wakeups
+// published while no consumer runs wait in the stream (for the stream's
+// retention, 24 h) and are delivered when Wakeups runs again on the same
+// durable.
+//
+// The durable is by default Client.DurableName(), the one the mesh makes
+// for the per-agent identity agent-<project>.<agent_id>, filtered on the
+// agent's wakeups in every channel of the project; WithProjectWakeups
+// takes the project's (agent-<project>), WithDurable a name of the
+// caller's. Wakeups binds a durable that exists (consumer info, fetch and
+// ack: all an agent identity may do) and creates one that does not, which
+// only admin (or a mesh without NATS authentication) may: an identity
+// without rights on the durable gets no answer, and the error, matching
+// ErrNoDurable, says which identity binds which durable.
 //
 // Delivery is at least once: the handler must be idempotent, keyed by
-// (agent_turn_id, tool_call_id). A consumer created for the first time
-// receives every wakeup of the agent still in the stream, including those
+// (agent_turn_id, tool_call_id). A durable made for the first time
+// receives every wakeup of its filter still in the stream, including those
 // a Call has already consumed (see WithSkipConsumed).
 //
 // The handler runs on one goroutine, one wakeup at a time. The returned
@@ -124,7 +162,7 @@ func (c *Client) Wakeups(ctx context.Context, handler func(Wakeup) error, opts .
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
-	o := wakeupsOptions{durable: c.DurableName(), ackWait: DefaultWakeupAckWait, retryDelay: DefaultRetryDelay}
+	o := wakeupsOptions{ackWait: DefaultWakeupAckWait, retryDelay: DefaultRetryDelay}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: Wakeups: option %d is nil", ErrInvalid, i)
@@ -133,14 +171,12 @@ func (c *Client) Wakeups(ctx context.Context, handler func(Wakeup) error, opts .
 			return nil, err
 		}
 	}
-	ccfg := streams.ConsumerConfig(o.durable, []string{c.wakeSubj}, o.ackWait, -1)
-	ccfg.Description = "wakeups of agent " + c.agentID + " (" + c.project + "/" + c.channel + ")"
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, streams.WakeupStream(c.ver), ccfg)
+	if o.project && o.durable != "" {
+		return nil, fmt.Errorf("%w: Wakeups: WithProjectWakeups and WithDurable(%q): pick one (the project's durable has its own name)", ErrInvalid, o.durable)
+	}
+	cons, err := c.wakeupConsumer(ctx, &o)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, fmt.Errorf("agent: wakeup consumer %s: stream %s does not exist (is the mesh up?): %w", o.durable, streams.WakeupStream(c.ver), err)
-		}
-		return nil, fmt.Errorf("agent: wakeup consumer %s: %w", o.durable, err)
+		return nil, err
 	}
 	r := &wakeupRunner{c: c, o: o, handler: handler}
 	cc, err := cons.Consume(r.onMsg, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -166,8 +202,67 @@ func (c *Client) Wakeups(ctx context.Context, handler func(Wakeup) error, opts .
 		case <-stopped:
 		}
 	}()
-	c.log.Debug("agent: consuming wakeups", "consumer", o.durable, "subject", c.wakeSubj)
+	c.log.Debug("agent: consuming wakeups", "consumer", o.durable, "stream", streams.WakeupStream(c.ver))
 	return stop, nil
+}
+
+// wakeupConsumer binds the durable o names (setting o.durable to it) or,
+// when it does not exist, creates it.
+func (c *Client) wakeupConsumer(ctx context.Context, o *wakeupsOptions) (jetstream.Consumer, error) {
+	stream := streams.WakeupStream(c.ver)
+	filter, who := c.wakeSubj, "agent "+c.agentID+" in channel "+c.channel
+	var err error
+	switch {
+	case o.project:
+		o.durable, who = streams.AgentWakeupConsumer(c.project, ""), "every agent of project "+c.project
+		filter, err = subjects.WakeupPattern(c.ver, c.project, "*", "*")
+	case o.durable == "":
+		o.durable, who = c.DurableName(), "agent "+c.agentID
+		filter, err = subjects.WakeupPattern(c.ver, c.project, "*", c.agentID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: Wakeups: %v", ErrInvalid, err)
+	}
+	cfg := streams.ConsumerConfig(o.durable, []string{filter}, o.ackWait, -1)
+	cfg.Description = "wakeups of " + who + " (" + c.project + ")"
+	// Who may bind what, for the errors.
+	hint := fmt.Sprintf("an agent identity binds the durable the mesh made for it and creates none: agent-%s.%s binds %s (the default), agent-%s binds %s (WithProjectWakeups); only admin creates another",
+		c.project, c.agentID, streams.AgentWakeupConsumer(c.project, c.agentID), c.project, streams.AgentWakeupConsumer(c.project, ""))
+	cons, err := c.js.Consumer(ctx, stream, o.durable)
+	switch {
+	case err == nil:
+		have := cons.CachedInfo().Config
+		hf := have.FilterSubjects
+		if have.FilterSubject != "" {
+			hf = []string{have.FilterSubject}
+		}
+		if !slices.Equal(hf, []string{filter}) && !streams.Narrower(hf, []string{filter}) {
+			return nil, fmt.Errorf("%w: wakeup consumer %s filters %v, not the wakeups of %s (%s): it is another agent's or project's; %s",
+				ErrNoDurable, o.durable, hf, who, filter, hint)
+		}
+		if !o.ackWaitSet || have.AckWait == o.ackWait {
+			return cons, nil
+		}
+		cfg.FilterSubject, cfg.FilterSubjects = "", hf
+		if len(hf) == 1 {
+			cfg.FilterSubject, cfg.FilterSubjects = hf[0], nil
+		}
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("agent: wakeup consumer %s: stream %s does not exist (is the mesh up?): %w", o.durable, stream, err)
+	case errors.Is(err, jetstream.ErrNotPullConsumer):
+		return nil, fmt.Errorf("%w: wakeup consumer %s is a push consumer: delete it (nats consumer rm %s %s) or pick another name with WithDurable: %w",
+			ErrNoDurable, o.durable, stream, o.durable, err)
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return nil, fmt.Errorf("%w: wakeup consumer %s: %w (no answer is what an identity gets for a durable it may not use: %s)", ErrNoDurable, o.durable, err, hint)
+	}
+	cons, err = c.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("agent: wakeup consumer %s: stream %s does not exist (is the mesh up?): %w", o.durable, stream, err)
+		}
+		return nil, fmt.Errorf("%w: wakeup consumer %s: create or update (ack wait %v): %w (%s)", ErrNoDurable, o.durable, o.ackWait, err, hint)
+	}
+	return cons, nil
 }
 
 // wakeupRunner runs the handler for one Wakeups consumer.
@@ -217,6 +312,9 @@ func (r *wakeupRunner) onMsg(m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
+	if sub, err := subjects.Parse(m.Subject()); err == nil {
+		w.Channel = sub.Channel
+	}
 	w.Traceparent = m.Headers().Get(utp.HeaderTraceparent)
 	if md, err := m.Metadata(); err == nil {
 		w.NumDelivered = md.NumDelivered
@@ -224,7 +322,7 @@ func (r *wakeupRunner) onMsg(m jetstream.Msg) {
 	log = log.With("agent_turn_id", w.AgentTurnID, "tool_call_id", w.ToolCallID, "inbox_id", w.InboxID)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if r.o.skipConsumed && w.InboxID != "" {
+	if r.o.skipConsumed && w.InboxID != "" && w.AgentID == r.c.agentID {
 		e, err := r.c.inbox.Get(ctx, r.c.project, w.InboxID)
 		switch {
 		case err == nil && e.State != inbox.StatePending:

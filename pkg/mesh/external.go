@@ -177,7 +177,7 @@ func (m *Mesh) ExternalWorkers(ids ...meshauth.Identity) error {
 			return fmt.Errorf("%w: ExternalWorkers: %s is not a worker identity", ErrExternal, id.Name())
 		}
 	}
-	return m.workerDurables(ids)
+	return m.identityDurables(ids)
 }
 
 // redactedURLs is urls with every password masked, for logs and banners.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/worker"
@@ -160,9 +161,9 @@ func (m *Mesh) ReloadIdentities() error {
 	if err != nil {
 		return err
 	}
-	// The durables before the users: a worker that may connect finds
-	// its durable made, as a pull consumer.
-	if err := m.workerDurables(m.Identities()); err != nil {
+	// The durables before the users: a worker or an agent that may
+	// connect finds its durable made, as a pull consumer.
+	if err := m.identityDurables(m.Identities()); err != nil {
 		return err
 	}
 	return m.srv.SetUsers(users)
@@ -173,45 +174,69 @@ func (m *Mesh) ReloadIdentities() error {
 // so a dead worker's calls fail over in seconds (docs/performance.md).
 const durableAckWait = worker.DefaultAckWait
 
-// workerDurables makes sure every tool of every worker identity has its
-// durable as a pull consumer (meshauth.WorkerDurables): missing ones are
-// created, a limited worker's are narrowed to its projects' filters, a
-// push consumer in its place is an error saying what to do.
-func (m *Mesh) workerDurables(ids []meshauth.Identity) error {
+// identityDurable is a durable the core makes for an identity.
+type identityDurable struct {
+	stream, name string
+	filters      []string
+	ackWait      time.Duration
+	// keep: an existing durable with other filters is the identity's own
+	// (an unlimited worker's, whose create permission is its tool's filter).
+	keep bool
+}
+
+// durablesOf returns the durables the core makes for id: its tools'
+// (meshauth.WorkerDurables) on the command stream, its wakeups'
+// (meshauth.AgentDurables) on the wakeup stream.
+func durablesOf(ver string, id meshauth.Identity) []identityDurable {
+	var out []identityDurable
+	for name, filters := range meshauth.WorkerDurables(ver, id) {
+		out = append(out, identityDurable{stream: streams.CommandStream(ver), name: name, filters: filters, ackWait: durableAckWait, keep: len(id.Projects) == 0})
+	}
+	for name, filters := range meshauth.AgentDurables(ver, id) {
+		out = append(out, identityDurable{stream: streams.WakeupStream(ver), name: name, filters: filters, ackWait: streams.WakeupAckWait})
+	}
+	return out
+}
+
+// identityDurables makes sure every tool of every worker identity and
+// every agent identity has its durable as a pull consumer
+// (meshauth.WorkerDurables, meshauth.AgentDurables): missing ones are
+// created, a limited worker's and an agent's are set to the identity's
+// filters, a push consumer in its place is an error saying what to do.
+// Neither role may create a durable of its own (an agent none at all).
+func (m *Mesh) identityDurables(ids []meshauth.Identity) error {
 	js, err := jetstream.New(m.nc)
 	if err != nil {
 		return fmt.Errorf("mesh: jetstream: %w", err)
 	}
-	stream := streams.CommandStream(m.cfg.ProtocolVersion)
 	for _, id := range ids {
-		for durable, filters := range meshauth.WorkerDurables(m.cfg.ProtocolVersion, id) {
+		for _, d := range durablesOf(m.cfg.ProtocolVersion, id) {
 			// A push consumer is refused outright; the rest is retried
 			// with the mesh's patience on replicated state (a cluster that
 			// is still forming, a loaded machine), each attempt bounded.
 			var refused error
-			err := m.Patiently(context.Background(), "durable "+durable, func(ctx context.Context) error {
+			err := m.Patiently(context.Background(), "durable "+d.name, func(ctx context.Context) error {
 				ctx, cancel := deadline.Bound(ctx, streams.Patience)
 				defer cancel()
-				cur, err := js.Consumer(ctx, stream, durable)
+				cur, err := js.Consumer(ctx, d.stream, d.name)
+				if errors.Is(err, jetstream.ErrNotPullConsumer) {
+					refused = fmt.Errorf("mesh: durable %s of %s is a push consumer, which the mesh never makes for an identity: delete it (nats consumer rm %s %s) and start again",
+						d.name, id.Name(), d.stream, d.name)
+					return nil
+				}
 				if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 					return err
 				}
 				if err == nil {
-					have := cur.CachedInfo().Config
-					if have.DeliverSubject != "" {
-						refused = fmt.Errorf("mesh: durable %s of %s delivers to %q (a push consumer, which no worker of the mesh makes): delete it (nats consumer rm %s %s) and start again",
-							durable, id.Name(), have.DeliverSubject, stream, durable)
-						return nil
-					}
-					if len(id.Projects) == 0 || slices.Equal(filtersOf(have), filters) {
-						return nil // the worker's own (it may change its ack wait)
+					if have := cur.CachedInfo().Config; d.keep || slices.Equal(filtersOf(have), d.filters) {
+						return nil // the identity's own (an admin may change its ack wait)
 					}
 				}
-				_, err = js.CreateOrUpdateConsumer(ctx, stream, streams.ConsumerConfig(durable, filters, durableAckWait, -1))
+				_, err = js.CreateOrUpdateConsumer(ctx, d.stream, streams.ConsumerConfig(d.name, d.filters, d.ackWait, -1))
 				return err
 			})
 			if err != nil {
-				return fmt.Errorf("mesh: durable %s of %s (filters %s): %w", durable, id.Name(), strings.Join(filters, ", "), err)
+				return fmt.Errorf("mesh: durable %s of %s (filters %s): %w", d.name, id.Name(), strings.Join(d.filters, ", "), err)
 			}
 			if refused != nil {
 				return refused
@@ -236,7 +261,7 @@ func (m *Mesh) startIdentityService() error {
 		return fmt.Errorf("mesh: identity service: %w", err)
 	}
 	m.push(srv.Stop)
-	return m.workerDurables(m.Identities())
+	return m.identityDurables(m.Identities())
 }
 
 // filtersOf returns a consumer's filter subjects.

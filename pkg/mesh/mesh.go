@@ -687,7 +687,7 @@ func (m *Mesh) AddIdentities(ids ...meshauth.Identity) error {
 	if err != nil {
 		return err
 	}
-	if err := m.workerDurables(m.Identities()); err != nil {
+	if err := m.identityDurables(m.Identities()); err != nil {
 		return err
 	}
 	return m.srv.SetUsers(users)

@@ -190,6 +190,35 @@ func ToolConsumer(toolName string) string {
 	return "utp_tool_" + safeName(toolName)
 }
 
+// WakeupAckWait is the ack wait of the durable wakeup consumers the mesh
+// core makes for agent identities (AgentWakeupConsumer): how long a
+// wakeup handed to an agent may stay unacknowledged before it is
+// delivered again.
+const WakeupAckWait = 30 * time.Second
+
+// AgentWakeupConsumer returns the name of the durable wakeup consumer (on
+// WakeupStream) of an agent identity, the one place the name is made: for
+// one agent, "agent_<agent_id>_<8 hex digits>", filtered on the agent's
+// wakeups in every channel of the project
+// (cg.<ver>.<project>.*.cmd.agent.<agent_id>.wakeup); for agentID "", the
+// project's, "project_<project>_<8 hex digits>", filtered on every
+// agent's wakeups of the project (cg.<ver>.<project>.*.cmd.agent.*.wakeup).
+// The digits hash the length-prefixed (project, agent id), so no two
+// projects or agents share a name. The mesh core makes these durables as
+// pull consumers (internal/meshauth AgentDurables); pkg/agent's Wakeups
+// binds to them.
+func AgentWakeupConsumer(project, agentID string) string {
+	h := sha256.New()
+	for _, s := range []string{project, agentID} {
+		_, _ = fmt.Fprintf(h, "%d:%s", len(s), s)
+	}
+	sum := hex.EncodeToString(h.Sum(nil)[:4])
+	if agentID == "" {
+		return "project_" + safeName(project) + "_" + sum
+	}
+	return "agent_" + safeName(agentID) + "_" + sum
+}
+
 // PMOConsumer is the durable consumer of the PMO built-ins.
 const PMOConsumer = "utp_pmo"
 

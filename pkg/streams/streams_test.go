@@ -3,6 +3,7 @@ package streams_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -115,5 +116,33 @@ func TestNarrower(t *testing.T) {
 		if got := streams.Narrower(tc.have, tc.want); got != tc.narrower {
 			t.Errorf("Narrower(%v, %v) = %v, want %v", tc.have, tc.want, got, tc.narrower)
 		}
+	}
+}
+
+func TestAgentWakeupConsumer(t *testing.T) {
+	seen := map[string]string{}
+	for _, tc := range []struct{ project, agent, prefix string }{
+		{"demo", "alice", "agent_alice_"},
+		{"demo", "", "project_demo_"},
+		{"other", "alice", "agent_alice_"},
+		{"other", "", "project_other_"},
+		// Underscores in the tokens do not make two names one.
+		{"a_b", "c", "agent_c_"},
+		{"a", "b_c", "agent_b_c_"},
+		{"a", "b", "agent_b_"},
+		{"a_b", "", "project_a_b_"},
+	} {
+		name := streams.AgentWakeupConsumer(tc.project, tc.agent)
+		if name != streams.AgentWakeupConsumer(tc.project, tc.agent) {
+			t.Fatalf("%s/%s: not deterministic", tc.project, tc.agent)
+		}
+		if !strings.HasPrefix(name, tc.prefix) || len(name) != len(tc.prefix)+8 || strings.ContainsAny(name, ".*> /\\") {
+			t.Errorf("AgentWakeupConsumer(%q, %q) = %q, want %s + 8 hex digits", tc.project, tc.agent, name, tc.prefix)
+		}
+		key := tc.project + "/" + tc.agent
+		if prev, ok := seen[name]; ok {
+			t.Errorf("%s and %s share the durable %s", prev, key, name)
+		}
+		seen[name] = key
 	}
 }
