@@ -175,4 +175,3 @@ func TestMarkerConfigRefused(t *testing.T) {
 		})
 	}
 }
-
