@@ -263,8 +263,8 @@ type Mesh struct {
 	unrouted    *unrouted.Sweeper
 	retention   *retention.Sweeper // nil without Auth or Config.Retention.Policies
 	markers     *retention.MarkerPurger
-	ready       atomic.Bool        // Start has finished (health)
-	connOpts    []nats.Option      // the mesh's own connections' options (admission.go)
+	ready       atomic.Bool   // Start has finished (health)
+	connOpts    []nats.Option // the mesh's own connections' options (admission.go)
 }
 
 // Start starts a mesh. On error everything started so far is stopped.
