@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/utpmesh/utpmesh/pkg/creds"
+	"github.com/utpmesh/utpmesh/pkg/inbox/kvinbox"
 	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/atp"
 	"github.com/utpmesh/utpmesh/services/cynode"
@@ -124,6 +125,14 @@ func TestWorkersCreateNoBucketConsumer(t *testing.T) {
 					}
 					w.waitViolation(t, "publish", subj)
 				}
+			}
+			// Nor purge its bucket or the inbox's: the core purges their
+			// old delete markers (retention.MarkerPurger).
+			for _, subj := range []string{"$JS.API.STREAM.PURGE.KV_" + tc.bucket, "$JS.API.STREAM.PURGE.KV_" + kvinbox.DefaultBucket} {
+				if err := w.nc.PublishRequest(subj, w.nc.NewRespInbox(), []byte(`{"filter":"$KV.`+tc.bucket+`.>"}`)); err != nil {
+					t.Fatal(err)
+				}
+				w.waitViolation(t, "publish", subj)
 			}
 		})
 	}

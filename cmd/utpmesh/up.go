@@ -19,6 +19,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
+	"github.com/utpmesh/utpmesh/pkg/retention"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	atptools "github.com/utpmesh/utpmesh/services/atp/tools"
@@ -175,7 +176,8 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		MetricsAddr: *metricsAddr, TracerProvider: tp, MaxPayload: int32(*maxPayload), MaxCardBytes: *maxCard,
 		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{Catalogues: authCatalogues(*data), KeyDir: cf.keysDir},
 		Identities: ids, TLSCert: *tlsCert, TLSKey: *tlsKey, Command: "utpmesh up",
-		ServerName: cl.serverName, Cluster: cl.cluster, Replicated: cl.replicated, External: ext})
+		ServerName: cl.serverName, Cluster: cl.cluster, Replicated: cl.replicated, External: ext,
+		Markers: retention.MarkerConfig{Buckets: catalog.Buckets()}})
 	if err != nil && ctx.Err() != nil {
 		// Interrupted while starting: Start has stopped what it started.
 		fmt.Fprintln(c.env.stdout, "stopped while starting")

@@ -14,7 +14,18 @@ import (
 // watcher sees nothing: use it for keys whose removal nobody watches,
 // like index keys. Dropping a missing key is no error.
 func (b *Bucket) Drop(ctx context.Context, key string) error {
-	req, err := json.Marshal(map[string]string{"filter": b.keyPre + key})
+	return b.purge(ctx, key, 0)
+}
+
+// purge purges key's messages from the bucket's stream: all of them
+// (upTo 0), or those whose sequence is below upTo, so that a message
+// stored since the caller looked is kept.
+func (b *Bucket) purge(ctx context.Context, key string, upTo uint64) error {
+	body := map[string]any{"filter": b.keyPre + key}
+	if upTo > 0 {
+		body["seq"] = upTo
+	}
+	req, err := json.Marshal(body)
 	if err != nil {
 		return err
 	}

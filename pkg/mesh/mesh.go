@@ -48,6 +48,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -75,6 +76,7 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/boltinbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/inboxsvc"
+	"github.com/utpmesh/utpmesh/pkg/inbox/kvinbox"
 	"github.com/utpmesh/utpmesh/pkg/metrics"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
@@ -170,6 +172,12 @@ type Config struct {
 	// Policies is set; with neither, no sweeper runs. Store, Inbox and
 	// Projects are the mesh's.
 	Retention retention.Config
+	// Markers tunes the purge of old KV delete markers (pkg/retention's
+	// MarkerPurger), which runs on every mesh: Buckets are the
+	// catalogues' state buckets (cmd/utpmesh passes them: the core knows
+	// no catalogue), to which the mesh adds its inbox bucket when the
+	// inbox is in JetStream; NC is the mesh's.
+	Markers retention.MarkerConfig
 	// LeaderCheck, on a cluster node (Config.Cluster), is how often the
 	// node leading the command stream asks the leaders of every other
 	// stream, bucket and consumer it replicates to move to it (see
@@ -254,8 +262,9 @@ type Mesh struct {
 	idents      identState
 	unrouted    *unrouted.Sweeper
 	retention   *retention.Sweeper // nil without Auth or Config.Retention.Policies
-	ready       atomic.Bool        // Start has finished (health)
-	connOpts    []nats.Option      // the mesh's own connections' options (admission.go)
+	markers     *retention.MarkerPurger
+	ready       atomic.Bool   // Start has finished (health)
+	connOpts    []nats.Option // the mesh's own connections' options (admission.go)
 }
 
 // Start starts a mesh. On error everything started so far is stopped.
@@ -602,6 +611,20 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 		m.retention.Start()
 		m.push(func(context.Context) error { m.retention.Stop(); return nil })
 	}
+	mcfg := cfg.Markers
+	mcfg.NC = m.nc
+	mcfg.Buckets = slices.Clone(mcfg.Buckets)
+	if _, ok := m.inboxStore.(*kvinbox.KV); ok {
+		mcfg.Buckets = append(mcfg.Buckets, kvinbox.DefaultBucket)
+	}
+	if mcfg.Logger == nil {
+		mcfg.Logger = log.With("component", "retention")
+	}
+	if m.markers, err = retention.NewMarkerPurger(mcfg); err != nil {
+		return err
+	}
+	m.markers.Start()
+	m.push(func(context.Context) error { m.markers.Stop(); return nil })
 	return nil
 }
 
@@ -752,6 +775,9 @@ func (m *Mesh) Registry() registry.Registry { return m.reg }
 // Retention is the retention sweeper, nil without Config.Auth or
 // Config.Retention.Policies.
 func (m *Mesh) Retention() *retention.Sweeper { return m.retention }
+
+// Markers returns the purge of old KV delete markers (Config.Markers).
+func (m *Mesh) Markers() *retention.MarkerPurger { return m.markers }
 
 // Unrouted is the sweeper answering tool commands no tool serves.
 func (m *Mesh) Unrouted() *unrouted.Sweeper { return m.unrouted }

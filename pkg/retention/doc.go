@@ -29,4 +29,8 @@
 // In a cluster every node runs a Sweeper; a project's sweep holds the
 // CardStore claim "retention/<project>" while it runs, so one node sweeps
 // a project at a time.
+//
+// A MarkerPurger (markers.go) removes the old delete markers that KV
+// deletes leave in the catalogues' state buckets and the inbox bucket:
+// workers may not purge a stream, so the core does, on a schedule.
 package retention

@@ -92,6 +92,7 @@ func NewLate() *Late { return toolkit.NewLate() }
 // atlasService adapts an ATLAS group's factory to the catalogue.
 func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, error)) Service {
 	return Service{Name: "atlas." + group, Description: desc, InUp: true, KeepsFiles: true, SharedState: true,
+		Buckets: []string{atlas.KVBucket(group)},
 		Local:   func(d Deps) bool { return d.AtlasState != atlas.StateJetStream },
 		Publish: func(string) []string { return atlas.StatePublishSubjects(group) },
 		Build: func(d Deps) ([]worker.Tool, error) {
@@ -110,7 +111,7 @@ func atlasService(group, desc string, build func(atlas.Deps) ([]worker.Tool, err
 // store), so every node of a cluster may serve it.
 func cynodeService() Service {
 	return Service{Name: "cynode", Description: "CyNodeAI catalogue behind its gateway: artifact.*, db.*, model.*, skills.*, node.*, help.get, web.*, api.call, git.*, sandbox.*",
-		KeepsFiles: true, SharedState: true,
+		KeepsFiles: true, SharedState: true, Buckets: []string{cynode.StateBucket},
 		// In either state mode its data directory holds cynode.json, git
 		// clones and sandboxes: one worker per directory (the lock).
 		Local: func(Deps) bool { return true },
@@ -173,6 +174,12 @@ type Service struct {
 	// (e.g. the ATLAS confirmation endpoints), with * for project and
 	// channel, for its NATS identity's permissions.
 	Subscribe func(ver string) []string
+	// Buckets are the service's KV buckets whose deleted keys leave delete
+	// markers (its state engine's records): the mesh core purges the old
+	// markers (retention.MarkerPurger), since its workers may not purge a
+	// stream. A bucket the service has not made (another state mode) is
+	// skipped.
+	Buckets []string
 }
 
 var services = map[string]Service{
@@ -191,7 +198,7 @@ var services = map[string]Service{
 // bookings file) to the catalogue.
 func atpService() Service {
 	return Service{Name: "atp", Description: "ATP catalogue: atp_* tools on Booking Objects, atp_invoke_hem, operators' booking and HEM tools",
-		InUp: true, KeepsFiles: true, SharedState: true,
+		InUp: true, KeepsFiles: true, SharedState: true, Buckets: []string{atp.StateBucket},
 		Publish: func(string) []string {
 			return append(ratelimit.PublishSubjects(ratelimit.DefaultBucket), kvstate.PublishSubjects(atp.StateBucket)...)
 		},
@@ -276,6 +283,18 @@ func Provision(ctx context.Context, nc *nats.Conn, replicas int) error {
 		}
 	}
 	return nil
+}
+
+// Buckets lists the KV buckets of every service whose delete markers the
+// mesh core purges (Service.Buckets), sorted: what `utpmesh up` passes to
+// mesh.Config.Markers.
+func Buckets() []string {
+	var out []string
+	for _, n := range Names() {
+		out = append(out, services[n].Buckets...)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Build builds the tools of the named services.

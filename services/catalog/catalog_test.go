@@ -3,6 +3,7 @@ package catalog_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 
 	"github.com/utpmesh/utpmesh/services/catalog"
@@ -75,5 +76,14 @@ func TestKeepFiles(t *testing.T) {
 		if got := catalog.KeepFiles(tc.names); got != tc.want {
 			t.Errorf("KeepFiles(%v) = %v, want %v", tc.names, got, tc.want)
 		}
+	}
+}
+
+// TestBuckets: the core purges the delete markers of every catalogue's
+// state bucket: the five ATLAS groups', ATP's and CyNodeAI's.
+func TestBuckets(t *testing.T) {
+	want := []string{"atlas_calendar", "atlas_notes", "atlas_tasks", "atlas_utility", "atlas_workflows", "atp_state", "cynode_state"}
+	if got := catalog.Buckets(); !slices.Equal(got, want) {
+		t.Fatalf("Buckets() = %v, want %v", got, want)
 	}
 }

@@ -46,7 +46,37 @@ type Spec struct {
 	// refusal then names; otherwise it says "the local state" and "the
 	// shared state".
 	LocalFlag, SharedFlag string
+	// Lease is how long the lease lives without renewal; it is renewed
+	// every Lease/3. 0: the package's Lease.
+	Lease time.Duration
 }
+
+func (s Spec) lease() time.Duration {
+	if s.Lease > 0 {
+		return s.Lease
+	}
+	return Lease
+}
+
+// Options are what TakeWith adds to Take.
+type Options struct {
+	// Retry asks the CardStore again, every RetryPause, while it fails
+	// (unreachable, no answer) until ctx ends, instead of failing at once:
+	// for a service that takes its lease while the mesh starts.
+	Retry bool
+	// Check runs once the lease is held; its error gives the lease up
+	// and fails the take (e.g. the service's bucket records the shared
+	// mode).
+	Check func(ctx context.Context) error
+	// Lost is called once, from the renewal, with an ErrHeld error when
+	// another process holds the lease (it lapsed while this one could not
+	// renew it); the renewal then stops. Nil: the renewal logs a warning
+	// and keeps trying.
+	Lost func(err error)
+}
+
+// RetryPause is the pause between two asks of Options.Retry.
+const RetryPause = 250 * time.Millisecond
 
 // Held is a held lease; Release gives it up.
 type Held struct {
@@ -54,6 +84,7 @@ type Held struct {
 	st   cardstore.Store
 	name string
 	log  *slog.Logger
+	lost func(error)
 	stop chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
@@ -63,6 +94,11 @@ type Held struct {
 // an earlier process on this host and data directory is taken over (this
 // process holds the directory's lock, so that one is gone).
 func Take(ctx context.Context, st cardstore.Store, spec Spec, dataDir string, log *slog.Logger) (*Held, error) {
+	return TakeWith(ctx, st, spec, dataDir, log, Options{})
+}
+
+// TakeWith is Take with opts.
+func TakeWith(ctx context.Context, st cardstore.Store, spec Spec, dataDir string, log *slog.Logger, opts Options) (*Held, error) {
 	abs, err := filepath.Abs(dataDir)
 	if err != nil {
 		abs = dataDir
@@ -70,13 +106,19 @@ func Take(ctx context.Context, st cardstore.Store, spec Spec, dataDir string, lo
 	host, _ := os.Hostname()
 	place := " on host " + host + ", data directory " + abs
 	name := fmt.Sprintf("pid %d%s", os.Getpid(), place)
-	req := cardstore.ClaimRequest{ProjectID: spec.Project, Key: spec.Key, Holder: name, Lease: Lease}
+	req := cardstore.ClaimRequest{ProjectID: spec.Project, Key: spec.Key, Holder: name, Lease: spec.lease()}
 	for tookOver := false; ; {
 		_, err := st.Claim(ctx, req)
 		var held *cardstore.ClaimHeldError
 		switch {
 		case err == nil:
-			h := &Held{spec: spec, st: st, name: name, log: log, stop: make(chan struct{})}
+			if opts.Check != nil {
+				if err := opts.Check(ctx); err != nil {
+					_ = st.Release(ctx, spec.Project, spec.Key, name)
+					return nil, err
+				}
+			}
+			h := &Held{spec: spec, st: st, name: name, log: log, lost: opts.Lost, stop: make(chan struct{})}
 			h.wg.Add(1)
 			go h.renew()
 			return h, nil
@@ -86,17 +128,28 @@ func Take(ctx context.Context, st cardstore.Store, spec Spec, dataDir string, lo
 				return nil, fmt.Errorf("%s: take over the local state from %s: %w", spec.Service, held.Holder, err)
 			}
 		case errors.As(err, &held):
-			return nil, fmt.Errorf("%w: %s's local state (%s) is held by %s (lease until %s): run one %s worker with the local state per mesh — stop that one — or start every %s worker with the shared state (%s)",
-				ErrHeld, spec.Service, spec.File, held.Holder, held.ExpiresAt.UTC().Format(time.RFC3339), spec.Service, spec.Service, spec.FlagHint)
+			return nil, heldError(spec, held)
+		case opts.Retry && !errors.Is(err, cardstore.ErrInvalid) && ctx.Err() == nil:
+			select {
+			case <-ctx.Done():
+			case <-time.After(RetryPause):
+			}
 		default:
 			return nil, fmt.Errorf("%s: take the holder lease of the local state in the CardStore: %w (is the mesh up?)", spec.Service, err)
 		}
 	}
 }
 
+// heldError is the refusal of a lease another process holds.
+func heldError(spec Spec, held *cardstore.ClaimHeldError) error {
+	return fmt.Errorf("%w: %s's local state (%s) is held by %s (lease until %s): run one %s worker with the local state per mesh — stop that one — or start every %s worker with the shared state (%s)",
+		ErrHeld, spec.Service, spec.File, held.Holder, held.ExpiresAt.UTC().Format(time.RFC3339), spec.Service, spec.Service, spec.FlagHint)
+}
+
 func (h *Held) renew() {
 	defer h.wg.Done()
-	t := time.NewTicker(Lease / 3)
+	lease := h.spec.lease()
+	t := time.NewTicker(lease / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -104,10 +157,17 @@ func (h *Held) renew() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), Lease/3)
-		_, err := h.st.Claim(ctx, cardstore.ClaimRequest{ProjectID: h.spec.Project, Key: h.spec.Key, Holder: h.name, Lease: Lease})
+		ctx, cancel := context.WithTimeout(context.Background(), lease/3)
+		c, err := h.st.Claim(ctx, cardstore.ClaimRequest{ProjectID: h.spec.Project, Key: h.spec.Key, Holder: h.name, Lease: lease})
 		cancel()
-		if err != nil && h.log != nil {
+		var held *cardstore.ClaimHeldError
+		switch {
+		case err == nil && c.TakenOver && h.log != nil:
+			h.log.Warn(h.spec.Service+": the local state's holder lease had lapsed and was taken again", "previous_holder", c.PreviousHolder)
+		case errors.As(err, &held) && h.lost != nil:
+			h.lost(heldError(h.spec, held))
+			return
+		case err != nil && h.log != nil:
 			h.log.Warn(h.spec.Service+": renewing the local state's holder lease failed; retrying", "err", err)
 		}
 	}

@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/services/state"
 	"github.com/utpmesh/utpmesh/services/state/holder"
@@ -73,5 +75,87 @@ func TestCheckFreeNamesTheFlags(t *testing.T) {
 		if !errors.Is(err, state.ErrModeMismatch) || !strings.Contains(err.Error(), want) {
 			t.Errorf("CheckFree = %v; want ErrModeMismatch saying %q", err, want)
 		}
+	}
+}
+
+// flaky is a real CardStore whose first fails claims fail as an
+// unreachable one's do.
+type flaky struct {
+	cardstore.Store
+	fails int
+}
+
+func (f *flaky) Claim(ctx context.Context, req cardstore.ClaimRequest) (*cardstore.Claim, error) {
+	if f.fails > 0 {
+		f.fails--
+		return nil, errors.New("nats: no responders available for request")
+	}
+	return f.Store.Claim(ctx, req)
+}
+
+// TakeWith's options: Retry waits out an unreachable CardStore; a failed
+// Check gives the lease up; Lost hears of a lease another process took,
+// with the refusal naming it.
+func TestTakeWithOptions(t *testing.T) {
+	ctx := context.Background()
+	cards, err := boltstore.Open(filepath.Join(t.TempDir(), "cards.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cards.Close() })
+
+	if _, err := holder.Take(ctx, &flaky{Store: cards, fails: 1}, spec, t.TempDir(), nil); err == nil || !strings.Contains(err.Error(), "is the mesh up?") {
+		t.Fatalf("Take on an unreachable CardStore = %v, want a failure", err)
+	}
+	h, err := holder.TakeWith(ctx, &flaky{Store: cards, fails: 3}, spec, t.TempDir(), nil, holder.Options{Retry: true})
+	if err != nil {
+		t.Fatalf("TakeWith(Retry) = %v", err)
+	}
+	h.Release()
+
+	refused := errors.New("the bucket records the shared mode")
+	if _, err := holder.TakeWith(ctx, cards, spec, t.TempDir(), nil, holder.Options{Check: func(context.Context) error { return refused }}); !errors.Is(err, refused) {
+		t.Fatalf("TakeWith(Check fails) = %v, want its error", err)
+	}
+	if err := holder.CheckFree(ctx, cards, spec); err != nil {
+		t.Fatalf("after a failed Check the lease is still held: %v", err)
+	}
+
+	short := spec
+	short.Lease = 150 * time.Millisecond
+	lost := make(chan error, 1)
+	h, err = holder.TakeWith(ctx, cards, short, t.TempDir(), nil, holder.Options{Lost: func(err error) { lost <- err }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	c, err := cards.GetClaim(ctx, spec.Project, spec.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lease lapsed while this process could not renew it, and another
+	// took it.
+	// took it. (The renewal may take the key back between the release and
+	// the other's claim: release it again until the other holds it).
+	other := "pid 7 on host elsewhere, data directory /x"
+	for {
+		if err := cards.Release(ctx, spec.Project, spec.Key, c.Holder); err != nil && !errors.Is(err, cardstore.ErrClaimLost) {
+			t.Fatal(err)
+		}
+		_, err := cards.Claim(ctx, cardstore.ClaimRequest{ProjectID: spec.Project, Key: spec.Key, Holder: other, Lease: time.Hour})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, cardstore.ErrClaimHeld) {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-lost:
+		if !errors.Is(err, holder.ErrHeld) || !strings.Contains(err.Error(), "is held by "+other) {
+			t.Fatalf("Lost(%v), want ErrHeld naming %q", err, other)
+		}
+	case <-t.Context().Done():
+		t.Fatal("Lost never called")
 	}
 }

@@ -9,7 +9,7 @@
 // lease.
 //
 // A Service owns its group's state (package state): the local bbolt file
-// atlas-<group>.db, guarded by a holder lease in the CardStore (holder.go),
+// atlas-<group>.db, guarded by a holder lease in the CardStore (lease.go: services/state/holder),
 // or the shared JetStream KV bucket atlas_<group>. Data is scoped by
 // project: every bucket a tool touches belongs to the call's project, so
 // one project never sees another's data.

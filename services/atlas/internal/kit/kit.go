@@ -19,6 +19,7 @@ import (
 	"github.com/utpmesh/utpmesh/services/atlas/receipts"
 	"github.com/utpmesh/utpmesh/services/state"
 	"github.com/utpmesh/utpmesh/services/state/boltstate"
+	"github.com/utpmesh/utpmesh/services/state/holder"
 	"github.com/utpmesh/utpmesh/services/state/kvstate"
 	"github.com/utpmesh/utpmesh/services/toolkit"
 )
@@ -31,8 +32,9 @@ var (
 	// already used or expired). Its message says which.
 	ErrNotPending = errors.New("atlas: confirmation not pending")
 	// ErrStateHeld: another process serves the group's local (bbolt)
-	// state; its message names the holder and says what to do.
-	ErrStateHeld = errors.New("atlas: local state held by another process")
+	// state; its message names the holder and says what to do. It is
+	// holder.ErrHeld, the state engine's.
+	ErrStateHeld = holder.ErrHeld
 )
 
 // Outcome is what a Spec's Run returns.
@@ -127,13 +129,13 @@ type Service struct {
 	// refused is set when the service may not serve its local state
 	// (another process holds it); every call then fails with it.
 	refused error
-	holder  *holder
+	holder  *holder.Held
 }
 
 // New opens the group's state: the local bbolt file <DataDir>/atlas-
 // <group>.db (deps.State bolt, the default), guarded by a holder lease in
 // the CardStore so that a second process serving the group elsewhere is
-// refused (holder.go); or the JetStream KV bucket atlas_<group> that every
+// refused (lease.go); or the JetStream KV bucket atlas_<group> that every
 // worker of the group shares (deps.State jetstream). When deps.Context is
 // set the state is closed (and the confirmation endpoint stopped) when it
 // ends.
@@ -221,7 +223,7 @@ func (s *Service) Close() error {
 	}
 	err := s.st.Close()
 	if h != nil {
-		h.release()
+		h.Release()
 	}
 	return err
 }

@@ -2,15 +2,14 @@ package kit
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/services/atlas"
 	"github.com/utpmesh/utpmesh/services/state"
+	"github.com/utpmesh/utpmesh/services/state/holder"
 	"github.com/utpmesh/utpmesh/services/state/kvstate"
 )
 
@@ -18,7 +17,7 @@ import (
 // state.ModeJetStream). The two modes leave marks the other checks:
 //
 //   - a worker of the local (bolt) mode holds the group's holder lease in
-//     the CardStore (holder.go) and, once it holds it, reads the mode
+//     the CardStore (lease.go) and, once it holds it, reads the mode
 //     recorded in the group's bucket (kvstate.ModeKey): "jetstream" refuses
 //     it;
 //   - a worker of the replicated mode reads the holder lease: a live local
@@ -30,19 +29,9 @@ import (
 
 // probeLocal fails with state.ErrModeMismatch when a process serves the
 // group from its local file: its holder lease is held and has not lapsed.
-// It only reads the lease (CardStore GetClaim).
+// It only reads the lease (holder.CheckFree).
 func probeLocal(ctx context.Context, st cardstore.Store, group string) error {
-	c, err := st.GetClaim(ctx, HolderProject, HolderKey(group))
-	switch {
-	case errors.Is(err, cardstore.ErrNotFound):
-		return nil
-	case err != nil:
-		return fmt.Errorf("atlas.%s: check the group's state mode in the CardStore: %w (is the mesh up?)", group, err)
-	case c.Expired:
-		return nil // its holder is gone
-	}
-	return fmt.Errorf("%w: atlas.%s is served from its local file (%s) by %s, and this worker was started with the replicated state: every worker of a group uses one state mode — start this one with --atlas-state bolt on that host and data directory, or stop that one and start every worker of atlas.%s with %s",
-		state.ErrModeMismatch, group, filepath.Base(atlas.DBPath(".", group)), c.Holder, group, atlas.StateFlagHint)
+	return holder.CheckFree(ctx, st, holderSpec(group))
 }
 
 // checkShared records the replicated mode in the group's bucket, then
