@@ -76,6 +76,9 @@ func Start(t testing.TB) *Cluster {
 	}
 }
 
+// startPatience bounds how long a node may take to accept connections.
+const startPatience = 2 * time.Minute
+
 // start starts node i from its options.
 func (c *Cluster) start(i int) {
 	c.t.Helper()
@@ -84,8 +87,11 @@ func (c *Cluster) start(i int) {
 		c.t.Fatal(err)
 	}
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		c.t.Fatalf("node %d not ready", i+1)
+	// A node recovers its JetStream store before it takes connections; on
+	// a loaded 2-core machine a restarted node once needed more than 10 s.
+	// The bound only ends a test whose node never comes up.
+	if !s.ReadyForConnections(startPatience) {
+		c.t.Fatalf("node %d not ready for connections after %v", i+1, startPatience)
 	}
 	c.Servers[i] = s
 }
