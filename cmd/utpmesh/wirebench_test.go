@@ -536,3 +536,23 @@ func wireFreeAddr(b *testing.B) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// TestFsyncStore: BenchmarkWireRoundTrip's fsync counts name the store of
+// every path strace prints.
+func TestFsyncStore(t *testing.T) {
+	for _, tc := range []struct{ path, want string }{
+		{"/tmp/b/utpmesh-data/jetstream/$G/streams/cg_cmd_v1r3/msgs/1.blk", "js:cg_cmd_v1r3"},
+		{"/tmp/b/utpmesh-data/jetstream/UTPMESH/streams/cg_wake_v1r3/msgs/3.blk", "js:cg_wake_v1r3"},
+		{"/tmp/b/utpmesh-data/jetstream/$G/streams/cg_cmd_v1r3/obs/utp_tool_echo/o.dat", "js:cg_cmd_v1r3/obs"},
+		{"/tmp/b/utpmesh-data/jetstream/$G/streams/KV_atp_state/meta.inf", "js:KV_atp_state"},
+		{"/tmp/b/utpmesh-data/jetstream/$SYS/_js_/_meta_/snapshot", "js:meta"},
+		{"/tmp/b/utpmesh-data/cards.db", "cards.db"},
+		{"/tmp/b/hop.db", "hop.db"},
+		{"/tmp/b/utpmesh-data/creds/agent-demo.nk", "other"},
+		{"", "other"},
+	} {
+		if got := fsyncStore(tc.path); got != tc.want {
+			t.Errorf("fsyncStore(%q) = %q, want %q", tc.path, got, tc.want)
+		}
+	}
+}
