@@ -46,13 +46,16 @@ import (
 //     (dispatch through admission, wakeup, result card, lazy ack).
 //
 // Both at c=1 and c=64 callers; the utp rows report their ratios to the
-// hop rows of the same mode (x-hop-calls/s, x-hop-p50). Two modes, one
-// after the other: js=always (JetStream as the mesh configures it today,
-// SyncAlways) and js=nofsync (the same processes with fsync(2) answered
-// without reaching the disk by a seccomp filter, UTPMESH_BENCH_NOFSYNC:
-// JetStream acknowledges without a disk flush, bbolt still fdatasyncs; an
-// emulation of a lazy sync_interval, calibrated by the hop-lazy rows, a
-// hop server with nats-server's default sync_interval of 2 minutes).
+// hop rows of the same mode (x-hop-calls/s, x-hop-p50). Two modes:
+// js=always (JetStream as the mesh configures it today, SyncAlways) and
+// js=nofsync (the same processes with fsync(2) answered without reaching
+// the disk by a seccomp filter, UTPMESH_BENCH_NOFSYNC: JetStream
+// acknowledges without a disk flush, bbolt still fdatasyncs; an emulation
+// of a lazy sync_interval, calibrated by the hop-lazy row, a hop server
+// with nats-server's default sync_interval of 2 minutes). The nofsync
+// rows report their ratio to the always rows (x-always-calls/s). Every
+// process is up for the whole run and the rows alternate between the
+// modes, so a shared machine's load drifts less between what is compared.
 //
 // With strace on the PATH (make bench installs it), the fsyncs rows
 // start a second `up` and hop server under `strace -f --seccomp-bpf -y`
@@ -66,50 +69,55 @@ func BenchmarkWireRoundTrip(b *testing.B) {
 	if testing.Short() {
 		b.Skip("starts real processes")
 	}
-	for _, mode := range []string{"always", "nofsync"} {
-		b.Run("js="+mode, func(b *testing.B) { wireMode(b, mode == "nofsync") })
-	}
-}
-
-func wireMode(b *testing.B, nofsync bool) {
-	var env []string
-	if nofsync {
-		env = append(env, envBenchNoFsync+"=1")
-	}
-	up := startWireUp(b, env, false)
-	hop := startWireHop(b, env, "always", false)
-	var lazy *wireHop
-	if nofsync {
-		lazy = startWireHop(b, nil, "lazy", false)
-	}
-	results := map[string]wireStats{}
+	nofsync := []string{envBenchNoFsync + "=1"}
+	ups := map[string]*wireUp{"always": startWireUp(b, nil, false), "nofsync": startWireUp(b, nofsync, false)}
+	hops := map[string]*wireHop{"always": startWireHop(b, nil, "always", false), "nofsync": startWireHop(b, nofsync, "always", false),
+		"lazy": startWireHop(b, nil, "lazy", false)}
+	// The rows alternate between the modes, all processes up at once, so
+	// the load of a shared machine drifts less between what is compared.
 	for _, c := range []int{1, 64} {
-		b.Run(fmt.Sprintf("hop/c=%d", c), func(b *testing.B) {
-			results["hop"] = wireMeasure(b, c, hop.call)
-		})
-		if lazy != nil {
-			b.Run(fmt.Sprintf("hop-lazy/c=%d", c), func(b *testing.B) {
-				s := wireMeasure(b, c, lazy.call)
-				b.ReportMetric(s.rate/results["hop"].rate, "x-hop-calls/s")
-			})
-		}
-		b.Run(fmt.Sprintf("utp/c=%d", c), func(b *testing.B) {
-			s := wireMeasure(b, c, up.call)
-			h := results["hop"]
-			b.ReportMetric(s.rate/h.rate, "x-hop-calls/s")
-			b.ReportMetric(float64(s.p50)/float64(h.p50), "x-hop-p50")
-			if b.N == 1 {
-				return // the framework's probe run
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
+			results := map[string]wireStats{}
+			for _, mode := range []string{"always", "nofsync"} {
+				b.Run("js="+mode, func(b *testing.B) {
+					b.Run("hop", func(b *testing.B) {
+						h := wireMeasure(b, c, hops[mode].call)
+						results[mode+"/hop"] = h
+						if mode == "nofsync" {
+							b.ReportMetric(h.rate/results["always/hop"].rate, "x-always-calls/s")
+						}
+					})
+					if mode == "nofsync" {
+						b.Run("hop-lazy", func(b *testing.B) {
+							s := wireMeasure(b, c, hops["lazy"].call)
+							b.ReportMetric(s.rate/results["nofsync/hop"].rate, "x-nofsync-hop-calls/s")
+						})
+					}
+					b.Run("utp", func(b *testing.B) {
+						s := wireMeasure(b, c, ups[mode].call)
+						results[mode+"/utp"] = s
+						h := results[mode+"/hop"]
+						b.ReportMetric(s.rate/h.rate, "x-hop-calls/s")
+						b.ReportMetric(float64(s.p50)/float64(h.p50), "x-hop-p50")
+						if mode == "nofsync" {
+							b.ReportMetric(s.rate/results["always/utp"].rate, "x-always-calls/s")
+						}
+						if b.N == 1 {
+							return // the framework's probe run
+						}
+						fmt.Fprintf(os.Stdout, "wire js=%s c=%d: hop %.0f calls/s p50 %v p99 %v; utp %.0f calls/s p50 %v p99 %v; utp/hop %.3f×, p50 utp/hop %.2f×\n",
+							mode, c, h.rate, h.p50.Round(time.Microsecond), h.p99.Round(time.Microsecond),
+							s.rate, s.p50.Round(time.Microsecond), s.p99.Round(time.Microsecond), s.rate/h.rate, float64(s.p50)/float64(h.p50))
+					})
+				})
 			}
-			fmt.Fprintf(os.Stdout, "wire %s c=%d: hop %.0f calls/s p50 %v p99 %v; utp %.0f calls/s p50 %v p99 %v; utp/hop %.3f×, p50 utp/hop %.2f×\n",
-				modeName(nofsync), c, h.rate, h.p50.Round(time.Microsecond), h.p99.Round(time.Microsecond),
-				s.rate, s.p50.Round(time.Microsecond), s.p99.Round(time.Microsecond), s.rate/h.rate, float64(s.p50)/float64(h.p50))
 		})
 	}
-	up.stop(b)
-	hop.stop(b)
-	if lazy != nil {
-		lazy.stop(b)
+	for _, u := range ups {
+		u.stop(b)
+	}
+	for _, h := range hops {
+		h.stop(b)
 	}
 
 	if _, err := exec.LookPath("strace"); err != nil {
@@ -119,21 +127,25 @@ func wireMode(b *testing.B, nofsync bool) {
 		b.Logf("fsyncs per call not counted: no strace on the PATH (apt-get install strace, or make bench)")
 		return
 	}
-	tup := startWireUp(b, env, true)
-	thop := startWireHop(b, env, "always", true)
-	for _, c := range []int{1, 64} {
-		b.Run(fmt.Sprintf("fsyncs/hop/c=%d", c), func(b *testing.B) { wireCount(b, c, thop.wireProc, thop.call) })
-		b.Run(fmt.Sprintf("fsyncs/utp/c=%d", c), func(b *testing.B) { wireCount(b, c, tup.wireProc, tup.call) })
-	}
-	tup.stop(b)
-	thop.stop(b)
-}
-
-func modeName(nofsync bool) string {
-	if nofsync {
-		return "js=nofsync"
-	}
-	return "js=always"
+	b.Run("fsyncs", func(b *testing.B) {
+		for _, mode := range []string{"always", "nofsync"} {
+			b.Run("js="+mode, func(b *testing.B) {
+				var env []string
+				if mode == "nofsync" {
+					env = nofsync
+				}
+				up, hop := startWireUp(b, env, true), startWireHop(b, env, "always", true)
+				for _, c := range []int{1, 64} {
+					b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
+						b.Run("hop", func(b *testing.B) { wireCount(b, c, hop.wireProc, hop.call) })
+						b.Run("utp", func(b *testing.B) { wireCount(b, c, up.wireProc, up.call) })
+					})
+				}
+				up.stop(b)
+				hop.stop(b)
+			})
+		}
+	})
 }
 
 // wireCount runs b.N calls at concurrency c and reports the fsyncs the
