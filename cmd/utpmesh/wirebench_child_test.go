@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
+	"testing"
 	"time"
 	"unsafe"
 
@@ -190,4 +193,35 @@ func serveHop(ctx context.Context, dir, addr string, lazy bool) error {
 	fmt.Fprintln(os.Stderr, hopReadyLine)
 	<-ctx.Done()
 	return nil
+}
+
+// TestNoFsyncFilter: a process started with UTPMESH_BENCH_NOFSYNC=1 gets
+// success from fsync(2) without the kernel running it (fsync of a bad
+// descriptor succeeds), while fdatasync(2), bbolt's, still runs (and
+// fails on the bad descriptor).
+func TestNoFsyncFilter(t *testing.T) {
+	if os.Getenv("UTPMESH_BENCH_NOFSYNC_CHILD") == "1" {
+		if err := unix.Fsync(-1); err != nil {
+			t.Fatalf("fsync(-1) under the filter = %v, want success without the syscall", err)
+		}
+		if err := unix.Fdatasync(-1); err != unix.EBADF {
+			t.Fatalf("fdatasync(-1) under the filter = %v, want EBADF (it must reach the kernel)", err)
+		}
+		return
+	}
+	if auditArch == 0 {
+		t.Skip("the filter knows amd64 and arm64 only")
+	}
+	if err := unix.Fsync(-1); err != unix.EBADF {
+		t.Fatalf("fsync(-1) without the filter = %v, want EBADF", err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestNoFsyncFilter$", "-test.count", "1", "-test.v")
+	cmd.Env = append(os.Environ(), envBenchNoFsync+"=1", "UTPMESH_BENCH_NOFSYNC_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child with %s=1: %v\n%s", envBenchNoFsync, err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestNoFsyncFilter") {
+		t.Fatalf("child with %s=1 did not run the check:\n%s", envBenchNoFsync, out)
+	}
 }
