@@ -31,7 +31,6 @@ func TestCheckersCatchMistakes(t *testing.T) {
 		{"bad value", tasks + " --concurrency many", "--concurrency"},
 		{"unknown service", strings.Replace(tasks, "atlas.tasks", "atlas.task", 1), `unknown tool service "atlas.task"`},
 		{"state files in a cluster", node + " --state files", "--state files with --cluster-name"},
-		{"a file-keeping service on a node", node + " --services echo,cynode", "keeps its state in a local file"},
 		{"cluster without routes", "up --data /data --cluster-name c --server-name n1", "--cluster-name needs --routes"},
 		{"missing secret file", strings.Replace(node, "/shared/route-secret", "/shared/no-secret", 1), "--cluster-secret-file"},
 		{"bad replicas", node + " --replicas 9", "--replicas 9"},

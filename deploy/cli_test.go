@@ -122,8 +122,9 @@ func specOf(t *testing.T, cmd string) *flagSpec {
 	}
 	s := &flagSpec{takesValue: map[string]bool{}}
 	for _, line := range strings.Split(out, "\n") {
+		// "  --name type" (or "  -name type" as Go's flag package prints it)
 		if rest, ok := strings.CutPrefix(line, "  -"); ok {
-			f := strings.Fields(rest)
+			f := strings.Fields(strings.TrimPrefix(rest, "-"))
 			s.takesValue[f[0]] = len(f) > 1
 		}
 		if _, list, ok := strings.Cut(line, "(services: "); ok {

@@ -100,19 +100,43 @@ func Check(ctx context.Context, js jetstream.JetStream, ver string) error {
 const Patience = 2 * time.Minute
 
 // patiently runs step with a per-attempt timeout that grows from 10 s to
-// 30 s, again after a timeout, until Patience has passed or ctx ends. Any
-// other error is returned at once.
+// 30 s, again after a timeout or after JetStream answered that it is
+// temporarily unavailable (err_code 10008: a cluster still electing the
+// leaders the request needs; retried after a second), until Patience has
+// passed or ctx ends. Any other error is returned at once.
 func patiently(ctx context.Context, step func(context.Context) error) error {
 	deadline, wait := time.Now().Add(Patience), 10*time.Second
 	for {
 		actx, cancel := context.WithTimeout(ctx, wait)
 		err := step(actx)
 		cancel()
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || time.Now().After(deadline) {
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
-		wait = min(2*wait, 30*time.Second)
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			wait = min(2*wait, 30*time.Second)
+		case temporarilyUnavailable(err):
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Second):
+			}
+		default:
+			return err
+		}
 	}
+}
+
+// jsClusterNotAvail is JetStream's err_code for "JetStream system
+// temporarily unavailable".
+const jsClusterNotAvail = 10008
+
+// temporarilyUnavailable reports whether err is JetStream's answer that it
+// cannot serve the request yet (no leader for it at the moment).
+func temporarilyUnavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNotAvail
 }
 
 func ensure(ctx context.Context, js jetstream.JetStream, ver string, opts ...Option) error {
