@@ -214,8 +214,14 @@ type apiError struct {
 	Description string `json:"description"`
 }
 
-// errCodeNoMessage is JetStream's "no message found".
-const errCodeNoMessage = 10037
+// JetStream API error codes a read handles.
+const (
+	// errCodeNoMessage is JetStream's "no message found".
+	errCodeNoMessage = 10037
+	// errCodeUnavailable is "JetStream system temporarily unavailable":
+	// the stream (or the meta group) has no leader.
+	errCodeUnavailable = 10008
+)
 
 // leaderGet asks the stream leader for one message (STREAM.MSG.GET).
 func (s *Store) leaderGet(ctx context.Context, req map[string]any) (*msg, error) {
@@ -225,20 +231,42 @@ func (s *Store) leaderGet(ctx context.Context, req map[string]any) (*msg, error)
 	if err != nil {
 		return nil, fmt.Errorf("jsstore: encode message get: %w", err)
 	}
-	reply, err := s.request(ctx, apiMsgGet+s.cfg.Stream, body)
-	if err != nil {
-		return nil, s.requestErr(err)
-	}
 	var resp struct {
 		Message *storedMsg `json:"message"`
 		Error   *apiError  `json:"error"`
 	}
-	if err := json.Unmarshal(reply.Data, &resp); err != nil {
-		return nil, fmt.Errorf("jsstore: message get from stream %s: malformed reply: %w", s.cfg.Stream, err)
+	// "JetStream system temporarily unavailable" (err_code 10008: the
+	// stream has no leader) is asked again while Config.Quorum says a
+	// leader can be elected (an election under way, 4–9 s), and returned
+	// at once otherwise, so that a call fails at once without quorum
+	// (docs/operations.md, TestNoQuorumMesh).
+	pause := 25 * time.Millisecond
+	for {
+		reply, err := s.request(ctx, apiMsgGet+s.cfg.Stream, body)
+		if err != nil {
+			return nil, s.requestErr(err)
+		}
+		resp.Message, resp.Error = nil, nil
+		if err := json.Unmarshal(reply.Data, &resp); err != nil {
+			return nil, fmt.Errorf("jsstore: message get from stream %s: malformed reply: %w", s.cfg.Stream, err)
+		}
+		if resp.Error == nil || resp.Error.ErrCode != errCodeUnavailable || s.cfg.Quorum == nil {
+			break
+		}
+		if qerr := s.cfg.Quorum(); qerr != nil {
+			return nil, fmt.Errorf("%w: message get from stream %s: %s (err_code %d), and no leader can be elected: %w",
+				ErrUnavailable, s.cfg.Stream, resp.Error.Description, resp.Error.ErrCode, qerr)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("jsstore: message get from stream %s: no leader before the read's deadline (last: %s, err_code %d): %w",
+				s.cfg.Stream, resp.Error.Description, resp.Error.ErrCode, ctx.Err())
+		case <-t.C:
+		}
+		pause = min(2*pause, 250*time.Millisecond)
 	}
-	// "JetStream system temporarily unavailable" (no meta leader: no
-	// quorum) is returned at once, so that a call fails at once without
-	// quorum (docs/operations.md, TestNoQuorumMesh).
 	switch {
 	case resp.Error != nil && resp.Error.ErrCode == errCodeNoMessage:
 		return nil, nil

@@ -66,6 +66,37 @@ func (s *Server) Ready() error {
 	return nil
 }
 
+// Quorum tells whether JetStream leaders can be had through this node
+// now, which is what a client waiting for an election needs to know: nil
+// when JetStream is on without a storage fault and, on a cluster node,
+// when its meta group is current (it has a leader) or the node is routed
+// to a majority of the cluster's nodes (Cluster.Routes), so that an
+// election under way ends with a leader; otherwise an error wrapping
+// ErrNotReady that says why (how many nodes it reaches). Unlike Ready it
+// is nil during an election: it reads only this node's state (no
+// request, no asset scan), cheap enough to ask before each retry.
+func (s *Server) Quorum() error {
+	if !s.cfg.JetStream {
+		return fmt.Errorf("%w: JetStream is off", ErrNotReady)
+	}
+	if cause := s.StorageFault(); cause != "" {
+		return fmt.Errorf("%w: %s", ErrNotReady, cause)
+	}
+	if !s.ns.JetStreamEnabled() {
+		return fmt.Errorf("%w: JetStream is disabled", ErrNotReady)
+	}
+	c := s.cfg.Cluster
+	if c == nil || s.ns.JetStreamIsCurrent() {
+		return nil
+	}
+	size := max(len(c.Routes), 1)
+	if reach := s.ns.NumRemotes() + 1; 2*reach <= size {
+		return fmt.Errorf("%w: no quorum: this node reaches %d of the cluster's %d nodes, and JetStream elects leaders only with a majority (%d); writes are refused until enough nodes are back",
+			ErrNotReady, reach, size, size/2+1)
+	}
+	return nil
+}
+
 // StorageFault is why the storage guard holds JetStream stopped (the
 // cause Ready names), or "" while the store writes. A node with a
 // storage fault is alive: it starts JetStream again by itself.
