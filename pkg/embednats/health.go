@@ -67,14 +67,15 @@ func (s *Server) Ready() error {
 }
 
 // Quorum tells whether JetStream leaders can be had through this node
-// now, which is what a client waiting for an election needs to know: nil
+// now, which is what a client waiting out an election needs to know: nil
 // when JetStream is on without a storage fault and, on a cluster node,
-// when its meta group is current (it has a leader) or the node is routed
-// to a majority of the cluster's nodes (Cluster.Routes), so that an
-// election under way ends with a leader; otherwise an error wrapping
-// ErrNotReady that says why (how many nodes it reaches). Unlike Ready it
-// is nil during an election: it reads only this node's state (no
-// request, no asset scan), cheap enough to ask before each retry.
+// when the node is routed to a majority of the cluster's nodes
+// (Cluster.Routes), so that an election under way ends with a leader;
+// otherwise an error wrapping ErrNotReady that says why (on a cluster
+// node, how many nodes it reaches). Unlike Ready it is nil during an
+// election, and it reads only this node's state (no request, no asset
+// scan): cheap enough to ask before each retry. A route to a node that
+// vanished without closing it counts until nats-server's pings drop it.
 func (s *Server) Quorum() error {
 	if !s.cfg.JetStream {
 		return fmt.Errorf("%w: JetStream is off", ErrNotReady)
@@ -86,7 +87,7 @@ func (s *Server) Quorum() error {
 		return fmt.Errorf("%w: JetStream is disabled", ErrNotReady)
 	}
 	c := s.cfg.Cluster
-	if c == nil || s.ns.JetStreamIsCurrent() {
+	if c == nil {
 		return nil
 	}
 	size := max(len(c.Routes), 1)
