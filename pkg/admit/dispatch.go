@@ -96,6 +96,14 @@ func (s *Service) dispatch(ctx context.Context, ts subjects.ToolSubject, kind st
 		return nil, fmt.Errorf("%w: agent_id %q: an operator's calls are made as agent_id %q (the operator %s dispatches on svc.dispatch.operator.%s)",
 			ErrForbidden, req.AgentID, want, name, name)
 	}
+	if q := s.cfg.Quorum; q != nil {
+		// Without quorum nothing can be stored: say so at once instead of
+		// letting the reads and writes below wait out their bounds.
+		if err := q(); err != nil {
+			return nil, fmt.Errorf("%w: tool_call_id %s not admitted, nothing written: %w; retrying later with the same tool_call_id is safe",
+				ErrUnavailable, req.ToolCallID, err)
+		}
+	}
 	project := ts.Project
 	ent, builtin, err := s.entry(ctx, project, req.ToolName)
 	if err != nil {

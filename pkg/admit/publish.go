@@ -32,8 +32,9 @@ import (
 // Defaults of the publish's resending.
 const (
 	// DefaultPublishBound is Config.PublishBound's default: longer than a
-	// command stream's election on a loaded machine.
-	DefaultPublishBound = 10 * time.Second
+	// command stream's election on a loaded machine (up to 14 s measured,
+	// docs/cluster.md), within a dispatch handler's 30 s.
+	DefaultPublishBound = 20 * time.Second
 	// PublishAttempt bounds one attempt of a publish: far above an
 	// acknowledgement's time on a loaded mesh, short enough that a
 	// command lost with its leader is sent again soon.

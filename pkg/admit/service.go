@@ -57,12 +57,12 @@ var (
 	// ErrKey: the admission key file or the key set holds something that
 	// is not a key.
 	ErrKey = errors.New("admit: bad admission key")
-	// ErrUnavailable: the command could not be stored (unavailable): the
-	// command stream had no leader for Config.PublishBound, or none could
-	// be elected (Config.Quorum: the node lost its cluster's quorum). The
-	// tool.call card is written; a retry with the same tool_call_id is
-	// safe.
-	ErrUnavailable = errors.New("admit: command stream unavailable")
+	// ErrUnavailable: the call could not be admitted now (unavailable):
+	// the node has no quorum (Config.Quorum; nothing is written), or the
+	// command stream had no leader for Config.PublishBound or none could
+	// be elected (the tool.call card is written). A retry with the same
+	// tool_call_id is safe.
+	ErrUnavailable = errors.New("admit: unavailable")
 )
 
 // Codes maps the service's sentinels to wire codes.
@@ -104,11 +104,12 @@ type Config struct {
 	EntryTTL time.Duration
 	// Quorum tells whether the JetStream cluster can elect a leader for
 	// the command stream now: nil, or an error saying why not (the node
-	// reaches too few of its cluster's nodes; JetStream stopped). While a
-	// publish finds the stream without a leader, the admission sends it
-	// again (publish.go) only while Quorum returns nil, and fails the
-	// call at once with ErrUnavailable otherwise. Nil: resent until
-	// PublishBound.
+	// reaches too few of its cluster's nodes; a single node's JetStream
+	// stopped). A dispatch asks it first and fails at once with
+	// ErrUnavailable when it errs; while a publish finds the stream
+	// without a leader, the admission sends it again (publish.go) only
+	// while Quorum returns nil. Nil: no check, and a publish is resent
+	// until PublishBound.
 	Quorum func() error
 	// PublishBound bounds the resending of a command while its stream
 	// has no leader; default DefaultPublishBound. The request's own

@@ -198,29 +198,45 @@ func streamLeader(url, stream string) (string, int, error) {
 	return ci.Leader, current, nil
 }
 
-// commandsByMsgID counts the messages of stream per Nats-Msg-Id.
+// commandsByMsgID counts the messages of stream per Nats-Msg-Id. A read
+// that fails (the stream's or the consumer's leader moving: the mesh
+// gathers leaders) is started again, up to a bound.
 func commandsByMsgID(t *testing.T, js jetstream.JetStream, stream string) map[string]int {
 	t.Helper()
+	var last error
+	for range 20 {
+		counts, err := countByMsgID(js, stream)
+		if err == nil {
+			return counts
+		}
+		last = err
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("read stream %s: %v", stream, last)
+	return nil
+}
+
+func countByMsgID(js jetstream.JetStream, stream string) (map[string]int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	total := st.CachedInfo().State.Msgs
 	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	counts := map[string]int{}
 	for range total {
 		m, err := c.Next(jetstream.FetchMaxWait(30 * time.Second))
 		if err != nil {
-			t.Fatalf("read stream %s: %v", stream, err)
+			return nil, err
 		}
 		if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
 			counts[id]++
 		}
 	}
-	return counts
+	return counts, nil
 }
