@@ -13,8 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
+	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
 )
@@ -27,7 +29,9 @@ import (
 // used to fail the call at once ("no response from stream"). Now every
 // dispatch succeeds (two of three nodes keep the quorum), and the stream
 // holds every admitted command exactly once (one message per
-// Nats-Msg-Id, however many copies were sent during the election).
+// Nats-Msg-Id, however many copies were sent during the election). A
+// dispatch request left unanswered (sent once, lost with the node) is
+// retried with its tool_call_id, as a caller would.
 func TestAdmissionThroughLeaderLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 3-node cluster and a leader election")
@@ -64,13 +68,21 @@ func TestAdmissionThroughLeaderLoss(t *testing.T) {
 		wg.Go(func() {
 			for i := 0; ; i++ {
 				turn := fmt.Sprintf("turn-admitretry-%d", g)
+				req := agent.CallRequest{ToolName: "echo", AgentTurnID: turn, ToolCallID: card.NewID(), Arguments: json.RawMessage(fmt.Sprintf(`{"g":%d,"i":%d}`, g, i))}
 				dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-				p, err := ac.Dispatch(dctx, agent.CallRequest{ToolName: "echo", AgentTurnID: turn, Arguments: json.RawMessage(fmt.Sprintf(`{"g":%d,"i":%d}`, g, i))})
+				_, err := ac.Dispatch(dctx, req)
 				cancel()
-				d := dispatched{turn: turn, err: err}
-				if p != nil {
-					d.call = p.ToolCallID
+				if errors.Is(err, svc.ErrTimeout) {
+					// A dispatch request is sent once; one in flight at
+					// the node's death may go unanswered. Its caller
+					// retries with the same tool_call_id (safe: the card
+					// and the command are stored once).
+					t.Logf("dispatch unanswered, retried with its tool_call_id: %v", err)
+					dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+					_, err = ac.Dispatch(dctx, req)
+					cancel()
 				}
+				d := dispatched{turn: turn, call: req.ToolCallID, err: err}
 				mu.Lock()
 				done = append(done, d)
 				select {
@@ -93,6 +105,14 @@ func TestAdmissionThroughLeaderLoss(t *testing.T) {
 	}
 	<-killed
 	leaderName := meshes[lead].NATS().NATS().Name()
+	// The node dies; its admission first, as with its process: otherwise
+	// its connection reconnects to a survivor and its admission, asking
+	// its dead server for the quorum, refuses calls there.
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := meshes[lead].Admission().Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	scancel()
 	meshes[lead].NATS().NATS().Shutdown()
 	cmdLeader(t, meshes, cmds, leaderName)
 	close(newLeader)
