@@ -214,8 +214,14 @@ type apiError struct {
 	Description string `json:"description"`
 }
 
-// errCodeNoMessage is JetStream's "no message found".
-const errCodeNoMessage = 10037
+// JetStream API error codes a read handles.
+const (
+	// errCodeNoMessage is JetStream's "no message found".
+	errCodeNoMessage = 10037
+	// errCodeUnavailable is "JetStream system temporarily unavailable":
+	// the stream (or the meta group) has no leader.
+	errCodeUnavailable = 10008
+)
 
 // leaderGet asks the stream leader for one message (STREAM.MSG.GET).
 func (s *Store) leaderGet(ctx context.Context, req map[string]any) (*msg, error) {
@@ -225,20 +231,56 @@ func (s *Store) leaderGet(ctx context.Context, req map[string]any) (*msg, error)
 	if err != nil {
 		return nil, fmt.Errorf("jsstore: encode message get: %w", err)
 	}
-	reply, err := s.request(ctx, apiMsgGet+s.cfg.Stream, body)
-	if err != nil {
-		return nil, s.requestErr(err)
-	}
 	var resp struct {
 		Message *storedMsg `json:"message"`
 		Error   *apiError  `json:"error"`
 	}
-	if err := json.Unmarshal(reply.Data, &resp); err != nil {
-		return nil, fmt.Errorf("jsstore: message get from stream %s: malformed reply: %w", s.cfg.Stream, err)
-	}
-	// "JetStream system temporarily unavailable" (no meta leader: no
-	// quorum) is returned at once, so that a call fails at once without
+	// "JetStream system temporarily unavailable" (err_code 10008) comes
+	// from a server that is not the stream's leader while the stream or
+	// the meta group has no leader. During the meta group's election the
+	// stream's leader still answers, but a non-leader's 10008 may come
+	// first: the request is then sent again and every reply collected for
+	// an attempt, the leader's taken (askLeader). While the stream itself
+	// elects a leader (4–9 s) none comes, and the request is asked again,
+	// as long as Config.Quorum says a leader can be elected; otherwise the
+	// 10008 is returned at once, so that a call fails at once without
 	// quorum (docs/operations.md, TestNoQuorumMesh).
+	subj := apiMsgGet + s.cfg.Stream
+	reply, err := s.request(ctx, subj, body)
+	pause := 25 * time.Millisecond
+	for {
+		if err != nil {
+			return nil, s.requestErr(err)
+		}
+		resp.Message, resp.Error = nil, nil
+		if err := json.Unmarshal(reply.Data, &resp); err != nil {
+			return nil, fmt.Errorf("jsstore: message get from stream %s: malformed reply: %w", s.cfg.Stream, err)
+		}
+		if resp.Error == nil || resp.Error.ErrCode != errCodeUnavailable || s.cfg.Quorum == nil {
+			break
+		}
+		if qerr := s.cfg.Quorum(); qerr != nil {
+			return nil, fmt.Errorf("%w: message get from stream %s: %s (err_code %d), and no leader can be elected: %w",
+				ErrUnavailable, s.cfg.Stream, resp.Error.Description, resp.Error.ErrCode, qerr)
+		}
+		var got *nats.Msg
+		if got, err = s.askLeader(ctx, subj, body); got != nil {
+			reply = got
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("jsstore: message get from stream %s: no leader before the read's deadline (last: %s, err_code %d): %w",
+				s.cfg.Stream, resp.Error.Description, resp.Error.ErrCode, ctx.Err())
+		}
+		err = nil // no leader answered this attempt: pause, ask again
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		pause = min(2*pause, 250*time.Millisecond)
+	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrCode == errCodeNoMessage:
 		return nil, nil
@@ -248,6 +290,41 @@ func (s *Store) leaderGet(ctx context.Context, req map[string]any) (*msg, error)
 		return nil, fmt.Errorf("jsstore: message get from stream %s: reply holds no message", s.cfg.Stream)
 	}
 	return &msg{seq: resp.Message.Seq, subject: resp.Message.Subject, data: resp.Message.Data}, nil
+}
+
+// askLeader sends a leader request once and collects its replies for one
+// attempt (Config.AttemptTimeout): it returns the first that is not
+// "temporarily unavailable" (the leader's), or nil and the last error when
+// none came (the stream has no leader now). A leader request reaches
+// every server; each one that is not the leader answers 10008 while the
+// meta group has no leader, and the leader answers too.
+func (s *Store) askLeader(ctx context.Context, subj string, body []byte) (*nats.Msg, error) {
+	actx, cancel := deadline.Within(ctx, s.cfg.AttemptTimeout)
+	defer cancel()
+	inbox := s.nc.NewRespInbox()
+	sub, err := s.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := s.nc.PublishRequest(subj, inbox, body); err != nil {
+		return nil, err
+	}
+	for {
+		m, err := deadline.NextMsg(actx, sub)
+		if err != nil {
+			return nil, err
+		}
+		var r struct {
+			Error *apiError `json:"error"`
+		}
+		if len(m.Data) == 0 || json.Unmarshal(m.Data, &r) != nil || r.Error == nil || r.Error.ErrCode != errCodeUnavailable {
+			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+				return nil, nats.ErrNoResponders
+			}
+			return m, nil
+		}
+	}
 }
 
 // request sends a JetStream API or direct-get request and returns the

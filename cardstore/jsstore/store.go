@@ -88,6 +88,13 @@ type Config struct {
 	// once (default DefaultMaxInflightBatches); more concurrent writers
 	// wait for a slot.
 	MaxInflightBatches int
+	// Quorum tells whether the stream can have a leader now: nil, or an
+	// error saying why not (the node lost its cluster's quorum). A leader
+	// read answered "temporarily unavailable" (err_code 10008: the stream
+	// is electing a leader) is asked again while Quorum returns nil,
+	// within the read's bound, and fails at once otherwise. Nil: it fails
+	// at once.
+	Quorum func() error
 }
 
 // Store is a cardstore.Store kept in a JetStream stream. Create it with

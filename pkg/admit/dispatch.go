@@ -96,6 +96,14 @@ func (s *Service) dispatch(ctx context.Context, ts subjects.ToolSubject, kind st
 		return nil, fmt.Errorf("%w: agent_id %q: an operator's calls are made as agent_id %q (the operator %s dispatches on svc.dispatch.operator.%s)",
 			ErrForbidden, req.AgentID, want, name, name)
 	}
+	if q := s.cfg.Quorum; q != nil {
+		// Without quorum nothing can be stored: say so at once instead of
+		// letting the reads and writes below wait out their bounds.
+		if err := q(); err != nil {
+			return nil, fmt.Errorf("%w: tool_call_id %s not admitted, nothing written: %w; retrying later with the same tool_call_id is safe",
+				ErrUnavailable, req.ToolCallID, err)
+		}
+	}
 	project := ts.Project
 	ent, builtin, err := s.entry(ctx, project, req.ToolName)
 	if err != nil {
@@ -334,7 +342,7 @@ func (s *Service) publish(ctx context.Context, ts subjects.ToolSubject, req *utp
 		// (tools that use it verify it themselves).
 		h.Set(utp.HeaderMandate, req.Mandate)
 	}
-	ack, err := s.js.PublishMsg(ctx, m)
+	ack, err := s.publishMsg(ctx, m, "command of tool_call_id "+req.ToolCallID)
 	if err != nil {
 		return fmt.Errorf("admit: publish command of tool_call_id %s on %s (tool.call card %s is written; retrying with the same tool_call_id is safe): %w",
 			req.ToolCallID, target, cc.CardID, err)
@@ -367,7 +375,7 @@ func (s *Service) deny(ctx context.Context, ts subjects.ToolSubject, req *utp.Di
 		return fmt.Errorf("admit: %w", err)
 	}
 	m.Header.Set(jetstream.MsgIDHeader, worker.ReportMsgID(rc.CardID))
-	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+	if _, err := s.publishMsg(ctx, m, "auth_failed report of tool_call_id "+req.ToolCallID); err != nil {
 		return fmt.Errorf("admit: report the auth_failed result of tool_call_id %s: %w", req.ToolCallID, err)
 	}
 	s.log.Info("admission refused a call", "project_id", ts.Project, "agent_id", req.AgentID, "tool_name", req.ToolName,

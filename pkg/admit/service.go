@@ -57,6 +57,12 @@ var (
 	// ErrKey: the admission key file or the key set holds something that
 	// is not a key.
 	ErrKey = errors.New("admit: bad admission key")
+	// ErrUnavailable: the call could not be admitted now (unavailable):
+	// the node has no quorum (Config.Quorum; nothing is written), or the
+	// command stream had no leader for Config.PublishBound or none could
+	// be elected (the tool.call card is written). A retry with the same
+	// tool_call_id is safe.
+	ErrUnavailable = errors.New("admit: unavailable")
 )
 
 // Codes maps the service's sentinels to wire codes.
@@ -65,6 +71,7 @@ var Codes = svc.Codes{
 	{Err: ErrForbidden, Code: svc.CodeForbidden},
 	{Err: ErrUnknownTool, Code: svc.CodeNotFound},
 	{Err: ErrConflict, Code: svc.CodeConflict},
+	{Err: ErrUnavailable, Code: svc.CodeUnavailable},
 }
 
 // Config configures the service.
@@ -95,6 +102,19 @@ type Config struct {
 	// (a registry change, e.g. options.principal, reaches admission within
 	// it). Negative: read the registry on every call.
 	EntryTTL time.Duration
+	// Quorum tells whether the JetStream cluster can elect a leader for
+	// the command stream now: nil, or an error saying why not (the node
+	// reaches too few of its cluster's nodes; a single node's JetStream
+	// stopped). A dispatch asks it first and fails at once with
+	// ErrUnavailable when it errs; while a publish finds the stream
+	// without a leader, the admission sends it again (publish.go) only
+	// while Quorum returns nil. Nil: no check, and a publish is resent
+	// until PublishBound.
+	Quorum func() error
+	// PublishBound bounds the resending of a command while its stream
+	// has no leader; default DefaultPublishBound. The request's own
+	// deadline bounds it too.
+	PublishBound time.Duration
 }
 
 // Service is a running admission service.
@@ -142,6 +162,9 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Service, error) {
 	}
 	if cfg.EntryTTL == 0 {
 		cfg.EntryTTL = 5 * time.Second
+	}
+	if cfg.PublishBound <= 0 {
+		cfg.PublishBound = DefaultPublishBound
 	}
 	s := &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, entries: map[string]cachedEntry{}, own: map[string]struct{}{}}
 	if cfg.Gate == nil {

@@ -66,6 +66,40 @@ func (s *Server) Ready() error {
 	return nil
 }
 
+// Quorum tells whether JetStream leaders can be had through this node
+// now, which is what a client waiting out an election needs to know:
+// nil, or an error wrapping ErrNotReady that says why not. A cluster
+// node has them while it is routed to a majority of the cluster's nodes
+// (Cluster.Routes): an election under way then ends with a leader, on
+// this node or another (even while its own JetStream is stopped by the
+// storage guard, its clients are served by the others through the
+// routes); the error says how many nodes it reaches. A single node has
+// them while JetStream is on without a storage fault. Unlike Ready it is
+// nil during an election, and it reads only this node's state (no
+// request, no asset scan): cheap enough to ask before each call and each
+// retry. A route to a node that vanished without closing it counts until
+// nats-server's pings drop it.
+func (s *Server) Quorum() error {
+	if !s.cfg.JetStream {
+		return fmt.Errorf("%w: JetStream is off", ErrNotReady)
+	}
+	if c := s.cfg.Cluster; c != nil {
+		size := max(len(c.Routes), 1)
+		if reach := s.ns.NumRemotes() + 1; 2*reach <= size {
+			return fmt.Errorf("%w: no quorum: this node reaches %d of the cluster's %d nodes, and JetStream elects leaders only with a majority (%d); writes are refused until enough nodes are back",
+				ErrNotReady, reach, size, size/2+1)
+		}
+		return nil
+	}
+	if cause := s.StorageFault(); cause != "" {
+		return fmt.Errorf("%w: %s", ErrNotReady, cause)
+	}
+	if !s.ns.JetStreamEnabled() {
+		return fmt.Errorf("%w: JetStream is disabled", ErrNotReady)
+	}
+	return nil
+}
+
 // StorageFault is why the storage guard holds JetStream stopped (the
 // cause Ready names), or "" while the store writes. A node with a
 // storage fault is alive: it starts JetStream again by itself.

@@ -15,7 +15,9 @@ import (
 
 // TestNoQuorum: with 2 of 3 cluster nodes gone, the survivor is not
 // Ready and says it lost its quorum, and a publish to an R3 stream fails
-// at once instead of waiting out its timeout.
+// at once instead of waiting out its timeout. Quorum, nil while a
+// majority is routed (one node lost: an election ends with a leader),
+// says the survivor has no quorum.
 func TestNoQuorum(t *testing.T) {
 	srvs := cluster(t, freePorts(t, 3), func(i int, c *embednats.Config) {
 		c.DataDir, c.JetStream = t.TempDir(), true
@@ -48,11 +50,25 @@ func TestNoQuorum(t *testing.T) {
 		}
 		return true
 	})
+	for i, s := range srvs {
+		if err := s.Quorum(); err != nil {
+			t.Fatalf("node %d: Quorum = %v with every node up", i, err)
+		}
+	}
 
-	for _, s := range srvs[1:] {
+	for i, s := range srvs[1:] {
 		if err := s.Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
+		if i == 0 {
+			await(t, "the lost node's route gone", func() bool { return srvs[0].NATS().NumRemotes() == 1 })
+			if err := srvs[0].Quorum(); err != nil {
+				t.Fatalf("Quorum = %v with two of three nodes up, want nil (a leader can be elected)", err)
+			}
+		}
+	}
+	if qerr := srvs[0].Quorum(); !errors.Is(qerr, embednats.ErrNotReady) || !strings.Contains(qerr.Error(), "no quorum: this node reaches 1 of the cluster's 3 nodes") {
+		t.Fatalf("survivor Quorum = %v, want ErrNotReady saying it reaches 1 of 3 nodes", qerr)
 	}
 	await(t, "the survivor not ready", func() bool { return srvs[0].Ready() != nil })
 	rerr := srvs[0].Ready()

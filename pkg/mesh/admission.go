@@ -40,12 +40,23 @@ func (m *Mesh) startAdmission(ctx context.Context) error {
 	m.push(func(context.Context) error { nc.Close(); return nil })
 	m.admit, err = admit.Start(ctx, nc, admit.Config{Version: cfg.ProtocolVersion, Store: m.cards, Registry: m.reg,
 		Audit: &natsauthz.Publisher{NC: nc, Logger: cfg.Logger.With("component", "admission")},
-		Gate:  gate, Key: key, Keys: keys, Logger: cfg.Logger.With("component", "admission")})
+		Gate:  gate, Key: key, Keys: keys, Logger: cfg.Logger.With("component", "admission"), Quorum: m.quorum()})
 	if err != nil {
 		return err
 	}
 	m.push(m.admit.Stop)
 	return nil
+}
+
+// quorum is the admission's Config.Quorum: the embedded server's view
+// (embednats.Server.Quorum: can this node have JetStream leaders now).
+// On a joined deployment (Config.External) the mesh sees no server, and
+// a command is resent until admit.Config.PublishBound.
+func (m *Mesh) quorum() func() error {
+	if m.srv == nil {
+		return nil
+	}
+	return m.srv.Quorum
 }
 
 // dial opens another connection of the mesh's own (the core identity's

@@ -75,7 +75,7 @@ func (m *Mesh) openReplicated(ctx context.Context, js jetstream.JetStream) error
 		return err
 	}
 	if err := retry("CardStore", func(c context.Context) error {
-		cards, err := jsstore.Open(c, m.nc, jsstore.Config{Replicas: r, MaxCardBytes: cfg.MaxCardBytes})
+		cards, err := jsstore.Open(c, m.nc, jsstore.Config{Replicas: r, MaxCardBytes: cfg.MaxCardBytes, Quorum: m.quorum()})
 		if err != nil {
 			return err
 		}
