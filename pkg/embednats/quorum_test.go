@@ -67,6 +67,8 @@ func TestNoQuorum(t *testing.T) {
 			}
 		}
 	}
+	// The survivor learns of the second loss when its route closes.
+	await(t, "the last lost node's route gone", func() bool { return srvs[0].NATS().NumRemotes() == 0 })
 	if qerr := srvs[0].Quorum(); !errors.Is(qerr, embednats.ErrNotReady) || !strings.Contains(qerr.Error(), "no quorum: this node reaches 1 of the cluster's 3 nodes") {
 		t.Fatalf("survivor Quorum = %v, want ErrNotReady saying it reaches 1 of 3 nodes", qerr)
 	}
