@@ -14,11 +14,11 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/utpmesh/utpmesh/internal/tmpfstest"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -33,17 +33,7 @@ import (
 // replicas take the writes) and lists the full node BEHIND in every
 // stream and says why; once space returns it is current again.
 func TestStatusClusterDiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a size-capped tmpfs (run the tests as root, e.g. in the CI container)")
-	}
-	vol := filepath.Join(t.TempDir(), "vol")
-	if err := os.Mkdir(vol, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", vol).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v: %s)", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", vol).Run() })
+	vol := tmpfstest.Mount(t, 32<<20)
 
 	var listen, routes []string
 	for range 3 {
@@ -124,20 +114,7 @@ func TestStatusClusterDiskFull(t *testing.T) {
 		return code == 0 && rep.Ready && behind(rep) == 0
 	})
 
-	filler := filepath.Join(vol, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 64<<10)
-	for chunk := len(buf); chunk > 0; chunk /= 2 {
-		for {
-			if _, err := f.Write(buf[:chunk]); err != nil {
-				break
-			}
-		}
-	}
-	_ = f.Close()
+	filler := tmpfstest.Fill(t, vol)
 	await("the full node not ready", func() bool { return srvs[full].Ready() != nil })
 	for _, i := range []int{0, full} {
 		var rep statusReport

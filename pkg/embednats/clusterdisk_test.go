@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/utpmesh/utpmesh/internal/tmpfstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -34,7 +36,7 @@ import (
 // up: made the stream's leader, it serves every message acknowledged
 // before, during and after the fault.
 func TestClusterNodeDiskFull(t *testing.T) {
-	vol := smallVolume(t, 32<<20)
+	vol := tmpfstest.Mount(t, 32<<20)
 	const full = 2
 	srvs := cluster(t, freePorts(t, 3), func(i int, c *embednats.Config) {
 		c.DataDir, c.JetStream, c.MaxPayload = t.TempDir(), true, embednats.MinMaxPayload
@@ -94,7 +96,7 @@ func TestClusterNodeDiskFull(t *testing.T) {
 		return true
 	})
 
-	filler := fill(t, vol)
+	filler := tmpfstest.Fill(t, vol)
 	await(t, "the full node not ready", func() bool { return srvs[full].Ready() != nil })
 	rerr := srvs[full].Ready()
 	if !errors.Is(rerr, embednats.ErrNotReady) || !strings.Contains(rerr.Error(), "disk full") {

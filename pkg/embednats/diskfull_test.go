@@ -5,63 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/utpmesh/utpmesh/internal/tmpfstest"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 )
-
-// smallVolume mounts a tmpfs of size bytes for the test (root only;
-// others skip, naming why) and returns its path.
-func smallVolume(t *testing.T, size int) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a size-capped tmpfs (run the tests as root, e.g. in the CI container)")
-	}
-	dir := filepath.Join(t.TempDir(), "vol")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v: %s): the disk-full test needs CAP_SYS_ADMIN", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
-	return dir
-}
-
-// fill writes a file until the filesystem is full and returns its name.
-func fill(t *testing.T, dir string) string {
-	t.Helper()
-	name := filepath.Join(dir, "filler")
-	f, err := os.Create(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !strings.Contains(err.Error(), "no space left") {
-				t.Fatalf("filler: %v, want ENOSPC", err)
-			}
-			break
-		}
-	}
-	for chunk := 4096; chunk > 0; chunk /= 2 { // to the brim
-		for {
-			if _, err := f.Write(buf[:chunk]); err != nil {
-				break
-			}
-		}
-	}
-	return name
-}
 
 // await polls cond every 50 ms until it holds or 30 s passed.
 func await(t *testing.T, what string, cond func() bool) {
@@ -92,7 +46,7 @@ func TestDiskFullHeals(t *testing.T) {
 		{"write error", -1, "no space left on device"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			vol := smallVolume(t, 24<<20)
+			vol := tmpfstest.Mount(t, 24<<20)
 			srv, err := embednats.Start(embednats.Config{DataDir: vol, Port: -1, JetStream: true, MaxPayload: embednats.MinMaxPayload,
 				MinFreeBytes: tc.minFree, StorageCheck: 100 * time.Millisecond})
 			if err != nil {
@@ -129,7 +83,7 @@ func TestDiskFullHeals(t *testing.T) {
 				t.Fatalf("Ready before the fault: %v", err)
 			}
 
-			filler := fill(t, vol)
+			filler := tmpfstest.Fill(t, vol)
 			// Publish until one fails: with the floor, the first; without
 			// it, the write that hit ENOSPC (which nats-server leaves
 			// unanswered: that one may time out).

@@ -15,11 +15,11 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/utpmesh/utpmesh/internal/tmpfstest"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,45 +29,6 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 )
-
-// tmpfs mounts a size-capped tmpfs for the test (root only; others skip,
-// naming why) and returns its path.
-func tmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a size-capped tmpfs (run the tests as root, e.g. in the CI container)")
-	}
-	vol := filepath.Join(t.TempDir(), "vol")
-	if err := os.Mkdir(vol, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", vol).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v: %s): the disk-full test needs CAP_SYS_ADMIN", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", vol).Run() })
-	return vol
-}
-
-// fillUp writes a file in dir until its filesystem is full to the brim
-// and returns its name.
-func fillUp(t *testing.T, dir string) string {
-	t.Helper()
-	name := filepath.Join(dir, "filler")
-	f, err := os.Create(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for chunk := len(buf); chunk > 0; chunk /= 2 {
-		for {
-			if _, err := f.Write(buf[:chunk]); err != nil {
-				break
-			}
-		}
-	}
-	return name
-}
 
 // TestClusterNodeDiskFullMesh: three meshes as one cluster, the third
 // one's data directory alone on a 64 MiB tmpfs, which fills to the brim.
@@ -81,7 +42,7 @@ func fillUp(t *testing.T, dir string) string {
 // the result of every call acknowledged before, during and after the
 // fault is there.
 func TestClusterNodeDiskFullMesh(t *testing.T) {
-	vol := tmpfs(t, "64m")
+	vol := tmpfstest.Mount(t, 64<<20)
 	const full = 2
 	meshes := startMeshes(t, "diskfull", func(i int, c *mesh.Config) {
 		c.MaxPayload, c.MaxCardBytes = 2<<20, 1<<20 // a 2 MiB floor
@@ -130,7 +91,7 @@ func TestClusterNodeDiskFullMesh(t *testing.T) {
 		return true
 	})
 
-	filler := fillUp(t, vol)
+	filler := tmpfstest.Fill(t, vol)
 	waitFor(t, "the full node not ready", func() bool { return meshes[full].Ready() != nil })
 	if rerr := meshes[full].Ready(); !errors.Is(rerr, embednats.ErrNotReady) || !strings.Contains(rerr.Error(), "disk full") {
 		t.Fatalf("full node: Ready = %v, want ErrNotReady naming the full disk", rerr)

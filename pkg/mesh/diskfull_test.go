@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/utpmesh/utpmesh/internal/tmpfstest"
 
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
@@ -28,17 +28,7 @@ import (
 // answer /healthz 200 throughout and time every publish out until a
 // restart.
 func TestDiskFullMesh(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a size-capped tmpfs")
-	}
-	vol := filepath.Join(t.TempDir(), "vol")
-	if err := os.Mkdir(vol, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", vol).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v: %s)", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", vol).Run() })
+	vol := tmpfstest.Mount(t, 32<<20)
 
 	ctx := context.Background()
 	m, err := mesh.Start(ctx, mesh.Config{DataDir: vol, Listen: "127.0.0.1:0", Logger: quiet, Tools: []worker.Tool{echo.Tool()},
@@ -64,20 +54,7 @@ func TestDiskFullMesh(t *testing.T) {
 		t.Fatalf("Ready before the fault: %v", err)
 	}
 
-	filler := filepath.Join(vol, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 64<<10)
-	for chunk := len(buf); chunk > 0; chunk /= 2 {
-		for {
-			if _, err := f.Write(buf[:chunk]); err != nil {
-				break
-			}
-		}
-	}
-	_ = f.Close()
+	filler := tmpfstest.Fill(t, vol)
 	waitFor(t, "the mesh not ready on a full disk", func() bool { return m.Ready() != nil })
 	if rerr := m.Ready(); !errors.Is(rerr, embednats.ErrNotReady) || !strings.Contains(rerr.Error(), "disk full") {
 		t.Fatalf("Ready = %v, want ErrNotReady naming the full disk", rerr)
