@@ -41,9 +41,17 @@ func readGuide(t *testing.T) (string, []guideBlock) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return string(b), markedBlocks(t, string(b), guideMarker)
+}
+
+// markedBlocks returns the fenced blocks of text that follow a line
+// matching marker (whose two groups are the block's kind and argument),
+// in order.
+func markedBlocks(t *testing.T, text string, marker *regexp.Regexp) []guideBlock {
+	t.Helper()
 	var out []guideBlock
 	var cur *guideBlock
-	lines := strings.Split(string(b), "\n")
+	lines := strings.Split(text, "\n")
 	for i := 0; i < len(lines); i++ {
 		l := lines[i]
 		switch {
@@ -52,8 +60,8 @@ func readGuide(t *testing.T) (string, []guideBlock) {
 			cur = nil
 		case cur != nil:
 			cur.lines = append(cur.lines, l)
-		case guideMarker.MatchString(l):
-			m := guideMarker.FindStringSubmatch(l)
+		case marker.MatchString(l):
+			m := marker.FindStringSubmatch(l)
 			if i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "```") {
 				t.Fatalf("guide line %d: marker %q is not followed by a fenced block", i+1, l)
 			}
@@ -64,7 +72,7 @@ func readGuide(t *testing.T) (string, []guideBlock) {
 	if cur != nil {
 		t.Fatalf("guide: block %s %s is not closed", cur.kind, cur.arg)
 	}
-	return string(b), out
+	return out
 }
 
 // repoPath matches a path of this repository named in the guide.

@@ -53,29 +53,9 @@ func guideTS(t *testing.T) []guideBlock {
 	if err != nil {
 		t.Fatal(err)
 	}
-	marker := regexp.MustCompile(`^<!-- guide-ts: (\S+)(?: (\S+))? -->$`)
-	var out []guideBlock
-	var cur *guideBlock
-	lines := strings.Split(string(b), "\n")
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		switch {
-		case cur != nil && l == "```":
-			out = append(out, *cur)
-			cur = nil
-		case cur != nil:
-			cur.lines = append(cur.lines, l)
-		case marker.MatchString(l):
-			m := marker.FindStringSubmatch(l)
-			if i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "```") {
-				t.Fatalf("guide line %d: marker %q is not followed by a fenced block", i+1, l)
-			}
-			cur = &guideBlock{kind: m[1], arg: m[2]}
-			i++
-		}
-	}
-	if cur != nil || len(out) == 0 {
-		t.Fatalf("guide: part C's blocks are missing or not closed")
+	out := markedBlocks(t, string(b), regexp.MustCompile(`^<!-- guide-ts: (\S+)(?: (\S+))? -->$`))
+	if len(out) == 0 {
+		t.Fatalf("guide: part C's blocks are missing")
 	}
 	return out
 }
