@@ -3,6 +3,7 @@ package deadline_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -72,5 +73,48 @@ func TestRequestReturnsWhenNobodyAnswers(t *testing.T) {
 	defer cancel2()
 	if _, err := deadline.RequestMsg(ctx2, nc, m); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("RequestMsg = %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// TestPatiently: a timed-out attempt is tried again with a longer bound;
+// another error only when again says so; ctx's end stops it.
+func TestPatiently(t *testing.T) {
+	var bounds []time.Duration
+	n := 0
+	err := deadline.Patiently(t.Context(), time.Minute, nil, func(ctx context.Context) error {
+		n++
+		dl, _ := ctx.Deadline()
+		bounds = append(bounds, time.Until(dl).Round(time.Second))
+		if n < 3 {
+			return fmt.Errorf("create: %w", context.DeadlineExceeded)
+		}
+		return nil
+	})
+	if err != nil || n != 3 {
+		t.Fatalf("Patiently = %v after %d attempts; want nil after 3", err, n)
+	}
+	if bounds[0] != deadline.FirstAttempt || bounds[1] != 2*deadline.FirstAttempt {
+		t.Errorf("attempt bounds %v; want %v, then doubled", bounds, deadline.FirstAttempt)
+	}
+	boom := errors.New("boom")
+	n = 0
+	if err := deadline.Patiently(t.Context(), time.Minute, nil, func(context.Context) error { n++; return boom }); !errors.Is(err, boom) || n != 1 {
+		t.Errorf("another error without again: %v after %d attempts; want boom after 1", err, n)
+	}
+	n = 0
+	err = deadline.Patiently(t.Context(), time.Minute, func(error) bool { return true }, func(context.Context) error {
+		n++
+		if n == 1 {
+			return boom
+		}
+		return nil
+	})
+	if err != nil || n != 2 {
+		t.Errorf("another error with again: %v after %d attempts; want nil after 2", err, n)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := deadline.Patiently(ctx, time.Minute, nil, func(ctx context.Context) error { return ctx.Err() }); !errors.Is(err, context.Canceled) {
+		t.Errorf("ended ctx: %v; want context.Canceled", err)
 	}
 }

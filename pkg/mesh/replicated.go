@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"errors"
 
 	"fmt"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/cardstore/jsstore"
+	"github.com/utpmesh/utpmesh/internal/deadline"
 	"github.com/utpmesh/utpmesh/pkg/admit"
 	"github.com/utpmesh/utpmesh/pkg/authz/policystore/jspolicy"
 	"github.com/utpmesh/utpmesh/pkg/inbox/kvinbox"
@@ -150,31 +152,23 @@ func (m *Mesh) Patiently(ctx context.Context, what string, step func(context.Con
 // finds what the last attempt made.
 func (m *Mesh) patiently(ctx context.Context, what string, r int, step func(context.Context) error) error {
 	log := m.cfg.Logger
-	wctx, cancel := context.WithTimeout(ctx, clusterWait)
-	defer cancel()
 	start := time.Now()
-	// A request sent before the cluster has a meta leader gets no answer:
-	// try again soon, then with more patience (a loaded machine creates a
-	// replicated stream slowly).
-	patience := 10 * time.Second
-	for attempt := 0; ; attempt++ {
-		actx, acancel := context.WithTimeout(wctx, patience)
-		patience = min(2*patience, 30*time.Second)
-		err := step(actx)
-		acancel()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if wctx.Err() != nil {
-			return fmt.Errorf("mesh: %s: the JetStream cluster did not accept %d-replica streams within %v (are %d nodes up and routed to each other?): %w", what, r, clusterWait, r, err)
-		}
+	// A request sent before the cluster has a meta leader gets no answer,
+	// nor do some of several nodes creating one asset at once: try again
+	// soon, then with more patience (a loaded machine creates a
+	// replicated stream slowly). Other errors are retried after a second.
+	err := deadline.Patiently(ctx, clusterWait, func(err error) bool {
 		log.Info("waiting for the JetStream cluster", "step", what, "replicas", r, "waited", time.Since(start).Round(time.Second), "err", err)
-		select {
-		case <-wctx.Done():
-		case <-time.After(time.Second):
+		return true
+	}, func(ctx context.Context) error {
+		err := step(ctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			log.Info("waiting for the JetStream cluster", "step", what, "replicas", r, "waited", time.Since(start).Round(time.Second), "err", err)
 		}
+		return err
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("mesh: %s: the JetStream cluster did not accept %d-replica streams within %v (are %d nodes up and routed to each other?): %w", what, r, clusterWait, r, err)
 	}
+	return err
 }

@@ -42,6 +42,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/internal/deadline"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -99,33 +100,13 @@ func Check(ctx context.Context, js jetstream.JetStream, ver string) error {
 // consumer request can go unanswered and succeed when sent again.
 const Patience = 2 * time.Minute
 
-// patiently runs step with a per-attempt timeout that grows from 10 s to
-// 30 s, again after a timeout or after JetStream answered that it is
-// temporarily unavailable (err_code 10008: a cluster still electing the
-// leaders the request needs; retried after a second), until Patience has
-// passed or ctx ends. Any other error is returned at once.
+// patiently runs step (deadline.Patiently) until Patience has passed or
+// ctx ends: an attempt that timed out is sent again, with a longer bound,
+// and so is one JetStream answered is temporarily unavailable (err_code
+// 10008: a cluster still electing the leaders the request needs), after
+// a second. Any other error is returned at once.
 func patiently(ctx context.Context, step func(context.Context) error) error {
-	deadline, wait := time.Now().Add(Patience), 10*time.Second
-	for {
-		actx, cancel := context.WithTimeout(ctx, wait)
-		err := step(actx)
-		cancel()
-		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
-			return err
-		}
-		switch {
-		case errors.Is(err, context.DeadlineExceeded):
-			wait = min(2*wait, 30*time.Second)
-		case temporarilyUnavailable(err):
-			select {
-			case <-ctx.Done():
-				return err
-			case <-time.After(time.Second):
-			}
-		default:
-			return err
-		}
-	}
+	return deadline.Patiently(ctx, Patience, temporarilyUnavailable, step)
 }
 
 // jsClusterNotAvail is JetStream's err_code for "JetStream system

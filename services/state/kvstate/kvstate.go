@@ -146,17 +146,14 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	}
 	// While a cluster elects leaders (three nodes started at once) a
 	// bucket request can go unanswered and succeed when sent again:
-	// retry timeouts, with growing patience, for up to openPatience.
-	deadline, patience := time.Now().Add(openPatience), 10*time.Second
-	for {
-		actx, cancel := context.WithTimeout(ctx, patience)
-		st, err := open(actx, nc, js, cfg)
-		cancel()
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || time.Now().After(deadline) {
-			return st, err
-		}
-		patience = min(2*patience, 30*time.Second)
-	}
+	// retry timeouts, with growing bounds, for up to openPatience.
+	var st *Store
+	err = deadline.Patiently(ctx, openPatience, nil, func(ctx context.Context) error {
+		var err error
+		st, err = open(ctx, nc, js, cfg)
+		return err
+	})
+	return st, err
 }
 
 // openPatience bounds Open's retries of requests that timed out.

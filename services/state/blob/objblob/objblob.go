@@ -133,23 +133,18 @@ func Provision(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	}
 	ocfg := jetstream.ObjectStoreConfig{Bucket: cfg.Bucket, Description: cfg.Description,
 		Storage: jetstream.FileStorage, Replicas: max(cfg.Replicas, 1)}
-	end, patience := time.Now().Add(2*time.Minute), 10*time.Second
-	for {
-		actx, cancel := context.WithTimeout(ctx, patience)
-		_, err = js.CreateOrUpdateObjectStore(actx, ocfg)
-		cancel()
-		if err == nil {
-			return nil
+	err = deadline.Patiently(ctx, 2*time.Minute, nil, func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateObjectStore(ctx, ocfg)
+		return err
+	})
+	if err != nil {
+		hint := ""
+		if cfg.Replicas > 1 {
+			hint = fmt.Sprintf(" (R%d needs a NATS cluster of at least %d servers; use 1 replica on a single server)", cfg.Replicas, cfg.Replicas)
 		}
-		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || time.Now().After(end) {
-			hint := ""
-			if cfg.Replicas > 1 {
-				hint = fmt.Sprintf(" (R%d needs a NATS cluster of at least %d servers; use 1 replica on a single server)", cfg.Replicas, cfg.Replicas)
-			}
-			return fmt.Errorf("objblob: create object store %s (R%d): %w%s", cfg.Bucket, max(cfg.Replicas, 1), err, hint)
-		}
-		patience = min(2*patience, 30*time.Second)
+		return fmt.Errorf("objblob: create object store %s (R%d): %w%s", cfg.Bucket, max(cfg.Replicas, 1), err, hint)
 	}
+	return nil
 }
 
 // Store is a service's blobs in a JetStream object store.
