@@ -387,7 +387,9 @@ func (c *Client) send(ctx context.Context, p *prepared) error {
 		return c.sendRaw(ctx, p)
 	}
 	var reply utp.DispatchReply
-	if err := svc.Call(ctx, c.nc, c.dispatch, dispatchCodes, p.dispatch, &reply); err != nil {
+	// The admission is idempotent per tool_call_id (protocol §5.7), so a
+	// dispatch whose answering node died is sent again after an attempt.
+	if err := svc.CallResent(ctx, c.nc, c.dispatch, dispatchCodes, p.dispatch, &reply); err != nil {
 		if errors.Is(err, svc.ErrUnavailable) {
 			return fmt.Errorf("agent: dispatch tool_call_id %s (tool %s): %w (the mesh's admission service answers on svc.dispatch; is the mesh running, and new enough?)",
 				p.dispatch.ToolCallID, p.dispatch.ToolName, err)

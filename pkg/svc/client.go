@@ -39,6 +39,22 @@ func CallMsg(ctx context.Context, nc *nats.Conn, m *nats.Msg, codes Codes, resp 
 	return callMsg(ctx, nc, m, codes, resp, 0)
 }
 
+// CallResent is Call for a request its service applies at most once
+// however many copies arrive (a Deduped op: the admission's dispatch,
+// keyed by its tool_call_id): the request is sent again every
+// DefaultAttempt while no reply to any copy has come, so a request the
+// answering process took with it when it died costs an attempt, not the
+// whole deadline.
+func CallResent(ctx context.Context, nc *nats.Conn, subject string, codes Codes, req, resp any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("%w: encode request: %v", ErrBadRequest, err)
+	}
+	m := nats.NewMsg(subject)
+	m.Data = body
+	return callMsg(ctx, nc, m, codes, resp, DefaultAttempt)
+}
+
 // callMsg is CallMsg; with attempt > 0 the request is resent every
 // attempt until a reply to any copy arrives (requestAttempts).
 func callMsg(ctx context.Context, nc *nats.Conn, m *nats.Msg, codes Codes, resp any, attempt time.Duration) error {

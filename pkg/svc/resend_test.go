@@ -160,3 +160,32 @@ func TestWithAttempt(t *testing.T) {
 		}
 	}
 }
+
+// TestCallResent: CallResent (the agent's dispatch) sends its request
+// again after DefaultAttempt when the first copy goes unanswered, and
+// returns the answer to a copy.
+func TestCallResent(t *testing.T) {
+	srv := meshtest.NATS(t)
+	service := meshtest.Conn(t, srv)
+	client := meshtest.Conn(t, srv)
+	d := &dropper{drop: 1}
+	sub, err := service.Subscribe("cg.v1.p1.main.svc.dispatch.call.a1", d.serve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := service.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*svc.DefaultAttempt)
+	defer cancel()
+	var out struct {
+		Copy int `json:"copy"`
+	}
+	if err := svc.CallResent(ctx, client, "cg.v1.p1.main.svc.dispatch.call.a1", codes, map[string]string{"k": "v"}, &out); err != nil || out.Copy < 1 {
+		t.Fatalf("first request dropped: reply %+v, %v; want the answer to a copy", out, err)
+	}
+	if n := d.requests(); n < 2 {
+		t.Fatalf("%d requests reached the service, want the dropped one and a copy", n)
+	}
+}
