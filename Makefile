@@ -56,10 +56,15 @@ build:
 ## (cmd/utpmesh TestUIBrowser) must run here: UTPMESH_REQUIRE_BROWSER=1 makes
 ## it fail, not skip, when no Chromium is found; UTPMESH_REQUIRE_GIT=1 does the
 ## same for the cynode git.* tests and the git binary, UTPMESH_REQUIRE_BWRAP=1
-## for the cynode sandbox tests and bubblewrap.
+## for the cynode sandbox tests and bubblewrap. The utpmesh processes that
+## cmd/utpmesh's tests start (up, workers, cluster nodes) are bin/utpmesh,
+## built first without the race detector (UTPMESH_TEST_BIN): their code is
+## raced in process by the packages' tests, and a whole mesh under -race in
+## each of three cluster nodes made the suite CPU-bound on two cores.
 test: test-deps mcp-client ts-sdk
 	$(GO) vet ./...
-	UTPMESH_REQUIRE_BROWSER=1 UTPMESH_REQUIRE_GIT=1 UTPMESH_REQUIRE_BWRAP=1 $(GO) test -race -count=1 -timeout 12m ./...
+	$(GO) build -o $(BIN)/utpmesh ./cmd/utpmesh
+	UTPMESH_TEST_BIN=$(CURDIR)/$(BIN)/utpmesh UTPMESH_REQUIRE_BROWSER=1 UTPMESH_REQUIRE_GIT=1 UTPMESH_REQUIRE_BWRAP=1 $(GO) test -race -count=1 -timeout 12m ./...
 	$(MAKE) --no-print-directory test-norace
 
 ## test-norace: the tests built only without the race detector (//go:build

@@ -359,7 +359,10 @@ func (l *catLoad) until(n int) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			l.t.Fatalf("%s calls stalled at %d acknowledged writes (want %d)", l.name, l.count(), target)
+			l.mu.Lock()
+			failed, failures := l.failed, append([]string(nil), l.failures...)
+			l.mu.Unlock()
+			l.t.Fatalf("%s calls stalled at %d acknowledged writes (want %d); %d calls failed or erred, the first: %q", l.name, l.count(), target, failed, failures)
 		}
 	}
 }

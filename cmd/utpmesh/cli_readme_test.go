@@ -205,7 +205,7 @@ func TestREADMEQuickStart(t *testing.T) {
 // random ports, and returns the process, its NATS URL and its banner.
 func startREADMEUp(t *testing.T, dir string, env []string) (*exec.Cmd, string, string) {
 	t.Helper()
-	up := exec.Command(os.Args[0], "up", "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "127.0.0.1:0")
+	up := exec.Command(utpmeshBin(), "up", "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "127.0.0.1:0")
 	up.Dir, up.Env = dir, env
 	var upErr lockedBuffer
 	up.Stderr = &upErr
@@ -299,9 +299,9 @@ func (r *readmeRun) line(l string) {
 		r.dir = t.TempDir() // another directory, with nothing of the clone
 		return
 	case w[0] == "go" && len(w) > 3 && w[1] == "run" && w[2] == "./cmd/utpmesh":
-		cmd = exec.Command(os.Args[0], w[3:]...)
+		cmd = exec.Command(utpmeshBin(), w[3:]...)
 	case w[0] == r.clone+"/bin/utpmesh":
-		cmd = exec.Command(os.Args[0], w[1:]...)
+		cmd = exec.Command(utpmeshBin(), w[1:]...)
 	case w[0] == "nats":
 		p, err := exec.LookPath("nats")
 		if err != nil {

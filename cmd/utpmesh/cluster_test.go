@@ -83,6 +83,7 @@ func startMeshCluster(t *testing.T) *meshCluster {
 	mc.nodes[2] = startProc(t, mc.argv(2)...)
 	for i := range 3 {
 		mc.waitUp(i)
+		t.Logf("node n%d serving", i)
 	}
 	waitFile(t, filepath.Join(root, "n0", authz.DemoMandateFile))
 	tok, err := os.ReadFile(filepath.Join(root, "n0", authz.DemoMandateFile))
@@ -257,29 +258,40 @@ func TestClusterNodeLoss(t *testing.T) {
 	}
 	// ATLAS, ATP and CyNodeAI calls in flight through both node losses.
 	loads := []*catLoad{atlasLoad(t, ac, true), atpLoad(t, ac, mc.demoBooking(nc), true), cynodeLoad(t, ac, true)}
+	t.Log("catalogue loads ready")
 	for _, l := range loads {
 		l.start("cluster")
 	}
+	begin := time.Now()
+	step := func(what string) { t.Logf("%6.1fs %s (%d acknowledged)", time.Since(begin).Seconds(), what, count()) }
 	waitMore(40)
+	step("calls flow")
 	cmdLeader := mc.leaderOf(nc, streams.CommandStream(ver))
 	cardsLeader := mc.leaderOf(nc, "utpmesh_cards")
 	follower := 0
 	for follower == cmdLeader || follower == cardsLeader {
 		follower++
 	}
-	t.Logf("killing follower n%d (cg_cmd leader n%d, cards leader n%d)", follower, cmdLeader, cardsLeader)
+	step(fmt.Sprintf("killing follower n%d (cg_cmd leader n%d, cards leader n%d)", follower, cmdLeader, cardsLeader))
 	mc.kill(follower)
 	waitMore(40)
+	step("calls flow without the follower")
 	mc.restart(follower)
+	step("follower back")
 	waitMore(40)
+	step("calls flow")
 	leader := mc.leaderOf(nc, streams.CommandStream(ver))
-	t.Logf("killing the command stream's leader n%d", leader)
+	step(fmt.Sprintf("killing the command stream's leader n%d", leader))
 	mc.kill(leader)
 	waitMore(40)
+	step("calls flow without the leader")
 	mc.restart(leader)
+	step("leader back")
 	waitMore(40)
+	step("calls flow")
 	for _, l := range loads {
 		l.until(8) // each catalogue still answers after both losses
+		step(l.name + " answers")
 	}
 	close(stop)
 	wg.Wait()

@@ -26,7 +26,7 @@ import (
 func conformanceMesh(t *testing.T) (dir, url string, cli, kit func(t *testing.T, extra ...string) (stdout, stderr string, code int)) {
 	t.Helper()
 	dir = t.TempDir()
-	up := startIn(t, dir, guideEnv("UTPMESH_TEST_EXEC=1"), os.Args[0],
+	up := startIn(t, dir, guideEnv("UTPMESH_TEST_EXEC=1"), utpmeshBin(),
 		"up", "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "", "--services", "echo")
 	up.waitLine(t, "Press Ctrl-C")
 	m := regexp.MustCompile(`(?m)^\s+NATS\s+(nats://\S+)`).FindStringSubmatch(up.output())
@@ -118,7 +118,7 @@ func checkAllPass(t *testing.T, rs []conformance.Result, code int, logs string) 
 // and kills; and checks that a probe that breaks the contract fails.
 func TestConformanceGo(t *testing.T) {
 	_, url, cli, kit := conformanceMesh(t)
-	probe := "UTPMESH_TEST_EXEC=1 " + os.Args[0] + " conformance probe --nats " + url + " --creds utpmesh-data/creds/worker-conformance.nk"
+	probe := "UTPMESH_TEST_EXEC=1 " + utpmeshBin() + " conformance probe --nats " + url + " --creds utpmesh-data/creds/worker-conformance.nk"
 	rs, code, logs := kitResults(t, kit, "--exec", probe)
 	checkAllPass(t, rs, code, logs)
 
@@ -137,7 +137,7 @@ func TestConformanceGo(t *testing.T) {
 
 	// The agent side: the kit serves the Go probe and runs the Go SDK's
 	// agent program (conformance caller) through the agent cases.
-	caller := "UTPMESH_TEST_EXEC=1 " + os.Args[0] + " conformance caller --nats " + url + " --creds utpmesh-data/creds/agent-demo.nk --mandate kit.jwt"
+	caller := "UTPMESH_TEST_EXEC=1 " + utpmeshBin() + " conformance caller --nats " + url + " --creds utpmesh-data/creds/agent-demo.nk --mandate kit.jwt"
 	agentCases(t, cli, caller)
 
 	// An agent program that breaks the contract fails (exit 1); none is a

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -35,6 +36,10 @@ func TestMain(m *testing.M) {
 		defer stop()
 		os.Exit(run(ctx, os.Args[1:], env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}))
 	}
+	if err := checkTestBin(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	os.Exit(m.Run())
 }
 
@@ -48,7 +53,7 @@ type proc struct {
 
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
+	cmd := exec.Command(utpmeshBin(), args...)
 	cmd.Env = append(os.Environ(), "UTPMESH_TEST_EXEC=1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

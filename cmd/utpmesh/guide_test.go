@@ -251,7 +251,7 @@ func TestGuideOutsideRepo(t *testing.T) {
 				var out []byte
 				switch {
 				case len(w) > 3 && strings.Join(w[:3], " ") == "go run ./cmd/utpmesh" && w[3] == "up":
-					up = startIn(t, cwd, guideEnv("UTPMESH_TEST_EXEC=1"), os.Args[0],
+					up = startIn(t, cwd, guideEnv("UTPMESH_TEST_EXEC=1"), utpmeshBin(),
 						append(w[3:], "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "")...)
 					up.waitLine(t, "Press Ctrl-C")
 					m := regexp.MustCompile(`(?m)^\s+NATS\s+(nats://\S+)`).FindStringSubmatch(up.output())

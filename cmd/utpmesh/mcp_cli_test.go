@@ -214,7 +214,7 @@ func TestMCPHostRecipe(t *testing.T) {
 			return env
 		}
 
-		cmd := exec.Command(os.Args[0], args...)
+		cmd := exec.Command(utpmeshBin(), args...)
 		cmd.Dir, cmd.Env = t.TempDir(), hostEnv("")
 		var stderr lockedBuffer
 		cmd.Stderr = &stderr
@@ -243,7 +243,7 @@ func TestMCPHostRecipe(t *testing.T) {
 		}
 
 		// The same host configuration without the credentials.
-		cmd = exec.Command(os.Args[0], args...)
+		cmd = exec.Command(utpmeshBin(), args...)
 		cmd.Dir, cmd.Env = t.TempDir(), hostEnv("NATS_CREDS")
 		cmd.Stdin = strings.NewReader("")
 		out, err := cmd.CombinedOutput()

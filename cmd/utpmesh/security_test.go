@@ -577,7 +577,7 @@ func TestUpExternalWorkerWithCreds(t *testing.T) {
 
 	// On the mesh host a worker of one service finds its seed under
 	// ./utpmesh-data/creds without --creds.
-	local := exec.Command(os.Args[0], "worker", "--nats", url, "--instance", "local-echo", "echo")
+	local := exec.Command(utpmeshBin(), "worker", "--nats", url, "--instance", "local-echo", "echo")
 	local.Dir, local.Env = cwd, append(os.Environ(), "UTPMESH_TEST_EXEC=1", "NATS_CREDS=")
 	lerr, err := local.StderrPipe()
 	if err != nil {

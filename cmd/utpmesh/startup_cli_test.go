@@ -22,7 +22,7 @@ import (
 // returns its exit code and its whole stderr.
 func runProc(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
+	cmd := exec.Command(utpmeshBin(), args...)
 	cmd.Env = append(os.Environ(), "UTPMESH_TEST_EXEC=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -194,7 +194,7 @@ func TestUpDefaultServicesCleanStop(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "up", "--data", t.TempDir(), "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "", "--log-level", "debug")
+			cmd := exec.Command(utpmeshBin(), "up", "--data", t.TempDir(), "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "", "--log-level", "debug")
 			cmd.Env = append(os.Environ(), "UTPMESH_TEST_EXEC=1")
 			stdout, stderr := &watchWriter{wrote: make(chan struct{}, 1)}, &watchWriter{wrote: make(chan struct{}, 1)}
 			cmd.Stdout, cmd.Stderr = stdout, stderr

@@ -152,7 +152,7 @@ func TestTypeScriptSDK(t *testing.T) {
 				var out []byte
 				switch {
 				case strings.Join(w, " ") == "go run ./cmd/utpmesh up":
-					up = startIn(t, clone, guideEnv("UTPMESH_TEST_EXEC=1"), os.Args[0],
+					up = startIn(t, clone, guideEnv("UTPMESH_TEST_EXEC=1"), utpmeshBin(),
 						"up", "--nats-listen", "127.0.0.1:0", "--metrics-addr", "", "--ui-listen", "")
 					up.waitLine(t, "Press Ctrl-C")
 					m := regexp.MustCompile(`(?m)^\s+NATS\s+(nats://\S+)`).FindStringSubmatch(up.output())
@@ -308,7 +308,7 @@ permit(principal, action == ATPAction::"update_pre_arrangement", resource) when 
 		out := node(t, sdk, []string{"UTPMESH_TS_DATA=" + data, "UTPMESH_TS_MANDATE=" + filepath.Join(clone, "ts.jwt"),
 			"UTPMESH_TS_BOOKING=" + bound, "UTPMESH_TS_LOOP_MANDATE=" + filepath.Join(clone, "loop.jwt"), "UTPMESH_TS_ALICE_MANDATE=" + filepath.Join(clone, "alice.jwt"),
 			"UTPMESH_TS_GAP_BOOKING=" + gapBooking, "UTPMESH_TS_GAP_MANDATE=" + filepath.Join(clone, "guest.jwt"),
-			"UTPMESH_TS_CLI=" + os.Args[0], "UTPMESH_TS_CLI_DIR=" + clone},
+			"UTPMESH_TS_CLI=" + utpmeshBin(), "UTPMESH_TS_CLI_DIR=" + clone},
 			"--test", "dist/test/unit.test.js", "dist/test/mesh.test.js", "dist/test/loops.test.js")
 		if !strings.Contains(out, "\n# fail 0") || strings.Contains(out, "# SKIP") || !strings.Contains(out, "- against a mesh\n") ||
 			!strings.Contains(out, "- ATP's Windley loop against a mesh\n") || !strings.Contains(out, "- a per-agent identity against a mesh\n") {
