@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -290,19 +291,38 @@ func atlasLoad(t *testing.T, ac *agent.Client, tolerant bool) *catLoad {
 		return err
 	}
 	l.verify = func(l *catLoad, _ *nats.Conn) ([]string, int, error) {
-		var missing []string
-		stored := 0
+		// Eight calls at a time: one by one, a few hundred tasks took
+		// longer than the load that wrote them.
+		var (
+			mu       sync.Mutex
+			missing  []string
+			stored   int
+			firstErr error
+			wg       sync.WaitGroup
+			slots    = make(chan struct{}, 8)
+		)
 		for id, turn := range l.snapshot() {
-			_, err := l.call("verify-"+turn, "TASK_UPDATE", map[string]any{"task_id": id, "updates": map[string]any{"description": "verified"}})
-			var f *callFailure
-			switch {
-			case errors.As(err, &f) && f.err != nil && strings.Contains(f.err.Message, "no such task"):
-				missing = append(missing, "task "+id)
-			case err != nil:
-				return nil, 0, err
-			default:
-				stored++
-			}
+			wg.Add(1)
+			slots <- struct{}{}
+			go func() {
+				defer func() { <-slots; wg.Done() }()
+				_, err := l.call("verify-"+turn, "TASK_UPDATE", map[string]any{"task_id": id, "updates": map[string]any{"description": "verified"}})
+				var f *callFailure
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case errors.As(err, &f) && f.err != nil && strings.Contains(f.err.Message, "no such task"):
+					missing = append(missing, "task "+id)
+				case err != nil:
+					firstErr = cmp.Or(firstErr, err)
+				default:
+					stored++
+				}
+			}()
+		}
+		wg.Wait()
+		if firstErr != nil {
+			return nil, 0, firstErr
 		}
 		return missing, stored, nil
 	}
