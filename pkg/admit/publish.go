@@ -45,16 +45,25 @@ const (
 // unavailable": the stream or the meta group has no leader.
 const errCodeUnavailable = 10008
 
+// errCodeMsgIDInProcess is JetStream's "duplicate message id is in
+// process" (409): another copy with the same Nats-Msg-Id is being stored
+// right now — a dispatch request the agent sent again (svc.CallResent)
+// reached another admission while the first copy's publish waited out an
+// election. That copy's outcome decides: ask again, and the stream
+// answers with the stored command (a duplicate) or takes this copy.
+const errCodeMsgIDInProcess = 10158
+
 // electing reports whether a publish failed because the stream has no
 // leader now (an election under way, or no quorum): nothing was stored by
-// that attempt, or (an attempt unanswered) a copy may have been.
+// that attempt, or (an attempt unanswered) a copy may have been; or
+// because another copy of the message is being stored (10158).
 func electing(err error, attempt context.Context) bool {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
 		return true
 	case errors.As(err, &apiErr):
-		return apiErr.ErrorCode == errCodeUnavailable
+		return apiErr.ErrorCode == errCodeUnavailable || apiErr.ErrorCode == errCodeMsgIDInProcess
 	}
 	return errors.Is(attempt.Err(), context.DeadlineExceeded)
 }
@@ -93,7 +102,7 @@ func (s *Service) publishMsg(ctx context.Context, m *nats.Msg, what string) (*je
 		}
 		pause = min(2*pause, 250*time.Millisecond)
 		if n == 1 {
-			s.log.Info("admit: the command stream has no leader; sending again until it has one", "what", what, "err", err)
+			s.log.Info("admit: the command stream has no leader, or another copy is being stored; sending again", "what", what, "err", err)
 		}
 	}
 }
