@@ -29,29 +29,16 @@ type Cluster struct {
 // leader (a bucket can be created); everything stops when the test ends.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
-	const n = 3
-	ports := make([]int, n)
-	var routes []string
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	var c *Cluster
+	for attempt := 1; ; attempt++ {
+		var err error
+		if c, err = tryStart(t); err == nil {
+			break
 		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i]))
-	}
-	c := &Cluster{t: t}
-	for i := range n {
-		opts := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1,
-			JetStream: true, StoreDir: t.TempDir(), SyncAlways: true, NoLog: true, NoSigs: true,
-			Cluster: server.ClusterOpts{Name: "jskvtest", Host: "127.0.0.1", Port: ports[i]},
-			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		if attempt == startTries {
+			t.Fatalf("jskvtest: %v (%d tries on new ports)", err, startTries)
 		}
-		c.opts = append(c.opts, opts)
-		c.Servers = append(c.Servers, nil)
-		c.start(i)
+		t.Logf("jskvtest: %v; starting the cluster again on new ports", err)
 	}
 	t.Cleanup(func() {
 		for _, s := range c.Servers {
@@ -76,24 +63,87 @@ func Start(t testing.TB) *Cluster {
 	}
 }
 
+// Starting the nodes. Their route ports are picked ahead (listen on :0,
+// close, hand the number to the node) because each node's route list
+// names all three; another test's listener or outgoing connection can
+// take a port in between, and a node that cannot bind its route port
+// never gets ready (nats-server keeps the error to itself). A fresh node
+// is ready in well under firstStartPatience, so one that is not is
+// taken for such a collision: the nodes are shut down and the cluster
+// starts again on new ports, up to startTries times.
+const (
+	firstStartPatience = 20 * time.Second
+	startTries         = 3
+)
+
+// tryStart starts three fresh nodes on newly picked route ports; on a
+// node that does not get ready it shuts down the ones it started.
+func tryStart(t testing.TB) (*Cluster, error) {
+	const n = 3
+	ports := make([]int, n)
+	var routes []string
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i]))
+	}
+	c := &Cluster{t: t}
+	for i := range n {
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1,
+			JetStream: true, StoreDir: t.TempDir(), SyncAlways: true, NoLog: true, NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "jskvtest", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		}
+		c.opts = append(c.opts, opts)
+		c.Servers = append(c.Servers, nil)
+		if err := c.startWithin(i, firstStartPatience); err != nil {
+			for _, s := range c.Servers {
+				if s != nil {
+					s.Shutdown()
+					s.WaitForShutdown()
+				}
+			}
+			return nil, fmt.Errorf("%w (route port %d)", err, ports[i])
+		}
+	}
+	return c, nil
+}
+
 // startPatience bounds how long a node may take to accept connections.
 const startPatience = 2 * time.Minute
 
-// start starts node i from its options.
+// start starts node i from its options, failing the test when it does
+// not get ready within startPatience.
 func (c *Cluster) start(i int) {
 	c.t.Helper()
+	if err := c.startWithin(i, startPatience); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// startWithin starts node i from its options and waits up to patience
+// for it to accept connections; a node that does not is shut down.
+func (c *Cluster) startWithin(i int, patience time.Duration) error {
 	s, err := server.NewServer(c.opts[i].Clone())
 	if err != nil {
-		c.t.Fatal(err)
+		return err
 	}
 	go s.Start()
 	// A node recovers its JetStream store before it takes connections; on
 	// a loaded 2-core machine a restarted node once needed more than 10 s.
 	// The bound only ends a test whose node never comes up.
-	if !s.ReadyForConnections(startPatience) {
-		c.t.Fatalf("node %d not ready for connections after %v", i+1, startPatience)
+	if !s.ReadyForConnections(patience) {
+		s.Shutdown()
+		s.WaitForShutdown()
+		return fmt.Errorf("node %d not ready for connections after %v", i+1, patience)
 	}
 	c.Servers[i] = s
+	return nil
 }
 
 // Stop shuts node i down (it keeps its store).
