@@ -77,6 +77,11 @@ func startMeshCluster(t *testing.T) *meshCluster {
 	}
 	// The first node makes the shared credentials; then the others join.
 	mc.nodes = make([]*proc, 3)
+	t.Cleanup(func() {
+		if t.Failed() {
+			mc.logTails(80)
+		}
+	})
 	mc.nodes[0] = startProc(t, mc.argv(0)...)
 	waitFile(t, creds.SeedPath(mc.creds, meshauth.RoleAdmin))
 	mc.nodes[1] = startProc(t, mc.argv(1)...)
@@ -92,6 +97,20 @@ func startMeshCluster(t *testing.T) *meshCluster {
 	}
 	mc.mandate = strings.TrimSpace(string(tok))
 	return mc
+}
+
+// logTails logs the last n lines of every node's output: what a failed
+// test's nodes were doing.
+func (mc *meshCluster) logTails(n int) {
+	for i, p := range mc.nodes {
+		if p == nil {
+			continue
+		}
+		p.mu.Lock()
+		lines := p.lines[max(0, len(p.lines)-n):]
+		mc.t.Logf("--- node n%d, last %d lines:\n%s", i, len(lines), strings.Join(lines, "\n"))
+		p.mu.Unlock()
+	}
 }
 
 func (mc *meshCluster) argv(i int) []string { return strings.Split(mc.args[i], "\x00") }
