@@ -311,7 +311,8 @@ permit(principal, action == ATPAction::"update_pre_arrangement", resource) when 
 			"UTPMESH_TS_CLI=" + utpmeshBin(), "UTPMESH_TS_CLI_DIR=" + clone},
 			"--test", "dist/test/unit.test.js", "dist/test/mesh.test.js", "dist/test/loops.test.js")
 		if !strings.Contains(out, "\n# fail 0") || strings.Contains(out, "# SKIP") || !strings.Contains(out, "- against a mesh\n") ||
-			!strings.Contains(out, "- ATP's Windley loop against a mesh\n") || !strings.Contains(out, "- a per-agent identity against a mesh\n") {
+			!strings.Contains(out, "- ATP's Windley loop against a mesh\n") || !strings.Contains(out, "- a per-agent identity against a mesh\n") ||
+			!strings.Contains(out, "- resent requests\n") {
 			t.Fatalf("node --test:\n%s", out)
 		}
 		t.Logf("node --test: %s", out[strings.LastIndex(out, "# tests"):])

@@ -9,7 +9,7 @@ import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { ErrorCodes, UtpmeshError, invalid } from "./errors.js";
 import { checkId, newTraceparent, traceId, uuidv7 } from "./ids.js";
 import * as subj from "./subjects.js";
-import { request } from "./svc.js";
+import { DISPATCH_RESEND_MS, request } from "./svc.js";
 import type { Scope } from "./subjects.js";
 import { decodeStateEvent, effectiveAfterExecution, isAfterExecution } from "./types.js";
 import type {
@@ -462,7 +462,10 @@ export class AgentClient {
   private async send(d: DispatchRequest, p: Pending): Promise<void> {
     let r: DispatchReply;
     try {
-      r = (await request<DispatchReply>(this.nc, subj.dispatchCall(this.scope, this.agentId), d, { timeoutMs: this.timeout })).value;
+      // The admission is idempotent per tool_call_id (§5.7): a request
+      // the answering node took with it when it died is sent again.
+      r = (await request<DispatchReply>(this.nc, subj.dispatchCall(this.scope, this.agentId), d,
+        { timeoutMs: this.timeout, resendMs: DISPATCH_RESEND_MS })).value;
     } catch (err) {
       if (err instanceof UtpmeshError) {
         if (err.code === "not_found") {

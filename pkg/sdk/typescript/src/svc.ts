@@ -4,7 +4,7 @@
  * or starts with {"error"; no responders is "unavailable".
  */
 import { RequestError, TimeoutError, headers as natsHeaders } from "@nats-io/transport-node";
-import type { MsgHdrs, NatsConnection } from "@nats-io/transport-node";
+import type { Msg, MsgHdrs, NatsConnection } from "@nats-io/transport-node";
 
 import { ErrorCodes, UtpmeshError } from "./errors.js";
 
@@ -21,6 +21,52 @@ export interface Reply<T> {
 export interface RequestOptions {
   timeoutMs?: number;
   headers?: Record<string, string>;
+  /**
+   * resendMs, when set, sends a copy of the request every resendMs while
+   * no reply to any copy has come, and takes the first reply (for an op
+   * the service applies once however many copies arrive: the dispatch,
+   * §5.7). A copy that fails at once (no responders) ends the request
+   * when no other copy is still waiting.
+   */
+  resendMs?: number;
+}
+
+/** DISPATCH_RESEND_MS is how often the agent client resends an unanswered dispatch request (the Go SDK's 2 s). */
+export const DISPATCH_RESEND_MS = 2_000;
+
+/** requestCopies is nc.request, resending per opts.resendMs (see RequestOptions). */
+function requestCopies(nc: NatsConnection, subject: string, payload: string, timeout: number, opts: RequestOptions): Promise<Msg> {
+  const hdrs = toHeaders(opts.headers);
+  const every = opts.resendMs ?? 0;
+  if (every <= 0) return nc.request(subject, payload, { timeout, headers: hdrs });
+  const deadline = Date.now() + timeout;
+  return new Promise<Msg>((resolve, reject) => {
+    let settled = false;
+    let waiting = 0;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const send = (): void => {
+      const left = deadline - Date.now();
+      if (settled || left <= 0) return;
+      waiting++;
+      nc.request(subject, payload, { timeout: left, headers: hdrs }).then(
+        (m) => {
+          if (settled) return;
+          settled = true;
+          clearTimeout(timer);
+          resolve(m);
+        },
+        (err) => {
+          waiting--;
+          if (settled || waiting > 0) return;
+          settled = true;
+          clearTimeout(timer);
+          reject(err);
+        },
+      );
+      timer = setTimeout(send, Math.min(every, Math.max(left, 1)));
+    };
+    send();
+  });
 }
 
 /** toHeaders makes NATS headers from a plain record (exact case, §1). */
@@ -36,7 +82,7 @@ export async function request<T>(nc: NatsConnection, subject: string, body: unkn
   const timeout = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   let m;
   try {
-    m = await nc.request(subject, JSON.stringify(body ?? {}), { timeout, headers: toHeaders(opts.headers) });
+    m = await requestCopies(nc, subject, JSON.stringify(body ?? {}), timeout, opts);
   } catch (err) {
     throw requestError(subject, timeout, err);
   }

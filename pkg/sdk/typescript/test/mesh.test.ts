@@ -18,6 +18,7 @@ import { fileURLToPath } from "node:url";
 import type { NatsConnection } from "@nats-io/transport-node";
 
 import { AgentClient, PendingError, UtpmeshError, connectMesh, fail, serve } from "../src/index.js";
+import { request } from "../src/svc.js";
 import type { Tool, Wakeup, Worker } from "../src/index.js";
 
 const data = process.env.UTPMESH_TS_DATA;
@@ -256,6 +257,35 @@ describe("against a mesh", { skip }, () => {
     } finally {
       await worker.stop();
       await wnc.drain();
+    }
+  });
+});
+
+describe("resent requests", { skip }, () => {
+  // A real subscriber standing for a service whose process took the first
+  // request and died with it: it answers only the copies after it.
+  it("a request with resendMs is answered on a copy when the first is dropped", async () => {
+    const admin = await connectMesh({ creds: creds("admin"), name: "ts-sdk-test-resend" });
+    try {
+      const subject = `ts_sdk_test.resend.${run}`;
+      let seen = 0;
+      let answerFrom = 2; // the copy the subscriber answers first
+      const sub = admin.subscribe(subject, {
+        callback: (_err, m) => {
+          seen++;
+          if (seen >= answerFrom) m.respond(JSON.stringify({ copy: seen }));
+        },
+      });
+      await admin.flush();
+      const r = await request<{ copy: number }>(admin, subject, { k: "v" }, { timeoutMs: 3_000, resendMs: 200 });
+      assert.ok(r.value.copy >= 2, `answered by copy ${r.value.copy}`);
+      assert.ok(seen >= 2, `${seen} copies reached the subscriber`);
+      // Without resendMs a dropped request waits out its timeout.
+      answerFrom = Number.POSITIVE_INFINITY;
+      await assert.rejects(request(admin, subject, {}, { timeoutMs: 300 }), (e: UtpmeshError) => e.code === "timeout");
+      sub.unsubscribe();
+    } finally {
+      await admin.drain();
     }
   });
 });
