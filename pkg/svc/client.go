@@ -22,13 +22,22 @@ const DefaultTimeout = 10 * time.Second
 // resp (which may be nil). An error reply is returned as a *RemoteError that
 // matches the sentinel its code maps to in codes.
 func Call(ctx context.Context, nc *nats.Conn, subject string, codes Codes, req, resp any) error {
+	m, err := requestMsg(subject, req)
+	if err != nil {
+		return err
+	}
+	return CallMsg(ctx, nc, m, codes, resp)
+}
+
+// requestMsg encodes req (as JSON) into a request on subject.
+func requestMsg(subject string, req any) (*nats.Msg, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return fmt.Errorf("%w: encode request: %v", ErrBadRequest, err)
+		return nil, fmt.Errorf("%w: encode request: %v", ErrBadRequest, err)
 	}
 	m := nats.NewMsg(subject)
 	m.Data = body
-	return CallMsg(ctx, nc, m, codes, resp)
+	return m, nil
 }
 
 // CallMsg is Call for a request already encoded into m (with headers, say:
@@ -46,12 +55,10 @@ func CallMsg(ctx context.Context, nc *nats.Conn, m *nats.Msg, codes Codes, resp 
 // answering process took with it when it died costs an attempt, not the
 // whole deadline.
 func CallResent(ctx context.Context, nc *nats.Conn, subject string, codes Codes, req, resp any) error {
-	body, err := json.Marshal(req)
+	m, err := requestMsg(subject, req)
 	if err != nil {
-		return fmt.Errorf("%w: encode request: %v", ErrBadRequest, err)
+		return err
 	}
-	m := nats.NewMsg(subject)
-	m.Data = body
 	return callMsg(ctx, nc, m, codes, resp, DefaultAttempt)
 }
 
