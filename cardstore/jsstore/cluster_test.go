@@ -3,9 +3,6 @@ package jsstore_test
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,62 +16,34 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/jsstore"
 	"github.com/utpmesh/utpmesh/cardstore/storetest"
+	"github.com/utpmesh/utpmesh/internal/jskv/jskvtest"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/embednats"
 )
 
-// startCluster starts n real nats-servers with JetStream in this process,
-// clustered over routes on loopback (the first is every other's seed), and
-// returns them once JetStream has a meta leader. They are shut down when
-// the test ends.
+// startCluster starts three real nats-servers with JetStream in this
+// process, clustered over routes on loopback (jskvtest), with the mesh's
+// max payload and batch size, and returns them once every node's
+// JetStream is current. They are shut down when the test ends.
 func startCluster(t testing.TB, n int) []*server.Server {
 	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
+	if n != 3 {
+		t.Fatalf("startCluster: %d nodes; jskvtest starts three", n)
 	}
-	servers := make([]*server.Server, n)
-	for i := range n {
-		opts := &server.Options{
-			ServerName: fmt.Sprintf("node-%d", i), Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
-			JetStream: true, StoreDir: filepath.Join(t.TempDir(), "jetstream"), SyncAlways: true,
-			MaxPayload: embednats.DefaultMaxPayload,
-			Cluster:    server.ClusterOpts{Name: "jsstore-test", Host: "127.0.0.1", Port: ports[i]},
-		}
-		opts.JetStreamLimits.MaxBatchSize = jsstore.MaxBatchMessages
-		for j, port := range ports {
-			if j != i {
-				opts.Routes = append(opts.Routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", port)})
-			}
-		}
-		ns, err := server.NewServer(opts)
-		if err != nil {
-			t.Fatalf("configure node %d: %v", i, err)
-		}
-		go ns.Start()
-		t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-		servers[i] = ns
-	}
-	for i, ns := range servers {
-		if !ns.ReadyForConnections(30 * time.Second) {
-			t.Fatalf("node %d not ready within 30s", i)
-		}
-	}
+	c := jskvtest.StartWith(t, func(o *server.Options) {
+		o.MaxPayload = embednats.DefaultMaxPayload
+		o.JetStreamLimits.MaxBatchSize = jsstore.MaxBatchMessages
+	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ready := 0
-		for _, ns := range servers {
+		for _, ns := range c.Servers {
 			if ns.JetStreamIsClustered() && ns.JetStreamIsCurrent() {
 				ready++
 			}
 		}
 		if ready == n {
-			return servers
+			return c.Servers
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("JetStream cluster of %d not ready within 30s (%d current)", n, ready)

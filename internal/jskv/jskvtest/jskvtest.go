@@ -29,10 +29,17 @@ type Cluster struct {
 // leader (a bucket can be created); everything stops when the test ends.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
+	return StartWith(t, nil)
+}
+
+// StartWith is Start with each node's options passed through tweak (when
+// not nil) before the node starts: a larger max payload, say.
+func StartWith(t testing.TB, tweak func(*server.Options)) *Cluster {
+	t.Helper()
 	var c *Cluster
 	for attempt := 1; ; attempt++ {
 		var err error
-		if c, err = tryStart(t); err == nil {
+		if c, err = tryStart(t, tweak); err == nil {
 			break
 		}
 		if attempt == startTries {
@@ -78,7 +85,7 @@ const (
 
 // tryStart starts three fresh nodes on newly picked route ports; on a
 // node that does not get ready it shuts down the ones it started.
-func tryStart(t testing.TB) (*Cluster, error) {
+func tryStart(t testing.TB, tweak func(*server.Options)) (*Cluster, error) {
 	const n = 3
 	ports := make([]int, n)
 	var routes []string
@@ -98,6 +105,9 @@ func tryStart(t testing.TB) (*Cluster, error) {
 			JetStream: true, StoreDir: t.TempDir(), SyncAlways: true, NoLog: true, NoSigs: true,
 			Cluster: server.ClusterOpts{Name: "jskvtest", Host: "127.0.0.1", Port: ports[i]},
 			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		}
+		if tweak != nil {
+			tweak(opts)
 		}
 		c.opts = append(c.opts, opts)
 		c.Servers = append(c.Servers, nil)
