@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/internal/deadline"
 	"github.com/utpmesh/utpmesh/internal/meshtest"
@@ -116,5 +117,26 @@ func TestPatiently(t *testing.T) {
 	cancel()
 	if err := deadline.Patiently(ctx, time.Minute, nil, func(ctx context.Context) error { return ctx.Err() }); !errors.Is(err, context.Canceled) {
 		t.Errorf("ended ctx: %v; want context.Canceled", err)
+	}
+}
+
+// TestElecting: the errors of a JetStream request sent while its asset
+// had no leader, and some that are not.
+func TestElecting(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"10008", fmt.Errorf("put: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008}), true},
+		{"no responders", nats.ErrNoResponders, true},
+		{"no stream response", fmt.Errorf("create: %w", jetstream.ErrNoStreamResponse), true},
+		{"wrong last sequence", &jetstream.APIError{Code: 400, ErrorCode: 10071}, false},
+		{"key exists", jetstream.ErrKeyExists, false},
+		{"timeout", context.DeadlineExceeded, false},
+	} {
+		if got := deadline.Electing(tc.err); got != tc.want {
+			t.Errorf("%s: Electing = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Attempts of Patiently: the first is short, each timed-out one doubles
@@ -54,4 +57,22 @@ func Patiently(ctx context.Context, total time.Duration, again func(error) bool,
 		case <-time.After(retryPause):
 		}
 	}
+}
+
+// errCodeUnavailable is JetStream's "JetStream system temporarily
+// unavailable": the asset or the meta group has no leader.
+const errCodeUnavailable = 10008
+
+// Electing reports whether a JetStream request failed because the asset
+// it wrote or read had no leader at that moment — an election under way
+// after a node's loss: "JetStream system temporarily unavailable" (err_code
+// 10008), no responders, or no response from the stream. A write that
+// failed so stored nothing, or (no response) may have: send it again only
+// when a copy is harmless. For Patiently's again.
+func Electing(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == errCodeUnavailable
+	}
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }

@@ -25,7 +25,7 @@ func TestElecting(t *testing.T) {
 		attempt context.Context
 		want    bool
 	}{
-		{"no leader (10008)", &jetstream.APIError{Code: 503, ErrorCode: errCodeUnavailable}, live, true},
+		{"no leader (10008)", &jetstream.APIError{Code: 503, ErrorCode: 10008}, live, true},
 		{"another copy in process (10158)", fmt.Errorf("publish: %w", &jetstream.APIError{Code: 409, ErrorCode: errCodeMsgIDInProcess}), live, true},
 		{"no responders", nats.ErrNoResponders, live, true},
 		{"no stream response", jetstream.ErrNoStreamResponse, live, true},

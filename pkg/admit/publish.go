@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/internal/deadline"
 )
 
 // Publishing through an election. In a cluster the command stream has
@@ -41,10 +43,6 @@ const (
 	PublishAttempt = 2 * time.Second
 )
 
-// errCodeUnavailable is JetStream's "JetStream system temporarily
-// unavailable": the stream or the meta group has no leader.
-const errCodeUnavailable = 10008
-
 // errCodeMsgIDInProcess is JetStream's "duplicate message id is in
 // process" (409): another copy with the same Nats-Msg-Id is being stored
 // right now — a dispatch request the agent sent again (svc.CallResent)
@@ -60,10 +58,10 @@ const errCodeMsgIDInProcess = 10158
 func electing(err error, attempt context.Context) bool {
 	var apiErr *jetstream.APIError
 	switch {
-	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+	case deadline.Electing(err):
 		return true
 	case errors.As(err, &apiErr):
-		return apiErr.ErrorCode == errCodeUnavailable || apiErr.ErrorCode == errCodeMsgIDInProcess
+		return apiErr.ErrorCode == errCodeMsgIDInProcess
 	}
 	return errors.Is(attempt.Err(), context.DeadlineExceeded)
 }

@@ -155,29 +155,7 @@ func TestPublishThroughElection(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.StreamLeader(cmds) // the new leader answers the reads
-	counts := map[string]int{}
-	{
-		cctx, cancel := context.WithTimeout(ctx, time.Minute)
-		st, err := js.Stream(cctx, cmds)
-		if err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		oc, err := st.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{})
-		if err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		for range st.CachedInfo().State.Msgs {
-			m, err := oc.Next(jetstream.FetchMaxWait(30 * time.Second))
-			if err != nil {
-				cancel()
-				t.Fatal(err)
-			}
-			counts[m.Headers().Get(jetstream.MsgIDHeader)]++
-		}
-		cancel()
-	}
+	counts := readMsgIDs(t, js, cmds)
 	for i := range n {
 		id := utp.Ref("demo", "turn-1", fmt.Sprintf("call-%d", i)).MsgID()
 		if counts[id] != 1 {
@@ -194,4 +172,43 @@ func TestPublishThroughElection(t *testing.T) {
 		t.Fatalf("dispatch without quorum: %v, want admit.ErrUnavailable naming the lost quorum", err)
 	}
 	t.Logf("without quorum: %v", err)
+}
+
+// readMsgIDs counts the Nats-Msg-Ids of every message in stream. Right
+// after an election the stream's info or an ordered consumer's fetch can
+// fail or stall (a replica still catching up answers, or none does yet):
+// it reads the whole stream again until one read succeeds, for up to two
+// minutes.
+func readMsgIDs(t *testing.T, js jetstream.JetStream, stream string) map[string]int {
+	t.Helper()
+	var last error
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		counts, err := func() (map[string]int, error) {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			st, err := js.Stream(ctx, stream)
+			if err != nil {
+				return nil, err
+			}
+			oc, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+			if err != nil {
+				return nil, err
+			}
+			counts := map[string]int{}
+			for range st.CachedInfo().State.Msgs {
+				m, err := oc.Next(jetstream.FetchMaxWait(10 * time.Second))
+				if err != nil {
+					return nil, err
+				}
+				counts[m.Headers().Get(jetstream.MsgIDHeader)]++
+			}
+			return counts, nil
+		}()
+		if err == nil {
+			return counts
+		}
+		last = err
+	}
+	t.Fatalf("read stream %s: %v", stream, last)
+	return nil
 }

@@ -24,14 +24,28 @@ const ModeKey = "_mode"
 // (ModeKey = state.ModeJetStream), unless it is recorded already. A
 // worker of the local mode reads it (Mode) and refuses to start.
 func (s *Store) MarkShared(ctx context.Context) error {
-	ctx, cancel := deadline.Within(ctx, s.cfg.Timeout)
+	ctx, cancel := deadline.Within(ctx, markPatience)
 	defer cancel()
-	_, err := s.kv.Create(ctx, ModeKey, []byte(state.ModeJetStream))
-	if err == nil || errors.Is(err, jetstream.ErrKeyExists) {
-		return nil
+	// A node restarting right after its own loss finds the bucket
+	// electing a leader ("no response from stream"): the record is a
+	// create, so a copy is harmless (ErrKeyExists is success); wait the
+	// election out instead of failing the worker's start.
+	err := deadline.Patiently(ctx, markPatience, deadline.Electing, func(ctx context.Context) error {
+		_, err := s.kv.Create(ctx, ModeKey, []byte(state.ModeJetStream))
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("kvstate: %s: record the state mode: %w", s.cfg.Bucket, err)
 	}
-	return fmt.Errorf("kvstate: %s: record the state mode: %w", s.cfg.Bucket, err)
+	return nil
 }
+
+// markPatience bounds MarkShared: longer than a bucket's election on a
+// loaded machine (up to 14 s measured, docs/cluster.md).
+const markPatience = 30 * time.Second
 
 // Mode returns the state mode recorded in bucket (see ModeKey): "" when
 // the bucket or the record does not exist. It creates nothing.
