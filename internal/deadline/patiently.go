@@ -63,16 +63,19 @@ func Patiently(ctx context.Context, total time.Duration, again func(error) bool,
 // unavailable": the asset or the meta group has no leader.
 const errCodeUnavailable = 10008
 
+// Unavailable reports whether err is JetStream's answer that it cannot
+// serve the request yet: "JetStream system temporarily unavailable"
+// (err_code 10008), no leader for the asset or the meta group now.
+func Unavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeUnavailable
+}
+
 // Electing reports whether a JetStream request failed because the asset
 // it wrote or read had no leader at that moment — an election under way
-// after a node's loss: "JetStream system temporarily unavailable" (err_code
-// 10008), no responders, or no response from the stream. A write that
-// failed so stored nothing, or (no response) may have: send it again only
-// when a copy is harmless. For Patiently's again.
+// after a node's loss: Unavailable, no responders, or no response from
+// the stream. A write that failed so stored nothing, or (no response) may
+// have: send it again only when a copy is harmless. For Patiently's again.
 func Electing(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.ErrorCode == errCodeUnavailable
-	}
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+	return Unavailable(err) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }

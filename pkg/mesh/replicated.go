@@ -3,7 +3,6 @@ package mesh
 import (
 	"context"
 	"errors"
-
 	"fmt"
 	"time"
 
@@ -157,13 +156,14 @@ func (m *Mesh) patiently(ctx context.Context, what string, r int, step func(cont
 	// nor do some of several nodes creating one asset at once: try again
 	// soon, then with more patience (a loaded machine creates a
 	// replicated stream slowly). Other errors are retried after a second.
-	err := deadline.Patiently(ctx, clusterWait, func(err error) bool {
+	waiting := func(err error) bool {
 		log.Info("waiting for the JetStream cluster", "step", what, "replicas", r, "waited", time.Since(start).Round(time.Second), "err", err)
 		return true
-	}, func(ctx context.Context) error {
+	}
+	err := deadline.Patiently(ctx, clusterWait, waiting, func(ctx context.Context) error {
 		err := step(ctx)
 		if errors.Is(err, context.DeadlineExceeded) {
-			log.Info("waiting for the JetStream cluster", "step", what, "replicas", r, "waited", time.Since(start).Round(time.Second), "err", err)
+			waiting(err) // Patiently retries a timed-out attempt without asking
 		}
 		return err
 	})

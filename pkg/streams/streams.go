@@ -115,10 +115,7 @@ const jsClusterNotAvail = 10008
 
 // temporarilyUnavailable reports whether err is JetStream's answer that it
 // cannot serve the request yet (no leader for it at the moment).
-func temporarilyUnavailable(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNotAvail
-}
+func temporarilyUnavailable(err error) bool { return deadline.Unavailable(err) }
 
 func ensure(ctx context.Context, js jetstream.JetStream, ver string, opts ...Option) error {
 	var o options
