@@ -21,6 +21,10 @@ type ClaimRecord struct {
 	// Tool is the tool token (subjects.ToolToken) of a claim taken for a
 	// tool (ClaimTool, StartCallTool); "" for a claim of the mesh core.
 	Tool string `json:"tool,omitempty"`
+	// Epoch is the boot epoch of the store run that wrote the record
+	// (boltstore: its BootEpoch, for the lock-delay after a restart); 0
+	// for stores without one.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // Live reports whether rec is a claim (not nil, not released).

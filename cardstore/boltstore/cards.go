@@ -44,7 +44,7 @@ func (s *Store) Put(ctx context.Context, cards ...*card.Card) error {
 	if err != nil {
 		return err
 	}
-	return s.write(ctx, size, func(b *buckets) error { return applyPut(b, pcs) })
+	return s.writeResults(ctx, pcs, size, nil)
 }
 
 // preparePut validates and encodes the cards of a Put and checks them

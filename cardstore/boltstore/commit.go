@@ -36,3 +36,16 @@ func (s *Store) write(ctx context.Context, size int, apply applyFunc) error {
 	}
 	return err
 }
+
+// writeCalls is write for a request that reads or ends call claims: each
+// run of apply sees the claim table through b.calls, and writeCalls
+// returns the last run's (the committed one's, when err is nil).
+func (s *Store) writeCalls(ctx context.Context, size int, apply applyFunc) (*callTx, error) {
+	var last *callTx
+	err := s.write(ctx, size, func(b *buckets) error {
+		last = &callTx{mem: s.mem, epoch: s.boots.epoch}
+		b.calls = last
+		return apply(b)
+	})
+	return last, err
+}

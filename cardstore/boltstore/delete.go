@@ -11,8 +11,9 @@ import (
 // DeleteTurn removes the turn's cards and every index entry that names
 // them (turns, results, turninfo, turnlist, agentturns) and the
 // tombstones of its calls' claims, in one write; see cardstore.Store. It
-// checks every claim of the turn before it deletes anything, so a live
-// claim (ErrClaimHeld) leaves the turn whole.
+// checks every claim of the turn (in the claims bucket and in memory)
+// before it deletes anything, so a live claim (ErrClaimHeld) leaves the
+// turn whole.
 func (s *Store) DeleteTurn(ctx context.Context, projectID, agentTurnID string) (int, error) {
 	if err := checkCtx(ctx); err != nil {
 		return 0, err
@@ -37,6 +38,10 @@ func (s *Store) DeleteTurn(ctx context.Context, projectID, agentTurnID string) (
 					cardstore.ErrClaimHeld, agentTurnID, projectID, k[len(projectID)+1:], rec.Holder)
 			}
 			tombstones = append(tombstones, bytes.Clone(k))
+		}
+		if k, holder, ok := s.mem.liveCallClaim(string(claimPrefix)); ok { // in memory, not written yet
+			return fmt.Errorf("%w: turn %q of project %s has a call with a live claim (%s, held by %s): it is running or was abandoned without a result, so the turn is kept",
+				cardstore.ErrClaimHeld, agentTurnID, projectID, k[len(projectID)+1:], holder)
 		}
 		prefix := turnPrefix(projectID, agentTurnID)
 		var turnKeys, cardIDs [][]byte

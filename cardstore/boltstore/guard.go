@@ -1,9 +1,7 @@
 package boltstore
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/utpmesh/utpmesh/cardstore"
@@ -82,22 +80,34 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 		}
 		fences = append(fences, fence{pc: i, key: join(0, c.ProjectID, pcs[i].Key().String())})
 	}
-	return s.write(ctx, size, func(b *buckets) error {
+	return s.writeResults(ctx, pcs, size, func(b *buckets) error {
 		for _, f := range fences {
 			pc := &pcs[f.pc]
 			if b.results.Get(pc.resultKey) != nil {
 				continue // answered already: applyPut decides (no-op or ErrResultExists)
 			}
-			rec, err := loadClaim(b, f.key, cardstore.ClaimName(pc.ProjectID, pc.Key().String()))
+			rec, err := b.currentClaim(f.key, cardstore.ClaimName(pc.ProjectID, pc.Key().String()))
 			if err != nil {
 				return err
 			}
-			if err := cardstore.CheckResultFence(rec, pc.ProjectID, pc.Key(), tool, holder, token); err != nil {
+			if err := s.checkResultFence(rec, pc.ProjectID, pc.Key(), tool, holder, token); err != nil {
 				return err
 			}
 		}
-		return applyPut(b, pcs)
+		return nil
 	})
+}
+
+// checkResultFence is cardstore.CheckResultFence, except that after a
+// restart that may have lost in-memory claims, a result under a claim the
+// store does not know is ErrClaimLost (the worker retries, and its next
+// delivery finds the call's state) rather than ErrForbidden.
+func (s *Store) checkResultFence(rec *claimRecord, projectID string, k cardstore.CallKey, tool, holder string, token uint64) error {
+	if rec == nil && holder != "" && s.boots.unclean {
+		return fmt.Errorf("%w: the result was written under the claim of %s with token %d, but the call %q in project %s has no claim: the store restarted (boot epoch %d) and a claim it kept in memory is lost",
+			cardstore.ErrClaimLost, holder, token, k.String(), projectID, s.boots.epoch)
+	}
+	return cardstore.CheckResultFence(rec, projectID, k, tool, holder, token)
 }
 
 // checkCallTool fails with ErrForbidden when the call's tool.call card
@@ -122,41 +132,7 @@ func (s *Store) FindToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 	if err := cardstore.CheckTurn(projectID, agentTurnID); err != nil {
 		return nil, err
 	}
-	prefix := turnPrefix(projectID, agentTurnID)
-	var found *card.Card
-	err := s.view(func(b *buckets) error {
-		cur := b.turns.Cursor()
-		for k, v := cur.Seek(turnKey(prefix, 0)); k != nil && bytes.HasPrefix(k, prefix); k, v = cur.Next() {
-			if len(k) != len(prefix)+8 {
-				continue
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			data := b.cards.Get(cardKey(projectID, string(v)))
-			if data == nil || !bytes.Contains(data, []byte(card.TypeToolCall)) {
-				continue
-			}
-			// Read the two fields first; decode (and validate) only the match.
-			var head struct {
-				Type       string `json:"type"`
-				ToolCallID string `json:"tool_call_id"`
-			}
-			if err := json.Unmarshal(data, &head); err != nil {
-				return fmt.Errorf("boltstore: stored card %s is corrupt: %w", v, err)
-			}
-			if head.Type != card.TypeToolCall || head.ToolCallID != toolCallID {
-				continue
-			}
-			c, err := card.Decode(data)
-			if err != nil {
-				return fmt.Errorf("boltstore: stored card %s is corrupt: %w", v, err)
-			}
-			found = c
-			return nil
-		}
-		return nil
-	})
+	found, _, err := s.findToolCall(ctx, projectID, agentTurnID, toolCallID)
 	if err != nil {
 		return nil, err
 	}

@@ -45,3 +45,6 @@ func turnKey(prefix []byte, seq uint64) []byte {
 func resultKey(projectID, turnID, toolCallID string) []byte {
 	return join(0, projectID, turnID, toolCallID)
 }
+
+// seqOf is the sequence number at the end of a turns key of prefix.
+func seqOf(k, prefix []byte) uint64 { return binary.BigEndian.Uint64(k[len(prefix):]) }

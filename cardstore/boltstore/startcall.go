@@ -9,10 +9,12 @@ import (
 // StartCall begins a call in one request; see cardstore.Store. A read
 // transaction looks for the call's result and reads the card named
 // ToolCallCardID, so a call that already has a result costs no write.
-// Otherwise one write transaction (group commit, like Claim) looks for the
-// result again and, finding none, takes the claim: the check and the
-// claim are atomic. The call card is read outside the write: cards are
-// immutable. The claim is the core's (no tool), as Claim's.
+// Otherwise, holding the call's claim lock (which every result Put holds
+// until its commit has ended), a second read looks for the result again
+// and, finding none, the claim is taken as Claim takes it: in memory for
+// a lease up to the lock-delay (written with the next commit, with no
+// commit of its own), else in a transaction of its own. So the check and
+// the claim are atomic. The claim is the core's (no tool), as Claim's.
 func (s *Store) StartCall(ctx context.Context, req cardstore.StartCallRequest) (*cardstore.StartCallResult, error) {
 	return s.startCall(ctx, req, "")
 }
@@ -61,16 +63,26 @@ func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, t
 	}
 	creq := cardstore.ClaimRequest{ProjectID: req.ProjectID, Key: cardstore.CallKey{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID}.String(), Holder: req.Holder, Lease: req.Lease}
 	key := join(0, req.ProjectID, creq.Key)
+	e, err := s.mem.lock(ctx, string(key))
+	if err != nil {
+		return nil, err
+	}
+	defer s.unlockClaim(e)
+	// Under the call's lock no result can commit (every result Put holds
+	// it until its commit has ended): look again, and decide.
 	rk := resultKey(req.ProjectID, req.AgentTurnID, req.ToolCallID)
+	rec, loaded := s.mem.state(e)
 	answered := false
-	err = s.write(ctx, 64+len(key)+len(req.Holder), func(b *buckets) error {
-		out.Claim, answered = nil, false // a request may run more than once
+	err = s.view(func(b *buckets) error {
 		if b.results.Get(rk) != nil {
-			answered = true // written since the read: no claim, no write
+			answered = true // written since the first read: no claim
+			return nil
+		}
+		if loaded {
 			return nil
 		}
 		var err error
-		out.Claim, err = s.applyClaim(b, key, creq, tool)
+		rec, err = loadClaim(b, key, cardstore.ClaimName(req.ProjectID, creq.Key))
 		return err
 	})
 	if err != nil {
@@ -82,6 +94,13 @@ func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, t
 			return nil, err
 		}
 		return &cardstore.StartCallResult{Result: res}, nil
+	}
+	if !loaded {
+		s.mem.load(e, rec)
+	}
+	k := cardstore.CallKey{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID}
+	if out.Claim, err = s.grantCall(ctx, e, key, k, rec, creq, tool); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

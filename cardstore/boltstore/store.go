@@ -64,6 +64,7 @@ type config struct {
 	logger       *slog.Logger
 	openTimeout  time.Duration
 	observer     CommitObserver
+	lockDelay    time.Duration // WithLockDelay
 }
 
 // CommitObserver is told about every committed write transaction, for
@@ -162,6 +163,11 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// mem holds the claims of call keys (memclaims.go); boots is what
+	// Open learnt about the previous run (lockdelay.go).
+	mem   *claimTable
+	boots bootState
 }
 
 var _ cardstore.Store = (*Store)(nil)
@@ -176,6 +182,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		groupCommit:  true,
 		logger:       slog.New(slog.DiscardHandler),
 		openTimeout:  defaultOpenTimeout,
+		lockDelay:    DefaultLockDelay,
 	}
 	for i, o := range opts {
 		if o == nil {
@@ -195,7 +202,11 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: %w", err)
 	}
-	s := &Store{db: db, cfg: cfg, path: path}
+	s := &Store{db: db, cfg: cfg, path: path, mem: newClaimTable()}
+	if err := s.boot(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	s.commits = boltfile.NewCommitter(db, boltfile.CommitConfig{
 		Alone: !cfg.groupCommit, Observer: cfg.observer, Logger: cfg.logger, Name: path,
 	})
@@ -228,14 +239,20 @@ func upgradeV1(tx *bolt.Tx) error {
 	return buildTurnIndex(tx)
 }
 
-// Close commits every write request queued before it, then closes the
-// file. Later calls of any method fail with cardstore.ErrClosed. Close is
+// Close commits every write request queued before it (in-memory claims
+// included) and, when no claim is left only in memory, records a clean
+// close (so the next Open needs no lock-delay), then closes the file.
+// Later calls of any method fail with cardstore.ErrClosed. Close is
 // idempotent: every call returns the first call's result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
+		s.mem.close()
 		s.commits.Close() // every accepted write has its answer
-		if err := s.db.Close(); err != nil {
+		if err := s.markClean(); err != nil {
+			s.closeErr = fmt.Errorf("boltstore: close %s: %w", s.path, err)
+		}
+		if err := s.db.Close(); err != nil && s.closeErr == nil {
 			s.closeErr = fmt.Errorf("boltstore: close %s: %w", s.path, err)
 		}
 	})
@@ -251,6 +268,8 @@ func (s *Store) DB() *bolt.DB { return s.db }
 type buckets struct {
 	cards, turns, results, boxes, claims *bolt.Bucket
 	turnInfo, turnList, agentTurns       *bolt.Bucket
+	// calls is set by writeCalls: the claim table of the request's run.
+	calls *callTx
 }
 
 // openBuckets returns the buckets of tx; Open made sure they exist, so an
