@@ -72,7 +72,7 @@ func (s *Store) writeResults(ctx context.Context, pcs []putCard, size int, check
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	held, err := s.mem.lockAll(ctx, keys)
+	held, err := s.lockClaims(ctx, keys)
 	if err != nil {
 		return err
 	}

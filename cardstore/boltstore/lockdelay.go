@@ -27,18 +27,23 @@ const RestartedHolder = "(store restarted)"
 
 // Meta bucket keys of the boot epoch: the number of the current Open of
 // the file, and the number of the last one whose Close wrote every claim.
+// metaLockDelay keeps the lock-delay (nanoseconds) of the current run:
+// the next Open waits out the longer of its own and this one, since the
+// claims this run keeps in memory have leases up to it.
 var (
 	metaBootEpoch   = []byte("boot_epoch")
 	metaClosedEpoch = []byte("closed_epoch")
+	metaLockDelay   = []byte("lock_delay")
 )
 
 // WithLockDelay sets the lock-delay (default DefaultLockDelay). Claims on
 // call keys (cardstore.CallKey) with a lease up to d are kept in the
 // store's memory and written with the next commit instead of a commit of
 // their own; after a restart that may have lost such claims, calls born
-// before it may not be claimed by a new holder for d. d = 0 turns both
-// off: every claim is a durable write, as before issue 27. d must be
-// between 0 and cardstore.MaxLease.
+// before it may not be claimed by a new holder for the longer of d and the
+// previous run's lock-delay. d = 0 keeps every claim durable at once, as
+// before issue 27 (a restart after a run with a lock-delay still waits out
+// that run's). d must be between 0 and cardstore.MaxLease.
 func WithLockDelay(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 || d > cardstore.MaxLease {
@@ -62,6 +67,9 @@ type bootState struct {
 	// at is the store clock at Open; delayUntil ends the lock-delay (zero
 	// when there is none).
 	at, delayUntil time.Time
+	// delay is the lock-delay after this Open: the longer of this run's
+	// and the previous run's.
+	delay time.Duration
 }
 
 // boot counts this Open in the meta bucket, in one transaction, and
@@ -80,21 +88,29 @@ func (s *Store) boot() error {
 		if err != nil {
 			return err
 		}
+		prevDelay, err := metaUint(meta, metaLockDelay)
+		if err != nil {
+			return err
+		}
+		s.boots.delay = max(s.cfg.lockDelay, time.Duration(min(prevDelay, uint64(cardstore.MaxLease))))
 		s.boots.epoch = prev + 1
 		// A file without a boot epoch was last written by a build that
 		// kept every claim durable: nothing can be lost.
 		s.boots.unclean = prev > 0 && closed != prev
 		s.boots.seq = turns.Sequence()
+		if err := meta.Put(metaLockDelay, []byte(strconv.FormatInt(int64(s.cfg.lockDelay), 10))); err != nil {
+			return err
+		}
 		return meta.Put(metaBootEpoch, []byte(strconv.FormatUint(s.boots.epoch, 10)))
 	})
 	if err != nil {
 		return fmt.Errorf("boltstore: count the boot of %s: %w", s.path, err)
 	}
 	s.boots.at = s.cfg.clock().UTC()
-	if s.boots.unclean && s.cfg.lockDelay > 0 {
-		s.boots.delayUntil = s.boots.at.Add(s.cfg.lockDelay)
+	if s.boots.unclean && s.boots.delay > 0 {
+		s.boots.delayUntil = s.boots.at.Add(s.boots.delay)
 		s.cfg.logger.Warn("boltstore: the previous run did not close cleanly; calls born before this boot wait out the lock-delay before a new holder may claim them",
-			"path", s.path, "boot_epoch", s.boots.epoch, "lock_delay", s.cfg.lockDelay, "until", s.boots.delayUntil)
+			"path", s.path, "boot_epoch", s.boots.epoch, "lock_delay", s.boots.delay, "until", s.boots.delayUntil)
 	} else {
 		s.cfg.logger.Info("boltstore: opened", "path", s.path, "boot_epoch", s.boots.epoch)
 	}

@@ -93,24 +93,6 @@ func (t *claimTable) lock(ctx context.Context, key string) (*claimEntry, error) 
 	return e, nil
 }
 
-// lockAll takes the locks of keys in sorted order (so two requests that
-// need several keys never wait for each other in a circle); on an error
-// it holds none.
-func (t *claimTable) lockAll(ctx context.Context, keys []string) ([]*claimEntry, error) {
-	out := make([]*claimEntry, 0, len(keys))
-	for _, k := range keys {
-		e, err := t.lock(ctx, k)
-		if err != nil {
-			for _, h := range out {
-				t.unlock(h)
-			}
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, nil
-}
-
 // unlock gives the key's lock up. It reports whether a flush must be
 // queued (the caller calls Store.flushClaims then, outside the lock).
 func (t *claimTable) unlock(e *claimEntry) (flush bool) {
@@ -306,6 +288,22 @@ func (s *Store) unlockClaim(e *claimEntry) {
 	if s.mem.unlock(e) {
 		s.flushClaims()
 	}
+}
+
+// lockClaims takes the locks of the claims bucket keys in sorted order
+// (so two requests that need several keys never wait for each other in a
+// circle); on an error it holds none.
+func (s *Store) lockClaims(ctx context.Context, keys []string) ([]*claimEntry, error) {
+	out := make([]*claimEntry, 0, len(keys))
+	for _, k := range keys {
+		e, err := s.mem.lock(ctx, k)
+		if err != nil {
+			s.unlockClaims(out)
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // unlockClaims is unlockClaim for every entry of es.

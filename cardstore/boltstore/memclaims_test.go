@@ -384,6 +384,20 @@ func TestLockDelayOff(t *testing.T) {
 	if _, err := s2.StartCall(ctx, startReq(other, "w2", workerLease)); err != nil {
 		t.Fatalf("start after a crash without a lock-delay: %v", err)
 	}
+	// A run with a lock-delay crashes; the next one, without, still waits
+	// out the crashed run's.
+	s3, _ := openStore(t)
+	if err := s3.Put(ctx, call); err != nil {
+		t.Fatal(err)
+	}
+	s4 := reopen(t, crash(t, s3), boltstore.WithLockDelay(0))
+	if s4.LockDelayUntil().IsZero() {
+		t.Fatal("no lock-delay after a crash of a run that had one")
+	}
+	var held *cardstore.ClaimHeldError
+	if _, err := s4.StartCall(ctx, startReq(call, "w2", workerLease)); !errors.As(err, &held) || held.Holder != boltstore.RestartedHolder {
+		t.Fatalf("start during the previous run's lock-delay = %v, want held by %q", err, boltstore.RestartedHolder)
+	}
 	for _, d := range []time.Duration{-time.Nanosecond, cardstore.MaxLease + time.Nanosecond} {
 		if _, err := boltstore.Open(filepath.Join(t.TempDir(), "x.db"), boltstore.WithLockDelay(d)); !errors.Is(err, cardstore.ErrInvalid) {
 			t.Fatalf("WithLockDelay(%v) = %v, want ErrInvalid", d, err)
@@ -473,5 +487,35 @@ func TestResultEndsInMemoryClaimForGood(t *testing.T) {
 		if err != nil || res.Result == nil {
 			t.Fatalf("start of %s after reopen = %+v, %v; want its result", c.ToolCallID, res, err)
 		}
+	}
+}
+
+// TestDeleteTurnSeesInMemoryClaims: a turn whose call holds an in-memory
+// claim is kept whole, as with a written one; once the result ends the
+// claim, the turn is deleted with the tombstone.
+func TestDeleteTurnSeesInMemoryClaims(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := t.Context()
+	call := storetest.ToolCallCard("p", "turn", "c1")
+	if err := s.Put(ctx, call); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StartCall(ctx, startReq(call, "w1", workerLease)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.DeleteTurn(ctx, "p", "turn"); !errors.Is(err, cardstore.ErrClaimHeld) || n != 0 {
+		t.Fatalf("delete of a turn with an in-memory claim = %d, %v; want ErrClaimHeld", n, err)
+	}
+	if _, err := s.Get(ctx, "p", call.CardID); err != nil {
+		t.Fatalf("the refused delete removed the call card: %v", err)
+	}
+	if err := s.Put(ctx, storetest.ToolResultCard("p", "turn", "c1", card.StatusSuccess)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.DeleteTurn(ctx, "p", "turn"); err != nil || n != 2 {
+		t.Fatalf("delete after the result = %d, %v; want 2 cards", n, err)
+	}
+	if rec := storedClaim(t, s, "p", callKey("turn", "c1")); rec != nil {
+		t.Fatalf("the tombstone outlived its turn: %+v", rec)
 	}
 }
