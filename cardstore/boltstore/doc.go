@@ -23,8 +23,9 @@
 //
 // # Group commit
 //
-// Put, CreateBox, AppendBox, Claim, Release, DeleteTurn and StartCall
-// (of a call without a result) are write requests. A
+// Put, CreateBox, AppendBox, Release, DeleteTurn, and Claim and
+// StartCall except the in-memory claims of calls (see "Call claims") are
+// write requests. A
 // request that finds the store idle commits at once, in the caller's
 // goroutine: there is no batching delay (bbolt's own DB.Batch waits up to
 // 10 ms for company; it is not used) and a lone writer pays no goroutine
@@ -82,8 +83,9 @@
 //	turnlist   project 0x00 first_seq (8 bytes)              -> agent_turn_id
 //	agentturns project 0x00 agent_id 0x00 first_seq (8 bytes) -> agent_turn_id
 //	boxes      project 0x00 box_id                           -> card.Box JSON
-//	claims     project 0x00 key                              -> {"holder","token","expires_at"} JSON, or a tombstone {"token","released":true}
+//	claims     project 0x00 key                              -> {"holder","token","expires_at","tool","epoch"} JSON, or a tombstone {"token","released":true,"epoch"}
 //	meta       "schema_version"                              -> "2"
+//	           "boot_epoch", "closed_epoch", "lock_delay"    -> decimal numbers (see "Call claims")
 //
 // seq is the big-endian write sequence, from the turns bucket's
 // NextSequence: one counter for the whole file, taken in write order, so a
@@ -123,15 +125,15 @@
 // # Claims and boxes
 //
 // Lease expiry is judged by the store clock (WithClock, default time.Now)
-// at the moment the claim's transaction runs, not when the request was
-// made; GetClaim judges Expired by the same clock when it reads. Box created_at and updated_at come from the same clock. Boxes are
+// at the moment the claim is decided (in its transaction, or under its
+// call's lock), not when the request was made; GetClaim judges Expired by the same clock when it reads. Box created_at and updated_at come from the same clock. Boxes are
 // stored whole: an append rewrites the box, so a box near MaxBoxCards
 // costs about 600 KiB per append.
 //
 // StartCall reads first: a call that has a result returns it from a read
 // transaction (with no commit, so no fsync), and the card named
-// ToolCallCardID is read there too. Otherwise one write request checks
-// the results index again and takes the claim in the same transaction,
+// ToolCallCardID is read there too. Otherwise, under the call's lock (see
+// "Call claims"), it checks the results index again and takes the claim,
 // so a result and a claim taken after it never coexist.
 // StartCallTool (natsstore's tool-scoped start_call) adds ClaimTool's
 // rules to the claim.
@@ -150,6 +152,85 @@
 // '%' in the agent_turn_id), so calls whose ids join alike with "/" never
 // share a claim. The rules (claims, boxes, Put's checks, turn summaries)
 // are cardstore's; this package stores.
+//
+// # Call claims
+//
+// The claims on call keys (keys cardstore.ParseCallKey reads: StartCall,
+// StartCallTool, and Claim or ClaimTool renewals and take-overs of such a
+// key) whose lease is at most the lock-delay (WithLockDelay, default
+// DefaultLockDelay = 5 s, pkg/worker's default lease) live in the store's
+// memory and become durable with the next commit: they are written by a
+// boltfile.Committer.Later write, which rides along with the next
+// transaction, whoever starts it, or commits alone after 100 ms. A
+// worker's call therefore costs no commit of its own for its claim: at
+// c=1 the claim of an echo call is ended by its tool.result's commit
+// before it was ever written (BenchmarkStartCall: 2 commits per call
+// before, 1 after). Every other claim (service leases, longer leases) is
+// written at once, as before.
+//
+// Every decision on a call key runs under the key's lock, from the read
+// of its state to the record of the new one: the table's record when it
+// has one, else the bucket's. A Put of tool.result cards holds the locks
+// of its calls from before its write until its commit has ended, so
+// StartCall's "no result yet" check and its claim are atomic, and the
+// result's transaction ends (and fences, PutToolResult) the claim the
+// table holds. GetClaim reads the table first, without waiting for a lock.
+// Release and DeleteTurn see in-memory claims; Release is always a
+// durable write. The write of in-memory claims takes each record as it
+// is when its transaction runs, and skips keys whose lock is held (their
+// holder is deciding, or its own transaction writes the key); a record
+// changed after the write stays due. So the write never puts back a claim
+// a result ended or a renewal replaced. A write that fails leaves its
+// claims in memory (they still hold) and is tried again with the next
+// commit; Close writes them before it closes.
+//
+// A crash loses the claims not yet written. Three things protect the
+// calls they held, whose workers (in other processes) may still run them:
+//
+//   - The boot epoch: Open counts every open of the file in the meta
+//     bucket (boot_epoch, in one transaction, logged; BootEpoch), and
+//     every claim record written carries the epoch of the run that
+//     decided it (cardstore.ClaimRecord.Epoch). Close records a clean
+//     close (closed_epoch) when no claim is left only in memory; the next
+//     Open has no lock-delay then. A file without a boot epoch (new, or
+//     last written by a build that kept every claim durable) has none
+//     either.
+//   - The lock-delay (Chubby's): after an Open that follows an unclean
+//     end, for the longer of this run's lock-delay and the crashed run's
+//     (meta lock_delay), a call born before the boot (its first tool.call
+//     card has a turns index sequence from before the Open) whose record
+//     was not written by this run may not be granted to a holder, except
+//     the renewal of a written live claim by its holder before its lease
+//     ends: no first claim, take-over, claim after a tombstone, or renewal
+//     of a lapsed lease. The refusal is a *cardstore.ClaimHeldError
+//     (holder RestartedHolder, expiry the end of the lock-delay), which a
+//     worker answers with a nak until then. Every lost claim had a lease
+//     of at most the crashed run's lock-delay from a decision before the
+//     crash, so it has lapsed when the lock-delay ends, and its holder's
+//     renewals are refused meanwhile (its handler is canceled). Calls
+//     born after the boot are not delayed. LockDelayUntil tells when it
+//     ends.
+//   - The fence: holders are unique per execution (pkg/worker:
+//     InstanceID/seq), and a result under a claim must name the holder
+//     and token of the call's current record, so a worker whose claim was
+//     lost cannot write (PutToolResult: ErrClaimLost, also when the store
+//     restarted uncleanly and has no claim for the call at all). The
+//     epoch does not enter the token, which keeps counting take-overs for
+//     pkg/worker's poison limit.
+//
+// What it costs: calls in flight at a crash of the store's process stall
+// for at most one lock-delay (then run once more, by one worker, if their
+// result was not written). A call claimed in memory that crashes the
+// store's own process before its claim is written (within the Later
+// delay) is not counted toward poison detection: the claim, and so its
+// token, is lost with the process. A call with no tool.call card (a
+// hand-made claim on a toolcall/ key) has no durable birth to compare and
+// is not delayed; the mesh writes every call's card before its command.
+// The renewal a written live claim's holder may make during the
+// lock-delay is safe when the holder renews with one lease (pkg/worker
+// does): then no take-over could have been decided in memory before its
+// written lease ended. A holder that shortened its lease in memory
+// before the crash could see a take-over lost, and run beside the taker.
 //
 // # Caveats
 //
