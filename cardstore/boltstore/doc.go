@@ -19,7 +19,8 @@
 // 0600, the hash-map freelist, and a lock timeout (5s by default,
 // WithOpenTimeout): a second process opening the same file gets ErrLocked
 // rather than hanging. A write method returns nil only after the bbolt
-// transaction holding it has committed and fsync'd.
+// transaction holding it has committed and fsync'd, with one exception by
+// design: the claims of calls kept in memory (see "Call claims").
 //
 // # Group commit
 //
@@ -215,7 +216,10 @@
 //     and token of the call's current record, so a worker whose claim was
 //     lost cannot write (PutToolResult: ErrClaimLost, also when the store
 //     restarted uncleanly and has no claim for the call at all). The
-//     epoch does not enter the token, which keeps counting take-overs for
+//     fence reads the key's one current record (the table's, else the
+//     bucket's), so a result checked against a record of an earlier
+//     epoch while a newer claim lives in memory cannot happen. The epoch
+//     does not enter the token, which keeps counting take-overs for
 //     pkg/worker's poison limit.
 //
 // What it costs: calls in flight at a crash of the store's process stall
