@@ -62,7 +62,8 @@ func ToolFrom(ctx context.Context) string {
 
 // Store is the CardStore: immutable cards, boxes, and claims, isolated by
 // project. Every method is safe for concurrent use. Every write is durable
-// (on disk) when the method returns nil.
+// (on disk) when the method returns nil, except the in-memory call claims
+// the package documentation allows.
 type Store interface {
 	// Put stores cards atomically: all of them or none. Re-putting a card
 	// with identical canonical bytes is a no-op success; other bytes under the

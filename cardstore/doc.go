@@ -15,7 +15,11 @@
 //
 // # Rules every implementation keeps
 //
-//   - Durability: a write method that returns nil has reached disk.
+//   - Durability: a write method that returns nil has reached disk. One
+//     exception: a store may keep a call's claim (a CallKey) of a short
+//     lease in memory until its next commit, if it makes up for a claim
+//     a crash loses (boltstore: a lock-delay after the restart and the
+//     result fence; see its "Call claims").
 //   - Immutability: a card id, once written, always names the same bytes.
 //     A repeated put with identical canonical bytes (card.Encode) succeeds
 //     and changes nothing; different bytes fail with ErrConflict.
