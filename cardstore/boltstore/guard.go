@@ -82,7 +82,9 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 		}
 		fences = append(fences, fence{pc: i, key: join(0, c.ProjectID, pcs[i].Key().String())})
 	}
-	return s.write(ctx, size, func(b *buckets) error {
+	run := s.hookRun()
+	return run.finish(s.write(ctx, size, func(b *buckets) error {
+		run.reset()
 		for _, f := range fences {
 			pc := &pcs[f.pc]
 			if b.results.Get(pc.resultKey) != nil {
@@ -96,8 +98,8 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 				return err
 			}
 		}
-		return applyPut(b, pcs)
-	})
+		return applyPut(b, pcs, run)
+	}))
 }
 
 // checkCallTool fails with ErrForbidden when the call's tool.call card

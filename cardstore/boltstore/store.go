@@ -64,6 +64,7 @@ type config struct {
 	logger       *slog.Logger
 	openTimeout  time.Duration
 	observer     CommitObserver
+	resultHook   ResultHook // WithResultHook; see shared.go
 }
 
 // CommitObserver is told about every committed write transaction, for
@@ -159,6 +160,8 @@ type Store struct {
 	commits *boltfile.Committer
 	// closing is set by Close; reads check it without a lock.
 	closing atomic.Bool
+	// shared: db and commits belong to the caller (OpenShared).
+	shared bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -188,10 +191,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: boltstore.Open: path is required", cardstore.ErrInvalid)
 	}
-	db, err := boltfile.Open(path, boltfile.Options{Timeout: cfg.openTimeout, Schema: &boltfile.Schema{
-		Kind: "boltstore", Version: schemaVersion, Buckets: allBuckets,
-		Upgrades: map[string]func(*bolt.Tx) error{schemaVersion1: upgradeV1},
-	}})
+	db, err := boltfile.Open(path, boltfile.Options{Timeout: cfg.openTimeout, Schema: storeSchema()})
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: %w", err)
 	}
@@ -234,6 +234,9 @@ func upgradeV1(tx *bolt.Tx) error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
+		if s.shared {
+			return // the file and its committer are the caller's (OpenShared)
+		}
 		s.commits.Close() // every accepted write has its answer
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("boltstore: close %s: %w", s.path, err)
