@@ -29,8 +29,9 @@ func storeSchema() *boltfile.Schema {
 // the CardStore and the inbox, pkg/mesh), opened by the caller with
 // boltfile.Open and written through one committer, commits, so a write of
 // the store and one of its neighbours share transactions and fsyncs. It
-// checks (writes, upgrades) the store's schema in db; run it before the
-// other kinds' (they keep their versions under their own keys). The
+// checks (writes, upgrades) the store's schema in db, whose version stays
+// under boltfile.VersionKey (the other kinds keep theirs under keys of
+// their own), so a cards.db from before is a valid shared file. The
 // caller owns db and commits: Close stops the store without closing them;
 // the caller closes commits, then db, after every user of the file has
 // stopped. Options that configure the file or its committer

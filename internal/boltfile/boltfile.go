@@ -9,10 +9,11 @@
 //
 // Several kinds may share one file (a node's file holds the CardStore and
 // the inbox): the file is opened once, and Init checks each kind's Schema
-// on it. The first kind keeps its version under VersionKey; every other
-// one names its own key (Schema.Key) in the same meta bucket, and a file
-// that lacks a kind's key gets that kind added (its buckets created, its
-// version written).
+// on it. One kind keeps its version under VersionKey (a file it has had
+// alone stays valid); every other one names its own key (Schema.Key) in
+// the same meta bucket. A file whose meta bucket lacks a kind's key gets
+// that kind added (its buckets created, its version written), in any
+// order.
 //
 // Committer is the leader/follower group committer: concurrent writers
 // share one fsync'd transaction without any added delay, and a Later write
@@ -74,9 +75,10 @@ type Schema struct {
 	Adopt bool
 	// Key is the meta bucket's key holding this kind's version; nil means
 	// VersionKey. A kind that shares a file with another (whose version
-	// is under VersionKey) has a key of its own: when the file has a meta
-	// bucket but not Key, the kind is new to the file and Init adds it,
-	// provided none of its buckets exists yet (else ErrSchemaVersion).
+	// is under VersionKey) has a key of its own. When the file has a meta
+	// bucket but not the kind's key, the kind is new to the file and Open
+	// or Init adds it, provided none of its buckets exists yet (else
+	// ErrSchemaVersion).
 	Key []byte
 }
 
@@ -191,12 +193,13 @@ func initSchema(db *bolt.DB, s *Schema) error {
 			return nil
 		}
 		raw := meta.Get(s.versionKey())
-		if raw == nil && s.Key != nil {
-			// A kind new to a shared file: it is added, unless some of
-			// its buckets are there already (written by whom?).
+		if raw == nil {
+			// A kind new to a shared file (whose other kind wrote the
+			// meta bucket): it is added, unless some of its buckets are
+			// there already (written by whom?).
 			for _, name := range s.Buckets {
 				if !bytes.Equal(name, MetaBucket) && tx.Bucket(name) != nil {
-					return fmt.Errorf("%w: file has bucket %q of kind %s but no %q version in its %q bucket", ErrSchemaVersion, name, s.Kind, s.Key, MetaBucket)
+					return fmt.Errorf("%w: file has bucket %q of kind %s but no %q version in its %q bucket", ErrSchemaVersion, name, s.Kind, s.versionKey(), MetaBucket)
 				}
 			}
 			fresh = true

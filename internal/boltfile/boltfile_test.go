@@ -181,3 +181,26 @@ func TestSharedFile(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedFileEitherOrder: the kind with its own key may come first;
+// the kind under VersionKey is added after it.
+func TestSharedFileEitherOrder(t *testing.T) {
+	first := &boltfile.Schema{Kind: "first", Version: "2", Buckets: [][]byte{[]byte("a")}}
+	second := &boltfile.Schema{Kind: "second", Version: "1", Key: []byte("second_version"), Buckets: [][]byte{[]byte("b")}}
+	path := filepath.Join(t.TempDir(), "node.db")
+	for range 2 {
+		db, err := boltfile.Open(path, boltfile.Options{Schema: second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := boltfile.Init(db, first); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+	}
+	db, err := boltfile.Open(path, boltfile.Options{Schema: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+}

@@ -38,8 +38,7 @@ func sharedSchema() *boltfile.Schema {
 // entry can be stored in the transaction of its tool.result card
 // (ResultHook) and the wakeup-sent marks and lazy acks ride along with
 // card commits too. The inbox's buckets do not collide with the
-// CardStore's; its version is kept under SchemaKey. Open the CardStore on
-// db first. Close stops the inbox without closing db or commits: the
+// CardStore's; its version is kept under SchemaKey. Close stops the inbox without closing db or commits: the
 // caller closes commits (which commits the queued marks and acks), then
 // db.
 func OpenShared(db *bolt.DB, commits *boltfile.Committer) (*DB, error) {
