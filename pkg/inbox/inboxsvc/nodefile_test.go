@@ -216,3 +216,40 @@ func TestResultWithoutEntry(t *testing.T) {
 		t.Fatal("no dead letter")
 	}
 }
+
+// TestResultWakeupFailsThenReport: the wakeup publish the result's commit
+// starts fails (no wakeup stream); the entry is durable all the same, and
+// the worker's report publishes the wakeup itself before it answers.
+func TestResultWakeupFailsThenReport(t *testing.T) {
+	e, _ := newNodeEnv(t)
+	ctx := context.Background()
+	// No subscriber on the wakeup subject yet: a publish nothing stores
+	// then fails at once (no responders) instead of waiting for a PubAck.
+	must(t, e.js.DeleteStream(ctx, streams.WakeupStream(ver)))
+	e.putCall("p1", "agent-a", "turn-1", "call-1")
+	c := e.putResult("p1", "agent-a", "turn-1", "call-1", 0)
+	es := e.list("p1", inbox.ListQuery{AgentID: "agent-a", State: inbox.StateAll})
+	if len(es) != 1 {
+		t.Fatalf("entries after the put = %+v, want one", es)
+	}
+	// The report fails while the stream is missing (the worker would fall
+	// back to the command stream); no wakeup was stored.
+	if _, err := e.request("p1", c.report(), ""); err == nil {
+		t.Fatal("the report was answered without a wakeup stream")
+	}
+	must(t, streams.Ensure(ctx, e.js, ver))
+	wakes := e.wakeups("p1", "agent-a")
+	rep, err := e.request("p1", c.report(), "")
+	must(t, err)
+	if rep.InboxID != es[0].InboxID {
+		t.Fatalf("reply %+v, want entry %s", rep, es[0].InboxID)
+	}
+	st, err := e.js.Stream(ctx, streams.WakeupStream(ver))
+	must(t, err)
+	if n := st.CachedInfo().State.Msgs; n != 1 {
+		t.Fatalf("wakeup stream holds %d messages, want 1", n)
+	}
+	if w := decodeWakeup(t, next(t, wakes)); w.InboxID != rep.InboxID {
+		t.Fatalf("wakeup %+v, want entry %s", w, rep.InboxID)
+	}
+}
