@@ -16,10 +16,11 @@ import (
 // (cardstore.PreparePut) before it reaches the committer, with its keys.
 type putCard struct {
 	cardstore.PutCard
-	key        []byte     // cards bucket key
-	turnPrefix []byte     // turns index prefix, nil without a turn
-	resultKey  []byte     // results index key, nil unless a tool.result
-	card       *card.Card // the caller's card, for the ResultHook
+	key        []byte // cards bucket key
+	turnPrefix []byte // turns index prefix, nil without a turn
+	resultKey  []byte // results index key, nil unless a tool.result
+
+	card *card.Card // the caller's card, for the ResultHook
 }
 
 // Put stores cards atomically; see cardstore.Store. All cards of one Put
