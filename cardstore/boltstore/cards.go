@@ -19,6 +19,8 @@ type putCard struct {
 	key        []byte // cards bucket key
 	turnPrefix []byte // turns index prefix, nil without a turn
 	resultKey  []byte // results index key, nil unless a tool.result
+
+	card *card.Card // the caller's card, for the ResultHook
 }
 
 // Put stores cards atomically; see cardstore.Store. All cards of one Put
@@ -44,7 +46,8 @@ func (s *Store) Put(ctx context.Context, cards ...*card.Card) error {
 	if err != nil {
 		return err
 	}
-	return s.writeResults(ctx, pcs, size, nil)
+	run := s.hookRun()
+	return run.finish(s.writeResults(ctx, pcs, size, nil, run))
 }
 
 // preparePut validates and encodes the cards of a Put and checks them
@@ -57,7 +60,7 @@ func (s *Store) preparePut(cards []*card.Card) ([]putCard, int, error) {
 	pcs := make([]putCard, len(prepared))
 	for i, p := range prepared {
 		pc := &pcs[i]
-		pc.PutCard, pc.key = p, cardKey(p.ProjectID, p.ID)
+		pc.PutCard, pc.key, pc.card = p, cardKey(p.ProjectID, p.ID), cards[i]
 		if p.Turn != "" {
 			pc.turnPrefix = turnPrefix(p.ProjectID, p.Turn)
 		}
@@ -69,8 +72,9 @@ func (s *Store) preparePut(cards []*card.Card) ([]putCard, int, error) {
 }
 
 // applyPut checks every card against the stored data, then writes the new
-// ones, their index entries and their turns' summaries.
-func applyPut(b *buckets, pcs []putCard) error {
+// ones, their index entries and their turns' summaries; run calls the
+// ResultHook for every new tool.result card.
+func applyPut(b *buckets, pcs []putCard, run *hookRun) error {
 	skip := make([]bool, len(pcs))
 	for i := range pcs {
 		pc := &pcs[i]
@@ -120,6 +124,9 @@ func applyPut(b *buckets, pcs []putCard) error {
 			}
 			if err := releaseCallClaim(b, pc.ProjectID, pc.Turn, pc.Call); err != nil {
 				return dirty(fmt.Errorf("boltstore: release the claim of result card %s: %w", pc.ID, err))
+			}
+			if err := run.stored(b, pc); err != nil {
+				return dirty(fmt.Errorf("boltstore: result card %s: %w", pc.ID, err))
 			}
 		}
 	}

@@ -63,7 +63,7 @@ func loadClaim(b *buckets, key []byte, req string) (*claimRecord, error) {
 // result that ends their claims, and a StartCall that finds no result
 // has its claim in the table before the result's transaction reads it.
 // Once committed, the tombstones it wrote become the table's state.
-func (s *Store) writeResults(ctx context.Context, pcs []putCard, size int, check applyFunc) error {
+func (s *Store) writeResults(ctx context.Context, pcs []putCard, size int, check applyFunc, run *hookRun) error {
 	var keys []string
 	for i := range pcs {
 		if pcs[i].resultKey != nil {
@@ -78,12 +78,13 @@ func (s *Store) writeResults(ctx context.Context, pcs []putCard, size int, check
 	}
 	defer s.unlockClaims(held)
 	tx, err := s.writeCalls(ctx, size, func(b *buckets) error {
+		run.reset()
 		if check != nil {
 			if err := check(b); err != nil {
 				return err
 			}
 		}
-		return applyPut(b, pcs)
+		return applyPut(b, pcs, run)
 	})
 	if err != nil {
 		return err

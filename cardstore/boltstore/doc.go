@@ -88,6 +88,11 @@
 //	meta       "schema_version"                              -> "2"
 //	           "boot_epoch", "closed_epoch", "lock_delay"    -> decimal numbers (see "Call claims")
 //
+// A node's file (OpenShared, pkg/mesh's cards.db) holds other kinds'
+// buckets beside these (the inbox's: entries, calls, agents, pending,
+// epochs; their version under "inbox_schema_version" in the same meta
+// bucket); none collides with the store's.
+//
 // seq is the big-endian write sequence, from the turns bucket's
 // NextSequence: one counter for the whole file, taken in write order, so a
 // turn's entries sort in write order and cards of one Put keep their order.
@@ -235,6 +240,31 @@
 // does): then no take-over could have been decided in memory before its
 // written lease ended. A holder that shortened its lease in memory
 // before the crash could see a take-over lost, and run beside the taker.
+//
+// # A shared file and the result hook
+//
+// OpenShared opens the store on a bbolt file the caller opened
+// (internal/boltfile.Open) and writes it through the caller's committer,
+// which other kinds of the file share: on a single node the inbox keeps
+// its entries in the CardStore's file, so their writes and the store's
+// share transactions and fsyncs. The caller configures the committer
+// (observer, logger) and closes it, then the file, after Close.
+//
+// WithResultHook(h) calls h.ResultStored inside the transaction that
+// stores a new tool.result card (by Put or PutToolResult; not for a
+// repeat of a stored card, nor for a second result the store refuses),
+// after the card, its indexes and the end of its claim are written, with
+// the call's tool.call card when it is among the turn's last
+// CallScanLimit cards (read newest first). The hook writes in the same
+// transaction: the inbox stores the call's entry there. An error of the
+// hook fails the Put and nothing of it is written (the other requests of
+// the shared transaction commit without it). The after func it returns
+// runs once the transaction is committed and fsync'd (and the Put has
+// let its calls' claim locks go), in the Put's goroutine, before Put
+// returns; it must not block (the inbox starts the
+// wakeup's publish and returns). So when Put returns, the hook's writes
+// are durable. Since a request may run more than once in a shared
+// transaction, the hook may too; only the last run's after is run.
 //
 // # Caveats
 //

@@ -80,7 +80,8 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 		}
 		fences = append(fences, fence{pc: i, key: join(0, c.ProjectID, pcs[i].Key().String())})
 	}
-	return s.writeResults(ctx, pcs, size, func(b *buckets) error {
+	run := s.hookRun()
+	return run.finish(s.writeResults(ctx, pcs, size, func(b *buckets) error {
 		for _, f := range fences {
 			pc := &pcs[f.pc]
 			if b.results.Get(pc.resultKey) != nil {
@@ -95,7 +96,7 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 			}
 		}
 		return nil
-	})
+	}, run))
 }
 
 // checkResultFence is cardstore.CheckResultFence, except that after a

@@ -65,6 +65,7 @@ type config struct {
 	openTimeout  time.Duration
 	observer     CommitObserver
 	lockDelay    time.Duration // WithLockDelay
+	resultHook   ResultHook    // WithResultHook; see shared.go
 }
 
 // CommitObserver is told about every committed write transaction, for
@@ -160,6 +161,8 @@ type Store struct {
 	commits *boltfile.Committer
 	// closing is set by Close; reads check it without a lock.
 	closing atomic.Bool
+	// shared: db and commits belong to the caller (OpenShared).
+	shared bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -176,29 +179,14 @@ var _ cardstore.Store = (*Store)(nil)
 // It fails with ErrLocked when another process has the file open, and with
 // ErrSchemaVersion when the file has another layout.
 func Open(path string, opts ...Option) (*Store, error) {
-	cfg := config{
-		maxCardBytes: cardstore.DefaultMaxCardBytes,
-		clock:        time.Now,
-		groupCommit:  true,
-		logger:       slog.New(slog.DiscardHandler),
-		openTimeout:  defaultOpenTimeout,
-		lockDelay:    DefaultLockDelay,
-	}
-	for i, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: boltstore.Open: option %d is nil", cardstore.ErrInvalid, i)
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := configure("boltstore.Open", opts)
+	if err != nil {
+		return nil, err
 	}
 	if path == "" {
 		return nil, fmt.Errorf("%w: boltstore.Open: path is required", cardstore.ErrInvalid)
 	}
-	db, err := boltfile.Open(path, boltfile.Options{Timeout: cfg.openTimeout, Schema: &boltfile.Schema{
-		Kind: "boltstore", Version: schemaVersion, Buckets: allBuckets,
-		Upgrades: map[string]func(*bolt.Tx) error{schemaVersion1: upgradeV1},
-	}})
+	db, err := boltfile.Open(path, boltfile.Options{Timeout: cfg.openTimeout, Schema: storeSchema()})
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: %w", err)
 	}
@@ -211,6 +199,27 @@ func Open(path string, opts ...Option) (*Store, error) {
 		Alone: !cfg.groupCommit, Observer: cfg.observer, Logger: cfg.logger, Name: path,
 	})
 	return s, nil
+}
+
+// configure applies opts to the defaults, for the opener named in errors.
+func configure(opener string, opts []Option) (config, error) {
+	cfg := config{
+		maxCardBytes: cardstore.DefaultMaxCardBytes,
+		clock:        time.Now,
+		groupCommit:  true,
+		logger:       slog.New(slog.DiscardHandler),
+		openTimeout:  defaultOpenTimeout,
+		lockDelay:    DefaultLockDelay,
+	}
+	for i, o := range opts {
+		if o == nil {
+			return cfg, fmt.Errorf("%w: %s: option %d is nil", cardstore.ErrInvalid, opener, i)
+		}
+		if err := o(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
 }
 
 // upgradeV1 turns a version 1 file into a version 2 file (boltfile.Open
@@ -248,6 +257,20 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
 		s.mem.close()
+		if s.shared {
+			// The file and its committer are the caller's (OpenShared):
+			// drain the claims kept in memory through a write of our own
+			// (it takes every queued Later write with it), then record
+			// the clean close.
+			if err := s.commits.Write(context.Background(), 0, func(*bolt.Tx) error { return nil }); err != nil {
+				s.closeErr = fmt.Errorf("boltstore: close %s: %w", s.path, err)
+				return
+			}
+			if err := s.markClean(); err != nil {
+				s.closeErr = fmt.Errorf("boltstore: close %s: %w", s.path, err)
+			}
+			return
+		}
 		s.commits.Close() // every accepted write has its answer
 		if err := s.markClean(); err != nil {
 			s.closeErr = fmt.Errorf("boltstore: close %s: %w", s.path, err)

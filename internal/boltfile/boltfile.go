@@ -7,6 +7,14 @@
 // that is written on a new file, checked on an existing one and upgraded
 // from older versions in one transaction.
 //
+// Several kinds may share one file (a node's file holds the CardStore and
+// the inbox): the file is opened once, and Init checks each kind's Schema
+// on it. One kind keeps its version under VersionKey (a file it has had
+// alone stays valid); every other one names its own key (Schema.Key) in
+// the same meta bucket. A file whose meta bucket lacks a kind's key gets
+// that kind added (its buckets created, its version written), in any
+// order.
+//
 // Committer is the leader/follower group committer: concurrent writers
 // share one fsync'd transaction without any added delay, and a Later write
 // (one whose durability nobody waits for) rides along with the next
@@ -14,6 +22,7 @@
 package boltfile
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sort"
@@ -64,6 +73,21 @@ type Schema struct {
 	// it with Version. Without Adopt such a file is refused, unless it is
 	// empty.
 	Adopt bool
+	// Key is the meta bucket's key holding this kind's version; nil means
+	// VersionKey. A kind that shares a file with another (whose version
+	// is under VersionKey) has a key of its own. When the file has a meta
+	// bucket but not the kind's key, the kind is new to the file and Open
+	// or Init adds it, provided none of its buckets exists yet (else
+	// ErrSchemaVersion).
+	Key []byte
+}
+
+// versionKey is where meta holds s's version.
+func (s *Schema) versionKey() []byte {
+	if s.Key != nil {
+		return s.Key
+	}
+	return VersionKey
 }
 
 // Options configure Open.
@@ -89,8 +113,10 @@ func Open(path string, o Options) (*bolt.DB, error) {
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
 	}
-	if s := o.Schema; s != nil && (s.Kind == "" || s.Version == "") {
-		return nil, fmt.Errorf("boltfile: open %s: Schema.Kind and Schema.Version are required", path)
+	if s := o.Schema; s != nil {
+		if err := s.check(); err != nil {
+			return nil, fmt.Errorf("boltfile: open %s: %w", path, err)
+		}
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:      o.Timeout,
@@ -110,6 +136,35 @@ func Open(path string, o Options) (*bolt.DB, error) {
 		}
 	}
 	return db, nil
+}
+
+// check refuses a Schema without its required fields.
+func (s *Schema) check() error {
+	if s.Kind == "" || s.Version == "" {
+		return errors.New("Schema.Kind and Schema.Version are required")
+	}
+	if s.Key != nil && (len(s.Key) == 0 || bytes.Equal(s.Key, VersionKey)) {
+		return fmt.Errorf("Schema.Key of kind %s must be a key other than %q (nil means %q)", s.Kind, VersionKey, VersionKey)
+	}
+	return nil
+}
+
+// Init checks (writes, upgrades) schema s on a file Open has opened, as
+// Open does with Options.Schema: a kind that shares the file with the kind
+// Open checked has its own Schema.Key. Call it before the file is written
+// by anything else: an upgrade or an addition runs in a transaction of its
+// own.
+func Init(db *bolt.DB, s *Schema) error {
+	if db == nil || s == nil {
+		return errors.New("boltfile: Init: a file and a schema are required")
+	}
+	if err := s.check(); err != nil {
+		return fmt.Errorf("boltfile: init %s: %w", db.Path(), err)
+	}
+	if err := initSchema(db, s); err != nil {
+		return fmt.Errorf("init %s: %w", db.Path(), err)
+	}
+	return nil
 }
 
 // initSchema writes the layout of a new file, upgrades an older one or
@@ -137,7 +192,20 @@ func initSchema(db *bolt.DB, s *Schema) error {
 			}
 			return nil
 		}
-		v := string(meta.Get(VersionKey))
+		raw := meta.Get(s.versionKey())
+		if raw == nil {
+			// A kind new to a shared file (whose other kind wrote the
+			// meta bucket): it is added, unless some of its buckets are
+			// there already (written by whom?).
+			for _, name := range s.Buckets {
+				if !bytes.Equal(name, MetaBucket) && tx.Bucket(name) != nil {
+					return fmt.Errorf("%w: file has bucket %q of kind %s but no %q version in its %q bucket", ErrSchemaVersion, name, s.Kind, s.versionKey(), MetaBucket)
+				}
+			}
+			fresh = true
+			return nil
+		}
+		v := string(raw)
 		if v != s.Version {
 			if up, ok := s.Upgrades[v]; ok {
 				upgrade, from = up, v
@@ -170,7 +238,7 @@ func initSchema(db *bolt.DB, s *Schema) error {
 		if err != nil {
 			return fmt.Errorf("create bucket %q: %w", MetaBucket, err)
 		}
-		return meta.Put(VersionKey, []byte(s.Version))
+		return meta.Put(s.versionKey(), []byte(s.Version))
 	})
 	if err != nil && upgrade != nil {
 		return fmt.Errorf("upgrade %s schema version %s to %s: %w", s.Kind, from, s.Version, err)

@@ -120,3 +120,87 @@ func TestSchema(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedFile: two kinds in one file, each with its own version key; a
+// kind is added to a file that lacks it, checked on the next open, and
+// refused when its buckets are there without its version.
+func TestSharedFile(t *testing.T) {
+	first := &boltfile.Schema{Kind: "first", Version: "2", Buckets: [][]byte{[]byte("a")}}
+	second := &boltfile.Schema{Kind: "second", Version: "1", Key: []byte("second_version"), Buckets: [][]byte{[]byte("meta"), []byte("b")}}
+	path := filepath.Join(t.TempDir(), "node.db")
+	for round := range 2 { // created, then checked
+		db, err := boltfile.Open(path, boltfile.Options{Schema: first})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := boltfile.Init(db, second); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		err = db.View(func(tx *bolt.Tx) error {
+			m := tx.Bucket(boltfile.MetaBucket)
+			if got := string(m.Get(boltfile.VersionKey)); got != "2" {
+				t.Errorf("first kind's version = %q", got)
+			}
+			if got := string(m.Get([]byte("second_version"))); got != "1" {
+				t.Errorf("second kind's version = %q", got)
+			}
+			if tx.Bucket([]byte("b")) == nil {
+				t.Error("second kind's bucket missing")
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := boltfile.Init(db, &boltfile.Schema{Kind: "second", Version: "9", Key: []byte("second_version")}); !errors.Is(err, boltfile.ErrSchemaVersion) {
+			t.Fatalf("another version of the second kind: %v, want ErrSchemaVersion", err)
+		}
+		db.Close()
+	}
+
+	// A kind's buckets without its version: refused, naming the bucket.
+	path = filepath.Join(t.TempDir(), "odd.db")
+	db, err := boltfile.Open(path, boltfile.Options{Schema: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("b")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := boltfile.Init(db, second); !errors.Is(err, boltfile.ErrSchemaVersion) || !strings.Contains(err.Error(), `"b"`) {
+		t.Fatalf("buckets without version: %v, want ErrSchemaVersion naming bucket b", err)
+	}
+	for _, bad := range []*boltfile.Schema{
+		{Kind: "x", Version: "1", Key: boltfile.VersionKey},
+		{Kind: "x", Version: "1", Key: []byte{}},
+		{Kind: "", Version: "1"},
+	} {
+		if err := boltfile.Init(db, bad); err == nil {
+			t.Errorf("Init(%+v) = nil, want an error", bad)
+		}
+	}
+}
+
+// TestSharedFileEitherOrder: the kind with its own key may come first;
+// the kind under VersionKey is added after it.
+func TestSharedFileEitherOrder(t *testing.T) {
+	first := &boltfile.Schema{Kind: "first", Version: "2", Buckets: [][]byte{[]byte("a")}}
+	second := &boltfile.Schema{Kind: "second", Version: "1", Key: []byte("second_version"), Buckets: [][]byte{[]byte("b")}}
+	path := filepath.Join(t.TempDir(), "node.db")
+	for range 2 {
+		db, err := boltfile.Open(path, boltfile.Options{Schema: second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := boltfile.Init(db, first); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+	}
+	db, err := boltfile.Open(path, boltfile.Options{Schema: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+}

@@ -75,7 +75,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ncDef.Close()
-	meter := &costMeter{ns: m.NATS().NATS(), files: []*bolt.DB{m.CardsDB(), m.InboxDB()}}
+	meter := &costMeter{ns: m.NATS().NATS(), files: []*bolt.DB{m.CardsDB()}} // the node file: cards and inbox
 
 	results := map[string]stats{}
 	costs := map[string]cost{}

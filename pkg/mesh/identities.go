@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/creds"
+	"github.com/utpmesh/utpmesh/pkg/embednats"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -271,3 +273,101 @@ func filtersOf(c jetstream.ConsumerConfig) []string {
 	}
 	return c.FilterSubjects
 }
+
+// identities ensures the seed of every identity of Config.Identities and
+// returns the server's users and the core's seed file.
+func (m *Mesh) identities() ([]embednats.User, string, error) {
+	ic := m.cfg.Identities
+	dir := m.CredsDir()
+	ids := []meshauth.Identity{{Role: meshauth.RoleCore}, {Role: meshauth.RoleAdmin}, {Role: meshauth.RoleOperator}}
+	projects := ic.AgentProjects
+	if len(projects) == 0 {
+		projects = m.cfg.Projects
+	}
+	for _, p := range projects {
+		ids = append(ids, meshauth.Identity{Role: meshauth.RoleAgent, Project: p})
+	}
+	ids = append(ids, ic.Workers...)
+	added, err := m.addedIdentities()
+	if err != nil {
+		return nil, "", err
+	}
+	ids = append(ids, added...)
+	var admitted []meshauth.Identity
+	var users []embednats.User
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if err := id.Validate(); err != nil {
+			return nil, "", fmt.Errorf("mesh: identities: %w", err)
+		}
+		name := id.Name()
+		if seen[name] {
+			return nil, "", fmt.Errorf("mesh: identities: %s is listed twice", name)
+		}
+		seen[name] = true
+		pub := id.Key // identity add: the seed stays with its holder
+		if pub == "" {
+			var created bool
+			if pub, created, err = meshauth.Ensure(dir, name); err != nil {
+				return nil, "", err
+			}
+			if created {
+				m.cfg.Logger.Debug("created NATS credentials", "identity", name, "file", creds.SeedPath(dir, name))
+			}
+		}
+		id.Key = pub
+		if id.Role == meshauth.RoleAgent {
+			id.RawCommands = m.rawCommands(id.Project)
+		}
+		users = append(users, embednats.User{Nkey: pub, Name: name, Permissions: meshauth.Permissions(m.cfg.ProtocolVersion, id)})
+		m.names.Store(pub, name)
+		admitted = append(admitted, id)
+	}
+	m.idents.setAdmitted(admitted)
+	return users, creds.SeedPath(dir, meshauth.RoleCore), nil
+}
+
+// identityNames resolves the public nkeys of the mesh's identities to
+// their names, for the audit of signed requests; nil without identities.
+func (m *Mesh) identityNames() func(pub string) (string, bool) {
+	if m.cfg.Identities == nil {
+		return nil
+	}
+	return func(pub string) (string, bool) {
+		v, ok := m.names.Load(pub)
+		name, _ := v.(string)
+		return name, ok
+	}
+}
+
+// AddIdentities admits more identities (e.g. worker identities for tool
+// services built after the server started) with a live reload of the
+// server's users. It needs Config.Identities.
+func (m *Mesh) AddIdentities(ids ...meshauth.Identity) error {
+	if m.cfg.Identities == nil {
+		return errors.New("mesh: AddIdentities needs Config.Identities (NATS authentication on)")
+	}
+	m.idents.mu.Lock()
+	defer m.idents.mu.Unlock()
+	m.cfg.Identities.Workers = append(m.cfg.Identities.Workers, ids...)
+	users, _, err := m.identities()
+	if err != nil {
+		return err
+	}
+	if err := m.identityDurables(m.Identities()); err != nil {
+		return err
+	}
+	return m.srv.SetUsers(users)
+}
+
+// CredsDir is where the identities' seed files live (Config.Identities).
+func (m *Mesh) CredsDir() string {
+	if m.cfg.Identities != nil && m.cfg.Identities.Dir != "" {
+		return m.cfg.Identities.Dir
+	}
+	return filepath.Join(m.cfg.DataDir, "creds")
+}
+
+// CredsFile is the seed file of the identity named name (core, admin,
+// agent-<project>, worker-<service>; see meshauth.Identity.Name).
+func (m *Mesh) CredsFile(name string) string { return creds.SeedPath(m.CredsDir(), name) }

@@ -8,9 +8,9 @@
 //
 //	<DataDir>/LOCK         held (flock) by the running mesh: pid, host, command, start time
 //	<DataDir>/jetstream/   JetStream streams (commands, events)
-//	<DataDir>/cards.db     CardStore (bbolt)
+//	<DataDir>/cards.db     the node file (bbolt): the CardStore and the inbox's entries
 //	<DataDir>/registry.db  tool registry (bbolt)
-//	<DataDir>/inbox.db     inbox entries (bbolt)
+//	<DataDir>/inbox.db.migrated  the inbox's file before the node file, once its entries moved in
 //	<DataDir>/policies.db  Cedar policy sets and auth configs (Config.Auth)
 //	<DataDir>/keys/        projects' mandate issuer keys (Config.Auth)
 //	<DataDir>/admission.key this node's admission signing key (pkg/admit; 0600)
@@ -60,7 +60,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
-	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/internal/datalock"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
@@ -79,10 +78,8 @@ import (
 	"github.com/utpmesh/utpmesh/pkg/inbox/kvinbox"
 	"github.com/utpmesh/utpmesh/pkg/metrics"
 	"github.com/utpmesh/utpmesh/pkg/registry"
-	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 	"github.com/utpmesh/utpmesh/pkg/registry/natsreg"
 	"github.com/utpmesh/utpmesh/pkg/retention"
-	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
 	"github.com/utpmesh/utpmesh/pkg/unrouted"
 	"github.com/utpmesh/utpmesh/pkg/worker"
@@ -242,12 +239,13 @@ type Mesh struct {
 	nc     *nats.Conn
 	cards  cardstore.Store
 	reg    registry.Registry
-	boltDB *bolt.DB // cards.db, nil when the cards are replicated
-	// Replicated state only (nil with files): the policy store and the
-	// inbox's backend on its bucket (serve opens inbox.db when nil).
+	boltDB *bolt.DB // the node file (nodestore.go), nil when the cards are replicated
+	// The policy store (replicated state only; serve opens policies.db
+	// when nil) and the inbox's backend (the node file's, or the bucket).
 	policies    policystore.Store
 	inboxStore  inbox.Backend
-	inboxBoltDB *boltinbox.DB // inbox.db, nil when the inbox is replicated
+	inboxBoltDB *boltinbox.DB         // in the node file, nil when the inbox is replicated
+	resultHook  *boltinbox.ResultHook // the node file's: a result's entry in its transaction
 	cardSrv     *natsstore.Server
 	regSrv      *natsreg.Server
 	auth        *natsauthz.Service
@@ -436,35 +434,6 @@ func (m *Mesh) Ready() error {
 	return m.srv.Ready()
 }
 
-// openFiles opens the single-node state: the streams with one replica and
-// the bbolt files under DataDir.
-func (m *Mesh) openFiles(ctx context.Context, js jetstream.JetStream) error {
-	cfg, log := m.cfg, m.cfg.Logger
-	if err := streams.Ensure(ctx, js, cfg.ProtocolVersion); err != nil {
-		return err
-	}
-	storeOpts := []boltstore.Option{boltstore.WithLogger(log.With("component", "cardstore"))}
-	if cfg.MaxCardBytes > 0 {
-		storeOpts = append(storeOpts, boltstore.WithMaxCardBytes(cfg.MaxCardBytes))
-	}
-	if m.metrics != nil {
-		storeOpts = append(storeOpts, boltstore.WithCommitObserver(m.metrics.CardStore()))
-	}
-	cards, err := boltstore.Open(filepath.Join(cfg.DataDir, "cards.db"), storeOpts...)
-	if err != nil {
-		return err
-	}
-	m.cards, m.boltDB = cards, cards.DB()
-	m.push(func(context.Context) error { return cards.Close() })
-	reg, err := boltreg.Open(filepath.Join(cfg.DataDir, "registry.db"))
-	if err != nil {
-		return err
-	}
-	m.reg = reg
-	m.push(func(context.Context) error { return reg.Close() })
-	return nil
-}
-
 // serve starts the svc servers, the inbox and the worker runtime on the
 // state m holds.
 func (m *Mesh) serve(ctx context.Context) (err error) {
@@ -510,16 +479,6 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 		return err
 	}
 
-	if m.inboxStore == nil { // single node: inbox.db beside the other files
-		db, err := boltinbox.Open(filepath.Join(cfg.DataDir, "inbox.db"), boltinbox.DefaultOpenTimeout)
-		if err != nil {
-			return err
-		}
-		m.inboxStore, m.inboxBoltDB = db, db
-		// Closed after the service's Stop (stoppers run in reverse), even
-		// when Start fails, or the file lock outlives the mesh.
-		m.push(func(context.Context) error { return db.Close() })
-	}
 	icfg := inboxsvc.Config{Version: cfg.ProtocolVersion, Store: m.cards, Backend: m.inboxStore, Logger: log, TracerProvider: cfg.TracerProvider}
 	if m.metrics != nil {
 		icfg.Observer = m.metrics.Inbox()
@@ -535,6 +494,11 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	}
 	if err = m.inbox.Start(ctx); err != nil {
 		return err
+	}
+	if m.resultHook != nil {
+		// From now on a result's entry is stored with the result, and
+		// its wakeup rung once that commit is durable.
+		m.resultHook.Attach(m.inbox)
 	}
 
 	wcfg := cfg.Worker
@@ -630,104 +594,6 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 
 func (m *Mesh) push(f func(context.Context) error) { m.stoppers = append(m.stoppers, f) }
 
-// identities ensures the seed of every identity of Config.Identities and
-// returns the server's users and the core's seed file.
-func (m *Mesh) identities() ([]embednats.User, string, error) {
-	ic := m.cfg.Identities
-	dir := m.CredsDir()
-	ids := []meshauth.Identity{{Role: meshauth.RoleCore}, {Role: meshauth.RoleAdmin}, {Role: meshauth.RoleOperator}}
-	projects := ic.AgentProjects
-	if len(projects) == 0 {
-		projects = m.cfg.Projects
-	}
-	for _, p := range projects {
-		ids = append(ids, meshauth.Identity{Role: meshauth.RoleAgent, Project: p})
-	}
-	ids = append(ids, ic.Workers...)
-	added, err := m.addedIdentities()
-	if err != nil {
-		return nil, "", err
-	}
-	ids = append(ids, added...)
-	var admitted []meshauth.Identity
-	var users []embednats.User
-	seen := map[string]bool{}
-	for _, id := range ids {
-		if err := id.Validate(); err != nil {
-			return nil, "", fmt.Errorf("mesh: identities: %w", err)
-		}
-		name := id.Name()
-		if seen[name] {
-			return nil, "", fmt.Errorf("mesh: identities: %s is listed twice", name)
-		}
-		seen[name] = true
-		pub := id.Key // identity add: the seed stays with its holder
-		if pub == "" {
-			var created bool
-			if pub, created, err = meshauth.Ensure(dir, name); err != nil {
-				return nil, "", err
-			}
-			if created {
-				m.cfg.Logger.Debug("created NATS credentials", "identity", name, "file", creds.SeedPath(dir, name))
-			}
-		}
-		id.Key = pub
-		if id.Role == meshauth.RoleAgent {
-			id.RawCommands = m.rawCommands(id.Project)
-		}
-		users = append(users, embednats.User{Nkey: pub, Name: name, Permissions: meshauth.Permissions(m.cfg.ProtocolVersion, id)})
-		m.names.Store(pub, name)
-		admitted = append(admitted, id)
-	}
-	m.idents.setAdmitted(admitted)
-	return users, creds.SeedPath(dir, meshauth.RoleCore), nil
-}
-
-// identityNames resolves the public nkeys of the mesh's identities to
-// their names, for the audit of signed requests; nil without identities.
-func (m *Mesh) identityNames() func(pub string) (string, bool) {
-	if m.cfg.Identities == nil {
-		return nil
-	}
-	return func(pub string) (string, bool) {
-		v, ok := m.names.Load(pub)
-		name, _ := v.(string)
-		return name, ok
-	}
-}
-
-// AddIdentities admits more identities (e.g. worker identities for tool
-// services built after the server started) with a live reload of the
-// server's users. It needs Config.Identities.
-func (m *Mesh) AddIdentities(ids ...meshauth.Identity) error {
-	if m.cfg.Identities == nil {
-		return errors.New("mesh: AddIdentities needs Config.Identities (NATS authentication on)")
-	}
-	m.idents.mu.Lock()
-	defer m.idents.mu.Unlock()
-	m.cfg.Identities.Workers = append(m.cfg.Identities.Workers, ids...)
-	users, _, err := m.identities()
-	if err != nil {
-		return err
-	}
-	if err := m.identityDurables(m.Identities()); err != nil {
-		return err
-	}
-	return m.srv.SetUsers(users)
-}
-
-// CredsDir is where the identities' seed files live (Config.Identities).
-func (m *Mesh) CredsDir() string {
-	if m.cfg.Identities != nil && m.cfg.Identities.Dir != "" {
-		return m.cfg.Identities.Dir
-	}
-	return filepath.Join(m.cfg.DataDir, "creds")
-}
-
-// CredsFile is the seed file of the identity named name (core, admin,
-// agent-<project>, worker-<service>; see meshauth.Identity.Name).
-func (m *Mesh) CredsFile(name string) string { return creds.SeedPath(m.CredsDir(), name) }
-
 // Admission is the mesh's admission service (svc.dispatch).
 func (m *Mesh) Admission() *admit.Service { return m.admit }
 
@@ -750,21 +616,8 @@ func (m *Mesh) Conn() *nats.Conn { return m.nc }
 // Cards is the mesh's CardStore.
 func (m *Mesh) Cards() cardstore.Store { return m.cards }
 
-// CardsDB is the CardStore's bbolt file (for inspection and benchmarks),
-// nil when the cards are not in a local file.
-func (m *Mesh) CardsDB() *bolt.DB { return m.boltDB }
-
 // Inbox is the mesh's inbox service.
 func (m *Mesh) Inbox() *inboxsvc.Service { return m.inbox }
-
-// InboxDB is the inbox's bbolt file (for inspection and benchmarks), nil
-// when the inbox is replicated.
-func (m *Mesh) InboxDB() *bolt.DB {
-	if m.inboxBoltDB == nil {
-		return nil
-	}
-	return m.inboxBoltDB.Bolt()
-}
 
 // NATS is the embedded nats-server (nil with Config.External).
 func (m *Mesh) NATS() *embednats.Server { return m.srv }

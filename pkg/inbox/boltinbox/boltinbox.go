@@ -70,6 +70,8 @@ type DB struct {
 	bolt    *bolt.DB
 	commits *boltfile.Committer
 	path    string
+	// shared: bolt and commits belong to the caller (OpenShared).
+	shared bool
 	// mu guards closed for the read path: every read transaction holds it
 	// for reading, Close for writing, so no read starts on a closed file.
 	mu     sync.RWMutex
@@ -117,15 +119,22 @@ func Open(path string, timeout time.Duration) (*DB, error) {
 
 // Close commits every write accepted before it (wakeup-sent marks and lazy
 // acks included), then closes the file. Later calls fail with
-// inbox.ErrClosed; Close again does nothing.
+// inbox.ErrClosed; Close again does nothing. An inbox in a shared file
+// (OpenShared) leaves the committer and the file to their owner, whose
+// committer's Close commits what is queued.
 func (d *DB) Close() error {
-	d.commits.Close()
+	if !d.shared {
+		d.commits.Close()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil
 	}
 	d.closed = true
+	if d.shared {
+		return nil // the caller closes the committer, then the file
+	}
 	if err := d.bolt.Close(); err != nil {
 		return fmt.Errorf("inbox: close %s: %w", d.path, err)
 	}
@@ -138,6 +147,9 @@ func (d *DB) Close() error {
 // run again without fn, so fn may write before it checks. fn may run more
 // than once and must set its outputs anew on every run.
 func (d *DB) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	if d.shared && d.isClosed() {
+		return inbox.ErrClosed // the shared committer outlives the inbox
+	}
 	return d.mapClosed(d.commits.Write(ctx, 0, dirtyOnError(fn)))
 }
 
@@ -156,6 +168,10 @@ func (d *DB) Bolt() *bolt.DB { return d.bolt }
 // later runs fn in the next transaction (see boltfile.Committer.Later) and
 // calls done with the outcome once it is committed.
 func (d *DB) later(fn func(tx *bolt.Tx) error, done func(err error)) {
+	if d.shared && d.isClosed() {
+		done(inbox.ErrClosed)
+		return
+	}
 	d.commits.Later(0, dirtyOnError(fn), func(err error) { done(d.mapClosed(err)) })
 }
 
@@ -246,13 +262,34 @@ func putRecord(tx *bolt.Tx, r *record) error {
 // write commit together or not at all.
 //
 // created_at is read inside the transaction, so creation order (seq) and
-// created_at agree.
+// created_at agree. A read transaction looks for the call's entry first:
+// a report of a call that has one (a duplicate, or the worker's report
+// of an entry its result's transaction stored, ResultHook) costs no
+// commit.
 func (d *DB) Insert(ctx context.Context, project, channel string, rep *utp.Report, traceparent string) (*inbox.Entry, bool, error) {
 	var (
 		created bool
 		res     *inbox.Entry
 	)
-	err := d.update(ctx, func(tx *bolt.Tx) error {
+	err := d.view(ctx, func(tx *bolt.Tx) error {
+		id := tx.Bucket(bucketCalls).Get(key(project, rep.AgentTurnID, rep.ToolCallID))
+		if id == nil {
+			return nil
+		}
+		r, err := getRecord(tx, project, string(id))
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			return fmt.Errorf("inbox: dedupe index names entry %s of project %s, which does not exist", id, project)
+		}
+		res = &r.Entry
+		return nil
+	})
+	if err != nil || res != nil {
+		return res, false, err
+	}
+	err = d.update(ctx, func(tx *bolt.Tx) error {
 		var err error
 		res, created, err = insertTx(tx, project, channel, rep, traceparent)
 		return err

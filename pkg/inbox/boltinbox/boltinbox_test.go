@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/boltinbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/inboxtest"
@@ -21,6 +22,36 @@ func TestConformance(t *testing.T) {
 		}
 		t.Cleanup(func() {
 			if err := d.Close(); err != nil {
+				t.Error(err)
+			}
+			if err := boltinbox.Check(path); err != nil {
+				t.Error(err)
+			}
+		})
+		return d
+	})
+}
+
+// TestConformanceShared runs the suite on an inbox in a node file
+// (OpenShared: the caller's file and committer).
+func TestConformanceShared(t *testing.T) {
+	inboxtest.Run(t, func(t *testing.T) inbox.Backend {
+		path := filepath.Join(t.TempDir(), "cards.db")
+		db, err := boltfile.Open(path, boltfile.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		commits := boltfile.NewCommitter(db, boltfile.CommitConfig{})
+		d, err := boltinbox.OpenShared(db, commits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := d.Close(); err != nil {
+				t.Error(err)
+			}
+			commits.Close()
+			if err := db.Close(); err != nil {
 				t.Error(err)
 			}
 			if err := boltinbox.Check(path); err != nil {

@@ -1,6 +1,23 @@
 // Package boltinbox keeps the inbox's entries in a bbolt file: the
-// inbox.Backend of a single-node mesh (pkg/mesh opens <DataDir>/inbox.db
-// with Open and DefaultOpenTimeout and hands it to inboxsvc.Config.Backend).
+// inbox.Backend of a single-node mesh. Open gives the inbox a file of its
+// own; OpenShared puts it in a file it shares with the CardStore (a
+// node's file: pkg/mesh opens <DataDir>/cards.db with boltfile.Open and
+// one committer for both, and hands the inbox to
+// inboxsvc.Config.Backend). Its buckets do not collide with the
+// CardStore's, and its schema version is kept under SchemaKey in the
+// file's meta bucket.
+//
+// In a shared file the inbox's ResultHook (set on the CardStore with
+// boltstore.WithResultHook) stores a call's entry in the transaction that
+// stores its tool.result card: inbox.ReportOfResult builds the report the
+// worker would send from the result and the call's tool.call card, and
+// Insert's transaction (de-duplication, stale rule) stores it; once the
+// commit is durable the hook's Announcer (inboxsvc.Service) rings the
+// wakeup. The worker's report then finds the entry with a read
+// transaction: Insert looks for the call's entry before it writes, so a
+// report of a call that has one costs no commit. Migrate moves the
+// entries of a data directory's former inbox.db into the shared file once,
+// in one transaction, and renames the file inbox.db.migrated.
 //
 // The file (fsync on every commit) has a schema version; another process
 // holding it makes Open fail with ErrLocked after the timeout. Besides the

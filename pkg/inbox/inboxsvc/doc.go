@@ -9,8 +9,9 @@
 //
 // The service neither chooses nor opens its storage, and imports no
 // storage engine: the caller opens a Backend — a boltinbox.DB on one node
-// (pkg/mesh: boltinbox.Open of <DataDir>/inbox.db, which fails with
-// boltinbox.ErrLocked while another process holds the file), or a
+// (pkg/mesh: boltinbox.OpenShared in the node file <DataDir>/cards.db,
+// which it shares with the CardStore; the file fails to open with
+// ErrLocked while another process holds it), or a
 // kvinbox.KV on the replicated bucket in cluster mode — passes it in
 // Config.Backend, and closes it after Stop has returned. Stop leaves the
 // backend open; Close then writes what is still queued (wakeup marks, lazy
@@ -81,6 +82,29 @@
 // one-second delay; the consumer has no delivery limit, so it is retried
 // until it succeeds.
 //
+// # An entry stored with its result (a node's file)
+//
+// When the backend shares the CardStore's file (boltinbox.OpenShared, its
+// ResultHook attached to the Service: pkg/mesh on one node), the entry of
+// a call is stored in the transaction of its tool.result card, and, once
+// that commit is durable, Announce publishes its wakeup in the background
+// (step 4 above, without a report; a new entry counts as
+// OutcomeAccepted). The worker's report then arrives as ever and finds
+// the entry (created=false) without a commit. Whoever publishes an
+// entry's wakeup — Announce or a report's handler — holds it "in flight"
+// until the wakeup-sent mark commits; a report of an entry in flight
+// waits for that publish and, once it succeeded, answers (counted
+// OutcomeDuplicate) without publishing again; a failed one makes the
+// report publish it. So the reply still comes only once the entry is on
+// disk and the wakeup stored. Both ways run one tail, ring. Results the
+// hook makes no entry for (inbox.ReportOfResult's refusals) take the
+// report's way.
+//
+// A crash after the result's commit, before the wakeup is stored: the
+// worker never got its reply and did not acknowledge its command; the
+// redelivery finds the result, re-reports it, and the report publishes
+// the wakeup of the entry (it has no mark).
+//
 // # Crash windows, and why each is safe
 //
 //   - Before the entry commits: nothing is stored and the report is not
@@ -134,7 +158,9 @@
 //     is written is dead-lettered, not retried (tool services write the card
 //     first, as the seed requires).
 //   - The card's metadata.agent_id is not compared with the report's
-//     agent_id; the wakeup goes to the report's agent_id.
+//     agent_id; the wakeup goes to the report's agent_id (to the card's
+//     when the entry came with the result: a report naming another agent
+//     then finds that entry).
 //   - The wakeup is a doorbell: the agent reads the entry (list/get) and the
 //     tool.result card, and acknowledges the entry with "ack".
 package inboxsvc

@@ -7,9 +7,12 @@ import (
 
 // Outcomes of one report, as passed to Observer.ReportHandled.
 const (
-	// OutcomeAccepted: a new entry was stored and its wakeup sent.
+	// OutcomeAccepted: a new entry was stored and its wakeup sent (also
+	// counted for an entry stored with its result card, Announce).
 	OutcomeAccepted = "accepted"
-	// OutcomeDuplicate: the call already had an entry; nothing new.
+	// OutcomeDuplicate: the call already had an entry; nothing new. On a
+	// node whose inbox shares the CardStore's file the worker's report
+	// of an entry stored with its result counts here.
 	OutcomeDuplicate = "duplicate"
 	// OutcomeStale: stored stale (an older turn_epoch); no wakeup.
 	OutcomeStale = "stale"

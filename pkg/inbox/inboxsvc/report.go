@@ -166,44 +166,8 @@ func (s *Service) process(ctx context.Context, log *slog.Logger, m report, kind 
 		return nil, err
 	}
 	log = log.With("inbox_id", entry.InboxID)
-	switch {
-	case created && entry.State == inbox.StateStale:
-		log.Info("inbox: stale report stored; no wakeup", "state", entry.State)
-		s.observe(OutcomeStale)
-	case !created && (entry.State != inbox.StatePending || entry.WakeupSentAt != nil):
-		log.Debug("inbox: duplicate report acknowledged", "state", entry.State)
-		s.observe(OutcomeDuplicate)
-	default:
-		if !created {
-			log.Info("inbox: duplicate report of an entry whose wakeup is not known to be published; publishing it")
-		}
-		if err := s.publishWakeup(ctx, m.Headers(), entry); err != nil {
-			log.Warn("inbox: cannot publish the wakeup; retrying", "err", err)
-			return nil, err
-		}
-		now := time.Now()
-		lag := now.Sub(resultCard.CreatedAt)
-		// The wakeup-sent mark rides along with the next inbox transaction
-		// (another report's entry, an agent's ack) instead of paying an
-		// fsync of its own; nothing waits for it. A duplicate that raced
-		// the first handler re-publishes the same wakeup (JetStream drops
-		// it by Nats-Msg-Id); only the mark that was first counts, so one
-		// entry is one wakeup.
-		s.st.MarkSentLater(project, entry.InboxID, now, func(first bool, err error) {
-			if err != nil {
-				log.Warn("inbox: wakeup published but not recorded; a redelivered report re-publishes it", "err", err)
-				return
-			}
-			if first && s.cfg.Observer != nil {
-				s.cfg.Observer.WakeupSent(lag)
-			}
-		})
-		log.Info("inbox: report accepted; wakeup sent", "status", entry.Status, "after_execution", entry.AfterExecution, "lag", lag)
-		if !created {
-			s.observe(OutcomeDuplicate)
-		} else {
-			s.observe(OutcomeAccepted)
-		}
+	if err := s.ring(ctx, log, m.Headers(), entry, created, resultCard.CreatedAt); err != nil {
+		return nil, err
 	}
 	return entry, nil
 }

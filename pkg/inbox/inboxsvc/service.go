@@ -90,6 +90,10 @@ type Service struct {
 
 	stopOnce sync.Once
 	stopErr  error
+
+	// fmu guards flights: the wakeups being published, by entry (ring.go).
+	fmu     sync.Mutex
+	flights map[string]*flight
 }
 
 // New validates cfg. It neither opens the backend (the caller has) nor
@@ -135,6 +139,7 @@ func New(nc *nats.Conn, cfg Config) (*Service, error) {
 		sem:     make(chan struct{}, cfg.Concurrency),
 		stopCh:  make(chan struct{}),
 		baseCtx: ctx, cancel: cancel,
+		flights: map[string]*flight{},
 	}, nil
 }
 

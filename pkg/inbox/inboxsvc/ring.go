@@ -1,0 +1,200 @@
+package inboxsvc
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/inbox"
+	"github.com/utpmesh/utpmesh/pkg/telemetry"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+)
+
+// flight is the publish of one entry's wakeup: from the moment a handler
+// (a report's, or Announce's) takes it on until its wakeup-sent mark is
+// committed, when reads of the entry show the mark. A report of the entry
+// meanwhile waits for it instead of publishing again: once done is closed
+// with err nil, the wakeup is stored.
+type flight struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// flightKey names an entry among the flights.
+func flightKey(e *inbox.Entry) string { return e.ProjectID + "\x00" + e.InboxID }
+
+// takeFlight returns the entry's flight and whether the caller owns it
+// (it was not in flight: the caller publishes and lands it).
+func (s *Service) takeFlight(e *inbox.Entry) (*flight, bool) {
+	k := flightKey(e)
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if f := s.flights[k]; f != nil {
+		return f, false
+	}
+	f := &flight{done: make(chan struct{})}
+	s.flights[k] = f
+	return f, true
+}
+
+// landFlight ends the publish of f with err; a failed one leaves the
+// flights at once, so the next report publishes again.
+func (s *Service) landFlight(e *inbox.Entry, f *flight, err error) {
+	f.err = err
+	close(f.done)
+	if err != nil {
+		s.dropFlight(e, f)
+	}
+}
+
+// dropFlight removes f, once reads show the entry's mark (or it failed).
+func (s *Service) dropFlight(e *inbox.Entry, f *flight) {
+	k := flightKey(e)
+	s.fmu.Lock()
+	if s.flights[k] == f {
+		delete(s.flights, k)
+	}
+	s.fmu.Unlock()
+}
+
+// needsWakeup decides what a stored entry calls for: nothing (a stale new
+// entry, or one that is not pending or whose wakeup is recorded) or its
+// wakeup. It logs and counts the first two.
+func (s *Service) needsWakeup(log *slog.Logger, e *inbox.Entry, created bool) bool {
+	switch {
+	case created && e.State == inbox.StateStale:
+		log.Info("inbox: stale report stored; no wakeup", "state", e.State)
+		s.observe(OutcomeStale)
+		return false
+	case !created && (e.State != inbox.StatePending || e.WakeupSentAt != nil):
+		log.Debug("inbox: duplicate report acknowledged", "state", e.State)
+		s.observe(OutcomeDuplicate)
+		return false
+	}
+	return true
+}
+
+// ring takes a report's stored entry to its end: a pending entry's wakeup
+// published (or known to be: another handler's publish of it succeeded)
+// before it returns nil. It is the tail of every report (process), and
+// Announce's publish is the same publish.
+func (s *Service) ring(ctx context.Context, log *slog.Logger, in nats.Header, e *inbox.Entry, created bool, resultAt time.Time) error {
+	if !s.needsWakeup(log, e, created) {
+		return nil
+	}
+	for {
+		f, mine := s.takeFlight(e)
+		if mine {
+			if !created {
+				log.Info("inbox: duplicate report of an entry whose wakeup is not known to be published; publishing it")
+			}
+			if err := s.publish(ctx, log, in, e, resultAt, f); err != nil {
+				return err
+			}
+			if created {
+				s.observe(OutcomeAccepted)
+			} else {
+				s.observe(OutcomeDuplicate)
+			}
+			return nil
+		}
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if f.err == nil {
+			log.Debug("inbox: report of an entry whose wakeup is published; acknowledged")
+			s.observe(OutcomeDuplicate)
+			return nil
+		}
+		// That publish failed (and left): publish it ourselves.
+	}
+}
+
+// publish publishes e's wakeup and waits for JetStream's PubAck, lands f,
+// and queues the wakeup-sent mark, which rides along with the next
+// transaction instead of paying an fsync of its own (nothing waits for
+// it); f leaves the flights once the mark is committed. A duplicate that
+// raced the first handler before it took f re-publishes the same wakeup
+// (JetStream drops it by Nats-Msg-Id); only the mark that was first
+// counts, so one entry is one wakeup.
+func (s *Service) publish(ctx context.Context, log *slog.Logger, in nats.Header, e *inbox.Entry, resultAt time.Time, f *flight) error {
+	err := s.publishWakeup(ctx, in, e)
+	s.landFlight(e, f, err)
+	if err != nil {
+		log.Warn("inbox: cannot publish the wakeup; retrying", "err", err)
+		return err
+	}
+	now := time.Now()
+	lag := now.Sub(resultAt)
+	s.st.MarkSentLater(e.ProjectID, e.InboxID, now, func(first bool, err error) {
+		s.dropFlight(e, f)
+		if err != nil {
+			log.Warn("inbox: wakeup published but not recorded; a redelivered report re-publishes it", "err", err)
+			return
+		}
+		if first && s.cfg.Observer != nil {
+			s.cfg.Observer.WakeupSent(lag)
+		}
+	})
+	log.Info("inbox: report accepted; wakeup sent", "status", e.Status, "after_execution", e.AfterExecution, "lag", lag)
+	return nil
+}
+
+// Announce rings the wakeup of an entry stored in the transaction of its
+// tool.result card (boltinbox's ResultHook on a node whose inbox shares
+// the CardStore's file; it implements boltinbox.Announcer). It returns at
+// once: the publish runs in the background, as a report's would, and a
+// report of the entry that arrives meanwhile (the worker's) waits for it
+// rather than publishing again, then answers. A new entry whose wakeup is
+// published counts as OutcomeAccepted (the worker's report then finds a
+// duplicate). After Stop it does nothing: the entry stays without its
+// mark, and the worker's report (redelivered if need be) publishes the
+// wakeup.
+func (s *Service) Announce(e *inbox.Entry, created bool, result *card.Card) {
+	log := s.log.With("project_id", e.ProjectID, "channel_id", e.ChannelID, "agent_id", e.AgentID,
+		"agent_turn_id", e.AgentTurnID, "tool_call_id", e.ToolCallID, "tool_name", e.ToolName,
+		"turn_epoch", e.TurnEpoch, "tool_result_card_id", e.ToolResultCardID, "inbox_id", e.InboxID, "from", "result")
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		log.Debug("inbox: stopped; the entry's wakeup is left to the worker's report")
+		return
+	}
+	if !s.needsWakeup(log, e, created) {
+		s.mu.Unlock()
+		return
+	}
+	f, mine := s.takeFlight(e)
+	if !mine {
+		s.mu.Unlock()
+		return // a report's handler publishes it
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.AckWait)
+		defer cancel()
+		h := nats.Header{}
+		h.Set(utp.HeaderTraceparent, e.Traceparent)
+		ctx, span := s.tr.Start(telemetry.Extract(ctx, h), telemetry.SpanWakeup, trace.WithSpanKind(trace.SpanKindInternal))
+		defer span.End()
+		span.SetAttributes(telemetry.AttrToolName.String(e.ToolName), telemetry.AttrToolCallID.String(e.ToolCallID),
+			telemetry.AttrAgentTurnID.String(e.AgentTurnID), telemetry.AttrProjectID.String(e.ProjectID),
+			telemetry.AttrStatus.String(string(e.Status)))
+		if err := s.publish(ctx, log, nil, e, result.CreatedAt, f); err != nil {
+			return // logged; the worker's report publishes it
+		}
+		if created {
+			s.observe(OutcomeAccepted)
+		} else {
+			s.observe(OutcomeDuplicate)
+		}
+	}()
+}
