@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -391,4 +392,22 @@ func findResult(b *buckets, projectID, agentTurnID, toolCallID string) (*card.Ca
 		return nil, fmt.Errorf("boltstore: results index names card %s in project %s, which is missing", id, projectID)
 	}
 	return decodeCard(data)
+}
+
+// isCallCard reports whether data (the stored card id, nil: no card) is
+// a tool.call card of the call toolCallID. It reads the two fields only,
+// after a byte search that skips most other cards, so scans of a turn
+// decode (and validate) only the match.
+func isCallCard(data, id []byte, toolCallID string) (bool, error) {
+	if data == nil || !bytes.Contains(data, []byte(card.TypeToolCall)) {
+		return false, nil
+	}
+	var head struct {
+		Type       string `json:"type"`
+		ToolCallID string `json:"tool_call_id"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return false, fmt.Errorf("boltstore: stored card %s is corrupt: %w", id, err)
+	}
+	return head.Type == card.TypeToolCall && head.ToolCallID == toolCallID, nil
 }

@@ -3,7 +3,6 @@ package boltstore
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -217,18 +216,10 @@ func (s *Store) findToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 				return err
 			}
 			data := b.cards.Get(cardKey(projectID, string(v)))
-			if data == nil || !bytes.Contains(data, []byte(card.TypeToolCall)) {
-				continue
-			}
-			// Read the two fields first; decode (and validate) only the match.
-			var head struct {
-				Type       string `json:"type"`
-				ToolCallID string `json:"tool_call_id"`
-			}
-			if err := json.Unmarshal(data, &head); err != nil {
-				return fmt.Errorf("boltstore: stored card %s is corrupt: %w", v, err)
-			}
-			if head.Type != card.TypeToolCall || head.ToolCallID != toolCallID {
+			if ok, err := isCallCard(data, v, toolCallID); err != nil || !ok {
+				if err != nil {
+					return err
+				}
 				continue
 			}
 			c, err := card.Decode(data)

@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 
@@ -172,17 +171,10 @@ func findCallCard(b *buckets, project, turn, call string) (*card.Card, error) {
 		}
 		n++
 		data := cards.getID(v)
-		if data == nil || !bytes.Contains(data, []byte(card.TypeToolCall)) {
-			continue
-		}
-		var head struct {
-			Type       string `json:"type"`
-			ToolCallID string `json:"tool_call_id"`
-		}
-		if err := json.Unmarshal(data, &head); err != nil {
-			return nil, fmt.Errorf("boltstore: stored card %s is corrupt: %w", v, err)
-		}
-		if head.Type == card.TypeToolCall && head.ToolCallID == call {
+		if ok, err := isCallCard(data, v, call); err != nil || ok {
+			if err != nil {
+				return nil, err
+			}
 			return decodeCard(data)
 		}
 	}

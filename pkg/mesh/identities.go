@@ -159,6 +159,12 @@ func (m *Mesh) ReloadIdentities() error {
 	}
 	m.idents.mu.Lock()
 	defer m.idents.mu.Unlock()
+	return m.applyIdentitiesLocked()
+}
+
+// applyIdentitiesLocked gives the server the users of the identities as
+// they are now; m.idents.mu is held.
+func (m *Mesh) applyIdentitiesLocked() error {
 	users, _, err := m.identities()
 	if err != nil {
 		return err
@@ -350,14 +356,7 @@ func (m *Mesh) AddIdentities(ids ...meshauth.Identity) error {
 	m.idents.mu.Lock()
 	defer m.idents.mu.Unlock()
 	m.cfg.Identities.Workers = append(m.cfg.Identities.Workers, ids...)
-	users, _, err := m.identities()
-	if err != nil {
-		return err
-	}
-	if err := m.identityDurables(m.Identities()); err != nil {
-		return err
-	}
-	return m.srv.SetUsers(users)
+	return m.applyIdentitiesLocked()
 }
 
 // CredsDir is where the identities' seed files live (Config.Identities).
