@@ -272,6 +272,9 @@ func (s *Service) callCard(ctx context.Context, project string, req *utp.Dispatc
 		extra[MetadataMandateJTI], _ = json.Marshal(d.jti)
 	}
 	extra[MetadataAdmission], _ = json.Marshal(d.summary)
+	if req.Traceparent != "" {
+		extra[card.ExtraTraceparent], _ = json.Marshal(req.Traceparent)
+	}
 	cc.Metadata.Extra = extra
 	if err := cc.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("%w: tool.call card: %v", ErrInvalid, err)

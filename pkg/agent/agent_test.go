@@ -148,9 +148,11 @@ func TestCallEcho(t *testing.T) {
 	}
 	want := card.Metadata{AgentID: "agent-1", AgentTurnID: "turn-1", TurnEpoch: 2, StepID: "step-1",
 		ToolCallID: "call-1", TraceID: "0af7651916cd43dd8448eb211c80319c", ParentStepID: "step-0", Role: "assistant"}
-	// The mesh's admission records its decision; no mandate is stored.
-	if _, ok := cc.Metadata.Extra["admission"]; !ok || len(cc.Metadata.Extra) != 1 {
-		t.Errorf("tool.call metadata extra = %s, want the admission's decision only", cc.Metadata.Extra)
+	// The mesh's admission records its decision and the command's
+	// traceparent; no mandate is stored.
+	if _, ok := cc.Metadata.Extra["admission"]; !ok || len(cc.Metadata.Extra) != 2 ||
+		string(cc.Metadata.Extra[card.ExtraTraceparent]) != `"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"` {
+		t.Errorf("tool.call metadata extra = %s, want the admission's decision and the command's traceparent only", cc.Metadata.Extra)
 	}
 	cc.Metadata.Extra = nil
 	if !reflect.DeepEqual(cc.Metadata, want) {

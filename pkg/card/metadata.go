@@ -35,6 +35,12 @@ type Metadata struct {
 	Extra map[string]json.RawMessage `json:"-"`
 }
 
+// ExtraTraceparent is the Extra key under which the mesh's admission keeps
+// the W3C traceparent of a call's command on its tool.call card, so that
+// a wakeup rung from the stored result (a single node's inbox) carries the
+// command's traceparent unchanged, as a report's would.
+const ExtraTraceparent = "traceparent"
+
 // metadataKnown lists the keys that are typed fields of Metadata.
 var metadataKnown = map[string]bool{
 	"agent_id": true, "agent_turn_id": true, "turn_epoch": true, "step_id": true,

@@ -74,9 +74,41 @@ func ReportOfResult(version string, result, call *card.Card) (*ResultReport, err
 			return nil, fmt.Errorf("%w: tool.result card %s: %s is longer than %d bytes", ErrInvalid, result.CardID, f.name, card.MaxIDLen)
 		}
 	}
-	tp := utp.NewTraceparent()
-	if id := md.TraceID; utp.TraceID("00-"+id+"-0000000000000001-01") == id && id != "" {
+	return &ResultReport{ProjectID: result.ProjectID, ChannelID: sub.Channel, Report: rep, Traceparent: traceparentOf(result, call)}, nil
+}
+
+// traceparentOf is the traceparent of the report of result: the command's,
+// kept on the call card by the admission (card.ExtraTraceparent), when it
+// is well-formed and of the result's trace; else the result's trace id
+// with a span id of its own; else a fresh one.
+func traceparentOf(result, call *card.Card) string {
+	id := result.Metadata.TraceID
+	var tp string
+	if raw, ok := call.Metadata.Extra[card.ExtraTraceparent]; ok && json.Unmarshal(raw, &tp) == nil &&
+		wellFormedTraceparent(tp) && (id == "" || utp.TraceID(tp) == id) {
+		return tp
+	}
+	tp = utp.NewTraceparent()
+	if utp.TraceID("00-"+id+"-0000000000000001-01") == id && id != "" {
 		tp = "00-" + id + tp[len("00-")+32:]
 	}
-	return &ResultReport{ProjectID: result.ProjectID, ChannelID: sub.Channel, Report: rep, Traceparent: tp}, nil
+	return tp
 }
+
+// wellFormedTraceparent reports whether tp is a version-00 W3C
+// traceparent: 00-<32 hex>-<16 hex>-<2 hex>, lower case.
+func wellFormedTraceparent(tp string) bool {
+	if len(tp) != 55 || tp[:3] != "00-" || tp[35] != '-' || tp[52] != '-' {
+		return false
+	}
+	for i, c := range tp[3:] {
+		if i == 32 || i == 49 {
+			continue
+		}
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+

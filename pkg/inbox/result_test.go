@@ -81,3 +81,42 @@ func TestReportOfResult(t *testing.T) {
 		})
 	}
 }
+
+// TestReportOfResultTraceparent: the report carries the command's
+// traceparent kept on the call card when it is well-formed and of the
+// result's trace (the wakeup then carries it unchanged, as a worker's
+// report would); otherwise the result's trace id with a span of its own.
+func TestReportOfResultTraceparent(t *testing.T) {
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	cmd := "00-" + trace + "-00f067aa0ba902b7-01"
+	for _, tc := range []struct {
+		name, kept string
+		same       bool
+	}{
+		{"the command's", cmd, true},
+		{"none kept", "", false},
+		{"another trace", "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01", false},
+		{"upper case", "00-" + strings.ToUpper(trace) + "-00f067aa0ba902b7-01", false},
+		{"short span", "00-" + trace + "-00f067aa0ba902-01", false},
+		{"not hex", "00-" + trace + "-00f067aa0ba902zz-01", false},
+		{"other version", "01-" + trace + "-00f067aa0ba902b7-01", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			result, call := resultCards("cg.v1.p.main.cmd.tool.echo")
+			if tc.kept != "" {
+				raw, _ := json.Marshal(tc.kept)
+				call.Metadata.Extra = map[string]json.RawMessage{card.ExtraTraceparent: raw}
+			}
+			rr, err := inbox.ReportOfResult("v1", result, call)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rr.Traceparent == tc.kept; got != tc.same {
+				t.Fatalf("traceparent %q, kept %q: same = %v, want %v", rr.Traceparent, tc.kept, got, tc.same)
+			}
+			if utp.TraceID(rr.Traceparent) != trace || len(rr.Traceparent) != 55 {
+				t.Fatalf("traceparent %q is not of trace %s", rr.Traceparent, trace)
+			}
+		})
+	}
+}

@@ -97,7 +97,7 @@ type AdmissionKeysReply struct {
 // itself; DispatchRequest.Metadata may not set them.
 var TypedMetadata = map[string]bool{"agent_id": true, "agent_turn_id": true, "turn_epoch": true, "step_id": true,
 	"tool_call_id": true, "trace_id": true, "parent_step_id": true, "function_name": true, "role": true,
-	"mandate": true, "mandate_jti": true, "mandate_sha256": true, "admission": true}
+	"mandate": true, "mandate_jti": true, "mandate_sha256": true, "admission": true, card.ExtraTraceparent: true}
 
 // Check validates r as the admission service does and returns its
 // arguments in canonical form ({} for none). The error wraps ErrDispatch

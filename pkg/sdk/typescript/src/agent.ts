@@ -554,7 +554,7 @@ export class AgentClient {
 }
 
 const TYPED_METADATA = new Set(["agent_id", "agent_turn_id", "turn_epoch", "step_id", "tool_call_id", "trace_id",
-  "parent_step_id", "function_name", "role", "mandate", "mandate_jti", "mandate_sha256", "admission"]);
+  "parent_step_id", "function_name", "role", "mandate", "mandate_jti", "mandate_sha256", "admission", "traceparent"]);
 
 function waitKey(turn: string, call: string): string {
   return `${turn}\u0000${call}`;
