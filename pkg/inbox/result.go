@@ -111,4 +111,3 @@ func wellFormedTraceparent(tp string) bool {
 	}
 	return true
 }
-
