@@ -71,11 +71,13 @@ func (s *Service) ringUnrung(ul unrungLister, since time.Time) {
 func (s *Service) startRinging(since time.Time) {
 	ul, ok := s.st.(unrungLister)
 	if !ok {
+		close(s.rung)
 		return
 	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer close(s.rung)
 		s.ringUnrung(ul, since)
 	}()
 }

@@ -94,6 +94,10 @@ type Service struct {
 	// fmu guards flights: the wakeups being published, by entry (ring.go).
 	fmu     sync.Mutex
 	flights map[string]*flight
+
+	// rung is closed once the start's ringing of unmarked entries has
+	// ended (at once for a backend without it; doorbell.go).
+	rung chan struct{}
 }
 
 // New validates cfg. It neither opens the backend (the caller has) nor
@@ -140,6 +144,7 @@ func New(nc *nats.Conn, cfg Config) (*Service, error) {
 		stopCh:  make(chan struct{}),
 		baseCtx: ctx, cancel: cancel,
 		flights: map[string]*flight{},
+		rung:    make(chan struct{}),
 	}, nil
 }
 
