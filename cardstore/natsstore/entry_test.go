@@ -19,7 +19,9 @@ import (
 // everyEntry is a ResultHook that "stores an entry" for every result.
 type everyEntry struct{}
 
-func (everyEntry) ResultStored(*bolt.Tx, *card.Card, *card.Card) (func(), error) { return func() {}, nil }
+func (everyEntry) ResultStored(*bolt.Tx, *card.Card, *card.Card) (func(), error) {
+	return func() {}, nil
+}
 
 var _ cardstore.EntryPutter = (*natsstore.Client)(nil)
 
