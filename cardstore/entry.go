@@ -15,6 +15,11 @@ import (
 // not report the result to the inbox (docs/protocol.md §8). A Store that
 // never stores entries (the replicated cardstore/jsstore) does not
 // implement it, and a caller treats it as answering false.
+//
+// A wrapper that embeds a store by its concrete type (*boltstore.Store,
+// *natsstore.Client) and overrides Put inherits PutWithEntry, which
+// bypasses that Put for the worker's results: embed the cardstore.Store
+// interface instead, or override PutWithEntry too.
 type EntryPutter interface {
 	// PutWithEntry is Put. inboxEntry is true only when the cards hold
 	// tool.result cards and the commit that stored each of them new
