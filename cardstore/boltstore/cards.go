@@ -31,24 +31,8 @@ type putCard struct {
 // stored data and the writes run in the (shared) transaction. A Put of no
 // cards succeeds and writes nothing.
 func (s *Store) Put(ctx context.Context, cards ...*card.Card) error {
-	if err := checkCtx(ctx); err != nil {
-		return err
-	}
-	if s.closing.Load() {
-		return cardstore.ErrClosed
-	}
-	if err := cardstore.CheckPutBatch(len(cards)); err != nil {
-		return err
-	}
-	if len(cards) == 0 {
-		return nil
-	}
-	pcs, size, err := s.preparePut(cards)
-	if err != nil {
-		return err
-	}
-	run := s.hookRun()
-	return run.finish(s.writeResults(ctx, pcs, size, nil, run))
+	_, err := s.PutWithEntry(ctx, cards...)
+	return err
 }
 
 // preparePut validates and encodes the cards of a Put and checks them

@@ -264,7 +264,11 @@
 // returns; it must not block (the inbox starts the
 // wakeup's publish and returns). So when Put returns, the hook's writes
 // are durable. Since a request may run more than once in a shared
-// transaction, the hook may too; only the last run's after is run.
+// transaction, the hook may too; only the last run's after is run. A
+// non-nil after says the hook stored (or found) the call's inbox entry:
+// PutWithEntry and PutToolResultEntry (cardstore.EntryPutter; natsstore's
+// put_result reply, inbox_entry) return true when every tool.result card
+// of the write was new and got one, and the worker then sends no report.
 //
 // # Caveats
 //

@@ -50,18 +50,26 @@ func (s *Store) ReleaseTool(ctx context.Context, projectID, key, holder, tool st
 // transaction. A lapsed lease nobody took over still counts as held, as
 // for a renewal.
 func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token uint64, cards ...*card.Card) error {
+	_, err := s.PutToolResultEntry(ctx, tool, holder, token, cards...)
+	return err
+}
+
+// PutToolResultEntry is PutToolResult that says whether the commit also
+// stored the inbox entry of the cards' tool.result, as PutWithEntry does
+// (cardstore/natsstore answers a worker's put_result with it).
+func (s *Store) PutToolResultEntry(ctx context.Context, tool, holder string, token uint64, cards ...*card.Card) (bool, error) {
 	if err := checkCtx(ctx); err != nil {
-		return err
+		return false, err
 	}
 	if len(cards) == 0 {
-		return nil
+		return false, nil
 	}
 	if err := cardstore.CheckPutBatch(len(cards)); err != nil {
-		return err
+		return false, err
 	}
 	pcs, size, err := s.preparePut(cards)
 	if err != nil {
-		return err
+		return false, err
 	}
 	type fence struct {
 		pc  int    // index in pcs
@@ -73,15 +81,15 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 			continue
 		}
 		if err := cardstore.CheckResultTool(c, tool); err != nil {
-			return err
+			return false, err
 		}
 		if err := s.checkCallTool(ctx, c.ProjectID, c.Metadata.AgentTurnID, c.ToolCallID, tool); err != nil {
-			return err
+			return false, err
 		}
 		fences = append(fences, fence{pc: i, key: join(0, c.ProjectID, pcs[i].Key().String())})
 	}
 	run := s.hookRun()
-	return run.finish(s.writeResults(ctx, pcs, size, func(b *buckets) error {
+	err = run.finish(s.writeResults(ctx, pcs, size, func(b *buckets) error {
 		for _, f := range fences {
 			pc := &pcs[f.pc]
 			if b.results.Get(pc.resultKey) != nil {
@@ -97,6 +105,10 @@ func (s *Store) PutToolResult(ctx context.Context, tool, holder string, token ui
 		}
 		return nil
 	}, run))
+	if err != nil {
+		return false, err
+	}
+	return run.entries(pcs), nil
 }
 
 // checkResultFence is cardstore.CheckResultFence, except that after a

@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math"
 
@@ -74,7 +75,10 @@ type ResultHook interface {
 	// fsync'd, in the Put's goroutine (not the committer's) before Put
 	// returns, so it must not block: it starts what follows (a wakeup's
 	// publish) and returns. A Put that returns nil has made the hook's
-	// writes durable and started its after.
+	// writes durable and started its after. A nil after says the hook
+	// stored nothing for result (the inbox makes no entry for it here);
+	// a non-nil one, that it stored or found the call's inbox entry, which
+	// PutWithEntry and PutToolResultEntry tell their caller.
 	ResultStored(tx *bolt.Tx, result, call *card.Card) (after func(), err error)
 }
 
@@ -98,10 +102,12 @@ func WithResultHook(h ResultHook) Option {
 
 // hookRun is one Put's use of the ResultHook: the after funcs of its
 // results, collected anew on every run of the request and run once the
-// write has committed. A nil *hookRun (no hook) does nothing.
+// write has committed, and how many new results the hook saw. A nil
+// *hookRun (no hook) does nothing.
 type hookRun struct {
 	hook   ResultHook
 	afters []func()
+	seen   int // new tool.result cards handed to the hook in this run
 }
 
 // hookRun returns the run of a Put, or nil without a hook.
@@ -115,7 +121,7 @@ func (s *Store) hookRun() *hookRun {
 // reset starts a run of the write request again.
 func (r *hookRun) reset() {
 	if r != nil {
-		r.afters = r.afters[:0]
+		r.afters, r.seen = r.afters[:0], 0
 	}
 }
 
@@ -128,6 +134,7 @@ func (r *hookRun) stored(b *buckets, pc *putCard) error {
 	if err != nil {
 		return err
 	}
+	r.seen++
 	after, err := r.hook.ResultStored(b.cards.Tx(), pc.card, call)
 	if err != nil {
 		return fmt.Errorf("result hook: %w", err)
@@ -148,6 +155,53 @@ func (r *hookRun) finish(err error) error {
 		after()
 	}
 	return nil
+}
+
+// entries reports, once the write of pcs has committed, whether the hook
+// stored (or found) the inbox entry of every tool.result card among pcs:
+// each was new (a repeat of a stored card is not handed to the hook) and
+// the hook returned an after for it.
+func (r *hookRun) entries(pcs []putCard) bool {
+	if r == nil {
+		return false
+	}
+	want := 0
+	for i := range pcs {
+		if pcs[i].resultKey != nil && !pcs[i].Dup {
+			want++
+		}
+	}
+	return want > 0 && r.seen == want && len(r.afters) == want
+}
+
+var _ cardstore.EntryPutter = (*Store)(nil)
+
+// PutWithEntry is Put that says whether the commit also stored the inbox
+// entry of the cards' tool.result (cardstore.EntryPutter): true when the
+// store has a ResultHook and it stored (or found) the entry of every
+// tool.result card of the batch, each of them new.
+func (s *Store) PutWithEntry(ctx context.Context, cards ...*card.Card) (bool, error) {
+	if err := checkCtx(ctx); err != nil {
+		return false, err
+	}
+	if s.closing.Load() {
+		return false, cardstore.ErrClosed
+	}
+	if err := cardstore.CheckPutBatch(len(cards)); err != nil {
+		return false, err
+	}
+	if len(cards) == 0 {
+		return false, nil
+	}
+	pcs, size, err := s.preparePut(cards)
+	if err != nil {
+		return false, err
+	}
+	run := s.hookRun()
+	if err := run.finish(s.writeResults(ctx, pcs, size, nil, run)); err != nil {
+		return false, err
+	}
+	return run.entries(pcs), nil
 }
 
 // findCallCard returns the newest tool.call card of the call among the

@@ -117,26 +117,37 @@ func (c *Client) mapErr(err error) error {
 // project: the project chooses the subject, and the server refuses cards of
 // any other project.
 func (c *Client) Put(ctx context.Context, cards ...*card.Card) error {
+	_, err := c.PutWithEntry(ctx, cards...)
+	return err
+}
+
+var _ cardstore.EntryPutter = (*Client)(nil)
+
+// PutWithEntry is Put that returns the put_result reply's inbox_entry
+// (cardstore.EntryPutter): true when the server's store stored the
+// inbox entry of the batch's tool.result in the same commit; false from
+// a server that does not say so (a replicated store, an older server).
+func (c *Client) PutWithEntry(ctx context.Context, cards ...*card.Card) (bool, error) {
 	if len(cards) == 0 {
-		return nil
+		return false, nil
 	}
 	if len(cards) > cardstore.MaxBatch {
-		return fmt.Errorf("%w: %d cards in one Put, the limit is %d", cardstore.ErrTooLarge, len(cards), cardstore.MaxBatch)
+		return false, fmt.Errorf("%w: %d cards in one Put, the limit is %d", cardstore.ErrTooLarge, len(cards), cardstore.MaxBatch)
 	}
 	for i, cd := range cards {
 		if cd == nil {
-			return fmt.Errorf("%w: cards[%d] is nil", cardstore.ErrInvalid, i)
+			return false, fmt.Errorf("%w: cards[%d] is nil", cardstore.ErrInvalid, i)
 		}
 		if err := cd.Validate(); err != nil {
-			return fmt.Errorf("%w: cards[%d]: %v", cardstore.ErrInvalid, i, err)
+			return false, fmt.Errorf("%w: cards[%d]: %v", cardstore.ErrInvalid, i, err)
 		}
 		if cd.ProjectID != cards[0].ProjectID {
-			return fmt.Errorf("%w: cards[%d] belongs to project %q and cards[0] to %q: one Put over NATS holds one project's cards",
+			return false, fmt.Errorf("%w: cards[%d] belongs to project %q and cards[0] to %q: one Put over NATS holds one project's cards",
 				cardstore.ErrInvalid, i, cd.ProjectID, cards[0].ProjectID)
 		}
 	}
 	if err := card.ValidateName("project_id", cards[0].ProjectID); err != nil {
-		return fmt.Errorf("%w: %v", cardstore.ErrInvalid, err)
+		return false, fmt.Errorf("%w: %v", cardstore.ErrInvalid, err)
 	}
 	op, tool := OpPut, ""
 	var result *card.Card
@@ -148,8 +159,10 @@ func (c *Client) Put(ctx context.Context, cards ...*card.Card) error {
 			}
 		}
 	}
+	var reply putReply
 	if result == nil || tool == "" {
-		return c.call(ctx, cards[0].ProjectID, op, putRequest{Cards: cards}, &putReply{})
+		err := c.call(ctx, cards[0].ProjectID, op, putRequest{Cards: cards}, &reply)
+		return err == nil && reply.InboxEntry, err
 	}
 	id := claimID{cards[0].ProjectID, cardstore.CallKey{AgentTurnID: result.Metadata.AgentTurnID, ToolCallID: result.ToolCallID}.String()}
 	req := putRequest{Cards: cards}
@@ -161,13 +174,14 @@ func (c *Client) Put(ctx context.Context, cards ...*card.Card) error {
 	if req.Claim == nil && cardstore.ToolFrom(ctx) == "" {
 		// Not a worker's result (no tool-scoped claim, no tool in ctx):
 		// the core's or admin's plain put_result.
-		return c.call(ctx, cards[0].ProjectID, op, req, &putReply{})
+		err := c.call(ctx, cards[0].ProjectID, op, req, &reply)
+		return err == nil && reply.InboxEntry, err
 	}
-	err := c.callTool(ctx, cards[0].ProjectID, op, tool, req, &putReply{})
+	err := c.callTool(ctx, cards[0].ProjectID, op, tool, req, &reply)
 	if err == nil || errors.Is(err, cardstore.ErrResultExists) || errors.Is(err, cardstore.ErrClaimLost) {
 		c.forget(id) // the result ended the claim, or another holder owns it
 	}
-	return err
+	return err == nil && reply.InboxEntry, err
 }
 
 // callTool sends one request on the tool-scoped subject of op.

@@ -12,7 +12,11 @@
 // refuses a batch holding one with ErrWrongOp, wire code wrong_op); Client
 // picks the op by itself. The split lets NATS permissions keep agent
 // identities, which may put their own cards, from writing results
-// (internal/meshauth, docs/security.md).
+// (internal/meshauth, docs/security.md). put_result's reply carries
+// "inbox_entry": true when the served store stored the calls' inbox
+// entries in the results' commit (a single node: cardstore.EntryPutter,
+// which Client implements with PutWithEntry); a worker told so sends no
+// report.
 //
 // Tool workers start calls (start_call: the call's result, or its claim
 // and tool.call card, in one request), claim, release and write results

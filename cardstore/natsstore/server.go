@@ -90,6 +90,13 @@ func (s *Server) putCards(ctx context.Context, sc svc.Scope, data []byte, result
 			return nil, err
 		}
 	}
+	if ep, ok := s.store.(cardstore.EntryPutter); ok && results {
+		entry, err := ep.PutWithEntry(ctx, req.Cards...)
+		if err != nil {
+			return nil, err
+		}
+		return putReply{Count: len(req.Cards), InboxEntry: entry}, nil
+	}
 	if err := s.store.Put(ctx, req.Cards...); err != nil {
 		return nil, err
 	}

@@ -33,6 +33,14 @@ type ToolStore interface {
 	PutToolResult(ctx context.Context, tool, holder string, token uint64, cards ...*card.Card) error
 }
 
+// entryToolStore is a ToolStore whose PutToolResult can say that the
+// commit also stored the call's inbox entry (cardstore.EntryPutter's
+// answer, for a worker's put_result): cardstore/boltstore with a result
+// hook. The put_result reply carries it as inbox_entry.
+type entryToolStore interface {
+	PutToolResultEntry(ctx context.Context, tool, holder string, token uint64, cards ...*card.Card) (bool, error)
+}
+
 // toolOps serves cg.<ver>.*.*.svc.cardstore.<op>.<tool>: start_call,
 // claim, release and put_result of a tool's workers. The subject's tool is what a NATS
 // permission let the requester publish (internal/meshauth), so the store
@@ -133,6 +141,13 @@ func (t *toolOps) do(ctx context.Context, ts subjects.ToolSubject, data []byte) 
 			claim = *req.Claim
 		}
 		info["holder"] = claim.Holder
+		if ets, ok := t.ts.(entryToolStore); ok {
+			entry, err := ets.PutToolResultEntry(ctx, ts.Tool, claim.Holder, claim.Token, req.Cards...)
+			if err != nil {
+				return nil, info, err
+			}
+			return putReply{Count: len(req.Cards), InboxEntry: entry}, info, nil
+		}
 		if err := t.ts.PutToolResult(ctx, ts.Tool, claim.Holder, claim.Token, req.Cards...); err != nil {
 			return nil, info, err
 		}

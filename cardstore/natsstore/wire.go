@@ -112,6 +112,10 @@ type (
 	}
 	putReply struct {
 		Count int `json:"count"`
+		// InboxEntry, put_result only: the commit that stored the
+		// batch's tool.result card stored (or found) its call's inbox
+		// entry too (cardstore.EntryPutter); omitted when false.
+		InboxEntry bool `json:"inbox_entry,omitempty"`
 	}
 	getRequest struct {
 		CardID string `json:"card_id"`

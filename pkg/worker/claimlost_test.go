@@ -17,7 +17,9 @@ import (
 // claim renewals back (as a stalled process or a slow disk would), and
 // reports of the worker's StartCall and result writes.
 type stallingStore struct {
-	*boltstore.Store
+	// The interface, not *boltstore.Store, whose PutWithEntry would
+	// bypass the Put below.
+	cardstore.Store
 	stall   atomic.Bool
 	resume  chan struct{} // closed: held renewals go through
 	starts  chan string   // tool_call_id of every StartCall
@@ -167,7 +169,9 @@ func testClaimLost(t *testing.T, end func(ctx context.Context) (worker.Result, e
 // flakyResultStore fails the worker's first tool.result write (as a
 // CardStore that is briefly unavailable would) and reports every Release.
 type flakyResultStore struct {
-	*boltstore.Store
+	// The interface, not *boltstore.Store, whose PutWithEntry would
+	// bypass the Put below.
+	cardstore.Store
 	failed   atomic.Bool
 	releases chan string // keys of the worker's Release calls
 }

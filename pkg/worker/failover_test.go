@@ -26,7 +26,9 @@ import (
 // worker is "killed": with its NATS connection closed, the worker can then
 // neither ack nor renew anything, as if its process were gone.
 type deadStore struct {
-	*boltstore.Store
+	// The interface, not *boltstore.Store, whose PutWithEntry would
+	// bypass the Put below.
+	cardstore.Store
 	dead atomic.Bool
 }
 

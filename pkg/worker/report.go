@@ -28,7 +28,9 @@ const invalidResult = "the tool's result is not a valid card: "
 
 // complete writes the tool.result card and reports it. If another worker
 // already wrote this call's result, that result is reported instead: a
-// call has exactly one result card.
+// call has exactly one result card. When the store says the write stored
+// the call's inbox entry too (a single node, cardstore.EntryPutter), there
+// is nothing to report: the command is acknowledged at once (stored).
 func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
 	// The result must be written even during shutdown: j.ctx is never
 	// canceled; it only carries the trace.
@@ -42,7 +44,7 @@ func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
 		_ = j.msg.NakWithDelay(transientDelay)
 		return
 	}
-	res, existed, err := WriteResult(ctx, j.r.cfg.Store, rc)
+	res, existed, entry, err := writeResult(ctx, j.r.cfg.Store, rc)
 	if errors.Is(err, cardstore.ErrTooLarge) {
 		// Never lose the call over its size: a too-large result becomes a
 		// failed one, and a too-large failure (a huge message or detail)
@@ -87,7 +89,24 @@ func (j *job) complete(content card.ToolResultContent, callCard *card.Card) {
 		code = content.Error.Code
 	}
 	j.r.onCompleted(j.tool.Name, content.Status, code, time.Since(j.start))
+	if entry {
+		j.stored(rc)
+		return
+	}
 	j.report(ctx, rc)
+}
+
+// stored acknowledges the command of a result whose inbox entry the
+// store wrote in the result's commit: the entry is durable and its
+// wakeup on its way (the inbox rings it, and rings again at its next
+// start if this process dies first), so a report would only find a
+// duplicate. As after a report, a plain Ack: a lost one is a redelivery,
+// which finds the result and re-reports it.
+func (j *job) stored(rc *card.Card) {
+	if err := j.msg.Ack(); err != nil {
+		j.r.log.Warn("ack after the result's entry was stored failed; the command may be redelivered", append(j.logAttrs(), "err", err)...)
+	}
+	j.r.log.Debug("result and inbox entry stored; no report needed", append(j.logAttrs(), "tool_result_card_id", rc.CardID)...)
 }
 
 // resultOf names the call this job answers, for its result card and

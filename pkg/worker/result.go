@@ -84,18 +84,30 @@ var _ ResultStore = cardstore.Store(nil)
 // existed true: a call has exactly one result. Other errors of the
 // store are returned as they are (cardstore.ErrTooLarge, say).
 func WriteResult(ctx context.Context, st ResultStore, rc *card.Card) (res *card.Card, existed bool, err error) {
-	err = st.Put(ctx, rc)
+	res, existed, _, err = writeResult(ctx, st, rc)
+	return res, existed, err
+}
+
+// writeResult is WriteResult that also says whether the store stored the
+// call's inbox entry with the new result (cardstore.EntryPutter): the
+// worker then needs not report it.
+func writeResult(ctx context.Context, st ResultStore, rc *card.Card) (res *card.Card, existed, entry bool, err error) {
+	if ep, ok := st.(cardstore.EntryPutter); ok {
+		entry, err = ep.PutWithEntry(ctx, rc)
+	} else {
+		err = st.Put(ctx, rc)
+	}
 	if errors.Is(err, cardstore.ErrResultExists) {
 		existing, ferr := st.FindToolResult(ctx, rc.ProjectID, rc.Metadata.AgentTurnID, rc.ToolCallID)
 		if ferr != nil {
-			return nil, true, fmt.Errorf("worker: read the existing result: %w", ferr)
+			return nil, true, false, fmt.Errorf("worker: read the existing result: %w", ferr)
 		}
-		return existing, true, nil
+		return existing, true, false, nil
 	}
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
-	return rc, false, nil
+	return rc, false, entry, nil
 }
 
 // Report builds the report of result card rc to the inbox, on

@@ -18,7 +18,9 @@ import (
 // return (ignoring their context, as a store stuck on a dead disk or a
 // request without a deadline would) until release is closed.
 type stuckResultStore struct {
-	*boltstore.Store
+	// The interface, not *boltstore.Store, whose PutWithEntry would
+	// bypass the Put below.
+	cardstore.Store
 	entered chan struct{} // one value when a result write is stuck
 	release chan struct{}
 }

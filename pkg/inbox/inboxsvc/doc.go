@@ -89,21 +89,35 @@
 // a call is stored in the transaction of its tool.result card, and, once
 // that commit is durable, Announce publishes its wakeup in the background
 // (step 4 above, without a report; a new entry counts as
-// OutcomeAccepted). The worker's report then arrives as ever and finds
+// OutcomeAccepted), retrying a failed publish (1 s, doubling to 30 s)
+// until it is stored or the service stops. The CardStore tells the
+// worker the entry is stored (cardstore.EntryPutter, put_result's
+// inbox_entry), and the worker sends no report. A report that comes
+// anyway (a foreign worker's, a re-report of an existing result) finds
 // the entry (created=false) without a commit. Whoever publishes an
 // entry's wakeup — Announce or a report's handler — holds it "in flight"
 // until the wakeup-sent mark commits; a report of an entry in flight
 // waits for that publish and, once it succeeded, answers (counted
 // OutcomeDuplicate) without publishing again; a failed one makes the
-// report publish it. So the reply still comes only once the entry is on
-// disk and the wakeup stored. Both ways run one tail, ring. Results the
-// hook makes no entry for (inbox.ReportOfResult's refusals) take the
-// report's way.
+// report publish it. Both ways run one tail, ring. Results the hook makes
+// no entry for (inbox.ReportOfResult's refusals) take the report's way.
 //
-// A crash after the result's commit, before the wakeup is stored: the
-// worker never got its reply and did not acknowledge its command; the
-// redelivery finds the result, re-reports it, and the report publishes
-// the wakeup of the entry (it has no mark).
+// # Wakeups are doorbells: ringing at start
+//
+// With no report, nothing is redelivered to ring a wakeup a crash lost
+// between the result's commit and the wakeup's publish. So Start, with a
+// backend that can list them (boltinbox.DB.Unrung), rings in the
+// background every pending entry stored before the start whose
+// wakeup_sent_at is unset: a page of 256 keys of the pending index per
+// read transaction, one publish at a time on ring's path (retried like
+// Announce's), then one log record with the count. The publish carries
+// Nats-Msg-Id "wakeup-<inbox_id>": a wakeup stored within the stream's
+// two-minute duplicate window is not stored again; later the agent may
+// be woken twice, and its ack of the entry makes the second a no-op
+// (issue 27 decision 4: every acknowledged call's entry is durable and
+// its agent woken at least once). The kvinbox backend (cluster mode) has
+// no such scan and needs none: its entries come only with reports, whose
+// redelivery (or the worker's stream fallback) rings them.
 //
 // # Crash windows, and why each is safe
 //
@@ -111,7 +125,8 @@
 //     acknowledged; JetStream redelivers it after AckWait.
 //   - After the entry commits, before the wakeup is published: the report
 //     is redelivered, found to be a duplicate whose wakeup_sent_at is unset,
-//     and the wakeup is published then.
+//     and the wakeup is published then. An entry stored with its result
+//     (no report) is rung by the next Start.
 //   - After the wakeup is published, before wakeup_sent_at is recorded or
 //     the report acknowledged: the redelivered report publishes the wakeup
 //     again with the same Nats-Msg-Id; within the stream's two-minute
@@ -121,8 +136,8 @@
 //   - After the ack, before the queued wakeup_sent_at mark commits: the
 //     entry stays pending without the mark. The wakeup is stored in
 //     JetStream, so the agent is woken; the mark only tells a later
-//     duplicate report that it need not re-publish (and counts the wakeup
-//     for metrics).
+//     duplicate report and the next Start that they need not re-publish
+//     (and counts the wakeup for metrics).
 //   - After wakeup_sent_at, before the ack arrives: the redelivery is a
 //     plain duplicate and is acknowledged.
 //   - A report sent as a request, the inbox gone before it replies: the
@@ -131,9 +146,11 @@
 //     may be unset and publishes the wakeup (same Nats-Msg-Id). A worker
 //     gone too leaves its command unacknowledged: the redelivery finds the
 //     result card and re-reports it. Either way the report is taken before
-//     the command is acknowledged (TestSIGKILLUpWithReportsInFlight in
-//     cmd/utpmesh kills a whole mesh mid-flight and counts one result, one
-//     entry and one stored wakeup per acknowledged call).
+//     the command is acknowledged; on a single node the entry is stored
+//     with the result before it, and the next Start rings it
+//     (TestSIGKILLUpWithReportsInFlight in cmd/utpmesh kills a whole mesh
+//     mid-flight and counts one result, one entry and a stored wakeup per
+//     acknowledged call).
 //   - A lazy ack answered but not yet committed: the entry stays pending
 //     after a crash; the runtime sees the result once more.
 //   - A dead-letter record published but the Term lost: the redelivered

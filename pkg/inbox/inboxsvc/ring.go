@@ -135,7 +135,7 @@ func (s *Service) publish(ctx context.Context, log *slog.Logger, in nats.Header,
 	s.st.MarkSentLater(e.ProjectID, e.InboxID, now, func(first bool, err error) {
 		s.dropFlight(e, f)
 		if err != nil {
-			log.Warn("inbox: wakeup published but not recorded; a redelivered report re-publishes it", "err", err)
+			log.Warn("inbox: wakeup published but not recorded; a redelivered report or the next start re-publishes it", "err", err)
 			return
 		}
 		if first && s.cfg.Observer != nil {
@@ -149,21 +149,20 @@ func (s *Service) publish(ctx context.Context, log *slog.Logger, in nats.Header,
 // Announce rings the wakeup of an entry stored in the transaction of its
 // tool.result card (boltinbox's ResultHook on a node whose inbox shares
 // the CardStore's file; it implements boltinbox.Announcer). It returns at
-// once: the publish runs in the background, as a report's would, and a
-// report of the entry that arrives meanwhile (the worker's) waits for it
-// rather than publishing again, then answers. A new entry whose wakeup is
-// published counts as OutcomeAccepted (the worker's report then finds a
-// duplicate). After Stop it does nothing: the entry stays without its
-// mark, and the worker's report (redelivered if need be) publishes the
-// wakeup.
+// once: the publish runs in the background (ringLater), and a report of
+// the entry that arrives meanwhile (a foreign worker's, or a re-report)
+// waits for it rather than publishing again, then answers. A new entry
+// whose wakeup is published counts as OutcomeAccepted. The worker is
+// told the entry is stored and does not report it, so a failed publish
+// is retried until it succeeds or the service stops. After Stop it does
+// nothing: the entry stays without its mark, and the next Start rings it
+// (ringUnrung).
 func (s *Service) Announce(e *inbox.Entry, created bool, result *card.Card) {
-	log := s.log.With("project_id", e.ProjectID, "channel_id", e.ChannelID, "agent_id", e.AgentID,
-		"agent_turn_id", e.AgentTurnID, "tool_call_id", e.ToolCallID, "tool_name", e.ToolName,
-		"turn_epoch", e.TurnEpoch, "tool_result_card_id", e.ToolResultCardID, "inbox_id", e.InboxID, "from", "result")
+	log := s.entryLog(e, "result")
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()
-		log.Debug("inbox: stopped; the entry's wakeup is left to the worker's report")
+		log.Debug("inbox: stopped; the entry's wakeup is left to the next start")
 		return
 	}
 	if !s.needsWakeup(log, e, created) {
@@ -177,24 +176,85 @@ func (s *Service) Announce(e *inbox.Entry, created bool, result *card.Card) {
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	outcome := OutcomeDuplicate
+	if created {
+		outcome = OutcomeAccepted
+	}
 	go func() {
 		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.AckWait)
-		defer cancel()
-		h := nats.Header{}
-		h.Set(utp.HeaderTraceparent, e.Traceparent)
-		ctx, span := s.tr.Start(telemetry.Extract(ctx, h), telemetry.SpanWakeup, trace.WithSpanKind(trace.SpanKindInternal))
-		defer span.End()
-		span.SetAttributes(telemetry.AttrToolName.String(e.ToolName), telemetry.AttrToolCallID.String(e.ToolCallID),
-			telemetry.AttrAgentTurnID.String(e.AgentTurnID), telemetry.AttrProjectID.String(e.ProjectID),
-			telemetry.AttrStatus.String(string(e.Status)))
-		if err := s.publish(ctx, log, nil, e, result.CreatedAt, f); err != nil {
-			return // logged; the worker's report publishes it
-		}
-		if created {
-			s.observe(OutcomeAccepted)
-		} else {
-			s.observe(OutcomeDuplicate)
-		}
+		s.ringLater(log, e, result.CreatedAt, f, outcome)
 	}()
+}
+
+// entryLog is the service's logger with the fields of entry e; from says
+// who rings it ("result", "start").
+func (s *Service) entryLog(e *inbox.Entry, from string) *slog.Logger {
+	return s.log.With("project_id", e.ProjectID, "channel_id", e.ChannelID, "agent_id", e.AgentID,
+		"agent_turn_id", e.AgentTurnID, "tool_call_id", e.ToolCallID, "tool_name", e.ToolName,
+		"turn_epoch", e.TurnEpoch, "tool_result_card_id", e.ToolResultCardID, "inbox_id", e.InboxID, "from", from)
+}
+
+// Bounds of ringLater's retries of a failed publish.
+const (
+	ringRetryFirst = time.Second
+	ringRetryMax   = 30 * time.Second
+)
+
+// ringLater publishes e's wakeup on the path every report takes (publish,
+// the flights), owning flight f when it is not nil, and retries a failed
+// publish, waiting ringRetryFirst, doubling up to ringRetryMax, until it
+// is stored (by this or another handler's publish) or the service stops.
+// Once stored it counts outcome (none when ""). It is the tail of Announce
+// and of the start's ringing of unmarked entries; the caller has added it
+// to s.wg.
+func (s *Service) ringLater(log *slog.Logger, e *inbox.Entry, resultAt time.Time, f *flight, outcome string) {
+	wait := ringRetryFirst
+	for {
+		if f == nil {
+			var mine bool
+			if f, mine = s.takeFlight(e); !mine {
+				select {
+				case <-f.done:
+				case <-s.stopCh:
+					return
+				}
+				if f.err == nil {
+					return // another handler's publish stored it
+				}
+				f = nil
+				continue
+			}
+		}
+		if s.ringOnce(log, e, resultAt, f) == nil {
+			if outcome != "" {
+				s.observe(outcome)
+			}
+			return
+		}
+		f = nil // publish landed it failed and dropped it
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-s.stopCh:
+			t.Stop()
+			log.Warn("inbox: stopped before the wakeup was stored; the next start rings it")
+			return
+		}
+		wait = min(2*wait, ringRetryMax)
+	}
+}
+
+// ringOnce is one publish of e's wakeup under flight f, in a utp.wakeup
+// span of the entry's trace.
+func (s *Service) ringOnce(log *slog.Logger, e *inbox.Entry, resultAt time.Time, f *flight) error {
+	ctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.AckWait)
+	defer cancel()
+	h := nats.Header{}
+	h.Set(utp.HeaderTraceparent, e.Traceparent)
+	ctx, span := s.tr.Start(telemetry.Extract(ctx, h), telemetry.SpanWakeup, trace.WithSpanKind(trace.SpanKindInternal))
+	defer span.End()
+	span.SetAttributes(telemetry.AttrToolName.String(e.ToolName), telemetry.AttrToolCallID.String(e.ToolCallID),
+		telemetry.AttrAgentTurnID.String(e.AgentTurnID), telemetry.AttrProjectID.String(e.ProjectID),
+		telemetry.AttrStatus.String(string(e.Status)))
+	return s.publish(ctx, log, nil, e, resultAt, f)
 }

@@ -94,6 +94,10 @@ type Service struct {
 	// fmu guards flights: the wakeups being published, by entry (ring.go).
 	fmu     sync.Mutex
 	flights map[string]*flight
+
+	// rung is closed once the start's ringing of unmarked entries has
+	// ended (at once for a backend without it; doorbell.go).
+	rung chan struct{}
 }
 
 // New validates cfg. It neither opens the backend (the caller has) nor
@@ -140,12 +144,16 @@ func New(nc *nats.Conn, cfg Config) (*Service, error) {
 		stopCh:  make(chan struct{}),
 		baseCtx: ctx, cancel: cancel,
 		flights: map[string]*flight{},
+		rung:    make(chan struct{}),
 	}, nil
 }
 
 // Start ensures the durable consumer streams.InboxConsumer on the command
 // stream (which must exist: see streams.Ensure), starts consuming reports
-// and starts serving the svc operations. Start may be called once.
+// and starts serving the svc operations; with a bbolt backend it then
+// rings, in the background, the wakeup of every pending entry stored
+// before the start without a wakeup-sent mark (ringUnrung). Start may be
+// called once.
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -155,6 +163,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.started {
 		return errors.New("inbox: already started")
 	}
+	since := time.Now()
 	filter, err := subjects.InboxReportPattern(s.cfg.Version)
 	if err != nil {
 		return fmt.Errorf("inbox: %w", err)
@@ -202,6 +211,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("inbox: consume %s: %w", streams.InboxConsumer, err)
 	}
 	s.srv, s.cc, s.started = srv, cc, true
+	s.startRinging(since)
 	s.log.Info("inbox: started", "filter", filter, "consumer", streams.InboxConsumer,
 		"service", srv.Subject(), "backend", fmt.Sprintf("%T", s.st), "concurrency", s.cfg.Concurrency)
 	return nil
