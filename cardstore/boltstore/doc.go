@@ -144,6 +144,24 @@
 // StartCallTool (natsstore's tool-scoped start_call) adds ClaimTool's
 // rules to the claim.
 //
+// # A command before its card
+//
+// The single-node admission (pkg/admit, Config.PublishBesideCard) writes
+// a new call's tool.call card and publishes its command side by side, so
+// a worker may start the call before the card's commit has ended. The
+// admission announces the Put first (AnnouncePut: an in-memory registry
+// of card keys whose Put is queued or committing, released once the Put
+// has returned, success or failure). A StartCall or StartCallTool that
+// does not find the ToolCallCardID card looks for an announced Put of it
+// and reads again; while one is announced it waits for it (its context
+// bounds the wait), then reads the card and decides as usual, the tool
+// check included. Without an announced Put there is no wait. Reads are
+// unchanged: a Get of a card whose commit has not ended says not found.
+// natsstore serves this store, so remote workers wait the same way. The
+// lock-delay's "born after the boot" rule reads the call's first
+// tool.call card after that wait, so a card that lands during a
+// StartCall counts (its turns index sequence is newer than the boot).
+//
 // Putting a new tool.result card ends the claim on its call's
 // cardstore.CallKey, whoever holds it, in the same transaction: the claim
 // is replaced by a tombstone that keeps the last fencing token, so a

@@ -9,6 +9,9 @@ import (
 // StartCall begins a call in one request; see cardstore.Store. A read
 // transaction looks for the call's result and reads the card named
 // ToolCallCardID, so a call that already has a result costs no write.
+// When that card is missing and a Put of it is announced (AnnouncePut),
+// StartCall waits for the Put to end (ctx bounds the wait) and reads the
+// card again before it checks the tool and claims.
 // Otherwise, holding the call's claim lock (which every result Put holds
 // until its commit has ended), a second read looks for the result again
 // and, finding none, the claim is taken as Claim takes it: in memory for
@@ -55,6 +58,13 @@ func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, t
 	}
 	if out.Result != nil {
 		return out, nil
+	}
+	if out.CallCard == nil && req.ToolCallCardID != "" {
+		// The admission may be committing the card while its command
+		// is delivered (AnnouncePut): wait for that Put, then decide.
+		if out.CallCard, err = s.awaitCallCard(ctx, req.ProjectID, req.ToolCallCardID); err != nil {
+			return nil, err
+		}
 	}
 	if tool != "" {
 		if err := s.checkCallTool(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID, tool); err != nil {

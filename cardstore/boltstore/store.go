@@ -171,6 +171,11 @@ type Store struct {
 	// Open learnt about the previous run (lockdelay.go).
 	mem   *claimTable
 	boots bootState
+	// pending holds the announced Puts a StartCall may wait for
+	// (pending.go); awaitHook, set by tests, is called before such a
+	// wait.
+	pending   pendingPuts
+	awaitHook func()
 }
 
 var _ cardstore.Store = (*Store)(nil)

@@ -134,14 +134,18 @@ func (s *Service) dispatch(ctx context.Context, ts subjects.ToolSubject, kind st
 	if d.allowed {
 		d.summary.KeyID = s.cfg.Key.KeyID
 	}
-	cc, prev, err := s.callCard(ctx, project, &req, args, target.String(), principal, d)
+	cc, err := s.callCard(project, &req, args, target.String(), principal, d)
 	if err != nil {
 		return nil, err
 	}
-	reply := utp.DispatchReply{
-		Admitted: d.allowed, ToolCallID: req.ToolCallID, ToolCallCardID: cc.CardID, StepID: cc.Metadata.StepID,
-		TargetSubject: target.String(), AfterExecution: ae, Traceparent: req.Traceparent,
+	if d.allowed && s.announce != nil {
+		return s.dispatchBeside(ctx, ts, &req, cc, target.String(), ae, principal, d)
 	}
+	cc, prev, err := s.storeCallCard(ctx, &req, cc, principal)
+	if err != nil {
+		return nil, err
+	}
+	reply := dispatchReply(&req, d, cc, target.String(), ae)
 	if !d.allowed {
 		reply.Error = &card.Error{Code: card.CodeAuthFailed, Message: d.message, Detail: d.detail}
 		if prev != nil && prev.Decision == authz.DecisionAllow {
@@ -233,15 +237,20 @@ func (s *Service) decide(ctx context.Context, ts subjects.ToolSubject, kind, nam
 	return d, nil
 }
 
-// callCard writes the call's tool.call card (without the mandate) and
-// returns the stored one: on a retry of the same tool_call_id the card of
-// the first dispatch, when its content and principal are the same, with
-// the decision the first dispatch recorded (prev; nil for a new card).
-func (s *Service) callCard(ctx context.Context, project string, req *utp.DispatchRequest, args json.RawMessage,
-	target, principal string, d *decision) (cc *card.Card, prev *Summary, err error) {
+// dispatchReply is the answer to a dispatch whose tool.call card is cc.
+func dispatchReply(req *utp.DispatchRequest, d *decision, cc *card.Card, target string, ae card.AfterExecution) utp.DispatchReply {
+	return utp.DispatchReply{
+		Admitted: d.allowed, ToolCallID: req.ToolCallID, ToolCallCardID: cc.CardID, StepID: cc.Metadata.StepID,
+		TargetSubject: target, AfterExecution: ae, Traceparent: req.Traceparent,
+	}
+}
+
+// callCard builds the call's tool.call card (without the mandate).
+func (s *Service) callCard(project string, req *utp.DispatchRequest, args json.RawMessage,
+	target, principal string, d *decision) (*card.Card, error) {
 	content, err := json.Marshal(card.ToolCallContent{ToolName: req.ToolName, Arguments: args, TargetSubject: target})
 	if err != nil {
-		return nil, nil, fmt.Errorf("admit: encode tool.call content: %w", err)
+		return nil, fmt.Errorf("admit: encode tool.call content: %w", err)
 	}
 	created := req.CreatedAt.UTC()
 	if req.CreatedAt.IsZero() {
@@ -251,7 +260,7 @@ func (s *Service) callCard(ctx context.Context, project string, req *utp.Dispatc
 	if kind, _, _ := strings.Cut(principal, ":"); kind == utp.PrincipalOperator {
 		author = principal
 	}
-	cc = &card.Card{
+	cc := &card.Card{
 		CardID: CallCardID(project, req.AgentTurnID, req.ToolCallID), ProjectID: project, Type: card.TypeToolCall, AuthorID: author,
 		Content: content, ToolCallID: req.ToolCallID, CreatedAt: created,
 		Metadata: card.Metadata{
@@ -277,8 +286,17 @@ func (s *Service) callCard(ctx context.Context, project string, req *utp.Dispatc
 	}
 	cc.Metadata.Extra = extra
 	if err := cc.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("%w: tool.call card: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: tool.call card: %v", ErrInvalid, err)
 	}
+	return cc, nil
+}
+
+// storeCallCard writes the call's tool.call card cc and returns the
+// stored one: on a retry of the same tool_call_id the card of the first
+// dispatch, when its content and principal are the same, with the
+// decision the first dispatch recorded (prev; nil for a new card).
+func (s *Service) storeCallCard(ctx context.Context, req *utp.DispatchRequest, cc *card.Card, principal string) (stored *card.Card, prev *Summary, err error) {
+	project := cc.ProjectID
 	err = s.cfg.Store.Put(ctx, cc)
 	if errors.Is(err, cardstore.ErrConflict) {
 		old, gerr := s.cfg.Store.Get(ctx, project, cc.CardID)

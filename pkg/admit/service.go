@@ -115,6 +115,17 @@ type Config struct {
 	// has no leader; default DefaultPublishBound. The request's own
 	// deadline bounds it too.
 	PublishBound time.Duration
+	// PublishBesideCard publishes a new admitted call's command while its
+	// tool.call card is being committed, instead of after the commit, and
+	// answers once both succeeded (beside.go): the agent waits for the
+	// longer of the two writes, not their sum. A call whose card exists
+	// (a resend, a conflict) and a denied call take the sequential path.
+	// Store must be a CardAnnouncer (boltstore.Store is), else Start
+	// fails. Set it only when every worker starts its calls on this very
+	// store (the single-node CardStore, which natsstore serves to remote
+	// workers): a replicated or remote store cannot wait for this
+	// process's Puts, and its workers would find commands without cards.
+	PublishBesideCard bool
 }
 
 // Service is a running admission service.
@@ -125,9 +136,13 @@ type Service struct {
 	srv *svc.Server
 	log *slog.Logger
 
+	// announce is Store when Config.PublishBesideCard is set, else nil.
+	announce CardAnnouncer
+
 	mu      sync.Mutex
-	entries map[string]cachedEntry // "<project>/<tool>"
-	own     map[string]struct{}    // signatures of commands this process admitted (Signed)
+	entries map[string]cachedEntry   // "<project>/<tool>"
+	own     map[string]struct{}      // signatures of commands this process admitted (Signed)
+	fresh   map[string]chan struct{} // calls dispatched beside their cards now (beside.go), by card key
 }
 
 type cachedEntry struct {
@@ -143,6 +158,14 @@ const maxOwn = 16384
 func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Service, error) {
 	if nc == nil || cfg.Store == nil || cfg.Registry == nil || cfg.Key == nil {
 		return nil, errors.New("admit: Start needs a connection, Config.Store, Config.Registry and Config.Key")
+	}
+	var announce CardAnnouncer
+	if cfg.PublishBesideCard {
+		a, ok := cfg.Store.(CardAnnouncer)
+		if !ok {
+			return nil, fmt.Errorf("admit: Config.PublishBesideCard needs a Store that is a CardAnnouncer (the single-node boltstore); %T is not: leave PublishBesideCard off", cfg.Store)
+		}
+		announce = a
 	}
 	if cfg.Version == "" {
 		cfg.Version = subjects.DefaultVersion
@@ -166,7 +189,9 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Service, error) {
 	if cfg.PublishBound <= 0 {
 		cfg.PublishBound = DefaultPublishBound
 	}
-	s := &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, entries: map[string]cachedEntry{}, own: map[string]struct{}{}}
+	s := &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, entries: map[string]cachedEntry{}, own: map[string]struct{}{},
+		fresh: map[string]chan struct{}{}}
+	s.announce = announce
 	if cfg.Gate == nil {
 		s.log.Warn("admission without a gate: every dispatched call is admitted (mesh.Config.Auth is nil)")
 	}

@@ -7,10 +7,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/pkg/admit"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/authz/natsauthz"
 )
+
+// The single-node CardStore can be told of the admission's Puts.
+var _ admit.CardAnnouncer = (*boltstore.Store)(nil)
 
 // startAdmission serves svc.dispatch: the node's admission key
 // (<DataDir>/admission.key), its public key added to the key set (the
@@ -38,9 +42,15 @@ func (m *Mesh) startAdmission(ctx context.Context) error {
 		return fmt.Errorf("mesh: admission connection: %w", err)
 	}
 	m.push(func(context.Context) error { nc.Close(); return nil })
+	// The single-node CardStore is the one every worker starts its calls
+	// on (natsstore serves it to remote workers), so a new call's command
+	// may be published beside its card's commit: StartCall waits for the
+	// announced Put. Never with the replicated store.
+	_, beside := m.cards.(*boltstore.Store)
 	m.admit, err = admit.Start(ctx, nc, admit.Config{Version: cfg.ProtocolVersion, Store: m.cards, Registry: m.reg,
 		Audit: &natsauthz.Publisher{NC: nc, Logger: cfg.Logger.With("component", "admission")},
-		Gate:  gate, Key: key, Keys: keys, Logger: cfg.Logger.With("component", "admission"), Quorum: m.quorum()})
+		Gate:  gate, Key: key, Keys: keys, Logger: cfg.Logger.With("component", "admission"), Quorum: m.quorum(),
+		PublishBesideCard: beside})
 	if err != nil {
 		return err
 	}

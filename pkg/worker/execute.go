@@ -24,6 +24,15 @@ const transientDelay = 2 * time.Second
 // releaseTimeout bounds giving a claim back before a retry.
 const releaseTimeout = 2 * time.Second
 
+// MissingCardDeliveries is how many deliveries of a command whose
+// tool.call card is missing the runtime makes before it fails the call
+// bad_request: the first ones are left for redelivery after 2 s. The
+// single-node mesh publishes a new call's command beside its card's
+// commit, so a command can outlive a card whose write failed (or whose
+// process died before the commit); the agent, which got no answer, sends
+// its dispatch again, and that writes the card.
+const MissingCardDeliveries = 3
+
 // job is one delivery of one command being handled.
 type job struct {
 	r       *Runtime
@@ -182,8 +191,15 @@ func (j *job) run() {
 	// 3. Check the tool.call card and read the registry entry.
 	callCard := started.CallCard
 	if callCard == nil {
-		j.fail(card.StatusFailed, card.CodeBadRequest,
-			fmt.Sprintf("tool_call_card_id %s: no such card in project %s (write the tool.call card before publishing the command)", j.cmd.ToolCallCardID, project), nil, nil)
+		missing := fmt.Sprintf("tool_call_card_id %s: no such card in project %s (write the tool.call card before publishing the command)", j.cmd.ToolCallCardID, project)
+		if j.deliver < MissingCardDeliveries {
+			// The card may come yet (the agent's resent dispatch writes
+			// it): give the claim back, so the redelivery neither waits
+			// for it nor counts as a take-over, and retry.
+			j.retryLater("tool.call card", fmt.Errorf("%s; delivery %d of %d before the call fails", missing, j.deliver, MissingCardDeliveries))
+			return
+		}
+		j.fail(card.StatusFailed, card.CodeBadRequest, missing, nil, nil)
 		return
 	}
 	call, failMsg := j.checkCallCard(callCard)

@@ -141,6 +141,16 @@ func nextIDs() (turn, callID string) {
 // writeCall writes a tool.call card for tool with args.
 func (h *harness) writeCall(tool, args string) call {
 	h.t.Helper()
+	c := newCall(tool, args)
+	if err := h.store.Put(context.Background(), c.card); err != nil {
+		h.t.Fatal(err)
+	}
+	return c
+}
+
+// newCall returns a call of tool with args whose tool.call card is not
+// written yet.
+func newCall(tool, args string) call {
 	turn, id := nextIDs()
 	content, _ := json.Marshal(card.ToolCallContent{ToolName: tool, Arguments: json.RawMessage(args), TargetSubject: "x"})
 	c := &card.Card{
@@ -148,9 +158,6 @@ func (h *harness) writeCall(tool, args string) call {
 		Content: content, ToolCallID: id, CreatedAt: time.Now().UTC(),
 		Metadata: card.Metadata{AgentID: agentID, AgentTurnID: turn, TurnEpoch: 1, StepID: "step-" + id,
 			ToolCallID: id, TraceID: "0af7651916cd43dd8448eb211c80319c", ParentStepID: "parent-" + id},
-	}
-	if err := h.store.Put(context.Background(), c); err != nil {
-		h.t.Fatal(err)
 	}
 	return call{turn: turn, id: id, card: c}
 }

@@ -1,0 +1,291 @@
+package admit_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/cardstore/boltstore"
+	"github.com/utpmesh/utpmesh/internal/meshtest"
+	"github.com/utpmesh/utpmesh/pkg/admit"
+	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/registry"
+	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
+	"github.com/utpmesh/utpmesh/pkg/streams"
+	"github.com/utpmesh/utpmesh/pkg/svc"
+	"github.com/utpmesh/utpmesh/pkg/utp"
+	"github.com/utpmesh/utpmesh/subjects"
+)
+
+// besideStore is the single-node CardStore as the admission sees it,
+// watched: it counts announcements, and a Put of a tool.call card can be
+// held until the call's command is seen on its subject (so a dispatch
+// that published only after the Put would never finish), or failed.
+type besideStore struct {
+	*boltstore.Store
+	announced atomic.Int32
+	holdPut   chan struct{} // when set, a tool.call Put waits for it (or ctx)
+	failPut   atomic.Bool
+}
+
+func (b *besideStore) AnnouncePut(projectID, cardID string) func() {
+	b.announced.Add(1)
+	return b.Store.AnnouncePut(projectID, cardID)
+}
+
+func (b *besideStore) Put(ctx context.Context, cards ...*card.Card) error {
+	if len(cards) == 1 && cards[0].Type == card.TypeToolCall {
+		if b.failPut.Load() {
+			return errors.New("the disk is gone")
+		}
+		if b.holdPut != nil {
+			select {
+			case <-b.holdPut:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return b.Store.Put(ctx, cards...)
+}
+
+// besideMesh is an admission with PublishBesideCard over a real
+// nats-server, a bbolt CardStore and registry (echo registered), with a
+// core subscription on echo's command subject.
+type besideMesh struct {
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	store *besideStore
+	cmds  chan *nats.Msg
+}
+
+func newBesideMesh(t *testing.T, holdPut chan struct{}) *besideMesh {
+	t.Helper()
+	ctx := t.Context()
+	srv := meshtest.NATS(t)
+	nc := meshtest.Conn(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, js, subjects.DefaultVersion); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cards, err := boltstore.Open(filepath.Join(dir, "cards.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cards.Close() })
+	reg, err := boltreg.Open(filepath.Join(dir, "registry.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Close() })
+	if _, err := reg.Put(ctx, &registry.Entry{ProjectID: "demo", ToolName: "echo", Description: "echo",
+		Parameters: []byte(`{"type":"object"}`), TargetSubject: "cg.{ver}.{project_id}.{channel_id}.cmd.tool.echo", AfterExecution: card.Suspend}); err != nil {
+		t.Fatal(err)
+	}
+	key, err := admit.LoadOrCreateKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &besideMesh{nc: nc, js: js, store: &besideStore{Store: cards, holdPut: holdPut}, cmds: make(chan *nats.Msg, 16)}
+	sub, err := nc.Subscribe("cg."+subjects.DefaultVersion+".demo.main.cmd.tool.echo", func(msg *nats.Msg) {
+		m.cmds <- msg
+		if holdPut != nil {
+			select {
+			case <-holdPut:
+			default:
+				close(holdPut) // the command is out: the card's Put may end
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := admit.Start(ctx, nc, admit.Config{Store: m.store, Registry: reg, Key: key, PublishBesideCard: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	return m
+}
+
+func (m *besideMesh) dispatch(ctx context.Context, call, args string) (*utp.DispatchReply, error) {
+	subj, err := subjects.Dispatch(subjects.DefaultVersion, "demo", "main", "a1")
+	if err != nil {
+		return nil, err
+	}
+	req := utp.DispatchRequest{AgentID: "a1", AgentTurnID: "turn-1", TurnEpoch: 1, StepID: "step-" + call,
+		ToolCallID: call, ToolName: "echo", Arguments: []byte(args),
+		Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+	var reply utp.DispatchReply
+	if err := svc.Call(ctx, m.nc, subj.String(), admit.Codes, &req, &reply); err != nil {
+		return nil, err
+	}
+	return &reply, nil
+}
+
+// stored counts the command stream's messages of the call.
+func (m *besideMesh) stored(t *testing.T, call string) int {
+	t.Helper()
+	return readMsgIDs(t, m.js, streams.CommandStream(subjects.DefaultVersion))[utp.Ref("demo", "turn-1", call).MsgID()]
+}
+
+// TestPublishBesideCard: a new call's command is published while its
+// card's Put is still under way (the Put is held until the command is
+// seen), and the dispatch answers once both are done: the card is
+// stored and the command is in the stream, once, signed over the card's
+// content. A resend of the admitted call and a conflicting dispatch take
+// the sequential path (no announcement) and answer as without the
+// option.
+func TestPublishBesideCard(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	m := newBesideMesh(t, make(chan struct{}))
+	reply, err := m.dispatch(ctx, "c1", `{"x":1}`)
+	if err != nil || !reply.Admitted {
+		t.Fatalf("dispatch of a new call = %+v, %v; want admitted (a dispatch that publishes after the card's Put never ends here)", reply, err)
+	}
+	cc, err := m.store.Get(ctx, "demo", reply.ToolCallCardID)
+	if err != nil {
+		t.Fatalf("the card of an answered dispatch: %v", err)
+	}
+	cmd := <-m.cmds
+	var c utp.Command
+	if err := json.Unmarshal(cmd.Data, &c); err != nil {
+		t.Fatal(err)
+	}
+	adm, err := utp.CheckOwnAdmission(cmd.Header.Get(utp.HeaderAdmission), cmd.Subject, &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := adm.CheckCard(cc.Content); err != nil || adm.ToolCallCardID != cc.CardID {
+		t.Fatalf("the command's admission %+v does not sign the stored card %s: %v", adm, cc.CardID, err)
+	}
+	if n := m.stored(t, "c1"); n != 1 {
+		t.Fatalf("command stored %d times, want once", n)
+	}
+	if n := m.store.announced.Load(); n != 1 {
+		t.Fatalf("%d announced Puts for one new call, want 1", n)
+	}
+
+	again, err := m.dispatch(ctx, "c1", `{"x":1}`)
+	if err != nil || !again.Admitted || again.ToolCallCardID != reply.ToolCallCardID {
+		t.Fatalf("resend of an admitted call = %+v, %v; want admitted with card %s", again, err, reply.ToolCallCardID)
+	}
+	if _, err := m.dispatch(ctx, "c1", `{"x":2}`); !errors.Is(err, admit.ErrConflict) {
+		t.Fatalf("conflicting dispatch = %v, want admit.ErrConflict", err)
+	}
+	if n := m.store.announced.Load(); n != 1 {
+		t.Fatalf("a resend and a conflict announced Puts (%d in all), want the sequential path", n)
+	}
+	if n := m.stored(t, "c1"); n != 1 {
+		t.Fatalf("command stored %d times after a resend, want once", n)
+	}
+}
+
+// TestPublishBesideCardPutFails: when the card's Put fails the dispatch
+// answers the error, the command is published without a card, and the
+// announcement has ended (a StartCall does not wait for it).
+func TestPublishBesideCardPutFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	m := newBesideMesh(t, nil)
+	m.store.failPut.Store(true)
+	reply, err := m.dispatch(ctx, "c1", `{}`)
+	if err == nil || !strings.Contains(err.Error(), "the disk is gone") || !strings.Contains(err.Error(), "write tool.call card") {
+		t.Fatalf("dispatch whose card's Put fails = %+v, %v; want the Put's error", reply, err)
+	}
+	if n := m.stored(t, "c1"); n != 1 {
+		t.Fatalf("command stored %d times, want once (published beside the failed Put)", n)
+	}
+	id := admit.CallCardID("demo", "turn-1", "c1")
+	res, err := m.store.StartCall(ctx, cardstore.StartCallRequest{ProjectID: "demo", AgentTurnID: "turn-1", ToolCallID: "c1",
+		ToolCallCardID: id, Holder: "w1", Lease: 5 * time.Second})
+	if err != nil || res.Claim == nil || res.CallCard != nil {
+		t.Fatalf("StartCall of the call whose card's Put failed = %+v, %v; want a claim without a card", res, err)
+	}
+	// The agent sends the dispatch again: it writes the card.
+	m.store.failPut.Store(false)
+	if reply, err = m.dispatch(ctx, "c1", `{}`); err != nil || !reply.Admitted {
+		t.Fatalf("resend after the failed Put = %+v, %v; want admitted", reply, err)
+	}
+	if _, err := m.store.Get(ctx, "demo", id); err != nil {
+		t.Fatalf("the card after the resend: %v", err)
+	}
+}
+
+// TestPublishBesideCardConcurrentResends: dispatches of one new call sent
+// at once are serialized: one announces and writes the card beside its
+// command, the others find the card; all are admitted with the same card
+// and the command is stored once.
+func TestPublishBesideCardConcurrentResends(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	m := newBesideMesh(t, nil)
+	const n = 4
+	replies := make([]*utp.DispatchReply, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { replies[i], errs[i] = m.dispatch(ctx, "c1", `{}`) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || !replies[i].Admitted || replies[i].ToolCallCardID != admit.CallCardID("demo", "turn-1", "c1") {
+			t.Fatalf("dispatch %d = %+v, %v; want admitted", i, replies[i], errs[i])
+		}
+	}
+	if a := m.store.announced.Load(); a != 1 {
+		t.Fatalf("%d announced Puts, want 1 (the others found the card)", a)
+	}
+	if s := m.stored(t, "c1"); s != 1 {
+		t.Fatalf("command stored %d times, want once", s)
+	}
+}
+
+// TestPublishBesideCardNeedsAnnouncer: the option on a store that cannot
+// be told of Puts (a remote or replicated one) is refused at Start.
+func TestPublishBesideCardNeedsAnnouncer(t *testing.T) {
+	srv := meshtest.NATS(t)
+	nc := meshtest.Conn(t, srv)
+	dir := t.TempDir()
+	cards, err := boltstore.Open(filepath.Join(dir, "cards.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cards.Close() })
+	reg, err := boltreg.Open(filepath.Join(dir, "registry.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Close() })
+	key, err := admit.LoadOrCreateKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hidden := struct{ cardstore.Store }{cards}
+	_, err = admit.Start(t.Context(), nc, admit.Config{Store: hidden, Registry: reg, Key: key, PublishBesideCard: true})
+	if err == nil || !strings.Contains(err.Error(), "PublishBesideCard") {
+		t.Fatalf("Start with PublishBesideCard on a store that is no CardAnnouncer = %v; want a refusal naming the option", err)
+	}
+}
