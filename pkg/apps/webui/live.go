@@ -64,7 +64,8 @@ func startHub(nc *nats.Conn, version, project string, log *slog.Logger) (*hub, e
 	}
 	// Workers report to the inbox with a request (svc.inbox.report) and
 	// use the stream only when that is not answered: a copy of either is
-	// a finished call.
+	// a finished call, as is a wakeup (on a single node, where workers do
+	// not report, the only one).
 	reports, err := subjects.InboxReportRequestPattern(version)
 	if err == nil {
 		h.reports, err = nc.Subscribe(reports, h.onMsg)
@@ -83,9 +84,9 @@ func startHub(nc *nats.Conn, version, project string, log *slog.Logger) (*hub, e
 	return h, nil
 }
 
-// onMsg turns a tool command or an inbox report (through the stream or as
-// a request) of the project into an Event. Other commands (wakeups, PMO
-// internals) are not turn changes.
+// onMsg turns a tool command, an inbox report (through the stream or as
+// a request) or a wakeup of the project into an Event. Other commands
+// (PMO internals) are not turn changes.
 func (h *hub) onMsg(m *nats.Msg) {
 	subj, err := subjects.Parse(m.Subject)
 	if err != nil || subj.Project != h.project {
@@ -96,7 +97,11 @@ func (h *hub) onMsg(m *nats.Msg) {
 	case subj.Component == subjects.Tool:
 		kind = "call"
 	case subj.Kind() == subjects.KindInboxReport,
-		subj.Kind() == subjects.KindService && subj.Component == "inbox" && subj.Target == "report":
+		subj.Kind() == subjects.KindService && subj.Component == "inbox" && subj.Target == "report",
+		// A single node stores the entry with the result and its worker
+		// sends no report: the wakeup is then the first sign of the
+		// result (a duplicate event only refreshes the turn again).
+		subj.Kind() == subjects.KindAgentWakeup:
 		kind = "result"
 	default:
 		return
