@@ -67,7 +67,9 @@ func guideTS(t *testing.T) []guideBlock {
 // mesh did not admit refused by the TS worker, the SDK's own tests (node
 // --test: the agent against the Go echo worker, wakeups, resume after a
 // restart, a refused call, timeout, cancel, drain, a killed TS worker's
-// call taken over; ATP's Windley loop: a session bound to a booking
+// call taken over; the TS worker's issue-27 rules: no report when
+// put_result stored the inbox entry, a command whose tool.call card is
+// missing retried until its third delivery; ATP's Windley loop: a session bound to a booking
 // re-querying on another agent's transition and refusing the tool the new
 // residual forbids, a mandate gap approved with `utpmesh hem confirm`; a
 // per-agent identity's round trip and its refusals), the describe endpoint, the TS worker's counters in
@@ -312,7 +314,7 @@ permit(principal, action == ATPAction::"update_pre_arrangement", resource) when 
 			"--test", "dist/test/unit.test.js", "dist/test/mesh.test.js", "dist/test/loops.test.js")
 		if !strings.Contains(out, "\n# fail 0") || strings.Contains(out, "# SKIP") || !strings.Contains(out, "- against a mesh\n") ||
 			!strings.Contains(out, "- ATP's Windley loop against a mesh\n") || !strings.Contains(out, "- a per-agent identity against a mesh\n") ||
-			!strings.Contains(out, "- resent requests\n") {
+			!strings.Contains(out, "- resent requests\n") || !strings.Contains(out, "- the worker's result and missing-card rules\n") {
 			t.Fatalf("node --test:\n%s", out)
 		}
 		t.Logf("node --test: %s", out[strings.LastIndex(out, "# tests"):])

@@ -18,7 +18,7 @@ export {
   queryMandate, resultCallId,
 } from "./windley.js";
 export type { MandateGap, QueryOptions, Requery, Resolution, WindleyLoopConfig } from "./windley.js";
-export { AbortReasons, Worker, serve, stderrLogger } from "./worker.js";
+export { AbortReasons, MISSING_CARD_DELIVERIES, Worker, serve, stderrLogger } from "./worker.js";
 export type { LogLevel, Logger, WorkerOptions } from "./worker.js";
 export { ResultCodes, ToolError, fail, isPartial, partial } from "./tool.js";
 export type { Call, PartialResult, Tool } from "./tool.js";

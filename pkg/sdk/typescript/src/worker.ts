@@ -5,7 +5,10 @@
  * command: starts the call under a claim, reads the tool.call card,
  * validates the arguments, verifies the admission, runs the handler under
  * the tool's timeout (in-progress acks keep the command, claim renewals the
- * lease), writes the result under the claim, reports to the inbox, acks.
+ * lease), writes the result under the claim, reports to the inbox (unless
+ * the write stored the call's inbox entry: `put_result`'s `inbox_entry`),
+ * acks. A command whose tool.call card is missing is retried, its claim
+ * given back, until its {@link MISSING_CARD_DELIVERIES}th delivery.
  * The Go counterpart is pkg/worker.
  */
 import { hostname } from "node:os";
@@ -76,6 +79,18 @@ const CANCEL_MEMORY_MS = 10 * 60_000;
 const CANCEL_GRACE_MS = 5000;
 const ENTRY_TTL_MS = 5000;
 const REPORT_TIMEOUT_MS = 5000;
+
+/**
+ * MISSING_CARD_DELIVERIES is how many deliveries of a command whose
+ * tool.call card is missing the worker makes before it fails the call
+ * bad_request (docs/protocol.md §7, step 4): the earlier ones give the
+ * claim back and leave the command for redelivery after 2 s. The
+ * single-node mesh publishes a command beside its card's commit (its
+ * start_call waits for a card whose write is under way), so a command can
+ * outlive a card whose write failed or whose process died; the agent's
+ * resent dispatch writes the card. Go: worker.MissingCardDeliveries.
+ */
+export const MISSING_CARD_DELIVERIES = 3;
 
 /** Why a running call's signal aborted. */
 export const AbortReasons = { timeout: "timeout", canceled: "canceled", shutdown: "shutdown", claimLost: "claim_lost" } as const;
@@ -497,8 +512,15 @@ class Job {
     // 3. The tool.call card (§7, step 4).
     const cc = this.callCard;
     if (!cc) {
-      return this.finish(failure("failed", ResultCodes.badRequest,
-        `tool_call_card_id ${this.cmd.tool_call_card_id}: no such card in project ${this.cs.project} (write the tool.call card before publishing the command)`, this.cmd.after_execution));
+      const missing = `tool_call_card_id ${this.cmd.tool_call_card_id}: no such card in project ${this.cs.project} (write the tool.call card before publishing the command)`;
+      if (this.delivery < MISSING_CARD_DELIVERIES) {
+        // The card may come yet (the agent's resent dispatch writes it):
+        // give the claim back, so the redelivery neither waits for it nor
+        // counts as a take-over, and retry.
+        await this.release();
+        this.retry("tool.call card missing", new Error(`${missing}; delivery ${this.delivery} of ${MISSING_CARD_DELIVERIES} before the call fails`));
+      }
+      return this.finish(failure("failed", ResultCodes.badRequest, missing, this.cmd.after_execution));
     }
     const content = (cc.content ?? {}) as ToolCallContent;
     if (cc.type !== "tool.call" || cc.tool_call_id !== this.cmd.tool_call_id || cc.metadata?.agent_turn_id !== this.cmd.agent_turn_id) {
@@ -641,7 +663,12 @@ class Job {
       .catch(() => undefined);
   }
 
-  /** finish writes the result card under the claim, reports it and acks (§7, step 8). */
+  /**
+   * finish writes the result card under the claim, reports it and acks (§7,
+   * step 8). When the put_result reply says inbox_entry (a single node
+   * stored the call's inbox entry in the result's commit and rings its
+   * wakeup), there is nothing to report: it acks at once (§8.1).
+   */
   private async finish(content: ToolResultContent): Promise<void> {
     const cc = this.callCard;
     const md: CardMetadata = {
@@ -657,9 +684,11 @@ class Job {
     };
     let rc = card;
     let existed = false;
+    let entryStored = false;
     try {
-      await request(this.w.conn, subj.workerCardstore(this.svc, "put_result", this.name),
+      const r = await request<{ inbox_entry?: boolean }>(this.w.conn, subj.workerCardstore(this.svc, "put_result", this.name),
         { cards: [card], claim: { holder: this.holder, token: this.claim!.token } });
+      entryStored = r.value?.inbox_entry === true;
     } catch (err) {
       const e = err as UtpmeshError;
       if (e.code === "result_exists") {
@@ -684,7 +713,21 @@ class Job {
       this.s.stats.calls++;
       if (content.status !== "success" && content.status !== "partial") this.s.stats.failed++;
     }
+    if (entryStored) return this.stored(rc);
     return this.reportAndAck(rc, true);
+  }
+
+  /**
+   * stored acks the command of a result whose inbox entry the store wrote
+   * in the result's commit: the entry is durable and its wakeup on its way
+   * (the inbox rings it, and again at its next start if it dies first), so
+   * a report would only find a duplicate. A lost ack is a redelivery, which
+   * finds the result and re-reports it.
+   */
+  private stored(rc: Card): void {
+    this.m.ack();
+    this.w.logger("debug", "worker: result and inbox entry stored; no report needed",
+      { tool: this.name, tool_call_id: this.cmd.tool_call_id, tool_result_card_id: rc.card_id });
   }
 
   private async deadLetterForbidden(reason: string): Promise<void> {

@@ -9,17 +9,19 @@
 // Without them the tests skip.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { createHash, createPrivateKey, createPublicKey, sign as edSign } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 
-import { AgentClient, PendingError, UtpmeshError, connectMesh, fail, serve } from "../src/index.js";
-import { request } from "../src/svc.js";
-import type { Tool, Wakeup, Worker } from "../src/index.js";
+import { AgentClient, HEADER_ADMISSION, MISSING_CARD_DELIVERIES, PendingError, UtpmeshError, connectMesh, fail, serve, subjects, uuidv7 } from "../src/index.js";
+import { request, toHeaders } from "../src/svc.js";
+import type { Admission, Card, Report, Tool, ToolResultContent, Wakeup, Worker } from "../src/index.js";
 
 const data = process.env.UTPMESH_TS_DATA;
 const skip = data ? false : "needs a mesh: run cmd/utpmesh TestTypeScriptSDK (go test -run TestTypeScriptSDK ./cmd/utpmesh)";
@@ -259,7 +261,170 @@ describe("against a mesh", { skip }, () => {
       await wnc.drain();
     }
   });
+
+  describe("the worker's result and missing-card rules", () => {
+    // One worker of ts_hold, its log and its runs recorded; admin watches
+    // both ways of a report (svc.inbox.report, cmd.sys.inbox.report).
+    let admin: NatsConnection;
+    let wnc: NatsConnection;
+    let worker: Worker;
+    const logs: { level: string; msg: string; fields: Record<string, unknown> }[] = [];
+    const runs = new Map<string, number[]>();
+    const reports = new Map<string, { subject: string; report: Report }[]>();
+    const waiters = new Set<() => void>();
+    const changed = () => waiters.forEach((f) => f());
+    // until resolves once cond() holds, re-checking on every log line and report.
+    const until = <T>(cond: () => T | undefined): Promise<T> => new Promise((resolve) => {
+      const check = () => {
+        const v = cond();
+        if (v === undefined) return;
+        waiters.delete(check);
+        resolve(v);
+      };
+      waiters.add(check);
+      check();
+    });
+    const logged = (call: string, pred: (l: (typeof logs)[number]) => boolean) => logs.filter((l) => l.fields.tool_call_id === call && pred(l));
+    const sc = subjects.scope("demo");
+    const target = `cg.v1r3.demo.${sc.channel}.cmd.tool.ts_hold`;
+
+    before(async () => {
+      admin = await connectMesh({ creds: creds("admin"), name: "ts-sdk-test-rules" });
+      for (const sub of [subjects.inboxReport(sc), subjects.inboxReportStream(sc)]) {
+        admin.subscribe(sub, { callback: (err, m) => {
+          if (err) return;
+          const report = JSON.parse(new TextDecoder().decode(m.data)) as Report;
+          reports.set(report.tool_call_id, [...(reports.get(report.tool_call_id) ?? []), { subject: m.subject, report }]);
+          changed();
+        } });
+      }
+      await admin.flush();
+      wnc = await connectMesh({ creds: creds("worker-tsslow") });
+      worker = await serve({
+        nc: wnc, projects: ["demo"], instanceId: "ts-rules-worker",
+        log: (level, msg, fields) => {
+          logs.push({ level, msg, fields: fields ?? {} });
+          changed();
+        },
+        tools: [{ name: "ts_hold", parameters: { type: "object", properties: { ms: { type: "integer", minimum: 0 } }, required: ["ms"] },
+          options: { timeout_seconds: 60 }, handler: (c) => {
+            runs.set(c.toolCallId, [...(runs.get(c.toolCallId) ?? []), c.delivery]);
+            return { delivery: c.delivery };
+          } }],
+      });
+    });
+    after(async () => {
+      await worker?.stop();
+      await wnc?.drain();
+      await admin?.drain();
+    });
+
+    // command publishes, as admin, an admitted command of ts_hold whose
+    // tool.call card (returned, not written) the caller writes, or not.
+    const command = async (name: string) => {
+      const agentId = `ts-rules-${run}`;
+      const call = `${name}-${run}`;
+      const content = { tool_name: "ts_hold", arguments: { ms: 0 }, target_subject: target };
+      const card = {
+        card_id: uuidv7(), project_id: "demo", type: "tool.call", author_id: agentId, content, tool_call_id: call,
+        created_at: new Date().toISOString(), metadata: { agent_id: agentId, agent_turn_id: turn(name), step_id: "s", tool_call_id: call },
+      };
+      const cmd = {
+        agent_id: agentId, agent_turn_id: turn(name), turn_epoch: 0, tool_call_id: call, after_execution: "suspend",
+        tool_call_card_id: card.card_id, step_id: "s", tool_name: "ts_hold",
+      };
+      const adm = signAdmission({
+        v: 1, kid: "", sub: target, agent_id: agentId, agent_turn_id: turn(name), turn_epoch: 0, tool_call_id: call,
+        tool_call_card_id: card.card_id, tool_name: "ts_hold", after_execution: "suspend", principal: `agent:${agentId}`,
+        card_sha256: createHash("sha256").update(JSON.stringify(content)).digest("hex"), iat: Date.now(),
+      });
+      await jetstream(admin).publish(target, JSON.stringify(cmd), { headers: toHeaders({ [HEADER_ADMISSION]: adm }) });
+      return { call, card };
+    };
+    // acked resolves once ts_hold's durable has no command unacknowledged:
+    // a worker acks after its report, so a report sent was seen before.
+    const acked = async () => {
+      const jsm = await jetstreamManager(admin);
+      for (;;) {
+        const ci = await jsm.consumers.info(subjects.commandStream(), subjects.toolConsumer("ts_hold"));
+        if (ci.num_ack_pending === 0 && ci.num_pending === 0) return;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    };
+    const retried = (call: string) => logged(call, (l) => l.level === "warn" && /tool\.call card missing/.test(l.msg)).map((l) => String(l.fields.err));
+
+    it("acks without a report when put_result stored the inbox entry; the agent is woken", { timeout: 60_000 }, async () => {
+      let got!: (w: Wakeup) => void;
+      const wakeup = new Promise<Wakeup>((r) => (got = r));
+      const stop = await ts.wakeups((w) => {
+        if (w.agent_turn_id === turn("noreport")) got(w);
+      });
+      try {
+        const p = await ts.dispatch({ toolName: "ts_hold", agentTurnId: turn("noreport"), arguments: { ms: 0 } });
+        const w = await wakeup;
+        assert.equal(w.tool_call_id, p.toolCallId);
+        assert.equal(w.status, "success");
+        await acked();
+        assert.deepEqual(reports.get(p.toolCallId) ?? [], [], "no report");
+        assert.equal(logged(p.toolCallId, (l) => /no report needed/.test(l.msg)).length, 1);
+        assert.deepEqual(runs.get(p.toolCallId), [1]);
+        assert.equal(await ts.ack([w.inbox_id]), 1);
+      } finally {
+        stop();
+      }
+    });
+
+    it("retries a command whose tool.call card is written after its first delivery: it runs once", { timeout: 60_000 }, async () => {
+      const { call, card } = await command("latecard");
+      const first = await until(() => retried(call).find((e) => /delivery 1 of 3 before the call fails/.test(e)) ??
+        (reports.get(call) ? `reported ${JSON.stringify(reports.get(call))} instead` : undefined));
+      assert.match(first, /delivery 1 of 3/, "the first delivery is left for redelivery");
+      await request(admin, subjects.svc(sc, "cardstore", "put"), { cards: [card] });
+      await until(() => runs.get(call));
+      await acked();
+      // The result's commit stored the inbox entry: no report.
+      assert.deepEqual(reports.get(call) ?? [], [], "no report");
+      const ran = runs.get(call) ?? [];
+      assert.equal(ran.length, 1, `runs at deliveries ${ran}`);
+      assert.ok(ran[0] >= 2, `ran at delivery ${ran[0]}`);
+      assert.equal(retried(call).length, ran[0] - 1);
+      // The first delivery gave its claim back: no take-over.
+      assert.equal(worker.stats("ts_hold")?.claim_takeovers, 0);
+      const r = await request<{ card: Card }>(admin, subjects.svc(sc, "cardstore", "find_result"), { agent_turn_id: turn("latecard"), tool_call_id: call });
+      assert.equal((r.value.card.content as ToolResultContent).status, "success", JSON.stringify(r.value.card.content));
+    });
+
+    it(`fails a command whose tool.call card never comes bad_request on delivery ${MISSING_CARD_DELIVERIES}, and reports it`, { timeout: 60_000 }, async () => {
+      const { call, card } = await command("nocard");
+      const [rep] = await until(() => reports.get(call));
+      assert.equal(rep.subject, subjects.inboxReport(sc), "reported by request");
+      assert.equal(rep.report.status, "failed");
+      const errs = retried(call);
+      assert.equal(errs.length, MISSING_CARD_DELIVERIES - 1, errs.join("\n"));
+      errs.forEach((e, i) => assert.match(e, new RegExp(`delivery ${i + 1} of ${MISSING_CARD_DELIVERIES} before`)));
+      assert.equal(runs.get(call), undefined, "the handler never ran");
+      assert.equal(worker.stats("ts_hold")?.claim_takeovers, 0);
+      const r = await request<{ card: Card }>(admin, subjects.svc(sc, "cardstore", "get"), { card_id: rep.report.tool_result_card_id });
+      const c = r.value.card.content as ToolResultContent;
+      assert.equal(c.status, "failed");
+      assert.equal(c.error?.code, "bad_request");
+      assert.equal(c.error?.message,
+        `tool_call_card_id ${card.card_id}: no such card in project demo (write the tool.call card before publishing the command)`);
+    });
+  });
 });
+
+// signAdmission signs a as the mesh does (CG-Admission: base64url claims,
+// ".", base64url Ed25519 signature), with the mesh's admission key from
+// its data directory (admission.key: the base64url seed).
+function signAdmission(a: Admission): string {
+  const seed = Buffer.from(read(join(data!, "admission.key")), "base64url");
+  const priv = createPrivateKey({ key: Buffer.concat([Buffer.from("302e020100300506032b657004220420", "hex"), seed]), format: "der", type: "pkcs8" });
+  const pub = Buffer.from(createPublicKey(priv).export({ format: "jwk" }).x!, "base64url");
+  a.kid = createHash("sha256").update(pub).digest("base64url").slice(0, 16);
+  const payload = Buffer.from(JSON.stringify(a)).toString("base64url");
+  return `${payload}.${edSign(null, Buffer.from(payload), priv).toString("base64url")}`;
+}
 
 describe("resent requests", { skip }, () => {
   // A real subscriber standing for a service whose process took the first
