@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/apps/webui"
@@ -196,7 +197,13 @@ func TestEvents(t *testing.T) {
 	}()
 	next := func() (string, webui.Event) {
 		t.Helper()
-		ev, ok := <-events
+		var ev [2]string
+		var ok bool
+		select {
+		case ev, ok = <-events:
+		case <-time.After(time.Minute): // a guard against a hang, not a speed check
+			t.Fatal("no event within a minute: the live feed missed it")
+		}
 		if !ok {
 			t.Fatal("event stream ended")
 		}
