@@ -272,8 +272,9 @@
 // stores a new tool.result card (by Put or PutToolResult; not for a
 // repeat of a stored card, nor for a second result the store refuses),
 // after the card, its indexes and the end of its claim are written, with
-// the call's tool.call card when it is among the turn's last
-// CallScanLimit cards (read newest first). The hook writes in the same
+// the call's tool.call card: the one with the id the admission gives it
+// (utp.CallRef.CallCardID, one read), else the newest among the turn's
+// last CallScanLimit cards (a raw-mode runtime's). The hook writes in the same
 // transaction: the inbox stores the call's entry there. An error of the
 // hook fails the Put and nothing of it is written (the other requests of
 // the shared transaction commit without it). The after func it returns

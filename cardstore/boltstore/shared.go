@@ -11,6 +11,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/utp"
 )
 
 // storeSchema is the store's layout for boltfile: its version under
@@ -66,8 +67,9 @@ type ResultHook interface {
 	// result, a NEW tool.result card (not the repeat of a stored card,
 	// not a second result the store refuses), after the card, its index
 	// entries and the end of its call's claim are written. call is the
-	// call's tool.call card when the store finds it among the turn's last
-	// CallScanLimit cards, else nil. ResultStored may run more than once
+	// call's tool.call card when the store finds it (by the admission's
+	// card id, else among the turn's last CallScanLimit cards), else nil.
+	// ResultStored may run more than once
 	// for one Put (the shared transaction is run again when another
 	// request in it fails) and must not keep anything from a run but its
 	// return values. An error fails the Put: nothing of it is written.
@@ -83,7 +85,8 @@ type ResultHook interface {
 }
 
 // CallScanLimit bounds how many of a turn's last cards the store reads,
-// newest first, to hand a ResultHook the call's tool.call card: a call's
+// newest first, to hand a ResultHook the call's tool.call card when it
+// has not the admission's id (a raw-mode runtime's card): a call's
 // card is normally a few cards before its result, and the transaction
 // every writer shares must not read a long turn.
 const CallScanLimit = 256
@@ -204,14 +207,26 @@ func (s *Store) PutWithEntry(ctx context.Context, cards ...*card.Card) (bool, er
 	return run.entries(pcs), nil
 }
 
-// findCallCard returns the newest tool.call card of the call among the
+// findCallCard returns the call's tool.call card: the one with the id the
+// admission gives it (utp.CallRef.CallCardID), else the newest among the
 // turn's last CallScanLimit cards, or nil.
 func findCallCard(b *buckets, project, turn, call string) (*card.Card, error) {
 	if turn == "" {
 		return nil, nil
 	}
-	prefix := turnPrefix(project, turn)
 	cards := newCardLookup(b, project)
+	// The admission's card has a known id: one read instead of a scan
+	// (a raw-mode runtime's card is found by the scan).
+	id := utp.Ref(project, turn, call).CallCardID()
+	if data := cards.get(id); data != nil {
+		if ok, err := isCallCard(data, []byte(id), call); err != nil || ok {
+			if err != nil {
+				return nil, err
+			}
+			return decodeCard(data)
+		}
+	}
+	prefix := turnPrefix(project, turn)
 	cur := b.turns.Cursor()
 	k, v := cur.Seek(turnKey(prefix, math.MaxUint64))
 	if k == nil {

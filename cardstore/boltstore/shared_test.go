@@ -16,6 +16,7 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore/storetest"
 	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/card"
+	"github.com/utpmesh/utpmesh/pkg/utp"
 )
 
 // recordHook is a ResultHook that writes the result's id into a bucket of
@@ -174,6 +175,41 @@ func TestResultHook(t *testing.T) {
 	}
 	if h.callOf[1] != "" {
 		t.Fatalf("call card of a call without one = %q, want none", h.callOf[1])
+	}
+}
+
+// TestResultHookFindsAdmissionCard: a call card with the admission's id
+// (utp.CallRef.CallCardID) is handed to the hook however far back in the
+// turn it is; one with another id only within the last CallScanLimit
+// cards of the turn.
+func TestResultHookFindsAdmissionCard(t *testing.T) {
+	ctx := t.Context()
+	obs := &commits{}
+	h := &recordHook{commit: obs}
+	s, _ := openSharedStore(t, h, obs)
+
+	admitted := storetest.ToolCallCard("p", "turn-long", "call-a")
+	admitted.CardID = utp.Ref("p", "turn-long", "call-a").CallCardID()
+	raw := storetest.ToolCallCard("p", "turn-long", "call-r")
+	if err := s.Put(ctx, admitted, raw); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < boltstore.CallScanLimit+10; i += 50 {
+		var notes []*card.Card
+		for j := 0; j < 50; j++ {
+			notes = append(notes, storetest.NoteCard("p", "turn-long", fmt.Sprint("note ", i+j)))
+		}
+		if err := s.Put(ctx, notes...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, call := range []string{"call-a", "call-r"} {
+		if err := s.Put(ctx, storetest.ToolResultCard("p", "turn-long", call, card.StatusSuccess)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{admitted.CardID, ""}; fmt.Sprint(h.callOf) != fmt.Sprint(want) {
+		t.Fatalf("call cards handed to the hook = %q, want %q (the admission's found by id, the other beyond the scan)", h.callOf, want)
 	}
 }
 

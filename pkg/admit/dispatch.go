@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -52,14 +51,10 @@ type Summary struct {
 	KeyID string `json:"kid,omitempty"`
 }
 
-// cardNamespace makes a call's tool.call card id from its (project, turn,
-// call): a retry of the same tool_call_id writes the same card.
-var cardNamespace = uuid.MustParse("6b1f8e0c-8d0e-4c77-9d1a-2f3c4b5a6e70")
-
 // CallCardID is the card id the admission service gives the tool.call
-// card of (project, turn, call).
+// card of (project, turn, call): utp.CallRef.CallCardID.
 func CallCardID(project, turn, call string) string {
-	return uuid.NewSHA1(cardNamespace, []byte(utp.Ref(project, turn, call).MsgID())).String()
+	return utp.Ref(project, turn, call).CallCardID()
 }
 
 // decision is what admission decided about one call.

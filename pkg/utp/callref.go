@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
+
+	"github.com/google/uuid"
 )
 
 // CallRef names one tool call: (project_id, agent_turn_id, tool_call_id).
@@ -51,4 +53,15 @@ func (c CallRef) MsgID() string {
 		h.Write([]byte(s))
 	}
 	return "cmd-" + hex.EncodeToString(h.Sum(nil))
+}
+
+// callCardNamespace makes a call's tool.call card id from its CallRef.
+var callCardNamespace = uuid.MustParse("6b1f8e0c-8d0e-4c77-9d1a-2f3c4b5a6e70")
+
+// CallCardID is the id the mesh's admission gives the call's tool.call
+// card: uuidv5(6b1f8e0c-8d0e-4c77-9d1a-2f3c4b5a6e70, MsgID()), so a retry
+// of the same call writes the same card. (A raw-mode runtime names its
+// cards itself.)
+func (c CallRef) CallCardID() string {
+	return uuid.NewSHA1(callCardNamespace, []byte(c.MsgID())).String()
 }
