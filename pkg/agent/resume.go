@@ -165,7 +165,12 @@ func (c *Client) Resume(ctx context.Context, agentTurnID string) (*TurnState, er
 			return nil, fmt.Errorf("agent: resume turn %s: %w", agentTurnID, err)
 		}
 		for i := range all {
-			if cs := byID[all[i].ToolCallID]; cs != nil && cs.Entry == nil {
+			// Only for results the card read holds: this read comes after
+			// it, so an entry of a call whose result the card read missed
+			// (its result and entry committed in between; on a single node
+			// they are one commit) is newer than the snapshot, where the
+			// call is still outstanding.
+			if cs := byID[all[i].ToolCallID]; cs != nil && cs.Entry == nil && cs.ResultCard != nil {
 				cs.Entry = &all[i]
 			}
 		}
