@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,8 +20,6 @@ import (
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/admit"
 	"github.com/utpmesh/utpmesh/pkg/card"
-	"github.com/utpmesh/utpmesh/pkg/registry"
-	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/utp"
@@ -83,25 +80,8 @@ func newBesideMesh(t *testing.T, holdPut chan struct{}) *besideMesh {
 	if err := streams.Ensure(ctx, js, subjects.DefaultVersion); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	cards, err := boltstore.Open(filepath.Join(dir, "cards.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cards.Close() })
-	reg, err := boltreg.Open(filepath.Join(dir, "registry.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = reg.Close() })
-	if _, err := reg.Put(ctx, &registry.Entry{ProjectID: "demo", ToolName: "echo", Description: "echo",
-		Parameters: []byte(`{"type":"object"}`), TargetSubject: "cg.{ver}.{project_id}.{channel_id}.cmd.tool.echo", AfterExecution: card.Suspend}); err != nil {
-		t.Fatal(err)
-	}
-	key, err := admit.LoadOrCreateKey(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := openAdmitFiles(ctx, t, true)
+	cards, reg, key := files.cards, files.reg, files.key
 	m := &besideMesh{nc: nc, js: js, store: &besideStore{Store: cards, holdPut: holdPut}, cmds: make(chan *nats.Msg, 16)}
 	sub, err := nc.Subscribe("cg."+subjects.DefaultVersion+".demo.main.cmd.tool.echo", func(msg *nats.Msg) {
 		m.cmds <- msg
@@ -268,23 +248,10 @@ func TestPublishBesideCardConcurrentResends(t *testing.T) {
 func TestPublishBesideCardNeedsAnnouncer(t *testing.T) {
 	srv := meshtest.NATS(t)
 	nc := meshtest.Conn(t, srv)
-	dir := t.TempDir()
-	cards, err := boltstore.Open(filepath.Join(dir, "cards.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cards.Close() })
-	reg, err := boltreg.Open(filepath.Join(dir, "registry.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = reg.Close() })
-	key, err := admit.LoadOrCreateKey(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := openAdmitFiles(t.Context(), t, false)
+	cards, reg, key := files.cards, files.reg, files.key
 	hidden := struct{ cardstore.Store }{cards}
-	_, err = admit.Start(t.Context(), nc, admit.Config{Store: hidden, Registry: reg, Key: key, PublishBesideCard: true})
+	_, err := admit.Start(t.Context(), nc, admit.Config{Store: hidden, Registry: reg, Key: key, PublishBesideCard: true})
 	if err == nil || !strings.Contains(err.Error(), "PublishBesideCard") {
 		t.Fatalf("Start with PublishBesideCard on a store that is no CardAnnouncer = %v; want a refusal naming the option", err)
 	}

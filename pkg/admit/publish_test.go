@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,12 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/admit"
-	"github.com/utpmesh/utpmesh/pkg/card"
-	"github.com/utpmesh/utpmesh/pkg/registry"
-	"github.com/utpmesh/utpmesh/pkg/registry/boltreg"
 	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/utp"
@@ -71,25 +66,8 @@ func TestPublishThroughElection(t *testing.T) {
 	}
 	t.Cleanup(nc.Close)
 
-	dir := t.TempDir()
-	cards, err := boltstore.Open(filepath.Join(dir, "cards.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cards.Close() })
-	reg, err := boltreg.Open(filepath.Join(dir, "registry.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = reg.Close() })
-	if _, err := reg.Put(ctx, &registry.Entry{ProjectID: "demo", ToolName: "echo", Description: "echo",
-		Parameters: []byte(`{"type":"object"}`), TargetSubject: "cg.{ver}.{project_id}.{channel_id}.cmd.tool.echo", AfterExecution: card.Suspend}); err != nil {
-		t.Fatal(err)
-	}
-	key, err := admit.LoadOrCreateKey(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := openAdmitFiles(ctx, t, true)
+	cards, reg, key := files.cards, files.reg, files.key
 	// The quorum signal of the admission's node: in the mesh it is the
 	// embedded server's (embednats.Server.Quorum, tested there); these
 	// nodes are other processes, so the test counts the running ones.
