@@ -12,6 +12,7 @@ import (
 
 	"github.com/cedar-policy/cedar-go/types"
 
+	"github.com/utpmesh/utpmesh/internal/atomicfile"
 	"github.com/utpmesh/utpmesh/pkg/mandate"
 )
 
@@ -165,7 +166,9 @@ func SetupDemo(ctx context.Context, store PolicyStore, keys *mandate.KeyDir, pro
 	if err != nil {
 		return nil, fmt.Errorf("authz: demo mandate: %w", err)
 	}
-	if err := os.WriteFile(res.MandatePath, []byte(tok+"\n"), 0o600); err != nil {
+	// Atomically: a reader (a test, a script waiting for the file) never
+	// sees it empty or cut, which would be a call without a mandate.
+	if err := atomicfile.Write(res.MandatePath, []byte(tok+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("authz: write demo mandate: %w", err)
 	}
 	res.MandateIssued = true

@@ -26,6 +26,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/utpmesh/utpmesh/internal/atomicfile"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 )
 
@@ -139,16 +140,7 @@ func (s *Store) write(ids []meshauth.Identity) error {
 	if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
 		return fmt.Errorf("identity: %w", err)
 	}
-	tmp := s.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("identity: write %s: %w", tmp, err)
-	}
-	_, werr := f.Write(data)
-	if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
-		return fmt.Errorf("identity: write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
+	if err := atomicfile.Write(s.path, data, 0o600); err != nil {
 		return fmt.Errorf("identity: write %s: %w", s.path, err)
 	}
 	return nil
