@@ -85,7 +85,7 @@ func traceparentOf(result, call *card.Card) string {
 	id := result.Metadata.TraceID
 	var tp string
 	if raw, ok := call.Metadata.Extra[card.ExtraTraceparent]; ok && json.Unmarshal(raw, &tp) == nil &&
-		wellFormedTraceparent(tp) && (id == "" || utp.TraceID(tp) == id) {
+		utp.ValidTraceparent(tp) && (id == "" || utp.TraceID(tp) == id) {
 		return tp
 	}
 	tp = utp.NewTraceparent()
@@ -93,21 +93,4 @@ func traceparentOf(result, call *card.Card) string {
 		tp = "00-" + id + tp[len("00-")+32:]
 	}
 	return tp
-}
-
-// wellFormedTraceparent reports whether tp is a version-00 W3C
-// traceparent: 00-<32 hex>-<16 hex>-<2 hex>, lower case.
-func wellFormedTraceparent(tp string) bool {
-	if len(tp) != 55 || tp[:3] != "00-" || tp[35] != '-' || tp[52] != '-' {
-		return false
-	}
-	for i, c := range tp[3:] {
-		if i == 32 || i == 49 {
-			continue
-		}
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }

@@ -118,3 +118,21 @@ func TraceID(traceparent string) string {
 	}
 	return parts[1]
 }
+
+// ValidTraceparent reports whether tp is a version-00 W3C traceparent:
+// 00-<32 hex>-<16 hex>-<2 hex>, lower case (TraceID is more lenient: it
+// reads the trace id of anything with four parts).
+func ValidTraceparent(tp string) bool {
+	if len(tp) != 55 || tp[:3] != "00-" || tp[35] != '-' || tp[52] != '-' {
+		return false
+	}
+	for i, c := range tp[3:] {
+		if i == 32 || i == 49 {
+			continue
+		}
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
