@@ -56,11 +56,25 @@ func checkFile(t testing.TB, path string) {
 				return err
 			}
 		}
+		if err := checkOutbox(tx); err != nil {
+			return err
+		}
 		return checkTurnSummaries(tx)
 	})
 	if err != nil {
 		t.Errorf("consistency check of %s: %v", path, err)
 	}
+}
+
+// checkOutbox checks that no outbox entry belongs to a call with a result.
+func checkOutbox(tx *bolt.Tx) error {
+	results := tx.Bucket([]byte("results"))
+	return tx.Bucket([]byte("outbox")).ForEach(func(k, _ []byte) error {
+		if results.Get(k) != nil {
+			return fmt.Errorf("outbox entry %q belongs to a call with a result", k)
+		}
+		return nil
+	})
 }
 
 // storedTurn is a turninfo record as the test reads it.
@@ -249,15 +263,15 @@ func TestSchemaVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("3"))
+		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("4"))
 	})
 	db.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = boltstore.Open(path)
-	if !errors.Is(err, boltstore.ErrSchemaVersion) || !strings.Contains(err.Error(), `"3"`) {
-		t.Fatalf("open of a version 3 file: got %v, want ErrSchemaVersion naming the version", err)
+	if !errors.Is(err, boltstore.ErrSchemaVersion) || !strings.Contains(err.Error(), `"4"`) {
+		t.Fatalf("open of a version 4 file: got %v, want ErrSchemaVersion naming the version", err)
 	}
 
 	// A bbolt file of some other program.
@@ -586,8 +600,8 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	}
 	defer db.Close()
 	_ = db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket([]byte("meta")).Get([]byte("schema_version")); string(v) != "2" {
-			t.Errorf("schema version after the upgrade = %q, want \"2\"", v)
+		if v := tx.Bucket([]byte("meta")).Get([]byte("schema_version")); string(v) != "3" {
+			t.Errorf("schema version after the upgrade = %q, want \"3\"", v)
 		}
 		return nil
 	})

@@ -110,6 +110,9 @@ func applyPut(b *buckets, pcs []putCard, run *hookRun) error {
 			if err := releaseCallClaim(b, pc.ProjectID, pc.Turn, pc.Call); err != nil {
 				return dirty(fmt.Errorf("boltstore: release the claim of result card %s: %w", pc.ID, err))
 			}
+			if err := deleteOutbox(b, pc.resultKey); err != nil {
+				return dirty(fmt.Errorf("boltstore: delete the outbox entry of result card %s: %w", pc.ID, err))
+			}
 			if err := run.stored(b, pc); err != nil {
 				return dirty(fmt.Errorf("boltstore: result card %s: %w", pc.ID, err))
 			}

@@ -9,11 +9,11 @@ import (
 )
 
 // DeleteTurn removes the turn's cards and every index entry that names
-// them (turns, results, turninfo, turnlist, agentturns) and the
-// tombstones of its calls' claims, in one write; see cardstore.Store. It
-// checks every claim of the turn (in the claims bucket and in memory)
-// before it deletes anything, so a live claim (ErrClaimHeld) leaves the
-// turn whole.
+// them (turns, results, turninfo, turnlist, agentturns), its calls'
+// outbox entries and the tombstones of its calls' claims, in one write;
+// see cardstore.Store. It checks every claim of the turn (in the claims
+// bucket and in memory) before it deletes anything, so a live claim
+// (ErrClaimHeld) leaves the turn whole.
 func (s *Store) DeleteTurn(ctx context.Context, projectID, agentTurnID string) (int, error) {
 	if err := checkCtx(ctx); err != nil {
 		return 0, err
@@ -56,6 +56,11 @@ func (s *Store) DeleteTurn(ctx context.Context, projectID, agentTurnID string) (
 		for k, _ := rc.Seek(resultPrefix); k != nil && bytes.HasPrefix(k, resultPrefix); k, _ = rc.Next() {
 			resultKeys = append(resultKeys, bytes.Clone(k))
 		}
+		var outboxKeys [][]byte
+		oc := b.outbox.Cursor()
+		for k, _ := oc.Seek(resultPrefix); k != nil && bytes.HasPrefix(k, resultPrefix); k, _ = oc.Next() {
+			outboxKeys = append(outboxKeys, bytes.Clone(k))
+		}
 		infoKey := turnInfoKey(projectID, agentTurnID)
 		rec, err := loadTurnRecord(b, infoKey)
 		if err != nil {
@@ -82,6 +87,9 @@ func (s *Store) DeleteTurn(ctx context.Context, projectID, agentTurnID string) (
 			return err
 		}
 		if err := del("claim tombstone", b.claims, tombstones...); err != nil {
+			return err
+		}
+		if err := del("outbox entry", b.outbox, outboxKeys...); err != nil {
 			return err
 		}
 		if rec != nil {

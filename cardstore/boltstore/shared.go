@@ -20,7 +20,7 @@ import (
 func storeSchema() *boltfile.Schema {
 	return &boltfile.Schema{
 		Kind: "boltstore", Version: schemaVersion, Buckets: allBuckets,
-		Upgrades: map[string]func(*bolt.Tx) error{schemaVersion1: upgradeV1},
+		Upgrades: map[string]func(*bolt.Tx) error{schemaVersion1: upgradeV1, schemaVersion2: upgradeV2},
 	}
 }
 

@@ -31,7 +31,10 @@ var (
 // schemaVersion is the layout described in the package documentation.
 // Version 1 files (without the turn summary buckets) are upgraded on
 // open; see upgradeSchema.
-const schemaVersion = "2"
+const schemaVersion = "3"
+
+// schemaVersion2 is the layout before the outbox bucket.
+const schemaVersion2 = "2"
 
 // schemaVersion1 is the layout before the turn summary buckets.
 const schemaVersion1 = "1"
@@ -48,9 +51,12 @@ var (
 	bucketTurnInfo   = []byte("turninfo")
 	bucketTurnList   = []byte("turnlist")
 	bucketAgentTurns = []byte("agentturns")
+	// Added in schema version 3: the commands of calls without a result
+	// (outbox.go).
+	bucketOutbox     = []byte("outbox")
 	v1Buckets        = [][]byte{bucketCards, bucketTurns, bucketResults, bucketBoxes, bucketClaims, bucketMeta}
 	v2Buckets        = [][]byte{bucketTurnInfo, bucketTurnList, bucketAgentTurns}
-	allBuckets       = append(append([][]byte(nil), v1Buckets...), v2Buckets...)
+	allBuckets       = append(append(append([][]byte(nil), v1Buckets...), v2Buckets...), bucketOutbox)
 )
 
 // defaultOpenTimeout is how long Open waits for the file lock.
@@ -296,6 +302,7 @@ func (s *Store) DB() *bolt.DB { return s.db }
 type buckets struct {
 	cards, turns, results, boxes, claims *bolt.Bucket
 	turnInfo, turnList, agentTurns       *bolt.Bucket
+	outbox                               *bolt.Bucket
 	// calls is set by writeCalls: the claim table of the request's run.
 	calls *callTx
 }
@@ -313,9 +320,10 @@ func openBuckets(tx *bolt.Tx) (*buckets, error) {
 		turnInfo:   tx.Bucket(bucketTurnInfo),
 		turnList:   tx.Bucket(bucketTurnList),
 		agentTurns: tx.Bucket(bucketAgentTurns),
+		outbox:     tx.Bucket(bucketOutbox),
 	}
 	if b.cards == nil || b.turns == nil || b.results == nil || b.boxes == nil || b.claims == nil ||
-		b.turnInfo == nil || b.turnList == nil || b.agentTurns == nil {
+		b.turnInfo == nil || b.turnList == nil || b.agentTurns == nil || b.outbox == nil {
 		return nil, errors.New("boltstore: a bucket is missing from the data file (was it modified through DB()?)")
 	}
 	return b, nil

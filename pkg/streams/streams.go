@@ -148,13 +148,34 @@ func ensure(ctx context.Context, js jetstream.JetStream, ver string, opts ...Opt
 			Description: "UTP events: dead letters, notifications, audit"},
 	} {
 		cfg.Replicas = o.replicas
-		if cfg.Replicas == 0 {
-			cfg.Replicas = 1
-			if st, err := js.Stream(ctx, cfg.Name); err == nil {
-				cfg.Replicas = st.CachedInfo().Config.Replicas
-			} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-				return fmt.Errorf("streams: %s: %w", cfg.Name, err)
+		if o.async && cfg.Name != EventStream(ver) {
+			cfg.PersistMode = jetstream.AsyncPersistMode
+		}
+		st, err := js.Stream(ctx, cfg.Name)
+		switch {
+		case err == nil:
+			have := st.CachedInfo().Config
+			if cfg.Replicas == 0 {
+				cfg.Replicas = have.Replicas
 			}
+			if have.PersistMode != cfg.PersistMode {
+				// JetStream cannot change a stream's persist mode: the
+				// stream keeps the one it was made with.
+				if o.async {
+					o.log("streams: the stream was made before async persistence and keeps fsyncing every message; it stays correct, only slower (a new data directory gets async streams)",
+						"stream", cfg.Name, "persist_mode", have.PersistMode.String())
+				}
+				cfg.PersistMode = have.PersistMode
+			}
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			if cfg.Replicas == 0 {
+				cfg.Replicas = 1
+			}
+		default:
+			return fmt.Errorf("streams: %s: %w", cfg.Name, err)
+		}
+		if cfg.PersistMode == jetstream.AsyncPersistMode && cfg.Replicas > 1 {
+			return fmt.Errorf("%w: streams: WithAsyncPersist: %s has %d replicas; async persistence is for a single server (replicated streams are made durable by their replicas)", ErrInvalid, cfg.Name, cfg.Replicas)
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			if cfg.Replicas > 1 && strings.Contains(err.Error(), "insufficient resources") {
@@ -169,7 +190,41 @@ func ensure(ctx context.Context, js jetstream.JetStream, ver string, opts ...Opt
 // Option configures Ensure.
 type Option func(*options) error
 
-type options struct{ replicas int }
+type options struct {
+	replicas int
+	async    bool
+	logger   func(msg string, args ...any)
+}
+
+func (o *options) log(msg string, args ...any) {
+	if o.logger != nil {
+		o.logger(msg, args...)
+	}
+}
+
+// ErrInvalid matches (errors.Is) an Option or combination of options
+// Ensure refuses.
+var ErrInvalid = errors.New("streams: invalid option")
+
+// WithAsyncPersist makes the command and wakeup streams, when Ensure
+// creates them, streams of JetStream's async persist mode: a message is
+// acknowledged once it is in the server's memory, written to the file
+// within milliseconds and fsync'd on the server's sync interval, instead
+// of being fsync'd before its acknowledgement (the event stream, which
+// holds dead letters, keeps the server's setting). A crash of the server
+// can lose the last acknowledged messages of these two streams, so the
+// option is only for a mesh whose messages of both are restored from
+// somewhere else after a crash: a single node's CardStore keeps every
+// admitted command in its outbox and every wakeup's inbox entry
+// (docs/architecture.md, "Durability"). JetStream cannot change a stream's
+// persist mode: streams that exist keep theirs (logged with logf). Only
+// for streams of one replica.
+func WithAsyncPersist(logf func(msg string, args ...any)) Option {
+	return func(o *options) error {
+		o.async, o.logger = true, logf
+		return nil
+	}
+}
 
 // WithReplicas sets the streams' replica count: 1 on a single server, 3
 // in a 3-node cluster (a message is acknowledged once a majority stored
