@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/utp"
@@ -61,10 +63,18 @@ func (s *Service) dispatchBeside(ctx context.Context, ts subjects.ToolSubject, r
 		}
 		return dispatchReply(req, d, stored, target, ae), nil
 	}
+	m, err := s.command(ts, req, cc, target, ae, principal, d.jti)
+	if err != nil {
+		return nil, err
+	}
+	var outboxed *nats.Msg
+	if s.cfg.Outbox != nil {
+		outboxed = m
+	}
 	done := s.announce.AnnouncePut(cc.ProjectID, cc.CardID)
 	published := make(chan error, 1)
-	go func() { published <- s.publish(ctx, ts, req, cc, target, ae, principal, d.jti) }()
-	stored, _, err := s.storeCallCard(ctx, req, cc, principal)
+	go func() { published <- s.send(ctx, m, req, cc, target) }()
+	stored, _, err := s.storeCallCardWith(ctx, req, cc, principal, outboxed)
 	done()
 	perr := <-published
 	if err != nil {

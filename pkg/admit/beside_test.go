@@ -70,6 +70,13 @@ type besideMesh struct {
 
 func newBesideMesh(t *testing.T, holdPut chan struct{}) *besideMesh {
 	t.Helper()
+	return newBesideMeshWith(t, holdPut, false)
+}
+
+// newBesideMeshWith is newBesideMesh whose admission stores each new
+// call's command in the CardStore's outbox when outbox is set.
+func newBesideMeshWith(t *testing.T, holdPut chan struct{}, outbox bool) *besideMesh {
+	t.Helper()
 	ctx := t.Context()
 	srv := meshtest.NATS(t)
 	nc := meshtest.Conn(t, srv)
@@ -100,8 +107,14 @@ func newBesideMesh(t *testing.T, holdPut chan struct{}) *besideMesh {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	s, err := admit.Start(ctx, nc, admit.Config{Store: m.store, Registry: reg, Key: key, PublishBesideCard: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := admit.Config{Store: m.store, Registry: reg, Key: key, PublishBesideCard: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if outbox {
+		cfg.Outbox = func(ctx context.Context, cc *card.Card, msg *nats.Msg) error {
+			return cards.PutWithCommand(ctx, cc, boltstore.Message{Subject: msg.Subject, Header: msg.Header, Data: msg.Data})
+		}
+	}
+	s, err := admit.Start(ctx, nc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +196,43 @@ func TestPublishBesideCard(t *testing.T) {
 	}
 }
 
+// TestPublishBesideCardOutbox: with Config.Outbox a new call's card is
+// stored with the very command the admission published (subject, headers,
+// body) as its outbox entry; a resend stores nothing new.
+func TestPublishBesideCardOutbox(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	m := newBesideMeshWith(t, nil, true)
+	reply, err := m.dispatch(ctx, "c1", `{"x":1}`)
+	if err != nil || !reply.Admitted {
+		t.Fatalf("dispatch = %+v, %v; want admitted", reply, err)
+	}
+	cmd := <-m.cmds
+	var entries []boltstore.OutboxEntry
+	if err := m.store.Outbox(ctx, time.Time{}, func(e boltstore.OutboxEntry) error { entries = append(entries, e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Fatalf("outbox has %d entries after one dispatch, want 1", len(entries))
+	}
+	e := entries[0]
+	if e.ProjectID != "demo" || e.AgentTurnID != "turn-1" || e.ToolCallID != "c1" || e.Message.Subject != cmd.Subject ||
+		string(e.Message.Data) != string(cmd.Data) {
+		t.Fatalf("outbox entry %+v, want the published command on %s", e, cmd.Subject)
+	}
+	for _, h := range []string{jetstream.MsgIDHeader, utp.HeaderAdmission, utp.HeaderTraceparent} {
+		if got := nats.Header(e.Message.Header).Get(h); got == "" || got != cmd.Header.Get(h) {
+			t.Errorf("outbox entry's %s = %q, want the published %q", h, got, cmd.Header.Get(h))
+		}
+	}
+	if _, err := m.dispatch(ctx, "c1", `{"x":1}`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := m.store.OutboxLen(ctx); err != nil || n != 1 {
+		t.Fatalf("after a resend: %d outbox entries (%v), want 1", n, err)
+	}
+}
+
 // TestPublishBesideCardPutFails: when the card's Put fails the dispatch
 // answers the error, the command is published without a card, and the
 // announcement has ended (a StartCall does not wait for it).
@@ -254,5 +304,18 @@ func TestPublishBesideCardNeedsAnnouncer(t *testing.T) {
 	_, err := admit.Start(t.Context(), nc, admit.Config{Store: hidden, Registry: reg, Key: key, PublishBesideCard: true})
 	if err == nil || !strings.Contains(err.Error(), "PublishBesideCard") {
 		t.Fatalf("Start with PublishBesideCard on a store that is no CardAnnouncer = %v; want a refusal naming the option", err)
+	}
+}
+
+// TestOutboxNeedsBeside: Config.Outbox without PublishBesideCard is
+// refused at Start.
+func TestOutboxNeedsBeside(t *testing.T) {
+	srv := meshtest.NATS(t)
+	nc := meshtest.Conn(t, srv)
+	files := openAdmitFiles(t.Context(), t, false)
+	_, err := admit.Start(t.Context(), nc, admit.Config{Store: files.cards, Registry: files.reg, Key: files.key,
+		Outbox: func(context.Context, *card.Card, *nats.Msg) error { return nil }})
+	if err == nil || !strings.Contains(err.Error(), "PublishBesideCard") {
+		t.Fatalf("Start with Outbox and without PublishBesideCard = %v; want a refusal naming PublishBesideCard", err)
 	}
 }

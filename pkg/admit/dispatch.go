@@ -291,8 +291,18 @@ func (s *Service) callCard(project string, req *utp.DispatchRequest, args json.R
 // dispatch, when its content and principal are the same, with the
 // decision the first dispatch recorded (prev; nil for a new card).
 func (s *Service) storeCallCard(ctx context.Context, req *utp.DispatchRequest, cc *card.Card, principal string) (stored *card.Card, prev *Summary, err error) {
+	return s.storeCallCardWith(ctx, req, cc, principal, nil)
+}
+
+// storeCallCardWith is storeCallCard that stores the card with its
+// command m in the outbox (Config.Outbox) when m is not nil.
+func (s *Service) storeCallCardWith(ctx context.Context, req *utp.DispatchRequest, cc *card.Card, principal string, m *nats.Msg) (stored *card.Card, prev *Summary, err error) {
 	project := cc.ProjectID
-	err = s.cfg.Store.Put(ctx, cc)
+	if m != nil {
+		err = s.cfg.Outbox(ctx, cc, m)
+	} else {
+		err = s.cfg.Store.Put(ctx, cc)
+	}
 	if errors.Is(err, cardstore.ErrConflict) {
 		old, gerr := s.cfg.Store.Get(ctx, project, cc.CardID)
 		if gerr != nil {
@@ -317,12 +327,22 @@ func (s *Service) storeCallCard(ctx context.Context, req *utp.DispatchRequest, c
 	return cc, nil, nil
 }
 
-// publish sends the admitted command on its target subject with
-// JetStream (Nats-Msg-Id: a retry is a duplicate the stream drops) and the
-// CG-Admission header, and the verified mandate in CG-Mandate (for the
-// tool's own workers; never in the card).
+// publish sends the admitted command (command) on its target subject.
 func (s *Service) publish(ctx context.Context, ts subjects.ToolSubject, req *utp.DispatchRequest, cc *card.Card,
 	target string, ae card.AfterExecution, principal, jti string) error {
+	m, err := s.command(ts, req, cc, target, ae, principal, jti)
+	if err != nil {
+		return err
+	}
+	return s.send(ctx, m, req, cc, target)
+}
+
+// command builds the admitted command of a call whose tool.call card is
+// cc: Nats-Msg-Id (a retry is a duplicate the stream drops), the
+// CG-Admission header, and the verified mandate in CG-Mandate (for the
+// tool's own workers; never in the card).
+func (s *Service) command(ts subjects.ToolSubject, req *utp.DispatchRequest, cc *card.Card,
+	target string, ae card.AfterExecution, principal, jti string) (*nats.Msg, error) {
 	now := time.Now().UTC()
 	cmd := utp.Command{
 		AgentID: req.AgentID, AgentTurnID: req.AgentTurnID, TurnEpoch: req.TurnEpoch, ToolCallID: req.ToolCallID,
@@ -330,7 +350,7 @@ func (s *Service) publish(ctx context.Context, ts subjects.ToolSubject, req *utp
 	}
 	body, err := json.Marshal(cmd)
 	if err != nil {
-		return fmt.Errorf("admit: encode command: %w", err)
+		return nil, fmt.Errorf("admit: encode command: %w", err)
 	}
 	hdr, err := s.cfg.Key.Sign(utp.Admission{
 		Subject: target, AgentID: cmd.AgentID, AgentTurnID: cmd.AgentTurnID, TurnEpoch: cmd.TurnEpoch,
@@ -338,7 +358,7 @@ func (s *Service) publish(ctx context.Context, ts subjects.ToolSubject, req *utp
 		Principal: principal, CardSHA256: utp.ContentSHA256(cc.Content), MandateJTI: jti, IssuedAt: now.UnixMilli(),
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m := nats.NewMsg(target)
 	m.Data = body
@@ -352,12 +372,17 @@ func (s *Service) publish(ctx context.Context, ts subjects.ToolSubject, req *utp
 	h.Set(utp.HeaderSender, req.AgentID)
 	h.Set(utp.HeaderTimestamp, now.Format(time.RFC3339Nano))
 	h.Set(utp.HeaderAdmission, hdr)
-	s.remember(hdr)
 	if req.Mandate != "" {
 		// Verified by the gate; on a mesh without one, passed on as given
 		// (tools that use it verify it themselves).
 		h.Set(utp.HeaderMandate, req.Mandate)
 	}
+	return m, nil
+}
+
+// send publishes the command m of the call whose tool.call card is cc.
+func (s *Service) send(ctx context.Context, m *nats.Msg, req *utp.DispatchRequest, cc *card.Card, target string) error {
+	s.remember(m.Header.Get(utp.HeaderAdmission))
 	ack, err := s.publishMsg(ctx, m, "command of tool_call_id "+req.ToolCallID)
 	if err != nil {
 		return fmt.Errorf("admit: publish command of tool_call_id %s on %s (tool.call card %s is written; retrying with the same tool_call_id is safe): %w",

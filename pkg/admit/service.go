@@ -33,6 +33,7 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/authz"
+	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/svc"
 	"github.com/utpmesh/utpmesh/pkg/utp"
@@ -126,6 +127,13 @@ type Config struct {
 	// workers): a replicated or remote store cannot wait for this
 	// process's Puts, and its workers would find commands without cards.
 	PublishBesideCard bool
+	// Outbox, when set, stores a new admitted call's tool.call card
+	// together with its command m in one commit (a node's outbox,
+	// boltstore.Store.PutWithCommand), instead of Store.Put: a command
+	// stream that acknowledges before its fsync (streams.WithAsyncPersist)
+	// may lose the command in a crash, and the node publishes it again
+	// from the outbox. Requires PublishBesideCard.
+	Outbox func(ctx context.Context, cc *card.Card, m *nats.Msg) error
 }
 
 // Service is a running admission service.
@@ -166,6 +174,9 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("admit: Config.PublishBesideCard needs a Store that is a CardAnnouncer (the single-node boltstore); %T is not: leave PublishBesideCard off", cfg.Store)
 		}
 		announce = a
+	}
+	if cfg.Outbox != nil && !cfg.PublishBesideCard {
+		return nil, errors.New("admit: Config.Outbox needs Config.PublishBesideCard (a new call's card and command are written side by side); set both or neither")
 	}
 	if cfg.Version == "" {
 		cfg.Version = subjects.DefaultVersion
