@@ -46,11 +46,17 @@ func (m *Mesh) startAdmission(ctx context.Context) error {
 	// on (natsstore serves it to remote workers), so a new call's command
 	// may be published beside its card's commit: StartCall waits for the
 	// announced Put. Never with the replicated store.
-	_, beside := m.cards.(*boltstore.Store)
-	m.admit, err = admit.Start(ctx, nc, admit.Config{Version: cfg.ProtocolVersion, Store: m.cards, Registry: m.reg,
+	// With async command streams its command is also kept in the node
+	// file's outbox, in the card's commit (outbox.go).
+	store, beside := m.cards.(*boltstore.Store)
+	acfg := admit.Config{Version: cfg.ProtocolVersion, Store: m.cards, Registry: m.reg,
 		Audit: &natsauthz.Publisher{NC: nc, Logger: cfg.Logger.With("component", "admission")},
 		Gate:  gate, Key: key, Keys: keys, Logger: cfg.Logger.With("component", "admission"), Quorum: m.quorum(),
-		PublishBesideCard: beside})
+		PublishBesideCard: beside}
+	if beside && m.asyncStreams() {
+		acfg.Outbox = outboxPut(store)
+	}
+	m.admit, err = admit.Start(ctx, nc, acfg)
 	if err != nil {
 		return err
 	}

@@ -246,6 +246,9 @@ type Mesh struct {
 	inboxStore  inbox.Backend
 	inboxBoltDB *boltinbox.DB         // in the node file, nil when the inbox is replicated
 	resultHook  *boltinbox.ResultHook // the node file's: a result's entry in its transaction
+	// ringSince is inboxsvc.Config.RingMarkedSince: set when the wakeup
+	// stream is async (outbox.go).
+	ringSince time.Time
 	cardSrv     *natsstore.Server
 	regSrv      *natsreg.Server
 	auth        *natsauthz.Service
@@ -479,7 +482,8 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 		return err
 	}
 
-	icfg := inboxsvc.Config{Version: cfg.ProtocolVersion, Store: m.cards, Backend: m.inboxStore, Logger: log, TracerProvider: cfg.TracerProvider}
+	icfg := inboxsvc.Config{Version: cfg.ProtocolVersion, Store: m.cards, Backend: m.inboxStore, Logger: log, TracerProvider: cfg.TracerProvider,
+		RingMarkedSince: m.ringSince}
 	if m.metrics != nil {
 		icfg.Observer = m.metrics.Inbox()
 	}

@@ -40,7 +40,11 @@ var (
 // stored in the result's transaction) and the registry's file.
 func (m *Mesh) openFiles(ctx context.Context, js jetstream.JetStream) error {
 	cfg, log := m.cfg, m.cfg.Logger
-	if err := streams.Ensure(ctx, js, cfg.ProtocolVersion); err != nil {
+	var sopts []streams.Option
+	if m.asyncStreams() {
+		sopts = append(sopts, streams.WithAsyncPersist(log.With("component", "streams").Warn))
+	}
+	if err := streams.Ensure(ctx, js, cfg.ProtocolVersion, sopts...); err != nil {
 		return err
 	}
 	path := filepath.Join(cfg.DataDir, nodeFile)
@@ -85,6 +89,19 @@ func (m *Mesh) openFiles(ctx context.Context, js jetstream.JetStream) error {
 	}
 	m.push(func(context.Context) error { return cards.Close() })
 	m.cards, m.boltDB = cards, db
+	if m.asyncStreams() {
+		n, err := replayOutbox(ctx, js, cfg.ProtocolVersion, cards)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			log.Warn("mesh: published again the commands of calls without a result that the command stream may have lost in a crash (a duplicate of one it kept is dropped or harmless)",
+				"commands", n)
+		}
+		if m.ringSince, err = ringMarkedSince(ctx, js, cfg.ProtocolVersion); err != nil {
+			return err
+		}
+	}
 	m.inboxStore, m.inboxBoltDB, m.resultHook = ib, ib, hook
 	reg, err := boltreg.Open(filepath.Join(cfg.DataDir, "registry.db"))
 	if err != nil {

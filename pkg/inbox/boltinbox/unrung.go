@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -12,15 +13,19 @@ import (
 )
 
 // Unrung lists pending entries whose wakeup is not marked sent
-// (wakeup_sent_at unset), across every project: the entries a crash may
-// have left without a stored wakeup, which the inbox service rings when it
-// starts (inboxsvc: "Wakeups are doorbells"). It reads at most scan keys
+// (wakeup_sent_at unset), and, when markedSince is not zero, those marked
+// at or after it, across every project: the entries a crash may have left
+// without a stored wakeup, which the inbox service rings when it starts
+// (inboxsvc: "Wakeups are doorbells"). The marked ones are for a wakeup
+// stream that acknowledges before its fsync (streams.WithAsyncPersist),
+// whose last wakeups a crash can lose after their marks were committed.
+// It reads at most scan keys
 // of the pending index, in its order (project, agent, creation), starting
 // after the cursor after ("" from the first), in one read transaction,
 // and returns the unmarked entries among them and the cursor of the next
 // page, "" once the index is read to its end. An entry acked by a lazy ack
 // not yet committed is not pending. scan must be positive.
-func (d *DB) Unrung(ctx context.Context, after string, scan int) ([]inbox.Entry, string, error) {
+func (d *DB) Unrung(ctx context.Context, after string, scan int, markedSince time.Time) ([]inbox.Entry, string, error) {
 	if scan <= 0 {
 		return nil, "", fmt.Errorf("%w: boltinbox.Unrung: scan is %d, want at least 1 key per page", inbox.ErrInvalid, scan)
 	}
@@ -56,7 +61,7 @@ func (d *DB) Unrung(ctx context.Context, after string, scan int) ([]inbox.Entry,
 				return fmt.Errorf("inbox: pending index names entry %s of project %s, which does not exist", v, project)
 			}
 			d.overlay(project, &r.Entry)
-			if r.State == inbox.StatePending && r.WakeupSentAt == nil {
+			if r.State == inbox.StatePending && (r.WakeupSentAt == nil || (!markedSince.IsZero() && !r.WakeupSentAt.Before(markedSince))) {
 				out = append(out, r.Entry)
 			}
 		}

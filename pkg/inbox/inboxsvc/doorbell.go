@@ -11,7 +11,7 @@ import (
 // not marked sent, a page at a time (boltinbox.DB.Unrung): the ones a
 // crash may have left without a stored wakeup.
 type unrungLister interface {
-	Unrung(ctx context.Context, after string, scan int) (entries []inbox.Entry, next string, err error)
+	Unrung(ctx context.Context, after string, scan int, markedSince time.Time) (entries []inbox.Entry, next string, err error)
 }
 
 // unrungPage is how many keys of the pending index one read transaction
@@ -19,8 +19,9 @@ type unrungLister interface {
 const unrungPage = 256
 
 // ringUnrung rings, one at a time, the wakeup of every pending entry of
-// ul that has no wakeup-sent mark and was stored before the service
-// started (since): on a node whose worker does not report a result the
+// ul that has no wakeup-sent mark (or one at or after
+// Config.RingMarkedSince) and was stored before the service started
+// (since): on a node whose worker does not report a result the
 // put stored with its entry, nothing else would ring a wakeup a crash
 // lost between the entry's commit and the wakeup's publish. It uses the
 // path of every wakeup (ring's publish, Nats-Msg-Id wakeup-<inbox_id>),
@@ -32,7 +33,7 @@ func (s *Service) ringUnrung(ul unrungLister, since time.Time) {
 	log := s.log.With("from", "start")
 	rung, cursor := 0, ""
 	for {
-		page, next, err := ul.Unrung(s.baseCtx, cursor, unrungPage)
+		page, next, err := ul.Unrung(s.baseCtx, cursor, unrungPage, s.cfg.RingMarkedSince)
 		if err != nil {
 			log.Error("inbox: cannot list the pending entries without a wakeup-sent mark; those not rung yet are rung at the next start (their agents find them in their pending lists)",
 				"rung", rung, "err", err)

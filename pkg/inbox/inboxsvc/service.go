@@ -53,6 +53,14 @@ type Config struct {
 	// TracerProvider makes the utp.wakeup span of every report (see
 	// pkg/telemetry); nil traces nothing.
 	TracerProvider trace.TracerProvider
+	// RingMarkedSince, when not zero, makes the start's ring (bbolt
+	// backend) also ring the pending entries whose wakeup was marked sent
+	// at or after it: on a wakeup stream that acknowledges before its
+	// fsync (streams.WithAsyncPersist) a crash can lose wakeups whose
+	// marks were committed. pkg/mesh sets it from the stream's last stored
+	// wakeup. A wakeup rung twice is harmless (the agent's ack makes the
+	// second a no-op).
+	RingMarkedSince time.Time
 }
 
 // Service is the inbox: it consumes reports, keeps entries in its
