@@ -53,10 +53,10 @@ var (
 	bucketAgentTurns = []byte("agentturns")
 	// Added in schema version 3: the commands of calls without a result
 	// (outbox.go).
-	bucketOutbox     = []byte("outbox")
-	v1Buckets        = [][]byte{bucketCards, bucketTurns, bucketResults, bucketBoxes, bucketClaims, bucketMeta}
-	v2Buckets        = [][]byte{bucketTurnInfo, bucketTurnList, bucketAgentTurns}
-	allBuckets       = append(append(append([][]byte(nil), v1Buckets...), v2Buckets...), bucketOutbox)
+	bucketOutbox = []byte("outbox")
+	v1Buckets    = [][]byte{bucketCards, bucketTurns, bucketResults, bucketBoxes, bucketClaims, bucketMeta}
+	v2Buckets    = [][]byte{bucketTurnInfo, bucketTurnList, bucketAgentTurns}
+	allBuckets   = append(append(append([][]byte(nil), v1Buckets...), v2Buckets...), bucketOutbox)
 )
 
 // defaultOpenTimeout is how long Open waits for the file lock.

@@ -249,23 +249,23 @@ type Mesh struct {
 	// ringSince is inboxsvc.Config.RingMarkedSince: set when the wakeup
 	// stream is async (outbox.go).
 	ringSince time.Time
-	cardSrv     *natsstore.Server
-	regSrv      *natsreg.Server
-	auth        *natsauthz.Service
-	admit       *admit.Service
-	admitKeys   *admit.KVKeys // replicated state only: the nodes' admission keys
-	inbox       *inboxsvc.Service
-	rt          *worker.Runtime
-	metrics     *metrics.Metrics
-	msrv        *metrics.Server
-	stoppers    []func(context.Context) error
-	names       sync.Map // public nkey → identity name (Config.Identities): signed admin requests
-	idents      identState
-	unrouted    *unrouted.Sweeper
-	retention   *retention.Sweeper // nil without Auth or Config.Retention.Policies
-	markers     *retention.MarkerPurger
-	ready       atomic.Bool   // Start has finished (health)
-	connOpts    []nats.Option // the mesh's own connections' options (admission.go)
+	cardSrv   *natsstore.Server
+	regSrv    *natsreg.Server
+	auth      *natsauthz.Service
+	admit     *admit.Service
+	admitKeys *admit.KVKeys // replicated state only: the nodes' admission keys
+	inbox     *inboxsvc.Service
+	rt        *worker.Runtime
+	metrics   *metrics.Metrics
+	msrv      *metrics.Server
+	stoppers  []func(context.Context) error
+	names     sync.Map // public nkey → identity name (Config.Identities): signed admin requests
+	idents    identState
+	unrouted  *unrouted.Sweeper
+	retention *retention.Sweeper // nil without Auth or Config.Retention.Policies
+	markers   *retention.MarkerPurger
+	ready     atomic.Bool   // Start has finished (health)
+	connOpts  []nats.Option // the mesh's own connections' options (admission.go)
 }
 
 // Start starts a mesh. On error everything started so far is stopped.
