@@ -69,7 +69,7 @@
 // pass (card.Parse), which copies what it keeps, so nothing returned
 // refers to the file's memory map.
 //
-// # File layout (schema version 2)
+// # File layout (schema version 3)
 //
 // Every key starts with the project id and a 0x00 byte. Project ids cannot
 // contain 0x00 (card.ValidateName), and the store refuses agent_turn_id and
@@ -85,7 +85,8 @@
 //	agentturns project 0x00 agent_id 0x00 first_seq (8 bytes) -> agent_turn_id
 //	boxes      project 0x00 box_id                           -> card.Box JSON
 //	claims     project 0x00 key                              -> {"holder","token","expires_at","tool","epoch"} JSON, or a tombstone {"token","released":true,"epoch"}
-//	meta       "schema_version"                              -> "2"
+//	outbox     project 0x00 agent_turn_id 0x00 tool_call_id  -> OutboxEntry JSON: the command of a call without a result (outbox.go)
+//	meta       "schema_version"                              -> "3"
 //	           "boot_epoch", "closed_epoch", "lock_delay"    -> decimal numbers (see "Call claims")
 //
 // A node's file (OpenShared, pkg/mesh's cards.db) holds other kinds'
@@ -125,7 +126,18 @@
 // card once, then sets the version to 2. The upgrade takes time in
 // proportion to the number of turn cards; a crash during it leaves the
 // version 1 file unchanged, and builds that only read version 1 refuse the
-// upgraded file. DB exposes the bbolt handle for consistency checks
+// upgraded file. A version 2 file (without the outbox) gets an empty
+// outbox bucket and version 3 in one transaction; builds that only read
+// version 2 refuse it.
+//
+// The outbox (PutWithCommand, Outbox) holds the command of each call
+// whose tool.call card was stored with it and that has no result yet: the
+// Put of the call's tool.result card deletes the entry in its
+// transaction, as DeleteTurn deletes a turn's. A node whose command stream
+// acknowledges before its fsync publishes the entries again after a crash
+// (pkg/mesh). An entry holds the message as published, headers included,
+// so a command's mandate (CG-Mandate) is in the file until the call has
+// its result, as it is in the command stream. DB exposes the bbolt handle for consistency checks
 // (tx.Check) and hot backups (tx.WriteTo) in read-only transactions.
 //
 // # Claims and boxes
