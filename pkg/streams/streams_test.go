@@ -2,6 +2,7 @@ package streams_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -144,5 +145,77 @@ func TestAgentWakeupConsumer(t *testing.T) {
 			t.Errorf("%s and %s share the durable %s", prev, key, name)
 		}
 		seen[name] = key
+	}
+}
+
+// TestEnsureAsyncPersist: WithAsyncPersist makes the command and wakeup
+// streams async and leaves the event stream alone; Ensure without it keeps
+// them async; a stream made before keeps its persist mode (JetStream
+// cannot change it) and says so; replicas above one are refused.
+func TestEnsureAsyncPersist(t *testing.T) {
+	ctx := context.Background()
+	mode := func(js jetstream.JetStream, name string) jetstream.PersistModeType {
+		t.Helper()
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config.PersistMode
+	}
+	js, err := jetstream.New(meshtest.Conn(t, meshtest.NATS(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged []string
+	logf := func(msg string, args ...any) { logged = append(logged, msg) }
+	if err := streams.Ensure(ctx, js, ver, streams.WithAsyncPersist(logf)); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]jetstream.PersistModeType{
+		streams.CommandStream(ver): jetstream.AsyncPersistMode,
+		streams.WakeupStream(ver):  jetstream.AsyncPersistMode,
+		streams.EventStream(ver):   jetstream.DefaultPersistMode,
+	}
+	for _, opts := range [][]streams.Option{nil, {streams.WithAsyncPersist(logf)}} {
+		if err := streams.Ensure(ctx, js, ver, opts...); err != nil {
+			t.Fatalf("Ensure again (%d options): %v", len(opts), err)
+		}
+		for name, m := range want {
+			if got := mode(js, name); got != m {
+				t.Errorf("%s persist mode = %v, want %v", name, got, m)
+			}
+		}
+	}
+	if len(logged) != 0 {
+		t.Errorf("logged %q for streams that are async already", logged)
+	}
+
+	// Streams made before: they stay, and the option says so.
+	old, err := jetstream.New(meshtest.Conn(t, meshtest.NATS(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, old, ver); err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, old, ver, streams.WithAsyncPersist(logf)); err != nil {
+		t.Fatalf("WithAsyncPersist over streams made before: %v", err)
+	}
+	for _, name := range []string{streams.CommandStream(ver), streams.WakeupStream(ver)} {
+		if got := mode(old, name); got != jetstream.DefaultPersistMode {
+			t.Errorf("%s made before: persist mode = %v, want it kept", name, got)
+		}
+	}
+	if len(logged) != 2 || !strings.Contains(logged[0], "made before async persistence") {
+		t.Errorf("logged %q, want one line per stream that keeps fsyncing", logged)
+	}
+
+	fresh, err := jetstream.New(meshtest.Conn(t, meshtest.NATS(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = streams.Ensure(ctx, fresh, ver, streams.WithAsyncPersist(logf), streams.WithReplicas(3))
+	if !errors.Is(err, streams.ErrInvalid) || !strings.Contains(err.Error(), "single server") {
+		t.Fatalf("WithAsyncPersist with 3 replicas = %v, want ErrInvalid naming the single server", err)
 	}
 }
