@@ -20,7 +20,7 @@ import (
 // boltinbox's hook does for a result the inbox makes no entry for).
 type entryHook struct{}
 
-func (entryHook) ResultStored(_ *bolt.Tx, result, _ *card.Card) (func(), error) {
+func (entryHook) ResultStored(_ *bolt.Tx, result, _ *card.Card, _ []byte) (func(), error) {
 	if strings.HasPrefix(result.ToolCallID, "no-entry") {
 		return nil, nil
 	}

@@ -80,8 +80,9 @@ type ResultHook interface {
 	// writes durable and started its after. A nil after says the hook
 	// stored nothing for result (the inbox makes no entry for it here);
 	// a non-nil one, that it stored or found the call's inbox entry, which
-	// PutWithEntry and PutToolResultEntry tell their caller.
-	ResultStored(tx *bolt.Tx, result, call *card.Card) (after func(), err error)
+	// PutWithEntry and PutToolResultEntry tell their caller. data is
+	// result as stored (its canonical JSON); the hook may keep it.
+	ResultStored(tx *bolt.Tx, result, call *card.Card, data []byte) (after func(), err error)
 }
 
 // CallScanLimit bounds how many of a turn's last cards the store reads,
@@ -138,7 +139,7 @@ func (r *hookRun) stored(b *buckets, pc *putCard) error {
 		return err
 	}
 	r.seen++
-	after, err := r.hook.ResultStored(b.cards.Tx(), pc.card, call)
+	after, err := r.hook.ResultStored(b.cards.Tx(), pc.card, call, pc.Data)
 	if err != nil {
 		return fmt.Errorf("result hook: %w", err)
 	}

@@ -35,7 +35,7 @@ var hookBucket = []byte("hooked")
 
 var _ boltstore.ResultHook = (*recordHook)(nil)
 
-func (h *recordHook) ResultStored(tx *bolt.Tx, result, call *card.Card) (func(), error) {
+func (h *recordHook) ResultStored(tx *bolt.Tx, result, call *card.Card, _ []byte) (func(), error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls = append(h.calls, result.CardID)

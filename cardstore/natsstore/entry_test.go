@@ -19,7 +19,7 @@ import (
 // everyEntry is a ResultHook that "stores an entry" for every result.
 type everyEntry struct{}
 
-func (everyEntry) ResultStored(*bolt.Tx, *card.Card, *card.Card) (func(), error) {
+func (everyEntry) ResultStored(*bolt.Tx, *card.Card, *card.Card, []byte) (func(), error) {
 	return func() {}, nil
 }
 

@@ -548,12 +548,17 @@ func entryWakeup(e *inbox.Entry) utp.Wakeup {
 	}
 }
 
-// finish reads the result card the wakeup points at and acknowledges the
-// inbox entry.
+// finish reads the result card the wakeup points at (or takes the one it
+// carries) and acknowledges the inbox entry.
 func (c *Client) finish(ctx context.Context, pd Pending, wk utp.Wakeup) (*Outcome, error) {
-	rc, tr, err := c.readResult(ctx, pd.AgentTurnID, pd.ToolCallID, wk.ToolResultCardID)
+	rc, tr, err := c.carriedResult(pd.AgentTurnID, pd.ToolCallID, wk)
 	if err != nil {
-		return nil, err
+		c.log.Debug("agent: the wakeup's result card is unusable; reading it", "tool_call_id", pd.ToolCallID, "err", err)
+	}
+	if rc == nil {
+		if rc, tr, err = c.readResult(ctx, pd.AgentTurnID, pd.ToolCallID, wk.ToolResultCardID); err != nil {
+			return nil, err
+		}
 	}
 	out := &Outcome{
 		Call: pd, Wakeup: wk, ResultCard: rc, Result: tr,
@@ -584,6 +589,29 @@ func (c *Client) readResult(ctx context.Context, turn, callID, cardID string) (*
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent: read tool.result card %s of tool_call_id %s: %w", cardID, callID, err)
 	}
+	return c.checkResult(turn, callID, rc)
+}
+
+// carriedResult returns the tool.result card a wakeup carries
+// (utp.Wakeup.ResultCard), checked as a read one is; nil, nil, nil when it
+// carries none.
+func (c *Client) carriedResult(turn, callID string, wk utp.Wakeup) (*card.Card, *card.ToolResultContent, error) {
+	if len(wk.ResultCard) == 0 {
+		return nil, nil, nil
+	}
+	rc, err := card.Parse(wk.ResultCard)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rc.CardID != wk.ToolResultCardID || rc.ProjectID != c.project {
+		return nil, nil, fmt.Errorf("the carried card %s of project %s is not tool_result_card_id %s of project %s", rc.CardID, rc.ProjectID, wk.ToolResultCardID, c.project)
+	}
+	return c.checkResult(turn, callID, rc)
+}
+
+// checkResult checks that rc is the tool.result card of the call.
+func (c *Client) checkResult(turn, callID string, rc *card.Card) (*card.Card, *card.ToolResultContent, error) {
+	cardID := rc.CardID
 	if rc.ToolCallID != callID || rc.Metadata.AgentTurnID != turn {
 		return nil, nil, fmt.Errorf("%w: card %s belongs to tool_call_id %q of turn %q, not %q of turn %q",
 			ErrNoResult, cardID, rc.ToolCallID, rc.Metadata.AgentTurnID, callID, turn)

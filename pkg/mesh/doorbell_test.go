@@ -3,7 +3,7 @@ package mesh_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +22,8 @@ import (
 // TestSingleNodeCallsSendNoReport: on a single node the result's put
 // stores the call's inbox entry, so the worker sends no report — neither
 // a request on svc.inbox.report nor one through the command stream — and
-// every call's agent is woken by its wakeup, one per call.
+// every call's agent is woken by its wakeup, one per call, which carries
+// the result card, so the agent reads none.
 func TestSingleNodeCallsSendNoReport(t *testing.T) {
 	ctx := context.Background()
 	m, err := mesh.Start(ctx, mesh.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: quiet, Tools: []worker.Tool{echo.Tool()}})
@@ -43,6 +44,13 @@ func TestSingleNodeCallsSendNoReport(t *testing.T) {
 		}
 		defer sub.Unsubscribe()
 	}
+	// The agent reads no result card: its wakeup carries it.
+	reads := make(chan *nats.Msg, 64)
+	rsub, err := nc.ChanSubscribe("cg."+subjects.DefaultVersion+".demo.*.svc.cardstore.>", reads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rsub.Unsubscribe()
 	wp, err := subjects.WakeupPattern(subjects.DefaultVersion, "demo", "*", "agent-d")
 	if err != nil {
 		t.Fatal(err)
@@ -63,8 +71,9 @@ func TestSingleNodeCallsSendNoReport(t *testing.T) {
 	defer ac.Close()
 	const calls = 5
 	for i := range calls {
-		out, err := ac.Call(ctx, agent.CallRequest{ToolName: "echo", AgentTurnID: "t-doorbell", ToolCallID: fmt.Sprint("c-", i),
-			Arguments: json.RawMessage(`{"i":1}`)})
+		// A tool_call_id of the client's own: Call waits for the wakeup
+		// without looking at the inbox first.
+		out, err := ac.Call(ctx, agent.CallRequest{ToolName: "echo", AgentTurnID: "t-doorbell", Arguments: json.RawMessage(`{"i":1}`)})
 		if err != nil || out.Result.Status != card.StatusSuccess {
 			t.Fatalf("call %d: %v %+v", i, err, out)
 		}
@@ -74,7 +83,7 @@ func TestSingleNodeCallsSendNoReport(t *testing.T) {
 			t.Fatalf("call %d: no wakeup: %v", i, err)
 		}
 		var w utp.Wakeup
-		if err := json.Unmarshal(msg.Data, &w); err != nil || w.ToolCallID != fmt.Sprint("c-", i) || w.ToolResultCardID != out.ResultCard.CardID {
+		if err := json.Unmarshal(msg.Data, &w); err != nil || w.ToolCallID != out.Call.ToolCallID || w.ToolResultCardID != out.ResultCard.CardID || len(w.ResultCard) == 0 {
 			t.Fatalf("call %d: wakeup %+v, %v; want its result's", i, w, err)
 		}
 	}
@@ -83,6 +92,11 @@ func TestSingleNodeCallsSendNoReport(t *testing.T) {
 	}
 	if n := len(reports); n != 0 {
 		t.Fatalf("%d reports sent for %d calls, want none (the result's put stored each entry)", n, calls)
+	}
+	for len(reads) > 0 {
+		if m := <-reads; strings.Contains(m.Subject, ".svc.cardstore.get") {
+			t.Fatalf("the agent read a card (%s) though each wakeup carried its result card", m.Subject)
+		}
 	}
 	if n, _, _ := wakes.Pending(); n != 0 {
 		t.Fatalf("%d more wakeups than calls", n)

@@ -95,6 +95,12 @@ type Wakeup struct {
 	Status           card.Status         `json:"status"`
 	AfterExecution   card.AfterExecution `json:"after_execution"`
 	StepID           string              `json:"step_id,omitempty"`
+	// ResultCard, when present, is the tool.result card
+	// ToolResultCardID names, exactly as stored: the inbox adds it to a
+	// wakeup it rings from the result's commit (a single node) when the
+	// card is small, so the agent need not read it. A wakeup without it
+	// points at the card only.
+	ResultCard json.RawMessage `json:"result_card,omitempty"`
 }
 
 // ReasonToolResult is the Reason of a wakeup for a tool result.

@@ -57,8 +57,8 @@ func OpenShared(db *bolt.DB, commits *boltfile.Committer) (*DB, error) {
 type Announcer interface {
 	// Announce: e is the call's entry (created by this transaction, or
 	// found: the call had one), result the tool.result card it points
-	// at.
-	Announce(e *inbox.Entry, created bool, result *card.Card)
+	// at and data that card as stored (its canonical JSON).
+	Announce(e *inbox.Entry, created bool, result *card.Card, data []byte)
 }
 
 // ResultHook stores a call's inbox entry in the transaction that stores
@@ -100,7 +100,7 @@ func (h *ResultHook) Attach(a Announcer) { h.ann.Store(&a) }
 
 // ResultStored stores the entry of result in tx and returns the func
 // that announces it; see boltstore.ResultHook.
-func (h *ResultHook) ResultStored(tx *bolt.Tx, result, call *card.Card) (func(), error) {
+func (h *ResultHook) ResultStored(tx *bolt.Tx, result, call *card.Card, data []byte) (func(), error) {
 	ap := h.ann.Load()
 	if ap == nil || h.db.isClosed() {
 		return nil, nil
@@ -118,7 +118,7 @@ func (h *ResultHook) ResultStored(tx *bolt.Tx, result, call *card.Card) (func(),
 		return nil, fmt.Errorf("inbox: store the entry of result card %s: %w", result.CardID, err)
 	}
 	a := *ap
-	return func() { a.Announce(e, created, result) }, nil
+	return func() { a.Announce(e, created, result, data) }, nil
 }
 
 // isClosed reports whether Close has run.

@@ -50,7 +50,7 @@ func (s *Service) ringUnrung(ul unrungLister, since time.Time) {
 				return
 			default:
 			}
-			s.ringLater(s.entryLog(e, "start"), e, e.CreatedAt, nil, "")
+			s.ringLater(s.entryLog(e, "start"), e, e.CreatedAt, nil, "", nil)
 			rung++
 		}
 		if next == "" {

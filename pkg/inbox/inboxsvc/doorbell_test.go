@@ -24,7 +24,7 @@ import (
 // result's commit: the entry is durable, its wakeup never published.
 type lostAnnouncer struct{}
 
-func (lostAnnouncer) Announce(*inbox.Entry, bool, *card.Card) {}
+func (lostAnnouncer) Announce(*inbox.Entry, bool, *card.Card, []byte) {}
 
 var _ boltinbox.Announcer = lostAnnouncer{}
 
@@ -184,7 +184,7 @@ func TestStartRingStoresOnce(t *testing.T) {
 	// The killed process had published the wakeup, not its mark.
 	pre, err := New(e.nc, e.cfg)
 	must(t, err)
-	must(t, pre.publishWakeup(ctx, nil, &es[0]))
+	must(t, pre.publishWakeup(ctx, nil, &es[0], nil))
 	if n := e.storedWakeups(); n != 1 {
 		t.Fatalf("wakeup stream holds %d, want 1", n)
 	}

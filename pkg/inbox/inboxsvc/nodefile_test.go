@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -131,6 +132,12 @@ func TestResultStoresEntry(t *testing.T) {
 	if w.InboxID != entry.InboxID || w.ToolResultCardID != c.card.CardID || w.Status != card.StatusSuccess {
 		t.Fatalf("wakeup = %+v, want entry %s", w, entry.InboxID)
 	}
+	// It carries the result card as stored.
+	stored, err := e.store.GetJSON(context.Background(), "p1", c.card.CardID, nil)
+	must(t, err)
+	if string(w.ResultCard) != string(stored) {
+		t.Fatalf("wakeup's result_card = %s, want the stored card %s", w.ResultCard, stored)
+	}
 	e.awaitMark("p1", entry.InboxID)
 
 	// The worker's report: the same entry, no commit, no second wakeup.
@@ -154,6 +161,24 @@ func TestResultStoresEntry(t *testing.T) {
 	}
 	if es := e.list("p1", inbox.ListQuery{AgentID: "agent-a", State: inbox.StateAll}); len(es) != 1 {
 		t.Fatalf("entries after the report = %+v, want one", es)
+	}
+}
+
+// TestWakeupCardLimit: a wakeup carries only a result card of at most
+// WakeupCardMax bytes; a larger one is pointed at only.
+func TestWakeupCardLimit(t *testing.T) {
+	e, _ := newNodeEnv(t)
+	wakes := e.wakeups("p1", "agent-a")
+	e.putCall("p1", "agent-a", "turn-1", "call-big")
+	content, _ := json.Marshal(card.ToolResultContent{Status: card.StatusSuccess, AfterExecution: card.Suspend,
+		Result: json.RawMessage(`{"blob":"` + strings.Repeat("x", WakeupCardMax) + `"}`)})
+	c := &card.Card{CardID: card.NewID(), ProjectID: "p1", Type: card.TypeToolResult, AuthorID: "tool-x",
+		Content: content, ToolCallID: "call-big", CreatedAt: time.Now(),
+		Metadata: card.Metadata{AgentID: "agent-a", AgentTurnID: "turn-1", ToolCallID: "call-big", StepID: "step-1"}}
+	must(t, e.store.Put(context.Background(), c))
+	w := decodeWakeup(t, next(t, wakes))
+	if w.ToolResultCardID != c.CardID || len(w.ResultCard) != 0 {
+		t.Fatalf("wakeup of a %d-byte card: card %s, carried %d bytes; want it pointed at only", len(content), w.ToolResultCardID, len(w.ResultCard))
 	}
 }
 

@@ -230,7 +230,7 @@ func (s *Service) retry(m jetstream.Msg, span trace.Span, err error) {
 // publishWakeup publishes the entry's wakeup with JetStream and waits for
 // the PubAck. Nats-Msg-Id makes a re-publish within the stream's duplicate
 // window a no-op.
-func (s *Service) publishWakeup(ctx context.Context, in nats.Header, e *inbox.Entry) error {
+func (s *Service) publishWakeup(ctx context.Context, in nats.Header, e *inbox.Entry, rc json.RawMessage) error {
 	subj, err := subjects.AgentWakeup(s.cfg.Version, e.ProjectID, e.ChannelID, e.AgentID)
 	if err != nil {
 		return fmt.Errorf("wakeup subject: %w", err)
@@ -239,7 +239,7 @@ func (s *Service) publishWakeup(ctx context.Context, in nats.Header, e *inbox.En
 		AgentID: e.AgentID, InboxID: e.InboxID, Reason: utp.ReasonToolResult,
 		AgentTurnID: e.AgentTurnID, TurnEpoch: e.TurnEpoch, ToolCallID: e.ToolCallID,
 		ToolResultCardID: e.ToolResultCardID, Status: e.Status, AfterExecution: e.AfterExecution,
-		StepID: e.StepID,
+		StepID: e.StepID, ResultCard: rc,
 	})
 	if err != nil {
 		return fmt.Errorf("encode wakeup: %w", err)

@@ -2,6 +2,7 @@ package inboxsvc
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"time"
 
@@ -92,7 +93,7 @@ func (s *Service) ring(ctx context.Context, log *slog.Logger, in nats.Header, e 
 			if !created {
 				log.Info("inbox: duplicate report of an entry whose wakeup is not known to be published; publishing it")
 			}
-			if err := s.publish(ctx, log, in, e, resultAt, f); err != nil {
+			if err := s.publish(ctx, log, in, e, resultAt, f, nil); err != nil {
 				return err
 			}
 			if created {
@@ -123,8 +124,8 @@ func (s *Service) ring(ctx context.Context, log *slog.Logger, in nats.Header, e 
 // raced the first handler before it took f re-publishes the same wakeup
 // (JetStream drops it by Nats-Msg-Id); only the mark that was first
 // counts, so one entry is one wakeup.
-func (s *Service) publish(ctx context.Context, log *slog.Logger, in nats.Header, e *inbox.Entry, resultAt time.Time, f *flight) error {
-	err := s.publishWakeup(ctx, in, e)
+func (s *Service) publish(ctx context.Context, log *slog.Logger, in nats.Header, e *inbox.Entry, resultAt time.Time, f *flight, rc json.RawMessage) error {
+	err := s.publishWakeup(ctx, in, e, rc)
 	s.landFlight(e, f, err)
 	if err != nil {
 		log.Warn("inbox: cannot publish the wakeup; retrying", "err", err)
@@ -157,7 +158,7 @@ func (s *Service) publish(ctx context.Context, log *slog.Logger, in nats.Header,
 // is retried until it succeeds or the service stops. After Stop it does
 // nothing: the entry stays without its mark, and the next Start rings it
 // (ringUnrung).
-func (s *Service) Announce(e *inbox.Entry, created bool, result *card.Card) {
+func (s *Service) Announce(e *inbox.Entry, created bool, result *card.Card, data []byte) {
 	log := s.entryLog(e, "result")
 	s.mu.Lock()
 	if s.stopping {
@@ -182,7 +183,7 @@ func (s *Service) Announce(e *inbox.Entry, created bool, result *card.Card) {
 	}
 	go func() {
 		defer s.wg.Done()
-		s.ringLater(log, e, result.CreatedAt, f, outcome)
+		s.ringLater(log, e, result.CreatedAt, f, outcome, wakeupCard(data))
 	}()
 }
 
@@ -207,7 +208,7 @@ const (
 // Once stored it counts outcome (none when ""). It is the tail of Announce
 // and of the start's ringing of unmarked entries; the caller has added it
 // to s.wg.
-func (s *Service) ringLater(log *slog.Logger, e *inbox.Entry, resultAt time.Time, f *flight, outcome string) {
+func (s *Service) ringLater(log *slog.Logger, e *inbox.Entry, resultAt time.Time, f *flight, outcome string, rc json.RawMessage) {
 	wait := ringRetryFirst
 	for {
 		if f == nil {
@@ -225,7 +226,7 @@ func (s *Service) ringLater(log *slog.Logger, e *inbox.Entry, resultAt time.Time
 				continue
 			}
 		}
-		if s.ringOnce(log, e, resultAt, f) == nil {
+		if s.ringOnce(log, e, resultAt, f, rc) == nil {
 			if outcome != "" {
 				s.observe(outcome)
 			}
@@ -246,7 +247,7 @@ func (s *Service) ringLater(log *slog.Logger, e *inbox.Entry, resultAt time.Time
 
 // ringOnce is one publish of e's wakeup under flight f, in a utp.wakeup
 // span of the entry's trace.
-func (s *Service) ringOnce(log *slog.Logger, e *inbox.Entry, resultAt time.Time, f *flight) error {
+func (s *Service) ringOnce(log *slog.Logger, e *inbox.Entry, resultAt time.Time, f *flight, rc json.RawMessage) error {
 	ctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.AckWait)
 	defer cancel()
 	h := nats.Header{}
@@ -256,5 +257,19 @@ func (s *Service) ringOnce(log *slog.Logger, e *inbox.Entry, resultAt time.Time,
 	span.SetAttributes(telemetry.AttrToolName.String(e.ToolName), telemetry.AttrToolCallID.String(e.ToolCallID),
 		telemetry.AttrAgentTurnID.String(e.AgentTurnID), telemetry.AttrProjectID.String(e.ProjectID),
 		telemetry.AttrStatus.String(string(e.Status)))
-	return s.publish(ctx, log, nil, e, resultAt, f)
+	return s.publish(ctx, log, nil, e, resultAt, f, rc)
+}
+
+// WakeupCardMax is the size of the largest tool.result card a wakeup
+// carries (utp.Wakeup.ResultCard): a wakeup rung from a result's commit
+// (Announce) carries the card when it is at most this long, so the agent
+// need not read it; others point at it only.
+const WakeupCardMax = 16 << 10
+
+// wakeupCard returns the stored card data a wakeup carries, or nil.
+func wakeupCard(data []byte) json.RawMessage {
+	if len(data) == 0 || len(data) > WakeupCardMax {
+		return nil
+	}
+	return data
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -35,7 +36,7 @@ func TestHappyPath(t *testing.T) {
 		TurnEpoch: 3, ToolCallID: "call-1", ToolResultCardID: c.card.CardID, Status: card.StatusSuccess,
 		AfterExecution: card.Suspend, StepID: "step-1",
 	}
-	if w != want || !card.ValidID(w.InboxID) {
+	if !reflect.DeepEqual(w, want) || !card.ValidID(w.InboxID) {
 		t.Fatalf("wakeup = %+v\nwant %+v", w, want)
 	}
 	if got := m.Header.Get(utp.HeaderTraceparent); got != tp {
