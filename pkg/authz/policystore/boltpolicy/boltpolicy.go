@@ -15,12 +15,14 @@
 package boltpolicy
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -90,6 +92,20 @@ func Open(path string, opts ...Option) (*Store, error) {
 type file struct {
 	db   *bolt.DB
 	keep int
+
+	// mu guards decoded: the last current document Current decoded per
+	// project, with the bytes it was decoded from. The gate reads a
+	// project's document on every call; while its bytes are unchanged
+	// the decoded copy serves (a copy of it per read).
+	mu      sync.Mutex
+	decoded map[string]decodedDoc
+}
+
+// decodedDoc is a document Current decoded and the stored bytes it came
+// from.
+type decodedDoc struct {
+	raw []byte
+	doc authz.PolicyDoc
 }
 
 var _ policystore.Backend = (*file)(nil)
@@ -126,12 +142,35 @@ func current(tx *bolt.Tx, project string) (*authz.PolicyDoc, error) {
 	return decodeDoc(project, v)
 }
 
-// Current implements policystore.Backend.
+// Current implements policystore.Backend. A document whose stored bytes
+// are those Current decoded last for the project is not decoded again.
 func (f *file) Current(_ context.Context, project string) (*authz.PolicyDoc, error) {
 	var doc *authz.PolicyDoc
-	err := f.view(func(tx *bolt.Tx) (err error) {
-		doc, err = current(tx, project)
-		return err
+	err := f.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketPolicies).Get([]byte(project))
+		if v == nil {
+			return nil
+		}
+		f.mu.Lock()
+		d, ok := f.decoded[project]
+		f.mu.Unlock()
+		if ok && bytes.Equal(d.raw, v) {
+			c := d.doc
+			doc = &c
+			return nil
+		}
+		dec, err := decodeDoc(project, v)
+		if err != nil {
+			return err
+		}
+		f.mu.Lock()
+		if f.decoded == nil {
+			f.decoded = map[string]decodedDoc{}
+		}
+		f.decoded[project] = decodedDoc{raw: bytes.Clone(v), doc: *dec}
+		f.mu.Unlock()
+		doc = dec
+		return nil
 	})
 	return doc, err
 }
