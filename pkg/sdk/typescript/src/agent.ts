@@ -543,7 +543,8 @@ export class AgentClient {
   }
 
   private async finish(p: Pending, w: Wakeup): Promise<Outcome> {
-    const { card, result } = await this.readResult(p.agentTurnId, p.toolCallId, w.tool_result_card_id);
+    const { card, result } = carriedResult(w, this.scope.project, p.agentTurnId, p.toolCallId)
+      ?? await this.readResult(p.agentTurnId, p.toolCallId, w.tool_result_card_id);
     const out: Outcome = { call: p, wakeup: w, resultCard: card, result, afterExecution: effectiveAfterExecution(result) };
     if (!w.inbox_id) throw new UtpmeshError("not_acked", `the wakeup of tool_call_id ${p.toolCallId} has no inbox_id`);
     // A lazy ack: the result is read; an ack lost to an inbox crash only
@@ -551,6 +552,21 @@ export class AgentClient {
     await this.ack([w.inbox_id], true);
     return out;
   }
+}
+
+/**
+ * carriedResult returns the tool.result card a wakeup carries (§8.2,
+ * result_card) when it is the card the wakeup names, of the project and
+ * the call; otherwise undefined, and the caller reads the card.
+ */
+export function carriedResult(w: Wakeup, project: string, agentTurnId: string, toolCallId: string): { card: Card; result: ToolResultContent } | undefined {
+  const card = w.result_card;
+  if (!card || typeof card !== "object") return undefined;
+  if (card.card_id !== w.tool_result_card_id || card.project_id !== project || card.type !== "tool.result" ||
+    card.tool_call_id !== toolCallId || card.metadata?.agent_turn_id !== agentTurnId || !card.content || typeof card.content !== "object") {
+    return undefined;
+  }
+  return { card, result: card.content as ToolResultContent };
 }
 
 const TYPED_METADATA = new Set(["agent_id", "agent_turn_id", "turn_epoch", "step_id", "tool_call_id", "trace_id",

@@ -68,6 +68,12 @@ export interface Wakeup {
   status: Status;
   after_execution: AfterExecution;
   step_id?: string;
+  /**
+   * The tool.result card tool_result_card_id names, as stored; present
+   * when a single node rang the wakeup from the result's commit and the
+   * card is small (§8.2). Check it before use (carriedResult).
+   */
+  result_card?: Card;
 }
 
 /** An inbox entry (§9.4). */

@@ -12,9 +12,9 @@ import { callKey, commandMsgId, isUUID, traceId, uuidv7 } from "../src/ids.js";
 import { rawValueAt } from "../src/rawjson.js";
 import { applyArgs, checkArgs, compileSchema } from "../src/schema.js";
 import * as subj from "../src/subjects.js";
-import type { Admission, Command } from "../src/types.js";
+import type { Admission, Card, Command, Wakeup } from "../src/types.js";
 import { decodeStateEvent, effectiveAfterExecution, residualAllows } from "../src/types.js";
-import { AgentClient } from "../src/agent.js";
+import { AgentClient, carriedResult } from "../src/agent.js";
 import { UtpmeshError } from "../src/errors.js";
 import { requestError } from "../src/svc.js";
 import { WindleyLoop, resultCallId } from "../src/windley.js";
@@ -285,5 +285,25 @@ describe("request errors", () => {
     assert.match(e.message, /svc\.inbox\.list\.bob: this identity may not publish it/);
     assert.equal(requestError("s", 10, new natsErrors.TimeoutError()).code, "timeout");
     assert.equal(requestError("s", 10, new natsErrors.NoRespondersError("s")).code, "unavailable");
+  });
+});
+
+describe("a wakeup's result card", () => {
+  it("is taken only when it is the named tool.result card of the project and the call", () => {
+    const card = {
+      card_id: "0b1c2d3e-4f50-4a6b-8c7d-8e9fa0b1c2d3", project_id: "demo", type: "tool.result", author_id: "echo",
+      tool_call_id: "c1", created_at: "2026-11-27T09:00:00Z", content: { status: "success", after_execution: "suspend", result: { x: 1 } },
+      metadata: { agent_id: "a1", agent_turn_id: "t1" },
+    } as unknown as Card;
+    const w = { tool_result_card_id: card.card_id, result_card: card } as unknown as Wakeup;
+    const got = carriedResult(w, "demo", "t1", "c1");
+    assert.equal(got?.card.card_id, card.card_id);
+    assert.equal(got?.result.status, "success");
+    assert.equal(carriedResult({ ...w, result_card: undefined }, "demo", "t1", "c1"), undefined);
+    assert.equal(carriedResult({ ...w, tool_result_card_id: "other" }, "demo", "t1", "c1"), undefined);
+    assert.equal(carriedResult(w, "other", "t1", "c1"), undefined);
+    assert.equal(carriedResult(w, "demo", "t2", "c1"), undefined);
+    assert.equal(carriedResult(w, "demo", "t1", "c2"), undefined);
+    assert.equal(carriedResult({ ...w, result_card: { ...card, type: "tool.call" } as Card }, "demo", "t1", "c1"), undefined);
   });
 });
