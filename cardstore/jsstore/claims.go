@@ -71,7 +71,13 @@ func tombstone(token uint64) *claimRecord {
 // claimed. A record of the previous format comes back with its tool and
 // holder split (legacyHolder).
 func (s *Store) loadClaim(ctx context.Context, subject, project, key string) (*msg, *claimRecord, error) {
-	m, err := s.readLast(ctx, subject, true)
+	return s.loadClaimFrom(ctx, nil, subject, project, key)
+}
+
+// loadClaimFrom is loadClaim that takes the record from pre when pre has
+// read it.
+func (s *Store) loadClaimFrom(ctx context.Context, pre prefetch, subject, project, key string) (*msg, *claimRecord, error) {
+	m, err := s.lastOf(ctx, pre, subject)
 	if err != nil || m == nil {
 		return nil, nil, err
 	}

@@ -275,12 +275,46 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 	}
 	// A record a lagging replica does not show yet is no risk here: the
 	// batch expects it to be absent, so the server refuses the batch and
-	// the group is planned again.
-	cards, err := s.readMap(ctx, cardSubj)
+	// the group is planned again. One read for both kinds.
+	read1, err := s.readMap(ctx, append(append([]string(nil), cardSubj...), resSubj...))
 	if err != nil {
 		return nil, err
 	}
-	results, err := s.readMap(ctx, resSubj)
+	cards, results := make(map[string][]byte, len(cardSubj)), make(map[string][]byte, len(resSubj))
+	for _, sub := range cardSubj {
+		if v, ok := read1[sub]; ok {
+			cards[sub] = v
+		}
+	}
+	for _, sub := range resSubj {
+		if v, ok := read1[sub]; ok {
+			results[sub] = v
+		}
+	}
+	// The mutable records the plan may read (each turn's summary, each
+	// result's call claim) come from the leader, all at once.
+	var mutSubj []string
+	for _, r := range group {
+		for i := range r.pcs {
+			pc := &r.pcs[i]
+			if pc.Dup {
+				continue
+			}
+			if pc.Turn != "" {
+				if sub := s.lay.summary(pc.ProjectID, pc.Turn); !seen[sub] {
+					seen[sub] = true
+					mutSubj = append(mutSubj, sub)
+				}
+			}
+			if pc.Call != "" {
+				if sub := s.lay.claim(pc.ProjectID, pc.Key().String()); !seen[sub] {
+					seen[sub] = true
+					mutSubj = append(mutSubj, sub)
+				}
+			}
+		}
+	}
+	pre, err := s.prefetch(ctx, mutSubj)
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +332,7 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 		// PutToolResult's claims are checked before its cards, as in
 		// boltstore.
 		if r.fence != nil {
-			if p.outcome[ri] = s.checkFence(ctx, r, results, claims, read); p.outcome[ri] != nil {
+			if p.outcome[ri] = s.checkFence(ctx, pre, r, results, claims, read); p.outcome[ri] != nil {
 				continue
 			}
 		}
@@ -348,7 +382,7 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 			tu := turns[sum]
 			if tu == nil {
 				tu = &turnUpdate{project: pc.ProjectID, turn: pc.Turn}
-				if err := s.loadSummary(ctx, sum, tu); err != nil {
+				if err := s.loadSummary(ctx, pre, sum, tu); err != nil {
 					return nil, err
 				}
 				turns[sum] = tu
@@ -399,7 +433,7 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 		cr, ok := read[cs]
 		if !ok {
 			var err error
-			if cr.m, cr.rec, err = s.loadClaim(ctx, cs, "(a result's call)", "(its tool call key)"); err != nil {
+			if cr.m, cr.rec, err = s.loadClaimFrom(ctx, pre, cs, "(a result's call)", "(its tool call key)"); err != nil {
 				return nil, err
 			}
 		}
@@ -427,15 +461,24 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 		}
 		p.msgs = append(p.msgs, rollup(expect(record(s.lay.summary(tu.project, tu.turn), data), tu.seq)))
 	}
+	// The list heads the new turns extend, all at once.
+	var heads []string
 	for _, project := range newTurns {
-		m, err := s.listRecord(ctx, s.lay.turnList(project), newTurnsOf[project])
+		heads = append(heads, s.lay.turnList(project))
+	}
+	heads = append(heads, agents...)
+	if pre, err = s.prefetch(ctx, heads); err != nil {
+		return nil, err
+	}
+	for _, project := range newTurns {
+		m, err := s.listRecord(ctx, pre, s.lay.turnList(project), newTurnsOf[project])
 		if err != nil {
 			return nil, err
 		}
 		p.msgs = append(p.msgs, m)
 	}
 	for _, al := range agents {
-		m, err := s.listRecord(ctx, al, agentTurns[al])
+		m, err := s.listRecord(ctx, pre, al, agentTurns[al])
 		if err != nil {
 			return nil, err
 		}
@@ -464,8 +507,8 @@ func (s *Store) readMap(ctx context.Context, subjects []string) (map[string][]by
 }
 
 // loadSummary reads a turn's summary into tu.
-func (s *Store) loadSummary(ctx context.Context, subject string, tu *turnUpdate) error {
-	m, err := s.readLast(ctx, subject, true)
+func (s *Store) loadSummary(ctx context.Context, pre prefetch, subject string, tu *turnUpdate) error {
+	m, err := s.lastOf(ctx, pre, subject)
 	if err != nil {
 		return err
 	}
@@ -494,7 +537,7 @@ type claimRead struct {
 // token and have been taken for its tool. The records it reads go to
 // read, so that plan guards each result's claim tombstone by the record
 // checked here; ended holds the claims an earlier Put of the group ends.
-func (s *Store) checkFence(ctx context.Context, r *putReq, results map[string][]byte, ended map[string]bool, read map[string]claimRead) error {
+func (s *Store) checkFence(ctx context.Context, pre prefetch, r *putReq, results map[string][]byte, ended map[string]bool, read map[string]claimRead) error {
 	f := r.fence
 	for i := range r.pcs {
 		pc := &r.pcs[i]
@@ -509,7 +552,7 @@ func (s *Store) checkFence(ctx context.Context, r *putReq, results map[string][]
 		cr, ok := read[cs]
 		if !ok {
 			var err error
-			if cr.m, cr.rec, err = s.loadClaim(ctx, cs, pc.ProjectID, key); err != nil {
+			if cr.m, cr.rec, err = s.loadClaimFrom(ctx, pre, cs, pc.ProjectID, key); err != nil {
 				return err
 			}
 			read[cs] = cr

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -426,3 +427,49 @@ const maxReplyBytes = 16 << 20
 // maxMulti is the most subjects one multi_last request names (nats-server
 // answers at most 1024 messages).
 const maxMulti = 1000
+
+// prefetch holds mutable records read at once for one plan (commit.go),
+// by subject; nil for a subject that has no message.
+type prefetch map[string]*msg
+
+// prefetchParallel bounds the reads prefetch has in flight at once.
+const prefetchParallel = 16
+
+// prefetch reads the last message of each subject as readLast does for a
+// mutable record (from the leader on a replicated stream), the reads in
+// parallel: a plan that reads a summary and a claim per Put waits for one
+// round trip instead of one per record.
+func (s *Store) prefetch(ctx context.Context, subjects []string) (prefetch, error) {
+	out := make(prefetch, len(subjects))
+	if len(subjects) == 0 {
+		return out, nil
+	}
+	ms := make([]*msg, len(subjects))
+	errs := make([]error, len(subjects))
+	sem := make(chan struct{}, prefetchParallel)
+	var wg sync.WaitGroup
+	for i, sub := range subjects {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ms[i], errs[i] = s.readLast(ctx, sub, true)
+		})
+	}
+	wg.Wait()
+	for i, sub := range subjects {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		out[sub] = ms[i]
+	}
+	return out, nil
+}
+
+// lastOf returns the last message of a mutable record: from pre when pre
+// read it, else read now.
+func (s *Store) lastOf(ctx context.Context, pre prefetch, subject string) (*msg, error) {
+	if m, ok := pre[subject]; ok {
+		return m, nil
+	}
+	return s.readLast(ctx, subject, true)
+}

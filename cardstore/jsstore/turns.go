@@ -31,8 +31,8 @@ type turnList struct {
 // listRecord returns the record that appends turns to the list on
 // subject, chained to (and guarded by a compare-and-set on) its newest
 // record.
-func (s *Store) listRecord(ctx context.Context, subject string, turns []string) (*nats.Msg, error) {
-	head, err := s.readLast(ctx, subject, true)
+func (s *Store) listRecord(ctx context.Context, pre prefetch, subject string, turns []string) (*nats.Msg, error) {
+	head, err := s.lastOf(ctx, pre, subject)
 	if err != nil {
 		return nil, err
 	}
