@@ -177,7 +177,7 @@ func (s *Store) commitGroup(group []*putReq) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		p, err := s.plan(ctx, live)
+		p, err := s.plan(ctx, live, attempt > 0)
 		if err != nil {
 			for _, r := range live {
 				r.done <- err
@@ -253,7 +253,14 @@ type turnUpdate struct {
 
 // plan reads what the group depends on and checks every Put against it
 // and against the Puts before it, in queue order.
-func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
+//
+// The turn summaries and list heads of a first attempt are read
+// optimistically, in one direct get that any replica may answer: a
+// lagging replica's older record only makes the batch's compare-and-set
+// fail, and the next attempt (leader, true) reads them from the leader.
+// Claims are always read from the leader, since a PutToolResult's fence
+// check refuses on what it reads.
+func (s *Store) plan(ctx context.Context, group []*putReq, leader bool) (*plan, error) {
 	p := &plan{outcome: make([]error, len(group)), included: make([]bool, len(group))}
 	// Read every card and result the group names.
 	var cardSubj, resSubj []string
@@ -291,9 +298,9 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 			results[sub] = v
 		}
 	}
-	// The mutable records the plan may read (each turn's summary, each
-	// result's call claim) come from the leader, all at once.
-	var mutSubj []string
+	// The mutable records the plan may read, all at once: each result's
+	// call claim from the leader, each turn's summary as the attempt says.
+	var sumSubj, claimSubj []string
 	for _, r := range group {
 		for i := range r.pcs {
 			pc := &r.pcs[i]
@@ -303,19 +310,22 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 			if pc.Turn != "" {
 				if sub := s.lay.summary(pc.ProjectID, pc.Turn); !seen[sub] {
 					seen[sub] = true
-					mutSubj = append(mutSubj, sub)
+					sumSubj = append(sumSubj, sub)
 				}
 			}
 			if pc.Call != "" {
 				if sub := s.lay.claim(pc.ProjectID, pc.Key().String()); !seen[sub] {
 					seen[sub] = true
-					mutSubj = append(mutSubj, sub)
+					claimSubj = append(claimSubj, sub)
 				}
 			}
 		}
 	}
-	pre, err := s.prefetch(ctx, mutSubj)
+	pre, err := s.prefetch(ctx, claimSubj)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.prefetchGuarded(ctx, pre, sumSubj, leader); err != nil {
 		return nil, err
 	}
 	turns := make(map[string]*turnUpdate) // by summary subject
@@ -467,7 +477,7 @@ func (s *Store) plan(ctx context.Context, group []*putReq) (*plan, error) {
 		heads = append(heads, s.lay.turnList(project))
 	}
 	heads = append(heads, agents...)
-	if pre, err = s.prefetch(ctx, heads); err != nil {
+	if err := s.prefetchGuarded(ctx, pre, heads, leader); err != nil {
 		return nil, err
 	}
 	for _, project := range newTurns {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -436,12 +437,23 @@ type prefetch map[string]*msg
 const prefetchParallel = 16
 
 // prefetch reads the last message of each subject as readLast does for a
-// mutable record (from the leader on a replicated stream), the reads in
-// parallel: a plan that reads a summary and a claim per Put waits for one
-// round trip instead of one per record.
+// mutable record: on a replicated stream from the leader, the reads in
+// parallel, so that a plan that reads a summary and a claim per Put waits
+// for one round trip instead of one per record; on a single replica in
+// one direct get.
 func (s *Store) prefetch(ctx context.Context, subjects []string) (prefetch, error) {
 	out := make(prefetch, len(subjects))
 	if len(subjects) == 0 {
+		return out, nil
+	}
+	if !s.leaderReads {
+		ms, err := s.lastMany(ctx, subjects, false)
+		if err != nil {
+			return nil, err
+		}
+		for i, sub := range subjects {
+			out[sub] = ms[i]
+		}
 		return out, nil
 	}
 	ms := make([]*msg, len(subjects))
@@ -472,4 +484,30 @@ func (s *Store) lastOf(ctx context.Context, pre prefetch, subject string) (*msg,
 		return m, nil
 	}
 	return s.readLast(ctx, subject, true)
+}
+
+// prefetchGuarded adds to pre the last message of each subject of a
+// record the batch guards by its sequence (a compare-and-set): from the
+// leader when leader is set (prefetch), else in one direct get that any
+// replica may answer, whose stale answer only fails the batch.
+func (s *Store) prefetchGuarded(ctx context.Context, pre prefetch, subjects []string, leader bool) error {
+	if len(subjects) == 0 {
+		return nil
+	}
+	if leader {
+		got, err := s.prefetch(ctx, subjects)
+		if err != nil {
+			return err
+		}
+		maps.Copy(pre, got)
+		return nil
+	}
+	ms, err := s.lastMany(ctx, subjects, false)
+	if err != nil {
+		return err
+	}
+	for i, sub := range subjects {
+		pre[sub] = ms[i]
+	}
+	return nil
 }
