@@ -322,20 +322,27 @@ func turnKey(r *record) string {
 }
 
 // index creates the entry's index keys that do not exist yet
-// (idempotent). It never rewrites one: an agent key's stream sequence is
-// the entry's place in the agent's listing (List), so a rewrite would move
-// an entry a reader has paged past to the end, listing it twice.
+// (idempotent), at once: they are independent, and each is a replicated
+// write (a round trip to the bucket's leader and its quorum). It never
+// rewrites one: an agent key's stream sequence is the entry's place in
+// the agent's listing (List), so a rewrite would move an entry a reader
+// has paged past to the end, listing it twice.
 func (b *KV) index(ctx context.Context, r *record) error {
 	keys := []string{agentKey(r), turnKey(r)}
 	if r.State == inbox.StatePending {
 		keys = append(keys, pendingKey(r))
 	}
-	for _, k := range keys {
-		if _, err := b.kv.Create(ctx, k, nil); err != nil && !isConflict(err) {
-			return fmt.Errorf("kvinbox: index %s: %w", k, err)
-		}
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() {
+			if _, err := b.kv.Create(ctx, k, nil); err != nil && !isConflict(err) {
+				errs[i] = fmt.Errorf("kvinbox: index %s: %w", k, err)
+			}
+		})
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (b *KV) readEpoch(ctx context.Context, project, turnTok string) (int64, bool, error) {
