@@ -117,7 +117,13 @@
 // acknowledged; immutable records are read directly and only a "not found"
 // is confirmed at the leader (a Put's own checks skip that: its batch
 // expects those records absent, so a stale answer only makes the server
-// refuse the batch, and the Put is planned again); a ListTurn page first asks the leader for
+// refuse the batch, and the Put is planned again). A group commit's plan
+// reads everything it depends on at once: the cards and results in one
+// multi-subject direct get, the claims from the leader in parallel, and,
+// on its first attempt, the summaries and list heads in one direct get
+// too — they are guarded by the batch's compare-and-set, so a follower's
+// stale answer only fails the batch, and every later attempt reads them
+// from the leader. A ListTurn page first asks the leader for
 // the turn's newest index record and reads the page again while a
 // follower's answer stops short of it. So a read sees every write
 // acknowledged before it started, on any number of replicas.
