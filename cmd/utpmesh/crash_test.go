@@ -13,19 +13,17 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
+	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/authz"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/creds"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/inbox/natsinbox"
-	"github.com/utpmesh/utpmesh/pkg/streams"
 	"github.com/utpmesh/utpmesh/pkg/svc"
-	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -259,41 +257,5 @@ func countWakeups(t *testing.T, nc *nats.Conn, agentID string) map[string]int {
 func tryCountWakeups(nc *nats.Conn, agentID string) (map[string]int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	filter, err := subjects.WakeupPattern(subjects.DefaultVersion, "demo", "*", agentID)
-	if err != nil {
-		return nil, err
-	}
-	cons, err := js.OrderedConsumer(ctx, streams.WakeupStream(subjects.DefaultVersion), jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-	if err != nil {
-		return nil, err
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int{}
-	for left := info.NumPending; left > 0; {
-		batch, err := cons.Fetch(int(min(left, 500)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, err
-		}
-		n := 0
-		for m := range batch.Messages() {
-			var w utp.Wakeup
-			if err := json.Unmarshal(m.Data(), &w); err != nil {
-				return nil, err
-			}
-			out[w.ToolCallID]++
-			n++
-		}
-		if n == 0 {
-			return nil, fmt.Errorf("wakeup stream: %d messages announced but none fetched", left)
-		}
-		left -= uint64(n)
-	}
-	return out, nil
+	return meshtest.StoredWakeups(ctx, nc, subjects.DefaultVersion, "demo", agentID)
 }

@@ -16,12 +16,12 @@ import (
 
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
+	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/mesh"
 	"github.com/utpmesh/utpmesh/pkg/streams"
-	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/pkg/worker"
 	"github.com/utpmesh/utpmesh/services/echo"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -223,41 +223,5 @@ func TestLostStreamTail(t *testing.T) {
 // storedWakeups counts the wakeups of the agent stored in the wakeup
 // stream, by tool_call_id.
 func storedWakeups(ctx context.Context, m *mesh.Mesh, agentID string) (map[string]int, error) {
-	js, err := jetstream.New(m.Conn())
-	if err != nil {
-		return nil, err
-	}
-	filter, err := subjects.WakeupPattern(subjects.DefaultVersion, "demo", "*", agentID)
-	if err != nil {
-		return nil, err
-	}
-	cons, err := js.OrderedConsumer(ctx, streams.WakeupStream(subjects.DefaultVersion), jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-	if err != nil {
-		return nil, err
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int{}
-	for left := info.NumPending; left > 0; {
-		batch, err := cons.Fetch(int(min(left, 500)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, err
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			var w utp.Wakeup
-			if err := json.Unmarshal(msg.Data(), &w); err != nil {
-				return nil, err
-			}
-			out[w.ToolCallID]++
-			n++
-		}
-		if n == 0 {
-			return nil, fmt.Errorf("wakeup stream: %d messages announced, none fetched", left)
-		}
-		left -= uint64(n)
-	}
-	return out, nil
+	return meshtest.StoredWakeups(ctx, m.Conn(), subjects.DefaultVersion, "demo", agentID)
 }
