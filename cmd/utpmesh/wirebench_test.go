@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -113,6 +114,10 @@ func BenchmarkWireRoundTrip(b *testing.B) {
 			}
 		})
 	}
+	// The bars again, as the median of short alternating rounds.
+	for _, c := range []int{1, 64} {
+		b.Run(fmt.Sprintf("pairs/c=%d", c), func(b *testing.B) { wirePairs(b, c, hops["always"].call, ups["always"].call) })
+	}
 	for _, u := range ups {
 		u.stop(b)
 	}
@@ -193,31 +198,20 @@ func wireCount(b *testing.B, c int, p *wireProc, op func(context.Context) error)
 	fmt.Fprintf(os.Stdout, "fsyncs per call, %s: %.2f: bbolt %.2f, JetStream %.2f (%s)\n", b.Name(), total, bolt, js, strings.Join(parts, ", "))
 }
 
-// wireStats is one row's result.
-type wireStats struct {
-	rate     float64
-	p50, p99 time.Duration
-}
-
-// wireMeasure runs b.N operations on c goroutines (a closed loop: each
-// starts its next call when the last one ends) and reports calls/s, p50
-// and p99.
-func wireMeasure(b *testing.B, c int, op func(context.Context) error) wireStats {
-	b.Helper()
-	lat := make([]time.Duration, b.N)
+// wireRun makes n calls with op from c goroutines, closed loop, and
+// returns their rate and latencies.
+func wireRun(c, n int, op func(context.Context) error) (wireStats, error) {
+	lat := make([]time.Duration, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var firstErr atomic.Value
 	ctx := context.Background()
-	b.ResetTimer()
 	start := time.Now()
 	for range c {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				i := next.Add(1) - 1
-				if i >= int64(b.N) {
+				if i >= int64(n) {
 					return
 				}
 				t0 := time.Now()
@@ -230,16 +224,72 @@ func wireMeasure(b *testing.B, c int, op func(context.Context) error) wireStats 
 				}
 				lat[i] = time.Since(t0)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	b.StopTimer()
 	if err, _ := firstErr.Load().(error); err != nil {
-		b.Fatal(err)
+		return wireStats{}, err
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	s := wireStats{rate: float64(b.N) / elapsed.Seconds(), p50: lat[len(lat)/2], p99: lat[len(lat)*99/100]}
+	return wireStats{rate: float64(n) / elapsed.Seconds(), p50: lat[len(lat)/2], p99: lat[len(lat)*99/100]}, nil
+}
+
+// wirePairRounds is how many hop-then-utp rounds the pairs rows run.
+const wirePairRounds = 5
+
+// wirePairs runs the bars' comparison as wirePairRounds short rounds of
+// b.N/wirePairRounds calls each, the hop then utp, on the js=always
+// processes, and reports the median of the rounds' ratios: a machine
+// whose speed drifts during a run (a shared disk, a noisy neighbour)
+// moves both sides of a round alike, where one long row per side can
+// land on different moments.
+func wirePairs(b *testing.B, c int, hop, up func(context.Context) error) {
+	per := max(b.N/wirePairRounds, 1)
+	var rates, p50s []float64
+	b.ResetTimer()
+	for range wirePairRounds {
+		h, err := wireRun(c, per, hop)
+		if err != nil {
+			b.Fatal(err)
+		}
+		u, err := wireRun(c, per, up)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rates = append(rates, u.rate/h.rate)
+		p50s = append(p50s, float64(u.p50)/float64(h.p50))
+	}
+	b.StopTimer()
+	slices.Sort(rates)
+	slices.Sort(p50s)
+	mid := wirePairRounds / 2
+	b.ReportMetric(rates[mid], "x-hop-calls/s")
+	b.ReportMetric(p50s[mid], "x-hop-p50")
+	if b.N == 1 {
+		return // the framework's probe run
+	}
+	fmt.Fprintf(os.Stdout, "wire pairs js=always c=%d, %d rounds of %d calls: utp/hop %.3f× (rounds %.2f–%.2f), p50 utp/hop %.2f× (rounds %.2f–%.2f)\n",
+		c, wirePairRounds, per, rates[mid], rates[0], rates[len(rates)-1], p50s[mid], p50s[0], p50s[len(p50s)-1])
+}
+
+// wireStats is one row's result.
+type wireStats struct {
+	rate     float64
+	p50, p99 time.Duration
+}
+
+// wireMeasure runs b.N operations on c goroutines (a closed loop: each
+// starts its next call when the last one ends) and reports calls/s, p50
+// and p99.
+func wireMeasure(b *testing.B, c int, op func(context.Context) error) wireStats {
+	b.Helper()
+	b.ResetTimer()
+	s, err := wireRun(c, b.N, op)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ReportMetric(s.rate, "calls/s")
 	b.ReportMetric(float64(s.p50.Microseconds()), "p50-µs")
 	b.ReportMetric(float64(s.p99.Microseconds()), "p99-µs")
