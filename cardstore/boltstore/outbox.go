@@ -124,13 +124,9 @@ func (s *Store) OutboxLen(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// deleteOutbox removes the outbox entry of a call, if any.
-func deleteOutbox(b *buckets, key []byte) error {
-	if b.outbox.Get(key) == nil {
-		return nil
-	}
-	return b.outbox.Delete(key)
-}
+// deleteOutbox removes the outbox entry of a call, if any (bbolt's
+// Delete of a missing key changes nothing).
+func deleteOutbox(b *buckets, key []byte) error { return b.outbox.Delete(key) }
 
 // upgradeV2 turns a version 2 file into a version 3 file: the outbox
 // bucket is new and empty (boltfile creates it).

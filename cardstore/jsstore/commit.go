@@ -282,22 +282,13 @@ func (s *Store) plan(ctx context.Context, group []*putReq, leader bool) (*plan, 
 	}
 	// A record a lagging replica does not show yet is no risk here: the
 	// batch expects it to be absent, so the server refuses the batch and
-	// the group is planned again. One read for both kinds.
-	read1, err := s.readMap(ctx, append(append([]string(nil), cardSubj...), resSubj...))
+	// the group is planned again. One read for both kinds; a card's and
+	// a result's subjects never coincide, so one map serves as both.
+	cards, err := s.readMap(ctx, append(cardSubj, resSubj...))
 	if err != nil {
 		return nil, err
 	}
-	cards, results := make(map[string][]byte, len(cardSubj)), make(map[string][]byte, len(resSubj))
-	for _, sub := range cardSubj {
-		if v, ok := read1[sub]; ok {
-			cards[sub] = v
-		}
-	}
-	for _, sub := range resSubj {
-		if v, ok := read1[sub]; ok {
-			results[sub] = v
-		}
-	}
+	results := cards
 	// The mutable records the plan may read, all at once: each result's
 	// call claim from the leader, each turn's summary as the attempt says.
 	var sumSubj, claimSubj []string
