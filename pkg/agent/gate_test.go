@@ -73,10 +73,12 @@ func TestGateOnTheMesh(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var rec authz.AuditRecord
-			if err := json.Unmarshal(msg.Data, &rec); err != nil || rec.ToolName != "echo" || rec.AgentID != tc.agentID {
+			// One call at a time: its decision is the message's only record.
+			recs, err := authz.ParseAuditRecords(msg.Data)
+			if err != nil || len(recs) != 1 || recs[0].ToolName != "echo" || recs[0].AgentID != tc.agentID {
 				t.Fatalf("audit = %s (%v)", msg.Data, err)
 			}
+			rec := recs[0]
 			if want := tc.reason == ""; (rec.Decision == authz.DecisionAllow) != want || strings.Contains(string(msg.Data), `"x":1`) {
 				t.Fatalf("audit = %s", msg.Data)
 			}

@@ -1,7 +1,6 @@
 package cynode_test
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -161,10 +160,12 @@ func TestAgentCannotWidenItsOwnPermissions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d denied db.system_setting.create decisions of %s, want 2: %v", denied, ct.PMAgent, err)
 		}
-		var r authz.AuditRecord
-		if json.Unmarshal(msg.Data, &r) == nil && r.ToolName == "db.system_setting.create" && r.AgentID == ct.PMAgent &&
-			r.Decision == authz.DecisionDeny && r.Reason == authz.ReasonOperatorOnly {
-			denied++
+		recs, _ := authz.ParseAuditRecords(msg.Data)
+		for _, r := range recs {
+			if r.ToolName == "db.system_setting.create" && r.AgentID == ct.PMAgent &&
+				r.Decision == authz.DecisionDeny && r.Reason == authz.ReasonOperatorOnly {
+				denied++
+			}
 		}
 	}
 }

@@ -51,6 +51,7 @@ type Service struct {
 	Gate    *authz.Gate
 	Querier *authz.Querier
 	srv     *Server
+	audit   *Batcher
 }
 
 // Start serves the policy service of cfg.Store on nc.
@@ -71,11 +72,14 @@ func Start(ctx context.Context, nc *nats.Conn, cfg StartConfig) (*Service, error
 		cfg.Logger = slog.Default()
 	}
 	st := cfg.Store
-	s := &Service{Store: st, Keys: mandate.NewKeyDir(cfg.KeyDir)}
+	// The gate decides every admitted call: its decision records leave in
+	// batches (one message per subject and BatchConfig.Interval), since
+	// the event stream fsyncs every message it stores.
+	s := &Service{Store: st, Keys: mandate.NewKeyDir(cfg.KeyDir), audit: NewBatcher(nc, BatchConfig{Logger: cfg.Logger})}
 	var err error
 	s.Gate, err = authz.NewGate(authz.GateConfig{
 		Policies: st, Keys: s.Keys, Resources: cfg.Resources,
-		Audit: &Publisher{NC: nc, Logger: cfg.Logger}, Logger: cfg.Logger,
+		Audit: s.audit, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -89,7 +93,9 @@ func Start(ctx context.Context, nc *nats.Conn, cfg StartConfig) (*Service, error
 	return s, nil
 }
 
-// Stop stops the svc server. The store is the caller's to close.
+// Stop stops the svc server and publishes the gate's pending decision
+// records. The store is the caller's to close; the gate must not decide
+// after Stop (its records would leave one message each).
 func (s *Service) Stop(ctx context.Context) error {
-	return s.srv.Stop(ctx)
+	return errors.Join(s.srv.Stop(ctx), s.audit.Close(ctx))
 }
