@@ -25,6 +25,7 @@ FUZZ_TARGETS = \
 	./pkg/turn:FuzzDiff \
 	./pkg/mandate:FuzzDecode \
 	./pkg/authz:FuzzExplainParseError \
+	./pkg/authz:FuzzParseAuditRecords \
 	./services/atlas/internal/cron:FuzzParse \
 	./services/atlas/internal/atime:FuzzParseHM \
 	./services/atlas/internal/atime:FuzzParseDate \
