@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -116,7 +117,9 @@ func BenchmarkWireRoundTrip(b *testing.B) {
 	}
 	// The bars again, as the median of short alternating rounds.
 	for _, c := range []int{1, 64} {
-		b.Run(fmt.Sprintf("pairs/c=%d", c), func(b *testing.B) { wirePairs(b, c, hops["always"].call, ups["always"].call) })
+		b.Run(fmt.Sprintf("pairs/c=%d", c), func(b *testing.B) {
+			wirePairs(b, c, wireSide{hops["always"].wireProc, hops["always"].call}, wireSide{ups["always"].wireProc, ups["always"].call})
+		})
 	}
 	for _, u := range ups {
 		u.stop(b)
@@ -238,39 +241,62 @@ func wireRun(c, n int, op func(context.Context) error) (wireStats, error) {
 // wirePairRounds is how many hop-then-utp rounds the pairs rows run.
 const wirePairRounds = 5
 
+// wireSide is one side of a pairs row: its server process and its call.
+type wireSide struct {
+	proc *wireProc
+	call func(context.Context) error
+}
+
+// run makes n calls at concurrency c and returns their stats and the CPU
+// time the side's server process spent per call meanwhile (0 when
+// /proc cannot tell).
+func (w wireSide) run(c, n int) (wireStats, float64, error) {
+	before := w.proc.cpu()
+	s, err := wireRun(c, n, w.call)
+	return s, float64(w.proc.cpu()-before) / float64(time.Microsecond) / float64(n), err
+}
+
 // wirePairs runs the bars' comparison as wirePairRounds short rounds of
 // b.N/wirePairRounds calls each, the hop then utp, on the js=always
 // processes, and reports the median of the rounds' ratios: a machine
 // whose speed drifts during a run (a shared disk, a noisy neighbour)
 // moves both sides of a round alike, where one long row per side can
-// land on different moments.
-func wirePairs(b *testing.B, c int, hop, up func(context.Context) error) {
+// land on different moments. It also reports the CPU time (user and
+// system) each side's server process spent per call, the medians of the
+// rounds: on the two-core reference machine the round trip at c=64 is
+// bound by the CPU of the up process, and this steadier figure shows a
+// CPU cut that the rates' noise hides.
+func wirePairs(b *testing.B, c int, hop, up wireSide) {
 	per := max(b.N/wirePairRounds, 1)
-	var rates, p50s []float64
+	var rates, p50s, hopCPU, upCPU []float64
 	b.ResetTimer()
 	for range wirePairRounds {
-		h, err := wireRun(c, per, hop)
+		h, hc, err := hop.run(c, per)
 		if err != nil {
 			b.Fatal(err)
 		}
-		u, err := wireRun(c, per, up)
+		u, uc, err := up.run(c, per)
 		if err != nil {
 			b.Fatal(err)
 		}
 		rates = append(rates, u.rate/h.rate)
 		p50s = append(p50s, float64(u.p50)/float64(h.p50))
+		hopCPU, upCPU = append(hopCPU, hc), append(upCPU, uc)
 	}
 	b.StopTimer()
-	slices.Sort(rates)
-	slices.Sort(p50s)
+	for _, s := range [][]float64{rates, p50s, hopCPU, upCPU} {
+		slices.Sort(s)
+	}
 	mid := wirePairRounds / 2
 	b.ReportMetric(rates[mid], "x-hop-calls/s")
 	b.ReportMetric(p50s[mid], "x-hop-p50")
+	b.ReportMetric(upCPU[mid], "utp-cpu-µs/call")
+	b.ReportMetric(hopCPU[mid], "hop-cpu-µs/call")
 	if b.N == 1 {
 		return // the framework's probe run
 	}
-	fmt.Fprintf(os.Stdout, "wire pairs js=always c=%d, %d rounds of %d calls: utp/hop %.3f× (rounds %.2f–%.2f), p50 utp/hop %.2f× (rounds %.2f–%.2f)\n",
-		c, wirePairRounds, per, rates[mid], rates[0], rates[len(rates)-1], p50s[mid], p50s[0], p50s[len(p50s)-1])
+	fmt.Fprintf(os.Stdout, "wire pairs js=always c=%d, %d rounds of %d calls: utp/hop %.3f× (rounds %.2f–%.2f), p50 utp/hop %.2f× (rounds %.2f–%.2f); server CPU per call utp %.0f µs, hop %.0f µs\n",
+		c, wirePairRounds, per, rates[mid], rates[0], rates[len(rates)-1], p50s[mid], p50s[0], p50s[len(p50s)-1], upCPU[mid], hopCPU[mid])
 }
 
 // wireStats is one row's result.
@@ -371,6 +397,38 @@ func startWireProc(b *testing.B, dir string, env []string, traced bool, ready st
 		}
 	}
 }
+
+// cpu is the user and system CPU time the process has used so far, from
+// /proc/<pid>/stat (0 when it cannot be read: not Linux, or traced).
+func (p *wireProc) cpu() time.Duration {
+	if p.trace != "" {
+		return 0
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name's closing parenthesis; utime and
+	// stime are the stat file's 14th and 15th, in clock ticks.
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's
+// times: 100 on every Linux architecture Go supports.
+const clockTicks = 100
 
 // tracee is the pid of the process strace started (0: not traced, or
 // not found).
