@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,11 +42,21 @@ const (
 	envBenchHopAddr = "UTPMESH_BENCH_HOP_ADDR"
 	envBenchHopSync = "UTPMESH_BENCH_HOP_SYNC" // "always" (default) or "lazy"
 	envBenchNoFsync = "UTPMESH_BENCH_NOFSYNC"
+	// envBenchCPUProfile=FILE makes a child profile its CPU from its start
+	// until it gets SIGUSR1 (kill -USR1 <pid> while a row runs), then
+	// write the profile to FILE: go tool pprof FILE.
+	envBenchCPUProfile = "UTPMESH_BENCH_CPUPROFILE"
 	hopReadyLine    = "hop ready"
 	hopSubject      = "bench.hop"
 )
 
 func init() {
+	if path := os.Getenv(envBenchCPUProfile); path != "" {
+		if err := profileUntilUSR1(path); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", envBenchCPUProfile, err)
+			os.Exit(2)
+		}
+	}
 	if os.Getenv(envBenchNoFsync) == "1" {
 		if err := nofsync(); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %s=1: %v\n", envBenchNoFsync, err)
@@ -62,6 +73,30 @@ func init() {
 		}
 		os.Exit(0)
 	}
+}
+
+// profileUntilUSR1 starts the CPU profile that SIGUSR1 ends and writes
+// to path.
+func profileUntilUSR1(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		<-usr1
+		signal.Stop(usr1)
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", envBenchCPUProfile, err)
+		}
+	}()
+	return nil
 }
 
 // nofsync installs, on every thread of the process, a seccomp filter that
