@@ -20,8 +20,12 @@
 // (docs/security.md).
 //
 // Audit records are published with core NATS (fire and forget); the event
-// stream cg_evt_<ver> stores them. A record that cannot be published is
-// logged, never allowed to fail the call.
+// stream cg_evt_<ver> stores them. Publisher sends one record per message;
+// Batcher, the auditor of Start's gate, groups the records of one subject
+// within 250 ms into one message (one JSON record per line,
+// authz.ParseAuditRecords), so the event stream's fsync is not paid per
+// call. A record that cannot be published is logged, never allowed to fail
+// the call.
 package natsauthz
 
 import (

@@ -94,8 +94,8 @@ func Start(ctx context.Context, nc *nats.Conn, cfg StartConfig) (*Service, error
 }
 
 // Stop stops the svc server and publishes the gate's pending decision
-// records. The store is the caller's to close; the gate must not decide
-// after Stop (its records would leave one message each).
+// records; the gate's later decisions, if any, are published one message
+// each. The store is the caller's to close.
 func (s *Service) Stop(ctx context.Context) error {
 	return errors.Join(s.srv.Stop(ctx), s.audit.Close(ctx))
 }
