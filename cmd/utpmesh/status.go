@@ -134,10 +134,13 @@ func (c *statusCommand) Run(ctx context.Context, args []string) error {
 	if err := discoverWorkers(ctx, nc, mf.timeout, *quiet, rep); err != nil {
 		return err
 	}
+	// What JetStream cannot tell now (no quorum, a leader being elected:
+	// "JetStream system temporarily unavailable") is a readiness problem:
+	// the report is still printed, NOT READY with the reason, exit 1.
 	if err := assetStatuses(ctx, nc, mf.timeout, rep); err != nil {
 		rep.Problems = append(rep.Problems, err.Error())
 	} else if err := jetStreamStatus(ctx, nc, mf.version, rep); err != nil {
-		return err
+		rep.Problems = append(rep.Problems, err.Error())
 	}
 	rep.Ready = len(rep.Problems) == 0
 	if len(agents) > 0 {

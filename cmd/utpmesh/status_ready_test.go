@@ -95,6 +95,31 @@ func TestStatusNotReady(t *testing.T) {
 	wantContains(t, "stderr", errOut.String(), "not ready")
 }
 
+// TestStatusNoCommandStream: what the JetStream step of status cannot
+// read (here the command stream is missing; in a forming cluster a
+// consumer listing can answer "temporarily unavailable") is a readiness
+// problem: the report is still printed, NOT READY with the reason, exit 1.
+func TestStatusNoCommandStream(t *testing.T) {
+	srv, err := embednats.Start(embednats.Config{Port: -1, JetStream: true, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out, errOut strings.Builder
+	code := runArgs(ctx, []string{"status", "--json", "--nats", srv.ClientURL(), "--timeout", "2s", "--discovery-wait", "50ms"}, &out, &errOut)
+	var rep statusReport
+	if err := json.Unmarshal([]byte(out.String()), &rep); err != nil {
+		t.Fatalf("status --json printed no report: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+	}
+	want := "the command stream cg_cmd_" + subjects.DefaultVersion + " does not exist"
+	if code != 1 || rep.Ready || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], want) {
+		t.Fatalf("exit %d, ready %t, problems %q; want exit 1, not ready, %q", code, rep.Ready, rep.Problems, want)
+	}
+	wantContains(t, "stderr", errOut.String(), "not ready", want)
+}
+
 // TestStatusCluster: on a 3-node cluster with R3 streams, status lists
 // the three nodes and a leader with quorum for every stream and consumer;
 // with one node gone it is still ready and shows that node offline; with
