@@ -46,8 +46,8 @@ const (
 	// until it gets SIGUSR1 (kill -USR1 <pid> while a row runs), then
 	// write the profile to FILE: go tool pprof FILE.
 	envBenchCPUProfile = "UTPMESH_BENCH_CPUPROFILE"
-	hopReadyLine    = "hop ready"
-	hopSubject      = "bench.hop"
+	hopReadyLine       = "hop ready"
+	hopSubject         = "bench.hop"
 )
 
 func init() {

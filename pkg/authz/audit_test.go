@@ -44,7 +44,6 @@ func TestParseAuditRecords(t *testing.T) {
 	}
 }
 
-
 func FuzzParseAuditRecords(f *testing.F) {
 	f.Add([]byte(`{"tool_name":"echo","decision":"allow"}`))
 	f.Add([]byte("{\"a\":1}\n\n{\"b\":2}\n"))
