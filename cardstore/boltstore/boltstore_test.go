@@ -510,6 +510,30 @@ func TestCloseDrains(t *testing.T) {
 	}
 }
 
+// downgrade makes the closed store file at path one of an older schema
+// version: it deletes the buckets that version lacks and sets the version.
+func downgrade(t *testing.T, path, version string, buckets ...string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range buckets {
+			if err := tx.DeleteBucket([]byte(name)); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte(version))
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("downgrade %s to schema version %s: %v", path, version, err)
+	}
+}
+
 // TestUpgradeFromVersion1 opens a schema version 1 file (the version 2
 // layout without the turn summary buckets) and checks that Open builds the
 // summaries ListTurns reads, bumps the version, and that writes after the
@@ -548,23 +572,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Make it a version 1 file.
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range []string{"turninfo", "turnlist", "agentturns"} {
-			if err := tx.DeleteBucket([]byte(name)); err != nil {
-				return err
-			}
-		}
-		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("1"))
-	})
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	downgrade(t, path, "1", "turninfo", "turnlist", "agentturns", "outbox")
 
 	s, err = boltstore.Open(path)
 	if err != nil {
@@ -594,7 +602,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkFile(t, path)
-	db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,7 +123,8 @@
 // buckets. A schema version 1 file (the same layout without turninfo,
 // turnlist and agentturns) is upgraded by Open in one transaction: it
 // builds the three buckets from the turns index, reading every indexed
-// card once, then sets the version to 2. The upgrade takes time in
+// card once, creates the empty outbox, then sets the version to 3. The
+// upgrade takes time in
 // proportion to the number of turn cards; a crash during it leaves the
 // version 1 file unchanged, and builds that only read version 1 refuse the
 // upgraded file. A version 2 file (without the outbox) gets an empty

@@ -128,6 +128,11 @@ func (s *Store) OutboxLen(ctx context.Context) (int, error) {
 // Delete of a missing key changes nothing).
 func deleteOutbox(b *buckets, key []byte) error { return b.outbox.Delete(key) }
 
-// upgradeV2 turns a version 2 file into a version 3 file: the outbox
-// bucket is new and empty (boltfile creates it).
-func upgradeV2(*bolt.Tx) error { return nil }
+// upgradeV2 turns a version 2 file into a version 3 file: it creates the
+// outbox bucket, new and empty. (upgradeV1 runs it too.)
+func upgradeV2(tx *bolt.Tx) error {
+	if _, err := tx.CreateBucketIfNotExists(bucketOutbox); err != nil {
+		return fmt.Errorf("create bucket %q: %w", bucketOutbox, err)
+	}
+	return nil
+}

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/cardstore/storetest"
@@ -152,21 +150,7 @@ func TestUpgradeV2AddsOutbox(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		if err := tx.DeleteBucket([]byte("outbox")); err != nil {
-			return err
-		}
-		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("2"))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	downgrade(t, path, "2", "outbox")
 	s, err = boltstore.Open(path)
 	if err != nil {
 		t.Fatalf("open a version 2 file: %v", err)

@@ -233,11 +233,13 @@ func configure(opener string, opts []Option) (config, error) {
 	return cfg, nil
 }
 
-// upgradeV1 turns a version 1 file into a version 2 file (boltfile.Open
-// runs it in one transaction with the version bump, so a crash midway
-// leaves the version 1 file as it was): it creates the turn summary
-// buckets and builds them from the turns index, reading every indexed card
-// once.
+// upgradeV1 turns a version 1 file into a file of the current version
+// (boltfile.Open runs it in one transaction with the version bump, so a
+// crash midway leaves the version 1 file as it was): it creates the turn
+// summary buckets and builds them from the turns index, reading every
+// indexed card once, and creates the later versions' buckets first (the
+// index build opens every bucket of the layout; boltfile creates missing
+// buckets only after the upgrade).
 func upgradeV1(tx *bolt.Tx) error {
 	for _, name := range v1Buckets {
 		if tx.Bucket(name) == nil {
@@ -255,6 +257,9 @@ func upgradeV1(tx *bolt.Tx) error {
 		if _, err := tx.CreateBucket(name); err != nil {
 			return fmt.Errorf("create bucket %q: %w", name, err)
 		}
+	}
+	if err := upgradeV2(tx); err != nil {
+		return err
 	}
 	return buildTurnIndex(tx)
 }
