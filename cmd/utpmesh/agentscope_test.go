@@ -153,6 +153,9 @@ func TestPerAgentIdentity(t *testing.T) {
 	if err != nil || outO.Result.Status != card.StatusSuccess {
 		t.Fatalf("operator's call: %+v, %v", outO, err)
 	}
+	if err := opc.Flush(ctx); err != nil { // its lazy ack is answered
+		t.Fatal(err)
+	}
 	if e, err := m.Inbox().Get(ctx, "demo", outO.Wakeup.InboxID); err != nil || e.State != inbox.StateAcked || e.AgentID != "op-operator" {
 		t.Fatalf("operator's entry = %+v, %v; want acked, agent op-operator", e, err)
 	}

@@ -44,8 +44,11 @@ var (
 	// that cannot be read, is not a tool.result, or belongs to another call.
 	ErrNoResult = errors.New("agent: no usable tool result")
 	// ErrNotAcked: Call read the result but could not acknowledge the inbox
-	// entry. The Outcome is returned with the error and is valid; the entry
-	// stays pending (Resume lists it as unconsumed) until acknowledged.
+	// entry (the wakeup named none, or a Call after Close could not send
+	// its ack). The Outcome is returned with the error and is valid; the
+	// entry stays pending (Resume lists it as unconsumed) until
+	// acknowledged. Call sends its lazy ack without waiting for the answer
+	// (a failure is logged, with the same consequence).
 	ErrNotAcked = errors.New("agent: inbox entry not acknowledged")
 	// ErrNoDurable: Wakeups could neither bind nor create its durable
 	// consumer: the identity may not use it (an agent identity binds only
@@ -158,6 +161,8 @@ type Client struct {
 	waiters map[string][]*waiter
 	closed  bool
 	done    chan struct{}
+
+	acks ackTracker // the lazy acks of Calls, in flight (acks.go)
 }
 
 // New validates cfg and returns a Client. It creates the NATS clients of
@@ -253,6 +258,7 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		wakeSubj: wake.String(), mandate: cfg.Mandate, raw: cfg.RawCommands, operator: cfg.Operator, dispatch: disp.String(),
 		waiters: make(map[string][]*waiter),
 		done:    make(chan struct{}),
+		acks:    newAckTracker(),
 		entries: entryCache{ttl: cfg.RegistryCacheTTL, now: time.Now},
 	}, nil
 }
@@ -321,9 +327,23 @@ func (c *Client) SetEpoch(ctx context.Context, agentTurnID string, epoch int64) 
 }
 
 // Close ends the Client: Calls still waiting return ErrClosed, later Calls
-// and Dispatches fail with ErrClosed. It does not close the NATS connection
-// nor stop consumers started with Wakeups (use their stop functions).
+// and Dispatches fail with ErrClosed. It then waits (up to the inbox
+// client's default timeout) for the lazy acks of finished Calls still in
+// flight, so a process that exits after Close has sent them. It does not
+// close the NATS connection nor stop consumers started with Wakeups (use
+// their stop functions).
 func (c *Client) Close() error {
+	err := c.close()
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	if werr := c.waitAcks(ctx); werr != nil {
+		c.log.Warn("agent: close: lazy acks still unanswered; their entries may stay pending", "err", werr)
+	}
+	return err
+}
+
+// close does Close's work but the wait for the lazy acks.
+func (c *Client) close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

@@ -170,7 +170,11 @@ func TestCallEcho(t *testing.T) {
 	}
 	jsonEqual(t, tc.Arguments, args)
 
-	// The inbox entry is acknowledged.
+	// The inbox entry is acknowledged (once the lazy ack Call sent without
+	// waiting is answered).
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	es, err := c.Inbox().List(ctx, project, inbox.ListQuery{AgentID: "agent-1", AgentTurnID: "turn-1", State: inbox.StateAll})
 	if err != nil {
 		t.Fatal(err)
@@ -480,6 +484,9 @@ func TestConcurrentCalls(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+	if err := c.Flush(ctx); err != nil { // the Calls' lazy acks are answered
+		t.Fatal(err)
 	}
 	es, err := c.Inbox().List(ctx, project, inbox.ListQuery{AgentID: "agent-many"})
 	if err != nil {

@@ -570,8 +570,9 @@ func (c *Client) finish(ctx context.Context, pd Pending, wk utp.Wakeup) (*Outcom
 	// A lazy ack: the result is read, and an ack lost to an inbox crash
 	// only makes a resuming runtime see this result again, which it
 	// handles idempotently anyway. It saves the call a commit it would
-	// wait for.
-	if _, err := c.inbox.AckLazy(ctx, c.project, wk.InboxID); err != nil {
+	// wait for, and, sent in the background (acks.go), the answer's round
+	// trip.
+	if err := c.ackLazy(ctx, wk.InboxID, pd.ToolCallID); err != nil {
 		return out, fmt.Errorf("%w: inbox entry %s of tool_call_id %s: %w", ErrNotAcked, wk.InboxID, pd.ToolCallID, err)
 	}
 	return out, nil

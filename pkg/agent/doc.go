@@ -89,6 +89,8 @@
 //     inbox answers at once, shows the entry acked to every read, and
 //     writes the ack with its next transaction; a crash before that
 //     leaves the entry pending, so Resume sees the result once more).
+//     Call sends that ack without waiting for the answer; Resume waits
+//     for the client's acks in flight, and Close for all of them.
 //     Client.Ack stays durable. Outcome.AfterExecution
 //     is the effective value: result.__cg_control.after_execution when
 //     present and valid, else the card's after_execution.

@@ -80,6 +80,9 @@ func TestOperatorCall(t *testing.T) {
 	if v["principal"] != "operator:alice" || v["agent_id"] != "op-alice" {
 		t.Fatalf("operator call ran as %+v", v)
 	}
+	if err := op.Flush(ctx); err != nil { // Call's lazy ack is answered
+		t.Fatal(err)
+	}
 	e, err := op.Inbox().Get(ctx, gatetest.Project, out.Wakeup.InboxID)
 	if err != nil || e.State != inbox.StateAcked || e.AgentID != "op-alice" {
 		t.Fatalf("operator's inbox entry = %+v, %v; want acked, agent op-alice", e, err)

@@ -78,6 +78,11 @@ func (s *TurnState) ByStep() map[string][]CallState {
 // then Ack its Entry) and finished. It reads the inbox's pending entries,
 // and all of the turn's entries only when a result has no pending entry.
 func (c *Client) Resume(ctx context.Context, agentTurnID string) (*TurnState, error) {
+	// This client's own lazy acks first: a call it finished has no
+	// unconsumed result.
+	if err := c.waitAcks(ctx); err != nil {
+		return nil, err
+	}
 	if err := checkID("agent_turn_id", agentTurnID, true); err != nil {
 		return nil, err
 	}
