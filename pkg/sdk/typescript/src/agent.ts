@@ -153,6 +153,8 @@ export class AgentClient {
   private readonly waiters = new Map<string, Waiter>();
   private listeners = new Set<(w: Wakeup) => void>();
   private closed = false;
+  /** Lazy acks of finished calls whose answers have not come yet (call() does not wait for them). */
+  private readonly acksInFlight = new Set<Promise<void>>();
 
   private constructor(cfg: AgentConfig) {
     this.scope = subj.scope(cfg.project, cfg.channel, cfg.version);
@@ -211,6 +213,7 @@ export class AgentClient {
 
   /** entries lists this agent's inbox entries (default: pending ones), following pages (§11.5). */
   async entries(opts: { agentTurnId?: string; state?: EntryState | "all" } = {}): Promise<InboxEntry[]> {
+    await this.flush(); // this client's finished calls are acked
     const out: InboxEntry[] = [];
     let after: string | undefined;
     for (;;) {
@@ -269,6 +272,7 @@ export class AgentClient {
    */
   async resume(agentTurnId: string): Promise<TurnState> {
     checkId("agent_turn_id", agentTurnId, true);
+    await this.flush(); // a call this client finished has no unconsumed result
     // Entries first, cards second: an entry's card is then always among the cards.
     const pending = await this.entries({ agentTurnId, state: "pending" });
     const cards = await this.turnCards(agentTurnId);
@@ -400,11 +404,22 @@ export class AgentClient {
     return { card, result: card.content as ToolResultContent };
   }
 
-  /** close stops the wakeup subscription; waiting calls end with a PendingError. */
+  /** close stops the wakeup subscription (waiting calls end with a PendingError), then waits for the lazy acks in flight. */
   async close(): Promise<void> {
     this.closed = true;
     this.sub?.unsubscribe();
     this.sub = undefined;
+    await this.flush();
+  }
+
+  /**
+   * flush waits until the inbox has answered the lazy acks of the calls that
+   * finished before it (call() does not wait for them). entries(), resume()
+   * and close() flush by themselves. A failed lazy ack is not thrown: its entry
+   * stays pending and resume() lists the result as unconsumed (§11.5).
+   */
+  async flush(): Promise<void> {
+    await Promise.all([...this.acksInFlight]);
   }
 
   private async turnCards(agentTurnId: string): Promise<Card[]> {
@@ -548,8 +563,13 @@ export class AgentClient {
     const out: Outcome = { call: p, wakeup: w, resultCard: card, result, afterExecution: effectiveAfterExecution(result) };
     if (!w.inbox_id) throw new UtpmeshError("not_acked", `the wakeup of tool_call_id ${p.toolCallId} has no inbox_id`);
     // A lazy ack: the result is read; an ack lost to an inbox crash only
-    // makes a resuming runtime see this result again (§11.5).
-    await this.ack([w.inbox_id], true);
+    // makes a resuming runtime see this result again (§11.5). So the call
+    // does not wait for its answer either (flush() does).
+    const ack: Promise<void> = this.ack([w.inbox_id], true).then(
+      () => undefined,
+      () => undefined, // the entry stays pending: resume() shows the result again
+    ).finally(() => this.acksInFlight.delete(ack));
+    this.acksInFlight.add(ack);
     return out;
   }
 }
