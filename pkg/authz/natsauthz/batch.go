@@ -1,8 +1,8 @@
 package natsauthz
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"sync"
 	"time"
@@ -82,13 +82,9 @@ func NewBatcher(nc *nats.Conn, cfg BatchConfig) *Batcher {
 // Audit implements authz.Auditor: it queues rec for its subject's next
 // message (after Close, it publishes rec at once).
 func (b *Batcher) Audit(_ context.Context, ver string, rec *authz.AuditRecord) {
-	subj, err := authz.AuditSubject(ver, rec.ProjectID, rec.ChannelID)
-	var line []byte
-	if err == nil {
-		line, err = json.Marshal(rec)
-	}
+	subj, line, err := auditMessage(ver, rec)
 	if err != nil {
-		b.cfg.Logger.Warn("authz audit record not published", "err", err, "project", rec.ProjectID, "tool", rec.ToolName, "decision", rec.Decision)
+		warnUnpublished(b.cfg.Logger, rec, err)
 		return
 	}
 	b.mu.Lock()
@@ -151,7 +147,7 @@ func (b *Batcher) flushLocked() {
 	}
 	for _, subj := range b.order {
 		body := b.pending[subj]
-		b.publish(subj, body, 1+countLines(body))
+		b.publish(subj, body, 1+bytes.Count(body, newline))
 		delete(b.pending, subj)
 	}
 	b.order = b.order[:0]
@@ -165,13 +161,5 @@ func (b *Batcher) publish(subj string, body []byte, n int) {
 	}
 }
 
-// countLines counts the newlines of body (a message of n records has n-1).
-func countLines(body []byte) int {
-	n := 0
-	for _, c := range body {
-		if c == '\n' {
-			n++
-		}
-	}
-	return n
-}
+// newline separates the records of a message.
+var newline = []byte{'\n'}

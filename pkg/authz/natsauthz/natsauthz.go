@@ -370,14 +370,26 @@ func (p *Publisher) Audit(_ context.Context, ver string, rec *authz.AuditRecord)
 	if log == nil {
 		log = slog.Default()
 	}
-	subj, err := authz.AuditSubject(ver, rec.ProjectID, rec.ChannelID)
+	subj, body, err := auditMessage(ver, rec)
 	if err == nil {
-		var body []byte
-		if body, err = json.Marshal(rec); err == nil {
-			err = p.NC.Publish(subj, body)
-		}
+		err = p.NC.Publish(subj, body)
 	}
 	if err != nil {
-		log.Warn("authz audit record not published", "err", err, "project", rec.ProjectID, "tool", rec.ToolName, "decision", rec.Decision)
+		warnUnpublished(log, rec, err)
 	}
+}
+
+// auditMessage is the subject and JSON body of one audit record.
+func auditMessage(ver string, rec *authz.AuditRecord) (string, []byte, error) {
+	subj, err := authz.AuditSubject(ver, rec.ProjectID, rec.ChannelID)
+	if err != nil {
+		return "", nil, err
+	}
+	body, err := json.Marshal(rec)
+	return subj, body, err
+}
+
+// warnUnpublished logs an audit record that could not be published.
+func warnUnpublished(log *slog.Logger, rec *authz.AuditRecord, err error) {
+	log.Warn("authz audit record not published", "err", err, "project", rec.ProjectID, "tool", rec.ToolName, "decision", rec.Decision)
 }
