@@ -46,6 +46,15 @@ func rec(project, channel string, i int) *authz.AuditRecord {
 		ToolCallID: fmt.Sprint(i), Decision: authz.DecisionAllow, Reason: authz.ReasonAllowed, Policies: []string{}}
 }
 
+// fullTools is tools of records t0…t(n-1).
+func fullTools(n int) string {
+	s := ""
+	for i := range n {
+		s += fmt.Sprintf("t%d ", i)
+	}
+	return s
+}
+
 func tools(recs []authz.AuditRecord) string {
 	s := ""
 	for _, r := range recs {
@@ -100,49 +109,64 @@ func TestBatcherGroupsBySubject(t *testing.T) {
 }
 
 // TestBatcherBoundsAndClose: a subject's message leaves once it reaches
-// MaxBytes without waiting for the interval; Close publishes the rest and
-// records after Close leave one message each.
+// MaxBytes without waiting for the interval, its records in order; Close
+// publishes the rest and records after Close leave one message each.
 func TestBatcherBoundsAndClose(t *testing.T) {
 	srv := meshtest.NATS(t)
 	pub, subc := meshtest.Conn(t, srv), meshtest.Conn(t, srv)
 	sub := auditSub(t, subc)
 	b := natsauthz.NewBatcher(pub, natsauthz.BatchConfig{Interval: time.Hour, MaxBytes: 1000})
 	ctx := context.Background()
-	n := 0
-	for n = 0; ; n++ {
-		b.Audit(ctx, "v1r3", rec("demo", "main", n))
-		if err := pub.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		if p, _, _ := sub.Pending(); p > 0 || n > 100 {
-			break
-		}
+	// Thirty records of ~200 bytes: several full messages while they are
+	// audited, the rest at Close; one record of another subject beside.
+	const n = 30
+	for i := range n {
+		b.Audit(ctx, "v1r3", rec("demo", "main", i))
 	}
-	msg, err := sub.NextMsg(10 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, err := authz.ParseAuditRecords(msg.Data)
-	// Its last record took it to MaxBytes: without that line it is below.
-	if err != nil || len(recs) < 2 || len(msg.Data) < 1000 || bytes.LastIndexByte(msg.Data, '\n') >= 1000 {
-		t.Fatalf("the first message has %d bytes, %d records (%v); want the records up to the one that reaches MaxBytes", len(msg.Data), len(recs), err)
-	}
-	// The records after the full message's, then t100, leave at Close.
-	want := ""
-	for i := len(recs); i <= n; i++ {
-		want += fmt.Sprintf("t%d ", i)
-	}
-	b.Audit(ctx, "v1r3", rec("demo", "main", 100))
 	b.Audit(ctx, "v1r3", rec("demo", "x", 101))
 	if err := b.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, recs = next(t, sub); tools(recs) != want+"t100 " {
-		t.Fatalf("closed message: %s, want %st100", tools(recs), want)
+	var got, other string
+	full := 0
+	for got != fullTools(n) {
+		msg, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("records so far %q: %v", got, err)
+		}
+		recs, err := authz.ParseAuditRecords(msg.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg.Subject != "cg.v1r3.demo.main.evt.sys.authz.decision" {
+			other += tools(recs)
+			continue
+		}
+		got += tools(recs)
+		if len(msg.Data) >= 1000 {
+			// A full message: its last record took it to MaxBytes.
+			if bytes.LastIndexByte(msg.Data, '\n') >= 1000 {
+				t.Fatalf("a message of %d bytes whose records before the last already reach MaxBytes", len(msg.Data))
+			}
+			full++
+		} else if got != fullTools(n) {
+			t.Fatalf("a message below MaxBytes (%d bytes) before the last records: %q", len(msg.Data), tools(recs))
+		}
+		if len(got) > len(fullTools(n)) || fullTools(n)[:len(got)] != got {
+			t.Fatalf("records out of order: %q", got)
+		}
 	}
-	if _, recs = next(t, sub); tools(recs) != "t101 " {
-		t.Fatalf("closed message: %s", tools(recs))
+	if full < 2 {
+		t.Fatalf("%d full messages, want the records to fill several", full)
 	}
+	if other == "" {
+		if _, recs := next(t, sub); tools(recs) != "t101 " {
+			t.Fatalf("the other subject's message: %s", tools(recs))
+		}
+	} else if other != "t101 " {
+		t.Fatalf("the other subject's message: %s", other)
+	}
+	var recs []authz.AuditRecord
 	b.Audit(ctx, "v1r3", rec("demo", "main", 102))
 	b.Audit(ctx, "v1r3", rec("demo", "main", 103))
 	for _, want := range []string{"t102 ", "t103 "} {
