@@ -30,6 +30,13 @@ const read = (path: string) => readFileSync(path, "utf8").trim();
 // Turn and call ids of this run: the tests can run again on the same mesh.
 const run = Date.now().toString(36);
 const turn = (name: string) => `ts-${name}-${run}`;
+// settled polls cond until it holds or 10 s pass and returns its last value.
+// For a worker's own counters: a call's result reaches the agent (through the
+// store's wakeup) before the put_result reply reaches the worker that counts it.
+const settled = async (cond: () => boolean): Promise<boolean> => {
+  for (const end = Date.now() + 10_000; !cond() && Date.now() < end;) await new Promise((r) => setTimeout(r, 10));
+  return cond();
+};
 
 describe("against a mesh", { skip }, () => {
   let nc: NatsConnection;
@@ -179,8 +186,8 @@ describe("against a mesh", { skip }, () => {
       assert.equal(out.result.error?.code, "tool_timeout");
       // (A mesh the tests ran on before may hold an older call of ts_slow
       // that this worker runs too: at least this call is counted.)
-      const st = worker.stats("ts_slow")!;
-      assert.ok(st.calls >= 1 && st.failed >= 1 && st.in_flight === 0, JSON.stringify(st));
+      const counted = () => { const st = worker.stats("ts_slow")!; return st.calls >= 1 && st.failed >= 1 && st.in_flight === 0; };
+      assert.ok(await settled(counted), JSON.stringify(worker.stats("ts_slow")));
     });
 
     it("honours cancel_tool_call", async () => {
