@@ -39,13 +39,24 @@ type client struct {
 	lost atomic.Bool
 }
 
-// hub fans the events of one NATS subscription out to the open streams.
+// hub fans the events of the project's commands and reports out to the
+// open streams. It subscribes while a stream is open and not otherwise:
+// a mesh nobody watches pays nothing for its live feed (a copy of every
+// command and report would otherwise reach this connection and be
+// decoded).
 type hub struct {
 	project string
 	log     *slog.Logger
-	sub     *nats.Subscription
-	reports *nats.Subscription // reports sent to the inbox as requests
-	done    chan struct{}
+	nc      *nats.Conn // nil: no subscriptions (tests of the fan-out)
+	// commands and reports are the subscribed subjects; reports are sent
+	// to the inbox as requests.
+	commands, reports string
+	done              chan struct{}
+
+	// subMu serializes join and leave, which subscribe and unsubscribe;
+	// it is held across the subscription's flush, mu is not.
+	subMu sync.Mutex
+	subs  []*nats.Subscription
 
 	mu      sync.Mutex
 	clients map[*client]struct{}
@@ -53,35 +64,49 @@ type hub struct {
 }
 
 func startHub(nc *nats.Conn, version, project string, log *slog.Logger) (*hub, error) {
-	pattern, err := subjects.AllCommands(version)
+	commands, err := subjects.AllCommands(version)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	h := &hub{project: project, log: log, done: make(chan struct{}), clients: map[*client]struct{}{}}
-	h.sub, err = nc.Subscribe(pattern, h.onMsg)
-	if err != nil {
-		return nil, fmt.Errorf("webui: subscribe the live feed on %s: %w", pattern, err)
 	}
 	// Workers report to the inbox with a request (svc.inbox.report) and
 	// use the stream only when that is not answered: a copy of either is
 	// a finished call, as is a wakeup (on a single node, where workers do
 	// not report, the only one).
 	reports, err := subjects.InboxReportRequestPattern(version)
-	if err == nil {
-		h.reports, err = nc.Subscribe(reports, h.onMsg)
-	}
 	if err != nil {
-		_ = h.sub.Unsubscribe()
-		return nil, fmt.Errorf("webui: subscribe the live feed on %s: %w", reports, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	// The subscription is registered on the server before New returns, so
-	// no command published afterwards is missed.
-	if err := nc.Flush(); err != nil {
-		_ = h.sub.Unsubscribe()
-		_ = h.reports.Unsubscribe()
-		return nil, fmt.Errorf("webui: subscribe the live feed on %s: %w", pattern, err)
+	return newHub(nc, project, commands, reports, log), nil
+}
+
+func newHub(nc *nats.Conn, project, commands, reports string, log *slog.Logger) *hub {
+	return &hub{project: project, log: log, nc: nc, commands: commands, reports: reports,
+		done: make(chan struct{}), clients: map[*client]struct{}{}}
+}
+
+// subscribe registers the hub's subscriptions on the server: every
+// command published after it returns reaches onMsg.
+func (h *hub) subscribe() error {
+	for _, subject := range []string{h.commands, h.reports} {
+		sub, err := h.nc.Subscribe(subject, h.onMsg)
+		if err != nil {
+			h.unsubscribe()
+			return fmt.Errorf("webui: subscribe the live feed on %s: %w", subject, err)
+		}
+		h.subs = append(h.subs, sub)
 	}
-	return h, nil
+	if err := h.nc.Flush(); err != nil {
+		h.unsubscribe()
+		return fmt.Errorf("webui: subscribe the live feed on %s: %w", h.commands, err)
+	}
+	return nil
+}
+
+func (h *hub) unsubscribe() {
+	for _, sub := range h.subs {
+		_ = sub.Unsubscribe()
+	}
+	h.subs = nil
 }
 
 // onMsg turns a tool command, an inbox report (through the stream or as
@@ -130,34 +155,57 @@ func (h *hub) publish(ev Event) {
 	}
 }
 
-// join registers a stream; nil when the hub is closed.
-func (h *hub) join() *client {
+// join registers a stream, subscribing the hub when it is the first;
+// nil when the hub is closed. When it returns, every command published
+// afterwards reaches the stream.
+func (h *hub) join() (*client, error) {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.closed {
-		return nil
+		h.mu.Unlock()
+		return nil, nil
 	}
 	c := &client{ch: make(chan Event, clientBuffer)}
 	h.clients[c] = struct{}{}
-	return c
+	first := len(h.clients) == 1
+	h.mu.Unlock()
+	if first && h.nc != nil && h.subs == nil {
+		if err := h.subscribe(); err != nil {
+			h.mu.Lock()
+			delete(h.clients, c)
+			h.mu.Unlock()
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
+// leave removes a stream, unsubscribing the hub when it was the last.
 func (h *hub) leave(c *client) {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	delete(h.clients, c)
+	last := len(h.clients) == 0
+	h.mu.Unlock()
+	if last {
+		h.unsubscribe()
+	}
 }
 
 func (h *hub) close() {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.closed {
+		h.mu.Unlock()
 		return
 	}
 	h.closed = true
-	_ = h.sub.Unsubscribe()
-	_ = h.reports.Unsubscribe()
 	close(h.done)
+	h.mu.Unlock()
+	h.unsubscribe()
 }
 
 // events serves the live feed as Server-Sent Events: "hello" once the
@@ -169,7 +217,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc := http.NewResponseController(w)
-	c := s.hub.join()
+	c, err := s.hub.join()
+	if err != nil {
+		s.log.Warn("webui: live feed", "err", err)
+		s.fail(w, r, http.StatusServiceUnavailable, "the live feed cannot subscribe to the mesh ("+err.Error()+"); reload the page to try again")
+		return
+	}
 	if c == nil {
 		s.fail(w, r, http.StatusServiceUnavailable, "the UI is shutting down")
 		return
