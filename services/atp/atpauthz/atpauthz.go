@@ -1,6 +1,7 @@
 package atpauthz
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -92,7 +93,13 @@ type callArgs struct {
 	HEMID           string
 }
 
+// readArgs reads the top-level booking_object_id and hem_id of a call's
+// arguments. Most calls the gate sees are not ATP's: arguments that hold
+// neither name, and no escape that could spell one, are not decoded.
 func readArgs(raw json.RawMessage) callArgs {
+	if bytes.IndexByte(raw, '\\') < 0 && !bytes.Contains(raw, []byte(AttrBookingObjectID)) && !bytes.Contains(raw, []byte(AttrHEMID)) {
+		return callArgs{}
+	}
 	var m map[string]json.RawMessage
 	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
 		return callArgs{}
