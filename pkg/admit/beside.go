@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/gopool"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/utp"
 	"github.com/utpmesh/utpmesh/subjects"
@@ -73,7 +74,7 @@ func (s *Service) dispatchBeside(ctx context.Context, ts subjects.ToolSubject, r
 	}
 	done := s.announce.AnnouncePut(cc.ProjectID, cc.CardID)
 	published := make(chan error, 1)
-	go func() { published <- s.send(ctx, m, req, cc, target) }()
+	gopool.Go(func() { published <- s.send(ctx, m, req, cc, target) })
 	stored, _, err := s.storeCallCardWith(ctx, req, cc, principal, outboxed)
 	done()
 	perr := <-published

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/utpmesh/utpmesh/internal/gopool"
 	"github.com/utpmesh/utpmesh/subjects"
 )
 
@@ -202,10 +203,10 @@ func (s *Server) subscribe(pattern string, sem chan struct{}, serve func(*nats.M
 	sub, err := s.nc.QueueSubscribe(pattern, s.cfg.QueueGroup, func(m *nats.Msg) {
 		sem <- struct{}{}
 		s.wg.Add(1)
-		go func() {
+		gopool.Go(func() {
 			defer func() { <-sem; s.wg.Done() }()
 			serve(m)
-		}()
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("svc: subscribe %s: %w", pattern, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/gopool"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/registry"
 	"github.com/utpmesh/utpmesh/pkg/streams"
@@ -340,7 +341,7 @@ func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup fu
 		sem <- struct{}{}
 		r.wg.Add(1)
 		r.jobs.Add(1)
-		go func() {
+		gopool.Go(func() {
 			defer func() { <-sem; r.jobs.Add(-1); r.wg.Done() }()
 			defer keepAlive(msg, r.cfg.AckWait/3)()
 			t := lookup(msg.Subject())
@@ -349,7 +350,7 @@ func (r *Runtime) consume(ctx context.Context, durable, filter string, lookup fu
 				return
 			}
 			r.handle(t, msg)
-		}()
+		})
 	}, jetstream.PullMaxMessages(r.cfg.Concurrency), jetstream.PullExpiry(pullExpiry), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		r.log.Debug("consume", "consumer", durable, "err", err)
 	}))

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/utpmesh/utpmesh/internal/gopool"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/telemetry"
@@ -181,10 +182,10 @@ func (s *Service) Announce(e *inbox.Entry, created bool, result *card.Card, data
 	if created {
 		outcome = OutcomeAccepted
 	}
-	go func() {
+	gopool.Go(func() {
 		defer s.wg.Done()
 		s.ringLater(log, e, result.CreatedAt, f, outcome, wakeupCard(data))
-	}()
+	})
 }
 
 // entryLog is the service's logger with the fields of entry e; from says
