@@ -132,6 +132,9 @@ func checkTurnSummaries(tx *bolt.Tx) error {
 		if err := json.Unmarshal(info.Get([]byte(head)), &got); err != nil {
 			return fmt.Errorf("turninfo record %q: %w", head, err)
 		}
+		if err := boltstore.TurnMemoAgrees([]byte(head), info.Get([]byte(head))); err != nil {
+			return err
+		}
 		if got.FirstSeq != w.FirstSeq || got.AgentID != w.AgentID || !got.FirstAt.Equal(w.FirstAt) || !got.LastAt.Equal(w.LastAt) ||
 			got.Cards != w.Cards || got.ToolCalls != w.ToolCalls || got.ToolResults != w.ToolResults {
 			return fmt.Errorf("turninfo record %q = %+v, recomputed from the cards %+v", head, got, *w)

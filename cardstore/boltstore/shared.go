@@ -220,11 +220,14 @@ func findCallCard(b *buckets, project, turn, call string) (*card.Card, error) {
 	// (a raw-mode runtime's card is found by the scan).
 	id := utp.Ref(project, turn, call).CallCardID()
 	if data := cards.get(id); data != nil {
-		if ok, err := isCallCard(data, []byte(id), call); err != nil || ok {
-			if err != nil {
-				return nil, err
-			}
-			return decodeCard(data)
+		// The card under this id is the call's unless a runtime wrote
+		// another card with it: decode it once and look.
+		c, err := decodeCard(data)
+		if err != nil {
+			return nil, err
+		}
+		if c.Type == card.TypeToolCall && c.ToolCallID == call {
+			return c, nil
 		}
 	}
 	prefix := turnPrefix(project, turn)

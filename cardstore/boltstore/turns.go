@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/internal/decodememo"
 )
 
 // turnRecord is a turn's summary as stored in the turninfo bucket. Put
@@ -46,11 +47,19 @@ func agentTurnsPrefix(projectID, agentID string) []byte {
 	return append(join(9, projectID, agentID), sep)
 }
 
+// turnRecords remembers the turn records written last as decoded
+// (decodememo): every Put of a turn's cards reads its record back. A
+// turnRecord holds values only, so the memo's copies are independent.
+var turnRecords = decodememo.New[turnRecord](4096)
+
 // loadTurnRecord reads the record of a turn, or returns nil.
 func loadTurnRecord(b *buckets, key []byte) (*turnRecord, error) {
 	data := b.turnInfo.Get(key)
 	if data == nil {
 		return nil, nil
+	}
+	if r, ok := turnRecords.Get(key, data); ok {
+		return &r, nil
 	}
 	var r turnRecord
 	if err := json.Unmarshal(data, &r); err != nil {
@@ -133,6 +142,7 @@ func writeTurnRecord(b *buckets, project, turn string, key []byte, rec *turnReco
 	if err := b.turnInfo.Put(key, data); err != nil {
 		return fmt.Errorf("boltstore: write record of turn %q in project %s: %w", turn, project, err)
 	}
+	turnRecords.Put(key, data, *rec)
 	if newTurn {
 		if err := b.turnList.Put(turnKey(turnListPrefix(project), rec.FirstSeq), []byte(turn)); err != nil {
 			return fmt.Errorf("boltstore: list turn %q in project %s: %w", turn, project, err)

@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/utpmesh/utpmesh/internal/boltfile"
+	"github.com/utpmesh/utpmesh/internal/decodememo"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 	"github.com/utpmesh/utpmesh/pkg/utp"
@@ -237,10 +238,20 @@ func seqKey(prefix []byte, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), seq)
 }
 
+// records remembers the entries written last as decoded (decodememo): an
+// entry is stored, marked sent, read and acked within moments, and each
+// of those read it back; a read of the bytes a write left is a lookup.
+var records = decodememo.New[record](4096)
+
 func getRecord(tx *bolt.Tx, project, id string) (*record, error) {
-	v := tx.Bucket(bucketEntries).Get(key(project, id))
+	k := key(project, id)
+	v := tx.Bucket(bucketEntries).Get(k)
 	if v == nil {
 		return nil, nil
+	}
+	if r, ok := records.Get(k, v); ok {
+		r = r.detached()
+		return &r, nil
 	}
 	var r record
 	if err := json.Unmarshal(v, &r); err != nil {
@@ -254,7 +265,26 @@ func putRecord(tx *bolt.Tx, r *record) error {
 	if err != nil {
 		return fmt.Errorf("inbox: encode entry %s: %w", r.InboxID, err)
 	}
-	return tx.Bucket(bucketEntries).Put(key(r.ProjectID, r.InboxID), v)
+	k := key(r.ProjectID, r.InboxID)
+	if err := tx.Bucket(bucketEntries).Put(k, v); err != nil {
+		return err
+	}
+	records.Put(k, v, r.detached())
+	return nil
+}
+
+// detached is a copy of r that shares no memory with it: the memo's
+// records and the callers' are changed independently.
+func (r record) detached() record {
+	if r.AckedAt != nil {
+		t := *r.AckedAt
+		r.AckedAt = &t
+	}
+	if r.WakeupSentAt != nil {
+		t := *r.WakeupSentAt
+		r.WakeupSentAt = &t
+	}
+	return r
 }
 
 // Insert stores the entry of an accepted report, or finds the existing one,

@@ -16,8 +16,9 @@ import (
 // this process) and reports every bbolt consistency error (as `bbolt
 // check` does) and every index entry that disagrees with the entries:
 // an index naming a missing entry, a pending index naming an entry that is
-// not pending, a pending entry missing from the pending index. Tests end
-// with it; an operator may run it on a stopped inbox's file.
+// not pending, a pending entry missing from the pending index, an entry
+// this process remembers decoded otherwise than its bytes decode. Tests
+// end with it; an operator may run it on a stopped inbox's file.
 func Check(path string) error {
 	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, PreLoadFreelist: true, Timeout: time.Second})
 	if err != nil {
@@ -40,6 +41,9 @@ func Check(path string) error {
 			}
 			if !bytes.Equal(k, key(r.ProjectID, r.InboxID)) {
 				return fmt.Errorf("entry %s of project %s is stored under another key %q", r.InboxID, r.ProjectID, k)
+			}
+			if err := memoAgrees(k, v, &r); err != nil {
+				return err
 			}
 			recs[r.ProjectID+"\x00"+r.InboxID] = &r
 			return nil
@@ -83,6 +87,28 @@ func Check(path string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("boltinbox: check %s: %w", path, err)
+	}
+	return nil
+}
+
+// memoAgrees checks that what this process's memo remembers for an
+// entry's stored bytes, if anything, is what they decode to (r): both
+// encode alike.
+func memoAgrees(k, v []byte, r *record) error {
+	m, ok := records.Get(k, v)
+	if !ok {
+		return nil
+	}
+	got, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	want, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("entry %q: the memo holds %s for bytes that decode to %s", k, got, want)
 	}
 	return nil
 }
