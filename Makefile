@@ -16,6 +16,7 @@ FUZZ_TARGETS = \
 	./pkg/card:FuzzDecode \
 	./pkg/card:FuzzFastDecode \
 	./pkg/card:FuzzParseList \
+	./pkg/card:FuzzEncode \
 	./pkg/utp:FuzzParseCommand \
 	./pkg/registry:FuzzParseYAML \
 	./pkg/registry:FuzzCompileSchema \

@@ -1,7 +1,6 @@
 package card
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -183,23 +182,6 @@ func checkIDLen(field, s string) error {
 		return fmt.Errorf("%w: %s %q must be valid UTF-8 without NUL", ErrInvalid, field, s)
 	}
 	return nil
-}
-
-// Encode returns the canonical JSON encoding of c (see the package doc).
-// It does not validate c.
-func Encode(c *Card) ([]byte, error) {
-	cc := *c
-	if len(cc.Content) > 0 {
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, cc.Content); err != nil {
-			return nil, fmt.Errorf("%w: content is not valid JSON: %v", ErrInvalid, err)
-		}
-		cc.Content = buf.Bytes()
-	} else {
-		cc.Content = json.RawMessage("null")
-	}
-	cc.CreatedAt = cc.CreatedAt.UTC()
-	return json.Marshal(&cc)
 }
 
 // Decode parses and validates one card. It never panics on any input; the

@@ -28,7 +28,12 @@
 // order, content and metadata extension values compacted, created_at in
 // RFC 3339 with nanoseconds in UTC. The CardStore compares canonical
 // encodings to decide whether a second put of the same card_id is an
-// idempotent repeat (same bytes: success) or a conflict (other bytes).
+// idempotent repeat (same bytes: success) or a conflict (other bytes), so
+// the encoding never changes: it is encoding/json's encoding of the Card
+// struct (HTML-safe string escapes; metadata's typed fields in
+// declaration order, or every key sorted when there are extension keys),
+// which Encode writes in one pass. FuzzEncode and
+// TestEncodeMatchesEncodingJSON hold it to encoding/json's bytes.
 //
 // # Decoding
 //

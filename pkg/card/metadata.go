@@ -50,31 +50,11 @@ var metadataKnown = map[string]bool{
 
 type metadataFields Metadata // no methods: avoids recursion in (Un)MarshalJSON
 
-// MarshalJSON writes the typed fields and Extra as one JSON object with
-// sorted keys.
+// MarshalJSON writes the typed fields and Extra as one JSON object: the
+// typed fields in declaration order, or, with extra keys, every key
+// sorted.
 func (m Metadata) MarshalJSON() ([]byte, error) {
-	typed, err := json.Marshal(metadataFields(m))
-	if err != nil {
-		return nil, err
-	}
-	if len(m.Extra) == 0 {
-		return typed, nil
-	}
-	all := make(map[string]json.RawMessage, len(m.Extra)+len(metadataKnown))
-	if err := json.Unmarshal(typed, &all); err != nil {
-		return nil, err
-	}
-	for k, v := range m.Extra {
-		if metadataKnown[k] {
-			continue // typed field wins
-		}
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, v); err != nil {
-			return nil, fmt.Errorf("%w: metadata.%s is not valid JSON", ErrInvalid, k)
-		}
-		all[k] = buf.Bytes()
-	}
-	return json.Marshal(all)
+	return m.appendJSON(nil)
 }
 
 // UnmarshalJSON reads the typed fields and keeps every other key in Extra,
