@@ -155,7 +155,8 @@ bench: bench-deps
 	$(GO) test -run '^$$' -bench 'Put' -benchtime 2000x ./cardstore/boltstore
 	$(GO) test -run '^$$' -bench 'ListTurn' -benchtime 10x ./cardstore/boltstore
 	$(GO) test -run '^$$' -bench 'TurnShow' -benchtime 10x ./pkg/turn
-	$(GO) test -run '^$$' -bench 'Decode' -benchtime 20000x ./pkg/card
+	$(GO) test -run '^$$' -bench 'Decode|Encode' -benchtime 20000x ./pkg/card
+	$(GO) test -run '^$$' -bench 'PagesThenSync' -benchtime 500x ./internal/boltfile
 	$(GO) test -run '^$$' -bench . -benchmem ./subjects
 	$(GO) test -run '^$$' -bench 'Gate' -benchtime 2000x ./pkg/authz
 	$(GO) test -run '^$$' -bench 'RoundTripGate' -benchtime 1000x -count 2 ./pkg/authz/natsauthz
