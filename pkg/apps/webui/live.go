@@ -168,9 +168,8 @@ func (h *hub) join() (*client, error) {
 	}
 	c := &client{ch: make(chan Event, clientBuffer)}
 	h.clients[c] = struct{}{}
-	first := len(h.clients) == 1
 	h.mu.Unlock()
-	if first && h.nc != nil && h.subs == nil {
+	if h.nc != nil && h.subs == nil {
 		if err := h.subscribe(); err != nil {
 			h.mu.Lock()
 			delete(h.clients, c)
