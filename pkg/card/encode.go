@@ -176,7 +176,7 @@ func appendCompact(b, raw []byte) ([]byte, error) {
 		return nil, err
 	}
 	b = buf.Bytes()
-	if bytes.IndexAny(b[start:], "<>&\u2028\u2029") < 0 {
+	if !bytes.ContainsAny(b[start:], "<>&\u2028\u2029") {
 		return b, nil
 	}
 	var esc bytes.Buffer
