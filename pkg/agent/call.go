@@ -506,7 +506,7 @@ func (c *Client) await(ctx context.Context, pd Pending, w *waiter, checkFirst bo
 // are logged and treated as "not yet": the subscription and the next poll
 // go on.
 func (c *Client) checkInboxState(ctx context.Context, pd Pending, st inbox.State) (utp.Wakeup, bool) {
-	entries, err := c.turnEntries(ctx, pd.AgentTurnID, st)
+	entries, err := c.callEntries(ctx, pd.AgentTurnID, pd.ToolCallID, st)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("agent: cannot read the inbox while waiting for a result; still waiting", "tool_call_id", pd.ToolCallID, "err", err)
@@ -524,8 +524,16 @@ func (c *Client) checkInboxState(ctx context.Context, pd Pending, st inbox.State
 // turnEntries lists the agent's inbox entries of a turn in state st,
 // following pages.
 func (c *Client) turnEntries(ctx context.Context, turn string, st inbox.State) ([]inbox.Entry, error) {
+	return c.callEntries(ctx, turn, "", st)
+}
+
+// callEntries lists the agent's inbox entries of a turn in state st, of
+// one call when call is not "" (the inbox looks the call up instead of
+// reading the turn; an inbox from before tool_call_id in a list returns
+// the turn, which checkInboxState filters), following pages.
+func (c *Client) callEntries(ctx context.Context, turn, call string, st inbox.State) ([]inbox.Entry, error) {
 	var out []inbox.Entry
-	q := inbox.ListQuery{AgentID: c.agentID, AgentTurnID: turn, State: st, Limit: inbox.MaxList}
+	q := inbox.ListQuery{AgentID: c.agentID, AgentTurnID: turn, ToolCallID: call, State: st, Limit: inbox.MaxList}
 	for {
 		page, err := c.inbox.List(ctx, c.project, q)
 		if err != nil {

@@ -68,6 +68,9 @@ type ListQuery struct {
 	AgentID string `json:"agent_id"`
 	// AgentTurnID, when set, keeps the entries of this turn only.
 	AgentTurnID string `json:"agent_turn_id,omitempty"`
+	// ToolCallID, when set (with AgentTurnID), keeps the entry of this call
+	// only: a lookup of the call, not a read of the whole turn.
+	ToolCallID string `json:"tool_call_id,omitempty"`
 	// State is pending (when empty), acked, stale or all.
 	State State `json:"state,omitempty"`
 	// Limit caps the number of entries; 0 or more than MaxList means MaxList.

@@ -60,6 +60,12 @@ func (q ListQuery) Normalize() (ListQuery, error) {
 	if q.Limit == 0 || q.Limit > MaxList {
 		q.Limit = MaxList
 	}
+	if q.ToolCallID != "" && q.AgentTurnID == "" {
+		return q, fmt.Errorf("%w: tool_call_id needs agent_turn_id (a call is found within its turn)", ErrInvalid)
+	}
+	if len(q.ToolCallID) > card.MaxIDLen {
+		return q, fmt.Errorf("%w: tool_call_id is longer than %d bytes", ErrInvalid, card.MaxIDLen)
+	}
 	if q.After != "" && !card.ValidID(q.After) {
 		return q, fmt.Errorf("%w: after %q is not an inbox_id (a canonical lower-case UUID)", ErrInvalid, q.After)
 	}

@@ -35,8 +35,10 @@ import (
 //	wakeup     the inbox has rung the wakeup (utp.wakeup ends)
 //	call       Call returns
 //
-// report-ms is the median duration of the report span (the result's
-// commit). docs/performance.md uses it to show where a call's time goes.
+// report-span-µs is the median duration of the report span (the result's
+// commit). id=fresh lets the agent pick each tool_call_id; id=caller picks
+// them as a runtime passing its model's ids does. docs/performance.md uses
+// it to show where a call's time goes.
 func BenchmarkRoundTripStages(b *testing.B) {
 	ctx := context.Background()
 	rec := tracetest.NewSpanRecorder()
@@ -75,13 +77,29 @@ func BenchmarkRoundTripStages(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ac.Close()
+	for _, mode := range []string{"fresh", "caller"} {
+		b.Run("id="+mode, func(b *testing.B) {
+			rec.Reset()
+			stages(b, ac, rec, mode == "caller")
+		})
+	}
+}
+
+// stages runs b.N calls and reports their stages from the spans rec
+// recorded. callerIDs makes the caller choose each tool_call_id, as a
+// runtime passing its model's ids does: Call then looks the call up in
+// the inbox before waiting (a re-sent id may have its result already).
+func stages(b *testing.B, ac *agent.Client, rec *tracetest.SpanRecorder, callerIDs bool) {
+	ctx := context.Background()
 	type times struct{ start, end time.Time }
 	calls := map[string]times{}
-	// The agent picks each call's id: a caller's id makes Call read the
-	// turn's inbox entries first (agent.CallRequest.ToolCallID).
-	call := func(i int) {
+	call := func(i int, warm bool) {
+		req := agent.CallRequest{ToolName: "echo", AgentTurnID: fmt.Sprintf("turn-%d", i%50), Arguments: json.RawMessage(`{"i":1}`)}
+		if callerIDs {
+			req.ToolCallID = fmt.Sprintf("call-%d-%v-%d", b.N, warm, i)
+		}
 		t0 := time.Now()
-		r, err := ac.Call(ctx, agent.CallRequest{ToolName: "echo", AgentTurnID: fmt.Sprintf("turn-%d", i%50), Arguments: json.RawMessage(`{"i":1}`)})
+		r, err := ac.Call(ctx, req)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -91,12 +109,12 @@ func BenchmarkRoundTripStages(b *testing.B) {
 		calls[r.Call.ToolCallID] = times{t0, time.Now()}
 	}
 	for i := range 200 { // warm up: connections, caches, the file's first pages
-		call(i)
+		call(i, true)
 	}
 	clear(calls)
 	b.ResetTimer()
 	for i := range b.N {
-		call(i)
+		call(i, false)
 	}
 	b.StopTimer()
 	_ = ac.Flush(ctx)

@@ -477,6 +477,23 @@ func (d *DB) List(ctx context.Context, project string, q inbox.ListQuery) ([]inb
 			d.overlay(project, &r.Entry)
 			return q.State == inbox.StateAll || r.State == q.State
 		}
+		if q.ToolCallID != "" {
+			v := tx.Bucket(bucketCalls).Get(key(project, q.AgentTurnID, q.ToolCallID))
+			if v == nil {
+				return nil
+			}
+			r, err := getRecord(tx, project, string(v))
+			if err != nil {
+				return err
+			}
+			if r == nil {
+				return fmt.Errorf("inbox: dedupe index names entry %s of project %s, which does not exist", v, project)
+			}
+			if r.AgentID == q.AgentID && r.Seq >= afterSeq && q.Limit > 0 && keep(r) {
+				out = append(out, r.Entry)
+			}
+			return nil
+		}
 		if q.AgentTurnID != "" {
 			var recs []*record
 			prefix := key(project, q.AgentTurnID)

@@ -362,6 +362,7 @@ func TestClientErrorsMapToSentinels(t *testing.T) {
 		{"list bad state", second(e.client.List(ctx, "p1", inbox.ListQuery{AgentID: "a", State: "done"})), inbox.ErrInvalid, "state"},
 		{"list negative limit", second(e.client.List(ctx, "p1", inbox.ListQuery{AgentID: "a", Limit: -1})), inbox.ErrInvalid, "limit"},
 		{"list unknown cursor", second(e.client.List(ctx, "p1", inbox.ListQuery{AgentID: "a", After: unknown})), inbox.ErrNotFound, unknown},
+		{"list a call without its turn", second(e.client.List(ctx, "p1", inbox.ListQuery{AgentID: "a", ToolCallID: "c"})), inbox.ErrInvalid, "tool_call_id needs agent_turn_id"},
 		{"ack unknown", second(e.client.Ack(ctx, "p1", w.InboxID, unknown)), inbox.ErrNotFound, unknown},
 		{"ack empty", second(e.client.Ack(ctx, "p1")), inbox.ErrInvalid, "empty"},
 		{"set_epoch negative", second(e.client.SetEpoch(ctx, "p1", "t", -1)), inbox.ErrInvalid, "negative"},

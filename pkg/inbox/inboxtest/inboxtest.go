@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -301,6 +302,28 @@ func Run(t *testing.T, open func(t *testing.T) inbox.Backend) {
 		}
 		if _, err := b.List(ctx, "p1", inbox.ListQuery{AgentID: "agent-a", State: inbox.StateAll, Limit: 2, After: card.NewID()}); !errors.Is(err, inbox.ErrNotFound) {
 			t.Fatalf("after an unknown id: err = %v", err)
+		}
+		// One call of a turn: its entry, or none.
+		calls := []struct {
+			name        string
+			agent, turn string
+			call        string
+			state       inbox.State
+			want        []string
+		}{
+			{"the call", "agent-a", "turn-b", "call-3", inbox.StateAll, ids[3:4]},
+			{"the call, pending", "agent-a", "turn-b", "call-3", inbox.StatePending, ids[3:4]},
+			{"the call, acked", "agent-a", "turn-b", "call-3", inbox.StateAcked, nil},
+			{"another turn's call", "agent-a", "turn-a", "call-3", inbox.StateAll, nil},
+			{"an unknown call", "agent-a", "turn-b", "call-9", inbox.StateAll, nil},
+			{"another agent", "agent-b", "turn-b", "call-3", inbox.StateAll, nil},
+		}
+		for _, tc := range calls {
+			got, err := b.List(ctx, "p1", inbox.ListQuery{AgentID: tc.agent, AgentTurnID: tc.turn, ToolCallID: tc.call, State: tc.state, Limit: inbox.MaxList})
+			must(t, err)
+			if !slices.Equal(IDs(got), tc.want) {
+				t.Fatalf("%s: %v, want %v", tc.name, IDs(got), tc.want)
+			}
 		}
 	})
 

@@ -43,9 +43,11 @@ func (b *KV) List(ctx context.Context, project string, q inbox.ListQuery) ([]inb
 	}
 	keep := func(r *record) bool {
 		return r.AgentID == q.AgentID && (q.AgentTurnID == "" || r.AgentTurnID == q.AgentTurnID) &&
-			(q.State == inbox.StateAll || r.State == q.State)
+			(q.ToolCallID == "" || r.ToolCallID == q.ToolCallID) && (q.State == inbox.StateAll || r.State == q.State)
 	}
 	switch {
+	case q.ToolCallID != "":
+		return b.listCall(ctx, project, q, keep)
 	case q.AgentTurnID != "":
 		return b.listKeys(ctx, project, "u."+project+"."+hashToken(project, q.AgentTurnID)+".", q, keep)
 	case q.State == inbox.StatePending:
@@ -53,6 +55,32 @@ func (b *KV) List(ctx context.Context, project string, q inbox.ListQuery) ([]inb
 	default:
 		return b.walk(ctx, project, q, keep)
 	}
+}
+
+// listCall lists the entry of one call (q.ToolCallID): its dedupe key
+// names it. A key whose entry is not written yet (an insert under way) is
+// no entry yet, as in the turn's listing.
+func (b *KV) listCall(ctx context.Context, project string, q inbox.ListQuery, keep func(*record) bool) ([]inbox.Entry, error) {
+	out := []inbox.Entry{}
+	e, err := b.bk.Latest(ctx, "c."+project+"."+hashToken(project, q.AgentTurnID, q.ToolCallID))
+	if err != nil {
+		return nil, fmt.Errorf("kvinbox: read the dedupe key of call %s: %w", q.ToolCallID, err)
+	}
+	if !e.Exists {
+		return out, nil
+	}
+	id := string(e.Value)
+	if q.After != "" && id <= q.After {
+		return out, nil
+	}
+	r, _, err := b.getRecord(ctx, project, id)
+	if err != nil {
+		return nil, err
+	}
+	if r != nil && q.Limit > 0 && keep(r) {
+		out = append(out, r.Entry)
+	}
+	return out, nil
 }
 
 // listKeys lists the entries named by the keys under prefix (their last

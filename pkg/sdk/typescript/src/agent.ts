@@ -211,14 +211,18 @@ export class AgentClient {
     return () => this.listeners.delete(fn);
   }
 
-  /** entries lists this agent's inbox entries (default: pending ones), following pages (§11.5). */
-  async entries(opts: { agentTurnId?: string; state?: EntryState | "all" } = {}): Promise<InboxEntry[]> {
+  /**
+   * entries lists this agent's inbox entries (default: pending ones), following pages (§11.5);
+   * toolCallId (with agentTurnId) asks for the entry of one call.
+   */
+  async entries(opts: { agentTurnId?: string; toolCallId?: string; state?: EntryState | "all" } = {}): Promise<InboxEntry[]> {
     await this.flush(); // this client's finished calls are acked
     const out: InboxEntry[] = [];
     let after: string | undefined;
     for (;;) {
       const q: Record<string, unknown> = { agent_id: this.agentId, state: opts.state ?? "pending", limit: MAX_LIST };
       if (opts.agentTurnId) q.agent_turn_id = opts.agentTurnId;
+      if (opts.toolCallId) q.tool_call_id = opts.toolCallId;
       if (after) q.after = after;
       const r = await request<{ entries: InboxEntry[] | null }>(this.nc, subj.agentInbox(this.scope, "list", this.agentId), q, { timeoutMs: this.timeout });
       const page = r.value.entries ?? [];
@@ -538,7 +542,7 @@ export class AgentClient {
       };
       const check = async () => {
         try {
-          const es = await this.entries({ agentTurnId: p.agentTurnId, state });
+          const es = await this.entries({ agentTurnId: p.agentTurnId, toolCallId: p.toolCallId, state });
           const e = es.find((x) => x.tool_call_id === p.toolCallId);
           if (e) end(() => resolve(entryWakeup(e)));
         } catch {
