@@ -260,6 +260,19 @@ func getRecord(tx *bolt.Tx, project, id string) (*record, error) {
 	return &r, nil
 }
 
+// callRecord returns the entry of a call, found by its dedupe key, or nil.
+func callRecord(tx *bolt.Tx, project, turn, call string) (*record, error) {
+	id := tx.Bucket(bucketCalls).Get(key(project, turn, call))
+	if id == nil {
+		return nil, nil
+	}
+	r, err := getRecord(tx, project, string(id))
+	if err == nil && r == nil {
+		err = fmt.Errorf("inbox: dedupe index names entry %s of project %s, which does not exist", id, project)
+	}
+	return r, err
+}
+
 func putRecord(tx *bolt.Tx, r *record) error {
 	v, err := json.Marshal(r)
 	if err != nil {
@@ -302,16 +315,9 @@ func (d *DB) Insert(ctx context.Context, project, channel string, rep *utp.Repor
 		res     *inbox.Entry
 	)
 	err := d.view(ctx, func(tx *bolt.Tx) error {
-		id := tx.Bucket(bucketCalls).Get(key(project, rep.AgentTurnID, rep.ToolCallID))
-		if id == nil {
-			return nil
-		}
-		r, err := getRecord(tx, project, string(id))
-		if err != nil {
+		r, err := callRecord(tx, project, rep.AgentTurnID, rep.ToolCallID)
+		if err != nil || r == nil {
 			return err
-		}
-		if r == nil {
-			return fmt.Errorf("inbox: dedupe index names entry %s of project %s, which does not exist", id, project)
 		}
 		res = &r.Entry
 		return nil
@@ -478,16 +484,9 @@ func (d *DB) List(ctx context.Context, project string, q inbox.ListQuery) ([]inb
 			return q.State == inbox.StateAll || r.State == q.State
 		}
 		if q.ToolCallID != "" {
-			v := tx.Bucket(bucketCalls).Get(key(project, q.AgentTurnID, q.ToolCallID))
-			if v == nil {
-				return nil
-			}
-			r, err := getRecord(tx, project, string(v))
-			if err != nil {
+			r, err := callRecord(tx, project, q.AgentTurnID, q.ToolCallID)
+			if err != nil || r == nil {
 				return err
-			}
-			if r == nil {
-				return fmt.Errorf("inbox: dedupe index names entry %s of project %s, which does not exist", v, project)
 			}
 			if r.AgentID == q.AgentID && r.Seq >= afterSeq && q.Limit > 0 && keep(r) {
 				out = append(out, r.Entry)
