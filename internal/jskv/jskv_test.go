@@ -260,13 +260,7 @@ func TestReadWithoutLeaderReturns(t *testing.T) {
 	// reads from its own copy until its raft group notices the lost quorum
 	// and steps down (seconds; longer on a loaded machine). The read
 	// without a leader is the case under test: wait for the step-down.
-	acc := c.Servers[survivor].GlobalAccount().Name
-	for stepDown := time.Now().Add(90 * time.Second); c.Servers[survivor].JetStreamIsStreamLeader(acc, "KV_stall"); {
-		if time.Now().After(stepDown) {
-			t.Fatal("the survivor is still the stream's leader without a quorum")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitStepDown(t, c, survivor, "KV_stall")
 	if _, err := sb.Latest(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Latest without a stream leader = %v, want context.DeadlineExceeded", err)
 	}
@@ -310,6 +304,11 @@ func TestReadAsksAgainUntilALeaderIsBack(t *testing.T) {
 			stopped = append(stopped, i)
 		}
 	}
+	// As in TestReadWithoutLeaderReturns: the two nodes left after the
+	// first stop may have elected the survivor, which then answers the
+	// read from its own copy until it steps down; the read without a
+	// leader is the case under test.
+	waitStepDown(t, c, survivor, "KV_again")
 	type result struct {
 		e   jskv.Entry
 		err error
@@ -334,6 +333,19 @@ func TestReadAsksAgainUntilALeaderIsBack(t *testing.T) {
 	r := <-done
 	if r.err != nil || string(r.e.Value) != "v" {
 		t.Fatalf("Latest across a leader election = %q, %v; want v", r.e.Value, r.err)
+	}
+}
+
+// waitStepDown waits until node i does not lead stream (a leader that
+// lost its quorum steps down after seconds; longer on a loaded machine).
+func waitStepDown(t *testing.T, c *jskvtest.Cluster, i int, stream string) {
+	t.Helper()
+	acc := c.Servers[i].GlobalAccount().Name
+	for stepDown := time.Now().Add(90 * time.Second); c.Servers[i].JetStreamIsStreamLeader(acc, stream); {
+		if time.Now().After(stepDown) {
+			t.Fatalf("node %d still leads %s without a quorum", i, stream)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

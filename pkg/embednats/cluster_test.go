@@ -98,9 +98,30 @@ func freePorts(t *testing.T, n int) []int {
 }
 
 // cluster starts three nodes with the given route ports and per-node
-// configuration; they stop when the test ends.
+// configuration; they stop when the test ends. A port picked free can be
+// taken by another test's socket before its node binds it: then cluster
+// picks new ports, writing them into ports (the caller's slice sees
+// them), and starts again, up to three times.
 func cluster(t *testing.T, ports []int, edit func(i int, c *embednats.Config)) []*embednats.Server {
 	t.Helper()
+	for attempt := 1; ; attempt++ {
+		srvs, err := startNodes(ports, edit)
+		if err == nil {
+			for _, srv := range srvs {
+				t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+			}
+			return srvs
+		}
+		if !errors.Is(err, embednats.ErrAddrInUse) || attempt == 3 {
+			t.Fatal(err)
+		}
+		copy(ports, freePorts(t, len(ports)))
+	}
+}
+
+// startNodes starts a node per route port; on an error it stops the ones
+// it started.
+func startNodes(ports []int, edit func(i int, c *embednats.Config)) ([]*embednats.Server, error) {
 	var routes []string
 	for _, p := range ports {
 		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(p))
@@ -113,12 +134,14 @@ func cluster(t *testing.T, ports []int, edit func(i int, c *embednats.Config)) [
 		edit(i, &cfg)
 		srv, err := embednats.Start(cfg)
 		if err != nil {
-			t.Fatalf("node %d: %v", i, err)
+			for _, s := range out {
+				_ = s.Shutdown(context.Background())
+			}
+			return nil, fmt.Errorf("node %d: %w", i, err)
 		}
-		t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 		out = append(out, srv)
 	}
-	return out
+	return out, nil
 }
 
 // waitRouted waits until every server has a route to each of the others.
@@ -396,5 +419,23 @@ func TestJetStreamDomain(t *testing.T) {
 	}
 	if ai.Domain != "hub" {
 		t.Fatalf("account info domain %q, want hub", ai.Domain)
+	}
+}
+
+// TestClusterHelperPicksOtherPorts: when a route port picked free is
+// taken before its node binds it (another test's socket), the cluster
+// helper starts on other ports instead of failing the test.
+func TestClusterHelperPicksOtherPorts(t *testing.T) {
+	ports := freePorts(t, 3)
+	taken := ports[1]
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(taken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	srvs := cluster(t, ports, func(int, *embednats.Config) {})
+	waitRouted(t, srvs)
+	if ports[1] == taken {
+		t.Fatalf("the cluster kept route port %d, which another socket holds", taken)
 	}
 }
