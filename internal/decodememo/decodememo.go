@@ -23,6 +23,7 @@ package decodememo
 
 import (
 	"bytes"
+	"fmt"
 	"sync"
 )
 
@@ -70,6 +71,28 @@ func (m *Memo[T]) Put(key, data []byte, v T) {
 		}
 	}
 	m.byID[string(key)] = entry[T]{data: d, v: v}
+}
+
+// Agrees reports, for a consistency check, whether what m remembers for
+// key and data, if anything, is what data decodes to (decoded): both
+// encode alike with encode. It is nil when m remembers nothing for them.
+func (m *Memo[T]) Agrees(key, data []byte, decoded T, encode func(T) ([]byte, error)) error {
+	v, ok := m.Get(key, data)
+	if !ok {
+		return nil
+	}
+	got, err := encode(v)
+	if err != nil {
+		return fmt.Errorf("decodememo: encode the value remembered for %q: %w", key, err)
+	}
+	want, err := encode(decoded)
+	if err != nil {
+		return fmt.Errorf("decodememo: encode the value %q decodes to: %w", key, err)
+	}
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("decodememo: %q: the memo holds %s for bytes that decode to %s", key, got, want)
+	}
+	return nil
 }
 
 // Len is how many entries m holds.

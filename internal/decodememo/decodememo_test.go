@@ -85,3 +85,20 @@ func TestConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestAgrees: nothing remembered agrees; a remembered value agrees with
+// the decoded one when both encode alike, and not otherwise.
+func TestAgrees(t *testing.T) {
+	m := decodememo.New[int](4)
+	enc := func(v int) ([]byte, error) { return fmt.Appendf(nil, "%d", v), nil }
+	if err := m.Agrees([]byte("k"), []byte("1"), 1, enc); err != nil {
+		t.Fatalf("nothing remembered: %v", err)
+	}
+	m.Put([]byte("k"), []byte("1"), 1)
+	if err := m.Agrees([]byte("k"), []byte("1"), 1, enc); err != nil {
+		t.Fatalf("the same value: %v", err)
+	}
+	if err := m.Agrees([]byte("k"), []byte("1"), 2, enc); err == nil {
+		t.Fatal("a memo holding 1 for bytes that decode to 2 agrees")
+	}
+}

@@ -42,7 +42,7 @@ func Check(path string) error {
 			if !bytes.Equal(k, key(r.ProjectID, r.InboxID)) {
 				return fmt.Errorf("entry %s of project %s is stored under another key %q", r.InboxID, r.ProjectID, k)
 			}
-			if err := memoAgrees(k, v, &r); err != nil {
+			if err := records.Agrees(k, v, r, func(r record) ([]byte, error) { return json.Marshal(r) }); err != nil {
 				return err
 			}
 			recs[r.ProjectID+"\x00"+r.InboxID] = &r
@@ -87,28 +87,6 @@ func Check(path string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("boltinbox: check %s: %w", path, err)
-	}
-	return nil
-}
-
-// memoAgrees checks that what this process's memo remembers for an
-// entry's stored bytes, if anything, is what they decode to (r): both
-// encode alike.
-func memoAgrees(k, v []byte, r *record) error {
-	m, ok := records.Get(k, v)
-	if !ok {
-		return nil
-	}
-	got, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	want, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	if !bytes.Equal(got, want) {
-		return fmt.Errorf("entry %q: the memo holds %s for bytes that decode to %s", k, got, want)
 	}
 	return nil
 }
