@@ -1,8 +1,6 @@
 package boltstore_test
 
 import (
-	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,8 +21,8 @@ import (
 )
 
 // checkFile opens a closed store file read-only and fails t on any bbolt
-// consistency error (as `bbolt check` does) or any index entry that names
-// a missing card.
+// consistency error (as `bbolt check` does) or any record that breaks the
+// layout of the package documentation (layout_test.go).
 func checkFile(t testing.TB, path string) {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, PreLoadFreelist: true, Timeout: time.Second})
@@ -42,130 +40,11 @@ func checkFile(t testing.TB, path string) {
 		if n > 0 {
 			return fmt.Errorf("%d bbolt errors", n)
 		}
-		cards := tx.Bucket([]byte("cards"))
-		for _, name := range []string{"turns", "results"} {
-			err := tx.Bucket([]byte(name)).ForEach(func(k, v []byte) error {
-				project, _, _ := bytes.Cut(k, []byte{0})
-				key := append(append(append([]byte(nil), project...), 0), v...) // k is mmap'd: copy
-				if cards.Get(key) == nil {
-					return fmt.Errorf("%s entry %q names missing card %s", name, k, v)
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-		if err := checkOutbox(tx); err != nil {
-			return err
-		}
-		return checkTurnSummaries(tx)
+		return checkLayout(tx)
 	})
 	if err != nil {
 		t.Errorf("consistency check of %s: %v", path, err)
 	}
-}
-
-// checkOutbox checks that no outbox entry belongs to a call with a result.
-func checkOutbox(tx *bolt.Tx) error {
-	results := tx.Bucket([]byte("results"))
-	return tx.Bucket([]byte("outbox")).ForEach(func(k, _ []byte) error {
-		if results.Get(k) != nil {
-			return fmt.Errorf("outbox entry %q belongs to a call with a result", k)
-		}
-		return nil
-	})
-}
-
-// storedTurn is a turninfo record as the test reads it.
-type storedTurn struct {
-	FirstSeq    uint64    `json:"first_seq"`
-	AgentID     string    `json:"agent_id"`
-	FirstAt     time.Time `json:"first_at"`
-	LastAt      time.Time `json:"last_at"`
-	Cards       int       `json:"cards"`
-	ToolCalls   int       `json:"tool_calls"`
-	ToolResults int       `json:"tool_results"`
-}
-
-// checkTurnSummaries recomputes every turn summary from the turns index
-// and the cards, and checks that the turninfo records and the turnlist and
-// agentturns entries are exactly what they should be.
-func checkTurnSummaries(tx *bolt.Tx) error {
-	cards, turns := tx.Bucket([]byte("cards")), tx.Bucket([]byte("turns"))
-	info, list, agents := tx.Bucket([]byte("turninfo")), tx.Bucket([]byte("turnlist")), tx.Bucket([]byte("agentturns"))
-	want := map[string]*storedTurn{} // project 0x00 turn -> summary
-	err := turns.ForEach(func(k, v []byte) error {
-		head, seq := string(k[:len(k)-9]), binary.BigEndian.Uint64(k[len(k)-8:])
-		project, _, _ := strings.Cut(head, "\x00")
-		var c card.Card
-		if err := json.Unmarshal(cards.Get([]byte(project+"\x00"+string(v))), &c); err != nil {
-			return fmt.Errorf("card %s: %w", v, err)
-		}
-		st := want[head]
-		if st == nil {
-			st = &storedTurn{FirstSeq: seq, FirstAt: c.CreatedAt}
-			want[head] = st
-		}
-		st.Cards++
-		st.LastAt = c.CreatedAt
-		switch c.Type {
-		case card.TypeToolCall:
-			st.ToolCalls++
-		case card.TypeToolResult:
-			st.ToolResults++
-		}
-		if st.AgentID == "" {
-			st.AgentID = c.Metadata.AgentID
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	if n := info.Stats().KeyN; n != len(want) {
-		return fmt.Errorf("turninfo has %d records, the turns index has %d turns", n, len(want))
-	}
-	wantList, wantAgents := map[string]string{}, map[string]string{}
-	for head, w := range want {
-		var got storedTurn
-		if err := json.Unmarshal(info.Get([]byte(head)), &got); err != nil {
-			return fmt.Errorf("turninfo record %q: %w", head, err)
-		}
-		if err := boltstore.TurnMemoAgrees([]byte(head), info.Get([]byte(head))); err != nil {
-			return err
-		}
-		if got.FirstSeq != w.FirstSeq || got.AgentID != w.AgentID || !got.FirstAt.Equal(w.FirstAt) || !got.LastAt.Equal(w.LastAt) ||
-			got.Cards != w.Cards || got.ToolCalls != w.ToolCalls || got.ToolResults != w.ToolResults {
-			return fmt.Errorf("turninfo record %q = %+v, recomputed from the cards %+v", head, got, *w)
-		}
-		project, turn, _ := strings.Cut(head, "\x00")
-		seq := binary.BigEndian.AppendUint64(nil, w.FirstSeq)
-		wantList[project+"\x00"+string(seq)] = turn
-		if w.AgentID != "" {
-			wantAgents[project+"\x00"+w.AgentID+"\x00"+string(seq)] = turn
-		}
-	}
-	for name, pair := range map[string]struct {
-		b    *bolt.Bucket
-		want map[string]string
-	}{"turnlist": {list, wantList}, "agentturns": {agents, wantAgents}} {
-		n := 0
-		err := pair.b.ForEach(func(k, v []byte) error {
-			n++
-			if w, ok := pair.want[string(k)]; !ok || w != string(v) {
-				return fmt.Errorf("%s entry %q -> %q, want %q", name, k, v, w)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if n != len(pair.want) {
-			return fmt.Errorf("%s has %d entries, want %d", name, n, len(pair.want))
-		}
-	}
-	return nil
 }
 
 // openStore opens a store in a new temp dir; cleanup closes it and checks
@@ -266,15 +145,15 @@ func TestSchemaVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("4"))
+		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("5"))
 	})
 	db.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = boltstore.Open(path)
-	if !errors.Is(err, boltstore.ErrSchemaVersion) || !strings.Contains(err.Error(), `"4"`) {
-		t.Fatalf("open of a version 4 file: got %v, want ErrSchemaVersion naming the version", err)
+	if !errors.Is(err, boltstore.ErrSchemaVersion) || !strings.Contains(err.Error(), `"5"`) {
+		t.Fatalf("open of a version 5 file: got %v, want ErrSchemaVersion naming the version", err)
 	}
 
 	// A bbolt file of some other program.
@@ -514,9 +393,11 @@ func TestCloseDrains(t *testing.T) {
 }
 
 // downgrade makes the closed store file at path one of an older schema
-// version: it deletes the buckets that version lacks and sets the version.
+// version: it rewrites it in the version 3 layout (toV3), deletes the
+// buckets that version lacks and sets the version.
 func downgrade(t *testing.T, path, version string, buckets ...string) {
 	t.Helper()
+	toV3(t, path)
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -611,8 +492,8 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	}
 	defer db.Close()
 	_ = db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket([]byte("meta")).Get([]byte("schema_version")); string(v) != "3" {
-			t.Errorf("schema version after the upgrade = %q, want \"3\"", v)
+		if v := tx.Bucket([]byte("meta")).Get([]byte("schema_version")); string(v) != "4" {
+			t.Errorf("schema version after the upgrade = %q, want \"4\"", v)
 		}
 		return nil
 	})

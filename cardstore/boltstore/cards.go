@@ -18,8 +18,8 @@ import (
 type putCard struct {
 	cardstore.PutCard
 	key        []byte // cards bucket key
-	turnPrefix []byte // turns index prefix, nil without a turn
-	resultKey  []byte // results index key, nil unless a tool.result
+	turnPrefix []byte // turn index prefix (turnrecs), nil without a turn
+	resultKey  []byte // result index key (turnrecs), nil unless a tool.result
 
 	card *card.Card // the caller's card, for the ResultHook
 }
@@ -75,7 +75,7 @@ func applyPut(b *buckets, pcs []putCard, run *hookRun) error {
 			continue
 		}
 		if pc.resultKey != nil {
-			if old := b.results.Get(pc.resultKey); old != nil && string(old) != pc.ID {
+			if old := b.recs.Get(pc.resultKey); old != nil && string(old) != pc.ID {
 				return fmt.Errorf("%w: agent_turn_id %q, tool_call_id %q in project %s already has result card %s; card %s refused",
 					cardstore.ErrResultExists, pc.Turn, pc.Call, pc.ProjectID, old, pc.ID)
 			}
@@ -94,23 +94,23 @@ func applyPut(b *buckets, pcs []putCard, run *hookRun) error {
 			return dirty(fmt.Errorf("boltstore: write card %s: %w", pc.ID, err))
 		}
 		if pc.turnPrefix != nil {
-			seq, err := b.turns.NextSequence()
+			seq, err := b.recs.NextSequence()
 			if err != nil {
 				return dirty(fmt.Errorf("boltstore: index card %s: %w", pc.ID, err))
 			}
-			if err := b.turns.Put(turnKey(pc.turnPrefix, seq), []byte(pc.ID)); err != nil {
+			if err := b.recs.Put(turnKey(pc.turnPrefix, seq), []byte(pc.ID)); err != nil {
 				return dirty(fmt.Errorf("boltstore: index card %s: %w", pc.ID, err))
 			}
 			turns.add(pc, seq)
 		}
 		if pc.resultKey != nil {
-			if err := b.results.Put(pc.resultKey, []byte(pc.ID)); err != nil {
+			if err := b.recs.Put(pc.resultKey, []byte(pc.ID)); err != nil {
 				return dirty(fmt.Errorf("boltstore: index result card %s: %w", pc.ID, err))
 			}
 			if err := releaseCallClaim(b, pc.ProjectID, pc.Turn, pc.Call); err != nil {
 				return dirty(fmt.Errorf("boltstore: release the claim of result card %s: %w", pc.ID, err))
 			}
-			if err := deleteOutbox(b, pc.resultKey); err != nil {
+			if err := deleteOutbox(b, outboxKey(pc.ProjectID, pc.Turn, pc.Call)); err != nil {
 				return dirty(fmt.Errorf("boltstore: delete the outbox entry of result card %s: %w", pc.ID, err))
 			}
 			if err := run.stored(b, pc); err != nil {
@@ -309,7 +309,7 @@ func (s *Store) listTurn(ctx context.Context, req cardstore.ListTurnRequest, vis
 	prefix := turnPrefix(req.ProjectID, req.AgentTurnID)
 	err = s.view(func(b *buckets) error {
 		cards := newCardLookup(b, req.ProjectID)
-		cur := b.turns.Cursor()
+		cur := b.recs.Cursor()
 		start := turnKey(prefix, req.After)
 		k, v := cur.Seek(start)
 		if k != nil && bytes.Equal(k, start) {
@@ -327,7 +327,7 @@ func (s *Store) listTurn(ctx context.Context, req cardstore.ListTurnRequest, vis
 			}
 			data := cards.getID(v)
 			if data == nil {
-				return fmt.Errorf("boltstore: turns index of agent_turn_id %q in project %s names card %s, which is missing", req.AgentTurnID, req.ProjectID, v)
+				return fmt.Errorf("boltstore: turn index of agent_turn_id %q in project %s names card %s, which is missing", req.AgentTurnID, req.ProjectID, v)
 			}
 			if err := visit(v, data); err != nil {
 				return err
@@ -370,13 +370,13 @@ func (s *Store) FindToolResult(ctx context.Context, projectID, agentTurnID, tool
 // findResult reads the tool.result card of a call within a transaction,
 // or returns nil when the call has none.
 func findResult(b *buckets, projectID, agentTurnID, toolCallID string) (*card.Card, error) {
-	id := b.results.Get(resultKey(projectID, agentTurnID, toolCallID))
+	id := b.recs.Get(resultKey(projectID, agentTurnID, toolCallID))
 	if id == nil {
 		return nil, nil
 	}
 	data := b.cards.Get(cardKey(projectID, string(id)))
 	if data == nil {
-		return nil, fmt.Errorf("boltstore: results index names card %s in project %s, which is missing", id, projectID)
+		return nil, fmt.Errorf("boltstore: result index names card %s in project %s, which is missing", id, projectID)
 	}
 	return decodeCard(data)
 }

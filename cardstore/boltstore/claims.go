@@ -10,8 +10,27 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 )
 
-// claimRecord is a claim as stored in the claims bucket (JSON).
+// claimRecord is a claim as stored (JSON): a call's among its turn's
+// records, every other claim in the claims bucket (claimSlot).
 type claimRecord = cardstore.ClaimRecord
+
+// claimData is the stored claim under k (project 0x00 claim key), or nil.
+func (b *buckets) claimData(k []byte) []byte {
+	slot, key := claimSlot(b.recs, b.claims, k)
+	return slot.Get(key)
+}
+
+// putClaim stores the claim under k.
+func (b *buckets) putClaim(k, data []byte) error {
+	slot, key := claimSlot(b.recs, b.claims, k)
+	return slot.Put(key, data)
+}
+
+// deleteClaim deletes the claim under k, if any.
+func (b *buckets) deleteClaim(k []byte) error {
+	slot, key := claimSlot(b.recs, b.claims, k)
+	return slot.Delete(key)
+}
 
 // releaseCallClaim replaces the claim on the call's cardstore.CallKey,
 // if there is one, by a tombstone. applyPut calls it for every new
@@ -34,7 +53,7 @@ func releaseCallClaim(b *buckets, project, turn, call string) error {
 	if err != nil {
 		return err
 	}
-	if err := b.claims.Put(k, data); err != nil {
+	if err := b.recs.Put(callRecKey(project, turn, call, callClaim), data); err != nil {
 		return err
 	}
 	if b.calls != nil {
@@ -45,7 +64,7 @@ func releaseCallClaim(b *buckets, project, turn, call string) error {
 
 // loadClaim reads the claim under key, or returns nil.
 func loadClaim(b *buckets, key []byte, req string) (*claimRecord, error) {
-	data := b.claims.Get(key)
+	data := b.claimData(key)
 	if data == nil {
 		return nil, nil
 	}
@@ -189,7 +208,7 @@ func (s *Store) grantCall(ctx context.Context, e *claimEntry, key []byte, k card
 		return nil, fmt.Errorf("boltstore: encode claim %s: %w", name, err)
 	}
 	err = s.write(ctx, 64+len(key)+len(data), func(b *buckets) error {
-		if err := b.claims.Put(key, data); err != nil {
+		if err := b.putClaim(key, data); err != nil {
 			return fmt.Errorf("boltstore: write claim %s: %w", name, err)
 		}
 		return nil
@@ -220,7 +239,7 @@ func (s *Store) applyClaim(b *buckets, key []byte, req cardstore.ClaimRequest, t
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: encode claim %s: %w", name, err)
 	}
-	if err := b.claims.Put(key, data); err != nil {
+	if err := b.putClaim(key, data); err != nil {
 		return nil, dirty(fmt.Errorf("boltstore: write claim %s: %w", name, err))
 	}
 	return c, nil
@@ -245,7 +264,7 @@ func (s *Store) release(ctx context.Context, projectID, key, holder, tool string
 	k := join(0, projectID, key)
 	name := cardstore.ClaimName(projectID, key)
 	del := func(b *buckets) error {
-		if err := b.claims.Delete(k); err != nil {
+		if err := b.deleteClaim(k); err != nil {
 			return dirty(fmt.Errorf("boltstore: delete claim %s: %w", name, err))
 		}
 		return nil
@@ -313,7 +332,7 @@ func (s *Store) GetClaim(ctx context.Context, projectID, key string) (*cardstore
 }
 
 // liveCallClaim returns the key and holder of a live in-memory claim
-// whose claims bucket key starts with prefix (DeleteTurn's check of a
+// whose claim's project 0x00 key starts with prefix (DeleteTurn's check of a
 // turn's calls), or ok false.
 func (t *claimTable) liveCallClaim(prefix string) (key, holder string, ok bool) {
 	t.mu.Lock()

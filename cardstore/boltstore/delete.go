@@ -8,12 +8,12 @@ import (
 	"github.com/utpmesh/utpmesh/cardstore"
 )
 
-// DeleteTurn removes the turn's cards and every index entry that names
-// them (turns, results, turninfo, turnlist, agentturns), its calls'
-// outbox entries and the tombstones of its calls' claims, in one write;
-// see cardstore.Store. It checks every claim of the turn (in the claims
-// bucket and in memory) before it deletes anything, so a live claim
-// (ErrClaimHeld) leaves the turn whole.
+// DeleteTurn removes the turn's cards and every record that names them
+// (the turn's records in turnrecs: index, summary, results, the claims
+// of its calls; its turnlist and agentturns entries) and its calls'
+// outbox entries, in one write; see cardstore.Store. It checks every
+// claim of the turn (stored and in memory) before it deletes anything, so
+// a live claim (ErrClaimHeld) leaves the turn whole.
 func (s *Store) DeleteTurn(ctx context.Context, projectID, agentTurnID string) (int, error) {
 	if err := checkCtx(ctx); err != nil {
 		return 0, err
@@ -26,45 +26,48 @@ func (s *Store) DeleteTurn(ctx context.Context, projectID, agentTurnID string) (
 		n = 0
 		// Check phase: the claims of the turn's calls, and what to delete.
 		claimPrefix := join(0, projectID, cardstore.CallKey{AgentTurnID: agentTurnID}.String())
-		var tombstones [][]byte
-		cc := b.claims.Cursor()
-		for k, _ := cc.Seek(claimPrefix); k != nil && bytes.HasPrefix(k, claimPrefix); k, _ = cc.Next() {
-			rec, err := loadClaim(b, k, cardstore.ClaimName(projectID, string(k[len(projectID)+1:])))
-			if err != nil {
-				return err
-			}
-			if rec.Live() {
-				return fmt.Errorf("%w: turn %q of project %s has a call with a live claim (%s, held by %s): it is running or was abandoned without a result, so the turn is kept",
-					cardstore.ErrClaimHeld, agentTurnID, projectID, k[len(projectID)+1:], rec.Holder)
-			}
-			tombstones = append(tombstones, bytes.Clone(k))
-		}
 		if k, holder, ok := s.mem.liveCallClaim(string(claimPrefix)); ok { // in memory, not written yet
-			return fmt.Errorf("%w: turn %q of project %s has a call with a live claim (%s, held by %s): it is running or was abandoned without a result, so the turn is kept",
-				cardstore.ErrClaimHeld, agentTurnID, projectID, k[len(projectID)+1:], holder)
+			return liveClaimError(projectID, agentTurnID, k[len(projectID)+1:], holder)
 		}
-		prefix := turnPrefix(projectID, agentTurnID)
-		var turnKeys, cardIDs [][]byte
-		tc := b.turns.Cursor()
-		for k, v := tc.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = tc.Next() {
-			turnKeys = append(turnKeys, bytes.Clone(k))
-			cardIDs = append(cardIDs, bytes.Clone(v))
+		base := turnBase(projectID, agentTurnID, 0)
+		var recKeys, cardIDs [][]byte
+		var info []byte
+		rc := b.recs.Cursor()
+		for k, v := rc.Seek(base); k != nil && bytes.HasPrefix(k, base); k, v = rc.Next() {
+			r, ok := splitTurnRec(k)
+			if !ok {
+				return fmt.Errorf("boltstore: delete turn %q of project %s: malformed turnrecs key %q", agentTurnID, projectID, k)
+			}
+			switch {
+			case r.kind == kindSeq:
+				cardIDs = append(cardIDs, bytes.Clone(v))
+			case r.kind == kindInfo:
+				info = bytes.Clone(k)
+			case r.kind == kindCall && r.rest[len(r.rest)-1] == callClaim:
+				call := string(r.rest[:len(r.rest)-2])
+				key := cardstore.CallKey{AgentTurnID: agentTurnID, ToolCallID: call}.String()
+				rec, err := loadClaim(b, join(0, projectID, key), cardstore.ClaimName(projectID, key))
+				if err != nil {
+					return err
+				}
+				if rec.Live() {
+					return liveClaimError(projectID, agentTurnID, key, rec.Holder)
+				}
+			}
+			recKeys = append(recKeys, bytes.Clone(k))
 		}
-		resultPrefix := append(join(1, projectID, agentTurnID), sep)
-		var resultKeys [][]byte
-		rc := b.results.Cursor()
-		for k, _ := rc.Seek(resultPrefix); k != nil && bytes.HasPrefix(k, resultPrefix); k, _ = rc.Next() {
-			resultKeys = append(resultKeys, bytes.Clone(k))
-		}
+		callPrefix := append(join(1, projectID, agentTurnID), sep)
 		var outboxKeys [][]byte
 		oc := b.outbox.Cursor()
-		for k, _ := oc.Seek(resultPrefix); k != nil && bytes.HasPrefix(k, resultPrefix); k, _ = oc.Next() {
+		for k, _ := oc.Seek(callPrefix); k != nil && bytes.HasPrefix(k, callPrefix); k, _ = oc.Next() {
 			outboxKeys = append(outboxKeys, bytes.Clone(k))
 		}
-		infoKey := turnInfoKey(projectID, agentTurnID)
-		rec, err := loadTurnRecord(b, infoKey)
-		if err != nil {
-			return err
+		var rec *turnRecord
+		if info != nil {
+			var err error
+			if rec, err = loadTurnRecord(b, info); err != nil {
+				return err
+			}
 		}
 		// Write phase: every error from here on is after writing began.
 		del := func(what string, bk interface{ Delete([]byte) error }, keys ...[]byte) error {
@@ -80,22 +83,13 @@ func (s *Store) DeleteTurn(ctx context.Context, projectID, agentTurnID string) (
 				return err
 			}
 		}
-		if err := del("turn index", b.turns, turnKeys...); err != nil {
-			return err
-		}
-		if err := del("result index", b.results, resultKeys...); err != nil {
-			return err
-		}
-		if err := del("claim tombstone", b.claims, tombstones...); err != nil {
+		if err := del("turn record", b.recs, recKeys...); err != nil {
 			return err
 		}
 		if err := del("outbox entry", b.outbox, outboxKeys...); err != nil {
 			return err
 		}
 		if rec != nil {
-			if err := del("turn summary", b.turnInfo, infoKey); err != nil {
-				return err
-			}
 			if err := del("turn list", b.turnList, turnKey(turnListPrefix(projectID), rec.FirstSeq)); err != nil {
 				return err
 			}
@@ -112,4 +106,11 @@ func (s *Store) DeleteTurn(ctx context.Context, projectID, agentTurnID string) (
 		return 0, err
 	}
 	return n, nil
+}
+
+// liveClaimError is DeleteTurn's refusal of a turn with a call under a
+// live claim on key.
+func liveClaimError(projectID, agentTurnID, key, holder string) error {
+	return fmt.Errorf("%w: turn %q of project %s has a call with a live claim (%s, held by %s): it is running or was abandoned without a result, so the turn is kept",
+		cardstore.ErrClaimHeld, agentTurnID, projectID, key, holder)
 }

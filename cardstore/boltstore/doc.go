@@ -69,7 +69,7 @@
 // pass (card.Parse), which copies what it keeps, so nothing returned
 // refers to the file's memory map.
 //
-// # File layout (schema version 3)
+// # File layout (schema version 4)
 //
 // Every key starts with the project id and a 0x00 byte. Project ids cannot
 // contain 0x00 (card.ValidateName), and the store refuses agent_turn_id and
@@ -77,28 +77,40 @@
 // (ErrInvalid; card validation refuses such an agent_id), so every key
 // splits one way only. Buckets:
 //
-//	cards      project 0x00 card_id                          -> canonical card JSON (card.Encode)
-//	turns      project 0x00 agent_turn_id 0x00 seq (8 bytes) -> card_id
-//	results    project 0x00 agent_turn_id 0x00 tool_call_id  -> card_id of the tool.result
-//	turninfo   project 0x00 agent_turn_id                    -> turn summary JSON (below)
-//	turnlist   project 0x00 first_seq (8 bytes)              -> agent_turn_id
+//	cards      project 0x00 card_id                           -> canonical card JSON (card.Encode)
+//	turnrecs   project 0x00 agent_turn_id 0x00 + one of:      every record keyed by a turn:
+//	             's' seq (8 bytes)                            -> card_id: the turn's cards in write order
+//	             't'                                          -> turn summary JSON (below)
+//	             'c' tool_call_id 0x00 'r'                    -> card_id of the call's tool.result
+//	             'c' tool_call_id 0x00 'k'                    -> the claim of the call's cardstore.CallKey (below)
+//	turnlist   project 0x00 first_seq (8 bytes)               -> agent_turn_id
 //	agentturns project 0x00 agent_id 0x00 first_seq (8 bytes) -> agent_turn_id
-//	boxes      project 0x00 box_id                           -> card.Box JSON
-//	claims     project 0x00 key                              -> {"holder","token","expires_at","tool","epoch"} JSON, or a tombstone {"token","released":true,"epoch"}
-//	outbox     project 0x00 agent_turn_id 0x00 tool_call_id  -> OutboxEntry JSON: the command of a call without a result (outbox.go)
-//	meta       "schema_version"                              -> "3"
-//	           "boot_epoch", "closed_epoch", "lock_delay"    -> decimal numbers (see "Call claims")
+//	boxes      project 0x00 box_id                            -> card.Box JSON
+//	claims     project 0x00 key                               -> the claim of a key that is not a call's
+//	outbox     project 0x00 agent_turn_id 0x00 tool_call_id   -> OutboxEntry JSON: the command of a call without a result (outbox.go)
+//	meta       "schema_version"                               -> "4"
+//	           "boot_epoch", "closed_epoch", "lock_delay"     -> decimal numbers (see "Call claims")
+//
+// A claim is {"holder","token","expires_at","tool","epoch"} JSON, or a
+// tombstone {"token","released":true,"epoch"}.
+//
+// Why one bucket for a turn's records: a commit pays the disk for every
+// page it dirties (about 20 µs a page on the reference machine), and each
+// bucket it touches costs its whole path from root to leaf. The result of
+// a call writes the turn index, the result index, the claim's tombstone
+// and the turn summary: under one prefix they share one path, and a call's
+// result and claim share one leaf (docs/performance.md, schema 4).
 //
 // A node's file (OpenShared, pkg/mesh's cards.db) holds other kinds'
 // buckets beside these (the inbox's: entries, calls, agents, pending,
 // epochs; their version under "inbox_schema_version" in the same meta
 // bucket); none collides with the store's.
 //
-// seq is the big-endian write sequence, from the turns bucket's
+// seq is the big-endian write sequence, from the turnrecs bucket's
 // NextSequence: one counter for the whole file, taken in write order, so a
 // turn's entries sort in write order and cards of one Put keep their order.
 // Every card with metadata.agent_turn_id (tool.call and tool.result always
-// have one) gets a turns entry; a tool.result also gets its results entry.
+// have one) gets an index entry; a tool.result also gets its result entry.
 // A repeated put of an identical card writes nothing, index entries
 // included.
 //
@@ -106,7 +118,7 @@
 // last card when more cards follow, and 0 on the last page. Cursors stay
 // valid for the life of the file.
 //
-// The turn summaries serve ListTurns. A turn's turninfo record,
+// The turn summaries serve ListTurns. A turn's summary,
 // {"first_seq","agent_id","first_at","last_at","cards","tool_calls",
 // "tool_results"}, is updated by the Put that writes the turn's cards, in
 // the same (group-commit) transaction, once per turn and Put. first_seq is
@@ -120,16 +132,19 @@
 //
 // Open refuses (ErrSchemaVersion) a file whose meta bucket names another
 // schema version, and a bbolt file without a meta bucket that has other
-// buckets. A schema version 1 file (the same layout without turninfo,
-// turnlist and agentturns) is upgraded by Open in one transaction: it
-// builds the three buckets from the turns index, reading every indexed
-// card once, creates the empty outbox, then sets the version to 3. The
-// upgrade takes time in
-// proportion to the number of turn cards; a crash during it leaves the
-// version 1 file unchanged, and builds that only read version 1 refuse the
-// upgraded file. A version 2 file (without the outbox) gets an empty
-// outbox bucket and version 3 in one transaction; builds that only read
-// version 2 refuse it.
+// buckets. Files of older versions are upgraded by Open in one
+// transaction, with the version bump (upgrade.go); a crash during it
+// leaves the old file unchanged, and builds that only read an older
+// version refuse the upgraded file:
+//
+//   - version 3 (turns, results and turninfo buckets of their own, the
+//     claims of calls in claims): the records move to turnrecs under their
+//     new keys, the write sequence with them, and the three buckets are
+//     deleted. It takes time and memory in proportion to the turn records.
+//   - version 2 (no outbox): the same, and an empty outbox.
+//   - version 1 (no turn summaries and lists): the same, then the summaries
+//     and lists are built from the turn index, reading every indexed card
+//     once.
 //
 // The outbox (PutWithCommand, Outbox) holds the command of each call
 // whose tool.call card was stored with it and that has no result yet: the

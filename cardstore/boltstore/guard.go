@@ -73,7 +73,7 @@ func (s *Store) PutToolResultEntry(ctx context.Context, tool, holder string, tok
 	}
 	type fence struct {
 		pc  int    // index in pcs
-		key []byte // claims bucket key
+		key []byte // project 0x00 claim key
 	}
 	var fences []fence
 	for i, c := range cards {
@@ -92,7 +92,7 @@ func (s *Store) PutToolResultEntry(ctx context.Context, tool, holder string, tok
 	err = run.finish(s.writeResults(ctx, pcs, size, func(b *buckets) error {
 		for _, f := range fences {
 			pc := &pcs[f.pc]
-			if b.results.Get(pc.resultKey) != nil {
+			if b.recs.Get(pc.resultKey) != nil {
 				continue // answered already: applyPut decides (no-op or ErrResultExists)
 			}
 			rec, err := b.currentClaim(f.key, cardstore.ClaimName(pc.ProjectID, pc.Key().String()))

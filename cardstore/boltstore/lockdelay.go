@@ -75,9 +75,9 @@ type bootState struct {
 // learns whether the previous run closed with every claim written.
 func (s *Store) boot() error {
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		meta, turns := tx.Bucket(bucketMeta), tx.Bucket(bucketTurns)
+		meta, turns := tx.Bucket(bucketMeta), tx.Bucket(bucketTurnRecs)
 		if meta == nil || turns == nil {
-			return fmt.Errorf("%w: the meta or turns bucket is missing", ErrSchemaVersion)
+			return fmt.Errorf("%w: the meta or turnrecs bucket is missing", ErrSchemaVersion)
 		}
 		prev, err := metaUint(meta, metaBootEpoch)
 		if err != nil {
@@ -207,7 +207,7 @@ func (s *Store) findToolCall(ctx context.Context, projectID, agentTurnID, toolCa
 	var found *card.Card
 	var seq uint64
 	err := s.view(func(b *buckets) error {
-		cur := b.turns.Cursor()
+		cur := b.recs.Cursor()
 		for k, v := cur.Seek(turnKey(prefix, 0)); k != nil && bytes.HasPrefix(k, prefix); k, v = cur.Next() {
 			if len(k) != len(prefix)+8 {
 				continue

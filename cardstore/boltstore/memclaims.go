@@ -28,7 +28,7 @@ import (
 // committed or failed.
 //
 // An entry stays in the table while somebody holds or waits for its lock,
-// or while its record is dirty (newer than the claims bucket); a dirty
+// or while its record is dirty (newer than the stored one); a dirty
 // record is written by a flush that rides along with the next commit
 // (boltfile.Committer.Later). A loaded entry's record is the key's state
 // (the bucket's when it is clean); an entry that is not loaded says
@@ -39,7 +39,7 @@ import (
 // so the committer may take it inside a transaction.
 type claimTable struct {
 	mu       sync.Mutex
-	entries  map[string]*claimEntry // by claims bucket key (project 0x00 key)
+	entries  map[string]*claimEntry // by stored key (project 0x00 key; claimSlot says where it lives)
 	dirty    map[*claimEntry]struct{}
 	flushing bool // a flush is queued with the committer
 	closed   bool // the store is closing: no new in-memory record
@@ -47,7 +47,7 @@ type claimTable struct {
 
 // claimEntry is one call key in the table.
 type claimEntry struct {
-	key    string        // claims bucket key
+	key    string        // project 0x00 claim key
 	held   bool          // the key's lock is taken
 	wake   chan struct{} // closed when the lock is given up; nil when nobody waits
 	refs   int           // goroutines holding or waiting for the lock
@@ -61,7 +61,7 @@ func newClaimTable() *claimTable {
 	return &claimTable{entries: make(map[string]*claimEntry), dirty: make(map[*claimEntry]struct{})}
 }
 
-// lock takes the lock of the claims bucket key, waiting for its holder
+// lock takes the lock of the claim's project 0x00 key, waiting for its holder
 // (ctx bounds the wait), and returns the key's entry.
 func (t *claimTable) lock(ctx context.Context, key string) (*claimEntry, error) {
 	t.mu.Lock()
@@ -237,18 +237,18 @@ func (s *Store) flushClaims() {
 		if len(written) == 0 {
 			return nil
 		}
-		b := tx.Bucket(bucketClaims)
-		if b == nil {
-			return errors.New("boltstore: the claims bucket is missing from the data file (was it modified through DB()?)")
+		b := &buckets{claims: tx.Bucket(bucketClaims), recs: tx.Bucket(bucketTurnRecs)}
+		if b.claims == nil || b.recs == nil {
+			return errors.New("boltstore: the claims or turnrecs bucket is missing from the data file (was it modified through DB()?)")
 		}
 		for i, w := range written {
 			var err error
 			if w.rec == nil {
-				err = b.Delete([]byte(w.e.key))
+				err = b.deleteClaim([]byte(w.e.key))
 			} else {
 				var data []byte
 				if data, err = json.Marshal(w.rec); err == nil {
-					err = b.Put([]byte(w.e.key), data)
+					err = b.putClaim([]byte(w.e.key), data)
 				}
 			}
 			if err != nil {
@@ -290,7 +290,7 @@ func (s *Store) unlockClaim(e *claimEntry) {
 	}
 }
 
-// lockClaims takes the locks of the claims bucket keys in sorted order
+// lockClaims takes the locks of the claim's project 0x00 keys in sorted order
 // (so two requests that need several keys never wait for each other in a
 // circle); on an error it holds none.
 func (s *Store) lockClaims(ctx context.Context, keys []string) ([]*claimEntry, error) {
@@ -330,11 +330,11 @@ type callTx struct {
 
 // endedClaim is a tombstone a result's transaction wrote.
 type endedClaim struct {
-	key string // claims bucket key
+	key string // project 0x00 claim key
 	rec *claimRecord
 }
 
-// currentClaim reads the claim under the claims bucket key k within a
+// currentClaim reads the claim under the claim's project 0x00 key k within a
 // write transaction: the table's record when it is loaded, else the
 // bucket's. The caller holds k's lock (every Put of a tool.result does).
 func (b *buckets) currentClaim(k []byte, name string) (*claimRecord, error) {

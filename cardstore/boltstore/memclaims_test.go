@@ -28,7 +28,7 @@ func storedClaim(t *testing.T, s *boltstore.Store, p, key string) *cardstore.Cla
 	t.Helper()
 	var rec *cardstore.ClaimRecord
 	err := s.DB().View(func(tx *bolt.Tx) error {
-		data := tx.Bucket([]byte("claims")).Get([]byte(p + "\x00" + key))
+		data := claimRecordOf(tx, p, key)
 		if data == nil {
 			return nil
 		}

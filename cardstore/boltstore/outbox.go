@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/pkg/card"
 )
@@ -20,8 +18,10 @@ import (
 // (pkg/mesh). An entry lives as long as its call has no result: the
 // commit of the call's tool.result card deletes it, as does DeleteTurn.
 //
-// Bucket outbox (schema version 3): resultKey(project, agent_turn_id,
-// tool_call_id) → the JSON of an OutboxEntry.
+// Bucket outbox (schema version 3): outboxKey(project, agent_turn_id,
+// tool_call_id) → the JSON of an OutboxEntry. It has a bucket of its own
+// (not among the turn's records) so that a node's start reads only the
+// calls in flight.
 
 // Message is a NATS message an outbox entry publishes.
 type Message struct {
@@ -71,13 +71,13 @@ func (s *Store) PutWithCommand(ctx context.Context, c *card.Card, m Message) err
 	if err != nil {
 		return fmt.Errorf("boltstore: encode the outbox entry of card %s: %w", c.CardID, err)
 	}
-	key := resultKey(e.ProjectID, e.AgentTurnID, e.ToolCallID)
+	key, rkey := outboxKey(e.ProjectID, e.AgentTurnID, e.ToolCallID), resultKey(e.ProjectID, e.AgentTurnID, e.ToolCallID)
 	return s.write(ctx, size+len(val), func(b *buckets) error {
 		existed := b.cards.Get(pcs[0].key) != nil
 		if err := applyPut(b, pcs, nil); err != nil {
 			return err
 		}
-		if existed || b.results.Get(key) != nil {
+		if existed || b.recs.Get(rkey) != nil {
 			return nil
 		}
 		if err := b.outbox.Put(key, val); err != nil {
@@ -127,12 +127,3 @@ func (s *Store) OutboxLen(ctx context.Context) (int, error) {
 // deleteOutbox removes the outbox entry of a call, if any (bbolt's
 // Delete of a missing key changes nothing).
 func deleteOutbox(b *buckets, key []byte) error { return b.outbox.Delete(key) }
-
-// upgradeV2 turns a version 2 file into a version 3 file: it creates the
-// outbox bucket, new and empty. (upgradeV1 runs it too.)
-func upgradeV2(tx *bolt.Tx) error {
-	if _, err := tx.CreateBucketIfNotExists(bucketOutbox); err != nil {
-		return fmt.Errorf("create bucket %q: %w", bucketOutbox, err)
-	}
-	return nil
-}

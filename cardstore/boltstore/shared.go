@@ -20,7 +20,7 @@ import (
 func storeSchema() *boltfile.Schema {
 	return &boltfile.Schema{
 		Kind: "boltstore", Version: schemaVersion, Buckets: allBuckets,
-		Upgrades: map[string]func(*bolt.Tx) error{schemaVersion1: upgradeV1, schemaVersion2: upgradeV2},
+		Upgrades: map[string]func(*bolt.Tx) error{schemaVersion1: upgradeV1, schemaVersion2: upgradeV2, schemaVersion3: upgradeV3},
 	}
 }
 
@@ -231,7 +231,7 @@ func findCallCard(b *buckets, project, turn, call string) (*card.Card, error) {
 		}
 	}
 	prefix := turnPrefix(project, turn)
-	cur := b.turns.Cursor()
+	cur := b.recs.Cursor()
 	k, v := cur.Seek(turnKey(prefix, math.MaxUint64))
 	if k == nil {
 		k, v = cur.Last()

@@ -84,7 +84,7 @@ func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, t
 	rec, loaded := s.mem.state(e)
 	answered := false
 	err = s.view(func(b *buckets) error {
-		if b.results.Get(rk) != nil {
+		if b.recs.Get(rk) != nil {
 			answered = true // written since the first read: no claim
 			return nil
 		}

@@ -29,9 +29,12 @@ var (
 )
 
 // schemaVersion is the layout described in the package documentation.
-// Version 1 files (without the turn summary buckets) are upgraded on
-// open; see upgradeSchema.
-const schemaVersion = "3"
+// Files of versions 1 to 3 are upgraded on open (upgrade.go).
+const schemaVersion = "4"
+
+// schemaVersion3 is the layout before the turnrecs bucket: a bucket of
+// its own for each kind of a turn's records.
+const schemaVersion3 = "3"
 
 // schemaVersion2 is the layout before the outbox bucket.
 const schemaVersion2 = "2"
@@ -41,22 +44,20 @@ const schemaVersion1 = "1"
 
 // Bucket and meta key names; see the package documentation.
 var (
-	bucketCards   = []byte("cards")
-	bucketTurns   = []byte("turns")
-	bucketResults = []byte("results")
-	bucketBoxes   = []byte("boxes")
-	bucketClaims  = []byte("claims")
-	bucketMeta    = []byte("meta")
-	// Added in schema version 2: the turn summaries ListTurns reads.
-	bucketTurnInfo   = []byte("turninfo")
+	bucketCards  = []byte("cards")
+	bucketBoxes  = []byte("boxes")
+	bucketClaims = []byte("claims")
+	bucketMeta   = []byte("meta")
+	// Added in schema version 2: the lists of turns ListTurns reads.
 	bucketTurnList   = []byte("turnlist")
 	bucketAgentTurns = []byte("agentturns")
 	// Added in schema version 3: the commands of calls without a result
 	// (outbox.go).
 	bucketOutbox = []byte("outbox")
-	v1Buckets    = [][]byte{bucketCards, bucketTurns, bucketResults, bucketBoxes, bucketClaims, bucketMeta}
-	v2Buckets    = [][]byte{bucketTurnInfo, bucketTurnList, bucketAgentTurns}
-	allBuckets   = append(append(append([][]byte(nil), v1Buckets...), v2Buckets...), bucketOutbox)
+	// Added in schema version 4: every record keyed by a turn (keys.go).
+	bucketTurnRecs = []byte("turnrecs")
+	allBuckets     = [][]byte{bucketCards, bucketBoxes, bucketClaims, bucketMeta,
+		bucketTurnList, bucketAgentTurns, bucketOutbox, bucketTurnRecs}
 )
 
 // defaultOpenTimeout is how long Open waits for the file lock.
@@ -233,37 +234,6 @@ func configure(opener string, opts []Option) (config, error) {
 	return cfg, nil
 }
 
-// upgradeV1 turns a version 1 file into a file of the current version
-// (boltfile.Open runs it in one transaction with the version bump, so a
-// crash midway leaves the version 1 file as it was): it creates the turn
-// summary buckets and builds them from the turns index, reading every
-// indexed card once, and creates the later versions' buckets first (the
-// index build opens every bucket of the layout; boltfile creates missing
-// buckets only after the upgrade).
-func upgradeV1(tx *bolt.Tx) error {
-	for _, name := range v1Buckets {
-		if tx.Bucket(name) == nil {
-			return fmt.Errorf("%w: schema version %s file lacks bucket %q", ErrSchemaVersion, schemaVersion1, name)
-		}
-	}
-	for _, name := range v2Buckets {
-		// A version 1 file has none of them; left-overs of a foreign
-		// writer would make the index wrong, so start from scratch.
-		if tx.Bucket(name) != nil {
-			if err := tx.DeleteBucket(name); err != nil {
-				return fmt.Errorf("reset bucket %q: %w", name, err)
-			}
-		}
-		if _, err := tx.CreateBucket(name); err != nil {
-			return fmt.Errorf("create bucket %q: %w", name, err)
-		}
-	}
-	if err := upgradeV2(tx); err != nil {
-		return err
-	}
-	return buildTurnIndex(tx)
-}
-
 // Close commits every write request queued before it (in-memory claims
 // included) and, when no claim is left only in memory, records a clean
 // close (so the next Open needs no lock-delay), then closes the file.
@@ -305,9 +275,12 @@ func (s *Store) DB() *bolt.DB { return s.db }
 
 // buckets are the store's buckets within one transaction.
 type buckets struct {
-	cards, turns, results, boxes, claims *bolt.Bucket
-	turnInfo, turnList, agentTurns       *bolt.Bucket
-	outbox                               *bolt.Bucket
+	cards, boxes, claims *bolt.Bucket
+	// recs holds every record keyed by a turn: its cards' index, its
+	// summary, its calls' results and claims (keys.go).
+	recs                 *bolt.Bucket
+	turnList, agentTurns *bolt.Bucket
+	outbox               *bolt.Bucket
 	// calls is set by writeCalls: the claim table of the request's run.
 	calls *callTx
 }
@@ -316,19 +289,17 @@ type buckets struct {
 // error here means someone changed the file behind the store's back.
 func openBuckets(tx *bolt.Tx) (*buckets, error) {
 	b := &buckets{
-		cards:   tx.Bucket(bucketCards),
-		turns:   tx.Bucket(bucketTurns),
-		results: tx.Bucket(bucketResults),
-		boxes:   tx.Bucket(bucketBoxes),
-		claims:  tx.Bucket(bucketClaims),
+		cards:  tx.Bucket(bucketCards),
+		boxes:  tx.Bucket(bucketBoxes),
+		claims: tx.Bucket(bucketClaims),
+		recs:   tx.Bucket(bucketTurnRecs),
 
-		turnInfo:   tx.Bucket(bucketTurnInfo),
 		turnList:   tx.Bucket(bucketTurnList),
 		agentTurns: tx.Bucket(bucketAgentTurns),
 		outbox:     tx.Bucket(bucketOutbox),
 	}
-	if b.cards == nil || b.turns == nil || b.results == nil || b.boxes == nil || b.claims == nil ||
-		b.turnInfo == nil || b.turnList == nil || b.agentTurns == nil || b.outbox == nil {
+	if b.cards == nil || b.boxes == nil || b.claims == nil || b.recs == nil ||
+		b.turnList == nil || b.agentTurns == nil || b.outbox == nil {
 		return nil, errors.New("boltstore: a bucket is missing from the data file (was it modified through DB()?)")
 	}
 	return b, nil

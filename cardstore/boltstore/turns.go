@@ -9,13 +9,11 @@ import (
 	"math"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/internal/decodememo"
 )
 
-// turnRecord is a turn's summary as stored in the turninfo bucket. Put
+// turnRecord is a turn's summary as stored in the turnrecs bucket (turnInfoKey). Put
 // keeps it up to date in the transaction that writes the turn's cards.
 type turnRecord struct {
 	// FirstSeq is the write sequence of the turn's first card: the key of
@@ -34,9 +32,6 @@ func (r *turnRecord) add(seq uint64, typ, agentID string, createdAt time.Time, s
 	return r.Add(typ, agentID, createdAt, size)
 }
 
-// turnInfoKey is the key of a turn's record in the turninfo bucket.
-func turnInfoKey(projectID, turnID string) []byte { return join(0, projectID, turnID) }
-
 // turnListPrefix is project+0x00: every turnlist entry of the project
 // starts with it and ends with the 8-byte FirstSeq.
 func turnListPrefix(projectID string) []byte { return append([]byte(projectID), sep) }
@@ -54,7 +49,7 @@ var turnRecords = decodememo.New[turnRecord](4096)
 
 // loadTurnRecord reads the record of a turn, or returns nil.
 func loadTurnRecord(b *buckets, key []byte) (*turnRecord, error) {
-	data := b.turnInfo.Get(key)
+	data := b.recs.Get(key)
 	if data == nil {
 		return nil, nil
 	}
@@ -139,7 +134,7 @@ func writeTurnRecord(b *buckets, project, turn string, key []byte, rec *turnReco
 	if err != nil {
 		return fmt.Errorf("boltstore: encode record of turn %q in project %s: %w", turn, project, err)
 	}
-	if err := b.turnInfo.Put(key, data); err != nil {
+	if err := b.recs.Put(key, data); err != nil {
 		return fmt.Errorf("boltstore: write record of turn %q in project %s: %w", turn, project, err)
 	}
 	turnRecords.Put(key, data, *rec)
@@ -205,7 +200,7 @@ func (s *Store) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (
 				return nil
 			}
 			turn := string(v)
-			data := b.turnInfo.Get(turnInfoKey(req.ProjectID, turn))
+			data := b.recs.Get(turnInfoKey(req.ProjectID, turn))
 			if data == nil {
 				return fmt.Errorf("boltstore: turn list of project %s names turn %q, which has no record", req.ProjectID, turn)
 			}
@@ -226,66 +221,4 @@ func (s *Store) ListTurns(ctx context.Context, req cardstore.ListTurnsRequest) (
 		res.Turns = append(res.Turns, r.Info(turns[i]))
 	}
 	return res, nil
-}
-
-// indexedCard is the part of a stored card that buildTurnIndex reads.
-type indexedCard struct {
-	Type      string    `json:"type"`
-	CreatedAt time.Time `json:"created_at"`
-	Metadata  struct {
-		AgentID string `json:"agent_id"`
-	} `json:"metadata"`
-}
-
-// buildTurnIndex fills the turninfo, turnlist and agentturns buckets from
-// the turns bucket, for a file written before they existed (schema
-// version 1). The turns bucket holds each turn's entries together, in
-// write order, so one pass sees every turn's cards first to last.
-func buildTurnIndex(tx *bolt.Tx) error {
-	b, err := openBuckets(tx)
-	if err != nil {
-		return err
-	}
-	var (
-		cur                 *turnRecord
-		curProject, curTurn string
-	)
-	flush := func() error {
-		if cur == nil {
-			return nil
-		}
-		err := writeTurnRecord(b, curProject, curTurn, turnInfoKey(curProject, curTurn), cur, true, cur.AgentID != "")
-		cur = nil
-		return err
-	}
-	c := b.turns.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		// project 0x00 turn 0x00 seq(8): project ids and turn ids hold no
-		// NUL, so the first NUL ends the project and the 9th byte from the
-		// end is the NUL before seq.
-		if len(k) < 11 || k[len(k)-9] != sep {
-			return fmt.Errorf("boltstore: build turn index: malformed turns key %q", k)
-		}
-		project, turn, ok := bytes.Cut(k[:len(k)-9], []byte{sep})
-		if !ok {
-			return fmt.Errorf("boltstore: build turn index: malformed turns key %q", k)
-		}
-		seq := binary.BigEndian.Uint64(k[len(k)-8:])
-		if cur == nil || string(project) != curProject || string(turn) != curTurn {
-			if err := flush(); err != nil {
-				return err
-			}
-			cur, curProject, curTurn = &turnRecord{}, string(project), string(turn)
-		}
-		data := b.cards.Get(cardKey(curProject, string(v)))
-		if data == nil {
-			return fmt.Errorf("boltstore: build turn index: turns entry of turn %q in project %s names card %s, which is missing", curTurn, curProject, v)
-		}
-		var ic indexedCard
-		if err := json.Unmarshal(data, &ic); err != nil {
-			return fmt.Errorf("boltstore: build turn index: card %s of project %s is corrupt: %w", v, curProject, err)
-		}
-		cur.add(seq, ic.Type, ic.Metadata.AgentID, ic.CreatedAt.UTC(), len(data))
-	}
-	return flush()
 }

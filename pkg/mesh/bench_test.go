@@ -123,18 +123,19 @@ func BenchmarkRoundTrip(b *testing.B) {
 		})
 	}
 	if len(results) == 10 {
-		fmt.Fprintf(os.Stdout, "\n%-22s %9s %10s %10s %13s %11s %11s\n", "round trip", "calls/s", "p50", "p99", "fsyncs/call", "msgs/call", "cpu/call")
+		fmt.Fprintf(os.Stdout, "\n%-22s %9s %10s %10s %13s %11s %11s %11s\n", "round trip", "calls/s", "p50", "p99", "fsyncs/call", "pages/call", "msgs/call", "cpu/call")
 		for _, c := range []string{"1", "64"} {
 			for _, k := range []string{"nats-reqrep", "js-publish", "hop-default-sync", "naive-hop", "utp"} {
 				k += "/c=" + c
 				s, co := results[k], costs[k]
-				fsyncs, msgs, cpu := "-", "-", "-"
+				fsyncs, pages, msgs, cpu := "-", "-", "-", "-"
 				if co.n > 0 {
 					fsyncs = fmt.Sprintf("%.2f", co.fsyncs)
+					pages = fmt.Sprintf("%.1f", co.pages)
 					msgs = fmt.Sprintf("%.1f", co.msgs)
 					cpu = co.cpu.Round(time.Microsecond).String()
 				}
-				fmt.Fprintf(os.Stdout, "%-22s %9.0f %10v %10v %13s %11s %11s\n", k, s.rate, s.p50.Round(time.Microsecond), s.p99.Round(time.Microsecond), fsyncs, msgs, cpu)
+				fmt.Fprintf(os.Stdout, "%-22s %9.0f %10v %10v %13s %11s %11s %11s\n", k, s.rate, s.p50.Round(time.Microsecond), s.p99.Round(time.Microsecond), fsyncs, pages, msgs, cpu)
 			}
 		}
 		for _, c := range []string{"1", "64"} {
@@ -150,6 +151,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 type cost struct {
 	n      int
 	fsyncs float64 // 2 per bbolt commit + 1 per message JetStream stored
+	pages  float64 // page writes of the bbolt files (pwrite calls, the meta page's included)
 	msgs   float64 // client messages into the NATS server
 	cpu    time.Duration
 }
@@ -164,6 +166,7 @@ type costMeter struct {
 
 type counters struct {
 	commits, stored, inMsgs uint64
+	writes                  int64
 	cpu                     time.Duration
 }
 
@@ -172,6 +175,8 @@ func (m *costMeter) read(b *testing.B) counters {
 	var c counters
 	for _, db := range m.files {
 		_ = db.View(func(tx *bolt.Tx) error { c.commits += uint64(tx.ID()); return nil })
+		st := db.Stats()
+		c.writes += st.TxStats.GetWrite()
 	}
 	if !m.jsNoSync {
 		c.stored = jsStored(b, m.ns)
@@ -185,6 +190,7 @@ func (c counters) since(before counters, n int) cost {
 	f := float64(n)
 	return cost{n: n,
 		fsyncs: (2*float64(c.commits-before.commits) + float64(c.stored-before.stored)) / f,
+		pages:  float64(c.writes-before.writes) / f,
 		msgs:   float64(c.inMsgs-before.inMsgs) / f,
 		cpu:    (c.cpu - before.cpu) / time.Duration(n)}
 }
