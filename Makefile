@@ -22,6 +22,7 @@ FUZZ_TARGETS = \
 	./pkg/registry:FuzzCompileSchema \
 	./pkg/confirm:FuzzParse \
 	./cardstore:FuzzCallKey \
+	./cardstore/boltstore:FuzzSplitTurnRec \
 	./pkg/telemetry:FuzzExtractTraceparent \
 	./pkg/turn:FuzzDiff \
 	./pkg/mandate:FuzzDecode \

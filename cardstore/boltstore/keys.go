@@ -126,18 +126,28 @@ func splitTurnRec(k []byte) (r turnRec, ok bool) {
 	return r, false
 }
 
-// claimSlot is where the claim stored under k (project 0x00 claim key)
-// lives: the claim of a call's cardstore.CallKey among its turn's records
-// (so the result's commit, which ends it, writes beside the result), every
-// other claim in the claims bucket under k itself.
+// claimSlot is the bucket and key of the claim stored under k (project
+// 0x00 claim key): see claimSlotOf.
 func claimSlot(recs, claims *bolt.Bucket, k []byte) (*bolt.Bucket, []byte) {
-	project, key, ok := bytes.Cut(k, []byte{sep})
-	if !ok {
-		return claims, k
+	if inRecs, key := claimSlotOf(k); inRecs {
+		return recs, key
 	}
-	ck, ok := cardstore.ParseCallKey(string(key))
+	return claims, k
+}
+
+// claimSlotOf says where the claim stored under k (project 0x00 claim
+// key) lives: the claim of a call's cardstore.CallKey among its turn's
+// records (inRecs, under key; so the result's commit, which ends it,
+// writes beside the result), every other claim in the claims bucket
+// under k itself.
+func claimSlotOf(k []byte) (inRecs bool, key []byte) {
+	project, claimKey, ok := bytes.Cut(k, []byte{sep})
 	if !ok {
-		return claims, k
+		return false, k
 	}
-	return recs, callRecKey(string(project), ck.AgentTurnID, ck.ToolCallID, callClaim)
+	ck, ok := cardstore.ParseCallKey(string(claimKey))
+	if !ok {
+		return false, k
+	}
+	return true, callRecKey(string(project), ck.AgentTurnID, ck.ToolCallID, callClaim)
 }
