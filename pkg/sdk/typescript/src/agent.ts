@@ -133,6 +133,8 @@ export interface TurnState {
 }
 
 const MAX_LIST = 1000;
+/** The most inbox ids one ack takes (§11.5). */
+const MAX_ACK = 1000;
 
 type Waiter = (w: Wakeup) => void;
 
@@ -155,6 +157,9 @@ export class AgentClient {
   private closed = false;
   /** Lazy acks of finished calls whose answers have not come yet (call() does not wait for them). */
   private readonly acksInFlight = new Set<Promise<void>>();
+  /** Lazy acks not sent yet: they leave together once the request in flight has its answer. */
+  private ackQueue: { inboxId: string; done: () => void }[] = [];
+  private ackSending = false;
 
   private constructor(cfg: AgentConfig) {
     this.scope = subj.scope(cfg.project, cfg.channel, cfg.version);
@@ -569,12 +574,44 @@ export class AgentClient {
     // A lazy ack: the result is read; an ack lost to an inbox crash only
     // makes a resuming runtime see this result again (§11.5). So the call
     // does not wait for its answer either (flush() does).
-    const ack: Promise<void> = this.ack([w.inbox_id], true).then(
-      () => undefined,
-      () => undefined, // the entry stays pending: resume() shows the result again
-    ).finally(() => this.acksInFlight.delete(ack));
+    const ack: Promise<void> = this.ackLazy(w.inbox_id).finally(() => this.acksInFlight.delete(ack));
     this.acksInFlight.add(ack);
     return out;
+  }
+
+  /**
+   * ackLazy queues a lazy ack of inboxId; the promise settles (never
+   * rejects: a failed ack leaves the entry pending, and resume() shows the
+   * result again) once the inbox has answered it. One request is in flight
+   * at a time and the acks queued meanwhile leave together in the next, as
+   * group commit does: a lone call's ack leaves at once.
+   */
+  private ackLazy(inboxId: string): Promise<void> {
+    const p = new Promise<void>((done) => this.ackQueue.push({ inboxId, done }));
+    if (!this.ackSending) void this.sendAcks();
+    return p;
+  }
+
+  private async sendAcks(): Promise<void> {
+    this.ackSending = true;
+    try {
+      while (this.ackQueue.length > 0) {
+        const batch = this.ackQueue.splice(0, MAX_ACK);
+        const ids = batch.map((a) => a.inboxId);
+        try {
+          await this.ack(ids, true);
+        } catch (err) {
+          // One id without an entry (its turn deleted meanwhile) fails the
+          // whole request: ack each alone, so only that one stays pending.
+          if (ids.length > 1 && err instanceof UtpmeshError && err.code === "not_found") {
+            for (const id of ids) await this.ack([id], true).catch(() => undefined);
+          }
+        }
+        for (const a of batch) a.done();
+      }
+    } finally {
+      this.ackSending = false;
+    }
   }
 }
 

@@ -64,6 +64,32 @@ describe("against a mesh", { skip }, () => {
     assert.deepEqual(pending, [], "the call's entry is acked");
   });
 
+  it("sends the lazy acks of calls that end while one is in flight together", async () => {
+    for (const failBatches of [false, true]) {
+      const client = AgentClient.create({ nc, project: "demo", agentId: "demo-agent", mandate: read(join(data!, "demo-mandate.jwt")) });
+      const requests: string[][] = [];
+      let release!: () => void;
+      const held = new Promise<void>((r) => (release = r));
+      const ack = client.ack.bind(client);
+      // The first request waits for release; with failBatches a request of
+      // several ids fails whole, as the inbox's does when one has no entry.
+      client.ack = async (ids: string[], lazy = false) => {
+        requests.push([...ids]);
+        if (requests.length === 1) await held;
+        if (failBatches && ids.length > 1) throw new UtpmeshError("not_found", `inbox entries not in project demo: ${ids[ids.length - 1]}`);
+        return ack(ids, lazy);
+      };
+      const t = turn(`acks-${failBatches}`);
+      for (let i = 0; i < 6; i++) await client.call({ toolName: "echo", agentTurnId: t, arguments: { i } });
+      release();
+      await client.flush();
+      const want = failBatches ? [1, 5, 1, 1, 1, 1, 1] : [1, 5];
+      assert.deepEqual(requests.map((r) => r.length), want, `failBatches=${failBatches}`);
+      assert.deepEqual(await client.entries({ agentTurnId: t }), [], "every entry is acked");
+      await client.close();
+    }
+  });
+
   it("rings its wakeups listener", async () => {
     let got!: (w: Wakeup) => void;
     const wakeup = new Promise<Wakeup>((r) => (got = r));
