@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -316,12 +317,18 @@ func TestUpgradeFromVersion3(t *testing.T) {
 		t.Fatal("the version 3 rewrite changed nothing: the test tests nothing")
 	}
 
-	s, err = boltstore.Open(path)
+	var logged bytes.Buffer
+	s, err = boltstore.Open(path, boltstore.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 	if err != nil {
 		t.Fatalf("open a version 3 file: %v", err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
+	}
+	for _, line := range []string{"upgrading the data file's layout", "from_schema=3", "data file upgraded"} {
+		if !strings.Contains(logged.String(), line) {
+			t.Errorf("the upgrade's log lacks %q:\n%s", line, logged.String())
+		}
 	}
 	checkFile(t, path)
 	upgraded := snapshot(t, path)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -17,11 +19,23 @@ import (
 // storeSchema is the store's layout for boltfile: its version under
 // boltfile.VersionKey, so a file the store has always had (cards.db) is
 // the same file when other kinds join it.
-func storeSchema() *boltfile.Schema {
-	return &boltfile.Schema{
-		Kind: "boltstore", Version: schemaVersion, Buckets: allBuckets,
-		Upgrades: map[string]func(*bolt.Tx) error{schemaVersion1: upgradeV1, schemaVersion2: upgradeV2, schemaVersion3: upgradeV3},
+func storeSchema(log *slog.Logger) *boltfile.Schema {
+	upgrades := map[string]func(*bolt.Tx) error{schemaVersion1: upgradeV1, schemaVersion2: upgradeV2, schemaVersion3: upgradeV3}
+	for from, up := range upgrades {
+		upgrades[from] = func(tx *bolt.Tx) error {
+			// An upgrade reads and rewrites every turn record in one
+			// transaction: say so before a long silence at start-up.
+			start := time.Now()
+			log.Info("boltstore: upgrading the data file's layout; this takes time in proportion to its turn records",
+				"path", tx.DB().Path(), "from_schema", from, "to_schema", schemaVersion)
+			err := up(tx)
+			if err == nil {
+				log.Info("boltstore: data file upgraded", "path", tx.DB().Path(), "to_schema", schemaVersion, "took", time.Since(start))
+			}
+			return err
+		}
 	}
+	return &boltfile.Schema{Kind: "boltstore", Version: schemaVersion, Buckets: allBuckets, Upgrades: upgrades}
 }
 
 // OpenShared is Open on a file that holds other kinds too (a node's file:
@@ -48,7 +62,7 @@ func OpenShared(db *bolt.DB, commits *boltfile.Committer, opts ...Option) (*Stor
 	if cfg.observer != nil || !cfg.groupCommit || cfg.openTimeout != defaultOpenTimeout {
 		return nil, fmt.Errorf("%w: boltstore.OpenShared: WithCommitObserver, WithGroupCommit and WithOpenTimeout configure the file and its committer, which the caller opened: set them there (boltfile.CommitConfig, boltfile.Options)", cardstore.ErrInvalid)
 	}
-	if err := boltfile.Init(db, storeSchema()); err != nil {
+	if err := boltfile.Init(db, storeSchema(cfg.logger)); err != nil {
 		return nil, fmt.Errorf("boltstore: %w", err)
 	}
 	s := &Store{db: db, cfg: cfg, path: db.Path(), commits: commits, shared: true, mem: newClaimTable()}

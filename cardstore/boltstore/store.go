@@ -198,7 +198,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: boltstore.Open: path is required", cardstore.ErrInvalid)
 	}
-	db, err := boltfile.Open(path, boltfile.Options{Timeout: cfg.openTimeout, Schema: storeSchema()})
+	db, err := boltfile.Open(path, boltfile.Options{Timeout: cfg.openTimeout, Schema: storeSchema(cfg.logger)})
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: %w", err)
 	}
