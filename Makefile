@@ -155,6 +155,7 @@ bench: bench-deps
 	$(GO) test -run '^$$' -bench 'RoundTrip' -benchtime 2000x ./pkg/mesh
 	$(GO) test -run '^$$' -bench 'Put' -benchtime 2000x ./cardstore/boltstore
 	$(GO) test -run '^$$' -bench 'ListTurn' -benchtime 10x ./cardstore/boltstore
+	$(GO) test -run '^$$' -bench 'UpgradeFromVersion3' -benchtime 1x ./cardstore/boltstore
 	$(GO) test -run '^$$' -bench 'TurnShow' -benchtime 10x ./pkg/turn
 	$(GO) test -run '^$$' -bench 'Decode|Encode' -benchtime 20000x ./pkg/card
 	$(GO) test -run '^$$' -bench 'PagesThenSync' -benchtime 500x ./internal/boltfile

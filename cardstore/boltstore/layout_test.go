@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -414,4 +415,57 @@ func claimRecordOf(tx *bolt.Tx, p, key string) []byte {
 		return tx.Bucket([]byte("turnrecs")).Get([]byte(p + "\x00" + ck.AgentTurnID + "\x00c" + ck.ToolCallID + "\x00k"))
 	}
 	return tx.Bucket([]byte("claims")).Get([]byte(p + "\x00" + key))
+}
+
+// BenchmarkUpgradeFromVersion3 times Open's upgrade of a version 3 file of
+// calls calls (a tool.call and a tool.result card each, 100 calls a turn)
+// to version 4, and reports the heap the upgrade's transaction took;
+// operations.md's upgrade note quotes it.
+//
+//	go test -run '^$' -bench UpgradeFromVersion3 -benchtime 1x ./cardstore/boltstore
+func BenchmarkUpgradeFromVersion3(b *testing.B) {
+	const calls = 50_000
+	ctx := context.Background()
+	t := &testing.T{}
+	path := filepath.Join(b.TempDir(), "cards.db")
+	s, err := boltstore.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var batch []*card.Card
+	for i := range calls {
+		turn, call := fmt.Sprintf("turn-%d", i/100), fmt.Sprintf("call-%d", i)
+		batch = append(batch, storetest.ToolCallCard("p", turn, call), storetest.ToolResultCard("p", turn, call, card.StatusSuccess))
+		if len(batch) == 1000 {
+			if err := s.Put(ctx, batch...); err != nil {
+				b.Fatal(err)
+			}
+			batch = nil
+		}
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		b.StopTimer()
+		toV3(t, path)
+		if t.Failed() {
+			b.Fatal("rewrite in the version 3 layout failed")
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		s, err := boltstore.Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/(1<<20), "MiB-allocated")
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
 }

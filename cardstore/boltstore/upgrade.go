@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -47,9 +48,9 @@ func createOutbox(tx *bolt.Tx) error {
 }
 
 // upgradeV1 turns a version 1 file into a version 4 file: it creates the
-// later versions' buckets, moves the turn records, and builds the turn
-// summaries and lists from the turns index, reading every indexed card
-// once.
+// later versions' buckets and moves the turn records, building the turn
+// summaries and lists from the turns index on the way (reading every
+// indexed card once).
 func upgradeV1(tx *bolt.Tx) error {
 	for _, name := range [][]byte{bucketCards, bucketV3Turns, bucketV3Results, bucketBoxes, bucketClaims, bucketMeta} {
 		if tx.Bucket(name) == nil {
@@ -73,10 +74,7 @@ func upgradeV1(tx *bolt.Tx) error {
 	if err := createOutbox(tx); err != nil {
 		return err
 	}
-	if err := moveToTurnRecs(tx, schemaVersion1); err != nil {
-		return err
-	}
-	return buildTurnIndex(tx)
+	return moveToTurnRecs(tx, schemaVersion1)
 }
 
 // moveToTurnRecs moves the records of the version 3 buckets turns,
@@ -104,26 +102,33 @@ func moveToTurnRecs(tx *bolt.Tx, version string) error {
 	if err != nil {
 		return fmt.Errorf("create bucket %q: %w", bucketTurnRecs, err)
 	}
+	// The records are gathered, sorted by their new keys and written in
+	// that order: bbolt splits a transaction's nodes only at its commit,
+	// so writing them as the old buckets yield them would insert into the
+	// middle of one ever larger node (minutes for a million records).
+	var out []kv
 	move := func(name []byte, b *bolt.Bucket, parts int, key func(p [][]byte) []byte) error {
 		return b.ForEach(func(k, v []byte) error {
 			p := bytes.SplitN(k, []byte{sep}, parts)
 			if len(p) != parts {
 				return fmt.Errorf("%w: %s bucket key %q has no layout", ErrSchemaVersion, name, k)
 			}
-			return recs.Put(key(p), bytes.Clone(v))
+			nk := key(p)
+			if nk == nil {
+				return fmt.Errorf("%w: %s bucket key %q has no layout", ErrSchemaVersion, name, k)
+			}
+			out = append(out, kv{nk, bytes.Clone(v)})
+			return nil
 		})
 	}
 	err = move(bucketV3Turns, turns, 3, func(p [][]byte) []byte {
 		if len(p[2]) != 8 {
-			return nil // bbolt refuses the empty key: the upgrade fails
+			return nil
 		}
 		return turnKey(turnPrefix(string(p[0]), string(p[1])), binary.BigEndian.Uint64(p[2]))
 	})
 	if err != nil {
 		return fmt.Errorf("move the turns index: %w", err)
-	}
-	if err := recs.SetSequence(turns.Sequence()); err != nil {
-		return err
 	}
 	err = move(bucketV3Results, results, 3, func(p [][]byte) []byte {
 		return resultKey(string(p[0]), string(p[1]), string(p[2]))
@@ -139,14 +144,29 @@ func moveToTurnRecs(tx *bolt.Tx, version string) error {
 	}
 	var moved [][]byte
 	err = claims.ForEach(func(k, v []byte) error {
-		if slot, key := claimSlot(recs, claims, k); slot == recs {
+		if inRecs, key := claimSlotOf(k); inRecs {
 			moved = append(moved, bytes.Clone(k))
-			return recs.Put(key, bytes.Clone(v))
+			out = append(out, kv{key, bytes.Clone(v)})
 		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("move the claims of calls: %w", err)
+	}
+	slices.SortFunc(out, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
+	if info == nil { // version 1: no summaries yet
+		if out, err = withSummaries(tx, out); err != nil {
+			return err
+		}
+	}
+	recs.FillPercent = 1 // written in key order: fill each page
+	for _, r := range out {
+		if err := recs.Put(r.k, r.v); err != nil {
+			return fmt.Errorf("write turn record %q: %w", r.k, err)
+		}
+	}
+	if err := recs.SetSequence(turns.Sequence()); err != nil {
+		return err
 	}
 	for _, k := range moved {
 		if err := claims.Delete(k); err != nil {
@@ -163,6 +183,9 @@ func moveToTurnRecs(tx *bolt.Tx, version string) error {
 	return nil
 }
 
+// kv is one record an upgrade writes.
+type kv struct{ k, v []byte }
+
 // indexedCard is the part of a stored card that buildTurnIndex reads.
 type indexedCard struct {
 	Type      string    `json:"type"`
@@ -172,50 +195,78 @@ type indexedCard struct {
 	} `json:"metadata"`
 }
 
-// buildTurnIndex writes the turn summaries and the turnlist and agentturns
-// entries from the turns index, for a file written before they existed
-// (schema version 1). The index holds each turn's entries together, in
-// write order, so one pass sees every turn's cards first to last.
-func buildTurnIndex(tx *bolt.Tx) error {
+// withSummaries returns recs (a version 1 file's turn records, sorted by
+// key) with each turn's summary after its records, where the summary's
+// key sorts, and writes the turnlist and agentturns entries: the turn
+// index of version 1 had neither. A turn's index entries are in write
+// order, so one pass sees every turn's cards first to last.
+func withSummaries(tx *bolt.Tx, recs []kv) ([]kv, error) {
 	b, err := openBuckets(tx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	type built struct {
-		project, turn string
-		rec           *turnRecord
-	}
-	var all []*built
-	var cur *built
-	// Writing to the bucket under a cursor moves it: read the whole
-	// index first, then write.
-	c := b.recs.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		r, ok := splitTurnRec(k)
-		if !ok {
-			return fmt.Errorf("boltstore: build turn index: malformed turnrecs key %q", k)
+	out := make([]kv, 0, len(recs)+len(recs)/8)
+	var (
+		cur                 *turnRecord
+		curProject, curTurn string
+		lists               []func() error
+	)
+	flush := func() error {
+		if cur == nil {
+			return nil
 		}
-		if r.kind != kindSeq {
+		data, err := json.Marshal(cur)
+		if err != nil {
+			return err
+		}
+		out = append(out, kv{turnInfoKey(curProject, curTurn), data})
+		project, turn, rec := curProject, curTurn, cur
+		lists = append(lists, func() error {
+			if err := b.turnList.Put(turnKey(turnListPrefix(project), rec.FirstSeq), []byte(turn)); err != nil {
+				return err
+			}
+			if rec.AgentID == "" {
+				return nil
+			}
+			return b.agentTurns.Put(turnKey(agentTurnsPrefix(project, rec.AgentID), rec.FirstSeq), []byte(turn))
+		})
+		cur = nil
+		return nil
+	}
+	for _, r := range recs {
+		tr, ok := splitTurnRec(r.k)
+		if !ok {
+			return nil, fmt.Errorf("boltstore: build turn index: malformed turn record key %q", r.k)
+		}
+		if cur != nil && (string(tr.project) != curProject || string(tr.turn) != curTurn) {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, r)
+		if tr.kind != kindSeq {
 			continue
 		}
-		if cur == nil || string(r.project) != cur.project || string(r.turn) != cur.turn {
-			cur = &built{project: string(r.project), turn: string(r.turn), rec: &turnRecord{}}
-			all = append(all, cur)
+		if cur == nil {
+			cur, curProject, curTurn = &turnRecord{}, string(tr.project), string(tr.turn)
 		}
-		data := b.cards.Get(cardKey(cur.project, string(v)))
+		data := b.cards.Get(cardKey(curProject, string(r.v)))
 		if data == nil {
-			return fmt.Errorf("boltstore: build turn index: turns entry of turn %q in project %s names card %s, which is missing", cur.turn, cur.project, v)
+			return nil, fmt.Errorf("boltstore: build turn index: turns entry of turn %q in project %s names card %s, which is missing", curTurn, curProject, r.v)
 		}
 		var ic indexedCard
 		if err := json.Unmarshal(data, &ic); err != nil {
-			return fmt.Errorf("boltstore: build turn index: card %s of project %s is corrupt: %w", v, cur.project, err)
+			return nil, fmt.Errorf("boltstore: build turn index: card %s of project %s is corrupt: %w", r.v, curProject, err)
 		}
-		cur.rec.add(binary.BigEndian.Uint64(r.rest), ic.Type, ic.Metadata.AgentID, ic.CreatedAt.UTC(), len(data))
+		cur.add(binary.BigEndian.Uint64(tr.rest), ic.Type, ic.Metadata.AgentID, ic.CreatedAt.UTC(), len(data))
 	}
-	for _, t := range all {
-		if err := writeTurnRecord(b, t.project, t.turn, turnInfoKey(t.project, t.turn), t.rec, true, t.rec.AgentID != ""); err != nil {
-			return err
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	for _, put := range lists {
+		if err := put(); err != nil {
+			return nil, fmt.Errorf("boltstore: build turn lists: %w", err)
 		}
 	}
-	return nil
+	return out, nil
 }
