@@ -77,15 +77,21 @@ func (b *KV) insertBatch(ctx context.Context, project, channel string, rep *utp.
 	if err != nil {
 		return nil, false, fmt.Errorf("kvinbox: encode entry %s: %w", r.InboxID, err)
 	}
+	// The entry last: the batch's acknowledgement names its revision.
 	pairs := []jskv.Pair{{Key: callKey(project, rep), Value: []byte(r.InboxID)}}
 	for _, k := range indexKeys(r) {
 		pairs = append(pairs, jskv.Pair{Key: k})
 	}
 	pairs = append(pairs, jskv.Pair{Key: entryKey(project, r.InboxID), Value: v})
-	if _, err := b.bk.CreateAll(ctx, pairs); err != nil {
+	rev, err := b.bk.CreateAll(ctx, pairs)
+	if err != nil {
 		return nil, false, nil
 	}
-	return &b.staleIfBehind(ctx, turnTok, r).Entry, true, nil
+	now := b.staleIfBehind(ctx, turnTok, r)
+	if now == r && r.State == inbox.StatePending {
+		b.fresh.put(r, rev) // its wakeup's mark follows
+	}
+	return &now.Entry, true, nil
 }
 
 // insertSteps creates the call's dedupe key first, then the entry and its

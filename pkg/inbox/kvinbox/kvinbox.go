@@ -90,6 +90,9 @@ type KV struct {
 	// markersGone: Pending has dropped the delete markers an older
 	// version left on pending keys.
 	markersGone atomic.Bool
+
+	// fresh holds the entries inserted here until their wakeup marks.
+	fresh freshEntries
 }
 
 // New returns the backend over bucket bk (see OpenBucket). Every
@@ -269,13 +272,19 @@ func (b *KV) raiseEpoch(ctx context.Context, project, turnTok string, epoch int6
 }
 
 // MarkSentLater writes the mark at once, in the background (there is no
-// transaction to ride along with), and calls done when it is written.
+// transaction to ride along with), and calls done when it is written. An
+// entry this KV inserted is marked without reading it first, when it has
+// not changed since (markFresh).
 func (b *KV) MarkSentLater(project, id string, at time.Time, done func(first bool, err error)) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
 		ctx, cancel := b.ctx(context.Background())
 		defer cancel()
+		if f, ok := b.fresh.take(project, id); ok && b.markFresh(ctx, f, at) {
+			done(true, nil)
+			return
+		}
 		_, changed, err := b.update(ctx, project, id, func(r *record) bool {
 			if r.WakeupSentAt != nil {
 				return false
@@ -303,23 +312,15 @@ func (b *KV) Get(ctx context.Context, project, id string) (*inbox.Entry, error) 
 }
 
 // Ack checks every id first (all or none for unknown ids), then acks the
-// pending entries one compare-and-set at a time.
+// pending entries one compare-and-set at a time. One id needs no check of
+// its own: its compare-and-set reads it.
 func (b *KV) Ack(ctx context.Context, project string, ids []string, now time.Time) (int, error) {
 	ctx, cancel := b.ctx(ctx)
 	defer cancel()
-	// All or none for unknown ids: check them first.
-	var missing []string
-	for _, id := range ids {
-		r, _, err := b.getRecord(ctx, project, id)
-		if err != nil {
+	if len(ids) > 1 {
+		if err := b.allExist(ctx, project, ids); err != nil {
 			return 0, err
 		}
-		if r == nil {
-			missing = append(missing, id)
-		}
-	}
-	if len(missing) > 0 {
-		return 0, inbox.NotFound(project, missing)
 	}
 	n := 0
 	t := now.UTC()
@@ -331,6 +332,9 @@ func (b *KV) Ack(ctx context.Context, project string, ids []string, now time.Tim
 			r.State, r.AckedAt = inbox.StateAcked, &t
 			return true
 		})
+		if len(ids) == 1 && errors.Is(err, inbox.ErrNotFound) {
+			return 0, inbox.NotFound(project, ids)
+		}
 		if err != nil {
 			return n, err
 		}
@@ -342,6 +346,25 @@ func (b *KV) Ack(ctx context.Context, project string, ids []string, now time.Tim
 		}
 	}
 	return n, nil
+}
+
+// allExist fails with inbox.NotFound, naming them, when some of ids are
+// not entries of project.
+func (b *KV) allExist(ctx context.Context, project string, ids []string) error {
+	var missing []string
+	for _, id := range ids {
+		r, _, err := b.getRecord(ctx, project, id)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		return inbox.NotFound(project, missing)
+	}
+	return nil
 }
 
 // AckLater has no transaction to ride along with: the ack is written at
