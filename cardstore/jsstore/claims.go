@@ -3,6 +3,7 @@ package jsstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -157,6 +158,33 @@ func (s *Store) claim(ctx context.Context, req cardstore.ClaimRequest, tool stri
 		return nil, err
 	}
 	return out, nil
+}
+
+// claimFirst is claim for a key that most likely has no claim record
+// yet (a call's first delivery, StartCall): it first writes the claim
+// without reading, expecting the key to have no record, which is the
+// write claim makes after reading none, with the same outcome. A key
+// that has a record fails the expectation and stores nothing; claim then
+// reads it and judges as usual. It spares a first delivery the read from
+// the stream leader.
+func (s *Store) claimFirst(ctx context.Context, req cardstore.ClaimRequest, tool string) (*cardstore.Claim, error) {
+	c, err := cardstore.NextClaim(nil, req, tool, s.cfg.Clock().UTC())
+	if err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(newClaimRecord(c, tool))
+	if err != nil {
+		return nil, fmt.Errorf("jsstore: encode claim: %w", err)
+	}
+	subject := s.lay.claim(req.ProjectID, req.Key)
+	_, err = s.publish(ctx, []*nats.Msg{rollup(expect(record(subject, data), 0))})
+	if errors.Is(err, errCAS) {
+		return s.claim(ctx, req, tool)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // Release ends the claim if holder holds it, expired or not; otherwise it

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -280,17 +281,8 @@ func (s *Store) plan(ctx context.Context, group []*putReq, leader bool) (*plan, 
 			}
 		}
 	}
-	// A record a lagging replica does not show yet is no risk here: the
-	// batch expects it to be absent, so the server refuses the batch and
-	// the group is planned again. One read for both kinds; a card's and
-	// a result's subjects never coincide, so one map serves as both.
-	cards, err := s.readMap(ctx, append(cardSubj, resSubj...))
-	if err != nil {
-		return nil, err
-	}
-	results := cards
-	// The mutable records the plan may read, all at once: each result's
-	// call claim from the leader, each turn's summary as the attempt says.
+	// The mutable records the plan may read: each result's call claim,
+	// each turn's summary.
 	var sumSubj, claimSubj []string
 	for _, r := range group {
 		for i := range r.pcs {
@@ -312,13 +304,11 @@ func (s *Store) plan(ctx context.Context, group []*putReq, leader bool) (*plan, 
 			}
 		}
 	}
-	pre, err := s.prefetch(ctx, claimSubj)
+	cards, pre, err := s.planReads(ctx, append(cardSubj, resSubj...), claimSubj, sumSubj, leader)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.prefetchGuarded(ctx, pre, sumSubj, leader); err != nil {
-		return nil, err
-	}
+	results := cards
 	turns := make(map[string]*turnUpdate) // by summary subject
 	var turnOrder []*turnUpdate
 	claims := make(map[string]bool) // claim subjects to end
@@ -486,6 +476,47 @@ func (s *Store) plan(ctx context.Context, group []*putReq, leader bool) (*plan, 
 		p.msgs = append(p.msgs, m)
 	}
 	return p, nil
+}
+
+// planReads reads everything a plan depends on, at once: the cards and
+// results (fixed, the subjects of both kinds in one map: they never
+// coincide), from any replica; the claims from the leader; the summaries
+// in the same direct get as the cards on a first attempt, from the
+// leader with the claims on a later one (leader). A record a lagging
+// replica does not show yet is no risk: the batch expects each card and
+// result absent and each summary unchanged since the read, so the server
+// refuses the batch and the group is planned again, from the leader.
+func (s *Store) planReads(ctx context.Context, fixed, claimSubj, sumSubj []string, leader bool) (map[string][]byte, prefetch, error) {
+	direct, fromLeader := fixed, claimSubj
+	if leader {
+		fromLeader = append(slices.Clip(claimSubj), sumSubj...)
+	} else {
+		direct = append(slices.Clip(fixed), sumSubj...)
+	}
+	var (
+		got        []*msg
+		pre        prefetch
+		derr, lerr error
+		wg         sync.WaitGroup
+	)
+	wg.Go(func() { pre, lerr = s.prefetch(ctx, fromLeader) })
+	if len(direct) > 0 {
+		got, derr = s.lastMany(ctx, direct, false)
+	}
+	wg.Wait()
+	if err := errors.Join(derr, lerr); err != nil {
+		return nil, nil, err
+	}
+	cards := make(map[string][]byte, len(fixed))
+	for i, sub := range fixed {
+		if m := got[i]; m != nil {
+			cards[sub] = m.data
+		}
+	}
+	for i, sub := range direct[len(fixed):] {
+		pre[sub] = got[len(fixed)+i]
+	}
+	return cards, pre, nil
 }
 
 // readMap reads the last message of each subject (immutable records) and

@@ -16,7 +16,10 @@ import (
 // check and the claim are made atomic by their order: claim first, then
 // look for the result.
 //
-//   - The claim is a compare-and-set on the claim record, like Claim's.
+//   - The claim is a compare-and-set on the claim record, like Claim's;
+//     it is first written expecting no record at all, without reading
+//     (claimFirst: a first delivery's key has none), and read and judged
+//     only when the key has one.
 //   - Then one read asks for the result record and the call card. Results
 //     are never removed, so a result that is absent now was absent when
 //     the claim was taken: the claim stands, as if both happened at that
@@ -88,7 +91,7 @@ func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, t
 		err = s.checkCallTool(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID, tool)
 	}
 	if err == nil {
-		c, err = s.claim(ctx, creq, tool)
+		c, err = s.claimFirst(ctx, creq, tool)
 	}
 	if errors.Is(err, cardstore.ErrClaimHeld) || errors.Is(err, cardstore.ErrForbidden) {
 		m, rerr := s.readLast(ctx, resultSubj, false)

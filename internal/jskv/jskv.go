@@ -1,8 +1,9 @@
 // Package jskv is the plumbing shared by the mesh's JetStream KV backends
-// (pkg/registry/jsreg, pkg/authz/policystore/jspolicy): it opens a bucket
-// with a replica count and a per-key history, reads from the stream
-// leader (Latest: one key; Scan: every kept message of matching keys),
-// and runs compare-and-set loops (CAS).
+// (pkg/registry/jsreg, pkg/authz/policystore/jspolicy, pkg/inbox/kvinbox):
+// it opens a bucket with a replica count and a per-key history, reads
+// from the stream leader (Latest: one key; Scan: every kept message of
+// matching keys), runs compare-and-set loops (CAS) and creates several
+// keys in one atomic batch (CreateAll, Config.Atomic).
 //
 // # Why leader reads
 //
@@ -78,6 +79,10 @@ type Config struct {
 	// Attempt bounds one request of a leader read; a request unanswered
 	// within it is sent again (see Failover). 0 means DefaultAttempt.
 	Attempt time.Duration
+	// Atomic turns atomic batches on for the bucket's stream (nats-server
+	// 2.12 and later), for CreateAll; Bucket.Atomic says whether the
+	// server took the setting.
+	Atomic bool
 }
 
 // DefaultAttempt is Config.Attempt's default: far above a leader read's
@@ -109,6 +114,12 @@ type Bucket struct {
 	// within makes timeout bound every leader read, even one whose
 	// context has a later deadline (Bind).
 	within bool
+	// js publishes CreateAll's commits.
+	js jetstream.JetStream
+	// atomic: the stream takes atomic batches (CreateAll).
+	atomic bool
+	// batches bounds CreateAll's open batches (MaxInflightBatches).
+	batches chan struct{}
 }
 
 // Open creates the bucket, or updates its configuration to cfg when it
@@ -139,17 +150,60 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Bucket, err
 	if cfg.History < 1 || cfg.History > jetstream.KeyValueMaxHistory {
 		return nil, fmt.Errorf("jskv: bucket %s: history is %d; JetStream KV keeps 1 to %d revisions per key", cfg.Bucket, cfg.History, jetstream.KeyValueMaxHistory)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: cfg.Bucket, Description: cfg.Description, History: uint8(cfg.History),
-		Replicas: cfg.Replicas, Storage: jetstream.FileStorage,
-	})
+	kv, err := configured(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if kv == nil {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: cfg.Bucket, Description: cfg.Description, History: uint8(cfg.History),
+			Replicas: cfg.Replicas, Storage: jetstream.FileStorage,
+		})
+	}
 	if err != nil {
 		if cfg.Replicas > 1 && (strings.Contains(err.Error(), "replicas") || strings.Contains(err.Error(), "insufficient resources")) {
 			return nil, fmt.Errorf("jskv: bucket %s with %d replicas: %w (a single server or a cluster smaller than %d nodes holds only 1 replica: set replicas to 1, or add nodes)", cfg.Bucket, cfg.Replicas, err, cfg.Replicas)
 		}
 		return nil, fmt.Errorf("jskv: bucket %s: %w", cfg.Bucket, err)
 	}
-	return newBucket(js, kv, cfg.Timeout, cfg.Attempt), nil
+	b := newBucket(js, kv, cfg.Timeout, cfg.Attempt)
+	if cfg.Atomic {
+		if b.atomic, err = allowAtomic(ctx, js, kvStream(cfg.Bucket)); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// kvStream is the name of a bucket's stream.
+func kvStream(bucket string) string { return "KV_" + bucket }
+
+// configured returns the bucket when its stream exists with cfg's
+// settings and atomic batches on already, nil when Open must create or
+// update it. It spares a node that starts the update that turns the
+// setting off, until Open turns it on again, under the other nodes'
+// writes (CreateOrUpdateKeyValue does not know it): their batches would
+// be refused meanwhile.
+func configured(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.KeyValue, error) {
+	if !cfg.Atomic {
+		return nil, nil
+	}
+	st, err := js.Stream(ctx, kvStream(cfg.Bucket))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jskv: bucket %s: %w", cfg.Bucket, err)
+	}
+	sc := st.CachedInfo().Config
+	if !sc.AllowAtomicPublish || sc.Replicas != cfg.Replicas || sc.MaxMsgsPerSubject != int64(cfg.History) || sc.Description != cfg.Description {
+		return nil, nil
+	}
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("jskv: bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
 }
 
 // Bind returns a Bucket over kv, a bucket that exists already, without
@@ -178,7 +232,7 @@ func newBucket(js jetstream.JetStream, kv jetstream.KeyValue, timeout, attempt t
 	}
 	name := kv.Bucket()
 	return &Bucket{
-		KV: kv, nc: js.Conn(),
+		KV: kv, nc: js.Conn(), js: js, batches: make(chan struct{}, MaxInflightBatches),
 		getSubj:   prefix + "STREAM.MSG.GET.KV_" + name,
 		purgeSubj: prefix + "STREAM.PURGE.KV_" + name,
 		infoSubj:  prefix + "STREAM.INFO.KV_" + name,

@@ -6,9 +6,13 @@
 // acknowledges a write once a majority of the servers stored it, so the
 // loss of one node loses nothing, and any number of inbox processes share
 // it (the svc queue group and the stream consumer spread the work). The
-// layout is at the top of kvinbox.go: the call's dedupe key is created
-// first (the first report of a call wins), then the entry and its indexes;
-// a crash in between is repaired by the report's redelivery. Entry changes
+// layout is at the top of kvinbox.go: the call's dedupe key (the first
+// report of a call wins), the entry and its indexes are created in one
+// atomic batch, one replicated write that is stored whole or not at all;
+// where it cannot be (a bucket on a server without atomic batches, a
+// batch refused or unanswered), the dedupe key is created first, then the
+// entry and its indexes, and a crash in between is repaired by the
+// report's redelivery. Entry changes
 // are compare-and-set updates, and every read that decides something goes
 // to the stream leader (internal/jskv), because a replica may lag. A lazy
 // ack is written at once (there is no transaction to ride along with), and

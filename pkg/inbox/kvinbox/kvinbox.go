@@ -16,9 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/internal/jskv"
-	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/inbox"
-	"github.com/utpmesh/utpmesh/pkg/utp"
 )
 
 var _ inbox.Backend = (*KV)(nil)
@@ -27,12 +25,14 @@ var _ inbox.Backend = (*KV)(nil)
 const DefaultBucket = "utpmesh_inbox"
 
 // OpenBucket creates (or opens) the inbox's key-value bucket with the given
-// number of replicas (3 in a 3-node cluster, 1 on one server), for New. An empty name is DefaultBucket.
+// number of replicas (3 in a 3-node cluster, 1 on one server), for New,
+// with atomic batches on (nats-server 2.12 and later; an older server
+// keeps inserting key by key). An empty name is DefaultBucket.
 func OpenBucket(ctx context.Context, js jetstream.JetStream, name string, replicas int) (*jskv.Bucket, error) {
 	if name == "" {
 		name = DefaultBucket
 	}
-	bk, err := jskv.Open(ctx, js, jskv.Config{Bucket: name, Replicas: replicas, History: 1, Description: "utpmesh inbox entries"})
+	bk, err := jskv.Open(ctx, js, jskv.Config{Bucket: name, Replicas: replicas, History: 1, Description: "utpmesh inbox entries", Atomic: true})
 	if err != nil {
 		return nil, fmt.Errorf("kvinbox: %w", err)
 	}
@@ -51,7 +51,11 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, name string, replic
 //	t.<project>.<h(turn)>                → highest epoch (decimal)
 //
 // An insert creates c (the linearization point: the first report of a
-// call wins), then writes e and the indexes. A crash in between leaves c
+// call wins), e and the indexes in one atomic batch, every key expected
+// absent, so that no reader, and no crash, ever finds c without its entry
+// (insert.go). When the batch is refused (c exists, the stream takes no
+// batches) or its outcome is unknown, and on a bucket without batches, it
+// creates c, then writes e and the indexes. A crash in between leaves c
 // naming an entry that may be missing or unindexed; the report is then not
 // acknowledged, and its redelivery finds c, rebuilds what is missing from
 // the report and returns the same inbox_id. Entry changes (ack, stale,
@@ -86,6 +90,9 @@ type KV struct {
 	// markersGone: Pending has dropped the delete markers an older
 	// version left on pending keys.
 	markersGone atomic.Bool
+
+	// fresh holds the entries inserted here until their wakeup marks.
+	fresh freshEntries
 }
 
 // New returns the backend over bucket bk (see OpenBucket). Every
@@ -212,139 +219,6 @@ func (b *KV) update(ctx context.Context, project, id string, change func(*record
 
 func isConflict(err error) bool { return jskv.Conflict(err) }
 
-// Insert creates the call's dedupe key first (the first report of a call
-// wins), then the entry and its indexes; a crash in between is repaired by
-// the report's redelivery, which finds the key and finishes the insert with
-// the id it names.
-func (b *KV) Insert(ctx context.Context, project, channel string, rep *utp.Report, traceparent string) (*inbox.Entry, bool, error) {
-	ctx, cancel := b.ctx(ctx)
-	defer cancel()
-	turnTok := hashToken(project, rep.AgentTurnID)
-	callKey := "c." + project + "." + hashToken(project, rep.AgentTurnID, rep.ToolCallID)
-
-	id := card.NewID()
-	if _, err := b.kv.Create(ctx, callKey, []byte(id)); err != nil {
-		if !isConflict(err) {
-			return nil, false, fmt.Errorf("kvinbox: dedupe key: %w", err)
-		}
-		v, gerr := b.settled(ctx, callKey)
-		if gerr != nil {
-			return nil, false, gerr
-		}
-		existing := string(v.Value)
-		r, _, err := b.getRecord(ctx, project, existing)
-		if err != nil {
-			return nil, false, err
-		}
-		if r != nil {
-			if err := b.index(ctx, r); err != nil {
-				return nil, false, err
-			}
-			if r.State == inbox.StatePending {
-				// An ack (or set_epoch) between the read and index deleted
-				// the pending key index just wrote back: take it out again.
-				if now, _, err := b.getRecord(ctx, project, existing); err == nil && now != nil && now.State != inbox.StatePending {
-					_ = b.bk.Drop(ctx, pendingKey(r))
-				}
-			}
-			return &r.Entry, false, nil
-		}
-		// The first insert stopped after the dedupe key: finish it with
-		// the id it chose.
-		id = existing
-	}
-	// Only set_epoch raises a turn's epoch, as in the bbolt file: a
-	// report is judged against it and never moves it.
-	highest, seen, err := b.readEpoch(ctx, project, turnTok)
-	if err != nil {
-		return nil, false, err
-	}
-	state := inbox.StatePending
-	if seen && rep.TurnEpoch < highest {
-		state = inbox.StateStale
-	}
-	now := time.Now().UTC()
-	r := &record{Entry: inbox.Entry{
-		InboxID: id, ProjectID: project, ChannelID: channel,
-		AgentID: rep.AgentID, AgentTurnID: rep.AgentTurnID, TurnEpoch: rep.TurnEpoch,
-		ToolCallID: rep.ToolCallID, ToolResultCardID: rep.ToolResultCardID,
-		Status: rep.Status, AfterExecution: rep.AfterExecution,
-		StepID: rep.StepID, ToolName: rep.ToolName,
-		State: state, CreatedAt: now, Traceparent: traceparent,
-	}}
-	v, err := json.Marshal(r)
-	if err != nil {
-		return nil, false, fmt.Errorf("kvinbox: encode entry %s: %w", id, err)
-	}
-	created := true
-	if _, err := b.kv.Create(ctx, entryKey(project, id), v); err != nil {
-		if !isConflict(err) {
-			return nil, false, fmt.Errorf("kvinbox: write entry %s: %w", id, err)
-		}
-		// Written concurrently by the first insert or another one
-		// finishing it: that one is the new entry, this a duplicate.
-		e, gerr := b.settled(ctx, entryKey(project, id))
-		if gerr != nil {
-			return nil, false, gerr
-		}
-		var got record
-		if err := json.Unmarshal(e.Value, &got); err != nil {
-			return nil, false, fmt.Errorf("kvinbox: entry %s of project %s is corrupt: %w", id, project, err)
-		}
-		r, created = &got, false
-	}
-	if err := b.index(ctx, r); err != nil {
-		return nil, false, err
-	}
-	// An epoch raised between our check and the insert must not leave a
-	// pending entry older than the turn's highest epoch.
-	if created && r.State == inbox.StatePending {
-		if h, ok, err := b.readEpoch(ctx, project, turnTok); err == nil && ok && h > r.TurnEpoch {
-			if st, changed, err := b.update(ctx, project, id, func(x *record) bool {
-				if x.State != inbox.StatePending {
-					return false
-				}
-				x.State = inbox.StateStale
-				return true
-			}); err == nil && changed {
-				r = st
-				_ = b.bk.Drop(ctx, pendingKey(r))
-			}
-		}
-	}
-	return &r.Entry, created, nil
-}
-
-func pendingKey(r *record) string { return "p." + r.ProjectID + "." + r.AgentID + "." + r.InboxID }
-func agentKey(r *record) string   { return "a." + r.ProjectID + "." + r.AgentID + "." + r.InboxID }
-func turnKey(r *record) string {
-	return "u." + r.ProjectID + "." + hashToken(r.ProjectID, r.AgentTurnID) + "." + r.InboxID
-}
-
-// index creates the entry's index keys that do not exist yet
-// (idempotent), at once: they are independent, and each is a replicated
-// write (a round trip to the bucket's leader and its quorum). It never
-// rewrites one: an agent key's stream sequence is the entry's place in
-// the agent's listing (List), so a rewrite would move an entry a reader
-// has paged past to the end, listing it twice.
-func (b *KV) index(ctx context.Context, r *record) error {
-	keys := []string{agentKey(r), turnKey(r)}
-	if r.State == inbox.StatePending {
-		keys = append(keys, pendingKey(r))
-	}
-	errs := make([]error, len(keys))
-	var wg sync.WaitGroup
-	for i, k := range keys {
-		wg.Go(func() {
-			if _, err := b.kv.Create(ctx, k, nil); err != nil && !isConflict(err) {
-				errs[i] = fmt.Errorf("kvinbox: index %s: %w", k, err)
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
 func (b *KV) readEpoch(ctx context.Context, project, turnTok string) (int64, bool, error) {
 	v, err := b.latest(ctx, "t."+project+"."+turnTok)
 	if err != nil || v == nil {
@@ -398,13 +272,19 @@ func (b *KV) raiseEpoch(ctx context.Context, project, turnTok string, epoch int6
 }
 
 // MarkSentLater writes the mark at once, in the background (there is no
-// transaction to ride along with), and calls done when it is written.
+// transaction to ride along with), and calls done when it is written. An
+// entry this KV inserted is marked without reading it first, when it has
+// not changed since (markFresh).
 func (b *KV) MarkSentLater(project, id string, at time.Time, done func(first bool, err error)) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
 		ctx, cancel := b.ctx(context.Background())
 		defer cancel()
+		if f, ok := b.fresh.take(project, id); ok && b.markFresh(ctx, f, at) {
+			done(true, nil)
+			return
+		}
 		_, changed, err := b.update(ctx, project, id, func(r *record) bool {
 			if r.WakeupSentAt != nil {
 				return false
@@ -432,23 +312,15 @@ func (b *KV) Get(ctx context.Context, project, id string) (*inbox.Entry, error) 
 }
 
 // Ack checks every id first (all or none for unknown ids), then acks the
-// pending entries one compare-and-set at a time.
+// pending entries one compare-and-set at a time. One id needs no check of
+// its own: its compare-and-set reads it.
 func (b *KV) Ack(ctx context.Context, project string, ids []string, now time.Time) (int, error) {
 	ctx, cancel := b.ctx(ctx)
 	defer cancel()
-	// All or none for unknown ids: check them first.
-	var missing []string
-	for _, id := range ids {
-		r, _, err := b.getRecord(ctx, project, id)
-		if err != nil {
+	if len(ids) > 1 {
+		if err := b.allExist(ctx, project, ids); err != nil {
 			return 0, err
 		}
-		if r == nil {
-			missing = append(missing, id)
-		}
-	}
-	if len(missing) > 0 {
-		return 0, inbox.NotFound(project, missing)
 	}
 	n := 0
 	t := now.UTC()
@@ -460,6 +332,9 @@ func (b *KV) Ack(ctx context.Context, project string, ids []string, now time.Tim
 			r.State, r.AckedAt = inbox.StateAcked, &t
 			return true
 		})
+		if len(ids) == 1 && errors.Is(err, inbox.ErrNotFound) {
+			return 0, inbox.NotFound(project, ids)
+		}
 		if err != nil {
 			return n, err
 		}
@@ -471,6 +346,25 @@ func (b *KV) Ack(ctx context.Context, project string, ids []string, now time.Tim
 		}
 	}
 	return n, nil
+}
+
+// allExist fails with inbox.NotFound, naming them, when some of ids are
+// not entries of project.
+func (b *KV) allExist(ctx context.Context, project string, ids []string) error {
+	var missing []string
+	for _, id := range ids {
+		r, _, err := b.getRecord(ctx, project, id)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		return inbox.NotFound(project, missing)
+	}
+	return nil
 }
 
 // AckLater has no transaction to ride along with: the ack is written at
