@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -312,19 +313,22 @@ func (b *KV) Get(ctx context.Context, project, id string) (*inbox.Entry, error) 
 }
 
 // Ack checks every id first (all or none for unknown ids), then acks the
-// pending entries one compare-and-set at a time. One id needs no check of
-// its own: its compare-and-set reads it.
+// pending entries, a compare-and-set each, up to ackParallel at once. One
+// id needs no check of its own: its compare-and-set reads it.
 func (b *KV) Ack(ctx context.Context, project string, ids []string, now time.Time) (int, error) {
 	ctx, cancel := b.ctx(ctx)
 	defer cancel()
 	if len(ids) > 1 {
+		ids = slices.Clone(ids) // sorted without duplicates: no two updates of one entry at once
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
 		if err := b.allExist(ctx, project, ids); err != nil {
 			return 0, err
 		}
 	}
-	n := 0
+	var n atomic.Int64
 	t := now.UTC()
-	for _, id := range ids {
+	err := eachID(ids, func(id string) error {
 		r, changed, err := b.update(ctx, project, id, func(r *record) bool {
 			if r.State != inbox.StatePending {
 				return false
@@ -333,31 +337,74 @@ func (b *KV) Ack(ctx context.Context, project string, ids []string, now time.Tim
 			return true
 		})
 		if len(ids) == 1 && errors.Is(err, inbox.ErrNotFound) {
-			return 0, inbox.NotFound(project, ids)
+			return inbox.NotFound(project, ids)
 		}
 		if err != nil {
-			return n, err
+			return err
 		}
 		if changed {
-			n++
+			n.Add(1)
 			if err := b.bk.Drop(ctx, pendingKey(r)); err != nil {
-				return n, fmt.Errorf("kvinbox: pending index of %s: %w", id, err)
+				return fmt.Errorf("kvinbox: pending index of %s: %w", id, err)
 			}
 		}
+		return nil
+	})
+	if err != nil && len(ids) == 1 {
+		return 0, err
 	}
-	return n, nil
+	return int(n.Load()), err
+}
+
+// ackParallel bounds the entries one Ack (and its existence check) works
+// on at once: each is a leader read and a compare-and-set, and a client
+// gathers the acks of many calls in one request.
+const ackParallel = 16
+
+// eachID runs fn for every id, up to ackParallel at once, and returns the
+// error of the first id (in ids' order) whose fn failed.
+func eachID(ids []string, fn func(id string) error) error {
+	if len(ids) == 1 {
+		return fn(ids[0])
+	}
+	errs := make([]error, len(ids))
+	sem := make(chan struct{}, ackParallel)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = fn(id)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // allExist fails with inbox.NotFound, naming them, when some of ids are
 // not entries of project.
 func (b *KV) allExist(ctx context.Context, project string, ids []string) error {
-	var missing []string
-	for _, id := range ids {
+	absent := make([]bool, len(ids))
+	index := make(map[string]int, len(ids))
+	for i, id := range ids {
+		index[id] = i
+	}
+	err := eachID(ids, func(id string) error {
 		r, _, err := b.getRecord(ctx, project, id)
-		if err != nil {
-			return err
-		}
-		if r == nil {
+		absent[index[id]] = err == nil && r == nil
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for i, id := range ids {
+		if absent[i] {
 			missing = append(missing, id)
 		}
 	}
