@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"sync"
 	"time"
+
+	"github.com/utpmesh/utpmesh/internal/parallel"
 
 	"github.com/nats-io/nats.go"
 
@@ -457,21 +458,14 @@ func (s *Store) prefetch(ctx context.Context, subjects []string) (prefetch, erro
 		return out, nil
 	}
 	ms := make([]*msg, len(subjects))
-	errs := make([]error, len(subjects))
-	sem := make(chan struct{}, prefetchParallel)
-	var wg sync.WaitGroup
-	for i, sub := range subjects {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			ms[i], errs[i] = s.readLast(ctx, sub, true)
-		})
+	err := parallel.Each(len(subjects), prefetchParallel, func(i int) (err error) {
+		ms[i], err = s.readLast(ctx, subjects[i], true)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	wg.Wait()
 	for i, sub := range subjects {
-		if errs[i] != nil {
-			return nil, errs[i]
-		}
 		out[sub] = ms[i]
 	}
 	return out, nil

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
+
+	"github.com/utpmesh/utpmesh/internal/parallel"
 
 	"github.com/utpmesh/utpmesh/internal/deadline"
 )
@@ -75,22 +76,14 @@ func (b *Bucket) ScanLatest(ctx context.Context, filter string, fn func(key stri
 		return err
 	}
 	entries := make([]Entry, len(keys))
-	errs := make([]error, len(keys))
-	sem := make(chan struct{}, ScanParallel)
-	var wg sync.WaitGroup
-	for i, k := range keys {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			entries[i], errs[i] = b.Latest(ctx, k)
-		}()
+	err = parallel.Each(len(keys), ScanParallel, func(i int) (err error) {
+		entries[i], err = b.Latest(ctx, keys[i])
+		return err
+	})
+	if err != nil {
+		return err
 	}
-	wg.Wait()
 	for i, k := range keys {
-		if errs[i] != nil {
-			return errs[i]
-		}
 		if err := fn(k, entries[i]); err != nil {
 			return err
 		}

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/utpmesh/utpmesh/internal/parallel"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/utpmesh/utpmesh/internal/jskv"
@@ -328,7 +330,8 @@ func (b *KV) Ack(ctx context.Context, project string, ids []string, now time.Tim
 	}
 	var n atomic.Int64
 	t := now.UTC()
-	err := eachID(ids, func(id string) error {
+	err := parallel.Each(len(ids), ackParallel, func(i int) error {
+		id := ids[i]
 		r, changed, err := b.update(ctx, project, id, func(r *record) bool {
 			if r.State != inbox.StatePending {
 				return false
@@ -350,62 +353,26 @@ func (b *KV) Ack(ctx context.Context, project string, ids []string, now time.Tim
 		}
 		return nil
 	})
-	if err != nil && len(ids) == 1 {
-		return 0, err
-	}
 	return int(n.Load()), err
 }
 
-// ackParallel bounds the entries one Ack (and its existence check) works
-// on at once: each is a leader read and a compare-and-set, and a client
-// gathers the acks of many calls in one request.
+// ackParallel bounds the entries one Ack works on at once (its existence
+// check reads readParallel at once): each is a leader read and a
+// compare-and-set, and a client gathers the acks of many calls in one
+// request.
 const ackParallel = 16
-
-// eachID runs fn for every id, up to ackParallel at once, and returns the
-// error of the first id (in ids' order) whose fn failed.
-func eachID(ids []string, fn func(id string) error) error {
-	if len(ids) == 1 {
-		return fn(ids[0])
-	}
-	errs := make([]error, len(ids))
-	sem := make(chan struct{}, ackParallel)
-	var wg sync.WaitGroup
-	for i, id := range ids {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			errs[i] = fn(id)
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // allExist fails with inbox.NotFound, naming them, when some of ids are
 // not entries of project.
 func (b *KV) allExist(ctx context.Context, project string, ids []string) error {
-	absent := make([]bool, len(ids))
-	index := make(map[string]int, len(ids))
-	for i, id := range ids {
-		index[id] = i
-	}
-	err := eachID(ids, func(id string) error {
-		r, _, err := b.getRecord(ctx, project, id)
-		absent[index[id]] = err == nil && r == nil
-		return err
-	})
+	recs, err := b.readRecords(ctx, project, ids)
 	if err != nil {
 		return err
 	}
 	var missing []string
-	for i, id := range ids {
-		if absent[i] {
-			missing = append(missing, id)
+	for i, r := range recs {
+		if r == nil {
+			missing = append(missing, ids[i])
 		}
 	}
 	if len(missing) > 0 {

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
+
+	"github.com/utpmesh/utpmesh/internal/parallel"
 
 	"github.com/utpmesh/utpmesh/pkg/inbox"
 )
@@ -186,22 +187,12 @@ func (b *KV) walk(ctx context.Context, project string, q inbox.ListQuery, keep f
 // readParallel at a time; an entry that does not exist is nil.
 func (b *KV) readRecords(ctx context.Context, project string, ids []string) ([]*record, error) {
 	recs := make([]*record, len(ids))
-	errs := make([]error, len(ids))
-	sem := make(chan struct{}, readParallel)
-	var wg sync.WaitGroup
-	for i, id := range ids {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			recs[i], _, errs[i] = b.getRecord(ctx, project, id)
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
+	err := parallel.Each(len(ids), readParallel, func(i int) (err error) {
+		recs[i], _, err = b.getRecord(ctx, project, ids[i])
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return recs, nil
 }
