@@ -40,10 +40,17 @@ func (b *buckets) deleteClaim(k []byte) error {
 // bucket's; the tombstone is recorded in b.calls for the table.
 func releaseCallClaim(b *buckets, project, turn, call string) error {
 	key := cardstore.CallKey{AgentTurnID: turn, ToolCallID: call}.String()
-	k := join(0, project, key)
-	rec, err := b.currentClaim(k, cardstore.ClaimName(project, key))
-	if err != nil || !rec.Live() {
-		return err
+	k, at := join(0, project, key), callRecKey(project, turn, call, callClaim)
+	rec, ok := b.tableClaim(k)
+	if !ok {
+		// Where the claim lives is known: no claimSlot parse of k.
+		var err error
+		if rec, err = decodeClaim(b.recs.Get(at), cardstore.ClaimName(project, key)); err != nil {
+			return err
+		}
+	}
+	if !rec.Live() {
+		return nil
 	}
 	tomb := &claimRecord{Token: rec.Token, Released: true}
 	if b.calls != nil {
@@ -53,7 +60,7 @@ func releaseCallClaim(b *buckets, project, turn, call string) error {
 	if err != nil {
 		return err
 	}
-	if err := b.recs.Put(callRecKey(project, turn, call, callClaim), data); err != nil {
+	if err := b.recs.Put(at, data); err != nil {
 		return err
 	}
 	if b.calls != nil {
@@ -64,7 +71,12 @@ func releaseCallClaim(b *buckets, project, turn, call string) error {
 
 // loadClaim reads the claim under key, or returns nil.
 func loadClaim(b *buckets, key []byte, req string) (*claimRecord, error) {
-	data := b.claimData(key)
+	return decodeClaim(b.claimData(key), req)
+}
+
+// decodeClaim decodes a stored claim (nil data: none, nil) named req in
+// errors.
+func decodeClaim(data []byte, req string) (*claimRecord, error) {
 	if data == nil {
 		return nil, nil
 	}

@@ -46,7 +46,7 @@ func (s *Store) DeleteTurn(ctx context.Context, projectID, agentTurnID string) (
 			case r.kind == kindCall && r.rest[len(r.rest)-1] == callClaim:
 				call := string(r.rest[:len(r.rest)-2])
 				key := cardstore.CallKey{AgentTurnID: agentTurnID, ToolCallID: call}.String()
-				rec, err := loadClaim(b, join(0, projectID, key), cardstore.ClaimName(projectID, key))
+				rec, err := decodeClaim(v, cardstore.ClaimName(projectID, key))
 				if err != nil {
 					return err
 				}

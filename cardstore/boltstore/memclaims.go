@@ -338,12 +338,19 @@ type endedClaim struct {
 // write transaction: the table's record when it is loaded, else the
 // bucket's. The caller holds k's lock (every Put of a tool.result does).
 func (b *buckets) currentClaim(k []byte, name string) (*claimRecord, error) {
-	if b.calls != nil {
-		if rec, ok := b.calls.mem.peek(string(k)); ok {
-			return rec, nil
-		}
+	if rec, ok := b.tableClaim(k); ok {
+		return rec, nil
 	}
 	return loadClaim(b, k, name)
+}
+
+// tableClaim is the claim table's record of k when the table has it
+// loaded (within writeCalls).
+func (b *buckets) tableClaim(k []byte) (*claimRecord, bool) {
+	if b.calls == nil {
+		return nil, false
+	}
+	return b.calls.mem.peek(string(k))
 }
 
 // inMemory reports whether a claim of lease on a call key is kept in
