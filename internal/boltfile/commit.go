@@ -97,6 +97,9 @@ type request struct {
 	state atomic.Int32
 	done  chan error      // buffered: the committer never blocks on it
 	later func(err error) // set on a Later request instead of a waiter on done
+	// due is when a request waiting for company (Later, WriteSoon)
+	// commits without it.
+	due time.Time
 }
 
 // reply hands a request its outcome.
@@ -126,8 +129,9 @@ type Committer struct {
 	stopped  bool // kick is closed
 	inflight sync.WaitGroup
 	queue    []*request    // requests waiting for the next transaction
-	later    []*request    // Later requests waiting for company
-	timer    *time.Timer   // flushes later after LaterDelay; nil when unarmed
+	later    []*request    // Later and WriteSoon requests waiting for company
+	timer    *time.Timer   // flushes later when its first request is due; nil when unarmed
+	timerAt  time.Time     // when timer fires
 	busy     bool          // a commit is in flight or the committer is draining
 	flush    bool          // commit Later requests even without company
 	kick     chan struct{} // wakes the committer; capacity 1
@@ -203,6 +207,51 @@ func (c *Committer) Write(ctx context.Context, size int, apply ApplyFunc) error 
 	}
 }
 
+// WriteSoon is Write for a write that may wait up to delay for another
+// write to share its transaction: it waits for company as Later's
+// requests do, is applied first in the next transaction whoever starts
+// it, and commits alone once delay has passed. Like Write it returns once
+// its transaction is durable (or apply failed, or ctx ended before the
+// request started). It trades up to delay of this write's latency for one
+// commit fewer when a write that follows it soon would otherwise wait for
+// its commit to end. A zero or negative delay (or CommitConfig.Alone) is
+// Write.
+func (c *Committer) WriteSoon(ctx context.Context, size int, delay time.Duration, apply ApplyFunc) error {
+	if delay <= 0 || c.cfg.Alone {
+		return c.Write(ctx, size, apply)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.inflight.Add(1)
+	defer c.inflight.Done()
+	r := &request{ctx: ctx, apply: apply, size: size, done: make(chan error, 1), due: time.Now().Add(delay)}
+	c.later = append(c.later, r)
+	if !c.busy {
+		c.armLocked()
+	} // else the running commit's end takes it along or arms the timer
+	c.mu.Unlock()
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(stateQueued, stateAbandoned) {
+			return ctx.Err()
+		}
+		return <-r.done
+	}
+}
+
+// Waiting returns how many Later and WriteSoon requests wait for
+// company, for metrics and tests.
+func (c *Committer) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.later)
+}
+
 // Queued returns how many Write requests wait for the next transaction
 // (Later ones not counted), for metrics and tests.
 func (c *Committer) Queued() int {
@@ -229,7 +278,7 @@ func (c *Committer) Later(size int, apply ApplyFunc, done func(err error)) {
 		return
 	}
 	c.inflight.Add(1)
-	r := &request{ctx: context.Background(), apply: apply, size: size,
+	r := &request{ctx: context.Background(), apply: apply, size: size, due: time.Now().Add(c.cfg.LaterDelay),
 		later: func(err error) { done(err); c.inflight.Done() }}
 	if c.cfg.Alone {
 		c.mu.Unlock()
@@ -244,11 +293,26 @@ func (c *Committer) Later(size int, apply ApplyFunc, done func(err error)) {
 	c.mu.Unlock()
 }
 
-// armLocked starts the LaterDelay timer unless it runs; c.mu is held.
+// armLocked makes the timer fire when the first waiting request is due;
+// c.mu is held.
 func (c *Committer) armLocked() {
-	if c.timer == nil {
-		c.timer = time.AfterFunc(c.cfg.LaterDelay, c.flushLater)
+	var first time.Time
+	for _, r := range c.later {
+		if first.IsZero() || r.due.Before(first) {
+			first = r.due
+		}
 	}
+	if first.IsZero() {
+		return
+	}
+	if c.timer != nil {
+		if !first.Before(c.timerAt) {
+			return
+		}
+		c.timer.Stop()
+	}
+	c.timerAt = first
+	c.timer = time.AfterFunc(time.Until(first), c.flushLater)
 }
 
 // idleLocked marks the Committer idle after a commit found the queue
@@ -276,7 +340,7 @@ func (c *Committer) flushLater() {
 	c.kickLocked()
 }
 
-// takeLater removes the waiting Later requests; c.mu is held.
+// takeLater removes the requests waiting for company; c.mu is held.
 func (c *Committer) takeLater() []*request {
 	l := c.later
 	c.later = nil

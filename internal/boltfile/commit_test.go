@@ -115,12 +115,15 @@ func TestLaterAloneCommits(t *testing.T) {
 	}
 }
 
-// TestClosedRefuses: after Close, Write and Later fail with ErrClosed.
+// TestClosedRefuses: after Close, Write, WriteSoon and Later fail with ErrClosed.
 func TestClosedRefuses(t *testing.T) {
 	_, c, _ := newCommitter(t, boltfile.CommitConfig{})
 	c.Close()
 	if err := c.Write(context.Background(), 1, put("x")); !errors.Is(err, boltfile.ErrClosed) {
 		t.Fatalf("Write after Close: %v, want ErrClosed", err)
+	}
+	if err := c.WriteSoon(context.Background(), 1, time.Second, put("x")); !errors.Is(err, boltfile.ErrClosed) {
+		t.Fatalf("WriteSoon after Close: %v, want ErrClosed", err)
 	}
 	done := make(chan error, 1)
 	c.Later(1, put("y"), func(err error) { done <- err })
@@ -166,5 +169,106 @@ func TestConcurrentWritesShareCommits(t *testing.T) {
 	}
 	if total != 2*n {
 		t.Fatalf("commits carried %d requests, want %d", total, 2*n)
+	}
+}
+
+// waitFor polls cond until it holds; the bound only keeps a broken
+// committer from hanging the test.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestWriteSoonRidesWithNextWrite: a WriteSoon waits for company, commits
+// in the next Write's transaction (applied before it), and returns only
+// once that transaction is durable.
+func TestWriteSoonRidesWithNextWrite(t *testing.T) {
+	db, c, obs := newCommitter(t, boltfile.CommitConfig{})
+	var order []string
+	rec := func(k string) boltfile.ApplyFunc {
+		return func(tx *bolt.Tx) error { order = append(order, k); return put(k)(tx) }
+	}
+	soon := make(chan error, 1)
+	go func() { soon <- c.WriteSoon(context.Background(), 1, time.Hour, rec("soon")) }()
+	waitFor(t, "the WriteSoon to queue", func() bool { return c.Waiting() == 1 })
+	select {
+	case err := <-soon:
+		t.Fatalf("WriteSoon returned (%v) before any commit", err)
+	default:
+	}
+	if err := c.Write(context.Background(), 1, rec("write")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-soon; err != nil {
+		t.Fatalf("WriteSoon: %v", err)
+	}
+	if got := obs.get(); len(got) != 1 || got[0] != 2 {
+		t.Fatalf("commits %v, want one transaction of 2 requests", got)
+	}
+	if fmt.Sprint(order) != "[soon write]" || !has(t, db, "soon") || !has(t, db, "write") {
+		t.Fatalf("applied %v, want [soon write], both stored", order)
+	}
+}
+
+// TestWriteSoonAlone: a WriteSoon with no company commits by itself once
+// its delay has passed, even when a Later with a longer delay waits (it
+// rides along); Close commits one still waiting; a zero delay is Write.
+func TestWriteSoonAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+		close bool
+	}{
+		{"delay", time.Millisecond, false},
+		{"zero-delay", 0, false},
+		{"close", time.Hour, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db, c, obs := newCommitter(t, boltfile.CommitConfig{LaterDelay: time.Hour})
+			later := make(chan error, 1)
+			c.Later(1, put("later"), func(err error) { later <- err })
+			soon := make(chan error, 1)
+			go func() { soon <- c.WriteSoon(context.Background(), 1, tc.delay, put("soon")) }()
+			if tc.close {
+				waitFor(t, "the WriteSoon to queue", func() bool { return c.Waiting() == 2 })
+				c.Close()
+			}
+			if err := <-soon; err != nil {
+				t.Fatalf("WriteSoon: %v", err)
+			}
+			if err := <-later; err != nil {
+				t.Fatalf("Later: %v", err)
+			}
+			if got := obs.get(); len(got) != 1 || got[0] != 2 {
+				t.Fatalf("commits %v, want one transaction of 2 requests", got)
+			}
+			if !has(t, db, "soon") || !has(t, db, "later") {
+				t.Fatal("a write is missing")
+			}
+		})
+	}
+}
+
+// TestWriteSoonCanceled: a WriteSoon whose context ends while it waits
+// returns the context's error and is not written by the next commit.
+func TestWriteSoonCanceled(t *testing.T) {
+	db, c, _ := newCommitter(t, boltfile.CommitConfig{})
+	ctx, cancel := context.WithCancel(context.Background())
+	soon := make(chan error, 1)
+	go func() { soon <- c.WriteSoon(ctx, 1, time.Hour, put("soon")) }()
+	waitFor(t, "the WriteSoon to queue", func() bool { return c.Waiting() == 1 })
+	cancel()
+	if err := <-soon; !errors.Is(err, context.Canceled) {
+		t.Fatalf("WriteSoon: %v, want context.Canceled", err)
+	}
+	if err := c.Write(context.Background(), 1, put("write")); err != nil {
+		t.Fatal(err)
+	}
+	if has(t, db, "soon") || !has(t, db, "write") {
+		t.Fatal("the canceled WriteSoon was written, or the Write was not")
 	}
 }
