@@ -108,6 +108,16 @@ func (s *Store) writeResults(ctx context.Context, pcs []putCard, size int, check
 		return err
 	}
 	defer s.unlockClaims(held)
+	// A call started on its announced card (pending.go) stores that card
+	// first when its Put has not yet: a result never precedes its card.
+	var calls []putCard
+	if started := s.pending.startedCards(keys); len(started) > 0 {
+		var csize int
+		if calls, csize, err = s.preparePut(started); err != nil {
+			return err
+		}
+		size += csize
+	}
 	tx, err := s.writeCalls(ctx, size, func(b *buckets) error {
 		run.reset()
 		if check != nil {
@@ -115,11 +125,25 @@ func (s *Store) writeResults(ctx context.Context, pcs []putCard, size int, check
 				return err
 			}
 		}
-		return applyPut(b, pcs, run)
+		wrote := false
+		for i := range calls {
+			if b.cards.Get(calls[i].key) == nil {
+				if err := applyPut(b, calls[i:i+1], nil); err != nil {
+					return err
+				}
+				wrote = true
+			}
+		}
+		err := applyPut(b, pcs, run)
+		if err != nil && wrote {
+			err = dirty(err) // the call's card is written: roll it back too
+		}
+		return err
 	})
 	if err != nil {
 		return err
 	}
+	s.pending.forget(keys)
 	for _, end := range tx.ended {
 		for _, e := range held {
 			if e.key == end.key {

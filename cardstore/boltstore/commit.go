@@ -24,13 +24,28 @@ func dirty(err error) error { return boltfile.Dirty(err) }
 // transaction. It returns when the transaction has been committed and
 // fsync'd, or with ctx.Err() if ctx ended before the request started.
 func (s *Store) write(ctx context.Context, size int, apply applyFunc) error {
-	err := s.commits.Write(ctx, size, func(tx *bolt.Tx) error {
+	return closedErr(s.commits.Write(ctx, size, txApply(apply)))
+}
+
+// writeSoon is write for a write that may wait for company up to the
+// dispatch linger (WithDispatchLinger, boltfile.Committer.WriteSoon).
+func (s *Store) writeSoon(ctx context.Context, size int, apply applyFunc) error {
+	return closedErr(s.commits.WriteSoon(ctx, size, s.cfg.linger, txApply(apply)))
+}
+
+// txApply runs apply on the store's buckets of the transaction.
+func txApply(apply applyFunc) boltfile.ApplyFunc {
+	return func(tx *bolt.Tx) error {
 		b, err := openBuckets(tx)
 		if err != nil {
 			return err
 		}
 		return apply(b)
-	})
+	}
+}
+
+// closedErr makes the committer's ErrClosed the store's.
+func closedErr(err error) error {
 	if errors.Is(err, boltfile.ErrClosed) {
 		return fmt.Errorf("%w: %w", cardstore.ErrClosed, err)
 	}

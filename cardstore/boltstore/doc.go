@@ -177,18 +177,32 @@
 // The single-node admission (pkg/admit, Config.PublishBesideCard) writes
 // a new call's tool.call card and publishes its command side by side, so
 // a worker may start the call before the card's commit has ended. The
-// admission announces the Put first (AnnouncePut: an in-memory registry
-// of card keys whose Put is queued or committing, released once the Put
-// has returned, success or failure). A StartCall or StartCallTool that
-// does not find the ToolCallCardID card looks for an announced Put of it
-// and reads again; while one is announced it waits for it (its context
-// bounds the wait), then reads the card and decides as usual, the tool
-// check included. Without an announced Put there is no wait. Reads are
-// unchanged: a Get of a card whose commit has not ended says not found.
-// natsstore serves this store, so remote workers wait the same way. The
-// lock-delay's "born after the boot" rule reads the call's first
-// tool.call card after that wait, so a card that lands during a
-// StartCall counts (its turns index sequence is newer than the boot).
+// admission announces the Put first, with the card (AnnouncePut: an
+// in-memory registry of the cards whose Put is queued or committing,
+// released once the Put has returned). A StartCall or StartCallTool that
+// does not find the ToolCallCardID card starts the call on the announced
+// card without waiting for its commit (the tool check included; the
+// announced card is the call's first); without an announcement it reads
+// once more and decides without a card, as before. The call's result is
+// never stored before its card: until the card's Put has stored it the
+// call is remembered with its card, and the result's transaction stores
+// the card first when it does not find it (its Put not yet queued, or
+// failed). Reads are unchanged: a Get of a card whose commit has not
+// ended says not found. natsstore serves this store, so remote workers
+// start the same way. The lock-delay's "born after the boot" rule finds
+// no stored card for a call started on its announced card, so the call
+// counts as born after the boot, as it is.
+//
+// With WithDispatchLinger the card's commit (PutWithCommand) waits up to
+// the linger for another write to share it (internal/boltfile's
+// Committer.WriteSoon): when the worker of a quick tool answers within
+// it, the card, the claim and the result are one commit. The caveat: a
+// worker may act before the call's card is durable. A crash between the
+// start and the card's commit loses the card with the call's claim and
+// result, and the agent, which had no answer to its dispatch, sends it
+// again, so the tool may run twice, once with no durable trace. A crash
+// after a durable card and before the result costs the same second run,
+// as it always did.
 //
 // Putting a new tool.result card ends the claim on its call's
 // cardstore.CallKey, whoever holds it, in the same transaction: the claim

@@ -47,7 +47,8 @@ type OutboxEntry struct {
 // entry. When the card is stored already (a repeat of the same bytes) the
 // commit writes nothing, the entry included; a card with other bytes is
 // cardstore.ErrConflict as for Put. The card must be a tool.call card of
-// a turn (ErrInvalid otherwise).
+// a turn (ErrInvalid otherwise). Its commit may wait up to the dispatch
+// linger (WithDispatchLinger) for another write to share it.
 func (s *Store) PutWithCommand(ctx context.Context, c *card.Card, m Message) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
@@ -72,7 +73,7 @@ func (s *Store) PutWithCommand(ctx context.Context, c *card.Card, m Message) err
 		return fmt.Errorf("boltstore: encode the outbox entry of card %s: %w", c.CardID, err)
 	}
 	key, rkey := outboxKey(e.ProjectID, e.AgentTurnID, e.ToolCallID), resultKey(e.ProjectID, e.AgentTurnID, e.ToolCallID)
-	return s.write(ctx, size+len(val), func(b *buckets) error {
+	return s.writeSoon(ctx, size+len(val), func(b *buckets) error {
 		existed := b.cards.Get(pcs[0].key) != nil
 		if err := applyPut(b, pcs, nil); err != nil {
 			return err

@@ -10,8 +10,7 @@ import (
 // transaction looks for the call's result and reads the card named
 // ToolCallCardID, so a call that already has a result costs no write.
 // When that card is missing and a Put of it is announced (AnnouncePut),
-// StartCall waits for the Put to end (ctx bounds the wait) and reads the
-// card again before it checks the tool and claims.
+// the call starts on the announced card without waiting for its commit.
 // Otherwise, holding the call's claim lock (which every result Put holds
 // until its commit has ended), a second read looks for the result again
 // and, finding none, the claim is taken as Claim takes it: in memory for
@@ -59,10 +58,13 @@ func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, t
 	if out.Result != nil {
 		return out, nil
 	}
+	creq := cardstore.ClaimRequest{ProjectID: req.ProjectID, Key: cardstore.CallKey{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID}.String(), Holder: req.Holder, Lease: req.Lease}
+	key := join(0, req.ProjectID, creq.Key)
+	announced := false
 	if out.CallCard == nil && req.ToolCallCardID != "" {
-		// The admission may be committing the card while its command
-		// is delivered (AnnouncePut): wait for that Put, then decide.
-		if out.CallCard, err = s.awaitCallCard(ctx, req.ProjectID, req.ToolCallCardID); err != nil {
+		// The admission may be committing the card while its command is
+		// delivered (AnnouncePut): the call starts on the announced card.
+		if out.CallCard, announced, err = s.announcedCallCard(req.ProjectID, req.ToolCallCardID, string(key)); err != nil {
 			return nil, err
 		}
 	}
@@ -70,9 +72,14 @@ func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, t
 		if err := s.checkCallTool(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID, tool); err != nil {
 			return nil, err
 		}
+		if announced {
+			// The announced card is the call's first (the admission found
+			// none), so it says whose call this is.
+			if err := cardstore.CheckCallCardTool(out.CallCard, nil, req.ProjectID, req.AgentTurnID, req.ToolCallID, tool); err != nil {
+				return nil, err
+			}
+		}
 	}
-	creq := cardstore.ClaimRequest{ProjectID: req.ProjectID, Key: cardstore.CallKey{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID}.String(), Holder: req.Holder, Lease: req.Lease}
-	key := join(0, req.ProjectID, creq.Key)
 	e, err := s.mem.lock(ctx, string(key))
 	if err != nil {
 		return nil, err

@@ -72,6 +72,7 @@ type config struct {
 	openTimeout  time.Duration
 	observer     CommitObserver
 	lockDelay    time.Duration // WithLockDelay
+	linger       time.Duration // WithDispatchLinger
 	resultHook   ResultHook    // WithResultHook; see shared.go
 }
 
@@ -95,6 +96,28 @@ func WithCommitObserver(o CommitObserver) Option {
 // Option configures Open. An option whose argument is out of range makes
 // Open fail with an error wrapping cardstore.ErrInvalid.
 type Option func(*config) error
+
+// MaxDispatchLinger bounds WithDispatchLinger.
+const MaxDispatchLinger = 100 * time.Millisecond
+
+// WithDispatchLinger lets the commit of a dispatch's tool.call card
+// (PutWithCommand) wait up to d for another write to share it. A call
+// whose worker starts on the announced card (AnnouncePut) and answers
+// within d has its card, its claim and its result in one commit instead
+// of two; a call whose result comes later has its card committed d later
+// (its dispatch is answered d later), and its result's commit may wait
+// for the card's. Under load the committer is busy and the card rides
+// with the next commit anyway. Zero (the default) commits the card at
+// once; d must be between 0 and MaxDispatchLinger.
+func WithDispatchLinger(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 || d > MaxDispatchLinger {
+			return fmt.Errorf("%w: WithDispatchLinger(%v): must be between 0 and %v", cardstore.ErrInvalid, d, MaxDispatchLinger)
+		}
+		c.linger = d
+		return nil
+	}
+}
 
 // WithMaxCardBytes lowers the limit on one card's canonical encoding
 // (default cardstore.DefaultMaxCardBytes, which is also the maximum: cards
@@ -178,11 +201,9 @@ type Store struct {
 	// Open learnt about the previous run (lockdelay.go).
 	mem   *claimTable
 	boots bootState
-	// pending holds the announced Puts a StartCall may wait for
-	// (pending.go); awaitHook, set by tests, is called before such a
-	// wait.
-	pending   pendingPuts
-	awaitHook func()
+	// pending holds the announced Puts a StartCall starts calls on
+	// (pending.go).
+	pending pendingPuts
 }
 
 var _ cardstore.Store = (*Store)(nil)

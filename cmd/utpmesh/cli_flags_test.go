@@ -16,7 +16,8 @@ import (
 )
 
 // TestFlagMistakeIsShort: a wrong flag prints the mistake, the suggestion
-// and where the flags are listed — two lines on stderr, no usage — for
+// and where the flags are listed — two lines on stderr, no usage (a value
+// out of range: one line saying what to type) — for
 // every subcommand, since they share the flag parsing. --help still prints
 // the full usage on stdout.
 func TestFlagMistakeIsShort(t *testing.T) {
@@ -34,6 +35,8 @@ func TestFlagMistakeIsShort(t *testing.T) {
 		{"undo flag without value", []string{"undo", "c1", "--turn"}, []string{
 			"utpmesh undo: --turn needs a value: agent_turn_id of the call to undo (required; 'utpmesh call' and 'utpmesh confirm' print the exact undo command)",
 			"run 'utpmesh undo --help' for all flags"}},
+		{"up dispatch linger out of range", []string{"up", "--dispatch-linger", "1s"}, []string{
+			"utpmesh up: --dispatch-linger 1s: use 0 (commit at once) to 100ms, e.g. --dispatch-linger 1ms"}},
 		{"receipts bad duration", []string{"receipts", "show", "t", "--timeout", "soon"}, []string{
 			`utpmesh receipts: --timeout "soon": parse error; --timeout is: how long one request to the mesh may take`,
 			"run 'utpmesh receipts --help' for all flags"}},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/internal/datalock"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
 	"github.com/utpmesh/utpmesh/internal/portcheck"
@@ -45,6 +46,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
 	maxPayload := fs.Int("max-payload", embednats.DefaultMaxPayload, "NATS max message size in bytes (65536 to 67108864); must exceed --max-card-bytes by 64 KiB")
 	maxCard := fs.Int("max-card-bytes", cardstore.DefaultMaxCardBytes, "largest card the CardStore accepts, in bytes (1 to 1048576)")
+	linger := fs.Duration("dispatch-linger", mesh.DefaultDispatchLinger, "how long a new call's tool.call card commit waits for the call's result to share it (single node; 0: commit at once; at most 100ms)")
 	uiListen := fs.String("ui-listen", "127.0.0.1:8080", "serve the web UI on HOST:PORT (empty: off; port 0 picks a free port)")
 	uiToken := fs.String("ui-token", c.env.getenv("UTPMESH_UI_TOKEN"), "the web UI's access token (default $UTPMESH_UI_TOKEN, else the one kept in DATA/"+webui.TokenFile+", made at the first start; delete the file and restart to change it)")
 	uiOpen := fs.Bool("ui-open", false, "serve the web UI without an access token (logged as a warning): anyone who can reach it can confirm, cancel and replay calls")
@@ -104,6 +106,13 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	}
 	if *maxCard < 1 || *maxCard > cardstore.DefaultMaxCardBytes {
 		return usagef("--max-card-bytes %d: use 1 to %d bytes", *maxCard, cardstore.DefaultMaxCardBytes)
+	}
+	if *linger < 0 || *linger > boltstore.MaxDispatchLinger {
+		return usagef("--dispatch-linger %v: use 0 (commit at once) to %v, e.g. --dispatch-linger 1ms", *linger, boltstore.MaxDispatchLinger)
+	}
+	dispatchLinger := *linger
+	if dispatchLinger == 0 {
+		dispatchLinger = -1 // mesh.Config: negative turns it off
 	}
 	// The data directory's lock is checked before any port: a second up
 	// on the same directory is told which process holds it, not that the
@@ -174,7 +183,8 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	}
 	m, err := mesh.Start(ctx, mesh.Config{DataDir: *data, Listen: *listen, Projects: projects, Services: build, Logger: log,
 		MetricsAddr: *metricsAddr, TracerProvider: tp, MaxPayload: int32(*maxPayload), MaxCardBytes: *maxCard,
-		Worker: worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{Catalogues: authCatalogues(*data), KeyDir: cf.keysDir},
+		DispatchLinger: dispatchLinger,
+		Worker:         worker.Config{ServiceVersion: Version}, Auth: &mesh.AuthConfig{Catalogues: authCatalogues(*data), KeyDir: cf.keysDir},
 		Identities: ids, TLSCert: *tlsCert, TLSKey: *tlsKey, Command: "utpmesh up",
 		ServerName: cl.serverName, Cluster: cl.cluster, Replicated: cl.replicated, External: ext,
 		Markers: retention.MarkerConfig{Buckets: catalog.Buckets()}})

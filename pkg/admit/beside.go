@@ -18,27 +18,31 @@ import (
 // call's two durable writes, the tool.call card's commit and the
 // command's JetStream publish, run side by side, so the agent waits for
 // the longer of the two instead of their sum. The CardStore is told of
-// the Put before either starts (CardAnnouncer), and a worker that gets
-// the command before the card's commit has ended waits for it in
-// StartCall. The signed admission covers the content hash of the card
-// being written, as on the sequential path.
+// the Put, with the card, before either starts (CardAnnouncer), and a
+// worker that gets the command before the card's commit has ended starts
+// the call on the announced card; the call's result commits with or
+// after the card. The signed admission covers the content hash of the
+// card being written, as on the sequential path.
 //
 // Only a new call takes this path: a cheap read first looks for the
 // call's card, and a call that has one (a resend, a conflicting
 // dispatch) takes the sequential path unchanged. Two dispatches of one
 // call in this process are serialized from that read to their answer,
-// so a second one sees the first one's card. When the Put fails the
-// error is the answer, as on the sequential path, and the published
-// command has no card: its worker retries it a few times (the agent,
-// which got no answer or an error, sends the dispatch again, and that
-// writes the card) before failing it bad_request.
+// so a second one sees the first one's card. The Put runs to its end
+// even when the dispatch's context ends first (its command is out). When
+// the Put fails the error is the answer, as on the sequential path, and
+// the published command has no card: a worker that started on the
+// announced card has its result refused until the card is stored, and
+// its worker retries the command a few times (the agent, which got no
+// answer or an error, sends the dispatch again, and that writes the
+// card) before failing it bad_request.
 
 // CardAnnouncer is a CardStore that can be told that a Put of a card is
-// about to be made; its StartCall then waits for that Put when it does
-// not find the card (boltstore.Store.AnnouncePut). done is called once
-// the Put has returned.
+// about to be made; its StartCall then starts a call on that card when it
+// does not find it stored (boltstore.Store.AnnouncePut). done is called
+// with the Put's outcome once it has returned.
 type CardAnnouncer interface {
-	AnnouncePut(projectID, cardID string) (done func())
+	AnnouncePut(c *card.Card) (done func(err error))
 }
 
 // dispatchBeside answers an admitted call whose tool.call card is cc:
@@ -72,11 +76,12 @@ func (s *Service) dispatchBeside(ctx context.Context, ts subjects.ToolSubject, r
 	if s.cfg.Outbox != nil {
 		outboxed = m
 	}
-	done := s.announce.AnnouncePut(cc.ProjectID, cc.CardID)
+	done := s.announce.AnnouncePut(cc)
 	published := make(chan error, 1)
 	gopool.Go(func() { published <- s.send(ctx, m, req, cc, target) })
-	stored, _, err := s.storeCallCardWith(ctx, req, cc, principal, outboxed)
-	done()
+	// A worker may start on the announced card: its Put is not given up.
+	stored, _, err := s.storeCallCardWith(context.WithoutCancel(ctx), req, cc, principal, outboxed)
+	done(err)
 	perr := <-published
 	if err != nil {
 		return nil, err

@@ -37,9 +37,9 @@ type besideStore struct {
 	failPut   atomic.Bool
 }
 
-func (b *besideStore) AnnouncePut(projectID, cardID string) func() {
+func (b *besideStore) AnnouncePut(c *card.Card) func(error) {
 	b.announced.Add(1)
-	return b.Store.AnnouncePut(projectID, cardID)
+	return b.Store.AnnouncePut(c)
 }
 
 func (b *besideStore) Put(ctx context.Context, cards ...*card.Card) error {
@@ -235,7 +235,7 @@ func TestPublishBesideCardOutbox(t *testing.T) {
 
 // TestPublishBesideCardPutFails: when the card's Put fails the dispatch
 // answers the error, the command is published without a card, and the
-// announcement has ended (a StartCall does not wait for it).
+// announcement has ended (a StartCall finds no card).
 func TestPublishBesideCardPutFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -60,6 +60,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/utpmesh/utpmesh/cardstore"
+	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/cardstore/natsstore"
 	"github.com/utpmesh/utpmesh/internal/datalock"
 	"github.com/utpmesh/utpmesh/internal/meshauth"
@@ -126,6 +127,13 @@ type Config struct {
 	// MaxCardBytes lowers the CardStore's limit on one card's encoding;
 	// 0 means cardstore.DefaultMaxCardBytes (1 MiB, also the maximum).
 	MaxCardBytes int
+	// DispatchLinger is how long the commit of a new call's tool.call card
+	// may wait for another write to share it (a single node only;
+	// boltstore.WithDispatchLinger): a call whose worker answers within it
+	// has its card and its result in one commit. 0 means
+	// DefaultDispatchLinger; a negative value turns it off; at most
+	// boltstore.MaxDispatchLinger.
+	DispatchLinger time.Duration
 	// Auth, when set, turns the Cedar gate on (pkg/authz): the mesh opens
 	// <DataDir>/policies.db, serves the authz svc, verifies every call's
 	// mandate and authorizes it, and answers mandate_query. Nil: no gate.
@@ -223,6 +231,12 @@ type AuthConfig struct {
 	Catalogues []authz.Catalogue
 }
 
+// DefaultDispatchLinger is Config.DispatchLinger's default: long enough
+// for an in-process worker of a quick tool to answer while its card's
+// commit waits (docs/performance.md), short against any tool that does
+// I/O.
+const DefaultDispatchLinger = time.Millisecond
+
 // payloadSlack is what MaxPayload must leave above the card limit for the
 // svc request envelope around a card.
 const payloadSlack = 64 << 10
@@ -291,6 +305,9 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	}
 	if err := checkLimits(cfg.MaxPayload, cfg.MaxCardBytes); err != nil {
 		return nil, err
+	}
+	if cfg.DispatchLinger > boltstore.MaxDispatchLinger {
+		return nil, fmt.Errorf("mesh: dispatch linger %v: use at most %v (0 means %v, a negative value turns it off)", cfg.DispatchLinger, boltstore.MaxDispatchLinger, DefaultDispatchLinger)
 	}
 	if cfg.Command == "" {
 		cfg.Command = filepath.Base(os.Args[0])

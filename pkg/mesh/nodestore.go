@@ -83,6 +83,12 @@ func (m *Mesh) openFiles(ctx context.Context, js jetstream.JetStream) error {
 	if cfg.MaxCardBytes > 0 {
 		storeOpts = append(storeOpts, boltstore.WithMaxCardBytes(cfg.MaxCardBytes))
 	}
+	switch linger := cfg.DispatchLinger; {
+	case linger == 0:
+		storeOpts = append(storeOpts, boltstore.WithDispatchLinger(DefaultDispatchLinger))
+	case linger > 0:
+		storeOpts = append(storeOpts, boltstore.WithDispatchLinger(linger))
+	}
 	cards, err := boltstore.OpenShared(db, commits, storeOpts...)
 	if err != nil {
 		return err
