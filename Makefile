@@ -153,6 +153,7 @@ bench-deps:
 bench: bench-deps
 	UTPMESH_REQUIRE_STRACE=1 $(GO) test -run '^$$' -bench 'WireRoundTrip' -benchtime 2000x -timeout 30m ./cmd/utpmesh
 	$(GO) test -run '^$$' -bench 'RoundTrip' -benchtime 2000x ./pkg/mesh
+	$(GO) test -run '^$$' -bench 'DispatchLinger' -benchtime 500x ./pkg/mesh
 	$(GO) test -run '^$$' -bench 'Put' -benchtime 2000x ./cardstore/boltstore
 	$(GO) test -run '^$$' -bench 'ListTurn' -benchtime 10x ./cardstore/boltstore
 	$(GO) test -run '^$$' -bench 'UpgradeFromVersion3' -benchtime 1x ./cardstore/boltstore

@@ -124,7 +124,7 @@ type Config struct {
 	// Store must be a CardAnnouncer (boltstore.Store is), else Start
 	// fails. Set it only when every worker starts its calls on this very
 	// store (the single-node CardStore, which natsstore serves to remote
-	// workers): a replicated or remote store cannot wait for this
+	// workers): a replicated or remote store does not know this
 	// process's Puts, and its workers would find commands without cards.
 	PublishBesideCard bool
 	// Outbox, when set, stores a new admitted call's tool.call card
