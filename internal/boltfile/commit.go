@@ -157,18 +157,28 @@ func NewCommitter(db *bolt.DB, cfg CommitConfig) *Committer {
 	return c
 }
 
+// accept takes c.mu and counts a write in flight, unless the Committer is
+// closed (then it returns false, c.mu not held). The caller unlocks c.mu
+// and calls c.inflight.Done once the write has its answer.
+func (c *Committer) accept() bool {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	c.inflight.Add(1)
+	return true
+}
+
 // Write runs apply as one durable write: with group commit it joins the
 // next shared transaction, otherwise it runs a transaction of its own. It
 // returns apply's error, or nil once the transaction has been committed and
 // fsync'd, or ctx.Err() if ctx ended before the request started. After
 // Close it fails with ErrClosed.
 func (c *Committer) Write(ctx context.Context, size int, apply ApplyFunc) error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.accept() {
 		return ErrClosed
 	}
-	c.inflight.Add(1)
 	defer c.inflight.Done()
 	if c.cfg.Alone {
 		c.mu.Unlock()
@@ -195,13 +205,18 @@ func (c *Committer) Write(ctx context.Context, size int, apply ApplyFunc) error 
 	}
 	c.queue = append(c.queue, r)
 	c.mu.Unlock()
+	return r.wait()
+}
 
+// wait returns the outcome of a queued request, or ctx.Err() when its
+// context ends before the committer started it.
+func (r *request) wait() error {
 	select {
 	case err := <-r.done:
 		return err
-	case <-ctx.Done():
+	case <-r.ctx.Done():
 		if r.state.CompareAndSwap(stateQueued, stateAbandoned) {
-			return ctx.Err() // the committer will skip it
+			return r.ctx.Err() // the committer will skip it
 		}
 		return <-r.done // already in a transaction: it completes
 	}
@@ -220,12 +235,9 @@ func (c *Committer) WriteSoon(ctx context.Context, size int, delay time.Duration
 	if delay <= 0 || c.cfg.Alone {
 		return c.Write(ctx, size, apply)
 	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.accept() {
 		return ErrClosed
 	}
-	c.inflight.Add(1)
 	defer c.inflight.Done()
 	r := &request{ctx: ctx, apply: apply, size: size, done: make(chan error, 1), due: time.Now().Add(delay)}
 	c.later = append(c.later, r)
@@ -233,15 +245,7 @@ func (c *Committer) WriteSoon(ctx context.Context, size int, delay time.Duration
 		c.armLocked()
 	} // else the running commit's end takes it along or arms the timer
 	c.mu.Unlock()
-	select {
-	case err := <-r.done:
-		return err
-	case <-ctx.Done():
-		if r.state.CompareAndSwap(stateQueued, stateAbandoned) {
-			return ctx.Err()
-		}
-		return <-r.done
-	}
+	return r.wait()
 }
 
 // Waiting returns how many Later and WriteSoon requests wait for
@@ -271,13 +275,10 @@ func (c *Committer) Later(size int, apply ApplyFunc, done func(err error)) {
 	if done == nil {
 		done = func(error) {}
 	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.accept() {
 		done(ErrClosed)
 		return
 	}
-	c.inflight.Add(1)
 	r := &request{ctx: context.Background(), apply: apply, size: size, due: time.Now().Add(c.cfg.LaterDelay),
 		later: func(err error) { done(err); c.inflight.Done() }}
 	if c.cfg.Alone {
