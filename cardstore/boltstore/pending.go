@@ -146,8 +146,9 @@ func (p *pendingPuts) forget(claimKeys []string) {
 // announcedCallCard returns the card cardID of the project for a
 // StartCall of the call whose claim key is claimKey, after a read that did
 // not find it: the announced card when a Put of it is announced (the call
-// starts on it; announced is true), else the card read again (the announcement may have
-// ended, its commit visible, since the first read), else nil.
+// starts on it; announced is true), else the card read again (the
+// announcement may have ended, its commit visible, since the first read),
+// else nil.
 func (s *Store) announcedCallCard(projectID, cardID, claimKey string) (c *card.Card, announced bool, err error) {
 	key := cardKey(projectID, cardID)
 	if c := s.pending.start(string(key), claimKey); c != nil {
