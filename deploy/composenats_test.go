@@ -139,8 +139,9 @@ func TestComposeNATSOnLoopback(t *testing.T) {
 	t.Setenv("NATS_ROUTE_PASSWORD", password)
 	nodes := natsServices(f)
 	clientPort, routePort := map[string]string{}, map[string]string{}
-	for _, n := range nodes {
-		clientPort[n], routePort[n] = freePort(t), freePort(t)
+	ports := freePorts(t, 2*len(nodes))
+	for i, n := range nodes {
+		clientPort[n], routePort[n] = ports[2*i], ports[2*i+1]
 	}
 	var servers []*server.Server
 	for _, n := range nodes {

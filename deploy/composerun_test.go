@@ -38,8 +38,9 @@ func TestComposeClusterOnLoopback(t *testing.T) {
 	slices.Sort(nodes)
 	slices.Sort(workers)
 	natsPort, routePort := map[string]string{}, map[string]string{}
-	for _, n := range nodes {
-		natsPort[n], routePort[n] = freePort(t), freePort(t)
+	ports := freePorts(t, 2*len(nodes))
+	for i, n := range nodes {
+		natsPort[n], routePort[n] = ports[2*i], ports[2*i+1]
 	}
 	// loopback rewrites one service's command line: service names become
 	// 127.0.0.1 with that node's ports, volumes directories under root.
@@ -122,13 +123,19 @@ func TestComposeClusterOnLoopback(t *testing.T) {
 	t.Logf("%v: done", time.Since(start))
 }
 
-func freePort(t *testing.T) string {
+// freePorts returns n distinct loopback ports that were free a moment
+// ago: every listener stays open until all are taken, so no two are the
+// same port.
+func freePorts(t *testing.T, n int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ports := make([]string, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		_, ports[i], _ = net.SplitHostPort(l.Addr().String())
 	}
-	defer l.Close()
-	_, p, _ := net.SplitHostPort(l.Addr().String())
-	return p
+	return ports
 }

@@ -114,14 +114,27 @@ func TestWorkerSIGTERMCancelsInFlight(t *testing.T) {
 	}
 }
 
+// freePort returns a loopback port that was free a moment ago.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return freePorts(t, 1)[0]
+}
+
+// freePorts returns n distinct loopback ports that were free a moment
+// ago: every listener stays open until all are taken, so no two are the
+// same port.
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	ports := make([]string, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports[i] = strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	return ports
 }
 
 // TestUpSIGTERMCancelsInFlight: the same for `utpmesh up`, whose /metrics
@@ -129,7 +142,8 @@ func freePort(t *testing.T) string {
 // canceled result and the inbox entry.
 func TestUpSIGTERMCancelsInFlight(t *testing.T) {
 	dir := t.TempDir()
-	natsPort, metricsPort := freePort(t), freePort(t)
+	ports := freePorts(t, 2)
+	natsPort, metricsPort := ports[0], ports[1]
 	up := startProc(t, "up", "--data", dir, "--nats-listen", "127.0.0.1:"+natsPort, "--metrics-addr", "127.0.0.1:"+metricsPort, "--ui-listen", "",
 		"--drain-timeout", "300ms", "--log-level", "debug", "--services", "echo")
 	up.waitLine(t, "worker serving")
