@@ -108,15 +108,12 @@ func (s *Store) writeResults(ctx context.Context, pcs []putCard, size int, check
 		return err
 	}
 	defer s.unlockClaims(held)
-	// A call started on its announced card (pending.go) stores that card
-	// first when its Put has not yet: a result never precedes its card.
-	var calls []putCard
-	if started := s.pending.startedCards(keys); len(started) > 0 {
-		var csize int
-		if calls, csize, err = s.preparePut(started); err != nil {
-			return err
-		}
-		size += csize
+	// A call started early on its announced card (pending.go) stores that
+	// card first when its Put has not yet: a result never precedes its
+	// card.
+	calls := s.pending.startedCards(keys)
+	for i := range calls {
+		size += len(calls[i].Data)
 	}
 	tx, err := s.writeCalls(ctx, size, func(b *buckets) error {
 		run.reset()
@@ -129,6 +126,9 @@ func (s *Store) writeResults(ctx context.Context, pcs []putCard, size int, check
 		for i := range calls {
 			if b.cards.Get(calls[i].key) == nil {
 				if err := applyPut(b, calls[i:i+1], nil); err != nil {
+					if wrote {
+						err = dirty(err)
+					}
 					return err
 				}
 				wrote = true

@@ -179,30 +179,40 @@
 // a worker may start the call before the card's commit has ended. The
 // admission announces the Put first, with the card (AnnouncePut: an
 // in-memory registry of the cards whose Put is queued or committing,
-// released once the Put has returned). A StartCall or StartCallTool that
-// does not find the ToolCallCardID card starts the call on the announced
-// card without waiting for its commit (the tool check included; the
-// announced card is the call's first); without an announcement it reads
-// once more and decides without a card, as before. The call's result is
-// never stored before its card: until the card's Put has stored it the
-// call is remembered with its card, and the result's transaction stores
-// the card first when it does not find it (its Put not yet queued, or
-// failed). Reads are unchanged: a Get of a card whose commit has not
-// ended says not found. natsstore serves this store, so remote workers
-// start the same way. The lock-delay's "born after the boot" rule finds
-// no stored card for a call started on its announced card, so the call
-// counts as born after the boot, as it is.
+// released once the Put has returned; a card the Put would refuse is not
+// announced). A StartCall or StartCallTool that does not find the
+// ToolCallCardID card looks for an announced Put of it and reads again;
+// while one is announced it waits for it (its context bounds the wait),
+// then reads the card and decides as usual, the tool check included.
+// natsstore serves this store, so remote workers wait the same way. The
+// lock-delay's "born after the boot" rule reads the call's first
+// tool.call card after that wait, so a card that lands during a
+// StartCall counts (its turns index sequence is newer than the boot).
+//
+// StartCallEarly, for the worker that runs in the store's own process
+// (pkg/mesh's in-process worker), does not wait: it starts the call on
+// the announced card of that very call at once (a copy of it). The
+// call's result is never stored before its card: until the card's Put
+// has stored it, the call is remembered with the announcement, and the
+// result's transaction stores the card first when it does not find it
+// (its Put not yet queued, or failed). Reads are unchanged: a Get of a
+// card whose commit has not ended says not found. Only a worker that
+// dies with the store may start early: after a crash before the card's
+// commit, the lock-delay (which knows a call by its stored card) would
+// not hold a second worker back from a call a surviving first one still
+// runs.
 //
 // With WithDispatchLinger the card's commit (PutWithCommand) waits up to
 // the linger for another write to share it (internal/boltfile's
 // Committer.WriteSoon): when the worker of a quick tool answers within
-// it, the card, the claim and the result are one commit. The caveat: a
-// worker may act before the call's card is durable. A crash between the
-// start and the card's commit loses the card with the call's claim and
-// result, and the agent, which had no answer to its dispatch, sends it
-// again, so the tool may run twice, once with no durable trace. A crash
-// after a durable card and before the result costs the same second run,
-// as it always did.
+// it, the card, the claim and the result are one commit. The caveat: the
+// in-process worker may act before the call's card is durable. A crash
+// between the start and the card's commit kills that worker and loses
+// the card with the call's claim and result, and the agent, which had no
+// answer to its dispatch, sends it again, so the tool may run twice, the
+// first run (cut short by the crash, or done) with no durable trace. A
+// crash after a durable card and before the result costs the same second
+// run, as it always did.
 //
 // Putting a new tool.result card ends the claim on its call's
 // cardstore.CallKey, whoever holds it, in the same transaction: the claim

@@ -4,6 +4,10 @@ import (
 	"encoding/json"
 )
 
+// SetAwaitHook makes StartCall call f just before it waits for an
+// announced Put (tests use it to act while the wait is under way).
+func SetAwaitHook(s *Store, f func()) { s.awaitHook = f }
+
 // WaitingWrites returns how many writes wait for company in the store's
 // committer (boltfile.Committer.Waiting).
 func WaitingWrites(s *Store) int { return s.commits.Waiting() }

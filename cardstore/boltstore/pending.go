@@ -1,6 +1,8 @@
 package boltstore
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -12,52 +14,60 @@ import (
 // documentation). The admission writes a new call's tool.call card and
 // publishes its command side by side, so a worker may start the call
 // before the card's commit has ended. The admission announces the Put
-// first (AnnouncePut), with the card; a StartCall that does not find the
-// card it names starts the call on the announced card, without waiting
-// for its commit. The call's result is never stored before its card:
-// until the announced Put has stored the card, the call is remembered
-// with it (started), and a result's transaction that does not find the
-// card stores it first.
+// first (AnnouncePut), with the card. A StartCall that does not find the
+// card it names waits for the announced Put; StartCallEarly (the node's
+// own worker) starts the call on the announced card at once. The call's
+// result is never stored before its card: until the announced Put has
+// stored the card, a call started early is remembered with it
+// (started), and a result's transaction that does not find the card
+// stores it first.
 
 // pendingPuts is the store's registry of announced Puts, by cards bucket
-// key, and of the calls started on them. mu guards m and started; it is
-// never held across I/O or a wait.
+// key, and of the calls started early on them. mu guards m and started;
+// it is never held across I/O or a wait, and no other lock is taken
+// while it is held.
 type pendingPuts struct {
 	mu sync.Mutex
 	m  map[string]*pendingPut
 	// started maps the claim key (project 0x00 call key) of each call
-	// started on an announced card to that card, until a Put of it has
-	// stored it or the call's result has; nstarted is its size, read
-	// without mu.
-	started  map[string]*card.Card
+	// started early on an announced card to that announcement, until a
+	// Put of the card has stored it or the call's result has; nstarted
+	// is its size, read without mu.
+	started  map[string]*pendingPut
 	nstarted atomic.Int32
 }
 
-// pendingPut is the announced Puts of one card: n of them not ended yet.
-// card is the announced card; calls are the claim keys of the calls
-// started on it.
+// pendingPut is the announced Puts of one card: n of them not ended yet;
+// done is closed when the last one ends. prep is the card, validated and
+// encoded; calls are the claim keys of the calls started early on it.
 type pendingPut struct {
 	n     int
-	card  *card.Card
+	done  chan struct{}
+	prep  putCard
 	calls []string
 }
 
 // AnnouncePut records that the caller is about to Put the tool.call card
 // c, until it calls done with the Put's outcome (once its Put has
 // returned; done is idempotent). Meanwhile a StartCall or StartCallTool
-// whose ToolCallCardID is that card and that does not find it stored
-// starts the call on c (the tool check included), so a worker that
-// receives the call's command before the card's commit has ended starts
-// at once. The claim it takes rides along with the next commit, as any
-// in-memory claim, and the call's result commits with or after the card:
-// a result whose transaction does not find the card (its Put is not
-// queued yet, or failed) stores it first. Reads are unchanged: a Get of a
-// card whose commit has not ended says not found. Announce a card only
-// when a Put of it follows at once and its command is (about to be)
-// published; c must not change afterwards.
+// whose ToolCallCardID is that card and that does not find it waits for
+// done (its context bounds the wait) and reads again, and a
+// StartCallEarly of the card's own call starts the call on c at once.
+// Reads are unchanged: a Get of a card whose commit has not ended says
+// not found. A card the Put would refuse (not a valid tool.call card of a
+// turn, too large) is not announced: done does nothing, and StartCall
+// decides without it. Announce a card only when a Put of it follows at
+// once and its command is (about to be) published: a StartCall waits for
+// done however long it takes.
 func (s *Store) AnnouncePut(c *card.Card) (done func(err error)) {
-	key := string(cardKey(c.ProjectID, c.CardID))
-	cp := *c
+	if c == nil || c.Type != card.TypeToolCall || c.Metadata.AgentTurnID == "" || c.ToolCallID == "" {
+		return func(error) {}
+	}
+	pcs, _, err := s.preparePut([]*card.Card{c})
+	if err != nil {
+		return func(error) {}
+	}
+	key := string(pcs[0].key)
 	p := &s.pending
 	p.mu.Lock()
 	if p.m == nil {
@@ -65,7 +75,7 @@ func (s *Store) AnnouncePut(c *card.Card) (done func(err error)) {
 	}
 	e := p.m[key]
 	if e == nil {
-		e = &pendingPut{card: &cp}
+		e = &pendingPut{done: make(chan struct{}), prep: pcs[0]}
 		p.m[key] = e
 	}
 	e.n++
@@ -78,7 +88,7 @@ func (s *Store) AnnouncePut(c *card.Card) (done func(err error)) {
 			if err == nil {
 				// The card is stored: its calls' results need not store it.
 				for _, call := range e.calls {
-					if p.started[call] == e.card {
+					if p.started[call] == e {
 						delete(p.started, call)
 					}
 				}
@@ -86,44 +96,57 @@ func (s *Store) AnnouncePut(c *card.Card) (done func(err error)) {
 				p.nstarted.Store(int32(len(p.started)))
 			}
 			if e.n--; e.n == 0 {
+				close(e.done)
 				delete(p.m, key)
 			}
 		})
 	}
 }
 
-// start returns the announced card under key, recording that the call
-// whose claim key is claimKey starts on it; nil when none is announced.
-func (p *pendingPuts) start(key, claimKey string) *card.Card {
+// lookup returns the announcement of the card under key: a channel closed
+// when its Puts have ended (nil when none is announced), and the
+// announcement itself when its card is the tool.call card of (turn,
+// call), else nil.
+func (p *pendingPuts) lookup(key, turn, call string) (<-chan struct{}, *pendingPut) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e := p.m[key]
 	if e == nil {
-		return nil
+		return nil, nil
 	}
+	if e.prep.Turn != turn || e.prep.card.ToolCallID != call {
+		return e.done, nil
+	}
+	return e.done, e
+}
+
+// record notes that the call whose claim key is claimKey started early on
+// the announcement e.
+func (p *pendingPuts) record(claimKey string, e *pendingPut) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if !slices.Contains(e.calls, claimKey) {
 		e.calls = append(e.calls, claimKey)
 	}
 	if p.started == nil {
-		p.started = make(map[string]*card.Card)
+		p.started = make(map[string]*pendingPut)
 	}
-	p.started[claimKey] = e.card
+	p.started[claimKey] = e
 	p.nstarted.Store(int32(len(p.started)))
-	return e.card
 }
 
 // startedCards returns the announced cards the calls of claimKeys started
-// on, whose Puts have not stored them yet.
-func (p *pendingPuts) startedCards(claimKeys []string) []*card.Card {
+// early on, whose Puts have not stored them yet.
+func (p *pendingPuts) startedCards(claimKeys []string) []putCard {
 	if p.nstarted.Load() == 0 {
 		return nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var cards []*card.Card
+	var cards []putCard
 	for _, k := range claimKeys {
-		if c := p.started[k]; c != nil {
-			cards = append(cards, c)
+		if e := p.started[k]; e != nil {
+			cards = append(cards, e.prep)
 		}
 	}
 	return cards
@@ -143,23 +166,39 @@ func (p *pendingPuts) forget(claimKeys []string) {
 	p.nstarted.Store(int32(len(p.started)))
 }
 
-// announcedCallCard returns the card cardID of the project for a
-// StartCall of the call whose claim key is claimKey, after a read that did
-// not find it: the announced card when a Put of it is announced (the call
-// starts on it; announced is true), else the card read again (the
-// announcement may have ended, its commit visible, since the first read),
-// else nil.
-func (s *Store) announcedCallCard(projectID, cardID, claimKey string) (c *card.Card, announced bool, err error) {
+// callCard returns the card cardID of the project for a StartCall of the
+// call (turn, call), after a read that did not find it. early: the
+// announced card of that call, at once (e is its announcement; the card
+// is a fresh copy). Otherwise it waits while a Put of the card is
+// announced (ctx bounds the wait) and reads it again; nil when it is not
+// stored and no Put of it is announced. The channel is taken before each
+// read: a Put announced now and ended before the read has its commit
+// visible to the read.
+func (s *Store) callCard(ctx context.Context, projectID, cardID, turn, call string, early bool) (c *card.Card, e *pendingPut, err error) {
 	key := cardKey(projectID, cardID)
-	if c := s.pending.start(string(key), claimKey); c != nil {
-		return c, true, nil
-	}
-	err = s.view(func(b *buckets) error {
-		var err error
-		if data := b.cards.Get(key); data != nil {
-			c, err = decodeCard(data)
+	for {
+		ch, ann := s.pending.lookup(string(key), turn, call)
+		if early && ann != nil {
+			c, err := decodeCard(ann.prep.Data)
+			return c, ann, err
 		}
-		return err
-	})
-	return c, false, err
+		err := s.view(func(b *buckets) error {
+			var err error
+			if data := b.cards.Get(key); data != nil {
+				c, err = decodeCard(data)
+			}
+			return err
+		})
+		if err != nil || c != nil || ch == nil {
+			return c, nil, err
+		}
+		if s.awaitHook != nil {
+			s.awaitHook()
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("boltstore: wait for the announced Put of tool.call card %s in project %s: %w", cardID, projectID, ctx.Err())
+		}
+	}
 }

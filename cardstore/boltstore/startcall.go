@@ -10,7 +10,8 @@ import (
 // transaction looks for the call's result and reads the card named
 // ToolCallCardID, so a call that already has a result costs no write.
 // When that card is missing and a Put of it is announced (AnnouncePut),
-// the call starts on the announced card without waiting for its commit.
+// StartCall waits for the Put to end (ctx bounds the wait) and reads the
+// card again before it checks the tool and claims.
 // Otherwise, holding the call's claim lock (which every result Put holds
 // until its commit has ended), a second read looks for the result again
 // and, finding none, the claim is taken as Claim takes it: in memory for
@@ -18,7 +19,19 @@ import (
 // commit of its own), else in a transaction of its own. So the check and
 // the claim are atomic. The claim is the core's (no tool), as Claim's.
 func (s *Store) StartCall(ctx context.Context, req cardstore.StartCallRequest) (*cardstore.StartCallResult, error) {
-	return s.startCall(ctx, req, "")
+	return s.startCall(ctx, req, "", false)
+}
+
+// StartCallEarly is StartCall for a worker that dies with this store (the
+// node's in-process worker): when the call's card is missing and its Put
+// is announced, it starts the call on the announced card at once instead
+// of waiting for the card's commit. The call's result then commits with
+// or after the card. A worker in another process must not use it: a crash
+// of the store before the card's commit would lose the card and the
+// claim while that worker runs on, and the lock-delay, which knows calls
+// by their stored cards, would not hold a second worker back.
+func (s *Store) StartCallEarly(ctx context.Context, req cardstore.StartCallRequest) (*cardstore.StartCallResult, error) {
+	return s.startCall(ctx, req, "", true)
 }
 
 // StartCallTool is StartCall for a worker of tool (a tool token), with
@@ -27,11 +40,12 @@ func (s *Store) StartCall(ctx context.Context, req cardstore.StartCallRequest) (
 // A call that has a result returns it without those checks (it takes no
 // claim; any worker may read a result).
 func (s *Store) StartCallTool(ctx context.Context, req cardstore.StartCallRequest, tool string) (*cardstore.StartCallResult, error) {
-	return s.startCall(ctx, req, tool)
+	return s.startCall(ctx, req, tool, false)
 }
 
-// startCall is StartCall; a non-empty tool makes it StartCallTool.
-func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, tool string) (*cardstore.StartCallResult, error) {
+// startCall is StartCall; a non-empty tool makes it StartCallTool, early
+// StartCallEarly.
+func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, tool string, early bool) (*cardstore.StartCallResult, error) {
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
@@ -58,13 +72,11 @@ func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, t
 	if out.Result != nil {
 		return out, nil
 	}
-	creq := cardstore.ClaimRequest{ProjectID: req.ProjectID, Key: cardstore.CallKey{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID}.String(), Holder: req.Holder, Lease: req.Lease}
-	key := join(0, req.ProjectID, creq.Key)
-	announced := false
+	var ann *pendingPut
 	if out.CallCard == nil && req.ToolCallCardID != "" {
 		// The admission may be committing the card while its command is
-		// delivered (AnnouncePut): the call starts on the announced card.
-		if out.CallCard, announced, err = s.announcedCallCard(req.ProjectID, req.ToolCallCardID, string(key)); err != nil {
+		// delivered (AnnouncePut): wait for that Put, or start on it.
+		if out.CallCard, ann, err = s.callCard(ctx, req.ProjectID, req.ToolCallCardID, req.AgentTurnID, req.ToolCallID, early); err != nil {
 			return nil, err
 		}
 	}
@@ -72,14 +84,9 @@ func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, t
 		if err := s.checkCallTool(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID, tool); err != nil {
 			return nil, err
 		}
-		if announced {
-			// The announced card is the call's first (the admission found
-			// none), so it says whose call this is.
-			if err := cardstore.CheckCallCardTool(out.CallCard, nil, req.ProjectID, req.AgentTurnID, req.ToolCallID, tool); err != nil {
-				return nil, err
-			}
-		}
 	}
+	creq := cardstore.ClaimRequest{ProjectID: req.ProjectID, Key: cardstore.CallKey{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID}.String(), Holder: req.Holder, Lease: req.Lease}
+	key := join(0, req.ProjectID, creq.Key)
 	e, err := s.mem.lock(ctx, string(key))
 	if err != nil {
 		return nil, err
@@ -118,6 +125,11 @@ func (s *Store) startCall(ctx context.Context, req cardstore.StartCallRequest, t
 	k := cardstore.CallKey{AgentTurnID: req.AgentTurnID, ToolCallID: req.ToolCallID}
 	if out.Claim, err = s.grantCall(ctx, e, key, k, rec, creq, tool); err != nil {
 		return nil, err
+	}
+	if ann != nil {
+		// Started before its card is stored: the result stores it if the
+		// announced Put has not (pending.go).
+		s.pending.record(string(key), ann)
 	}
 	return out, nil
 }

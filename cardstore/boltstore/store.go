@@ -201,9 +201,11 @@ type Store struct {
 	// Open learnt about the previous run (lockdelay.go).
 	mem   *claimTable
 	boots bootState
-	// pending holds the announced Puts a StartCall starts calls on
-	// (pending.go).
-	pending pendingPuts
+	// pending holds the announced Puts a StartCall waits for or starts
+	// calls on (pending.go); awaitHook, set by tests, is called before
+	// such a wait.
+	pending   pendingPuts
+	awaitHook func()
 }
 
 var _ cardstore.Store = (*Store)(nil)

@@ -46,7 +46,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	otlp := fs.String("otlp-endpoint", "", "export OpenTelemetry traces with OTLP/HTTP to this URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; empty: off)")
 	maxPayload := fs.Int("max-payload", embednats.DefaultMaxPayload, "NATS max message size in bytes (65536 to 67108864); must exceed --max-card-bytes by 64 KiB")
 	maxCard := fs.Int("max-card-bytes", cardstore.DefaultMaxCardBytes, "largest card the CardStore accepts, in bytes (1 to 1048576)")
-	linger := fs.Duration("dispatch-linger", mesh.DefaultDispatchLinger, "how long a new call's tool.call card commit waits for the call's result to share it (single node; 0: commit at once; at most 100ms)")
+	linger := fs.Duration("dispatch-linger", mesh.DefaultDispatchLinger, "how long a new call's tool.call card commit waits for the call's result to share it (a single node with the embedded NATS server; 0: commit at once; at most 100ms)")
 	uiListen := fs.String("ui-listen", "127.0.0.1:8080", "serve the web UI on HOST:PORT (empty: off; port 0 picks a free port)")
 	uiToken := fs.String("ui-token", c.env.getenv("UTPMESH_UI_TOKEN"), "the web UI's access token (default $UTPMESH_UI_TOKEN, else the one kept in DATA/"+webui.TokenFile+", made at the first start; delete the file and restart to change it)")
 	uiOpen := fs.Bool("ui-open", false, "serve the web UI without an access token (logged as a warning): anyone who can reach it can confirm, cancel and replay calls")

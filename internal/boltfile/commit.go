@@ -121,7 +121,8 @@ type Committer struct {
 	db  *bolt.DB
 	cfg CommitConfig
 
-	// mu guards closed, stopped, queue, later, busy, flush and timer. A write
+	// mu guards closed, stopped, queue, later, busy, flush, timer, timerAt
+	// and timerGen. A write
 	// joins inflight under mu while closed is false, so Close, after it
 	// sets closed, can wait for every accepted write.
 	mu       sync.Mutex
@@ -132,6 +133,7 @@ type Committer struct {
 	later    []*request    // Later and WriteSoon requests waiting for company
 	timer    *time.Timer   // flushes later when its first request is due; nil when unarmed
 	timerAt  time.Time     // when timer fires
+	timerGen uint64        // counts armed timers: a stale one's callback does nothing
 	busy     bool          // a commit is in flight or the committer is draining
 	flush    bool          // commit Later requests even without company
 	kick     chan struct{} // wakes the committer; capacity 1
@@ -312,8 +314,10 @@ func (c *Committer) armLocked() {
 		}
 		c.timer.Stop()
 	}
+	c.timerGen++
+	gen := c.timerGen
 	c.timerAt = first
-	c.timer = time.AfterFunc(time.Until(first), c.flushLater)
+	c.timer = time.AfterFunc(time.Until(first), func() { c.flushLater(gen) })
 }
 
 // idleLocked marks the Committer idle after a commit found the queue
@@ -330,9 +334,12 @@ func (c *Committer) idleLocked() {
 }
 
 // flushLater commits the Later requests that found no company.
-func (c *Committer) flushLater() {
+func (c *Committer) flushLater(gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if gen != c.timerGen {
+		return // stopped and replaced, but it had fired already
+	}
 	c.timer = nil
 	if c.stopped || len(c.later) == 0 || c.busy {
 		return // a running commit takes them along or re-arms the timer
@@ -348,6 +355,7 @@ func (c *Committer) takeLater() []*request {
 	if c.timer != nil {
 		c.timer.Stop()
 		c.timer = nil
+		c.timerGen++
 	}
 	return l
 }

@@ -18,10 +18,10 @@ import (
 // call's two durable writes, the tool.call card's commit and the
 // command's JetStream publish, run side by side, so the agent waits for
 // the longer of the two instead of their sum. The CardStore is told of
-// the Put, with the card, before either starts (CardAnnouncer), and a
-// worker that gets the command before the card's commit has ended starts
-// the call on the announced card; the call's result commits with or
-// after the card. The signed admission covers the content hash of the
+// the Put, with the card, before either starts (CardAnnouncer): a worker
+// that gets the command before the card's commit has ended waits for it
+// in StartCall, and the node's in-process worker starts the call on the
+// announced card (its result commits with or after the card). The signed admission covers the content hash of the
 // card being written, as on the sequential path.
 //
 // Only a new call takes this path: a cheap read first looks for the
@@ -31,16 +31,17 @@ import (
 // so a second one sees the first one's card. The Put runs to its end
 // even when the dispatch's context ends first (its command is out). When
 // the Put fails the error is the answer, as on the sequential path, and
-// the published command has no card: a worker that started on the
-// announced card has its result refused until the card is stored, and
-// its worker retries the command a few times (the agent, which got no
+// the published command has no card: a worker that had started on the
+// announced card stores the card with its result; one that had not finds
+// no card and retries the command a few times (the agent, which got no
 // answer or an error, sends the dispatch again, and that writes the
 // card) before failing it bad_request.
 
 // CardAnnouncer is a CardStore that can be told that a Put of a card is
-// about to be made; its StartCall then starts a call on that card when it
-// does not find it stored (boltstore.Store.AnnouncePut). done is called
-// with the Put's outcome once it has returned.
+// about to be made; its StartCall then waits for that Put, or starts the
+// call on the card, when it does not find it stored
+// (boltstore.Store.AnnouncePut). done is called with the Put's outcome
+// once it has returned.
 type CardAnnouncer interface {
 	AnnouncePut(c *card.Card) (done func(err error))
 }

@@ -44,8 +44,9 @@ func (m *Mesh) startAdmission(ctx context.Context) error {
 	m.push(func(context.Context) error { nc.Close(); return nil })
 	// The single-node CardStore is the one every worker starts its calls
 	// on (natsstore serves it to remote workers), so a new call's command
-	// may be published beside its card's commit: StartCall starts the call
-	// on the announced card. Never with the replicated store.
+	// may be published beside its card's commit: StartCall waits for the
+	// announced Put, the in-process worker's starts on the announced card
+	// (workerStore). Never with the replicated store.
 	// With async command streams its command is also kept in the node
 	// file's outbox, in the card's commit (outbox.go).
 	store, beside := m.cards.(*boltstore.Store)

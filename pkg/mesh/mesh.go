@@ -128,9 +128,11 @@ type Config struct {
 	// 0 means cardstore.DefaultMaxCardBytes (1 MiB, also the maximum).
 	MaxCardBytes int
 	// DispatchLinger is how long the commit of a new call's tool.call card
-	// may wait for another write to share it (a single node only;
-	// boltstore.WithDispatchLinger): a call whose worker answers within it
-	// has its card and its result in one commit. 0 means
+	// may wait for another write to share it (boltstore.WithDispatchLinger;
+	// it applies where the node keeps an outbox: a single node with its
+	// embedded nats-server, no Cluster, Replicated or External): a call
+	// whose in-process worker answers within it has its card and its
+	// result in one commit. 0 means
 	// DefaultDispatchLinger; a negative value turns it off; at most
 	// boltstore.MaxDispatchLinger.
 	DispatchLinger time.Duration
@@ -523,7 +525,7 @@ func (m *Mesh) serve(ctx context.Context) (err error) {
 	}
 
 	wcfg := cfg.Worker
-	wcfg.ProtocolVersion, wcfg.Store, wcfg.Registry, wcfg.Projects = cfg.ProtocolVersion, m.cards, m.reg, cfg.Projects
+	wcfg.ProtocolVersion, wcfg.Store, wcfg.Registry, wcfg.Projects = cfg.ProtocolVersion, m.workerStore(), m.reg, cfg.Projects
 	if wcfg.Logger == nil {
 		wcfg.Logger = log.With("component", "worker")
 	}

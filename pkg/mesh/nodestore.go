@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/utpmesh/utpmesh/cardstore"
 	"github.com/utpmesh/utpmesh/cardstore/boltstore"
 	"github.com/utpmesh/utpmesh/internal/boltfile"
 	"github.com/utpmesh/utpmesh/pkg/inbox/boltinbox"
@@ -146,4 +147,28 @@ func (m *Mesh) InboxDB() *bolt.DB {
 		return nil
 	}
 	return m.inboxBoltDB.Bolt()
+}
+
+// workerStore is the CardStore the node's in-process worker uses: the
+// node's own, and on a single node one that starts a call on the card the
+// admission is committing (earlyStarts).
+func (m *Mesh) workerStore() cardstore.Store {
+	if bs, ok := m.cards.(*boltstore.Store); ok {
+		return earlyStarts{bs}
+	}
+	return m.cards
+}
+
+// earlyStarts is the single node's CardStore as its in-process worker
+// sees it: StartCall starts a call on the tool.call card the admission
+// announced without waiting for the card's commit
+// (boltstore.Store.StartCallEarly), so a quick call's card and result
+// share one commit (Config.DispatchLinger). The worker dies with the
+// store, so a crash cannot leave it running a call whose card was lost;
+// workers in other processes start through natsstore, which waits.
+type earlyStarts struct{ *boltstore.Store }
+
+// StartCall is boltstore.Store.StartCallEarly.
+func (s earlyStarts) StartCall(ctx context.Context, req cardstore.StartCallRequest) (*cardstore.StartCallResult, error) {
+	return s.Store.StartCallEarly(ctx, req)
 }

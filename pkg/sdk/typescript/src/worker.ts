@@ -86,7 +86,7 @@ const REPORT_TIMEOUT_MS = 5000;
  * bad_request (docs/protocol.md §7, step 4): the earlier ones give the
  * claim back and leave the command for redelivery after 2 s. The
  * single-node mesh publishes a command beside its card's commit (its
- * start_call answers with a card whose write is under way), so a command can
+ * start_call waits for a card whose write is under way), so a command can
  * outlive a card whose write failed or whose process died; the agent's
  * resent dispatch writes the card. Go: worker.MissingCardDeliveries.
  */
