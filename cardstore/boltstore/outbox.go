@@ -62,8 +62,14 @@ func (s *Store) PutWithCommand(ctx context.Context, c *card.Card, m Message) err
 	if m.Subject == "" {
 		return fmt.Errorf("%w: PutWithCommand: the command has no subject", cardstore.ErrInvalid)
 	}
-	pcs, size, err := s.preparePut([]*card.Card{c})
-	if err != nil {
+	var (
+		pcs  []putCard
+		size int
+		err  error
+	)
+	if pc, ok := s.pending.prepared(c); ok {
+		pcs, size = []putCard{pc}, len(pc.Data) // AnnouncePut encoded it
+	} else if pcs, size, err = s.preparePut([]*card.Card{c}); err != nil {
 		return err
 	}
 	e := OutboxEntry{ProjectID: c.ProjectID, AgentTurnID: c.Metadata.AgentTurnID, ToolCallID: c.ToolCallID,

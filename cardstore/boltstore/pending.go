@@ -120,6 +120,17 @@ func (p *pendingPuts) lookup(key, turn, call string) (<-chan struct{}, *pendingP
 	return e.done, e
 }
 
+// prepared returns the validated and encoded card c when c itself is
+// announced (so its Put need not encode it again).
+func (p *pendingPuts) prepared(c *card.Card) (putCard, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.m[string(cardKey(c.ProjectID, c.CardID))]; e != nil && e.prep.card == c {
+		return e.prep, true
+	}
+	return putCard{}, false
+}
+
 // record notes that the call whose claim key is claimKey started early on
 // the announcement e.
 func (p *pendingPuts) record(claimKey string, e *pendingPut) {
