@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"gopkg.in/yaml.v3"
+
+	"github.com/utpmesh/utpmesh/internal/meshtest"
 )
 
 // loadComposeNATS parses compose-nats/compose.yaml.
@@ -139,7 +141,7 @@ func TestComposeNATSOnLoopback(t *testing.T) {
 	t.Setenv("NATS_ROUTE_PASSWORD", password)
 	nodes := natsServices(f)
 	clientPort, routePort := map[string]string{}, map[string]string{}
-	ports := freePorts(t, 2*len(nodes))
+	ports := meshtest.FreePorts(t, 2*len(nodes))
 	for i, n := range nodes {
 		clientPort[n], routePort[n] = ports[2*i], ports[2*i+1]
 	}

@@ -2,13 +2,14 @@ package deploy
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/utpmesh/utpmesh/internal/meshtest"
 )
 
 // TestComposeClusterOnLoopback runs the compose file's own command lines
@@ -38,7 +39,7 @@ func TestComposeClusterOnLoopback(t *testing.T) {
 	slices.Sort(nodes)
 	slices.Sort(workers)
 	natsPort, routePort := map[string]string{}, map[string]string{}
-	ports := freePorts(t, 2*len(nodes))
+	ports := meshtest.FreePorts(t, 2*len(nodes))
 	for i, n := range nodes {
 		natsPort[n], routePort[n] = ports[2*i], ports[2*i+1]
 	}
@@ -121,21 +122,4 @@ func TestComposeClusterOnLoopback(t *testing.T) {
 		t.Errorf("atp_search_activities: exit %d, want the atp worker's auth_failed for ATPAction::\"search_activities\"\n%s\n%s", code, out, errOut)
 	}
 	t.Logf("%v: done", time.Since(start))
-}
-
-// freePorts returns n distinct loopback ports that were free a moment
-// ago: every listener stays open until all are taken, so no two are the
-// same port.
-func freePorts(t *testing.T, n int) []string {
-	t.Helper()
-	ports := make([]string, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		_, ports[i], _ = net.SplitHostPort(l.Addr().String())
-	}
-	return ports
 }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/utpmesh/utpmesh/internal/meshtest"
 	"github.com/utpmesh/utpmesh/pkg/agent"
 	"github.com/utpmesh/utpmesh/pkg/card"
 	"github.com/utpmesh/utpmesh/pkg/creds"
@@ -117,24 +116,7 @@ func TestWorkerSIGTERMCancelsInFlight(t *testing.T) {
 // freePort returns a loopback port that was free a moment ago.
 func freePort(t *testing.T) string {
 	t.Helper()
-	return freePorts(t, 1)[0]
-}
-
-// freePorts returns n distinct loopback ports that were free a moment
-// ago: every listener stays open until all are taken, so no two are the
-// same port.
-func freePorts(t *testing.T, n int) []string {
-	t.Helper()
-	ports := make([]string, n)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports[i] = strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
+	return meshtest.FreePorts(t, 1)[0]
 }
 
 // TestUpSIGTERMCancelsInFlight: the same for `utpmesh up`, whose /metrics
@@ -142,7 +124,7 @@ func freePorts(t *testing.T, n int) []string {
 // canceled result and the inbox entry.
 func TestUpSIGTERMCancelsInFlight(t *testing.T) {
 	dir := t.TempDir()
-	ports := freePorts(t, 2)
+	ports := meshtest.FreePorts(t, 2)
 	natsPort, metricsPort := ports[0], ports[1]
 	up := startProc(t, "up", "--data", dir, "--nats-listen", "127.0.0.1:"+natsPort, "--metrics-addr", "127.0.0.1:"+metricsPort, "--ui-listen", "",
 		"--drain-timeout", "300ms", "--log-level", "debug", "--services", "echo")

@@ -160,6 +160,22 @@ func (c *Cluster) nodeDir(name string) string {
 	return dir
 }
 
+// FreePorts returns n distinct loopback ports, as strings, that were free
+// a moment ago: every listener stays open until all are taken, so no two
+// are the same port. It fails tb when it cannot listen.
+func FreePorts(tb testing.TB, n int) []string {
+	tb.Helper()
+	ports, err := freePorts(n)
+	if err != nil {
+		tb.Fatalf("meshtest: free ports: %v", err)
+	}
+	out := make([]string, n)
+	for i, p := range ports {
+		out[i] = strconv.Itoa(p)
+	}
+	return out
+}
+
 // freePorts returns n distinct loopback ports that were free a moment ago.
 func freePorts(n int) ([]int, error) {
 	var out []int
